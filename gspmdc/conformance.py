@@ -1,0 +1,199 @@
+"""Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
+
+    python -m gspmdc.conformance parse [--shared DIR] [--verbose]
+
+`parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
+modules parsed, round-tripped (`parse(print(parse(t)))` identical to `parse(t)`), verified, and
+evaluated by the reference interpreter on random inputs (of those without I/O opcodes); and for every
+JAX program: its .hlo files parse and `program.hlo` on `inputs.npz` reproduces `outputs.npz`.
+The corpora live in `../shared` beside the repository (override with `--shared`); they are the team's
+measuring stick, not part of the package.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gspmdc.errors import GspmdcError
+
+IO_OPCODES = frozenset({"infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
+CASE_TIMEOUT_SECONDS = 20
+
+
+def default_shared_dir() -> Path:
+    """`../shared` beside the repository (or beside the current directory)."""
+    here = Path(__file__).resolve().parents[2] / "shared"
+    return here if here.is_dir() else Path.cwd().parent / "shared"
+
+
+class CaseTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int):
+    """Raise CaseTimeout in the main thread after `seconds` (SIGALRM; Unix only)."""
+    def on_alarm(signum, frame):
+        raise CaseTimeout(f"timed out after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass
+class Tally:
+    """Counts of one stage and the failures with one-line reasons."""
+
+    name: str
+    attempted: int = 0
+    passed: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def record(self, case: str, error: str | None) -> None:
+        self.attempted += 1
+        if error is None:
+            self.passed += 1
+        else:
+            self.failures.append((case, error))
+
+    def line(self) -> str:
+        pct = 100.0 * self.passed / self.attempted if self.attempted else 100.0
+        return f"  {self.name:<28} {self.passed:>4} / {self.attempted:<4} ({pct:5.1f}%)"
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
+
+
+def score_parse_corpus(path: Path) -> list[Tally]:
+    """Parse, round-trip, verify and evaluate every module of one XLA corpus file."""
+    from gspmdc import api
+    from gspmdc.ir.verifier import verify_module
+    from gspmdc.runtime import io
+
+    cases = json.loads(path.read_text())["cases"]
+    parsed, rt, verified, evaluated = (Tally("parsed"), Tally("round-tripped"),
+                                       Tally("verified"), Tally("evaluated (no I/O ops)"))
+    for case in cases:
+        name = f"{case['name']}:{case['line']}"
+        try:
+            module = api.parse(case["hlo"], name, verify=False)
+        except GspmdcError as e:
+            parsed.record(name, _one_line(e))
+            continue
+        except Exception as e:  # noqa: BLE001 - a crash is a finding to report
+            parsed.record(name, "CRASH " + _one_line(e))
+            continue
+        parsed.record(name, None)
+        try:
+            again = api.parse(api.to_text(module), name, verify=False)
+            rt.record(name, module.difference(again))
+        except Exception as e:  # noqa: BLE001
+            rt.record(name, _one_line(e))
+        try:
+            problems = verify_module(module, collect=True)
+            verified.record(name, problems[0] if problems else None)
+        except Exception as e:  # noqa: BLE001
+            verified.record(name, "CRASH " + _one_line(e))
+        if IO_OPCODES & set(case.get("opcodes", ())):
+            continue
+        try:
+            with time_limit(CASE_TIMEOUT_SECONDS):
+                api.evaluate(module, io.random_inputs(module, seed=0))
+            evaluated.record(name, None)
+        except Exception as e:  # noqa: BLE001
+            evaluated.record(name, _one_line(e))
+    return [parsed, rt, verified, evaluated]
+
+
+def score_jax_programs(root: Path) -> list[Tally]:
+    """Every program's .hlo files parse; program.hlo reproduces outputs.npz from inputs.npz."""
+    from gspmdc import api
+    from gspmdc.runtime import io
+
+    parsed, reproduced = Tally("hlo files parsed"), Tally("program.hlo reproduces outputs")
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        for hlo in sorted(folder.glob("*.hlo")):
+            try:
+                api.load(hlo, verify=False)
+                parsed.record(f"{folder.name}/{hlo.name}", None)
+            except Exception as e:  # noqa: BLE001
+                parsed.record(f"{folder.name}/{hlo.name}", _one_line(e))
+        try:
+            module = api.load(folder / "program.hlo")
+            got = io.output_arrays(module, api.evaluate(module,
+                                                        io.read_inputs(folder / "inputs.npz", module)))
+            want = np.load(folder / "outputs.npz")
+            reproduced.record(folder.name, compare_outputs(got, dict(want)))
+        except Exception as e:  # noqa: BLE001
+            reproduced.record(folder.name, _one_line(e))
+    return [parsed, reproduced]
+
+
+def compare_outputs(got: dict, want: dict, rtol: float = 1e-4, atol: float = 1e-5) -> str | None:
+    """None when every output matches (exact for integers/predicates, float32 tolerance for
+    floats), else a one-line description of the worst mismatch."""
+    if sorted(got) != sorted(want):
+        return f"outputs {sorted(got)} != expected {sorted(want)}"
+    for key in sorted(want):
+        a, b = np.asarray(got[key]), np.asarray(want[key])
+        if a.shape != b.shape:
+            return f"{key}: shape {a.shape} != expected {b.shape}"
+        if b.dtype.kind in "biu":
+            bad = int(np.count_nonzero(a != b))
+            if bad:
+                return f"{key}: {bad} elements differ"
+        else:
+            a64, b64 = a.astype(np.complex128), b.astype(np.complex128)
+            if not np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True):
+                err = np.nanmax(np.abs(a64 - b64))
+                return f"{key}: max abs error {err:.3g}"
+    return None
+
+
+def _report(title: str, tallies: list[Tally], verbose: bool) -> None:
+    print(title)
+    for t in tallies:
+        print(t.line())
+    for t in tallies:
+        if t.failures:
+            shown = t.failures if verbose else t.failures[:10]
+            print(f"  {t.name} failures:")
+            for case, reason in shown:
+                print(f"    {case}: {reason}")
+            if len(shown) < len(t.failures):
+                print(f"    ... {len(t.failures) - len(shown)} more (--verbose lists all)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gspmdc.conformance",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("stage", choices=["parse"], help="what to score")
+    parser.add_argument("--shared", type=Path, default=None,
+                        help="the shared corpora folder (default: ../shared beside the repo)")
+    parser.add_argument("--verbose", action="store_true", help="list every failure")
+    args = parser.parse_args(argv)
+    shared = args.shared or default_shared_dir()
+    if not shared.is_dir():
+        print(f"conformance: corpora folder {shared} not found (use --shared)", file=sys.stderr)
+        return 2
+    for corpus in ("xla-propagation.json", "xla-partitioner.json"):
+        _report(f"{corpus}:", score_parse_corpus(shared / "conformance" / corpus), args.verbose)
+    _report("jax-programs:", score_jax_programs(shared / "jax-programs"), args.verbose)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

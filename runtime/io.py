@@ -1,0 +1,143 @@
+"""Program inputs and outputs as `.npz` files, and random inputs that are valid for a program.
+
+Conventions (shared by `gspmdc eval` and `gspmdc run`): inputs are keyed `arg0`, `arg1`, ... by entry
+parameter number; outputs are keyed `out0`, `out1`, ..., one per element of a tuple root (a non-tuple
+root gives `out0` alone). Output files are written atomically: a temporary file in the target
+directory, renamed into place once complete, so a failed run never leaves a partial file.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from gspmdc.atomic import atomic_output
+from gspmdc.errors import GspmdcError, UnsupportedError
+from gspmdc.ir import dtypes
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.shapes import ArrayShape, TupleShape
+
+#: operand positions that are indices into another operand, per opcode: (index operands, indexed
+#: operand). Random integer inputs that flow into them are kept inside the indexed dimensions.
+_INDEX_OPERANDS = {
+    "gather": (lambda inst: [1], 0),
+    "scatter": (lambda inst: [(len(inst.operands) - 1) // 2], 0),
+    "dynamic-slice": (lambda inst: list(range(1, len(inst.operands))), 0),
+    "dynamic-update-slice": (lambda inst: list(range(2, len(inst.operands))), 0),
+}
+#: ops through which an integer value keeps its role as an index
+_INDEX_PRESERVING = frozenset({
+    "reshape", "broadcast", "transpose", "copy", "convert", "slice", "concatenate", "bitcast",
+    "get-tuple-element", "tuple", "dynamic-slice", "custom-call", "reverse", "pad", "clamp", "select",
+    "add", "sort", "maximum", "minimum",
+})
+
+
+def read_inputs(path: str | os.PathLike, module: Module) -> list[np.ndarray]:
+    """Load `arg0..argN-1` from an npz and check them against the entry parameters."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise GspmdcError(f"{path}: cannot read inputs: {e}") from None
+    params = module.entry.parameters
+    args = []
+    with data:
+        for p in params:
+            key = f"arg{p.parameter_number}"
+            if key not in data.files:
+                raise GspmdcError(f"{path}: missing input {key!r} for parameter {p.name} "
+                                  f"({p.shape}); the file has {sorted(data.files)}")
+            args.append(_as_parameter_value(data[key], p, f"{path}:{key}"))
+        extra = sorted(set(data.files) - {f"arg{p.parameter_number}" for p in params})
+        if extra:
+            raise GspmdcError(f"{path}: unexpected inputs {extra}; the entry computation has "
+                              f"{len(params)} parameters")
+    return args
+
+
+def _as_parameter_value(array: np.ndarray, param: Instruction, where: str) -> np.ndarray:
+    shape = param.shape
+    if not isinstance(shape, ArrayShape) or shape.is_token:
+        raise UnsupportedError(f"{where}: parameter {param.name} has shape {shape}; only array "
+                               "parameters can be read from an npz file")
+    if tuple(array.shape) != shape.dims:
+        raise GspmdcError(f"{where}: shape {list(array.shape)} does not match parameter "
+                          f"{param.name}: {shape}")
+    want = dtypes.numpy_dtype(shape.element_type)
+    if array.dtype != want:
+        if array.dtype.kind == "V" and array.dtype.itemsize == want.itemsize:
+            return array.view(want)  # bf16 stored as raw void bytes by some writers
+        raise GspmdcError(f"{where}: dtype {array.dtype} does not match parameter "
+                          f"{param.name}: {shape.element_type} ({want})")
+    return array
+
+
+def output_arrays(module: Module, value) -> dict[str, np.ndarray]:
+    """Name the entry's result `out0..`: one per element of a tuple root, else `out0`."""
+    if isinstance(module.entry.root.shape, TupleShape):
+        return {f"out{i}": np.asarray(v) for i, v in enumerate(value)}
+    return {"out0": np.asarray(value)}
+
+
+def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """Write `arrays` to `path` atomically (no partial file on failure)."""
+    with atomic_output(path) as f:
+        np.savez(f, **arrays)
+
+
+def random_inputs(module: Module, seed: int) -> list[np.ndarray]:
+    """Random entry arguments that keep the program meaningful: floats ~ N(0, 1); integers uniform in
+    [0, bound) where bound is the smallest size of a dimension the value (after index-preserving ops)
+    indexes, or 8 when it is not used as an index; predicates fair coins."""
+    rng = np.random.default_rng(seed)
+    bounds = _index_bounds(module.entry, module)
+    args = []
+    for p in module.entry.parameters:
+        if not isinstance(p.shape, ArrayShape) or p.shape.is_token:
+            raise UnsupportedError(f"parameter {p.name} has shape {p.shape}; random inputs exist "
+                                   "only for array parameters")
+        args.append(_random_array(rng, p.shape, bounds.get(p, 8)))
+    return args
+
+
+def _random_array(rng: np.random.Generator, shape: ArrayShape, bound: int) -> np.ndarray:
+    t = shape.element_type
+    dtype = dtypes.numpy_dtype(t)
+    if t == "pred":
+        return rng.integers(0, 2, size=shape.dims).astype(np.bool_)
+    if dtypes.is_integer(t):
+        return rng.integers(0, max(bound, 1), size=shape.dims).astype(dtype)
+    if dtypes.is_complex(t):
+        return (rng.standard_normal(shape.dims) + 1j * rng.standard_normal(shape.dims)).astype(dtype)
+    return rng.standard_normal(shape.dims).astype(np.float32).astype(dtype)
+
+
+def _index_bounds(comp: Computation, module: Module) -> dict[Instruction, int]:
+    """For each instruction of `comp` whose value is used (through index-preserving ops) as an
+    index, the smallest operand dimension size it indexes."""
+    users = comp.users()
+    bounds: dict[Instruction, int] = {}
+    for inst in reversed(comp.instructions):
+        bound = None
+        for user in users[inst]:
+            b = _bound_as_operand_of(user, inst)
+            if b is None and user.opcode in _INDEX_PRESERVING:
+                b = bounds.get(user)
+            if b is not None:
+                bound = b if bound is None else min(bound, b)
+        if bound is not None:
+            bounds[inst] = bound
+    return bounds
+
+
+def _bound_as_operand_of(user: Instruction, operand: Instruction) -> int | None:
+    rule = _INDEX_OPERANDS.get(user.opcode)
+    if rule is None:
+        return None
+    positions, indexed = rule
+    if not any(user.operands[i] is operand for i in positions(user)):
+        return None
+    shape = user.operands[indexed].shape
+    if not isinstance(shape, ArrayShape) or not shape.dims:
+        return None
+    return max(min(shape.dims), 1)
