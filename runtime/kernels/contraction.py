@@ -1,0 +1,359 @@
+"""Contraction kernels: dot, ragged-dot, convolution, triangular-solve, cholesky, fft.
+
+Numerics (as XLA's CPU backend): products are accumulated in the result type, except that bf16/f16
+results are accumulated in f32 and rounded once at the end; integer results wrap around (two's
+complement); a pred result is the OR of ANDs. Operands of other types are converted to the
+accumulation type first (`dot(s8, s8) -> s32` multiplies in s32).
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from gspmdc.errors import UnsupportedError, VerificationError
+from gspmdc.ir import dtypes
+from gspmdc.ir.attributes import Window
+
+from . import kernel
+
+
+def accumulation_dtype(element_type: str) -> np.dtype:
+    """The numpy type a contraction with result `element_type` accumulates in."""
+    if element_type in ("bf16", "f16"):
+        return np.dtype(np.float32)
+    if element_type == "pred":
+        return np.dtype(np.int64)
+    return dtypes.numpy_dtype(element_type)
+
+
+def to_result(value: np.ndarray, element_type: str) -> np.ndarray:
+    """Round an accumulated value to the result type (pred: any nonzero count is true)."""
+    if element_type == "pred":
+        return value != 0
+    return value.astype(dtypes.numpy_dtype(element_type), copy=False)
+
+
+def dot_general(lhs: np.ndarray, rhs: np.ndarray, lhs_batch, lhs_contracting, rhs_batch,
+                rhs_contracting, acc: np.dtype) -> np.ndarray:
+    """XLA's DotGeneral in type `acc`: result dims are batch dims (in `lhs_batch` order), then lhs
+    free dims, then rhs free dims (each in operand order). One batched `np.matmul`."""
+    lhs_batch, lhs_contracting = list(lhs_batch), list(lhs_contracting)
+    rhs_batch, rhs_contracting = list(rhs_batch), list(rhs_contracting)
+    lhs_free = [d for d in range(lhs.ndim) if d not in lhs_batch and d not in lhs_contracting]
+    rhs_free = [d for d in range(rhs.ndim) if d not in rhs_batch and d not in rhs_contracting]
+    batch_shape = [lhs.shape[d] for d in lhs_batch]
+    lhs_free_shape = [lhs.shape[d] for d in lhs_free]
+    rhs_free_shape = [rhs.shape[d] for d in rhs_free]
+    b, m, n = prod(batch_shape), prod(lhs_free_shape), prod(rhs_free_shape)
+    k = prod(lhs.shape[d] for d in lhs_contracting)
+    a = lhs.astype(acc, copy=False).transpose(lhs_batch + lhs_free + lhs_contracting)
+    c = rhs.astype(acc, copy=False).transpose(rhs_batch + rhs_contracting + rhs_free)
+    out = np.matmul(a.reshape(b, m, k), c.reshape(b, k, n))
+    return out.reshape(batch_shape + lhs_free_shape + rhs_free_shape)
+
+
+def _dims(inst, name: str) -> tuple[int, ...]:
+    return tuple(inst.attr(name, ()))
+
+
+@kernel("dot")
+def dot(inst, args, ctx):
+    """`dot(lhs, rhs)` with `lhs/rhs_batch_dims` and `lhs/rhs_contracting_dims` (precision and
+    algorithm attributes are hints and do not change the result here)."""
+    if len(args) != 2:
+        raise UnsupportedError(f"{inst.name}: sparse dot (with {len(args) - 2} metadata operands) "
+                               "is not supported")
+    lhs, rhs = args
+    t = inst.shape.element_type
+    out = dot_general(lhs, rhs, _dims(inst, "lhs_batch_dims"), _dims(inst, "lhs_contracting_dims"),
+                      _dims(inst, "rhs_batch_dims"), _dims(inst, "rhs_contracting_dims"),
+                      accumulation_dtype(t))
+    return to_result(out, t)
+
+
+# ---------------------------------------------------------------------------------------------
+# ragged-dot
+
+
+def _group_ids(group_sizes: np.ndarray, coords_shape: tuple[int, ...], extent: int) -> np.ndarray:
+    """Group id of each position along a ragged dimension of length `extent`: positions are
+    assigned to groups consecutively by `group_sizes[..., g]` (leading dims index `coords_shape`);
+    positions past the last group get id `g` (belong to no group). Shape: coords_shape + [extent]."""
+    sizes = np.maximum(group_sizes.astype(np.int64), 0)
+    g = sizes.shape[-1]
+    sizes = np.broadcast_to(sizes, tuple(coords_shape) + (g,))
+    ends = np.cumsum(sizes, axis=-1)
+    return (np.arange(extent) >= ends[..., None]).sum(axis=-2)
+
+
+def _outer_dims(dims, ragged: int) -> list[int]:
+    """The dims of `dims` that come before the ragged dim in the lhs, in dimension order."""
+    return sorted(d for d in dims if d < ragged)
+
+
+@kernel("ragged-dot")
+def ragged_dot(inst, args, ctx):
+    """`ragged-dot(lhs, rhs, group_sizes)` in XLA's three modes, chosen by the kind of the lhs
+    ragged dimension `r` (`lhs_ragged_dims={r}`), with `g` groups of consecutive positions along `r`:
+
+    1. `r` free in lhs (rhs has `rhs_group_dims={G}`): each lhs row uses rhs slice `G = its group`;
+       rows past the last group are zero. `group_sizes` is `[g]` or `[batch..., outer free..., g]`.
+    2. `r` contracting: the result gets a leading `[g]` dim; entry `i` contracts only the positions
+       of group `i`. `group_sizes` is `[g]` or `[batch..., outer contracting..., g]`.
+    3. `r` a batch dim: an ordinary dot (batches are independent, so grouping does not matter).
+    """
+    lhs, rhs, group_sizes = args
+    t = inst.shape.element_type
+    acc = accumulation_dtype(t)
+    lb, lc = list(_dims(inst, "lhs_batch_dims")), list(_dims(inst, "lhs_contracting_dims"))
+    rb, rc = list(_dims(inst, "rhs_batch_dims")), list(_dims(inst, "rhs_contracting_dims"))
+    ragged_dims, group_dims = _dims(inst, "lhs_ragged_dims"), _dims(inst, "rhs_group_dims")
+    if len(ragged_dims) != 1:
+        raise VerificationError(f"{inst.name}: ragged-dot needs exactly one lhs ragged dim")
+    r = ragged_dims[0]
+    lhs_free = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
+    batch_shape = tuple(lhs.shape[d] for d in lb)
+    if r in lb:
+        return to_result(dot_general(lhs, rhs, lb, lc, rb, rc, acc), t)
+    if r in lc:
+        if group_dims:
+            raise VerificationError(f"{inst.name}: a contracting ragged dim takes no rhs group dim")
+        outer = batch_shape + tuple(lhs.shape[d] for d in _outer_dims(lc, r))
+        ids = _group_ids(group_sizes, outer, lhs.shape[r])
+        g = group_sizes.shape[-1]
+        # ids: [batch..., outer contracting..., K_r]; entry i zeroes the lhs outside group i
+        lhs_order = lb + _outer_dims(lc, r) + [r]
+        rest = [d for d in range(lhs.ndim) if d not in lhs_order]
+        moved = lhs.transpose(lhs_order + rest)
+        back = np.argsort(lhs_order + rest)
+        parts = []
+        for i in range(g):
+            mask = (ids == i).reshape(ids.shape + (1,) * len(rest))
+            masked = np.where(mask, moved, np.zeros((), lhs.dtype)).transpose(back)
+            parts.append(dot_general(masked, rhs, lb, lc, rb, rc, acc))
+        out = np.stack(parts) if parts else np.zeros(inst.shape.dims, acc)
+        return to_result(out.reshape(inst.shape.dims), t)
+    if len(group_dims) != 1:
+        raise VerificationError(f"{inst.name}: a non-contracting ragged dim needs one rhs group dim")
+    gdim = group_dims[0]
+    renumber = [d - (d > gdim) for d in range(rhs.ndim)]
+    rb2, rc2 = [renumber[d] for d in rb], [renumber[d] for d in rc]
+    outer_free = _outer_dims(lhs_free, r)
+    outer = batch_shape + tuple(lhs.shape[d] for d in outer_free)
+    ids = _group_ids(group_sizes, outer, lhs.shape[r])
+    # place ids ([batch..., outer free..., r]) into the result's [batch..., lhs free..., rhs free...]
+    rhs_free_rank = rhs.ndim - 1 - len(rb) - len(rc)
+    later_free = len(lhs_free) - len(outer_free) - 1
+    ids = ids.reshape(ids.shape + (1,) * (later_free + rhs_free_rank))
+    out = np.zeros(inst.shape.dims, acc)
+    for i in range(rhs.shape[gdim]):
+        part = dot_general(lhs, np.take(rhs, i, axis=gdim), lb, lc, rb2, rc2, acc)
+        out = np.where(ids == i, part, out)
+    return to_result(out, t)
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution
+
+
+def _dilate_and_pad(x: np.ndarray, axes, window: Window) -> np.ndarray:
+    """Base-dilate (`lhs_dilate`: d-1 zeros between elements) then pad each spatial axis by
+    `padding_low/high` (negative values crop), XLA's order of the two steps."""
+    shape = list(x.shape)
+    placed = [slice(None)] * x.ndim
+    crop = [slice(None)] * x.ndim
+    for axis, w in zip(axes, window.dims):
+        n = x.shape[axis]
+        dilated = (n - 1) * w.base_dilation + 1 if n else 0
+        lo, hi = max(w.padding_low, 0), max(w.padding_high, 0)
+        shape[axis] = lo + dilated + hi
+        placed[axis] = slice(lo, lo + dilated, w.base_dilation)
+        stop = shape[axis] - max(-w.padding_high, 0)
+        crop[axis] = slice(max(-w.padding_low, 0), max(stop, max(-w.padding_low, 0)))
+    out = np.zeros(shape, x.dtype)
+    out[tuple(placed)] = x
+    return out[tuple(crop)]
+
+
+def _to_canonical(x: np.ndarray, order: list[int]) -> np.ndarray:
+    """Transpose `x` so that the axes in `order` come first, dropping the remaining size-1 axes
+    (the `?` labels of dim_labels)."""
+    rest = [d for d in range(x.ndim) if d not in order]
+    return x.transpose(order + rest).reshape([x.shape[d] for d in order])
+
+
+def _from_canonical(y: np.ndarray, order: list[int], rank: int) -> np.ndarray:
+    """Inverse of `_to_canonical`: axis i of `y` goes to position order[i] of a rank-`rank`
+    result whose other axes have size 1."""
+    rest = [d for d in range(rank) if d not in order]
+    full = y.reshape(y.shape + (1,) * len(rest))
+    return full.transpose(np.argsort(order + rest))
+
+
+@kernel("convolution")
+def convolution(inst, args, ctx):
+    """XLA's ConvGeneralDilated: any `dim_labels` permutation, window strides, padding (negative =
+    cropping), lhs (base) and rhs (window) dilation, window reversal, `feature_group_count`
+    (input features split into groups, output features likewise, group-major) and
+    `batch_group_count` (lhs batch split group-major, output features group-major).
+
+    Output size per spatial dim: `(dilated_in + lo + hi - dilated_window) // stride + 1` (0 if
+    negative). Computed as im2col: pad/dilate the input, take strided sliding windows, and
+    contract each group with one batched matmul."""
+    lhs, rhs = args
+    labels = inst.attr("dim_labels")
+    window = inst.attr("window") or Window(())
+    fgc = inst.attr("feature_group_count", 1)
+    bgc = inst.attr("batch_group_count", 1)
+    if fgc > 1 and bgc > 1:
+        raise UnsupportedError(f"{inst.name}: feature_group_count and batch_group_count both > 1")
+    t = inst.shape.element_type
+    acc = accumulation_dtype(t)
+    x = _to_canonical(lhs, [labels.lhs_batch, labels.lhs_feature, *labels.lhs_spatial])
+    w = _to_canonical(rhs, [labels.rhs_output_feature, labels.rhs_input_feature,
+                            *labels.rhs_spatial])
+    x, w = x.astype(acc, copy=False), w.astype(acc, copy=False)
+    nsp = x.ndim - 2
+    if len(window.dims) != nsp:
+        raise VerificationError(f"{inst.name}: window has {len(window.dims)} dims, "
+                                f"the convolution has {nsp} spatial dims")
+    reversed_axes = tuple(2 + i for i, d in enumerate(window.dims) if d.window_reversal)
+    if reversed_axes:
+        w = np.flip(w, reversed_axes)
+    x = _dilate_and_pad(x, range(2, x.ndim), window)
+    n, c = x.shape[:2]
+    o, i = w.shape[:2]
+    groups = fgc * bgc
+    kernel_sizes = w.shape[2:]
+    dilated_kernel = [(k - 1) * d.window_dilation + 1 if k else 0
+                      for k, d in zip(kernel_sizes, window.dims)]
+    positions = [(s - dk) // d.stride + 1 if s >= dk else 0
+                 for s, dk, d in zip(x.shape[2:], dilated_kernel, window.dims)]
+    if c != i * fgc or o % groups or n % bgc:
+        raise VerificationError(
+            f"{inst.name}: {c} input features, {i} kernel input features, {o} output features and "
+            f"batch {n} do not fit feature_group_count={fgc}, batch_group_count={bgc}")
+    out_batch = n // bgc
+    out = np.zeros((out_batch, o, *positions), acc)
+    if out.size and i and all(kernel_sizes):
+        # windows: [N, C, P..., Kd...] -> strided positions and dilated taps
+        view = sliding_window_view(x, dilated_kernel, axis=tuple(range(2, x.ndim)))
+        taps = (slice(None), slice(None))
+        taps += tuple(slice(None, None, d.stride) for d in window.dims)
+        taps += tuple(slice(None, None, d.window_dilation) for d in window.dims)
+        view = view[taps]
+        # [BG, N', FG, I, P..., K...] -> [G, N' * P, I * K]
+        view = view.reshape((bgc, out_batch, fgc, c // fgc) + view.shape[2:])
+        p_axes = list(range(4, 4 + nsp))
+        k_axes = list(range(4 + nsp, 4 + 2 * nsp))
+        patches = view.transpose([0, 2, 1, *p_axes, 3, *k_axes]).reshape(
+            groups, out_batch * prod(positions), i * prod(kernel_sizes))
+        filters = w.reshape(groups, o // groups, i * prod(kernel_sizes)).transpose(0, 2, 1)
+        y = np.matmul(patches, filters)                       # [G, N' * P, O/G]
+        y = y.reshape((groups, out_batch, *positions, o // groups))
+        out = y.transpose([1, 0, nsp + 2, *range(2, nsp + 2)]).reshape(out.shape)
+    result = _from_canonical(out, [labels.out_batch, labels.out_feature, *labels.out_spatial],
+                             len(labels.out))
+    return to_result(result, t)
+
+
+# ---------------------------------------------------------------------------------------------
+# linear algebra
+
+
+def _float_work_dtype(dtype: np.dtype) -> np.dtype:
+    """f16/bf16 are computed in f32 (numpy's linalg has no half precision)."""
+    return np.dtype(np.float32) if dtype.itemsize < 4 and dtype.kind != "c" else dtype
+
+
+def _swap_last(a: np.ndarray) -> np.ndarray:
+    return np.swapaxes(a, -1, -2)
+
+
+@kernel("triangular-solve")
+def triangular_solve(inst, args, ctx):
+    """Solve `op(a) x = b` (`left_side=true`) or `x op(a) = b` for x, batched over leading dims.
+    Only the triangle of `a` named by `lower` is read; `unit_diagonal=true` assumes ones on the
+    diagonal without reading it; `transpose_a` is NO_TRANSPOSE, TRANSPOSE or ADJOINT. Row-by-row
+    substitution (vectorised over batch and right-hand sides), so singular systems give inf/nan as
+    XLA does rather than an error."""
+    a, b = args
+    work = _float_work_dtype(b.dtype)
+    a, b = a.astype(work), b.astype(work)
+    lower = bool(inst.attr("lower", False))
+    tri = np.tril(a) if lower else np.triu(a)
+    if inst.attr("unit_diagonal", False):
+        m = tri.shape[-1]
+        tri[..., np.arange(m), np.arange(m)] = 1
+    transpose = str(inst.attr("transpose_a", "NO_TRANSPOSE"))
+    if transpose in ("TRANSPOSE", "ADJOINT"):
+        tri, lower = _swap_last(tri), not lower
+        if transpose == "ADJOINT":
+            tri = np.conj(tri)
+    elif transpose != "NO_TRANSPOSE":
+        raise VerificationError(f"{inst.name}: unknown transpose_a={transpose}")
+    left = bool(inst.attr("left_side", False))
+    if not left:  # x A = b  <=>  A^T x^T = b^T
+        tri, b, lower = _swap_last(tri), _swap_last(b), not lower
+    m = tri.shape[-1]
+    x = np.zeros_like(b)
+    rows = range(m) if lower else range(m - 1, -1, -1)
+    for r in rows:
+        partial = np.matmul(tri[..., r:r + 1, :], x)[..., 0, :]
+        x[..., r, :] = (b[..., r, :] - partial) / tri[..., r, r:r + 1]
+    if not left:
+        x = _swap_last(x)
+    return x.astype(dtypes.numpy_dtype(inst.shape.element_type))
+
+
+@kernel("cholesky")
+def cholesky(inst, args, ctx):
+    """Cholesky factor of Hermitian positive-definite matrices (batched over leading dims), read
+    from the `lower` triangle (`a = l l^H`) or the upper one (`a = u^H u`). The other triangle of the
+    result is zero; a matrix that is not positive definite gives NaNs (XLA: implementation-defined)."""
+    (a,) = args
+    work = _float_work_dtype(a.dtype)
+    a = a.astype(work)
+    lower = bool(inst.attr("lower", False))
+    if not lower:
+        a = np.conj(_swap_last(a))
+    sym = np.tril(a) + np.conj(_swap_last(np.tril(a, -1)))
+    flat = sym.reshape((-1,) + sym.shape[-2:])
+    try:
+        factor = np.linalg.cholesky(flat)
+    except np.linalg.LinAlgError:
+        factor = np.stack([_cholesky_or_nan(m) for m in flat]) if len(flat) else flat
+    factor = factor.reshape(sym.shape)
+    if not lower:
+        factor = np.conj(_swap_last(factor))
+    return factor.astype(dtypes.numpy_dtype(inst.shape.element_type))
+
+
+def _cholesky_or_nan(matrix: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
+        return np.full_like(matrix, np.nan)
+
+
+@kernel("fft")
+def fft(inst, args, ctx):
+    """`fft_type` FFT / IFFT (complex -> complex), RFFT (real -> complex, last dim n//2+1) and
+    IRFFT (complex -> real, last dim fft_length[-1]) over the trailing `len(fft_length)` dims."""
+    (x,) = args
+    kind = str(inst.attr("fft_type"))
+    length = tuple(inst.attr("fft_length", ()))
+    axes = tuple(range(x.ndim - len(length), x.ndim))
+    if kind == "FFT":
+        y = np.fft.fftn(x, s=length, axes=axes)
+    elif kind == "IFFT":
+        y = np.fft.ifftn(x, s=length, axes=axes)
+    elif kind == "RFFT":
+        y = np.fft.rfftn(x, s=length, axes=axes)
+    elif kind == "IRFFT":
+        y = np.fft.irfftn(x, s=length, axes=axes)
+    else:
+        raise VerificationError(f"{inst.name}: unknown fft_type={kind}")
+    return y.astype(dtypes.numpy_dtype(inst.shape.element_type))
