@@ -1,0 +1,107 @@
+"""Shape rules of control flow and calls: while, conditional, call, fusion, custom-call and the
+async wrappers (`call-start`/`async-start`, `async-update`, `call-done`/`async-done`).
+
+A called computation's parameters must be compatible with the values passed to it; its root is the
+call's result.
+"""
+from __future__ import annotations
+
+from .module import Instruction, Module
+from .shape_rules_common import (
+    called, called_list, check_call_signature, given_shape, given_tuple, operand_array,
+    operand_shape, require, shape_rule, strip,
+)
+from .shapes import ArrayShape, Shape, TupleShape, compatible
+
+
+def _operand_shapes(inst: Instruction) -> list[Shape]:
+    return [strip(operand_shape(inst, i)) for i in range(len(inst.operands))]
+
+
+@shape_rule("while", operands=1)
+def while_(inst: Instruction, module: Module) -> Shape:
+    """while(init): condition (state) -> pred[], body (state) -> state; the result is the state."""
+    state = strip(operand_shape(inst, 0))
+    verdict = check_call_signature(called(inst, module, "condition"), [state], "condition")
+    require(verdict == ArrayShape("pred", ()), f"condition must return pred[], returns {verdict}")
+    result = check_call_signature(called(inst, module, "body"), [state], "body")
+    require(compatible(result, state), f"body returns {result}, but the loop state is {state}")
+    return state
+
+
+@shape_rule("conditional", operands=(1, None))
+def conditional(inst: Instruction, module: Module) -> Shape:
+    """conditional(selector, arg_1..arg_B): pred[] selector with true_computation/false_computation
+    (B = 2), or s32[] selector with branch_computations (B >= 1); branch k takes arg_(k+1); every
+    branch returns the same shape, the result."""
+    selector = operand_array(inst, 0)
+    if "branch_computations" in inst.attrs:
+        branches = called_list(inst, module, "branch_computations")
+        require(selector.without_layout() == ArrayShape("s32", ()), f"branch index must be s32[], found {selector}")
+        require(len(branches) >= 1, "conditional needs at least one branch")
+    else:
+        branches = [called(inst, module, "true_computation"),
+                    called(inst, module, "false_computation")]
+        require(selector.without_layout() == ArrayShape("pred", ()),
+                f"predicate must be pred[], found {selector}")
+    args = _operand_shapes(inst)[1:]
+    require(len(args) == len(branches),
+            f"conditional has {len(branches)} branches but {len(args)} branch operands")
+    results = [check_call_signature(b, [a], "branch") for b, a in zip(branches, args)]
+    for branch, result in zip(branches[1:], results[1:]):
+        require(compatible(result, results[0]), f"branch {branch.name} returns {result}, "
+                f"branch {branches[0].name} returns {results[0]}")
+    return results[0]
+
+
+@shape_rule("call", operands=(0, None))
+def call(inst: Instruction, module: Module) -> Shape:
+    return check_call_signature(called(inst, module, "to_apply"), _operand_shapes(inst), "callee")
+
+
+@shape_rule("fusion", operands=(0, None))
+def fusion(inst: Instruction, module: Module) -> Shape:
+    return check_call_signature(called(inst, module, "calls"), _operand_shapes(inst),
+                                "fused computation")
+
+
+@shape_rule("custom-call", operands=(0, None))
+def custom_call(inst: Instruction, module: Module) -> Shape:
+    """Opaque: the shape is declared."""
+    return given_shape(inst)
+
+
+@shape_rule("async-start", "call-start", operands=(0, None))
+def async_start(inst: Instruction, module: Module) -> Shape:
+    """Given shape ((operands...), result, context...): element 0 is the operand tuple, element 1
+    the wrapped computation's result (`calls=`, or `to_apply=` in the `call-start` spelling)."""
+    attr = "calls" if "calls" in inst.attrs else "to_apply"
+    result = check_call_signature(called(inst, module, attr), _operand_shapes(inst),
+                                  "async computation")
+    out = given_tuple(inst)
+    require(len(out.elements) >= 2, f"{inst.opcode} result must be ((operands), result, "
+            f"context...), found {out}")
+    require(compatible(out.elements[0], TupleShape(tuple(_operand_shapes(inst)))),
+            f"{inst.opcode} result element 0 {out.elements[0]} must be the operand tuple")
+    require(compatible(out.elements[1], result), f"{inst.opcode} result element 1 "
+            f"{out.elements[1]} must be the async computation's result {result}")
+    return out
+
+
+def _async_state(inst: Instruction) -> TupleShape:
+    state = operand_shape(inst, 0)
+    require(isinstance(state, TupleShape) and len(state.elements) >= 2,
+            f"{inst.opcode} operand must be an async start's ((operands), result, context...), "
+            f"found {state}")
+    return state
+
+
+@shape_rule("async-update", operands=1)
+def async_update(inst: Instruction, module: Module) -> Shape:
+    return strip(_async_state(inst))
+
+
+@shape_rule("async-done", "call-done", operands=1)
+def async_done(inst: Instruction, module: Module) -> Shape:
+    """The wrapped computation's result: element 1 of the async state."""
+    return strip(_async_state(inst).elements[1])

@@ -1,0 +1,215 @@
+"""Shape rules of values, tuples and data movement: parameter, constant, iota, tuple,
+get-tuple-element, copy, broadcast, reshape, transpose, bitcast, concatenate, slice, dynamic-slice,
+dynamic-update-slice, pad, reverse, get-dimension-size and the pass-through markers (domain,
+add-dependency, optimization-barrier).
+"""
+from __future__ import annotations
+
+from . import dtypes
+from .attributes import PadDim, SliceDim
+from .module import Instruction, Module
+from .shape_rules_common import (
+    attr_int, attr_ints, attr_value, check_dimension_list, given_array, given_shape,
+    operand_array, operand_scalar, operand_shape, operand_token, require,
+    require_same_element_type, shape_rule, strip,
+)
+from .shapes import ArrayShape, Shape, TupleShape
+
+
+@shape_rule("parameter", "constant", operands=0)
+def given(inst: Instruction, module: Module) -> Shape:
+    """The shape is declared, never inferred."""
+    return given_shape(inst)
+
+
+@shape_rule("iota", operands=0)
+def iota(inst: Instruction, module: Module) -> Shape:
+    """Given non-scalar array shape; iota_dimension must be one of its dimensions."""
+    out = given_array(inst)
+    require(out.rank >= 1, "iota needs a result of rank >= 1")
+    d = attr_int(inst, "iota_dimension")
+    require(0 <= d < out.rank, f"iota_dimension {d} is out of range for {out}")
+    return out
+
+
+@shape_rule("tuple", operands=(0, None))
+def tuple_(inst: Instruction, module: Module) -> Shape:
+    return TupleShape(tuple(strip(operand_shape(inst, i)) for i in range(len(inst.operands))))
+
+
+@shape_rule("get-tuple-element", operands=1)
+def get_tuple_element(inst: Instruction, module: Module) -> Shape:
+    t = operand_shape(inst, 0)
+    require(isinstance(t, TupleShape), f"get-tuple-element needs a tuple operand, found {t}")
+    index = attr_int(inst, "index")
+    require(0 <= index < len(t.elements), f"index {index} is out of range for {t}")
+    return strip(t.elements[index])
+
+
+@shape_rule("copy", "domain", "optimization-barrier", operands=1)
+def same_as_operand(inst: Instruction, module: Module) -> Shape:
+    """The operand's shape (arrays or tuples)."""
+    return strip(operand_shape(inst, 0))
+
+
+@shape_rule("add-dependency", operands=2)
+def add_dependency(inst: Instruction, module: Module) -> Shape:
+    """add-dependency(value, token): the value, ordered after the token."""
+    operand_token(inst, 1)
+    return strip(operand_shape(inst, 0))
+
+
+@shape_rule("get-dimension-size", operands=1)
+def get_dimension_size(inst: Instruction, module: Module) -> Shape:
+    x = operand_array(inst, 0)
+    (d,) = _single_dimension(inst)
+    require(0 <= d < x.rank, f"dimension {d} is out of range for {x}")
+    return ArrayShape("s32", ())
+
+
+def _single_dimension(inst: Instruction) -> tuple[int]:
+    dims = attr_ints(inst, "dimensions")
+    require(len(dims) == 1, f"{inst.opcode} needs exactly one dimension, found {list(dims)}")
+    return dims
+
+
+@shape_rule("broadcast", operands=1)
+def broadcast(inst: Instruction, module: Module) -> Shape:
+    """Given result shape; operand dim i becomes result dim dimensions[i] (same size)."""
+    x, out = operand_array(inst, 0), given_array(inst)
+    dims = attr_ints(inst, "dimensions")
+    require(len(dims) == x.rank,
+            f"broadcast dimensions {list(dims)} must have one entry per operand dim of {x}")
+    check_dimension_list(dims, out.rank, "broadcast dimension")
+    require(out.element_type == x.element_type,
+            f"broadcast result {out} must keep the element type of {x}")
+    for i, d in enumerate(dims):
+        require(out.dims[d] == x.dims[i],
+                f"broadcast maps operand dim {i} (size {x.dims[i]}) to result dim {d} "
+                f"(size {out.dims[d]})")
+    return out
+
+
+@shape_rule("reshape", operands=1)
+def reshape(inst: Instruction, module: Module) -> Shape:
+    """Given result shape with the operand's element type and element count."""
+    x, out = operand_array(inst, 0), given_array(inst)
+    require(out.element_type == x.element_type,
+            f"reshape result {out} must keep the element type of {x}")
+    require(out.num_elements == x.num_elements,
+            f"reshape from {x} to {out} changes the element count")
+    return out
+
+
+@shape_rule("bitcast", operands=1)
+def bitcast(inst: Instruction, module: Module) -> Shape:
+    """Given result shape with the operand's byte size (a reinterpretation of the buffer)."""
+    x, out = operand_array(inst, 0), given_array(inst)
+    require(out.byte_size == x.byte_size, f"bitcast from {x} to {out} changes the byte size")
+    return out
+
+
+@shape_rule("transpose", operands=1)
+def transpose(inst: Instruction, module: Module) -> Shape:
+    """Result dim i = operand dim dimensions[i]."""
+    x = operand_array(inst, 0)
+    perm = attr_ints(inst, "dimensions")
+    require(sorted(perm) == list(range(x.rank)),
+            f"transpose dimensions {list(perm)} are not a permutation of the dims of {x}")
+    return x.with_dims(x.dims[p] for p in perm)
+
+
+@shape_rule("reverse", operands=1)
+def reverse(inst: Instruction, module: Module) -> Shape:
+    x = operand_array(inst, 0)
+    check_dimension_list(attr_ints(inst, "dimensions"), x.rank, "reverse dimension")
+    return strip(x)
+
+
+@shape_rule("concatenate", operands=(1, None))
+def concatenate(inst: Instruction, module: Module) -> Shape:
+    """Operands equal in every dim but `dimensions={d}`; the result's d is their sum."""
+    xs = [operand_array(inst, i) for i in range(len(inst.operands))]
+    require_same_element_type(xs, "concatenate operands")
+    (d,) = _single_dimension(inst)
+    first = xs[0]
+    require(0 <= d < first.rank, f"concatenate dimension {d} is out of range for {first}")
+    for x in xs[1:]:
+        require(x.rank == first.rank
+                and all(a == b for k, (a, b) in enumerate(zip(x.dims, first.dims)) if k != d),
+                f"concatenate operands {first} and {x} differ outside dimension {d}")
+    dims = list(first.dims)
+    dims[d] = sum(x.dims[d] for x in xs)
+    return first.with_dims(dims)
+
+
+@shape_rule("slice", operands=1)
+def slice_(inst: Instruction, module: Module) -> Shape:
+    """Per dim `[start:limit:stride]` with 0 <= start <= limit <= size: ceil((limit-start)/stride)."""
+    x = operand_array(inst, 0)
+    spec = attr_value(inst, "slice")
+    require(isinstance(spec, tuple) and all(isinstance(s, SliceDim) for s in spec),
+            f"attribute slice must be a list of [start:limit:stride], found {spec!r}")
+    require(len(spec) == x.rank, f"slice has {len(spec)} entries for the rank-{x.rank} {x}")
+    dims = []
+    for k, (s, size) in enumerate(zip(spec, x.dims)):
+        require(0 <= s.start <= s.limit <= size and s.stride >= 1,
+                f"slice [{s.start}:{s.limit}:{s.stride}] is invalid for dimension {k} "
+                f"of size {size}")
+        dims.append(-(-(s.limit - s.start) // s.stride))
+    return x.with_dims(dims)
+
+
+def _start_indices(inst: Instruction, first: int, rank: int) -> None:
+    """Operands first.. are `rank` integral scalars of one type (the start index per dim)."""
+    count = len(inst.operands) - first
+    require(count == rank, f"{inst.opcode} needs {rank} start indices, found {count}")
+    indices = [operand_scalar(inst, i) for i in range(first, len(inst.operands))]
+    for s in indices:
+        require(dtypes.is_integer(s.element_type), f"start index {s} must be integral")
+    if indices:
+        require_same_element_type(indices, "start indices")
+
+
+@shape_rule("dynamic-slice", operands=(1, None))
+def dynamic_slice(inst: Instruction, module: Module) -> Shape:
+    """dynamic-slice(x, i0, ..., i{r-1}), dynamic_slice_sizes=S -> x's type with dims S."""
+    x = operand_array(inst, 0)
+    _start_indices(inst, 1, x.rank)
+    sizes = attr_ints(inst, "dynamic_slice_sizes")
+    require(len(sizes) == x.rank,
+            f"dynamic_slice_sizes {list(sizes)} must have one entry per dim of {x}")
+    for k, (s, d) in enumerate(zip(sizes, x.dims)):
+        require(0 <= s <= d, f"dynamic slice size {s} exceeds dimension {k} of {x}")
+    return x.with_dims(sizes)
+
+
+@shape_rule("dynamic-update-slice", operands=(2, None))
+def dynamic_update_slice(inst: Instruction, module: Module) -> Shape:
+    """dynamic-update-slice(x, update, i0, ...): the update fits in x; the result is x's shape."""
+    x, update = operand_array(inst, 0), operand_array(inst, 1)
+    require_same_element_type([x, update], "operand and update")
+    require(update.rank == x.rank and all(u <= d for u, d in zip(update.dims, x.dims)),
+            f"update {update} does not fit in the operand {x}")
+    _start_indices(inst, 2, x.rank)
+    return strip(x)
+
+
+@shape_rule("pad", operands=2)
+def pad(inst: Instruction, module: Module) -> Shape:
+    """Per dim `low_high_interior`: low + size + (size-1)*interior + high (low/high may be
+    negative, interior may not; the result may not be negative)."""
+    x, value = operand_array(inst, 0), operand_scalar(inst, 1)
+    require_same_element_type([x, value], "operand and padding value")
+    spec = attr_value(inst, "padding")
+    require(isinstance(spec, tuple) and all(isinstance(p, PadDim) for p in spec),
+            f"attribute padding must be low_high[_interior] per dim, found {spec!r}")
+    require(len(spec) == x.rank, f"padding has {len(spec)} entries for the rank-{x.rank} {x}")
+    dims = []
+    for k, (p, size) in enumerate(zip(spec, x.dims)):
+        require(p.interior >= 0, f"negative interior padding {p.interior} in dimension {k}")
+        out = p.low + p.high + size + max(size - 1, 0) * p.interior
+        require(out >= 0, f"padding {p.low}_{p.high}_{p.interior} makes dimension {k} "
+                f"of size {size} negative")
+        dims.append(out)
+    return x.with_dims(dims)

@@ -1,0 +1,147 @@
+"""The module verifier: structural and semantic checks of a whole HLO module.
+
+`verify_module(module)` raises the first problem; `verify_module(module, collect=True)` returns every
+problem as a list of messages (empty when the module is valid). Checks:
+
+- the entry computation exists and is the only one marked ENTRY; no computation calls itself,
+  directly or through others (HLO has no recursion);
+- per computation: instruction names are unique; the root is one of its instructions; parameter
+  numbers are 0..n-1, each once; operands are instructions defined earlier in the same computation
+  (SSA order); called computations exist;
+- per instruction: the result shape is compatible with what the op allows (`check_shape`: operand
+  counts, operand shapes and attributes, called computations' signatures: reducers, comparators,
+  while condition/body, conditional branches, ...); the sharding fits the shape and the module's
+  `num_partitions` devices (`HloSharding.validate`).
+
+Messages read `computation main, instruction add.3: result shape f32[4] is incompatible with
+inferred f32[8]`.
+"""
+from __future__ import annotations
+
+from gspmdc.errors import GspmdcError, UnsupportedError, VerificationError
+
+from .module import Computation, Instruction, Module
+from .shape_inference import check_shape
+
+
+class _Problems:
+    """Collects messages, or raises at the first one when not collecting."""
+
+    def __init__(self, collect: bool):
+        self.collect = collect
+        self.messages: list[str] = []
+
+    def add(self, message: str, error: type[GspmdcError] = VerificationError) -> None:
+        if not self.collect:
+            raise error(message)
+        self.messages.append(message)
+
+
+def verify_module(module: Module, collect: bool = False) -> list[str] | None:
+    """Verify `module`; raise VerificationError (UnsupportedError for an opcode gspmdc has no rule
+    for) at the first problem, or with `collect=True` return the list of all problems."""
+    problems = _Problems(collect)
+    _verify_entry(module, problems)
+    _verify_call_graph(module, problems)
+    for comp in module.computations.values():
+        _verify_computation(module, comp, problems)
+    return problems.messages if collect else None
+
+
+def _verify_entry(module: Module, problems: _Problems) -> None:
+    if module.entry_name not in module.computations:
+        problems.add(f"module {module.name}: entry computation {module.entry_name} does not exist")
+    for comp in module.computations.values():
+        if comp.is_entry and comp.name != module.entry_name:
+            problems.add(f"computation {comp.name} is marked ENTRY, but the entry is "
+                         f"{module.entry_name}")
+
+
+def _callees(module: Module, comp: Computation) -> list[str]:
+    return [name for inst in comp.instructions for name in inst.called_computation_names()
+            if name in module.computations]
+
+
+def _verify_call_graph(module: Module, problems: _Problems) -> None:
+    """Report each cycle of the call graph once (depth-first search with an explicit stack)."""
+    state: dict[str, str] = {}  # name -> "active" while on the DFS path, "done" afterwards
+    for root in module.computations:
+        if root in state:
+            continue
+        path, stack = [root], [iter(_callees(module, module.computations[root]))]
+        state[root] = "active"
+        while stack:
+            callee = next(stack[-1], None)
+            if callee is None:
+                state[path.pop()] = "done"
+                stack.pop()
+            elif state.get(callee) == "active":
+                cycle = path[path.index(callee):] + [callee]
+                problems.add(f"computation {callee}: recursive call chain {' -> '.join(cycle)}")
+            elif callee not in state:
+                state[callee] = "active"
+                path.append(callee)
+                stack.append(iter(_callees(module, module.computations[callee])))
+
+
+def _verify_computation(module: Module, comp: Computation, problems: _Problems) -> None:
+    where = f"computation {comp.name}"
+    names = [inst.name for inst in comp.instructions]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.add(f"{where}: instruction name {name} is defined more than once")
+    members = {id(inst) for inst in comp.instructions}
+    if comp.root is None:
+        problems.add(f"{where}: no root instruction")
+    elif id(comp.root) not in members:
+        problems.add(f"{where}: root {comp.root.name} is not an instruction of the computation")
+    _verify_parameters(comp, problems)
+    defined: set[int] = set()
+    for inst in comp.instructions:
+        _verify_instruction(module, comp, inst, members, defined, problems)
+        defined.add(id(inst))
+
+
+def _verify_parameters(comp: Computation, problems: _Problems) -> None:
+    where = f"computation {comp.name}"
+    numbers = [p.parameter_number for p in comp.instructions if p.opcode == "parameter"]
+    if any(not isinstance(n, int) for n in numbers):
+        problems.add(f"{where}: a parameter instruction has no parameter number")
+        return
+    for n in sorted({n for n in numbers if numbers.count(n) > 1}):
+        problems.add(f"{where}: parameter number {n} is used more than once")
+    if sorted(set(numbers)) != list(range(len(set(numbers)))):
+        problems.add(f"{where}: parameter numbers {sorted(set(numbers))} are not 0..n-1")
+
+
+def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
+                        members: set[int], defined: set[int], problems: _Problems) -> None:
+    where = f"computation {comp.name}, instruction {inst.name}"
+    structural = True
+    for i, operand in enumerate(inst.operands):
+        if id(operand) in defined:
+            continue
+        structural = False
+        if id(operand) in members:
+            problems.add(f"{where}: operand {i} ({operand.name}) is used before its definition")
+        else:
+            problems.add(f"{where}: operand {i} ({operand.name}) is not an instruction of the "
+                         "computation")
+    for name in inst.called_computation_names():
+        if name not in module.computations:
+            structural = False
+            problems.add(f"{where}: calls unknown computation {name}")
+    if inst.shape is None:
+        problems.add(f"{where}: no result shape")
+        return
+    if structural:
+        try:
+            check_shape(inst, module)
+        except UnsupportedError as e:
+            problems.add(f"computation {comp.name}, {e}", UnsupportedError)
+        except VerificationError as e:
+            problems.add(f"computation {comp.name}, {e}")
+    if inst.sharding is not None:
+        try:
+            inst.sharding.validate(inst.shape, module.num_partitions)
+        except (GspmdcError, ValueError) as e:
+            problems.add(f"{where}: invalid sharding: {e}")
