@@ -22,10 +22,13 @@ def _operand_shapes(inst: Instruction) -> list[Shape]:
 def while_(inst: Instruction, module: Module) -> Shape:
     """while(init): condition (state) -> pred[], body (state) -> state; the result is the state."""
     state = strip(operand_shape(inst, 0))
-    verdict = check_call_signature(called(inst, module, "condition"), [state], "condition")
-    require(verdict == ArrayShape("pred", ()), f"condition must return pred[], returns {verdict}")
-    result = check_call_signature(called(inst, module, "body"), [state], "body")
-    require(compatible(result, state), f"body returns {result}, but the loop state is {state}")
+    cond, body = called(inst, module, "condition"), called(inst, module, "body")
+    verdict = check_call_signature(cond, [state], "condition")
+    require(verdict == ArrayShape("pred", ()),
+            f"condition {cond.name} must return pred[], returns {verdict}")
+    result = check_call_signature(body, [state], "body")
+    require(compatible(result, state),
+            f"body {body.name} returns {result}, but the loop state is {state}")
     return state
 
 

@@ -126,6 +126,8 @@ def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
         else:
             problems.add(f"{where}: operand {i} ({operand.name}) is not an instruction of the "
                          "computation")
+    if any(operand.shape is None for operand in inst.operands):
+        structural = False  # the operand's own missing shape is reported where it is defined
     for name in inst.called_computation_names():
         if name not in module.computations:
             structural = False

@@ -489,7 +489,7 @@ def test_while():
     state = param("(s32[], f32[4])")
     loop = dict(condition=ComputationRef("cond"), body=ComputationRef("body"))
     assert infer(op("while", state, **loop), _loop_module()) == "(s32[], f32[4])"
-    rejects(op("while", state, **loop), "condition must return pred", _loop_module("s32[]"))
+    rejects(op("while", state, **loop), "condition cond must return pred", _loop_module("s32[]"))
     rejects(op("while", state, **loop), "body returns", _loop_module(body_result="(s32[], f32[5])"))
     rejects(op("while", param("(s32[], f32[5])"), **loop), "parameter 0 has shape", _loop_module())
 

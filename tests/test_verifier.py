@@ -1,0 +1,211 @@
+"""The module verifier: a valid module passes, and each check rejects a module built to break it."""
+from __future__ import annotations
+
+import pytest
+
+from gspmdc.errors import UnsupportedError, VerificationError
+from gspmdc.ir.attributes import ComputationRef, Ident
+from gspmdc.ir.module import Computation, Module
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.verifier import verify_module
+
+from shape_test_builders import computation, module_of, op, param, scalar_computation
+
+
+def valid_module(**attrs) -> Module:
+    """sum(x * y) with a reducer, plus a while loop counting to 3."""
+    add = scalar_computation("add", "add", ["f32", "f32"])
+    cp = param("s32[]", 0, "c.i")
+    cond = computation("cond", [cp], [
+        three := op("constant", shape="s32[]", name="c.3"),
+        op("compare", cp, three, shape="pred[]", direction=Ident("LT"), name="c.lt")])
+    bp = param("s32[]", 0, "b.i")
+    body = computation("body", [bp], [
+        one := op("constant", shape="s32[]", name="b.1"),
+        op("add", bp, one, shape="s32[]", name="b.next")])
+    x, y = param("f32[8]", 0, "x"), param("f32[8]", 1, "y")
+    x.sharding = HloSharding.iota_tiled([2])
+    prod_ = op("multiply", x, y, shape="f32[8]", name="mul")
+    zero = op("constant", shape="f32[]", name="zero")
+    total = op("reduce", prod_, zero, shape="f32[]", dimensions=(0,),
+               to_apply=ComputationRef("add"), name="sum")
+    start = op("constant", shape="s32[]", name="start")
+    loop = op("while", start, shape="s32[]", condition=ComputationRef("cond"),
+              body=ComputationRef("body"), name="loop")
+    root = op("tuple", total, loop, shape="(f32[], s32[])", name="out")
+    main = computation("main", [x, y], [prod_, zero, total, start, loop, root])
+    return module_of(add, cond, body, main, **attrs)
+
+
+def problems(module: Module) -> list[str]:
+    return verify_module(module, collect=True)
+
+
+def test_valid_module_passes():
+    module = valid_module(num_partitions=2)
+    assert verify_module(module) is None
+    assert problems(module) == []
+
+
+def test_shape_mismatch_message():
+    module = valid_module()
+    module.computation("main").instruction("mul").shape = param("f32[4]").shape
+    with pytest.raises(VerificationError) as info:
+        verify_module(module)
+    assert str(info.value) == ("computation main, instruction mul: result shape f32[4] is "
+                               "incompatible with inferred f32[8]")
+
+
+def test_missing_entry_and_second_entry():
+    module = valid_module()
+    module.entry_name = "nowhere"
+    assert any("entry computation nowhere does not exist" in p for p in problems(module))
+    module = valid_module()
+    module.computation("add").is_entry = True
+    assert problems(module) == ["computation add is marked ENTRY, but the entry is main"]
+
+
+def test_recursion_is_rejected():
+    module = valid_module()
+    body = module.computation("body")
+    # body calls itself through a call instruction
+    body.instructions.insert(1, op("call", body.instructions[0], shape="s32[]",
+                                   to_apply=ComputationRef("body"), name="b.self"))
+    assert "computation body: recursive call chain body -> body" in problems(module)
+
+
+def test_root_must_belong_to_the_computation():
+    module = valid_module()
+    module.computation("main").root = param("f32[8]", 0, "stranger")
+    assert problems(module) == ["computation main: root stranger is not an instruction of the "
+                                "computation"]
+
+
+def test_duplicate_instruction_names():
+    module = valid_module()
+    module.computation("main").instruction("zero").name = "mul"
+    assert "computation main: instruction name mul is defined more than once" in problems(module)
+
+
+def test_parameter_numbers_dense_and_unique():
+    module = valid_module()
+    module.computation("main").instruction("y").parameter_number = 0
+    found = problems(module)
+    assert "computation main: parameter number 0 is used more than once" in found
+    module = valid_module()
+    module.computation("main").instruction("y").parameter_number = 2
+    assert problems(module) == ["computation main: parameter numbers [0, 2] are not 0..n-1"]
+
+
+def test_ssa_order():
+    module = valid_module()
+    main = module.computation("main")
+    mul = main.instruction("mul")
+    main.instructions.remove(mul)
+    main.instructions.insert(main.instructions.index(main.instruction("sum")) + 1, mul)
+    assert problems(module) == ["computation main, instruction sum: operand 0 (mul) is used "
+                                "before its definition"]
+
+
+def test_operand_from_another_computation():
+    module = valid_module()
+    foreign = module.computation("body").instruction("b.1")
+    module.computation("main").instruction("loop").operands = [foreign]
+    assert problems(module) == ["computation main, instruction loop: operand 0 (b.1) is not an "
+                                "instruction of the computation"]
+
+
+def test_unknown_called_computation():
+    module = valid_module()
+    module.computation("main").instruction("sum").attrs["to_apply"] = ComputationRef("mul")
+    assert problems(module) == ["computation main, instruction sum: calls unknown computation mul"]
+
+
+def test_missing_result_shape():
+    module = valid_module()
+    module.computation("main").instruction("mul").shape = None
+    assert problems(module) == ["computation main, instruction mul: no result shape"]
+
+
+def test_operand_count():
+    module = valid_module()
+    main = module.computation("main")
+    main.instruction("mul").operands.append(main.instruction("x"))
+    assert problems(module) == ["computation main, instruction mul: multiply takes 2 operands, "
+                                "found 3"]
+
+
+def test_reducer_signature():
+    module = valid_module()
+    add = module.computation("add")
+    add.root.shape = param("s32[]").shape
+    found = problems(module)
+    assert any("instruction sum: reducer add result 0 must be a f32[] scalar" in p for p in found)
+
+
+def test_while_condition_must_return_pred():
+    module = valid_module()
+    cond = module.computation("cond")
+    cond.root = cond.instruction("c.3")
+    assert problems(module) == ["computation main, instruction loop: condition cond must return "
+                                "pred[], returns s32[]"]
+
+
+def test_while_body_must_keep_the_state():
+    module = valid_module()
+    module.computation("body").instruction("b.i").shape = param("f32[]").shape
+    found = problems(module)
+    assert any("instruction loop: body body parameter 0 has shape f32[]" in p for p in found)
+
+
+def test_conditional_branch_count_and_results():
+    module = valid_module()
+    main = module.computation("main")
+    pred = op("constant", shape="pred[]", name="pred")
+    start = main.instruction("start")
+    cond = op("conditional", pred, start, shape="s32[]", name="branch",
+              branch_computations=(ComputationRef("body"), ComputationRef("body")))
+    main.instructions[-1:-1] = [pred, cond]
+    found = problems(module)
+    assert any("instruction branch: branch index must be s32[]" in p for p in found)
+    pred.shape = param("s32[]").shape
+    found = problems(module)
+    assert found == ["computation main, instruction branch: conditional has 2 branches but 1 "
+                     "branch operands"]
+
+
+def test_invalid_sharding():
+    module = valid_module(num_partitions=2)
+    module.computation("main").instruction("y").sharding = HloSharding.iota_tiled([2, 1])
+    found = problems(module)
+    assert len(found) == 1 and found[0].startswith(
+        "computation main, instruction y: invalid sharding:")
+    assert "rank" in found[0]
+    module = valid_module(num_partitions=2)
+    module.computation("main").instruction("x").sharding = HloSharding.iota_tiled([4])
+    assert any("invalid sharding" in p for p in problems(module))
+
+
+def test_unknown_opcode_is_unsupported():
+    module = valid_module()
+    main = module.computation("main")
+    main.instruction("mul").opcode = "frobnicate"
+    with pytest.raises(UnsupportedError, match="computation main, instruction mul: no shape rule"):
+        verify_module(module)
+
+
+def test_collect_reports_every_problem_and_raise_reports_the_first():
+    module = valid_module()
+    main = module.computation("main")
+    main.instruction("mul").shape = param("f32[4]").shape
+    main.instruction("y").parameter_number = 5
+    found = problems(module)
+    assert len(found) == 2  # parameter numbering, mul's shape (sum of an f32[4] is still f32[])
+    assert found[0] == "computation main: parameter numbers [0, 5] are not 0..n-1"
+    with pytest.raises(VerificationError, match="parameter numbers"):
+        verify_module(module)
+
+
+def test_empty_computation_without_root():
+    module = Module("m", [Computation("main", [], None)], "main")
+    assert problems(module) == ["computation main: no root instruction"]
