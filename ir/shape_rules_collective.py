@@ -4,12 +4,12 @@
 The group size G of a collective follows XLA's group modes (gspmd-algorithms §5.1), decided by
 `channel_id` and `use_global_device_ids`:
 
-| channel_id | use_global_device_ids      | mode                          | G for `{}`  | G for group g |
-|------------|----------------------------|-------------------------------|-------------|---------------|
-| absent     | false                      | cross-replica                 | R           | len(g)        |
-| present    | (op has no such attribute) | cross-partition               | P           | len(g)        |
-| present    | false                      | cross-replica-and-partition   | R * P       | len(g) * P    |
-| present    | true                       | flattened global ids          | R * P       | len(g)        |
+| channel_id | use_global_device_ids   | mode                        | G for `{}` | G for group g |
+|------------|-------------------------|-----------------------------|------------|---------------|
+| absent     | false                   | cross-replica               | R          | len(g)        |
+| present    | (op has no such attr.)  | cross-partition             | P          | len(g)        |
+| present    | false                   | cross-replica-and-partition | R * P      | len(g) * P    |
+| present    | true                    | flattened global ids        | R * P      | len(g)        |
 
 with R = the module's `replica_count` (default 1) and P = its `num_partitions` (unknown when the
 header omits it). all-gather multiplies dimension d by G, reduce-scatter divides it by G. When G is
@@ -66,7 +66,8 @@ def _times(a: int | None, b: int | None) -> int | None:
 def _check_groups(inst: Instruction) -> None:
     """Global ids need a channel; each id appears in at most one group, once; some ops need
     groups of equal size."""
-    require(not attr_bool(inst, "use_global_device_ids") or inst.attrs.get("channel_id") is not None,
+    has_channel = inst.attrs.get("channel_id") is not None
+    require(has_channel or not attr_bool(inst, "use_global_device_ids"),
             "use_global_device_ids=true needs a channel_id")
     groups = inst.attrs.get("replica_groups")
     if not isinstance(groups, ReplicaGroups):

@@ -3,7 +3,8 @@
 A shape rule is `fn(inst, module) -> Shape`. It reads the operand shapes and typed attributes of
 `inst`, validates them against the HLO semantics of the opcode, and returns the result shape. Where
 the result cannot be derived from operands and attributes (reshape, iota, convert, ...), the rule
-validates the instruction's given shape (`inst.shape`, None when the text omitted it) and returns it.
+validates the instruction's given shape (`inst.shape`, None when the text omitted it) and returns
+it.
 
 Rules raise `ShapeRuleError` with a message that does not name the instruction; `infer_shape` adds
 the name. Derived shapes never carry layouts.
@@ -167,7 +168,10 @@ def attr_bool(inst: Instruction, name: str, default: bool = False) -> bool:
 
 
 def attr_ident(inst: Instruction, name: str, allowed: frozenset[str], default=_MISSING) -> str:
-    value = attr_value(inst, name, default)
+    """A bare-word attribute from `allowed`; `default` (unchecked) when absent and given."""
+    if name not in inst.attrs and default is not _MISSING:
+        return default
+    value = attr_value(inst, name)
     require(isinstance(value, (Ident, str)) and str(value) in allowed,
             f"attribute {name} must be one of {', '.join(sorted(allowed))}, found {value!r}")
     return str(value)
@@ -255,8 +259,7 @@ def check_reducer(comp: Computation, accumulator_types: list[str], input_types: 
     params, result = signature(comp)
     require(len(params) == 2 * n,
             f"{what} {comp.name} must take {2 * n} scalar parameters, found {len(params)}")
-    results = [result] if n == 1 and not result.is_tuple else \
-        list(result.elements) if result.is_tuple else [result]
+    results = list(result.elements) if result.is_tuple else [result]
     require(len(results) == n,
             f"{what} {comp.name} must return {n} scalars, returns {result}")
     declared = list(accumulator_types) + list(input_types)

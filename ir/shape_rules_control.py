@@ -40,7 +40,8 @@ def conditional(inst: Instruction, module: Module) -> Shape:
     selector = operand_array(inst, 0)
     if "branch_computations" in inst.attrs:
         branches = called_list(inst, module, "branch_computations")
-        require(selector.without_layout() == ArrayShape("s32", ()), f"branch index must be s32[], found {selector}")
+        require(selector.without_layout() == ArrayShape("s32", ()),
+                f"branch index must be s32[], found {selector}")
         require(len(branches) >= 1, "conditional needs at least one branch")
     else:
         branches = [called(inst, module, "true_computation"),

@@ -145,7 +145,8 @@ def concatenate(inst: Instruction, module: Module) -> Shape:
 
 @shape_rule("slice", operands=1)
 def slice_(inst: Instruction, module: Module) -> Shape:
-    """Per dim `[start:limit:stride]` with 0 <= start <= limit <= size: ceil((limit-start)/stride)."""
+    """Per dim `[start:limit:stride]`, 0 <= start <= limit <= size: ceil((limit - start) / stride)
+    elements."""
     x = operand_array(inst, 0)
     spec = attr_value(inst, "slice")
     require(isinstance(spec, tuple) and all(isinstance(s, SliceDim) for s in spec),

@@ -42,7 +42,8 @@ def outfeed(inst: Instruction, module: Module) -> Shape:
     operand_token(inst, 1)
     declared = inst.attrs.get("outfeed_shape")
     if isinstance(declared, (ArrayShape, TupleShape)):
-        require(compatible(declared, data), f"outfeed_shape {declared} differs from the data {data}")
+        require(compatible(declared, data),
+                f"outfeed_shape {declared} differs from the data {data}")
     return TOKEN
 
 

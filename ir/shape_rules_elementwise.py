@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import dtypes
 from .module import Instruction, Module
 from .shape_rules_common import (
-    complex_component, given_array, is_integral_or_pred, is_numeric, operand_array,
+    attr_ident, complex_component, given_array, is_integral_or_pred, is_numeric, operand_array,
     require, require_same_element_type, shape_rule, strip,
 )
 from .shapes import ArrayShape, Shape
@@ -110,24 +110,20 @@ def compare(inst: Instruction, module: Module) -> Shape:
     a, b = operand_array(inst, 0), operand_array(inst, 1)
     _same_dims([a, b], "operands")
     require_same_element_type([a, b], "operands")
-    direction = inst.attrs.get("direction")
-    require(direction is not None and str(direction) in _COMPARISON_DIRECTIONS,
-            f"compare needs direction=EQ|NE|LT|LE|GT|GE, found {direction!r}")
-    kind = inst.attrs.get("type")
-    require(kind is None or str(kind) in _COMPARISON_TYPES,
-            f"compare type must be one of {', '.join(sorted(_COMPARISON_TYPES))}, found {kind!r}")
+    attr_ident(inst, "direction", _COMPARISON_DIRECTIONS)
+    attr_ident(inst, "type", _COMPARISON_TYPES, None)
     return a.with_element_type("pred")
 
 
 @shape_rule("select", operands=3)
 def select(inst: Instruction, module: Module) -> Shape:
-    """select(pred, on_true, on_false): pred has the branches' dims (or is a scalar)."""
+    """select(pred, on_true, on_false): all three have the same dims (current XLA has no scalar
+    predicate form)."""
     p, t, f = (operand_array(inst, i) for i in range(3))
     require(p.element_type == "pred", f"select predicate must be pred, found {p}")
     _same_dims([t, f], "select branches")
     require_same_element_type([t, f], "select branches")
-    require(p.rank == 0 or p.dims == t.dims,
-            f"select predicate {p} does not match the branches {t}")
+    require(p.dims == t.dims, f"select predicate {p} does not match the branches {t}")
     return strip(t)
 
 

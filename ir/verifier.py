@@ -1,7 +1,7 @@
 """The module verifier: structural and semantic checks of a whole HLO module.
 
-`verify_module(module)` raises the first problem; `verify_module(module, collect=True)` returns every
-problem as a list of messages (empty when the module is valid). Checks:
+`verify_module(module)` raises the first problem; `verify_module(module, collect=True)` returns
+every problem as a list of messages (empty when the module is valid). Checks:
 
 - the entry computation exists and is the only one marked ENTRY; no computation calls itself,
   directly or through others (HLO has no recursion);

@@ -133,7 +133,7 @@ def test_compare_select_clamp():
     rejects(op("compare", a, b, direction=Ident("XX")), "direction")
     p = param("pred[4]")
     assert infer(op("select", p, a, b)) == "f32[4]"
-    assert infer(op("select", param("pred[]"), a, b)) == "f32[4]"
+    rejects(op("select", param("pred[]"), a, b), "does not match")
     rejects(op("select", param("pred[2]"), a, b), "does not match")
     rejects(op("select", param("s32[4]"), a, b), "must be pred")
     rejects(op("select", p, a, param("s32[4]")), "one element type")
