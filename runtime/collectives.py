@@ -1,0 +1,243 @@
+"""Collective communication: the backend interface, the group rules and the group semantics.
+
+The collective kernels (`kernels/collective_ops.py`) hand every all-reduce, all-gather,
+reduce-scatter, all-to-all and collective-permute to the `CollectiveBackend` of the evaluation. A
+backend object is *one partition's endpoint*: it knows its own partition id and the number of
+partitions, and each method returns this partition's result. Backends:
+
+- `SinglePartitionBackend` (here): one partition, every group has one member.
+- a local multi-partition backend and an MPI backend (elsewhere) implement the same interface.
+
+Everything a backend needs besides moving bytes is shared here, so all backends agree exactly:
+`participant_groups` / `permute_pairs` decide who talks to whom (HLO group modes, one replica), and the
+pure functions `fold`, `gather_concat`, `scatter_block`, `split_blocks` compute a result from the
+operands of a group *in group order* (what XLA's operation semantics specify).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.module import Instruction
+
+#: collectives whose `replica_groups` hold partition ids whenever a `channel_id` is present
+_CROSS_PARTITION_OPCODES = frozenset({"all-to-all"})
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The reducer of an all-reduce or reduce-scatter.
+
+    `combine(a, b)` applies the instruction's `to_apply` computation elementwise to two arrays of the
+    operand's shape and dtype. `ufunc` is the numpy ufunc the computation equals (`np.add`,
+    `np.multiply`, `np.maximum`, `np.minimum`, `np.bitwise_and/or/xor`) when it is exactly that op of
+    its two parameters, else None; MPI backends use it to pick a native reduction.
+    """
+
+    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ufunc: np.ufunc | None = None
+
+
+class CollectiveBackend(ABC):
+    """One partition's endpoint for the collective ops of an SPMD program.
+
+    Every method is called by all partitions of the program in the same order (the SPMD property);
+    operands are numpy arrays of this partition, results are fresh or immutable arrays of the
+    instruction's (per-operand) result shape and dtype. `inst` is the collective instruction: use it
+    for its attributes (via `participant_groups` / `permute_pairs`) and as a stable identity (e.g. its
+    `channel_id` for message tags); do not evaluate anything else from it.
+    """
+
+    @property
+    @abstractmethod
+    def num_partitions(self) -> int:
+        """The number of partitions of the program this endpoint belongs to."""
+
+    @abstractmethod
+    def partition_id(self) -> int:
+        """This partition's id in `[0, num_partitions)`: the value of `partition-id`."""
+
+    @abstractmethod
+    def all_reduce(self, inst: Instruction, operands: Sequence[np.ndarray],
+                   reduction: Reduction) -> list[np.ndarray]:
+        """Each operand reduced elementwise across this partition's group (group order)."""
+
+    @abstractmethod
+    def all_gather(self, inst: Instruction, operands: Sequence[np.ndarray],
+                   dim: int) -> list[np.ndarray]:
+        """Each operand concatenated along `dim` over the group members, in group order."""
+
+    @abstractmethod
+    def reduce_scatter(self, inst: Instruction, operands: Sequence[np.ndarray], dim: int,
+                       reduction: Reduction) -> list[np.ndarray]:
+        """Each operand reduced across the group, then block `j` (of `G` equal blocks along `dim`)
+        for the member at position `j` of the group."""
+
+    @abstractmethod
+    def all_to_all(self, inst: Instruction, operands: Sequence[np.ndarray],
+                   dim: int | None) -> list[np.ndarray]:
+        """Array form (`dim` given): each operand split along `dim` into `G` blocks; member `k`
+        receives block `k` of every member, concatenated along `dim` in group order.
+        Tuple form (`dim` None, `G` operands): member `k` receives operand `k` of every member."""
+
+    @abstractmethod
+    def collective_permute(self, inst: Instruction, operand: np.ndarray) -> np.ndarray:
+        """The operand of this partition's source in `permute_pairs(inst, ...)`, or zeros of the
+        operand's shape when this partition is no pair's target."""
+
+
+def participant_groups(inst: Instruction, num_partitions: int) -> list[list[int]]:
+    """The groups of partition ids (order significant) of an all-reduce, all-gather, reduce-scatter
+    or all-to-all on `num_partitions` partitions of one replica (the group modes of XLA's
+    `collective_op_group_mode`):
+
+    - no `channel_id`: cross-replica; groups hold replica ids (only 0 exists), so every partition
+      is a group of its own;
+    - `channel_id` and `use_global_device_ids=true`, or an all-to-all with `channel_id`: the groups
+      hold partition ids (`{}` = one group of all partitions);
+    - `channel_id` without `use_global_device_ids`: cross-replica-and-partition; the groups hold
+      replica ids and each spans all partitions of its replicas, i.e. one group of everybody.
+
+    Raises GspmdcError for ids out of range, duplicate ids, or groups of unequal sizes.
+    """
+    groups = _explicit_groups(inst)
+    if inst.attr("channel_id") is None:
+        _check_ids(inst, groups, 1, "replica")
+        return [[p] for p in range(num_partitions)]
+    if inst.attr("use_global_device_ids", False) or inst.opcode in _CROSS_PARTITION_OPCODES:
+        if not groups:
+            return [list(range(num_partitions))]
+        _check_ids(inst, groups, num_partitions, "partition")
+        if len({len(g) for g in groups}) != 1:
+            raise GspmdcError(f"{inst.opcode} {inst.name}: replica_groups have unequal sizes "
+                              f"{[len(g) for g in groups]}")
+        return groups
+    _check_ids(inst, groups, 1, "replica")
+    return [list(range(num_partitions))]
+
+
+def group_of(inst: Instruction, groups: list[list[int]], partition_id: int) -> tuple[list[int], int]:
+    """The group containing `partition_id` and the partition's position in it."""
+    for group in groups:
+        if partition_id in group:
+            return group, group.index(partition_id)
+    raise GspmdcError(f"{inst.opcode} {inst.name}: partition {partition_id} is in none of the "
+                      f"groups {groups}")
+
+
+def permute_pairs(inst: Instruction, num_partitions: int) -> list[tuple[int, int]]:
+    """The (source, target) partition pairs of a collective-permute.
+
+    With `channel_id` the pairs name partitions. Without it the permute is cross-replica and the
+    pairs name replicas; with one replica only `(0, 0)` can occur, meaning every partition keeps its
+    own value. Each id may be a source at most once and a target at most once.
+    """
+    pairs = [(int(s), int(t)) for s, t in inst.attr("source_target_pairs", ())]
+    cross_replica = inst.attr("channel_id") is None
+    limit, kind = (1, "replica") if cross_replica else (num_partitions, "partition")
+    _check_ids(inst, [[s] for s, _ in pairs], limit, kind)
+    _check_ids(inst, [[t] for _, t in pairs], limit, kind)
+    if cross_replica:
+        return [(p, p) for p in range(num_partitions)] if pairs else []
+    return pairs
+
+
+def permute_source(pairs: Sequence[tuple[int, int]], partition_id: int) -> int | None:
+    """The partition whose operand `partition_id` receives, or None (it receives zeros)."""
+    for source, target in pairs:
+        if target == partition_id:
+            return source
+    return None
+
+
+def fold(values: Sequence[np.ndarray], reduction: Reduction) -> np.ndarray:
+    """`reduction` applied left to right over the group's values (deterministic on every member)."""
+    result = values[0]
+    for value in values[1:]:
+        result = reduction.combine(result, value)
+    return result
+
+
+def gather_concat(values: Sequence[np.ndarray], dim: int) -> np.ndarray:
+    """All-gather of one operand: the group's values concatenated along `dim` in group order."""
+    return values[0] if len(values) == 1 else np.concatenate(values, axis=dim)
+
+
+def split_blocks(value: np.ndarray, dim: int, count: int) -> list[np.ndarray]:
+    """`value` split along `dim` into `count` equal blocks (the divisibility XLA requires)."""
+    if value.shape[dim] % count:
+        raise GspmdcError(f"dimension {dim} of size {value.shape[dim]} does not split into "
+                          f"{count} equal blocks")
+    return np.split(value, count, axis=dim)
+
+
+def scatter_block(value: np.ndarray, dim: int, index: int, count: int) -> np.ndarray:
+    """Block `index` of `count` equal blocks of `value` along `dim` (reduce-scatter's share)."""
+    return split_blocks(value, dim, count)[index]
+
+
+class SinglePartitionBackend(CollectiveBackend):
+    """The backend of a single-partition evaluation: every group is the partition alone, so
+    all-reduce, all-gather, reduce-scatter and all-to-all return their operands, and a
+    collective-permute copies only for a `(0, 0)` pair and gives zeros otherwise."""
+
+    @property
+    def num_partitions(self) -> int:
+        return 1
+
+    def partition_id(self) -> int:
+        return 0
+
+    def _group_size(self, inst: Instruction) -> int:
+        group, _ = group_of(inst, participant_groups(inst, 1), 0)
+        return len(group)
+
+    def all_reduce(self, inst, operands, reduction):
+        self._group_size(inst)
+        return [fold([x], reduction) for x in operands]
+
+    def all_gather(self, inst, operands, dim):
+        self._group_size(inst)
+        return [gather_concat([x], dim) for x in operands]
+
+    def reduce_scatter(self, inst, operands, dim, reduction):
+        self._group_size(inst)
+        return [scatter_block(fold([x], reduction), dim, 0, 1) for x in operands]
+
+    def all_to_all(self, inst, operands, dim):
+        self._group_size(inst)
+        if dim is None:
+            if len(operands) != 1:
+                raise GspmdcError(f"all-to-all {inst.name}: the tuple form needs one operand per "
+                                  f"group member (1), got {len(operands)}")
+            return list(operands)
+        return [gather_concat(split_blocks(x, dim, 1), dim) for x in operands]
+
+    def collective_permute(self, inst, operand):
+        source = permute_source(permute_pairs(inst, 1), 0)
+        return operand if source == 0 else np.zeros_like(operand)
+
+
+def _explicit_groups(inst: Instruction) -> list[list[int]]:
+    groups = inst.attr("replica_groups")
+    if groups is None:
+        return []
+    return [list(g) for g in groups.groups]
+
+
+def _check_ids(inst: Instruction, groups: list[list[int]], limit: int, kind: str) -> None:
+    seen: set[int] = set()
+    for group in groups:
+        for i in group:
+            if not 0 <= i < limit:
+                what = "one replica" if kind == "replica" else f"{limit} partitions"
+                raise GspmdcError(f"{inst.opcode} {inst.name}: {kind} id {i} in its groups does "
+                                  f"not exist (the program runs on {what})")
+            if i in seen:
+                raise GspmdcError(f"{inst.opcode} {inst.name}: {kind} id {i} appears twice in its "
+                                  "groups")
+            seen.add(i)

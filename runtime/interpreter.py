@@ -1,0 +1,206 @@
+"""The reference interpreter: evaluates an HLO module with the per-opcode kernel table.
+
+`evaluate(module, args)` runs the entry computation on numpy values (arrays, tuples of values,
+`TOKEN`) and returns the root's value. Each computation is compiled once per evaluation into a plan
+(kernel, instruction, operand slots, slots to release) that calls, while loops and conditionals reuse.
+Instructions run in program order; a value is released right after its last use, so memory holds only
+live values. Values are immutable: kernels never write into their operands, and a result may alias
+an operand (a view). Kernels run under `np.errstate(all="ignore")`: HLO arithmetic has no traps.
+
+The same interpreter runs the unpartitioned program on one device and each partition of an SPMD
+program; collectives go through `ctx.backend` (a `CollectiveBackend`), `partition-id` reads
+`ctx.partition_id`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from gspmdc.errors import GspmdcError, RuntimeFailure, UnsupportedError
+from gspmdc.ir import dtypes
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
+
+from .collectives import CollectiveBackend, SinglePartitionBackend
+from .kernels import KERNELS, TOKEN, Token
+
+
+def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
+             partition_id: int | None = None) -> Any:
+    """Evaluate the entry computation of `module` on `args` (one value per entry parameter, in
+    parameter-number order) and return the root's value.
+
+    `backend` performs collectives (default: a `SinglePartitionBackend`); `partition_id`, when
+    given, must equal the backend's. Raises GspmdcError for arguments that do not match the entry
+    parameters, UnsupportedError for opcodes the interpreter does not implement, and RuntimeFailure
+    (naming the computation and instruction) when a kernel fails.
+    """
+    backend = SinglePartitionBackend() if backend is None else backend
+    if partition_id is not None and partition_id != backend.partition_id():
+        raise GspmdcError(f"partition_id {partition_id} does not match the backend's partition "
+                          f"{backend.partition_id()} (of {backend.num_partitions})")
+    entry = module.entry
+    values = _check_entry_arguments(entry, args)
+    return EvalContext(module, backend).call(entry.name, values)
+
+
+class EvalContext:
+    """What a kernel may use besides its operands.
+
+    - `module`, `backend`, `partition_id` (this partition's id, an int);
+    - `call(name, args)`: evaluate a computation of the module on argument values;
+    - `cache`: a per-evaluation dict where kernel modules memoise analyses of computations (key
+      tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`).
+    """
+
+    __slots__ = ("module", "backend", "partition_id", "cache", "_plans")
+
+    def __init__(self, module: Module, backend: CollectiveBackend):
+        self.module = module
+        self.backend = backend
+        self.partition_id = backend.partition_id()
+        self.cache: dict[tuple, Any] = {}
+        self._plans: dict[str, _Plan] = {}
+
+    def call(self, computation_name: str, args: Sequence[Any]) -> Any:
+        """Evaluate computation `computation_name` with `args` bound to its parameters."""
+        plan = self._plans.get(computation_name)
+        if plan is None:
+            plan = self._plans[computation_name] = _Plan(self.module.computation(computation_name))
+        return plan.run(self, args)
+
+
+Kernel = Callable[[Instruction, list, EvalContext], Any]
+
+
+class _Plan:
+    """A computation compiled for repeated evaluation.
+
+    Slot `i` holds the value of instruction `i` (program order). `steps` are tuples
+    `(kernel, inst, operand_slots, out_slot, release_slots, dims, dtype)` where `dims`/`dtype` give
+    the expected array result (None for tuple and token results, checked structurally).
+    """
+
+    __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps")
+
+    def __init__(self, comp: Computation):
+        self.computation = comp
+        slot = {inst: i for i, inst in enumerate(comp.instructions)}
+        self.num_slots = len(comp.instructions)
+        self.param_slots = [slot[p] for p in comp.parameters]
+        self.root_slot = slot[comp.root]
+        last_use = {i: i for i in range(self.num_slots)}
+        for i, inst in enumerate(comp.instructions):
+            for op in inst.operands:
+                last_use[slot[op]] = i
+        last_use[self.root_slot] = self.num_slots
+        releases: dict[int, list[int]] = {}
+        for s, at in last_use.items():
+            releases.setdefault(at, []).append(s)
+        steps = []
+        for i, inst in enumerate(comp.instructions):
+            if inst.opcode == "parameter":
+                continue
+            kernel = KERNELS.get(inst.opcode)
+            if kernel is None:
+                raise UnsupportedError(f"opcode {inst.opcode} is not supported by the interpreter "
+                                       f"(instruction {inst.name} in computation {comp.name})")
+            shape = inst.shape
+            array = isinstance(shape, ArrayShape) and not shape.is_token
+            steps.append((kernel, inst, tuple(slot[op] for op in inst.operands), i,
+                          tuple(s for s in releases.get(i, ()) if s != self.root_slot),
+                          shape.dims if array else None,
+                          dtypes.numpy_dtype(shape.element_type) if array else None))
+        self.steps = steps
+
+    def run(self, ctx: EvalContext, args: Sequence[Any]) -> Any:
+        comp = self.computation
+        if len(args) != len(self.param_slots):
+            raise RuntimeFailure(f"computation {comp.name} called with {len(args)} arguments, "
+                                 f"it has {len(self.param_slots)} parameters")
+        values: list[Any] = [None] * self.num_slots
+        for s, value in zip(self.param_slots, args):
+            values[s] = value
+        with np.errstate(all="ignore"):
+            for kernel, inst, operand_slots, out, release, dims, dtype in self.steps:
+                try:
+                    value = kernel(inst, [values[s] for s in operand_slots], ctx)
+                except GspmdcError:
+                    raise
+                except Exception as e:
+                    raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
+                                         f"{type(e).__name__}: {e}") from e
+                if dims is not None:
+                    if type(value) is not np.ndarray:
+                        value = _as_array(value, comp, inst)
+                    if value.shape != dims or value.dtype != dtype:
+                        _raise_mismatch(value, comp, inst)
+                elif not _conforms(value, inst.shape):
+                    _raise_mismatch(value, comp, inst)
+                values[out] = value
+                for s in release:
+                    values[s] = None
+        return values[self.root_slot]
+
+
+def _as_array(value: Any, comp: Computation, inst: Instruction) -> np.ndarray:
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    _raise_mismatch(value, comp, inst)
+
+
+def _conforms(value: Any, shape: Shape) -> bool:
+    if isinstance(shape, TupleShape):
+        return (isinstance(value, tuple) and len(value) == len(shape.elements)
+                and all(_conforms(v, s) for v, s in zip(value, shape.elements)))
+    if shape.is_token:
+        return isinstance(value, Token)
+    return (type(value) is np.ndarray and value.shape == shape.dims
+            and value.dtype == dtypes.numpy_dtype(shape.element_type))
+
+
+def _raise_mismatch(value: Any, comp: Computation, inst: Instruction):
+    raise RuntimeFailure(f"{comp.name}/{inst.name}: the {inst.opcode} kernel produced "
+                         f"{_describe(value)}, the instruction's shape is {inst.shape}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_describe(v) for v in value) + ")"
+    if isinstance(value, Token):
+        return "token[]"
+    if isinstance(value, (np.ndarray, np.generic)):
+        try:
+            name = dtypes.element_type_of(value.dtype)
+        except KeyError:
+            name = str(value.dtype)
+        return f"{name}[{','.join(map(str, np.shape(value)))}]"
+    return f"a {type(value).__name__}"
+
+
+def _check_entry_arguments(entry: Computation, args: Sequence[Any]) -> list[Any]:
+    params = entry.parameters
+    if len(args) != len(params):
+        raise GspmdcError(f"entry computation {entry.name} has {len(params)} parameters, got "
+                          f"{len(args)} arguments")
+    return [_check_argument(a, p.shape, f"argument {p.parameter_number} (parameter {p.name})")
+            for a, p in zip(args, params)]
+
+
+def _check_argument(value: Any, shape: Shape, where: str) -> Any:
+    if isinstance(shape, TupleShape):
+        if not isinstance(value, (tuple, list)) or len(value) != len(shape.elements):
+            raise GspmdcError(f"{where}: expected a tuple {shape}, got {_describe(value)}")
+        return tuple(_check_argument(v, s, f"{where} element {i}")
+                     for i, (v, s) in enumerate(zip(value, shape.elements)))
+    if shape.is_token:
+        if not isinstance(value, Token):
+            raise GspmdcError(f"{where}: expected a token, got {_describe(value)}")
+        return TOKEN
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if (not isinstance(value, np.ndarray) or value.shape != shape.dims
+            or value.dtype != dtypes.numpy_dtype(shape.element_type)):
+        raise GspmdcError(f"{where}: expected {shape.without_layout()}, got {_describe(value)}")
+    return value

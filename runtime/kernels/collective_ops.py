@@ -1,0 +1,51 @@
+"""Collective kernels: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute.
+
+Each kernel reads the instruction's attributes, builds the reducer from `to_apply` where there is
+one, and hands the operands to `ctx.backend` (see `runtime/collectives.py` for the group rules and
+the exact semantics). Several operands give a tuple result, one operand an array (the tuple form
+of all-to-all always gives a tuple).
+"""
+from __future__ import annotations
+
+from gspmdc.ir.shapes import TupleShape
+
+from .. import computation_patterns as patterns
+from ..collectives import Reduction
+from . import kernel
+
+
+def _reduction(inst, ctx) -> Reduction:
+    name = inst.attrs["to_apply"].name
+    return Reduction(combine=lambda a, b: patterns.apply_binary_computation(ctx, name, a, b),
+                     ufunc=patterns.reducer_ufunc(ctx.module.computation(name)))
+
+
+def _result(inst, values):
+    return tuple(values) if isinstance(inst.shape, TupleShape) else values[0]
+
+
+@kernel("all-reduce")
+def _all_reduce(inst, args, ctx):
+    return _result(inst, ctx.backend.all_reduce(inst, args, _reduction(inst, ctx)))
+
+
+@kernel("all-gather")
+def _all_gather(inst, args, ctx):
+    return _result(inst, ctx.backend.all_gather(inst, args, inst.attrs["dimensions"][0]))
+
+
+@kernel("reduce-scatter")
+def _reduce_scatter(inst, args, ctx):
+    return _result(inst, ctx.backend.reduce_scatter(inst, args, inst.attrs["dimensions"][0],
+                                                    _reduction(inst, ctx)))
+
+
+@kernel("all-to-all")
+def _all_to_all(inst, args, ctx):
+    dims = inst.attrs.get("dimensions")
+    return _result(inst, ctx.backend.all_to_all(inst, args, dims[0] if dims else None))
+
+
+@kernel("collective-permute")
+def _collective_permute(inst, args, ctx):
+    return ctx.backend.collective_permute(inst, args[0])

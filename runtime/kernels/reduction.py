@@ -1,0 +1,190 @@
+"""Reductions: reduce, reduce-window, select-and-scatter, map.
+
+Semantics are XLA's:
+- `reduce(x..., init...)` over `dimensions` is `f(init, f(...))` over the reduced elements (the
+  association order is unspecified; reducers matching a numpy ufunc use the ufunc's reduction, others
+  are applied as an order-preserving pairwise tree); variadic reduces give tuples;
+- `reduce-window` reduces each window (size, stride, padding, base dilation = `lhs_dilate`, window
+  dilation = `rhs_dilate`); padding and dilation holes are *skipped*, not combined, so a non-identity
+  init is combined exactly once per window;
+- `select-and-scatter`: in each window the element chosen by iterating in row-major order and
+  replacing the current choice `c` by `e` whenever `select(c, e)` is false (padding is never
+  chosen); then `output = init` everywhere and `output[chosen] = scatter(output[chosen], source)`
+  window by window, so overlapping windows accumulate;
+- `map` applies its computation elementwise.
+bf16/f16 sums and products accumulate in f32 and round once.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import ml_dtypes
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from gspmdc.ir import dtypes
+from gspmdc.ir.attributes import PadDim
+from gspmdc.ir.shapes import TupleShape
+
+from .. import computation_patterns as patterns
+from . import kernel
+from .structural import pad_array
+
+_NARROW_FLOATS = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})
+
+
+@kernel("reduce")
+def _reduce(inst, args, ctx):
+    n = len(args) // 2
+    xs, inits = args[:n], list(args[n:])
+    dims = tuple(inst.attrs["dimensions"])
+    name = inst.attrs["to_apply"].name
+    x = xs[0]
+    kept = tuple(x.shape[d] for d in range(x.ndim) if d not in dims)
+    count = prod(x.shape[d] for d in dims)
+    ufunc = patterns.reducer_ufunc(ctx.module.computation(name)) if n == 1 else None
+    if count == 0 or prod(kept) == 0:
+        results = [np.broadcast_to(init, kept) for init in inits]
+    elif ufunc is not None:
+        acc = _accumulator(ufunc, x.dtype)
+        reduced = ufunc.reduce(x.astype(acc, copy=False), axis=dims, dtype=acc)
+        results = [np.asarray(ufunc(inits[0].astype(acc), reduced)).astype(x.dtype, copy=False)]
+    else:
+        moved = [np.moveaxis(v, dims, range(-len(dims), 0)).reshape(kept + (count,)) for v in xs]
+        folded, _ = _fold_last_axis(ctx, name, moved, None)
+        results = _leaves(patterns.apply_scalar_computation(ctx, name, inits + folded))
+    return tuple(results) if isinstance(inst.shape, TupleShape) else results[0]
+
+
+@kernel("reduce-window")
+def _reduce_window(inst, args, ctx):
+    n = len(args) // 2
+    xs, inits = args[:n], list(args[n:])
+    window = inst.attrs["window"].dims
+    name = inst.attrs["to_apply"].name
+    out_dims = next(iter(inst.shape.leaves())).dims
+    ufunc = patterns.reducer_ufunc(ctx.module.computation(name)) if n == 1 else None
+    acc = _accumulator(ufunc, xs[0].dtype) if ufunc is not None else None
+    identity = _identity(ufunc, acc) if ufunc is not None else None
+    if prod(out_dims) == 0:
+        results = [np.broadcast_to(init, out_dims) for init in inits]
+    elif identity is not None:
+        x = xs[0]
+        view = _window_view(x.astype(acc, copy=False), identity, window)
+        reduced = ufunc.reduce(view, axis=tuple(range(x.ndim, 2 * x.ndim)), dtype=acc)
+        results = [np.asarray(ufunc(inits[0].astype(acc), reduced)).astype(x.dtype, copy=False)]
+    else:
+        size = prod(w.size for w in window)
+        valid = _window_view(np.ones(xs[0].shape, np.bool_), np.False_, window)
+        valid = valid.reshape(out_dims + (size,))
+        windows = [_window_view(x, np.zeros((), x.dtype), window).reshape(out_dims + (size,))
+                   for x in xs]
+        folded, valid = _fold_last_axis(ctx, name, windows, valid)
+        combined = _leaves(patterns.apply_scalar_computation(ctx, name, inits + folded))
+        results = [np.where(valid, c, init) for c, init in zip(combined, inits)]
+    return tuple(results) if isinstance(inst.shape, TupleShape) else results[0]
+
+
+@kernel("select-and-scatter")
+def _select_and_scatter(inst, args, ctx):
+    operand, source, init = args
+    window = inst.attrs["window"].dims
+    select = inst.attrs["select"].name
+    output = np.full(operand.size, init, operand.dtype)
+    if source.size == 0:
+        return output.reshape(operand.shape)
+    size = prod(w.size for w in window)
+    flat_index = np.arange(operand.size, dtype=np.int64).reshape(operand.shape)
+    positions = _window_view(flat_index, np.int64(-1), window).reshape(source.size, size)
+    values = _window_view(operand, np.zeros((), operand.dtype), window).reshape(source.size, size)
+    chosen, chosen_value = positions[:, 0], values[:, 0]
+    for k in range(1, size):
+        candidate, candidate_value = positions[:, k], values[:, k]
+        keep = patterns.apply_scalar_computation(ctx, select, [chosen_value, candidate_value])
+        take = (candidate >= 0) & ((chosen < 0) | ~keep)
+        chosen = np.where(take, candidate, chosen)
+        chosen_value = np.where(take, candidate_value, chosen_value)
+    found = chosen >= 0
+    output = patterns.accumulate_at(ctx, inst.attrs["scatter"].name, output, chosen[found],
+                                    source.reshape(-1)[found])
+    return output.reshape(operand.shape)
+
+
+@kernel("map")
+def _map(inst, args, ctx):
+    result = patterns.apply_scalar_computation(ctx, inst.attrs["to_apply"].name, args)
+    return np.broadcast_to(result, inst.shape.dims)
+
+
+def _fold_last_axis(ctx, name: str, xs: list[np.ndarray], valid: np.ndarray | None):
+    """Combine along the last axis with computation `name` as a pairwise tree of adjacent
+    elements (left-to-right order kept). With `valid`, invalid elements are skipped: the result
+    is (values, valid) where valid is False where no element was valid."""
+    while xs[0].shape[-1] > 1:
+        length = xs[0].shape[-1]
+        even = length - length % 2
+        left = [x[..., 0:even:2] for x in xs]
+        right = [x[..., 1:even:2] for x in xs]
+        combined = _leaves(patterns.apply_scalar_computation(ctx, name, left + right))
+        if valid is not None:
+            valid_left, valid_right = valid[..., 0:even:2], valid[..., 1:even:2]
+            both = valid_left & valid_right
+            combined = [np.where(both, c, np.where(valid_left, a, b))
+                        for c, a, b in zip(combined, left, right)]
+            next_valid = valid_left | valid_right
+        if length % 2:
+            combined = [np.concatenate([c, x[..., -1:]], axis=-1) for c, x in zip(combined, xs)]
+            if valid is not None:
+                next_valid = np.concatenate([next_valid, valid[..., -1:]], axis=-1)
+        xs = combined
+        if valid is not None:
+            valid = next_valid
+    return [x[..., 0] for x in xs], (None if valid is None else valid[..., 0])
+
+
+def _window_view(x: np.ndarray, fill, window) -> np.ndarray:
+    """A view of shape (window positions..., window elements...) over `x` padded and base-dilated
+    with `fill`, honouring strides and window dilation."""
+    pads = [PadDim(w.padding_low, w.padding_high, w.base_dilation - 1) for w in window]
+    padded = pad_array(x, fill, pads)
+    extent = [(w.size - 1) * w.window_dilation + 1 for w in window]
+    view = sliding_window_view(padded, extent)
+    return view[tuple(slice(None, None, w.stride) for w in window)
+                + tuple(slice(None, None, w.window_dilation) for w in window)]
+
+
+def _accumulator(ufunc: np.ufunc, dtype: np.dtype) -> np.dtype:
+    """The dtype a ufunc reduction accumulates in: f32 for bf16/f16 sums and products."""
+    if dtype in _NARROW_FLOATS and ufunc in (np.add, np.multiply):
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _identity(ufunc: np.ufunc, dtype: np.dtype) -> np.ndarray | None:
+    """The identity element of `ufunc` on `dtype` (None where there is none, e.g. complex max)."""
+    element_type = dtypes.element_type_of(dtype)
+    floating = dtypes.is_float(element_type)
+    if ufunc is np.add:
+        value = -0.0 if floating else 0
+    elif ufunc is np.multiply:
+        value = 1
+    elif ufunc in (np.maximum, np.minimum):
+        if dtypes.is_complex(element_type):
+            return None
+        low = ufunc is np.maximum
+        if floating:
+            value = -np.inf if low else np.inf
+        elif element_type == "pred":
+            value = not low
+        else:
+            info = np.iinfo(dtype)
+            value = info.min if low else info.max
+    elif ufunc is np.bitwise_and:
+        return np.array(-1, np.int64).astype(dtype) if element_type != "pred" else np.True_
+    else:
+        value = 0
+    return np.array(value).astype(dtype)
+
+
+def _leaves(value) -> list[np.ndarray]:
+    return list(value) if isinstance(value, tuple) else [value]

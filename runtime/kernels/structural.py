@@ -1,0 +1,219 @@
+"""Structural kernels: tuples, constants, data movement, shape changes and type conversions.
+
+Semantics are XLA's:
+- `broadcast` maps operand dim i to output dim `dimensions[i]`; `transpose` gives output dim i the
+  operand dim `dimensions[i]`; `reshape` is row-major;
+- `bitcast` reinterprets the physical buffer: logical -> layout order (major to minor), row-major
+  reshape, back to logical order of the result's layout (a plain reshape under default layouts);
+- `bitcast-convert` reinterprets bits; between types of different widths the minor dimension
+  holds the ratio of the widths;
+- `convert` float -> int truncates toward zero and saturates, NaN -> 0; anything -> pred is `!= 0`;
+- `pad` takes per-dim low/high (negative: cropping) and interior padding;
+- `partition-id` is this partition's id (`u32[]`), `replica-id` is 0 (one replica);
+- host I/O (`infeed`, `outfeed`, `send`, `recv` and their `-done`s) is not supported.
+
+`copy`, `reshape`, `transpose`, `slice`, `reverse` and `broadcast` may return views of their operand
+(values are immutable).
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from gspmdc.errors import UnsupportedError
+from gspmdc.ir import dtypes
+from gspmdc.ir.shapes import ArrayShape
+
+from . import TOKEN, kernel
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+# ------------------------------------------------------------------------------------- tuples etc.
+
+@kernel("tuple")
+def _tuple(inst, args, ctx):
+    return tuple(args)
+
+
+@kernel("get-tuple-element")
+def _get_tuple_element(inst, args, ctx):
+    return args[0][inst.attrs["index"]]
+
+
+@kernel("constant")
+def _constant(inst, args, ctx):
+    return _literal_value(inst.literal, inst)
+
+
+def _literal_value(literal, inst):
+    if literal is None or literal.elided:
+        raise UnsupportedError(f"constant {inst.name} has an elided value ({{...}}); the "
+                               "interpreter needs the literal's data")
+    if literal.elements is not None:
+        return tuple(_literal_value(e, inst) for e in literal.elements)
+    return literal.value
+
+
+@kernel("copy", "optimization-barrier", "add-dependency")
+def _identity(inst, args, ctx):
+    return args[0]
+
+
+@kernel("after-all")
+def _after_all(inst, args, ctx):
+    return TOKEN
+
+
+@kernel("partition-id")
+def _partition_id(inst, args, ctx):
+    return np.array(ctx.partition_id, np.uint32)
+
+
+@kernel("replica-id")
+def _replica_id(inst, args, ctx):
+    return np.array(0, np.uint32)
+
+
+@kernel("infeed", "outfeed", "send", "send-done", "recv", "recv-done")
+def _host_io(inst, args, ctx):
+    raise UnsupportedError(f"{inst.opcode} {inst.name}: host I/O ({inst.opcode}) is not supported "
+                           "by the interpreter")
+
+
+# ------------------------------------------------------------------------------- shape changes
+
+@kernel("iota")
+def _iota(inst, args, ctx):
+    shape = inst.shape
+    dim = inst.attrs["iota_dimension"]
+    counts = np.arange(shape.dims[dim], dtype=np.int64)
+    if shape.element_type == "pred":
+        counts = counts != 0
+    counts = counts.astype(dtypes.numpy_dtype(shape.element_type))
+    view = [1] * len(shape.dims)
+    view[dim] = shape.dims[dim]
+    return np.broadcast_to(counts.reshape(view), shape.dims)
+
+
+@kernel("broadcast")
+def _broadcast(inst, args, ctx):
+    x = args[0]
+    dims = tuple(inst.attrs.get("dimensions", ()))
+    order = sorted(range(len(dims)), key=dims.__getitem__)
+    if order != list(range(len(dims))):
+        x = x.transpose(order)
+    view = [1] * len(inst.shape.dims)
+    for size, d in zip(x.shape, sorted(dims)):
+        view[d] = size
+    return np.broadcast_to(x.reshape(view), inst.shape.dims)
+
+
+@kernel("reshape")
+def _reshape(inst, args, ctx):
+    return args[0].reshape(inst.shape.dims)
+
+
+@kernel("transpose")
+def _transpose(inst, args, ctx):
+    return args[0].transpose(tuple(inst.attrs["dimensions"]))
+
+
+@kernel("reverse")
+def _reverse(inst, args, ctx):
+    return np.flip(args[0], tuple(inst.attrs["dimensions"]))
+
+
+@kernel("concatenate")
+def _concatenate(inst, args, ctx):
+    return np.concatenate(args, axis=inst.attrs["dimensions"][0])
+
+
+@kernel("slice")
+def _slice(inst, args, ctx):
+    return args[0][tuple(slice(s.start, s.limit, s.stride) for s in inst.attrs["slice"])]
+
+
+@kernel("pad")
+def _pad(inst, args, ctx):
+    x, value = args
+    return pad_array(x, value, inst.attrs["padding"])
+
+
+def pad_array(x: np.ndarray, value, pads) -> np.ndarray:
+    """HLO `pad`: per dimension `pads[d].low` / `.high` elements of `value` before / after (negative
+    amounts crop) and `.interior` elements between neighbours."""
+    if all(p.interior == 0 and p.low <= 0 and p.high <= 0 for p in pads):
+        return x[tuple(slice(-p.low, n + p.high) for n, p in zip(x.shape, pads))]
+    core = [n + max(n - 1, 0) * p.interior for n, p in zip(x.shape, pads)]
+    full = [max(p.low, 0) + c + max(p.high, 0) for c, p in zip(core, pads)]
+    out = np.full(full, value, dtype=x.dtype)
+    out[tuple(slice(max(p.low, 0), max(p.low, 0) + c, p.interior + 1)
+              for c, p in zip(core, pads))] = x
+    return out[tuple(slice(max(-p.low, 0), f - max(-p.high, 0)) for f, p in zip(full, pads))]
+
+
+@kernel("bitcast")
+def _bitcast(inst, args, ctx):
+    x = args[0]
+    source, target = inst.operands[0].shape, inst.shape
+    in_order, out_order = _major_to_minor(source, inst), _major_to_minor(target, inst)
+    flat = np.ascontiguousarray(x.transpose(in_order)).reshape(-1)
+    dtype = dtypes.numpy_dtype(target.element_type)
+    if flat.dtype != dtype:
+        flat = flat.view(dtype)
+    physical = flat.reshape([target.dims[d] for d in out_order])
+    return physical.transpose(np.argsort(out_order))
+
+
+def _major_to_minor(shape: ArrayShape, inst) -> tuple[int, ...]:
+    """The dimensions of `shape` from major to minor per its layout (default: row-major)."""
+    layout = shape.layout
+    if not layout or layout.startswith(":"):
+        return tuple(range(len(shape.dims)))
+    minor_to_major, _, extension = layout.partition(":")
+    if "T(" in extension:
+        raise UnsupportedError(f"bitcast {inst.name}: tiled layout {{{layout}}} is not supported "
+                               "by the interpreter")
+    return tuple(int(d) for d in reversed(minor_to_major.split(",")))
+
+
+# ------------------------------------------------------------------------------------ conversions
+
+@kernel("bitcast-convert")
+def _bitcast_convert(inst, args, ctx):
+    x = np.ascontiguousarray(args[0])
+    return x.view(dtypes.numpy_dtype(inst.shape.element_type)).reshape(inst.shape.dims)
+
+
+@kernel("convert")
+def _convert(inst, args, ctx):
+    return convert_array(args[0], inst.shape.element_type)
+
+
+def convert_array(x: np.ndarray, element_type: str) -> np.ndarray:
+    """HLO `convert` of `x` to `element_type` (see the module docstring for the rules)."""
+    dtype = dtypes.numpy_dtype(element_type)
+    if x.dtype == dtype:
+        return x
+    if x.dtype == _BF16:
+        x = x.astype(np.float32)
+    if element_type == "pred":
+        return x != 0
+    if x.dtype.kind == "c" and not dtypes.is_complex(element_type):
+        x = x.real
+    if x.dtype.kind == "f" and dtypes.is_integer(element_type):
+        return _float_to_int(x, dtype)
+    return x.astype(dtype)
+
+
+def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Truncate toward zero, saturating to the target range; NaN becomes 0."""
+    info = np.iinfo(dtype)
+    t = np.trunc(x.astype(np.float64))
+    above = t >= math.ldexp(1.0, info.bits - (1 if info.min < 0 else 0))
+    below = t < float(info.min)
+    inside = np.where(above | below | np.isnan(t), 0.0, t).astype(dtype)
+    return np.where(above, np.array(info.max, dtype), np.where(below, np.array(info.min, dtype), inside))
