@@ -9,7 +9,8 @@ axis (`"x"`) or along several axes major to minor (`("x", "y")`); unused axes re
     T = T.reshape([prod(sizes of axes_of_dim[d]) for d] + ([prod(unused sizes)] if unused else []))
     (last_tile_dim_replicate when there are unused axes)
 
-The header text is `{x=2, y=4}` (devices in iota order) or `{x=2, y=4, devices=[2,4]<=[4,2]T(1,0)}`.
+The header text is `{x=2, y=4}` (devices in iota order) or `{x=2, y=4, devices=[0,2,4,6,1,3,5,7]}`
+(the row-major device order).
 """
 from __future__ import annotations
 
@@ -78,6 +79,13 @@ class Mesh:
         return prod(self._sizes)
 
     @property
+    def device_ids(self) -> tuple[int, ...] | None:
+        """The row-major device order, or None when it is the default `range(num_devices)`."""
+        if self._devices.iota_form() == ((self.num_devices,), (0,)):
+            return None
+        return tuple(self._devices.array.ravel().tolist())
+
+    @property
     def devices(self) -> TileAssignment:
         """The device-id array, shape `axis_sizes`."""
         return self._devices
@@ -125,10 +133,10 @@ class Mesh:
         return HloSharding.tiled(tile, ("replicated",) if unused else ())
 
     def to_text(self) -> str:
-        """`{x=2, y=4}`, plus `, devices=<tile assignment>` when the order is not iota."""
+        """`{x=2, y=4}`, plus `, devices=[...]` when the device order is not the default."""
         items = [f"{n}={s}" for n, s in zip(self._names, self._sizes)]
-        if self._devices.iota_form() != ((self.num_devices,), (0,)):
-            items.append("devices=" + self._devices.to_text())
+        if self.device_ids is not None:
+            items.append("devices=[" + ",".join(map(str, self.device_ids)) + "]")
         return "{" + ", ".join(items) + "}"
 
     def __eq__(self, other) -> bool:

@@ -33,10 +33,12 @@ def test_custom_device_order():
     m = Mesh(["x", "y"], [2, 4], ids)
     s = m.sharding(["x", "y"])
     assert s.tile_assignment.array.tolist() == [[7, 6, 5, 4], [3, 2, 1, 0]]
-    assert m.to_text() == "{x=2, y=4, devices=[2,4]7,6,5,4,3,2,1,0}"
+    assert m.to_text() == "{x=2, y=4, devices=[7,6,5,4,3,2,1,0]}"
+    assert m.device_ids == (7, 6, 5, 4, 3, 2, 1, 0)
     assert Mesh(["x", "y"], [2, 4]).to_text() == "{x=2, y=4}"
+    assert Mesh(["x", "y"], [2, 4], range(8)).device_ids is None
     transposed = Mesh(["x", "y"], [2, 4], np.arange(8).reshape(4, 2).T)
-    assert transposed.to_text() == "{x=2, y=4, devices=[2,4]<=[4,2]T(1,0)}"
+    assert transposed.to_text() == "{x=2, y=4, devices=[0,2,4,6,1,3,5,7]}"
     assert transposed == Mesh(["x", "y"], [2, 4], [0, 2, 4, 6, 1, 3, 5, 7])
     assert transposed != Mesh(["x", "y"], [2, 4])
 
