@@ -56,6 +56,9 @@ _HEADER_BOOL_LISTS = frozenset({"allow_spmd_sharding_propagation_to_parameters",
 _KV_DEFAULT_SEPARATOR = {"metadata": " ", "frontend_attributes": ", "}
 _SINGLE_KINDS = {"REPLICATED": "replicated", "MANUAL": "manual", "UNKNOWN": "unknown",
                  "UNREDUCED": "unreduced", "MAXIMAL": "maximal"}
+_ARRAY_SHAPE = re.compile(r"(\w+)\[([^\]]*)\]\s*(?:\{([^{}]*)\})?", re.S)
+_KV_ITEM = re.compile(r'([A-Za-z_][\w.\-]*)=("(?:[^"\\]|\\.)*"|[^\s,{}"=]+)')
+_INT = re.compile(r"-?\d+")
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
@@ -84,12 +87,12 @@ def _error(problem: _Problem, text: str, filename: str) -> HloSyntaxError:
 #: readable descriptions of the regex terminals of grammar.lark (string terminals print as quoted)
 _TERMINAL_TEXT = {
     "NAME": "a name", "OPCODE": "an opcode", "PARAMETER": "'parameter'", "CONSTANT": "'constant'",
-    "ATTR_NAME": "an attribute (name=value)", "TYPE": "an element type such as f32",
+    "ATTR_NAME": "an attribute (name=value)", "ARRAY_SHAPE": "a shape such as f32[8]",
     "INT": "an integer", "FLOAT": "a number", "STRING": "a quoted string",
-    "QUOTED": "a quoted axis name such as 'x'", "RAW_WORD": "a value", "DYNAMIC_DIM": "a dimension",
-    "LAYOUT": "a layout such as {1,0}", "PAD": "padding such as 0_0x1_1",
+    "QUOTED": "a quoted axis name such as 'x'", "RAW_WORD": "a value",
+    "PAD": "padding such as 0_0x1_1",
     "DXD": "sizes such as 3x3", "DIM_LABELS": "dimension labels such as b01f_01io->b01f",
-    "COMMA_DEVICE_IDS": "', device_ids='", "ELIDED": "'{...}'", "ARRAY_LITERAL": "an array literal",
+    "COMMA_DEVICE_IDS": "', device_ids='", "KV_FLAT": "{key=value ...}", "ELIDED": "'{...}'", "ARRAY_LITERAL": "an array literal",
     "LIT_SCALAR": "a literal value", "FRAME_SECTION": "a stack frame table",
     "$END": "end of input",
 }
@@ -378,20 +381,11 @@ class _Records(Transformer):
     # ---- shapes -------------------------------------------------------------------------------
 
     def array_shape(self, children):
-        element_type = children[0]
-        if element_type.value in dtypes.EXOTIC_TYPES:
-            raise _at(element_type, f"element type {element_type.value} is not supported")
-        layout = None
-        dims = []
-        for child in children[1:]:
-            kind = child.type
-            if kind == "INT":
-                dims.append(int(child))
-            elif kind == "LAYOUT":
-                layout = child.value[1:-1]
-            else:
-                raise _at(child, f"dynamic dimension '{child.value}' is not supported")
-        return ArrayShape(element_type.value, tuple(dims), layout)
+        token = children[0]
+        try:
+            return _array_shape(token.value)
+        except _ShapeTextError as e:
+            raise _Problem(e.message, *_position(token, e.offset)) from None
 
     def tuple_shape(self, children):
         return TupleShape(tuple(children))
@@ -434,6 +428,24 @@ class _Records(Transformer):
                 items.append(child)
             else:
                 comma = True
+        separator = ", " if comma else (" " if len(items) > 1 else None)
+        return tuple(items), separator
+
+    def kv_flat(self, children):
+        token = children[0]
+        items = []
+        for match in _KV_ITEM.finditer(token.value):
+            key, value = match.group(1), match.group(2)
+            if value[0] == '"':
+                items.append((key, _unquote(value)))
+            elif _INT.fullmatch(value):
+                items.append((key, int(value)))
+            elif value in ("true", "false"):
+                items.append((key, value == "true"))
+            else:
+                start = token.start_pos + match.start(2)
+                items.append((key, _Span(start, start + len(value))))
+        comma = "," in _KV_ITEM.sub("", token.value)
         separator = ", " if comma else (" " if len(items) > 1 else None)
         return tuple(items), separator
 
@@ -572,14 +584,14 @@ class _Records(Transformer):
     def sharding_explicit(self, children):
         token, dims, ids = children
         try:
-            return "tiles", TileAssignment.explicit(dims, ids), token
+            return "tiles", _explicit_tiles(dims, ids), token
         except ShardingError as e:
             raise _at(token, f"invalid sharding: {e}") from None
 
     def sharding_iota(self, children):
         token, (dims, reshape_dims, perm) = children
         try:
-            return "tiles", TileAssignment.iota(dims, reshape_dims, perm), token
+            return "tiles", _iota_tiles(dims, reshape_dims, perm), token
         except ShardingError as e:
             raise _at(token, f"invalid sharding: {e}") from None
 
@@ -640,6 +652,43 @@ def _brace_list(items: list):
     if values and expect_item:   # trailing comma
         return None
     return tuple(values)
+
+
+class _ShapeTextError(Exception):
+    def __init__(self, message: str, offset: int):
+        super().__init__(message)
+        self.message, self.offset = message, offset
+
+
+@functools.lru_cache(maxsize=4096)
+def _array_shape(text: str) -> ArrayShape:
+    """The ArrayShape of an ARRAY_SHAPE token (`f32[8,16]{1,0}`); cached, shapes repeat a lot."""
+    element_type, dims_text, layout = _ARRAY_SHAPE.fullmatch(text).groups()
+    if element_type in dtypes.EXOTIC_TYPES:
+        raise _ShapeTextError(f"element type {element_type} is not supported", 0)
+    dims = []
+    if dims_text.strip():
+        offset = len(element_type) + 1
+        for part in dims_text.split(","):
+            word = part.strip()
+            if word.isdigit():
+                dims.append(int(word))
+            else:
+                at = offset + part.index(word) if word else offset
+                if word.startswith("<=") or word == "?":
+                    raise _ShapeTextError(f"dynamic dimension '{word}' is not supported", at)
+                raise _ShapeTextError(f"expected a dimension size, found '{word}'", at)
+            offset += len(part) + 1
+    return ArrayShape(element_type, tuple(dims), layout)
+
+
+def _position(token: Token, offset: int) -> tuple[int, int]:
+    """Line and column of the character `offset` characters into `token`."""
+    before = token.value[:offset]
+    newlines = before.count("\n")
+    if not newlines:
+        return token.line, token.column + offset
+    return token.line + newlines, offset - before.rfind("\n")
 
 
 def _literal_node(child) -> _Lit:
@@ -783,7 +832,13 @@ def _single_sharding(brace: Token, items: list):
     if tiles is None:
         raise _at(brace, "expected a sharding: replicated, manual, maximal, unknown, unreduced, "
                          "devices=[...] or mesh_split=[...]")
-    return HloSharding.tiled(tiles, subgroups, metadata, shard_group)
+    return _tiled_sharding(tiles, subgroups, metadata, shard_group)
+
+
+# Shardings repeat across a module; these caches make each distinct one cost a single construction.
+_explicit_tiles = functools.lru_cache(maxsize=1024)(TileAssignment.explicit)
+_iota_tiles = functools.lru_cache(maxsize=1024)(TileAssignment.iota)
+_tiled_sharding = functools.lru_cache(maxsize=1024)(HloSharding.tiled)
 
 
 # ==================================================================================== the parser

@@ -1,0 +1,219 @@
+"""IR -> HLO text in XLA's canonical style: `print_module`, `print_instruction`, `print_shape`.
+
+Layout of the output:
+
+    HloModule name, attr=value, ...
+
+    <stack-frame tables, when the module kept them>
+
+    %callee (p: f32[]) -> f32[] {
+      %p = f32[] parameter(0)
+      ROOT %neg = f32[] negate(%p)
+    }
+
+    ENTRY %main (x: f32[2]) -> f32[2] {
+      ...
+    }
+
+Computations in module order (the parser keeps the text order, callees first in XLA dumps), a
+derived signature line (parameter names and shapes, result shape, without layouts), one instruction
+per line with its result shape always printed (with layout when the IR has one) and operands without
+shape prefixes. Attributes come in the order: the opcode's own (IR order), `sharding=`, then
+`frontend_attributes`, `control-predecessors`, `metadata`, `backend_config`, then any other
+verbatim (RawAttr) ones. Floats are printed with the shortest digits that round-trip per element
+type; replica groups in iota form `[G,S]<=[...]T(...)` whenever they are one. The output re-parses
+to an identical module (`Module.difference() is None`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .attributes import (
+    ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, Literal, PadDim, RawAttr,
+    ReplicaGroups, SliceDim, Window,
+)
+from .literal_text import format_array
+from .module import Computation, Instruction, Module
+from .parser import STACK_FRAME_INDEX
+from .shapes import Shape, TupleShape
+from .tile_assignment import iota_replica_groups
+
+__all__ = ["print_module", "print_computation", "print_instruction", "print_shape",
+           "format_attribute"]
+
+#: attributes printed after `sharding=`, in this order (XLA's)
+_TRAILING = ("frontend_attributes", "control-predecessors", "metadata", "backend_config")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def print_module(module: Module) -> str:
+    """The whole module as HLO text (ends with a newline)."""
+    header = "HloModule " + module.name
+    for name, value in module.attrs.items():
+        if name != STACK_FRAME_INDEX:
+            header += f", {name}={_header_value(value)}"
+    parts = [header]
+    frames = module.attrs.get(STACK_FRAME_INDEX)
+    if frames is not None:
+        parts.append(frames.text)
+    parts.extend(print_computation(c) for c in module.computations.values())
+    return "\n\n".join(parts) + "\n"
+
+
+def print_computation(comp: Computation) -> str:
+    params = ", ".join(f"{p.name}: {print_shape(p.shape.without_layout())}"
+                       for p in comp.parameters)
+    lines = [f"{'ENTRY ' if comp.is_entry else ''}%{comp.name} ({params}) -> "
+             f"{print_shape(comp.root.shape.without_layout())} {{"]
+    for inst in comp.instructions:
+        lines.append(("  ROOT " if inst is comp.root else "  ") + print_instruction(inst))
+    closing = "}"
+    if comp.execution_thread is not None:
+        closing += f", execution_thread={_quote(comp.execution_thread)}"
+    lines.append(closing)
+    return "\n".join(lines)
+
+
+def print_instruction(inst: Instruction) -> str:
+    """One instruction line without indentation or `ROOT `: `%name = shape opcode(...), attrs`."""
+    if inst.opcode == "parameter":
+        args = str(inst.parameter_number)
+    elif inst.opcode == "constant":
+        args = format_literal(inst.literal, inst.shape)
+    else:
+        args = ", ".join("%" + o.name for o in inst.operands)
+    text = f"%{inst.name} = {print_shape(inst.shape)} {inst.opcode}({args})"
+    attrs = inst.attrs
+    own = [n for n, v in attrs.items() if n not in _TRAILING and not isinstance(v, RawAttr)]
+    raw = [n for n, v in attrs.items() if n not in _TRAILING and isinstance(v, RawAttr)]
+    pieces = [f"{n}={format_attribute(n, attrs[n])}" for n in own]
+    if inst.sharding is not None:
+        pieces.append("sharding=" + inst.sharding.to_text())
+    pieces += [f"{n}={format_attribute(n, attrs[n])}" for n in _TRAILING if n in attrs]
+    pieces += [f"{n}={attrs[n].text}" for n in raw]
+    return ", ".join([text] + pieces) if pieces else text
+
+
+def print_shape(shape: Shape) -> str:
+    """`f32[8,16]{1,0}`, `(f32[2], s32[])`, `token[]`."""
+    return str(shape)
+
+
+# ---------------------------------------------------------------------------------- values
+
+def format_attribute(name: str, value: Any) -> str:
+    """The text of one attribute value (`name` decides the spelling of empty `padding`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, Ident)):
+        return str(value)
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, (ComputationRef, InstructionRef)):
+        return "%" + value.name
+    if isinstance(value, RawAttr):
+        return value.text
+    if isinstance(value, Window):
+        return _window(value)
+    if isinstance(value, ConvDimLabels):
+        return str(value)
+    if isinstance(value, ReplicaGroups):
+        return _replica_groups(value)
+    if isinstance(value, KeyValueList):
+        return _key_values(value)
+    if isinstance(value, tuple):
+        if name == "padding" or (value and isinstance(value[0], PadDim)):
+            return _padding(value)
+        if value and isinstance(value[0], SliceDim):
+            return "{" + ", ".join(_slice_dim(d) for d in value) + "}"
+        separator = ", " if value and isinstance(value[0], (ComputationRef, InstructionRef)) else ","
+        return "{" + separator.join(format_attribute(name, v) for v in value) + "}"
+    raise TypeError(f"attribute {name}: no text form for {type(value).__name__} {value!r}")
+
+
+def format_literal(literal: Literal, shape: Shape) -> str:
+    """The text inside `constant(...)`."""
+    if literal.elided:
+        return "{...}"
+    if isinstance(shape, TupleShape):
+        return "(" + ", ".join(format_literal(lit, s)
+                               for lit, s in zip(literal.elements, shape.elements)) + ")"
+    return format_array(literal.value, shape.element_type)
+
+
+def _quote(value: str) -> str:
+    """A C-escaped double-quoted string (control characters as 3-digit octal escapes)."""
+    if not any(c in _ESCAPES or c < " " for c in value):
+        return f'"{value}"'
+    return '"' + "".join(_ESCAPES.get(c) or (f"\\{ord(c):03o}" if c < " " else c)
+                         for c in value) + '"'
+
+
+def _header_value(value: Any) -> str:
+    if isinstance(value, (bool, int, RawAttr, tuple)):
+        return format_attribute("", value)
+    return _mesh(value)
+
+
+def _mesh(mesh) -> str:
+    items = [f"{name}={size}" for name, size in zip(mesh.axis_names, mesh.axis_sizes)]
+    if mesh.device_ids is not None:
+        items.append("devices=[" + ",".join(map(str, mesh.device_ids)) + "]")
+    return "{" + ", ".join(items) + "}"
+
+
+def _window(window: Window) -> str:
+    dims = window.dims
+    if not dims:
+        return "{}"
+
+    def column(values, default) -> str | None:
+        return None if all(v == default for v in values) else "x".join(map(str, values))
+
+    fields = [("size", "x".join(str(d.size) for d in dims)),
+              ("stride", column([d.stride for d in dims], 1)),
+              ("pad", None if all(d.padding_low == d.padding_high == 0 for d in dims)
+               else "x".join(f"{d.padding_low}_{d.padding_high}" for d in dims)),
+              ("lhs_dilate", column([d.base_dilation for d in dims], 1)),
+              ("rhs_dilate", column([d.window_dilation for d in dims], 1)),
+              ("rhs_reversal", column([int(d.window_reversal) for d in dims], 0))]
+    return "{" + " ".join(f"{k}={v}" for k, v in fields if v is not None) + "}"
+
+
+def _padding(dims: tuple[PadDim, ...]) -> str:
+    interior = any(d.interior for d in dims)
+    return "x".join(f"{d.low}_{d.high}" + (f"_{d.interior}" if interior else "") for d in dims)
+
+
+def _slice_dim(d: SliceDim) -> str:
+    return f"[{d.start}:{d.limit}" + (f":{d.stride}]" if d.stride != 1 else "]")
+
+
+def _replica_groups(groups: ReplicaGroups) -> str:
+    array = groups.as_array()
+    if array is not None:
+        iota = iota_replica_groups(array)
+        if iota is not None:
+            reshape_dims, perm = iota
+            text = f"[{array.shape[0]},{array.shape[1]}]<=[{','.join(map(str, reshape_dims))}]"
+            if len(reshape_dims) > 1:
+                text += f"T({','.join(map(str, perm))})"
+            return text
+    return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups.groups) + "}"
+
+
+def _key_values(kv: KeyValueList) -> str:
+    return "{" + kv.separator.join(f"{k}={_kv_value(v)}" for k, v in kv.items) + "}"
+
+
+def _kv_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, RawAttr):
+        return value.text
+    if isinstance(value, Ident):
+        return str(value)
+    if isinstance(value, str):
+        return _quote(value)
+    return str(value)
+
