@@ -58,15 +58,23 @@ class ShardGroup:
         return f"shard_{self.kind} {self.group_id}"
 
 
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _quote(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    return f'"{escaped}"'
+    """A C-escaped double-quoted string (other control characters as 3-digit octal escapes)."""
+    return '"' + "".join(_ESCAPES.get(c) or (f"\\{ord(c):03o}" if c < " " else c)
+                         for c in value) + '"'
+
+
+def _metadata_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _quote(value) if isinstance(value, str) else str(value)
 
 
 def _metadata_text(entry: KeyValueList) -> str:
-    return entry.separator.join(
-        f"{k}={_quote(v) if isinstance(v, str) else v}" for k, v in entry.items)
+    return entry.separator.join(f"{k}={_metadata_value(v)}" for k, v in entry.items)
 
 
 def _cdiv(a, b):

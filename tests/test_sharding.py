@@ -354,3 +354,45 @@ def test_tables_match_owner_map(case):
     for row in groups:
         assert all(np.array_equal(masks[int(row[0])], masks[int(d)]) for d in row)
     assert sorted(groups.ravel().tolist()) == sorted(masks)
+
+
+# ---- text round trip through the parser ---------------------------------------------------------
+
+def test_metadata_value_forms():
+    entry = KeyValueList((("op_name", "a\tb\x01"), ("preserve_layout", True), ("source_line", 7)))
+    assert H.replicate([entry]).to_text() == \
+        '{replicated metadata={op_name="a\\tb\\001" preserve_layout=true source_line=7}}'
+
+
+@st.composite
+def any_sharding(draw):
+    kind = draw(st.sampled_from(["replicated", "manual", "unknown", "maximal", "tiled", "tiled"]))
+    group = draw(st.sampled_from([None, ShardGroup("as", 0), ShardGroup("like", 3)]))
+    metadata = draw(st.sampled_from([(), (KeyValueList((("op_name", 'q"x'),)),),
+                                     (KeyValueList((("op_name", "a"),)),
+                                      KeyValueList((("op_type", "Dot"), ("source_line", 2))))]))
+    if kind == "maximal":
+        return H.maximal(draw(st.integers(0, 7)), metadata, group)
+    if kind != "tiled":
+        return getattr(H, "replicate" if kind == "replicated" else kind)(metadata, group)
+    dims = draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    types = draw(st.lists(st.sampled_from(["manual", "replicated", "unreduced"]),
+                          max_size=min(2, len(dims) - 1)))
+    if draw(st.booleans()):
+        reshape = draw(st.permutations(dims))
+        ta = TileAssignment.iota(dims, reshape, draw(st.permutations(range(len(dims)))))
+    else:
+        ta = TileAssignment.from_array(np.asarray(draw(st.permutations(range(prod(dims))))), dims)
+    return H.tiled(ta, types, metadata, group)
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_sharding(), st.integers(0, 2))
+def test_text_round_trips_through_parser(s, wrap):
+    parser = pytest.importorskip("gspmdc.ir.parser")
+    if wrap:
+        s = H.tuple([s] * wrap + [H.replicate()])
+    parsed = parser.parse_sharding(s.to_text())
+    assert parsed == s
+    assert parsed.to_text() == s.to_text()
+    assert [e.metadata for e in parsed.leaves()] == [e.metadata for e in s.leaves()]
