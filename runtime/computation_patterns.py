@@ -24,9 +24,6 @@ from gspmdc.errors import UnsupportedError
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape, compatible
 
-from .kernels import KERNELS
-from .kernels.elementwise import ELEMENTWISE_OPCODES
-
 _REDUCER_UFUNCS = {
     "add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
@@ -37,8 +34,8 @@ _PASS_THROUGH = frozenset({"broadcast", "reshape", "copy", "bitcast", "transpose
 #: ops that call a computation with their operands (evaluated vectorised too)
 _CALLS = {"call": "to_apply", "fusion": "calls"}
 #: other ops whose kernels are shape-agnostic
-_SHAPE_AGNOSTIC = frozenset({"constant", "tuple", "get-tuple-element", "convert", "partition-id",
-                             "replica-id"})
+_SHAPE_AGNOSTIC = frozenset({"constant", "tuple", "get-tuple-element", "convert", "bitcast-convert",
+                             "partition-id", "replica-id"})
 
 
 def reducer_ufunc(computation: Computation) -> np.ufunc | None:
@@ -187,6 +184,9 @@ def accumulate_at(ctx, computation_name: str, target: np.ndarray, indices: np.nd
 
 
 def _scalar_plan(comp: Computation):
+    # imported here: kernel modules import this module while the kernel table loads
+    from .kernels import KERNELS
+    from .kernels.elementwise import ELEMENTWISE_OPCODES
     slot = {id(inst): i for i, inst in enumerate(comp.instructions)}
     steps = []
     for i, inst in enumerate(comp.instructions):

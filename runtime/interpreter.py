@@ -33,9 +33,13 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
 
     `backend` performs collectives (default: a `SinglePartitionBackend`); `partition_id`, when
     given, must equal the backend's. Raises GspmdcError for arguments that do not match the entry
-    parameters, UnsupportedError for opcodes the interpreter does not implement, and RuntimeFailure
+    parameters, UnsupportedError for opcodes the interpreter does not implement (and for modules of
+    several replicas), and RuntimeFailure
     (naming the computation and instruction) when a kernel fails.
     """
+    if module.attrs.get("replica_count", 1) != 1:
+        raise UnsupportedError(f"module {module.name} has replica_count="
+                               f"{module.attrs['replica_count']}; the interpreter runs one replica")
     backend = SinglePartitionBackend() if backend is None else backend
     if partition_id is not None and partition_id != backend.partition_id():
         raise GspmdcError(f"partition_id {partition_id} does not match the backend's partition "

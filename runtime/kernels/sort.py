@@ -88,7 +88,7 @@ def _comparator_order(ctx, name: str, operands: list[np.ndarray]) -> np.ndarray:
             if not active.any():
                 break
             mid = (low + high) // 2
-            probe = other_start + np.minimum(mid, np.maximum(other_len - 1, 0))
+            probe = np.minimum(other_start + np.minimum(mid, np.maximum(other_len - 1, 0)), n - 1)
             other = [np.take_along_axis(c, probe, axis=-1) for c in current]
             pairs = []
             for o, c in zip(other, current):

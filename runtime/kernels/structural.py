@@ -184,8 +184,11 @@ def _major_to_minor(shape: ArrayShape, inst) -> tuple[int, ...]:
 
 @kernel("bitcast-convert")
 def _bitcast_convert(inst, args, ctx):
-    x = np.ascontiguousarray(args[0])
-    return x.view(dtypes.numpy_dtype(inst.shape.element_type)).reshape(inst.shape.dims)
+    x = args[0]
+    dtype = dtypes.numpy_dtype(inst.shape.element_type)
+    if dtype.itemsize == x.dtype.itemsize:
+        return x.view(dtype)
+    return np.ascontiguousarray(x).view(dtype).reshape(inst.shape.dims)
 
 
 @kernel("convert")

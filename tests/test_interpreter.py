@@ -1,0 +1,146 @@
+"""The interpreter: argument validation, error reporting, result checking, memory release, and
+end-to-end runs of the JAX programs against JAX's own outputs."""
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gspmdc.errors import EXIT_BAD_INPUT, EXIT_RUNTIME, GspmdcError, RuntimeFailure, UnsupportedError
+from gspmdc.ir.attributes import SliceDim
+from gspmdc.ir.parser import parse_module
+from gspmdc.runtime.collectives import SinglePartitionBackend
+from gspmdc.runtime.interpreter import evaluate
+from gspmdc.runtime.io import output_arrays
+from gspmdc.runtime.kernels import KERNELS
+
+from interpreter_helpers import run_hlo, single_op
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+TWO_PARAMS = """
+HloModule m
+ENTRY main {
+  x = f32[2,3] parameter(0)
+  t = (s32[], pred[2]) parameter(1)
+  i = s32[] get-tuple-element(t), index=0
+  ROOT r = (f32[2,3], s32[]) tuple(x, i)
+}"""
+
+
+def test_arguments_are_checked_against_the_entry_parameters():
+    module = parse_module(TWO_PARAMS)
+    good = [np.zeros((2, 3), np.float32), (np.array(4, np.int32), np.ones(2, bool))]
+    x, i = evaluate(module, good)
+    assert i == 4
+    cases = [
+        ([good[0]], "has 2 parameters, got 1 arguments"),
+        ([np.zeros((2, 3)), good[1]], r"argument 0 \(parameter x\): expected f32\[2,3\], got f64\[2,3\]"),
+        ([np.zeros((3, 2), np.float32), good[1]], r"expected f32\[2,3\], got f32\[3,2\]"),
+        ([good[0], np.zeros(2)], r"argument 1 \(parameter t\): expected a tuple"),
+        ([good[0], (np.array(4, np.int64), np.ones(2, bool))], r"argument 1 \(parameter t\) element 0"),
+        (["text", good[1]], r"got a str"),
+    ]
+    for args, message in cases:
+        with pytest.raises(GspmdcError, match=message) as info:
+            evaluate(module, args)
+        assert info.value.exit_code == EXIT_BAD_INPUT
+        assert not isinstance(info.value, RuntimeFailure)
+
+
+def test_unknown_opcode_is_unsupported():
+    with pytest.raises(UnsupportedError, match="opcode frobnicate is not supported by the interpreter"):
+        single_op("frobnicate", ("f32", (2,)), [np.zeros(2, np.float32)])
+
+
+def test_kernel_failures_become_runtime_failures_naming_the_instruction():
+    with pytest.raises(RuntimeFailure, match=r"main/result: reshape failed: ValueError") as info:
+        single_op("reshape", ("s32", (4,)), [np.arange(6, dtype=np.int32)])
+    assert info.value.exit_code == EXIT_RUNTIME
+
+
+def test_results_that_contradict_the_instruction_shape_are_reported():
+    with pytest.raises(RuntimeFailure, match=r"produced s32\[2\], the instruction's shape is s32\[3\]"):
+        single_op("slice", ("s32", (3,)), [np.arange(6, dtype=np.int32)], slice=(SliceDim(0, 2),))
+
+
+def test_arithmetic_raises_no_numpy_warnings():
+    text = """
+HloModule m
+ENTRY main {
+  x = f32[3] parameter(0)
+  z = f32[3] constant({0, 0, 0})
+  d = f32[3] divide(x, z)
+  l = f32[3] log(x)
+  ROOT r = (f32[3], f32[3]) tuple(d, l)
+}"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quotient, log = run_hlo(text, np.array([1, -1, 0], np.float32))
+    np.testing.assert_array_equal(quotient, [np.inf, -np.inf, np.nan])
+    np.testing.assert_array_equal(log, [0, np.nan, -np.inf])
+
+
+def test_values_are_released_after_their_last_use():
+    """A chain of 12 adds on a 4 MB array keeps only a few arrays alive at once."""
+    chain = "\n".join(f"  a{k + 1} = f32[1048576] add(a{k}, a{k})" for k in range(12))
+    text = f"HloModule m\nENTRY main {{\n  a0 = f32[1048576] parameter(0)\n{chain}\n" \
+           "  ROOT r = f32[1048576] negate(a12)\n}"
+    module = parse_module(text)
+    x = np.ones(1 << 20, np.float32)
+    tracemalloc.start()
+    try:
+        out = evaluate(module, [x])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out[0] == -4096
+    assert peak < 4 * x.nbytes, f"peak {peak / x.nbytes:.1f} arrays"
+
+
+def test_partition_id_must_agree_with_the_backend():
+    module = parse_module(TWO_PARAMS)
+    args = [np.zeros((2, 3), np.float32), (np.array(1, np.int32), np.ones(2, bool))]
+    evaluate(module, args, backend=SinglePartitionBackend(), partition_id=0)
+    with pytest.raises(GspmdcError, match="does not match the backend's partition 0"):
+        evaluate(module, args, partition_id=3)
+
+
+def test_several_replicas_are_unsupported():
+    module = parse_module(TWO_PARAMS.replace("HloModule m", "HloModule m, replica_count=2"))
+    with pytest.raises(UnsupportedError, match="replica_count=2"):
+        evaluate(module, [np.zeros((2, 3), np.float32), (np.array(1, np.int32), np.ones(2, bool))])
+
+
+# ------------------------------------------------------------------------- JAX programs
+
+def _jax_programs():
+    if not (SHARED / "jax-programs").is_dir():
+        return []
+    return sorted(p for p in (SHARED / "jax-programs").iterdir() if (p / "program.hlo").is_file())
+
+
+@pytest.mark.parametrize("folder", _jax_programs(), ids=lambda p: p.name)
+def test_jax_program_reproduces_jax_outputs(folder):
+    module = parse_module((folder / "program.hlo").read_text(), filename=str(folder / "program.hlo"))
+    missing = sorted({inst.opcode for _, inst in module.all_instructions()
+                      if inst.opcode != "parameter" and inst.opcode not in KERNELS})
+    if missing:
+        pytest.skip(f"kernels not implemented yet: {missing}")
+    with np.load(folder / "inputs.npz") as inputs:
+        args = [inputs[f"arg{p.parameter_number}"] for p in module.entry.parameters]
+    outputs = output_arrays(module, evaluate(module, args))
+    with np.load(folder / "outputs.npz") as expected:
+        assert sorted(outputs) == sorted(expected.files)
+        for key in expected.files:
+            np.testing.assert_allclose(outputs[key], expected[key], rtol=2e-5, atol=2e-5,
+                                       err_msg=f"{folder.name} {key}")
+
+
+def test_jax_programs_are_present_or_skipped():
+    if not _jax_programs():
+        pytest.skip("../shared/jax-programs is absent")
+    assert len(_jax_programs()) >= 1
