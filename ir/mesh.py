@@ -2,8 +2,8 @@
 
 A `Mesh` is the GSPMD paper's `device_mesh` with JAX-style axis names: an n-D array of device ids
 whose axes are named. `mesh.sharding(dims_mapping)` is the paper's
-`mesh_split(tensor, device_mesh, dims_mapping)`: each tensor dim is unsplit (`None`), split along one
-axis (`"x"`) or along several axes major to minor (`("x", "y")`); unused axes replicate:
+`mesh_split(tensor, device_mesh, dims_mapping)`: each tensor dim is unsplit (`None`), split along
+one axis (`"x"`) or along several axes major to minor (`("x", "y")`); unused axes replicate:
 
     T = devices.transpose(axes_of_dim[0] + axes_of_dim[1] + ... + unused)
     T = T.reshape([prod(sizes of axes_of_dim[d]) for d] + ([prod(unused sizes)] if unused else []))
@@ -97,15 +97,16 @@ class Mesh:
         try:
             return self._names.index(name)
         except ValueError:
-            raise ShardingError(f"unknown mesh axis {name!r} (mesh axes {list(self._names)})") from None
+            raise ShardingError(
+                f"unknown mesh axis {name!r} (mesh axes {list(self._names)})") from None
 
     def sharding(self, dims_mapping: Sequence, rank: int | None = None) -> HloSharding:
         """The sharding splitting tensor dim d along the axes `dims_mapping[d]` (None, a name or a
         tuple of names major to minor), replicated over the unused axes."""
         mapping = list(dims_mapping)
         if rank is not None and len(mapping) != rank:
-            raise ShardingError(f"dims mapping {mapping} has {len(mapping)} entries for a rank-{rank} "
-                                f"tensor")
+            raise ShardingError(f"dims mapping {mapping} has {len(mapping)} entries for a "
+                                f"rank-{rank} tensor")
         axes_of_dim: list[list[int]] = []
         used: dict[int, int] = {}
         for d, entry in enumerate(mapping):

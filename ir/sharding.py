@@ -15,8 +15,8 @@ Follows XLA's `HloSharding` (reference §2). A sharding is one of
 A tiled sharding has a `TileAssignment` `T` whose leading `data_rank` dims cut the array's dims and
 whose trailing dims are typed subgroups (`subgroup_types`, a tuple of "manual" / "unreduced" /
 "replicated"; `("replicated",)` is `last_tile_dim_replicate`). Shardings are canonicalised on
-construction (§2.6), so `==` is semantic: it compares kind, tile assignment, subgroup types, maximal
-device, tuple elements and shard group, never metadata.
+construction (§2.6), so `==` is semantic: it compares kind, tile assignment, subgroup types,
+maximal device, tuple elements and shard group, never metadata.
 
 Shard-shape arithmetic (§2.3): `shard = cdiv(S, t)`, padded offset `ordinal * shard`, valid range
 `[min(ordinal*shard, S), min((ordinal+1)*shard, S))`; tables over all devices are numpy arrays.
@@ -52,7 +52,8 @@ class ShardGroup:
         if self.kind not in ("as", "like"):
             raise ShardingError(f"shard group kind must be 'as' or 'like', got {self.kind!r}")
         if not isinstance(self.group_id, int) or self.group_id < 0:
-            raise ShardingError(f"shard group id must be a non-negative integer, got {self.group_id!r}")
+            raise ShardingError(
+                f"shard group id must be a non-negative integer, got {self.group_id!r}")
 
     def to_text(self) -> str:
         return f"shard_{self.kind} {self.group_id}"
@@ -102,12 +103,15 @@ class HloSharding:
             raise ShardingError(f"a {kind} sharding {'needs' if kind == 'tiled' else 'takes no'} "
                                 f"tile assignment")
         if self.subgroup_types and kind != "tiled":
-            raise ShardingError(f"a {kind} sharding takes no subgroup types, got {self.subgroup_types}")
+            raise ShardingError(
+                f"a {kind} sharding takes no subgroup types, got {self.subgroup_types}")
         if (self.device is not None) != (kind == "maximal"):
             raise ShardingError(f"a {kind} sharding {'needs' if kind == 'maximal' else 'takes no'} "
                                 f"device, got {self.device!r}")
-        if kind == "maximal" and (not isinstance(self.device, (int, np.integer)) or self.device < 0):
-            raise ShardingError(f"maximal device must be a non-negative integer, got {self.device!r}")
+        if kind == "maximal" and \
+                (not isinstance(self.device, (int, np.integer)) or self.device < 0):
+            raise ShardingError(
+                f"maximal device must be a non-negative integer, got {self.device!r}")
         if self.elements and kind != "tuple":
             raise ShardingError(f"a {kind} sharding has no tuple elements")
         for e in self.elements:
@@ -117,7 +121,8 @@ class HloSharding:
             raise ShardingError("a tuple sharding carries shard groups on its elements")
         if not isinstance(self.metadata, tuple) or \
                 not all(isinstance(m, KeyValueList) for m in self.metadata):
-            raise ShardingError(f"sharding metadata must be a tuple of KeyValueList, got {self.metadata!r}")
+            raise ShardingError(
+                f"sharding metadata must be a tuple of KeyValueList, got {self.metadata!r}")
         if kind == "tiled":
             self._check_tiled()
 
@@ -154,7 +159,8 @@ class HloSharding:
         return cls("unreduced", metadata=tuple(metadata), shard_group=shard_group)
 
     @classmethod
-    def maximal(cls, device: int, metadata=(), shard_group: ShardGroup | None = None) -> "HloSharding":
+    def maximal(cls, device: int, metadata=(),
+                shard_group: ShardGroup | None = None) -> "HloSharding":
         return cls("maximal", device=device, metadata=tuple(metadata), shard_group=shard_group)
 
     @classmethod
@@ -180,7 +186,8 @@ class HloSharding:
             return cls(types[0], metadata=metadata, shard_group=shard_group)
         perm, new_dims, new_types = list(range(data_rank)), list(data_dims), []
         for t in SUBGROUP_TYPES:
-            axes = [data_rank + i for i, u in enumerate(types) if u == t and ta.dims[data_rank + i] > 1]
+            axes = [data_rank + i for i, u in enumerate(types)
+                    if u == t and ta.dims[data_rank + i] > 1]
             if axes:
                 perm += axes
                 new_dims.append(prod(ta.dims[a] for a in axes))
@@ -206,11 +213,6 @@ class HloSharding:
         """Shorthand for `tiled(TileAssignment.iota(dims, reshape_dims, transpose_perm), ...)`."""
         return cls.tiled(TileAssignment.iota(dims, reshape_dims, transpose_perm),
                          subgroup_types, metadata)
-
-    @classmethod
-    def partial_tile(cls, tile_assignment: TileAssignment, metadata=()) -> "HloSharding":
-        """`tiled(tile_assignment, ("replicated",))`: the last dim of `T` is the replication dim."""
-        return cls.tiled(tile_assignment, ("replicated",), metadata)
 
     @classmethod
     def tuple(cls, elements: Sequence["HloSharding"], metadata=()) -> "HloSharding":
@@ -239,7 +241,8 @@ class HloSharding:
         """The same sharding with `metadata` replacing its own (on every leaf for tuples)."""
         metadata = tuple(metadata)
         if self.kind == "tuple":
-            return HloSharding("tuple", elements=tuple(e.with_metadata(metadata) for e in self.elements))
+            return HloSharding("tuple",
+                               elements=tuple(e.with_metadata(metadata) for e in self.elements))
         return HloSharding(self.kind, self.tile_assignment, self.subgroup_types, self.device, (),
                            metadata, self.shard_group)
 
@@ -340,7 +343,7 @@ class HloSharding:
 
     @property
     def unique_device(self) -> int | None:
-        """The device of a maximal sharding (tuples: all leaves maximal on one device), else None."""
+        """The device of a maximal sharding (tuples: all leaves maximal on one device), or None."""
         if self.kind == "tuple":
             devices = {e.device if e.kind == "maximal" else None for e in self.elements}
             return devices.pop() if len(devices) == 1 else None
@@ -421,7 +424,7 @@ class HloSharding:
         return tuple(int(i) for i in table[device])
 
     def devices_for_tile(self, index: Sequence[int]) -> np.ndarray:
-        """Device ids holding the tile at data index `index` (all subgroup members, in `T` order)."""
+        """Device ids holding the tile at data index `index` (all subgroup members, `T` order)."""
         self._require_tiled("devices_for_tile")
         index = tuple(int(i) for i in index)
         if len(index) != self.data_rank or \
@@ -503,8 +506,8 @@ class HloSharding:
         counts = self._leaf_for_array(shape)
         if self.kind != "tiled":
             return shape
-        return ArrayShape(shape.element_type, tuple(_cdiv(s, t) for s, t in zip(shape.dims, counts)),
-                          shape.layout)
+        dims = tuple(_cdiv(s, t) for s, t in zip(shape.dims, counts))
+        return ArrayShape(shape.element_type, dims, shape.layout)
 
     def _table_rows(self, num_devices: int | None) -> int:
         if self.kind == "tiled":
@@ -538,7 +541,7 @@ class HloSharding:
 
     def valid_range_table(self, shape: ArrayShape, num_devices: int | None = None):
         """`(start, limit)`, two `[D, rank]` tables of each device's real (unpadded) data range:
-        `min(ordinal*shard, S)`, `min((ordinal+1)*shard, S)`; empty ranges for devices outside `T`."""
+        `min(ordinal*shard, S)`, `min((ordinal+1)*shard, S)`; empty for devices outside `T`."""
         table, shard, dims = self._indices_table(shape, num_devices)
         if self.kind != "tiled":
             start = np.zeros_like(table)
@@ -559,7 +562,7 @@ class HloSharding:
         return limit - start
 
     def non_padded_shape(self, shape: ArrayShape, device: int) -> tuple[int, ...]:
-        """The valid (unpadded) extent of `device`'s shard (§2.5); zeros for a device not in `T`."""
+        """The valid (unpadded) extent of `device`'s shard (§2.5); zeros for devices not in `T`."""
         if self.kind != "tiled":
             self._leaf_for_array(shape)
             return tuple(shape.dims)

@@ -129,7 +129,7 @@ def remove_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
 
 def transpose(s: HloSharding, perm: Sequence[int]) -> HloSharding:
     """(e) The sharding of `transpose(x, perm)` (output dim i = input dim `perm[i]`). `perm` covers
-    the data dims (subgroup dims stay last) or all dims of `T` (then subgroup dims must stay last)."""
+    the data dims (subgroup dims stay last) or all dims of `T` (subgroup dims must stay last)."""
     _leaf(s, "transpose")
     if not s.is_tiled:
         return s
@@ -138,7 +138,8 @@ def transpose(s: HloSharding, perm: Sequence[int]) -> HloSharding:
     if len(perm) == rank:
         perm += list(range(rank, ndim))
     if sorted(perm) != list(range(ndim)) or sorted(perm[:rank]) != list(range(rank)):
-        raise ShardingError(f"transpose: perm {perm} does not permute the data dims of {s.to_text()}")
+        raise ShardingError(
+            f"transpose: perm {perm} does not permute the data dims of {s.to_text()}")
     types = tuple(s.subgroup_types[p - rank] for p in perm[rank:])
     return _rebuild(s, s.tile_assignment.transpose(perm), types)
 
@@ -207,15 +208,18 @@ def propagate_along_dims(s: HloSharding, source_dims: Sequence[int], target_dims
         return s
     source_dims = _data_dims(s, source_dims, "propagate_along_dims")
     target_dims = [int(d) for d in target_dims]
-    if any(not 0 <= d < target_rank for d in target_dims) or len(set(target_dims)) != len(target_dims):
-        raise ShardingError(f"propagate_along_dims: bad target dims {target_dims} for rank {target_rank}")
+    if any(not 0 <= d < target_rank for d in target_dims) or \
+            len(set(target_dims)) != len(target_dims):
+        raise ShardingError(
+            f"propagate_along_dims: bad target dims {target_dims} for rank {target_rank}")
     kept = replicate_all_except(s, source_dims)
     if not kept.is_tiled:
         return kept
     ta = kept.tile_assignment
     rank = kept.data_rank
     by_target = [sd for _, sd in sorted(zip(target_dims, source_dims))]
-    order = by_target + [d for d in range(rank) if d not in source_dims] + list(range(rank, ta.ndim))
+    order = by_target + [d for d in range(rank) if d not in source_dims] + \
+        list(range(rank, ta.ndim))
     new_dims = [1] * target_rank
     for sd, td in zip(source_dims, target_dims):
         new_dims[td] = ta.dims[sd]
@@ -226,7 +230,8 @@ def propagate_along_dims(s: HloSharding, source_dims: Sequence[int], target_dims
 # ---- (j), (k): reshape ---------------------------------------------------------------------------
 
 def _reshape_tile_counts(source: Sequence[int], target: Sequence[int], counts: Sequence[int]):
-    """The two-pointer scan of §2.7(j): `(target tile counts, source dims to replicate)` or None."""
+    """The two-pointer scan of §2.7(j): `(target tile counts, source dims to replicate)`, or
+    None."""
     src_rank, tgt_rank = len(source), len(target)
     out = [1] * tgt_rank
     marked: list[int] = []
@@ -295,7 +300,8 @@ def reshape_sharding(s: HloSharding, source_dims, target_dims) -> HloSharding | 
         return s
     source, target = _dims_of(source_dims), _dims_of(target_dims)
     if s.data_rank != len(source) or prod(source) != prod(target):
-        raise ShardingError(f"reshape_sharding: {s.to_text()} cannot map {list(source)} to {list(target)}")
+        raise ShardingError(f"reshape_sharding: {s.to_text()} cannot map {list(source)} "
+                            f"to {list(target)}")
     if source == target:
         return s
     scan = _reshape_tile_counts(source, target, s.tile_counts)
@@ -400,7 +406,8 @@ def merge_if_compatible(to_merge: HloSharding, dst: HloSharding,
         return None
     a_ta, b_ta = to_merge.tile_assignment, dst.tile_assignment
     manual = to_merge.subgroup_size("manual")
-    if to_merge.has_manual_subgroup != dst.has_manual_subgroup or manual != dst.subgroup_size("manual"):
+    if to_merge.has_manual_subgroup != dst.has_manual_subgroup or \
+            manual != dst.subgroup_size("manual"):
         return None
     if a_ta.num_devices != b_ta.num_devices:
         return None
@@ -538,7 +545,8 @@ class GroupedSharding:
         table[self.device_groups] = np.arange(self.group_size)[None, :]
         return table
 
-    def with_sharding(self, sharding: HloSharding, data_rank: int | None = None) -> "GroupedSharding":
+    def with_sharding(self, sharding: HloSharding,
+                      data_rank: int | None = None) -> "GroupedSharding":
         """The same groups with a new inner sharding (of data rank `data_rank`, shifting group dims
         that name subgroup dims)."""
         data_rank = self.data_rank if data_rank is None else data_rank

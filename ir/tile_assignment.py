@@ -7,11 +7,11 @@ A tile assignment is an integer array `T` of distinct device ids. It is stored i
 * explicit: the row-major device list, text `[dims]d0,d1,...`.
 
 Invariant: a tile assignment is stored in iota form whenever its array is representable as one, and
-the iota parameters are canonical (no size-1 reshape dims, no two reshape dims that stay adjacent and
-in order after the transpose). The canonical parameters of an array are unique, so equality and
+the iota parameters are canonical (no size-1 reshape dims, no two reshape dims that stay adjacent
+and in order after the transpose). The canonical parameters of an array are unique, so equality and
 hashing of iota assignments compare `(dims, reshape_dims, perm)` without materialising the array;
-`transpose`, `reshape` and sorting the last dim stay in iota form where XLA's IotaTileAssignment does
-(and a little further), so their cost does not grow with the device count.
+`transpose`, `reshape` and sorting the last dim stay in iota form where XLA's IotaTileAssignment
+does (and a little further), so their cost does not grow with the device count.
 
 Internally an iota assignment is handled as a list of *digits* `(radix, stride)`, most significant
 output position first: the flat output index written in mixed radix with these radices maps to the
@@ -171,11 +171,13 @@ class TileAssignment:
         """`arange(prod(reshape_dims)).reshape(reshape_dims).transpose(perm).reshape(dims)`."""
         dims = _ints(dims, "tile assignment dims")
         if not dims or min(dims) < 1:
-            raise ShardingError(f"tile assignment dims must be non-empty and positive, got {list(dims)}")
+            raise ShardingError(
+                f"tile assignment dims must be non-empty and positive, got {list(dims)}")
         n = prod(dims)
         reshape_dims = (n,) if reshape_dims is None else _ints(reshape_dims, "iota reshape dims")
         if not reshape_dims or min(reshape_dims) < 1:
-            raise ShardingError(f"iota reshape dims must be non-empty and positive, got {list(reshape_dims)}")
+            raise ShardingError(
+                f"iota reshape dims must be non-empty and positive, got {list(reshape_dims)}")
         if prod(reshape_dims) != n:
             raise ShardingError(
                 f"iota tile assignment {list(dims)} has {n} devices but reshape dims "
@@ -195,26 +197,28 @@ class TileAssignment:
         dims = _ints(dims, "tile assignment dims")
         ids = np.asarray(list(device_ids) if not isinstance(device_ids, np.ndarray) else device_ids)
         if ids.size <= 1:
-            raise ShardingError(
-                f"an explicit tile assignment needs more than one device, got {ids.ravel().tolist()}")
+            raise ShardingError(f"an explicit tile assignment needs more than one device, "
+                                f"got {ids.ravel().tolist()}")
         return cls.from_array(ids.reshape(-1), dims)
 
     @classmethod
     def from_array(cls, array, dims: Sequence[int] | None = None) -> "TileAssignment":
-        """From an integer array (reshaped to `dims` when given); any size, ids distinct and >= 0."""
+        """From an integer array (reshaped to `dims` when given): any size, distinct ids >= 0."""
         array = np.asarray(array)
         if array.dtype.kind not in "iu":
             raise ShardingError(f"device ids must be integers, got {_brief(array)}")
         dims = array.shape if dims is None else _ints(dims, "tile assignment dims")
         if not dims or min(dims) < 1:
-            raise ShardingError(f"tile assignment dims must be non-empty and positive, got {list(dims)}")
+            raise ShardingError(
+                f"tile assignment dims must be non-empty and positive, got {list(dims)}")
         if array.size != prod(dims):
             raise ShardingError(
                 f"tile assignment dims {list(dims)} need {prod(dims)} devices, got {array.size}: "
                 f"{_brief(array)}")
         flat = array.astype(np.int64, copy=False).ravel()
         if flat.min() < 0:
-            raise ShardingError(f"negative device id {int(flat.min())} in tile assignment {_brief(flat)}")
+            raise ShardingError(
+                f"negative device id {int(flat.min())} in tile assignment {_brief(flat)}")
         counts = np.bincount(flat)
         if counts.max() > 1:
             dups = np.flatnonzero(counts > 1)
