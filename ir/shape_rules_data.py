@@ -6,7 +6,7 @@ add-dependency, optimization-barrier).
 from __future__ import annotations
 
 from . import dtypes
-from .attributes import PadDim, SliceDim
+from .attributes import Literal, PadDim, SliceDim
 from .module import Instruction, Module
 from .shape_rules_common import (
     attr_int, attr_ints, attr_value, check_dimension_list, given_array, given_shape,
@@ -16,10 +16,36 @@ from .shape_rules_common import (
 from .shapes import ArrayShape, Shape, TupleShape
 
 
-@shape_rule("parameter", "constant", operands=0)
-def given(inst: Instruction, module: Module) -> Shape:
+@shape_rule("parameter", operands=0)
+def parameter(inst: Instruction, module: Module) -> Shape:
     """The shape is declared, never inferred."""
     return given_shape(inst)
+
+
+@shape_rule("constant", operands=0)
+def constant(inst: Instruction, module: Module) -> Shape:
+    """The declared shape, which the literal (unless elided) must fill exactly."""
+    out = given_shape(inst)
+    if inst.literal is not None:
+        _check_literal(inst.literal, out)
+    return out
+
+
+def _check_literal(literal: Literal, shape: Shape) -> None:
+    if literal.elided:
+        return
+    if isinstance(shape, TupleShape):
+        require(literal.elements is not None and len(literal.elements) == len(shape.elements),
+                f"literal does not have the tuple structure of {shape}")
+        for element, element_shape in zip(literal.elements, shape.elements):
+            _check_literal(element, element_shape)
+        return
+    require(not shape.is_token, "a constant cannot be a token")
+    value = literal.value
+    require(value is not None and value.shape == shape.dims
+            and value.dtype == dtypes.numpy_dtype(shape.element_type),
+            f"literal of shape {getattr(value, 'shape', None)} and type "
+            f"{getattr(value, 'dtype', None)} does not fill {shape}")
 
 
 @shape_rule("iota", operands=0)

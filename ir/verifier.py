@@ -11,7 +11,7 @@ every problem as a list of messages (empty when the module is valid). Checks:
 - per instruction: the result shape is compatible with what the op allows (`check_shape`: operand
   counts, operand shapes and attributes, called computations' signatures: reducers, comparators,
   while condition/body, conditional branches, ...); the sharding fits the shape and the module's
-  `num_partitions` devices (`HloSharding.validate`).
+  `num_partitions` devices (`HloSharding.validate`; an outfeed's sharding describes its data).
 
 Messages read `computation main, instruction add.3: result shape f32[4] is incompatible with
 inferred f32[8]`.
@@ -22,6 +22,7 @@ from gspmdc.errors import GspmdcError, UnsupportedError, VerificationError
 
 from .module import Computation, Instruction, Module
 from .shape_inference import check_shape
+from .shapes import ArrayShape, Shape, TupleShape, num_leaves
 
 
 class _Problems:
@@ -113,6 +114,17 @@ def _verify_parameters(comp: Computation, problems: _Problems) -> None:
         problems.add(f"{where}: parameter numbers {sorted(set(numbers))} are not 0..n-1")
 
 
+def _sharded_shape(inst: Instruction) -> Shape:
+    """The shape a sharding annotation describes: the result's, except for outfeed, whose sharding
+    (as in XLA) describes its data operand, optionally followed by the token leaf."""
+    if inst.opcode != "outfeed" or not inst.operands or inst.operands[0].shape is None:
+        return inst.shape
+    data = inst.operands[0].shape
+    if inst.sharding.kind == "tuple" and len(inst.sharding.elements) == num_leaves(data) + 1:
+        return TupleShape((data, ArrayShape("token", ())))
+    return data
+
+
 def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
                         members: set[int], defined: set[int], problems: _Problems) -> None:
     where = f"computation {comp.name}, instruction {inst.name}"
@@ -144,6 +156,6 @@ def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
             problems.add(f"computation {comp.name}, {e}")
     if inst.sharding is not None:
         try:
-            inst.sharding.validate(inst.shape, module.num_partitions)
+            inst.sharding.validate(_sharded_shape(inst), module.num_partitions)
         except (GspmdcError, ValueError) as e:
             problems.add(f"{where}: invalid sharding: {e}")

@@ -1,11 +1,15 @@
 """The module verifier: a valid module passes, and each check rejects a module built to break it."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir.attributes import ComputationRef, Ident
 from gspmdc.ir.module import Computation, Module
+from gspmdc.ir.parser import parse_module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.verifier import verify_module
 
@@ -209,3 +213,58 @@ def test_collect_reports_every_problem_and_raise_reports_the_first():
 def test_empty_computation_without_root():
     module = Module("m", [Computation("main", [], None)], "main")
     assert problems(module) == ["computation main: no root instruction"]
+
+
+def test_constant_literal_must_fill_the_shape():
+    module = parse_module("HloModule m\nENTRY e {\n  ROOT c = f32[2,3] constant({{1,2,3},{4,5,6}})\n}")
+    assert problems(module) == []
+    module.entry.root.shape = param("f32[3,2]").shape
+    assert problems(module) == ["computation e, instruction c: literal of shape (2, 3) and type "
+                                "float32 does not fill f32[3,2]"]
+
+
+def test_outfeed_sharding_describes_the_data():
+    text = """HloModule m, num_partitions=2
+ENTRY e {
+  data = (f32[4,2], f32[2]) parameter(0)
+  token = token[] after-all()
+  ROOT out = token[] outfeed(data, token), sharding=%s
+}"""
+    for sharding in ("{{devices=[2,1]0,1}, {replicated}}",
+                     "{{devices=[2,1]0,1}, {replicated}, {maximal device=0}}", "{replicated}"):
+        assert problems(parse_module(text % sharding)) == [], sharding
+    found = problems(parse_module(text % "{devices=[2]0,1}"))
+    assert len(found) == 1 and "invalid sharding" in found[0]
+
+
+# ---- the team's corpora -------------------------------------------------------------------------
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def _corpus(name: str) -> list[tuple[str, str, int | None]]:
+    """(label, HLO text, partition count the case runs with) for every module of a corpus."""
+    if name == "jax-programs":
+        return [(str(p.relative_to(SHARED)), p.read_text(), None)
+                for p in sorted(SHARED.glob("jax-programs/*/*.hlo"))]
+    cases = json.loads((SHARED / "conformance" / f"{name}.json").read_text())["cases"]
+    return [(c["name"], c["hlo"], c.get("num_devices")) for c in cases]
+
+
+@pytest.mark.parametrize("corpus", ["xla-propagation", "xla-partitioner", "jax-programs"])
+def test_every_corpus_module_verifies(corpus):
+    """XLA accepts every module of the corpora (the cases that expect an error expect it from
+    propagation or partitioning, not from the verifier), so gspmdc's verifier must too."""
+    if not SHARED.is_dir():
+        pytest.skip("../shared (the team's corpora) is absent")
+    failures = {}
+    modules = _corpus(corpus)
+    assert modules, f"corpus {corpus} is empty"
+    for label, text, num_devices in modules:
+        module = parse_module(text)
+        if num_devices is not None and module.num_partitions is None:
+            module.attrs["num_partitions"] = num_devices
+        found = verify_module(module, collect=True)
+        if found:
+            failures[label] = found
+    assert not failures, "\n".join(f"{label}: {p}" for label, ps in failures.items() for p in ps)
