@@ -33,7 +33,8 @@ _EQUAL_GROUP_OPS = frozenset({"all-gather", "reduce-scatter", "all-to-all"})
 
 def _module_int(module: Module, name: str, default: int | None) -> int | None:
     value = module.attrs.get(name, default)
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else default
 
 
 def group_size(inst: Instruction, module: Module) -> int | None:

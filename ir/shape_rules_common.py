@@ -237,6 +237,9 @@ def signature(comp: Computation) -> tuple[list[Shape], Shape]:
     """(parameter shapes by parameter number, root shape) of a computation."""
     require(comp.root is not None and comp.root.shape is not None,
             f"computation {comp.name} has no root shape")
+    params = [i for i in comp.instructions if i.opcode == "parameter"]
+    require(all(isinstance(p.parameter_number, int) and p.shape is not None for p in params),
+            f"computation {comp.name} has a parameter without number or shape")
     return [p.shape for p in comp.parameters], comp.root.shape
 
 
