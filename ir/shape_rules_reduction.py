@@ -10,14 +10,15 @@ from __future__ import annotations
 from .module import Instruction, Module
 from .shape_rules_common import (
     attr_bool, attr_int, attr_ints, attr_value, called, check_dimension_list, check_reducer,
-    check_scalar_function, operand_array, operand_scalar, require, require_same_element_type,
-    same_type_ignoring_fp_precision, shape_rule, strip, tuple_or_single, window_output_dims,
+    check_scalar_function, operand_array, operand_scalar, require, shape_rule, strip,
+    tuple_or_single, window_output_dims,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
 
 def _inputs_and_inits(inst: Instruction) -> tuple[list[ArrayShape], list[ArrayShape]]:
-    """The N inputs (one dims) and N scalar init values of a variadic reduce/reduce-window."""
+    """The N inputs (one dims) and N scalar init values of a variadic reduce/reduce-window. Their
+    element types may differ; the reducer relates them (accumulator i has init i's type)."""
     count = len(inst.operands)
     require(count % 2 == 0, f"{inst.opcode} needs N inputs and N init values, "
             f"found {count} operands")
@@ -26,9 +27,6 @@ def _inputs_and_inits(inst: Instruction) -> tuple[list[ArrayShape], list[ArraySh
     inits = [operand_scalar(inst, n + i) for i in range(n)]
     require(len({x.dims for x in inputs}) == 1,
             f"{inst.opcode} inputs must have identical dims, found " + ", ".join(map(str, inputs)))
-    for x, init in zip(inputs, inits):
-        require(same_type_ignoring_fp_precision(x.element_type, init.element_type),
-                f"init value {init} does not match the element type of input {x}")
     return inputs, inits
 
 
@@ -59,16 +57,17 @@ def reduce_window(inst: Instruction, module: Module) -> Shape:
 @shape_rule("select-and-scatter", operands=3)
 def select_and_scatter(inst: Instruction, module: Module) -> Shape:
     """select-and-scatter(operand, source, init): source has the window output dims over the
-    operand; `select` is (T, T) -> pred, `scatter` is (T, T) -> T; the result is the operand's
-    shape."""
+    operand; `select` is (T, T) -> pred over the operand type T, `scatter` a reducer of the source
+    values into init's type; the result is the operand's shape."""
     x, source, init = operand_array(inst, 0), operand_array(inst, 1), operand_scalar(inst, 2)
-    t = require_same_element_type([x, source, init], "operand, source and init value")
     dims = window_output_dims(attr_value(inst, "window"), x.dims, "select-and-scatter")
     require(source.dims == dims, f"source {source} must have the window output dims {list(dims)}")
+    t = x.element_type
     selected = check_scalar_function(called(inst, module, "select"), [t, t], "select")
     require(selected.element_type == "pred",
             f"select computation must return pred[], returns {selected}")
-    check_reducer(called(inst, module, "scatter"), [t], [t], "scatter")
+    check_reducer(called(inst, module, "scatter"), [init.element_type], [source.element_type],
+                  "scatter")
     return strip(x)
 
 

@@ -362,8 +362,11 @@ def test_reduce_single_and_variadic():
     inst = op("reduce", v, i, param("f32[]"), param("s32[]"), dimensions=(1,),
               to_apply=ComputationRef("argmax"))
     assert infer(inst, m2) == "(f32[4], s32[4])"
+    # the accumulator takes the init value's type; floating precisions may differ (XLA)
+    assert infer(op("reduce", param("bf16[4,5,6]"), zero, dimensions=(1,),
+                    to_apply=ComputationRef("add")), m) == "f32[4,6]"
     rejects(op("reduce", x, param("s32[]"), dimensions=(0,), to_apply=ComputationRef("add")),
-            "does not match", m)
+            "reducer add parameter 0 must be a s32", m)
     rejects(op("reduce", v, i, param("f32[]"), param("s32[]"), dimensions=(1,),
                to_apply=ComputationRef("add")), "must take 4 scalar parameters", m)
     rejects(op("reduce", x, zero, dimensions=(3,), to_apply=ComputationRef("add")),
