@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.parsers.lalr_analysis import Shift
 
 from gspmdc.errors import GspmdcError, HloSyntaxError, ShardingError
 
@@ -38,6 +39,7 @@ from .attributes import (
     Literal, PadDim, RawAttr, ReplicaGroups, SliceDim, Window, WindowDim,
 )
 from .literal_text import LiteralTextError, parse_array, parse_values
+from .mesh import Mesh
 from .module import Computation, Instruction, Module
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 from .sharding import HloSharding, ShardGroup
@@ -118,26 +120,46 @@ def _terminal_pattern(lark: Lark, name: str) -> str:
 
 
 def _syntax_problem(e: UnexpectedInput, text: str, lark: Lark) -> _Problem:
-    if isinstance(e, UnexpectedToken):
-        token = e.token
-        if token.type == "$END":
-            end = len(text.rstrip())
-            line = text.count("\n", 0, end) + 1
-            column = end - text.rfind("\n", 0, end)
-            return _Problem(f"expected {_expected_text(e.expected, lark)}, found end of input",
-                            line, column)
-        found = token.value if len(token.value) <= 40 else token.value[:37] + "..."
-        return _Problem(f"expected {_expected_text(e.expected, lark)}, found '{found}'",
-                        token.line, token.column)
+    """The located `expected X, found Y` problem for one of lark's exceptions."""
+    candidates = e.allowed if isinstance(e, UnexpectedCharacters) else e.expected
+    expected = _expected_text(_viable(e.state, candidates), lark)
+    position = e.pos_in_stream
+    if position is not None and text.startswith("/*", position):
+        return _Problem("unterminated /* comment", e.line, e.column)
+    if isinstance(e, UnexpectedToken) and e.token.type != "$END":
+        found = e.token.value if len(e.token.value) <= 40 else e.token.value[:37] + "..."
+        return _Problem(f"expected {expected}, found '{found}'", e.token.line, e.token.column)
     if isinstance(e, UnexpectedCharacters):
-        if text.startswith("/*", e.pos_in_stream):
-            return _Problem("unterminated /* comment", e.line, e.column)
-        found = text[e.pos_in_stream]
+        found = text[position]
         found = "end of line" if found == "\n" else f"'{found}'"
-        return _Problem(f"expected {_expected_text(e.allowed, lark)}, found {found}",
-                        e.line, e.column)
-    return _Problem(f"unexpected end of input, expected {_expected_text(e.expected, lark)}",
-                    *_end_position(text))
+        return _Problem(f"expected {expected}, found {found}", e.line, e.column)
+    return _Problem(f"expected {expected}, found end of input", *_end_position(text))
+
+
+def _viable(parser_state, candidates) -> set[str]:
+    """The candidate terminals the parser would really shift from `parser_state` (LALR's merged
+    states announce lookaheads of other contexts too; this replays the reductions on a copy of
+    the state stack, without callbacks, to keep only the real ones)."""
+    candidates = set(candidates or ())
+    stack = getattr(parser_state, "state_stack", None)
+    if stack is None:
+        return candidates
+    states = parser_state.parse_conf.states
+    viable = set()
+    for terminal in candidates:
+        trial = list(stack)
+        while True:
+            step = states[trial[-1]].get(terminal)
+            if step is None:
+                break
+            action, arg = step
+            if action is Shift:
+                viable.add(terminal)
+                break
+            if arg.expansion:
+                del trial[-len(arg.expansion):]
+            trial.append(states[trial[-1]][arg.origin.name][1])
+    return viable or candidates
 
 
 def _end_position(text: str) -> tuple[int, int]:
@@ -299,7 +321,6 @@ class _Records(Transformer):
         return token, token.value[:-1], value
 
     def mesh_spec(self, children):
-        from .mesh import Mesh
         brace, axes, device_ids = children[0], [], None
         for child in children[1:]:
             if isinstance(child, tuple) and len(child) == 2 and isinstance(child[0], str):

@@ -33,6 +33,7 @@ from .attributes import (
     ReplicaGroups, SliceDim, Window,
 )
 from .literal_text import format_array
+from .mesh import Mesh
 from .module import Computation, Instruction, Module
 from .parser import STACK_FRAME_INDEX
 from .shapes import Shape, TupleShape
@@ -150,16 +151,7 @@ def _quote(value: str) -> str:
 
 
 def _header_value(value: Any) -> str:
-    if isinstance(value, (bool, int, RawAttr, tuple)):
-        return format_attribute("", value)
-    return _mesh(value)
-
-
-def _mesh(mesh) -> str:
-    items = [f"{name}={size}" for name, size in zip(mesh.axis_names, mesh.axis_sizes)]
-    if mesh.device_ids is not None:
-        items.append("devices=[" + ",".join(map(str, mesh.device_ids)) + "]")
-    return "{" + ", ".join(items) + "}"
+    return value.to_text() if isinstance(value, Mesh) else format_attribute("", value)
 
 
 def _window(window: Window) -> str:
