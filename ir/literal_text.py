@@ -102,7 +102,7 @@ def _parse_floats(tokens: np.ndarray, element_type: str) -> np.ndarray:
     except ValueError:
         bad = next(t for t in plain.tolist() if not _is_float(t))
         raise LiteralTextError(f"expected a number, found {bad!r}") from None
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         values = wide.astype(target)
     nan = np.isnan(wide)
     if nan.any():
@@ -195,7 +195,7 @@ def _format_floats(flat: np.ndarray, element_type: str) -> np.ndarray:
     """Shortest round-tripping tokens: numpy's per-dtype shortest repr for f16/f32/f64 (`3.0`
     shortened to `3`), a digit search for bf16 (numpy has no bf16 repr)."""
     bits = flat.view(_float_layout(element_type)[0])
-    nan = np.isnan(flat)
+    nan = _is_nan(bits, element_type)
     if element_type == "bf16":
         text = _shortest_digits(flat, bits, element_type)
     else:
@@ -208,11 +208,19 @@ def _format_floats(flat: np.ndarray, element_type: str) -> np.ndarray:
     return text
 
 
+def _is_nan(bits: np.ndarray, element_type: str) -> np.ndarray:
+    """NaN test on the bit patterns (numpy's isnan warns on bf16 signalling NaNs)."""
+    _, width, mbits = _float_layout(element_type)
+    magnitude = bits.astype(np.uint64) & np.uint64((1 << (width - 1)) - 1)
+    return magnitude > np.uint64(((1 << (width - 1 - mbits)) - 1) << mbits)
+
+
 def _shortest_digits(flat: np.ndarray, bits: np.ndarray, element_type: str) -> np.ndarray:
     """`%.<d>g` with the fewest digits d that parse back to the same bits, per element."""
-    wide = flat.astype(np.float64)
+    todo = ~_is_nan(bits, element_type)
+    with np.errstate(invalid="ignore"):
+        wide = flat.astype(np.float64)
     text = np.empty(flat.size, dtype="<U24")
-    todo = ~np.isnan(wide)
     for digits in range(1, _MAX_DIGITS[element_type] + 1):
         if not todo.any():
             break
