@@ -61,6 +61,7 @@ _SINGLE_KINDS = {"REPLICATED": "replicated", "MANUAL": "manual", "UNKNOWN": "unk
 _ARRAY_SHAPE = re.compile(r"(\w+)\[([^\]]*)\]\s*(?:\{([^{}]*)\})?", re.S)
 _KV_ITEM = re.compile(r'([A-Za-z_][\w.\-]*)=("(?:[^"\\]|\\.)*"|[^\s,{}"=]+)')
 _INT = re.compile(r"-?\d+")
+_NAME = re.compile(r"%?[A-Za-z_][\w.\-]*")
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
@@ -90,8 +91,8 @@ def _error(problem: _Problem, text: str, filename: str) -> HloSyntaxError:
 _TERMINAL_TEXT = {
     "NAME": "a name", "OPCODE": "an opcode", "PARAMETER": "'parameter'", "CONSTANT": "'constant'",
     "ATTR_NAME": "an attribute (name=value)", "ARRAY_SHAPE": "a shape such as f32[8]",
-    "INT": "an integer", "FLOAT": "a number", "STRING": "a quoted string",
-    "QUOTED": "a quoted axis name such as 'x'", "RAW_WORD": "a value",
+    "INT": "an integer", "STRING": "a quoted string",
+    "QUOTED": "a quoted axis name such as 'x'", "WORD": "a value",
     "PAD": "padding such as 0_0x1_1",
     "DXD": "sizes such as 3x3", "DIM_LABELS": "dimension labels such as b01f_01io->b01f",
     "COMMA_DEVICE_IDS": "', device_ids='", "KV_FLAT": "{key=value ...}", "ELIDED": "'{...}'", "ARRAY_LITERAL": "an array literal",
@@ -474,14 +475,12 @@ class _Records(Transformer):
         key, value = children
         if isinstance(value, _Value):
             return key.value[:-1], value.span
-        kind = value.type
-        if kind == "STRING":
+        if value.type == "STRING":
             return key.value[:-1], _unquote(value.value)
-        if kind == "INT":
-            return key.value[:-1], int(value)
-        if kind in ("TRUE", "FALSE"):
-            return key.value[:-1], kind == "TRUE"
-        return key.value[:-1], _Span(value.start_pos, value.end_pos)
+        typed = _word(value.value)
+        if typed is None or isinstance(typed, _Word):
+            return key.value[:-1], _Span(value.start_pos, value.end_pos)
+        return key.value[:-1], typed
 
     # ---- attributes ---------------------------------------------------------------------------
 
@@ -640,33 +639,30 @@ class _Records(Transformer):
 
 
 def _scalar(token: Token):
-    kind = token.type
-    if kind == "INT":
-        return int(token)
-    if kind == "NAME":
-        return _Word(token.value)
-    if kind == "STRING":
-        return _unquote(token.value)
-    if kind in ("TRUE", "FALSE"):
-        return kind == "TRUE"
-    return None     # FLOAT and anything else stays verbatim
+    return _unquote(token.value) if token.type == "STRING" else _word(token.value)
+
+
+def _word(text: str):
+    """The typed value of a bare word: int, bool, a name (`_Word`), or None (kept verbatim)."""
+    if _INT.fullmatch(text):
+        return int(text)
+    if text in ("true", "false"):
+        return text == "true"
+    return _Word(text) if _NAME.fullmatch(text) else None
 
 
 def _brace_list(items: list):
-    """The typed tuple for the inside of `{...}` when it is `a, b, ...` of scalars (ints, bools,
-    bare words) or nested such lists; None when it is anything else."""
+    """The typed tuple for the inside of `{...}` when it is `a, b, ...` of ints, bools and names or
+    nested such lists; None when it is anything else."""
     values = []
     expect_item = True
     for item in items:
         if expect_item:
-            if isinstance(item, _Value):
-                if not isinstance(item.typed, tuple):
-                    return None
-                values.append(item.typed)
-            elif item.type in ("INT", "NAME", "TRUE", "FALSE"):
-                values.append(_scalar(item))
-            else:
+            value = item.typed if isinstance(item, _Value) else \
+                _word(item.value) if item.type == "WORD" else None
+            if value is None:
                 return None
+            values.append(value)
         elif isinstance(item, _Value) or item.type != "COMMA":
             return None
         expect_item = not expect_item
