@@ -18,6 +18,8 @@ inferred f32[8]`.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from gspmdc.errors import GspmdcError, UnsupportedError, VerificationError
 
 from .module import Computation, Instruction, Module
@@ -87,8 +89,8 @@ def _verify_call_graph(module: Module, problems: _Problems) -> None:
 
 def _verify_computation(module: Module, comp: Computation, problems: _Problems) -> None:
     where = f"computation {comp.name}"
-    names = [inst.name for inst in comp.instructions]
-    for name in sorted({n for n in names if names.count(n) > 1}):
+    names = Counter(inst.name for inst in comp.instructions)
+    for name in sorted(n for n, count in names.items() if count > 1):
         problems.add(f"{where}: instruction name {name} is defined more than once")
     members = {id(inst) for inst in comp.instructions}
     if comp.root is None:
@@ -108,7 +110,7 @@ def _verify_parameters(comp: Computation, problems: _Problems) -> None:
     if any(not isinstance(n, int) for n in numbers):
         problems.add(f"{where}: a parameter instruction has no parameter number")
         return
-    for n in sorted({n for n in numbers if numbers.count(n) > 1}):
+    for n in sorted(n for n, count in Counter(numbers).items() if count > 1):
         problems.add(f"{where}: parameter number {n} is used more than once")
     if sorted(set(numbers)) != list(range(len(set(numbers)))):
         problems.add(f"{where}: parameter numbers {sorted(set(numbers))} are not 0..n-1")
