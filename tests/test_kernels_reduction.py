@@ -249,7 +249,8 @@ ge {
 }"""
 
 
-def select_and_scatter_reference(x, source, init, size, stride, low):
+def select_and_scatter_reference(x, source, init, size, stride, low,
+                                 scatter=lambda old, new: old + new):
     out = np.full(x.shape, init, x.dtype)
     for o in itertools.product(*map(range, source.shape)):
         chosen = None
@@ -259,7 +260,7 @@ def select_and_scatter_reference(x, source, init, size, stride, low):
                 if chosen is None or not x[chosen] >= x[pos]:
                     chosen = pos
         if chosen is not None:
-            out[chosen] += source[o]
+            out[chosen] = scatter(out[chosen], source[o])
     return out
 
 
@@ -311,3 +312,25 @@ seven {
   ROOT c = f32[] constant(7)
 }""")
     np.testing.assert_array_equal(run_hlo(text, np.zeros(4, np.float32)), [7, 7, 7, 7])
+
+
+def test_select_and_scatter_applies_an_order_dependent_scatter_window_by_window():
+    """scatter(old, new) = 2 * old + new: repeated selections must combine in window order."""
+    x = RNG.integers(0, 2, (4, 5)).astype(np.float32)
+    source = RNG.integers(1, 4, (4, 5)).astype(np.float32)
+    expected = select_and_scatter_reference(x, source, 1.0, (3, 3), (1, 1), (1, 1),
+                                            scatter=lambda old, new: 2 * old + new)
+    text = module("""
+  p = f32[4,5] parameter(0)
+  s = f32[4,5] parameter(1)
+  c = f32[] constant(1)
+  ROOT r = f32[4,5] select-and-scatter(p, s, c), window={size=3x3 pad=1_1x1_1}, select=ge, scatter=twice_plus""",
+                  GE, """
+twice_plus {
+  old = f32[] parameter(0)
+  new = f32[] parameter(1)
+  two = f32[] constant(2)
+  d = f32[] multiply(old, two)
+  ROOT r = f32[] add(d, new)
+}""")
+    np.testing.assert_array_equal(run_hlo(text, x, source), expected)

@@ -188,18 +188,46 @@ def test_sort_of_an_empty_dimension():
 # --------------------------------------------------------------------------- comparator_keys
 
 def keys_of(less: str):
+    """(key expression, descending, total order) per key; a parameter expression is its number."""
     module = parse_module(f"HloModule m\n{less}\nENTRY main {{\n  ROOT p = f32[] parameter(0)\n}}")
-    return comparator_keys(module.computation("less"))
+    keys = comparator_keys(module.computation("less"))
+    if keys is None:
+        return None
+    return tuple((k.expression.parameter_number if k.expression.opcode == "parameter"
+                  else k.expression.name, k.descending, k.total_order) for k in keys)
 
 
 def test_comparator_keys_recognises_chains_and_rejects_others():
-    assert keys_of(LT) == (SortKey(0, False, False),)
-    assert keys_of(GT_FLIPPED) == (SortKey(0, True, False),)
-    assert keys_of(LEXICOGRAPHIC_SELECT) == (SortKey(0, False, False), SortKey(1, True, False))
-    assert keys_of(LEXICOGRAPHIC_OR) == (SortKey(0, False, False), SortKey(1, True, False))
+    assert keys_of(LT) == ((0, False, False),)
+    assert keys_of(GT_FLIPPED) == ((0, True, False),)
+    assert keys_of(LEXICOGRAPHIC_SELECT) == ((0, False, False), (2, True, False))
+    assert keys_of(LEXICOGRAPHIC_OR) == ((0, False, False), (2, True, False))
     assert keys_of(comparator("  ROOT r = pred[] compare(a0, b0), direction=GT, type=TOTALORDER")) \
-        == (SortKey(0, True, True),)
-    for generic in (NOT_GE, LEXICOGRAPHIC_ARITH, TOPK_COMPARATOR,
+        == ((0, True, True),)
+    # XLA's TopK comparator: an integer image of the float key, descending, then the index
+    assert keys_of(TOPK_COMPARATOR) == (("select", True, False), (2, False, False))
+    for generic in (NOT_GE, LEXICOGRAPHIC_ARITH,
                     comparator("  ROOT r = pred[] compare(a0, a0), direction=LT"),
-                    comparator("  ROOT r = pred[] compare(a0, b1), direction=LT", "f32 f32")):
+                    comparator("  ROOT r = pred[] compare(a0, b1), direction=LT", "f32 f32"),
+                    comparator("""  x = f32[] negate(a0)
+  ROOT r = pred[] compare(x, b0), direction=LT""")):
         assert keys_of(generic) is None
+
+
+SUM_KEY_THEN_SECOND = comparator("""  sa = f32[] add(a0, a1)
+  sb = f32[] add(b0, b1)
+  ne = pred[] compare(sa, sb), direction=NE
+  lt = pred[] compare(sa, sb), direction=LT
+  gt1 = pred[] compare(a1, b1), direction=GT
+  ROOT r = pred[] select(ne, lt, gt1)""", "f32 f32")
+
+
+def test_key_expression_over_two_operands_with_not_equal_tie_break():
+    n = 40
+    x0 = RNG.integers(0, 4, n).astype(np.float32)
+    x1 = RNG.integers(0, 4, n).astype(np.float32)
+    assert keys_of(SUM_KEY_THEN_SECOND) == (("sa", False, False), (2, True, False))
+    s0, s1 = run_hlo(sort_module(SUM_KEY_THEN_SECOND, [f"f32[{n}]", f"f32[{n}]"], 0), x0, x1)
+    expected = stable_order(n, lambda i: (x0[i] + x1[i], -x1[i]))
+    np.testing.assert_array_equal(s0, x0[expected])
+    np.testing.assert_array_equal(s1, x1[expected])

@@ -94,8 +94,9 @@ def _select_and_scatter(inst, args, ctx):
     if source.size == 0:
         return output.reshape(operand.shape)
     size = prod(w.size for w in window)
-    flat_index = np.arange(operand.size, dtype=np.int64).reshape(operand.shape)
-    positions = _window_view(flat_index, np.int64(-1), window).reshape(source.size, size)
+    index_type = np.int32 if operand.size < 2 ** 31 else np.int64
+    flat_index = np.arange(operand.size, dtype=index_type).reshape(operand.shape)
+    positions = _window_view(flat_index, index_type(-1), window).reshape(source.size, size)
     values = _window_view(operand, np.zeros((), operand.dtype), window).reshape(source.size, size)
     chosen, chosen_value = positions[:, 0], values[:, 0]
     for k in range(1, size):
@@ -105,8 +106,8 @@ def _select_and_scatter(inst, args, ctx):
         chosen = np.where(take, candidate, chosen)
         chosen_value = np.where(take, candidate_value, chosen_value)
     found = chosen >= 0
-    output = patterns.accumulate_at(ctx, inst.attrs["scatter"].name, output, chosen[found],
-                                    source.reshape(-1)[found])
+    patterns.accumulate_at(ctx, inst.attrs["scatter"].name, output, chosen[found],
+                           source.reshape(-1)[found])
     return output.reshape(operand.shape)
 
 

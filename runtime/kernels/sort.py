@@ -5,11 +5,12 @@ along `d` by the order `less(x_0[i], x_0[j], x_1[i], x_1[j], ...)` (parameters 2
 operand k's left and right element). The result here is always stable, which satisfies both
 `is_stable=true` and the unstable contract.
 
-Comparators that are lexicographic chains of LT/GT comparisons (`computation_patterns.comparator_keys`)
-become a numpy stable argsort/lexsort of order-preserving integer keys (TOTALORDER; default float
-order with -0 == +0). Any other comparator is applied vectorised inside a bottom-up merge sort:
-each merge pass places every element by a binary search in the neighbouring run, evaluating the
-comparator on all elements at once (O(log^2 n) comparator evaluations in total).
+Comparators that are lexicographic chains of LT/GT comparisons of per-element keys
+(`computation_patterns.comparator_keys`) become a numpy stable argsort/lexsort of the key values
+mapped to order-preserving integers (TOTALORDER; default float order with -0 == +0). Any other
+comparator is applied vectorised inside a bottom-up merge sort: each merge pass places every element
+by a binary search in the neighbouring run, evaluating the comparator on all elements at once
+(O(log^2 n) comparator evaluations in total).
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def _sort(inst, args, ctx):
             keys = ctx.cache[("comparator-keys", name)] = patterns.comparator_keys(
                 ctx.module.computation(name))
         if keys is not None:
-            order = _lexicographic_order(moved, keys)
+            order = _lexicographic_order(
+                [patterns.sort_key_values(ctx, name, key, moved) for key in keys], keys)
         else:
             order = _comparator_order(ctx, name, moved)
         moved = [np.take_along_axis(m, order, axis=-1) for m in moved]
@@ -42,8 +44,8 @@ def _sort(inst, args, ctx):
     return tuple(results) if isinstance(inst.shape, TupleShape) else results[0]
 
 
-def _lexicographic_order(operands: list[np.ndarray], keys) -> np.ndarray:
-    arrays = [_order_key(operands[k.operand], k) for k in keys]
+def _lexicographic_order(values: list[np.ndarray], keys) -> np.ndarray:
+    arrays = [_order_key(v, k) for v, k in zip(values, keys)]
     if len(arrays) == 1:
         return np.argsort(arrays[0], axis=-1, kind="stable")
     return np.lexsort(arrays[::-1], axis=-1)
