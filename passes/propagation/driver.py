@@ -1,0 +1,403 @@
+"""The propagation driver (§3.3): four aggressiveness levels, each a fixpoint of three sweeps per
+computation (shard groups, forward in post order, backward in reverse post order), run as a
+worklist.
+
+Each sweep visits only instructions that are *dirty* for it: initially all, afterwards those whose
+neighbours changed (XLA's `already_inferred_*` sets and `clear_cache`). A sweep walks its dirty
+instructions in order with a heap; an instruction dirtied ahead of the cursor is visited in the
+same sweep, one dirtied behind it waits for the next iteration, exactly as in XLA's repeated
+sweeps, but the cost is proportional to the number of visits, not to the module size times the
+number of iterations. A level ends when an iteration changes nothing.
+
+Termination: every change strictly improves a sharding (§3.4), except where control flow copies a
+sharding between tied instructions; an instruction changing more than `MAX_CHANGES` times in one
+level means two rules disagree forever, and is reported as an error naming it.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
+from gspmdc.ir.sharding import HloSharding
+
+from . import constraints
+from .context import Context, Options, Proposal
+from .control_flow import follow_change, sync_all
+from .graph import ModuleGraph
+from .inference import infer_from_group, infer_from_operands, infer_from_users
+from .opclass import BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, is_barrier, target
+from .preprocess import CSE_PREVENTION, Prepared, insert_root_copy, preprocess
+from .provenance import ANNOTATION, Provenance
+from .sharding_algebra import find_common_sharding, for_shape
+from .while_devices import assign_while_devices
+
+MAX_CHANGES = 64
+LEVELS = (0, 1, 2, 3)
+_KINDS = ("group", "forward", "backward")
+
+
+class PropagationError(GspmdcError):
+    """Propagation cannot complete (conflicting device assignments, no fixpoint)."""
+
+
+@dataclass(frozen=True)
+class PropagationOptions:
+    """XLA's ShardingPropagation options. `propagate_to_output` / `propagate_to_parameters`: one
+    flag for all, or one per output tuple element / entry parameter."""
+
+    is_spmd: bool = True
+    propagate_to_output: tuple[bool, ...] = (False,)
+    propagate_to_parameters: tuple[bool, ...] = (False,)
+    cse_prevention_only: bool = False
+    execution_threads: tuple[str, ...] | None = None
+    record_origins: bool = True
+
+
+class Driver:
+    def __init__(self, module: Module, options: PropagationOptions):
+        self.module = module
+        self.options = options
+        self.graph = ModuleGraph(module, options.execution_threads)
+        self.provenance = Provenance()
+        self.rule_options = Options(options.is_spmd, any(options.propagate_to_output),
+                                    any(options.propagate_to_parameters),
+                                    options.execution_threads)
+        self.prep = Prepared()
+        self.fixed: set[Instruction] = set()
+        self.dirty: dict[str, dict[str, set[Instruction]]] = {}
+        self.positions: dict[tuple[str, str], dict[Instruction, int]] = {}
+        self.orders: dict[str, list[Instruction]] = {}
+        self.active: tuple[str, str] | None = None
+        self.cursor = -1
+        self.heap: list[int] = []
+        self.level = 0
+        self.changes: dict[Instruction, int] = {}
+        self.structural_change = False
+
+    # ---- entry point ------------------------------------------------------------------------
+
+    def run(self) -> bool:
+        """Propagate in place; returns whether anything changed."""
+        original = {i: i.sharding for c in self.module.computations.values() for i in c.instructions}
+        for inst, s in original.items():
+            if s is not None:
+                self.provenance.record(self._key(inst), s, ANNOTATION)
+        self.prep = preprocess(self.module, self.graph,
+                               cse_prevention_only=self.options.cse_prevention_only)
+        self.structural_change = bool(self.prep.converted)
+        for inst, s in original.items():
+            if s is not None and inst.sharding is None:
+                self.provenance.forget(self._key(inst))
+        for operand, constraint in self.prep.pushed:
+            self._record(operand, "constraint", "Sharding", (constraint,))
+        for comp in self.graph.computations:
+            for inst in comp.instructions:
+                if inst.opcode == "while":
+                    for changed, source in assign_while_devices(self.graph, inst):
+                        self._record(changed, "control flow", "device of channel op", (source,))
+        for member, source in sync_all(self.graph):
+            self._record(member, "control flow", "tied through called computation", (source,))
+        self._fix_provided()
+        for level in LEVELS:
+            self._fixpoint(level, groups=True)
+        if self.prep.shard_as:
+            self._align_shard_as()
+            self._fixpoint(LEVELS[-1], groups=False)
+        self._remove_barriers()
+        self._finalize_entry()
+        if self.prep.cse_originals is not None:
+            self._restore_for_cse()
+        changed = self.structural_change
+        for inst, s in original.items():
+            if inst.sharding == s and s is not None:
+                inst.sharding = s          # keep the user's object (and its metadata)
+            elif inst.sharding != s:
+                changed = True
+        if self.options.record_origins:
+            self.provenance.write_attributes(self.module)
+        self.module.provenance = self.provenance
+        return changed
+
+    # ---- set-up -----------------------------------------------------------------------------
+
+    def _fix_provided(self) -> None:
+        """Instructions with a sharding keep it; so do the entry root and parameters unless
+        propagation into them is allowed."""
+        self.fixed = {i for c in self.graph.computations for i in c.instructions
+                      if i.sharding is not None}
+        entry = self.module.entry
+        if self.rule_options.to_output:
+            self.fixed.discard(entry.root)
+        else:
+            if entry.root.opcode == "while":
+                copy = insert_root_copy(self.module, self.graph)
+                self.structural_change = True
+                if copy.sharding is not None:
+                    self._record(copy, "control flow", "copy of the root loop", (copy.operands[0],))
+            self.fixed.add(entry.root)
+        params = entry.parameters
+        if self.rule_options.to_parameters:
+            self.fixed.difference_update(params)
+        else:
+            self.fixed.update(params)
+
+    # ---- the fixpoint -----------------------------------------------------------------------
+
+    def _fixpoint(self, level: int, groups: bool) -> None:
+        self.level = level
+        self.changes = {}
+        ctx = Context(self.graph, self.rule_options, level)
+        members = set(self.prep.group_of)
+        self.dirty = {"group": {}, "forward": {}, "backward": {}}
+        for comp in self.graph.computations:
+            order = self.graph.post_order(comp)
+            self.positions[("forward", comp.name)] = {i: k for k, i in enumerate(order)}
+            self.positions[("group", comp.name)] = self.positions[("forward", comp.name)]
+            self.positions[("backward", comp.name)] = {i: len(order) - 1 - k
+                                                       for k, i in enumerate(order)}
+            self.orders[comp.name] = order
+            self.dirty["forward"][comp.name] = set(order)
+            self.dirty["backward"][comp.name] = set(order)
+            if groups:
+                self.dirty["group"][comp.name] = {i for i in order if i in members}
+        while True:
+            changed = False
+            for comp in self.graph.computations:
+                for kind in _KINDS:
+                    changed |= self._sweep(ctx, comp.name, kind)
+            if not changed:
+                return
+
+    def _sweep(self, ctx: Context, comp: str, kind: str) -> bool:
+        dirty = self.dirty[kind].get(comp)
+        if not dirty:
+            return False
+        order = self.orders[comp]
+        positions = self.positions[(kind, comp)]
+        self.heap = sorted(positions[i] for i in dirty)
+        self.active, self.cursor = (kind, comp), -1
+        changed = False
+        try:
+            while self.heap:
+                p = heapq.heappop(self.heap)
+                inst = order[p] if kind != "backward" else order[len(order) - 1 - p]
+                if inst not in dirty:
+                    continue
+                self.cursor = p
+                changed |= self._visit(ctx, inst, kind, dirty)
+        finally:
+            self.active = None
+        return changed
+
+    def _visit(self, ctx: Context, inst: Instruction, kind: str, dirty: set[Instruction]) -> bool:
+        if kind == "backward" and target(inst) in (FULL_TO_SHARD, SHARD_TO_FULL):
+            self._mark(inst.operands[0], "backward")
+        if kind == "group" and inst not in self.prep.group_of:
+            dirty.discard(inst)
+            return False
+        if inst in self.fixed:
+            return self._refine_fixed(ctx, inst, kind, dirty)
+        dirty.discard(inst)
+        if kind == "group":
+            proposal = infer_from_group(ctx, inst, self.prep.group_members(inst))
+        elif kind == "forward":
+            proposal = infer_from_operands(ctx, inst)
+        else:
+            proposal = infer_from_users(ctx, inst)
+        if proposal is None:
+            return False
+        self._apply(inst, proposal, {"group": "shard group"}.get(kind, kind))
+        for changed, source in follow_change(self.graph, inst, self.fixed):
+            self._count(changed)
+            self._record(changed, "control flow", "tied through called computation", (source,))
+            self._clear_cache(changed)
+        self._clear_cache(inst)
+        return True
+
+    def _refine_fixed(self, ctx: Context, inst: Instruction, kind: str,
+                      dirty: set[Instruction]) -> bool:
+        """A fixed instruction changes only by refining its unspecified dims (levels >= 1)."""
+        unspec = self.prep.unspecified.get(inst)
+        if unspec is None or not ctx.may_combine:
+            dirty.discard(inst)
+            return False
+        if kind == "group":
+            proposal = constraints.from_group(ctx, inst, unspec, self.prep.group_members(inst))
+        elif kind == "forward":
+            proposal = constraints.from_operand(ctx, inst, unspec)
+        else:
+            proposal = constraints.from_users(ctx, inst, unspec)
+        if proposal is None:
+            return False
+        dirty.discard(inst)
+        self._apply(inst, proposal, "refined")
+        self._clear_cache(inst)
+        return True
+
+    # ---- bookkeeping ------------------------------------------------------------------------
+
+    def _key(self, inst: Instruction) -> tuple[str, str]:
+        return (self.graph.computation_of[inst].name, inst.name)
+
+    def _record(self, inst: Instruction, how: str, rule: str, sources=(), level=None) -> None:
+        self.provenance.record(self._key(inst), inst.sharding, how, rule,
+                               tuple(self._key(s) for s in sources), level)
+
+    def _count(self, inst: Instruction) -> None:
+        count = self.changes.get(inst, 0) + 1
+        self.changes[inst] = count
+        if count > MAX_CHANGES:
+            steps = self.provenance.history.get(self._key(inst), [])
+            recent = ", ".join(s.sharding.to_text(False) for s in steps[-2:] if s.sharding)
+            raise PropagationError(
+                f"sharding propagation does not converge: {inst.name} changed {count} times at "
+                f"level {self.level}, alternating between {recent}")
+
+    def _apply(self, inst: Instruction, proposal: Proposal, how: str) -> None:
+        inst.sharding = for_shape(proposal.sharding, inst.shape)
+        self._count(inst)
+        self._record(inst, how, proposal.rule, proposal.sources, self.level)
+
+    def _mark(self, inst: Instruction, kind: str) -> None:
+        comp = self.graph.computation_of.get(inst)
+        sets = self.dirty.get(kind, {})
+        if comp is None or comp.name not in sets or (kind == "group" and
+                                                     inst not in self.prep.group_of):
+            return
+        dirty = sets[comp.name]
+        if inst in dirty:
+            return
+        dirty.add(inst)
+        if self.active == (kind, comp.name):
+            p = self.positions[(kind, comp.name)][inst]
+            if p > self.cursor:
+                heapq.heappush(self.heap, p)
+
+    def _clear_cache(self, inst: Instruction) -> None:
+        """XLA's clear_cache: operands are re-examined backward, users (and the parameters of
+        computations they call) forward, shard-group members by the group sweep."""
+        for op in inst.operands:
+            self._mark(op, "backward")
+        for user in self.graph.users.get(inst, ()):
+            self._mark(user, "forward")
+            for name in user.called_computation_names():
+                for param in self.module.computations[name].parameters:
+                    self._mark(param, "forward")
+        for member in self.prep.group_members(inst):
+            if member is not inst:
+                self._mark(member, "group")
+
+    # ---- after the levels -------------------------------------------------------------------
+
+    def _align_shard_as(self) -> None:
+        """Give every member of a shard_as group the group's common sharding."""
+        for members in self.prep.shard_as.values():
+            shardings = [m.sharding for m in members if m.sharding is not None]
+            default = next((m.sharding for m in members if m.sharding is not None
+                            and target(m) != BARRIER_FROM), HloSharding.replicate())
+            common = find_common_sharding(shardings, default) if shardings else default
+            for m in members:
+                if target(m) == BARRIER_TO:
+                    continue
+                if m.sharding != common:
+                    m.sharding = for_shape(common, m.shape)
+                    self._record(m, "shard group", "shard_as alignment", tuple(
+                        o for o in members if o is not m and o.sharding == common)[:1])
+            for m in members:
+                if target(m) == BARRIER_FROM and m.operands[0].sharding is None:
+                    m.operands[0].sharding = m.sharding
+                    self._record(m.operands[0], "shard group", "shard barrier relay", (m,))
+
+    def _remove_barriers(self) -> None:
+        for comp in self.graph.computations:
+            for inst in list(comp.instructions):
+                if is_barrier(inst):
+                    self.provenance.forget(self._key(inst))
+                    self.graph.remove(inst)
+                    self.structural_change = True
+
+    def _flags(self, flags: tuple[bool, ...], count: int) -> list[bool]:
+        return list(flags) * count if len(flags) == 1 else list(flags)
+
+    def _finalize_entry(self) -> None:
+        """Restore entry root / parameter shardings where propagation into them was not allowed,
+        and replicate those it was allowed to set but that do not divide their dims evenly."""
+        entry = self.module.entry
+        root = entry.root
+        if self.rule_options.to_output and root.sharding is not None:
+            count = len(root.shape.elements) if isinstance(root.shape, TupleShape) else 1
+            allowed = self._flags(self.options.propagate_to_output, count)
+            saved = self.prep.saved_root
+            if isinstance(root.shape, TupleShape) and len(allowed) == count:
+                leaves = list(root.sharding.elements)
+                for i in range(min(count, len(leaves))):
+                    if not allowed[i] and i < len(saved) and saved[i] is not None:
+                        leaves[i] = saved[i]
+                    elif allowed[i] and not _even(root.shape.elements[i], leaves[i]):
+                        leaves[i] = HloSharding.replicate()
+                self._settle(root, HloSharding.tuple(leaves))
+            elif not isinstance(root.shape, TupleShape) and not _even(root.shape, root.sharding):
+                self._settle(root, HloSharding.replicate())
+        if not self.rule_options.to_parameters:
+            return
+        params = entry.parameters
+        allowed = self._flags(self.options.propagate_to_parameters, len(params))
+        saved = self.prep.saved_parameters
+        if len(allowed) == len(params):
+            for p, ok in zip(params, allowed):
+                if not ok:
+                    self._settle(p, saved.get(p.parameter_number))
+                elif p.sharding is not None and not _even(p.shape, p.sharding):
+                    self._settle(p, HloSharding.replicate())
+        elif len(params) == 1 and isinstance(params[0].shape, TupleShape) and \
+                len(allowed) == len(params[0].shape.elements) and params[0].sharding is not None:
+            p = params[0]
+            leaves = list(p.sharding.elements)
+            before = saved.get(0)
+            for i, ok in enumerate(allowed):
+                if not ok and before is not None:
+                    leaves[i] = for_shape(before, p.shape).elements[i]
+            self._settle(p, HloSharding.tuple(leaves))
+
+    def _settle(self, inst: Instruction, sharding: HloSharding | None) -> None:
+        if inst.sharding == sharding:
+            return
+        inst.sharding = sharding
+        if sharding is None:
+            self.provenance.forget(self._key(inst))
+        else:
+            self._record(inst, "finalize", "entry output/parameter policy")
+
+    def _restore_for_cse(self) -> None:
+        """`cse_prevention_only`: keep propagated shardings only on broadcasts of scalars (marked
+        as CSE prevention), restore every other original sharding."""
+        originals = self.prep.cse_originals
+        marker = KeyValueList((("op_name", CSE_PREVENTION),))
+        for comp in self.graph.computations:
+            for inst in comp.instructions:
+                if inst.sharding is None:
+                    continue
+                if inst.opcode == "broadcast" and inst.operands[0].shape.rank == 0:
+                    if inst not in originals:
+                        inst.sharding = inst.sharding.with_metadata((marker,))
+                    continue
+                inst.sharding = originals.get(inst)
+                if inst.sharding is None:
+                    self.provenance.forget(self._key(inst))
+
+
+def _even(shape: Shape, s: HloSharding) -> bool:
+    """Every tiled dim divides evenly (tuples: every leaf)."""
+    if s.is_tuple:
+        return all(_even(leaf_shape, leaf) for leaf_shape, leaf in zip(shape.leaves(), s.elements))
+    if not s.is_tiled or not isinstance(shape, ArrayShape):
+        return True
+    return all(d % t == 0 for d, t in zip(shape.dims, s.tile_counts))
+
+
+def propagate_module(module: Module, options: PropagationOptions) -> bool:
+    return Driver(module, options).run()

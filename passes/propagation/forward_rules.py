@@ -1,0 +1,482 @@
+"""Forward rules: the sharding an instruction takes from its operands (§3.6, XLA's
+InferShardingFromOperands). `FORWARD_RULES` maps an opcode to its rule; opcodes without an entry
+use `default_rule` (elementwise merging, else the representative operand). The driver has already
+applied the checks common to every opcode (level participation, manual flow, whether the
+instruction may be sharded at all) before a rule runs.
+
+A rule returns a `Proposal` (the instruction's new sharding) or None.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.sharding import HloSharding
+
+from .backward_rules import lookahead_sharding
+from .context import Accumulator, Context, Proposal
+from .contraction import (
+    ContractionDims, conv_spatial_partitions, convolution_dims, dot_dims, is_kernel_small,
+    lhs_aligned_output, output_candidate,
+)
+from .graph import branch_computations
+from .indexing import (
+    IndexedOp, along, gather_view, operand_from_result, result_from_indices, result_from_operand,
+    scatter_operand_count, scatter_view,
+)
+from .opclass import BARRIER_FROM, BARRIER_TO, is_elementwise, representative_operand, target
+from .sharding_algebra import (
+    for_shape, improved_sharding, is_more_specific, is_spatially_partitioned, is_subtiling_or_equal,
+    merge_sharding, propagate_through_reshape, single_tuple,
+)
+
+ForwardRule = Callable[[Context, Instruction], "Proposal | None"]
+FORWARD_RULES: dict[str, ForwardRule] = {}
+
+
+def forward(*opcodes: str):
+    def register(fn: ForwardRule) -> ForwardRule:
+        for opcode in opcodes:
+            FORWARD_RULES[opcode] = fn
+        return fn
+    return register
+
+
+def _partitioned(inst: Instruction) -> bool:
+    return is_spatially_partitioned(inst.sharding)
+
+
+def _follow(ctx: Context, inst: Instruction, source: Instruction, candidate: HloSharding,
+            rule: str, aggressive: bool | None = None) -> Proposal | None:
+    """Improve `inst` with one candidate coming from `source`."""
+    acc = ctx.accumulate(inst)
+    acc.improve(candidate, source,
+                aggressive=ctx.single_consumer(inst) if aggressive is None else aggressive)
+    return acc.result(rule)
+
+
+# ---- structural ----------------------------------------------------------------------------
+
+@forward("get-tuple-element")
+def _get_tuple_element(ctx: Context, inst: Instruction) -> Proposal | None:
+    """The operand's sub-sharding at the index (a manual one is taken as is)."""
+    op = inst.operands[0]
+    if not _partitioned(op):
+        return None
+    sub = for_shape(op.sharding, op.shape).subsharding(op.shape, (inst.attrs["index"],))
+    if sub.is_manual:
+        acc = ctx.accumulate(inst)
+        acc.set(sub, op)
+        return acc.result("get-tuple-element")
+    return _follow(ctx, inst, op, sub, "get-tuple-element")
+
+
+@forward("tuple")
+def _tuple(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Leaf-wise: a leaf takes its operand's sharding when the tuple had none yet or when the
+    operand's is more specific."""
+    if not any(_partitioned(op) for op in inst.operands):
+        return None
+    had = inst.sharding is not None
+    leaves = list(inst.sharding.elements) if had else \
+        [HloSharding.replicate()] * sum(1 for _ in inst.shape.leaves())
+    sources: list[Instruction] = []
+    start = 0
+    for op in inst.operands:
+        op_leaves = list(for_shape(op.sharding, op.shape).leaves()) if op.sharding is not None else []
+        for j, leaf in enumerate(op_leaves):
+            if not had or is_more_specific(leaf, leaves[start + j]):
+                leaves[start + j] = leaf
+                if op not in sources:
+                    sources.append(op)
+        start += sum(1 for _ in op.shape.leaves())
+    new = HloSharding.tuple(leaves)
+    if had and new == inst.sharding:
+        return None
+    return Proposal(new, "tuple", tuple(sources))
+
+
+@forward("while")
+def _while(ctx: Context, inst: Instruction) -> Proposal | None:
+    """The loop operand's sharding merged into the loop's current one."""
+    op = inst.operands[0]
+    if op.sharding is None:
+        return None
+    candidate = for_shape(op.sharding, op.shape)
+    if inst.sharding is not None:
+        _, candidate = merge_sharding(inst.sharding, candidate, ctx.may_combine)
+    acc = ctx.accumulate(inst)
+    acc.improve(candidate, op)
+    return acc.result("while")
+
+
+@forward("parameter")
+def _parameter(ctx: Context, inst: Instruction) -> Proposal | None:
+    """A branch or callee parameter follows the caller's corresponding operand."""
+    comp = ctx.graph.computation_of[inst]
+    caller = ctx.graph.caller.get(comp.name)
+    if caller is None:
+        return None
+    if caller.opcode == "conditional":
+        operand = caller.operands[branch_computations(caller).index(comp.name) + 1]
+    elif caller.opcode == "call":
+        operand = caller.operands[inst.parameter_number]
+    else:
+        return None
+    if operand.sharding is None:
+        return None
+    acc = ctx.accumulate(inst)
+    acc.improve(operand.sharding, operand)
+    return acc.result("caller operand")
+
+
+@forward("custom-call")
+def _custom_call(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Shard barriers: a barrier-from takes nothing from its operand, a barrier-to everything;
+    pass-through calls follow operand 0."""
+    name = target(inst)
+    if name == BARRIER_FROM:
+        return None
+    op = inst.operands[0] if name == BARRIER_TO else representative_operand(inst)
+    if op is None or not _partitioned(op):
+        return None
+    return _follow(ctx, inst, op, op.sharding, name or "custom-call")
+
+
+# ---- layout-changing ops -------------------------------------------------------------------
+
+@forward("transpose")
+def _transpose(ctx: Context, inst: Instruction) -> Proposal | None:
+    op = inst.operands[0]
+    if not _partitioned(op):
+        return None
+    return _follow(ctx, inst, op, ops.transpose(op.sharding, inst.attrs["dimensions"]), "transpose")
+
+
+@forward("reshape")
+def _reshape(ctx: Context, inst: Instruction) -> Proposal | None:
+    op = inst.operands[0]
+    if not _partitioned(op):
+        return None
+    candidate = propagate_through_reshape(op.shape.dims, inst.shape.dims, op.sharding)
+    return _follow(ctx, inst, op, candidate, "reshape")
+
+
+@forward("reverse")
+def _reverse(ctx: Context, inst: Instruction) -> Proposal | None:
+    op = inst.operands[0]
+    if not _partitioned(op):
+        return None
+    return _follow(ctx, inst, op, ops.reverse(op.sharding, inst.attrs["dimensions"]), "reverse")
+
+
+@forward("broadcast")
+def _broadcast(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Level 3 only: operand dim k's tiles go to output dim `dimensions[k]`, new dims get 1."""
+    op = inst.operands[0]
+    s = op.sharding
+    if ctx.level < 3 or not _partitioned(op) or not s.is_tiled:
+        return None
+    counts = [1] * inst.shape.rank
+    for k, d in enumerate(inst.attrs["dimensions"]):
+        counts[d] = s.tile_counts[k]
+    ta = s.tile_assignment
+    candidate = HloSharding.tiled(ta.reshape(counts + list(ta.dims[s.data_rank:])), s.subgroup_types)
+    return _follow(ctx, inst, op, candidate, "broadcast")
+
+
+@forward("reduce")
+def _reduce(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Per input: manual stays manual, replicated stays replicated, otherwise the reduced dims are
+    replicated and removed (non-SPMD: reducing a sharded dim gives replicated). Every output of a
+    variadic reduce gets the same sharding."""
+    inputs = inst.operands[:len(inst.operands) // 2]
+    dims = inst.attrs["dimensions"]
+    acc = ctx.accumulate(inst)
+    aggressive = ctx.single_consumer(inst)
+    replicated = single_tuple(inst.shape, HloSharding.replicate())
+    for k, op in enumerate(inputs):
+        s = op.sharding
+        if not is_spatially_partitioned(s):
+            continue
+        if s.is_manual:
+            acc.improve_leaf(k, s, op)
+        elif s.is_replicated or (not ctx.is_spmd and any(s.tile_counts[d] > 1 for d in dims)):
+            acc.improve(replicated, op, aggressive=aggressive)
+        else:
+            kept = ops.partially_replicate_on_dims(s, dims)
+            candidate = replicated if kept.is_replicated else \
+                single_tuple(inst.shape, ops.remove_dims(kept, dims))
+            acc.improve(candidate, op, aggressive=aggressive)
+    return acc.result("reduce")
+
+
+@forward("reduce-window")
+def _reduce_window(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Each input's sharding (skipped with base or window dilation)."""
+    if any(d.base_dilation > 1 or d.window_dilation > 1 for d in inst.attrs["window"].dims):
+        return None
+    acc = ctx.accumulate(inst)
+    for op in inst.operands[:len(inst.operands) // 2]:
+        if _partitioned(op):
+            acc.improve(single_tuple(inst.shape, op.sharding), op,
+                        aggressive=ctx.single_consumer(inst))
+    return acc.result("reduce-window")
+
+
+@forward("select-and-scatter")
+def _select_and_scatter(ctx: Context, inst: Instruction) -> Proposal | None:
+    op = inst.operands[0]
+    if not _partitioned(op) or any(d.base_dilation > 1 for d in inst.attrs["window"].dims):
+        return None
+    return _follow(ctx, inst, op, op.sharding, "select-and-scatter")
+
+
+@forward("sort")
+def _sort(ctx: Context, inst: Instruction) -> Proposal | None:
+    """The representative operand's sharding on every output; tiles on the sort dim move to the
+    first other dim that can absorb them, else nothing propagates."""
+    op = representative_operand(inst)
+    if op is None or not _partitioned(op):
+        return None
+    s = op.sharding
+    dim = inst.attrs["dimensions"][0]
+    if s.is_tiled and s.tile_counts[dim] != 1:
+        dims = op.shape.dims
+        into = next((d for d in range(len(dims))
+                     if d != dim and dims[d] % (s.tile_counts[dim] * s.tile_counts[d]) == 0), None)
+        if into is None:
+            return None
+        s = ops.move_and_merge(s, dim, into)
+    return _follow(ctx, inst, op, single_tuple(inst.shape, s), "sort")
+
+
+@forward("concatenate")
+def _concatenate(ctx: Context, inst: Instruction) -> Proposal | None:
+    """The representative operand's sharding; at level 0 only for stacked layers (every operand a
+    tiled reshape of a parameter or tuple element, not tiled on the concat dim)."""
+    op = representative_operand(inst)
+    if op is None or not _partitioned(op):
+        return None
+    if ctx.level == 0:
+        dim = inst.attrs["dimensions"][0]
+        for c in inst.operands:
+            s = c.sharding
+            if s is None or not s.is_tiled or s.num_tiles <= 1 or c.opcode != "reshape" or \
+                    c.operands[0].opcode not in ("parameter", "get-tuple-element") or \
+                    s.tile_counts[dim] > 1:
+                return None
+    return _follow(ctx, inst, op, op.sharding, "concatenate", aggressive=False)
+
+
+@forward("dynamic-slice", "dynamic-update-slice")
+def _dynamic_slice(ctx: Context, inst: Instruction) -> Proposal | None:
+    """The sliced value's sharding (dynamic-slice operand, update of a dynamic-update-slice) with
+    the sliced dims replicated; a dynamic-update-slice otherwise follows its operand 0."""
+    is_update = inst.opcode == "dynamic-update-slice"
+    acc = ctx.accumulate(inst)
+    sliced_value = inst.operands[1 if is_update else 0]
+    aggressive = ctx.single_consumer(inst)
+    if _partitioned(sliced_value):
+        s = sliced_value.sharding
+        if s.is_replicated:
+            candidate = s
+        else:
+            sliced = [d for d in range(inst.shape.rank)
+                      if inst.shape.dims[d] != sliced_value.shape.dims[d]]
+            candidate = ops.partially_replicate_on_dims(s, sliced) if s.is_tiled else s
+        if acc.improve(candidate, sliced_value, aggressive=aggressive):
+            return acc.result(inst.opcode)
+    if is_update and _partitioned(inst.operands[0]):
+        acc.improve(inst.operands[0].sharding, inst.operands[0])
+    return acc.result(inst.opcode)
+
+
+# ---- contractions --------------------------------------------------------------------------
+
+def _contraction(ctx: Context, inst: Instruction, dims: ContractionDims, rule: str) -> Proposal | None:
+    """XLA's InferDotShardingFromOperands: each sharded operand suggests an output sharding; with
+    two, the one a lookahead user sharding sub-tiles (else the bigger operand's) is set first and
+    the other merged into it."""
+    operands = inst.operands
+    improved: list[HloSharding | None] = []
+    for k, op in enumerate(operands[:2]):
+        if not _partitioned(op):
+            improved.append(None)
+            continue
+        candidate = output_candidate(dims, k, op.sharding, op.shape.rank, inst.shape.rank)
+        improved.append(improved_sharding(candidate, inst.sharding, inst.shape,
+                                          may_combine=ctx.may_combine))
+    first, second = improved
+    if first is None and second is None:
+        return None
+    if second is None:
+        return Proposal(first, rule, (operands[0],))
+    if first is None:
+        return Proposal(second, rule, (operands[1],))
+    order = [(first, operands[0]), (second, operands[1])]
+    decided = False
+    look = lookahead_sharding(ctx, inst)
+    if look is not None:
+        first_sub = is_subtiling_or_equal(inst.shape.dims, look, first)
+        second_sub = is_subtiling_or_equal(inst.shape.dims, look, second)
+        if first_sub != second_sub:
+            decided = True
+            if second_sub:
+                order.reverse()
+    if not decided and operands[0].shape.byte_size < operands[1].shape.byte_size:
+        order.reverse()
+    (primary, primary_op), (secondary, secondary_op) = order
+    merged = improved_sharding(secondary, primary, inst.shape, may_combine=ctx.may_combine)
+    if merged is None:
+        return Proposal(primary, rule, (primary_op,))
+    return Proposal(merged, rule, (primary_op, secondary_op))
+
+
+@forward("dot")
+def _dot(ctx: Context, inst: Instruction) -> Proposal | None:
+    return _contraction(ctx, inst, dot_dims(inst), "dot")
+
+
+@forward("convolution")
+def _convolution(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Dot-like convolutions use the dot rule. Otherwise only the lhs drives the output: with a
+    small kernel the output follows the lhs dim for dim (unless the feature dim is sharded),
+    with a large one only the batch dim's tiling is kept."""
+    dims = convolution_dims(inst)
+    lhs, rhs = inst.operands
+    groups = inst.attrs.get("feature_group_count", 1) * inst.attrs.get("batch_group_count", 1)
+    if not dims.conv_spatial or (conv_spatial_partitions(dims, 0, lhs.sharding) == 1 and
+                                 conv_spatial_partitions(dims, 1, rhs.sharding) == 1 and
+                                 groups == 1):
+        return _contraction(ctx, inst, dims, "convolution")
+    if not _partitioned(lhs):
+        return None
+    s = lhs.sharding
+    labels = inst.attrs["dim_labels"]
+    if s.is_tile_maximal:
+        candidate = s
+    elif is_kernel_small(inst):
+        if s.tile_counts[labels.lhs_feature] > 1:
+            return None
+        candidate = lhs_aligned_output(inst, s)
+    else:
+        candidate = ops.replicate_all_except(s, [labels.lhs_batch])
+    return _follow(ctx, inst, lhs, candidate, "convolution", aggressive=False)
+
+
+# ---- gather / scatter ----------------------------------------------------------------------
+
+def _gather_parallel(acc: Accumulator, view: IndexedOp, pairs: list[tuple[int, int]],
+                     operand: Instruction, indices: Instruction) -> None:
+    out = [view.result_dim_of_index_dim(i) for _, i in pairs]
+    if _partitioned(operand):
+        acc.improve(along(operand.sharding, [o for o, _ in pairs], out, view.result_rank), operand)
+    if _partitioned(indices):
+        acc.improve(along(indices.sharding, [i for _, i in pairs], out, view.result_rank), indices)
+
+
+@forward("gather")
+def _gather(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Explicit batch dims, then index passthrough, then (SPMD) implicit parallel dims and the
+    operand passthrough dims, each applied with improve."""
+    view = gather_view(inst)
+    operand, indices = inst.operands
+    acc = ctx.accumulate(inst)
+    if view.operand_batching:
+        _gather_parallel(acc, view, view.explicit_parallel(), operand, indices)
+    if _partitioned(indices):
+        acc.improve(result_from_indices(indices.sharding, view, indices.shape.rank), indices)
+    if ctx.is_spmd:
+        implicit = view.implicit_parallel(indices)
+        if implicit:
+            _gather_parallel(acc, view, implicit, operand, indices)
+        if _partitioned(operand):
+            s = operand.sharding
+            if s.is_tiled:
+                s = ops.partially_replicate_on_dims(s, [o for o, _ in implicit])
+            candidate = result_from_operand(s, view)
+            if not (s.is_tiled and candidate.is_tile_maximal):
+                acc.improve(candidate, operand)
+    return acc.result("gather")
+
+
+def _scatter_parallel(acc: Accumulator, view: IndexedOp, pairs: list[tuple[int, int]],
+                      inst: Instruction) -> None:
+    n = scatter_operand_count(inst)
+    operands, indices, updates = inst.operands[:n], inst.operands[n], inst.operands[n + 1:]
+    operand_dims = [o for o, _ in pairs]
+    index_dims = [i for _, i in pairs]
+    update_dims = [view.result_dim_of_index_dim(i) for i in index_dims]
+    rank = len(view.operand_dims)
+    for k, op in enumerate(operands):
+        if _partitioned(op):
+            acc.improve_leaf(k, along(op.sharding, operand_dims, operand_dims, rank), op)
+    if _partitioned(indices):
+        candidate = along(indices.sharding, index_dims, operand_dims, rank)
+        for k in range(n):
+            acc.improve_leaf(k, candidate, indices)
+    for k, update in enumerate(updates):
+        if _partitioned(update):
+            acc.improve_leaf(k, along(update.sharding, update_dims, operand_dims, rank), update)
+
+
+@forward("scatter")
+def _scatter(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Each output takes its operand's sharding, then parallel-dim candidates from operands,
+    indices and updates, then each update's passthrough dims; non-SPMD: replicated."""
+    n = scatter_operand_count(inst)
+    operands, indices, updates = inst.operands[:n], inst.operands[n], inst.operands[n + 1:]
+    acc = ctx.accumulate(inst)
+    if not ctx.is_spmd:
+        for k in range(n):
+            acc.improve_leaf(k, HloSharding.replicate())
+        return acc.result("scatter")
+    for k, op in enumerate(operands):
+        if _partitioned(op):
+            acc.improve_leaf(k, op.sharding, op)
+    if not _partitioned(indices) and not any(_partitioned(u) for u in updates):
+        return acc.result("scatter")
+    view = scatter_view(inst)
+    if view.operand_batching:
+        _scatter_parallel(acc, view, view.explicit_parallel(), inst)
+    implicit = view.implicit_parallel(indices)
+    if implicit:
+        _scatter_parallel(acc, view, implicit, inst)
+    for k, update in enumerate(updates):
+        if _partitioned(update):
+            candidate = operand_from_result(update.sharding, view)
+            if candidate is not None:
+                acc.improve_leaf(k, candidate, update)
+    return acc.result("scatter")
+
+
+# ---- everything else -----------------------------------------------------------------------
+
+def default_rule(ctx: Context, inst: Instruction) -> Proposal | None:
+    """Elementwise ops at levels >= 1 (SPMD) improve successively with every sharded operand, so
+    partial shardings of different operands merge; other ops (and level 0) take the
+    representative operand's sharding."""
+    if is_elementwise(inst) and ctx.may_combine:
+        acc = ctx.accumulate(inst)
+        lone = len(inst.operands) == 1 and ctx.single_consumer(inst)
+        for op in inst.operands:
+            if not _partitioned(op):
+                continue
+            candidate = op.sharding
+            if inst.opcode == "rng":
+                candidate = ops.replicate_all_data_dims(candidate, inst.shape.rank)
+                acc.improve(candidate, op, aggressive=ctx.single_consumer(inst))
+            else:
+                acc.improve(candidate, op, aggressive=lone)
+        return acc.result("elementwise")
+    op = representative_operand(inst)
+    if op is None or not _partitioned(op):
+        return None
+    return _follow(ctx, inst, op, op.sharding,
+                   "elementwise" if is_elementwise(inst) else inst.opcode)
+
+
+def forward_rule(inst: Instruction) -> ForwardRule:
+    return FORWARD_RULES.get(inst.opcode, default_rule)

@@ -1,0 +1,140 @@
+"""Inferring one instruction's sharding from its operands, its users or its shard group (XLA's
+InferShardingFromOperands / InferShardingFromUsers / InferShardingFromShardGroup): the checks
+common to all opcodes, then the per-opcode tables of `forward_rules` / `backward_rules`.
+
+Common checks: the instruction must pass shardings at the current level (§3.3); a manual sharding
+is never changed; `{manual}` flows from a manual operand or user before anything else (never into
+`SPMDShardToFullShape` forward or out of `SPMDFullToShardShape` backward; at level 0 not into
+concatenate or dynamic-slice); an instruction that cannot be partitioned is only made replicated
+when an operand is replicated (§3.5).
+"""
+from __future__ import annotations
+
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.shapes import ArrayShape, TupleShape
+from gspmdc.ir.sharding import HloSharding
+
+from .backward_rules import from_user
+from .context import Context, Proposal
+from .forward_rules import forward_rule
+from .opclass import (
+    BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, has_side_effect, is_elementwise,
+    passes_at_level, supports_spatial_partitioning, target,
+)
+from .sharding_algebra import for_shape, improved_sharding, is_spatially_partitioned
+
+_MANUAL_TUPLE_OPS = frozenset({"reduce", "sort", "reduce-window"})
+_ASYNC_OPS = frozenset({"async-start", "async-update", "async-done", "call-start", "call-done"})
+
+
+def _is_manual(s: HloSharding | None) -> bool:
+    return s is not None and s.is_manual
+
+
+def _async_thread(inst: Instruction) -> str | None:
+    while inst.opcode in _ASYNC_OPS:
+        thread = inst.attrs.get("async_execution_thread")
+        if thread is not None:
+            return thread
+        if not inst.operands:
+            return None
+        inst = inst.operands[0]
+    return None
+
+
+def _takes_manual_forward(ctx: Context, inst: Instruction) -> bool:
+    """XLA's shape condition for manual flowing forward: arrays, reduce/sort/reduce-window,
+    tuple-shaped custom-calls, async ops running on a thread that is not being propagated."""
+    if isinstance(inst.shape, ArrayShape) or inst.opcode in _MANUAL_TUPLE_OPS:
+        return True
+    if inst.opcode == "custom-call" and isinstance(inst.shape, TupleShape):
+        return True
+    threads = ctx.options.execution_threads
+    return inst.opcode in _ASYNC_OPS and threads is not None and \
+        _async_thread(inst) not in threads
+
+
+def _supported(ctx: Context, inst: Instruction, *, backward: bool) -> bool:
+    comp = ctx.graph.computation_of[inst]
+    return supports_spatial_partitioning(
+        inst, comp, is_spmd=ctx.is_spmd, is_callee=ctx.graph.is_callee(comp),
+        to_output=ctx.options.to_output and not backward,
+        to_parameters=ctx.options.to_parameters and backward)
+
+
+def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
+    if not passes_at_level(inst, ctx.level) or _is_manual(inst.sharding):
+        return None
+    if (inst.sharding is None or inst.sharding.is_tile_maximal) and _takes_manual_forward(ctx, inst):
+        for op in inst.operands:
+            if not _is_manual(op.sharding):
+                continue
+            if target(inst) == SHARD_TO_FULL or \
+                    (ctx.level == 0 and inst.opcode in ("concatenate", "dynamic-slice")):
+                return None
+            return Proposal(for_shape(HloSharding.manual(), inst.shape), "manual", (op,))
+    if not _supported(ctx, inst, backward=False):
+        comp = ctx.graph.computation_of[inst]
+        if isinstance(inst.shape, TupleShape) or not inst.operands or comp.root is inst or \
+                has_side_effect(inst):
+            return None
+        for op in inst.operands:
+            s = op.sharding
+            if s is not None and s.is_tile_maximal and s.unique_device is None:
+                new = improved_sharding(HloSharding.replicate(), inst.sharding, inst.shape,
+                                        may_combine=ctx.may_combine)
+                return None if new is None else Proposal(new, "replicated operand", (op,))
+        return None
+    return forward_rule(inst)(ctx, inst)
+
+
+def _rule_label(user: Instruction) -> str:
+    if is_elementwise(user):
+        return "elementwise"
+    return target(user) or user.opcode
+
+
+def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
+    if (ctx.level < 2 and inst.opcode == "broadcast") or not passes_at_level(inst, ctx.level) \
+            or _is_manual(inst.sharding):
+        return None
+    users = ctx.graph.users[inst]
+    if inst.sharding is None or inst.sharding.is_tile_maximal:
+        for user in users:
+            if user.sharding is None or target(user) == FULL_TO_SHARD:
+                continue
+            if isinstance(inst.shape, ArrayShape) and user.sharding.is_manual:
+                return Proposal(HloSharding.manual(), "manual", (user,))
+            candidate = from_user(ctx, inst, user)
+            if candidate is not None and candidate.is_manual:
+                return Proposal(candidate, "manual", (user,))
+    if not _supported(ctx, inst, backward=True):
+        return None
+    acc = ctx.accumulate(inst)
+    labels: list[str] = []
+    for user in users:
+        if user.opcode == "rng-bit-generator":
+            return Proposal(for_shape(HloSharding.replicate(), inst.shape),
+                            "rng-bit-generator seed", (user,))
+        candidate = from_user(ctx, inst, user)
+        if candidate is not None and target(inst) == BARRIER_TO:
+            candidate = for_shape(HloSharding.replicate(), inst.shape)
+        if candidate is not None and acc.improve(candidate, user):
+            labels.append(_rule_label(user))
+    return acc.result(", ".join(dict.fromkeys(labels)))
+
+
+def infer_from_group(ctx: Context, inst: Instruction, members: list[Instruction]) -> Proposal | None:
+    if not passes_at_level(inst, ctx.level) or _is_manual(inst.sharding) or \
+            target(inst) == BARRIER_TO:
+        return None
+    if inst.sharding is None or inst.sharding.is_tile_maximal:
+        for m in members:
+            if m is not inst and _is_manual(m.sharding):
+                return Proposal(m.sharding, "shard group (manual)", (m,))
+    acc = ctx.accumulate(inst)
+    for m in members:
+        if m is inst or target(m) == BARRIER_FROM or not is_spatially_partitioned(m.sharding):
+            continue
+        acc.improve(m.sharding, m)
+    return acc.result("shard_as/shard_like")

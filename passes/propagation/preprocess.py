@@ -1,0 +1,157 @@
+"""Preprocessing before the fixpoint (§3.2; XLA's ProcessShardingInstruction and the start of
+ShardingPropagation::Run).
+
+1. CSE-prevention shardings left by an earlier `cse_prevention_only` run are dropped (or, in that
+   mode, every original sharding is remembered for restoring).
+2. `Sharding` custom-calls become `copy` instructions (same name) carrying the constraint; their
+   `unspecified_dims=[...]` are recorded; a fully specified constraint is also pushed onto an
+   unsharded operand.
+3. `shard_as k` / `shard_like k` markers are recorded as groups and stripped; `{unknown}` becomes
+   "no sharding" (it constrains nothing).
+4. The entry root's and parameters' shardings are saved for restoring where propagation into them
+   is not allowed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.shapes import TupleShape
+from gspmdc.ir.sharding import HloSharding
+
+from .graph import ModuleGraph
+from .opclass import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING, target
+
+CSE_PREVENTION = "_sharding_propagation_cse_prevention"
+_UNSPECIFIED = re.compile(r"unspecified_dims=\[([0-9,\s]*)\]")
+
+
+@dataclass
+class Prepared:
+    """What preprocessing found."""
+
+    unspecified: dict[Instruction, tuple[int, ...]] = field(default_factory=dict)
+    shard_as: dict[int, list[Instruction]] = field(default_factory=dict)
+    shard_like: dict[int, list[Instruction]] = field(default_factory=dict)
+    group_of: dict[Instruction, int] = field(default_factory=dict)
+    saved_root: list[HloSharding | None] = field(default_factory=list)
+    saved_parameters: dict[int, HloSharding] = field(default_factory=dict)
+    cse_originals: dict[Instruction, HloSharding] | None = None
+    pushed: list[tuple[Instruction, Instruction]] = field(default_factory=list)
+    converted: list[Instruction] = field(default_factory=list)
+
+    def group_members(self, inst: Instruction) -> list[Instruction]:
+        gid = self.group_of.get(inst)
+        if gid is None:
+            return []
+        return self.shard_as.get(gid) or self.shard_like.get(gid, [])
+
+
+def unspecified_dims(inst: Instruction) -> tuple[int, ...] | None:
+    """The `unspecified_dims=[...]` of a custom-call's backend_config (sorted), or None."""
+    config = inst.attrs.get("backend_config")
+    text = getattr(config, "text", config)
+    if not isinstance(text, str):
+        return None
+    match = _UNSPECIFIED.search(text)
+    if match is None:
+        return None
+    try:
+        return tuple(sorted(int(x) for x in match.group(1).split(",") if x.strip()))
+    except ValueError:
+        raise GspmdcError(f"instruction {inst.name}: malformed backend_config {text!r}") from None
+
+
+def is_cse_prevention(s: HloSharding) -> bool:
+    leaves = s.elements if s.is_tuple else (s,)
+    return any(m.get("op_name") == CSE_PREVENTION for leaf in leaves for m in leaf.metadata)
+
+
+def _to_copy(inst: Instruction) -> None:
+    """Turn a Sharding custom-call into a copy of its operand, keeping name, sharding, metadata."""
+    kept = {k: v for k, v in inst.attrs.items() if k in ("metadata", "frontend_attributes")}
+    inst.opcode = "copy"
+    inst.attrs = kept
+
+
+def preprocess(module: Module, graph: ModuleGraph, *, cse_prevention_only: bool) -> Prepared:
+    prep = Prepared()
+    if cse_prevention_only:
+        prep.cse_originals = {inst: inst.sharding for comp in graph.computations
+                              for inst in comp.instructions if inst.sharding is not None}
+    else:
+        for comp in graph.computations:
+            for inst in comp.instructions:
+                if inst.sharding is not None and is_cse_prevention(inst.sharding):
+                    inst.sharding = None
+    for comp in graph.computations:
+        for inst in reversed(graph.post_order(comp)):
+            if target(inst) == SHARDING:
+                _constraint(inst, prep, convert=not cse_prevention_only)
+            if inst.sharding is not None:
+                _shard_group(inst, prep)
+    entry = module.entry
+    if entry.root.sharding is not None:
+        s = entry.root.sharding
+        prep.saved_root = list(s.elements) if isinstance(entry.root.shape, TupleShape) and s.is_tuple \
+            else [s] * (len(entry.root.shape.elements) if isinstance(entry.root.shape, TupleShape) else 1)
+    for p in entry.parameters:
+        if p.sharding is not None:
+            prep.saved_parameters[p.parameter_number] = p.sharding
+    return prep
+
+
+def _constraint(inst: Instruction, prep: Prepared, convert: bool) -> None:
+    unspec = unspecified_dims(inst)
+    if convert:
+        _to_copy(inst)
+        prep.converted.append(inst)
+    s = inst.sharding
+    if s is None:
+        return
+    if unspec:
+        prep.unspecified[inst] = unspec
+    elif inst.operands[0].sharding is None and not s.is_unknown:
+        inst.operands[0].sharding = s.with_shard_group(None)
+        prep.pushed.append((inst.operands[0], inst))
+
+
+def _shard_group(inst: Instruction, prep: Prepared) -> None:
+    s = inst.sharding
+    groups = {leaf.shard_group for leaf in (s.elements if s.is_tuple else (s,))} - {None}
+    if groups:
+        group = groups.pop()
+        table = prep.shard_as if group.kind == "as" else prep.shard_like
+        table.setdefault(group.group_id, []).append(inst)
+        prep.group_of[inst] = group.group_id
+        s = s.with_shard_group(None)
+    inst.sharding = None if s.is_unknown else s
+
+
+def conversion_unspecified(inst: Instruction) -> tuple[int, ...] | None:
+    """Unspecified dims of a manual-boundary custom-call (FullToShard / ShardToFull)."""
+    if target(inst) not in (FULL_TO_SHARD, SHARD_TO_FULL):
+        return None
+    return unspecified_dims(inst)
+
+
+def insert_root_copy(module: Module, graph: ModuleGraph) -> Instruction:
+    """Append `copy(root)` as the entry's new root (used when the root is a while loop and output
+    propagation is off, so that the loop itself stays free)."""
+    entry: Computation = module.entry
+    old = entry.root
+    names = {i.name for c in module.computations.values() for i in c.instructions}
+    name, k = f"{old.name}.copy", 1
+    while name in names:
+        k += 1
+        name = f"{old.name}.copy.{k}"
+    copy = Instruction(name, "copy", old.shape, [old], sharding=old.sharding)
+    entry.instructions.append(copy)
+    entry.root = copy
+    graph.users[old] = graph.users[old] + [copy]
+    graph.users[copy] = []
+    graph.computation_of[copy] = entry
+    graph.invalidate(entry)
+    return copy

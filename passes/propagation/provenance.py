@@ -1,0 +1,173 @@
+"""Where each sharding came from (in the spirit of Shardy's sharding origins).
+
+Every instruction whose sharding propagation set or changed keeps a *history*: one `Step` per
+change, oldest first, each naming how it happened (`forward`, `backward`, `shard group`,
+`control flow`, `constraint`, `refined`, `finalize`), the rule, and the source instructions *with
+the version of their history they had then*. Following the first source of each step back in time
+gives the chain of instructions and rules the sharding travelled through, down to a user
+annotation (version 0 of an instruction that was sharded in the input).
+
+In text, the history rides on the instruction as the frontend attribute `sharding_origin`:
+steps separated by `;`, each `how|rule|sources|level|sharding`, sources `name@version` (or
+`computation:name@version` across computations) joined by `,`, the sharding omitted on the last
+step (it is the instruction's). Instructions without the attribute that carry a sharding are
+user annotations. `explain` reads either the in-memory history or these attributes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.sharding import HloSharding
+
+ATTRIBUTE = "sharding_origin"
+ANNOTATION = "annotation"
+
+Key = tuple[str, str]  # (computation name, instruction name)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One change of an instruction's sharding."""
+
+    sharding: HloSharding | None
+    how: str
+    rule: str = ""
+    sources: tuple[tuple[Key, int], ...] = ()
+    level: int | None = None
+
+
+class Provenance:
+    """Histories keyed by (computation, instruction) name."""
+
+    def __init__(self):
+        self.history: dict[Key, list[Step]] = {}
+
+    # ---- recording -----------------------------------------------------------------------
+
+    def version(self, key: Key) -> int:
+        """Current version of `key`'s sharding (0 for an annotation never changed)."""
+        return max(len(self.history.get(key, ())) - 1, 0)
+
+    def record(self, key: Key, sharding: HloSharding | None, how: str, rule: str = "",
+               sources: tuple[Key, ...] = (), level: int | None = None) -> None:
+        steps = self.history.setdefault(key, [])
+        refs = tuple((s, self.version(s)) for s in sources if s != key)
+        steps.append(Step(sharding, how, rule, refs, level))
+
+    def forget(self, key: Key) -> None:
+        self.history.pop(key, None)
+
+    # ---- text form ------------------------------------------------------------------------
+
+    def write_attributes(self, module: Module) -> None:
+        """Store every history that is more than a plain annotation as `sharding_origin`."""
+        for comp in module.computations.values():
+            for inst in comp.instructions:
+                steps = self.history.get((comp.name, inst.name))
+                _set_attribute(inst, None)
+                if inst.sharding is None or not steps or \
+                        (len(steps) == 1 and steps[0].how == ANNOTATION):
+                    continue
+                _set_attribute(inst, _encode(steps, comp.name))
+
+    @classmethod
+    def from_module(cls, module: Module) -> "Provenance":
+        """Histories read back from `sharding_origin` attributes."""
+        prov = cls()
+        for comp in module.computations.values():
+            for inst in comp.instructions:
+                text = _attribute(inst)
+                if text is not None:
+                    prov.history[(comp.name, inst.name)] = _decode(text, comp.name, inst)
+        return prov
+
+    # ---- explaining -----------------------------------------------------------------------
+
+    def chain(self, module: Module, key: Key, max_steps: int | None = None) -> list[str]:
+        """The origin chain of `key`'s current sharding, one step a line."""
+        lines: list[str] = []
+        version: int | None = None
+        while max_steps is None or len(lines) < max_steps:
+            comp, name = key
+            inst = module.computations[comp].instruction(name)
+            steps = self.history.get(key)
+            if not steps:
+                if inst.sharding is None:
+                    lines.append(f"{name}  (no sharding)")
+                else:
+                    lines.append(f"{name}  {_text(inst.sharding)}  ← user annotation")
+                break
+            index = len(steps) - 1 if version is None else min(version, len(steps) - 1)
+            step = steps[index]
+            sharding = step.sharding if index < len(steps) - 1 or step.sharding is not None \
+                else inst.sharding
+            lines.append(f"{name}  {_text(sharding)}  ← {_describe(step, comp)}")
+            if not step.sources:
+                break
+            key, version = step.sources[0]
+        return lines
+
+
+def _text(s: HloSharding | None) -> str:
+    return "{}" if s is None else s.to_text(include_metadata=False)
+
+
+def _describe(step: Step, comp: str) -> str:
+    if step.how == ANNOTATION:
+        return "user annotation"
+    names = ", ".join(n if c == comp else f"{c}:{n}" for (c, n), _ in step.sources)
+    text = step.how + (f" from {names}" if names else "")
+    if step.rule:
+        text += f" via {step.rule}"
+    if step.level is not None:
+        text += f" (level {step.level})"
+    return text
+
+
+def _attribute(inst: Instruction) -> str | None:
+    attrs = inst.attrs.get("frontend_attributes")
+    return None if attrs is None else attrs.get(ATTRIBUTE)
+
+
+def _set_attribute(inst: Instruction, value: str | None) -> None:
+    attrs = inst.attrs.get("frontend_attributes")
+    items = [(k, v) for k, v in (attrs.items if attrs is not None else ()) if k != ATTRIBUTE]
+    if value is not None:
+        items.append((ATTRIBUTE, value))
+    if items:
+        inst.attrs["frontend_attributes"] = KeyValueList(tuple(items), ", ")
+    elif attrs is not None:
+        del inst.attrs["frontend_attributes"]
+
+
+def _encode(steps: list[Step], comp: str) -> str:
+    parts = []
+    for i, step in enumerate(steps):
+        sources = ",".join((n if c == comp else f"{c}:{n}") + f"@{v}"
+                           for (c, n), v in step.sources)
+        level = "" if step.level is None else str(step.level)
+        sharding = "" if i == len(steps) - 1 else _text(step.sharding)
+        parts.append("|".join((step.how, step.rule, sources, level, sharding)))
+    return ";".join(parts)
+
+
+def _decode(text: str, comp: str, inst: Instruction) -> list[Step]:
+    from gspmdc.ir.parser import parse_sharding
+    steps = []
+    try:
+        for part in text.split(";"):
+            how, rule, sources, level, sharding = part.split("|")
+            refs = []
+            for ref in filter(None, sources.split(",")):
+                where, version = ref.rsplit("@", 1)
+                c, n = where.split(":", 1) if ":" in where else (comp, where)
+                refs.append(((c, n), int(version)))
+            steps.append(Step(parse_sharding(sharding) if sharding else None, how, rule,
+                              tuple(refs), int(level) if level else None))
+    except (ValueError, GspmdcError) as e:
+        raise GspmdcError(f"instruction {inst.name}: malformed {ATTRIBUTE} attribute "
+                          f"{text!r}: {e}") from None
+    return steps
