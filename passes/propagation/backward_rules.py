@@ -11,7 +11,7 @@ from typing import Callable
 
 from gspmdc.ir import sharding_ops as ops
 from gspmdc.ir.module import Instruction
-from gspmdc.ir.shapes import TupleShape, compatible
+from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.sharding import HloSharding
 
 from .context import Context
@@ -366,4 +366,4 @@ def lookahead_sharding(ctx: Context, inst: Instruction) -> HloSharding | None:
     return sharding
 
 
-__all__ = ["BACKWARD_RULES", "from_user", "lookahead_sharding", "compatible"]
+__all__ = ["BACKWARD_RULES", "from_user", "lookahead_sharding"]

@@ -220,22 +220,25 @@ class Driver:
 
     def _refine_fixed(self, ctx: Context, inst: Instruction, kind: str,
                       dirty: set[Instruction]) -> bool:
-        """A fixed instruction changes only by refining its unspecified dims (levels >= 1)."""
+        """A fixed instruction changes only by refining its unspecified dims (levels >= 1),
+        together with the manual boundary that follows it, if any."""
         unspec = self.prep.unspecified.get(inst)
         if unspec is None or not ctx.may_combine:
             dirty.discard(inst)
             return False
         if kind == "group":
-            proposal = constraints.from_group(ctx, inst, unspec, self.prep.group_members(inst))
+            refinement = constraints.from_group(ctx, inst, unspec, self.prep.group_members(inst))
         elif kind == "forward":
-            proposal = constraints.from_operand(ctx, inst, unspec)
+            refinement = constraints.from_operand(ctx, inst, unspec)
         else:
-            proposal = constraints.from_users(ctx, inst, unspec)
-        if proposal is None:
+            refinement = constraints.from_users(ctx, inst, unspec)
+        if not refinement:
             return False
         dirty.discard(inst)
-        self._apply(inst, proposal, "refined")
-        self._clear_cache(inst)
+        for member, proposal in refinement:
+            self._apply(member, proposal, "refined")
+        boundary = constraints.boundary_after(ctx, inst, unspec) if kind != "group" else None
+        self._clear_cache(inst, users_of=boundary)
         return True
 
     # ---- bookkeeping ------------------------------------------------------------------------
@@ -277,12 +280,13 @@ class Driver:
             if p > self.cursor:
                 heapq.heappush(self.heap, p)
 
-    def _clear_cache(self, inst: Instruction) -> None:
-        """XLA's clear_cache: operands are re-examined backward, users (and the parameters of
-        computations they call) forward, shard-group members by the group sweep."""
+    def _clear_cache(self, inst: Instruction, users_of: Instruction | None = None) -> None:
+        """XLA's clear_cache: operands are re-examined backward, users (of `users_of` when given:
+        a manual boundary refined with `inst`) and the parameters of computations they call
+        forward, shard-group members by the group sweep."""
         for op in inst.operands:
             self._mark(op, "backward")
-        for user in self.graph.users.get(inst, ()):
+        for user in self.graph.users.get(users_of or inst, ()):
             self._mark(user, "forward")
             for name in user.called_computation_names():
                 for param in self.module.computations[name].parameters:
