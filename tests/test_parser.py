@@ -559,3 +559,10 @@ def test_every_grammar_rule_has_a_callback():
         if name.startswith("_") or (rule.options.expand1 and len(rule.expansion) == 1):
             continue
         assert hasattr(records, name), name
+
+
+def test_any_unknown_attribute_value_parses_verbatim():
+    x = inst("x = f32[2] custom-call(p), a=x:y, b=-inf, c=1.5e3x, d=<q>, e=[1,{2}](3), f=p/q, g=#t<[\"s\"]>",
+             "  p = f32[2] parameter(0)")
+    assert x.attrs == {"a": RawAttr("x:y"), "b": RawAttr("-inf"), "c": RawAttr("1.5e3x"), "d": RawAttr("<q>"),
+                       "e": RawAttr("[1,{2}](3)"), "f": RawAttr("p/q"), "g": RawAttr('#t<["s"]>')}
