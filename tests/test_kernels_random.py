@@ -176,3 +176,10 @@ def test_rng_get_and_update_state_shares_the_global_state():
     rng(ctx, "rng_uniform", "u32", (8,), np.uint32(0), np.uint32(10))  # draws 2 Philox blocks
     third = KERNELS["rng-get-and-update-state"](inst, [], ctx)
     assert int(third[0]) - int(second[0]) == 5 + 2
+
+
+def test_rng_bit_generator_with_an_array_shape_returns_the_bits_alone():
+    inst = Instruction("r", "rng-bit-generator", ArrayShape("u32", (2, 3)),
+                       attrs={"algorithm": Ident("rng_default")})
+    bits = KERNELS["rng-bit-generator"](inst, [np.array([KEY, 0], np.uint64)], None)
+    np.testing.assert_array_equal(bits, XLA_GOLDEN[0][5])

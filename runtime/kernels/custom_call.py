@@ -63,8 +63,8 @@ def _conforms(value: Any, shape: Shape) -> bool:
 
 
 def _describe(args) -> str:
-    return ", ".join(f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else repr(a)
-                     for a in args)
+    return ", ".join(f"{dtypes.element_type_of(a.dtype)}[{','.join(map(str, a.shape))}]"
+                     if isinstance(a, np.ndarray) else repr(a) for a in args)
 
 
 def _identity(inst, args, ctx):

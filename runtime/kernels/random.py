@@ -32,6 +32,7 @@ import numpy as np
 
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
+from gspmdc.ir.shapes import TupleShape
 
 from . import kernel
 
@@ -155,9 +156,11 @@ def _width(element_type: str) -> int:
 
 @kernel("rng-bit-generator")
 def rng_bit_generator(inst, args, ctx):
-    """`rng-bit-generator(state), algorithm=...` -> (new state, random bits); see module doc."""
+    """`rng-bit-generator(state), algorithm=...` -> (new state, random bits); see module doc. An
+    instruction whose shape is an array rather than the tuple yields the random bits alone."""
     (state,) = args
-    state_shape, bits_shape = inst.shape.elements
+    bits_only = not isinstance(inst.shape, TupleShape)
+    bits_shape = inst.shape if bits_only else inst.shape.elements[1]
     algorithm = str(inst.attr("algorithm", "rng_default"))
     words = [int(w) for w in np.asarray(state, np.uint64).reshape(-1)]
     width = _width(bits_shape.element_type)
@@ -176,8 +179,10 @@ def rng_bit_generator(inst, args, ctx):
         counter = [(words[1] + blocks) % 2**64]
     else:
         raise UnsupportedError(f"{inst.name}: unknown rng algorithm {algorithm}")
-    new_state = np.array([words[0], *counter], np.uint64).reshape(state_shape.dims)
-    return new_state, _bits_as(bits, bits_shape.element_type, bits_shape.dims)
+    bits = _bits_as(bits, bits_shape.element_type, bits_shape.dims)
+    if bits_only:
+        return bits
+    return np.array([words[0], *counter], np.uint64).reshape(state.shape), bits
 
 
 def _take_state(ctx, delta: int) -> tuple[int, int]:
