@@ -164,15 +164,14 @@ def format_array(value: np.ndarray, element_type: str) -> str:
     flat = format_values(value.reshape(-1), element_type)
     if not dims:
         return str(flat[0])
-    sizes = np.cumprod(dims[::-1])[::-1]  # elements per brace level, outermost first
-    index = np.arange(flat.size)
-    opens = (index[:, None] % sizes == 0).sum(axis=1)
-    closes = ((index[:, None] + 1) % sizes == 0).sum(axis=1)
-    braces = np.arange(len(dims) + 1)
-    prefix = np.char.multiply("{", braces)[opens]
-    suffix = np.char.add(np.char.multiply("}", braces)[closes], ", ")
-    suffix[-1] = suffix[-1][:-2]
-    return "".join(np.char.add(np.char.add(prefix, flat), suffix).tolist())
+    # between elements i-1 and i, one brace closes and reopens per dimension whose block ends there
+    sizes = np.cumprod(dims[::-1])[::-1]
+    boundaries = (np.arange(1, flat.size)[:, None] % sizes == 0).sum(axis=1)
+    separators = np.array(["}" * c + ", " + "{" * c for c in range(len(dims) + 1)], dtype=object)
+    pieces = np.empty(2 * flat.size - 1, dtype=object)
+    pieces[0::2] = flat
+    pieces[1::2] = separators[boundaries]
+    return "{" * len(dims) + "".join(pieces.tolist()) + "}" * len(dims)
 
 
 def format_values(flat: np.ndarray, element_type: str) -> np.ndarray:
@@ -201,7 +200,7 @@ def _format_floats(flat: np.ndarray, element_type: str) -> np.ndarray:
     else:
         text = flat.astype(str)
         integral = np.char.endswith(text, ".0")
-        text = np.where(integral, np.char.rstrip(np.char.rstrip(text, "0"), "."), text)
+        text[integral] = np.char.rstrip(np.char.rstrip(text[integral], "0"), ".")
     if nan.any():
         text = text.astype(f"<U{max(text.itemsize // 4, 24)}")
         text[nan] = _format_nans(bits[nan], element_type)
