@@ -248,7 +248,6 @@ class _ComputationText:
     signature: tuple | None     # (LPAR token, [(name token, shape)], result shape)
     instructions: list
     execution_thread: str | None
-    thread_token: Token | None
 
 
 @dataclass(slots=True)
@@ -322,12 +321,9 @@ class _Records(Transformer):
         return token, token.value[:-1], value
 
     def mesh_spec(self, children):
-        brace, axes, device_ids = children[0], [], None
-        for child in children[1:]:
-            if isinstance(child, tuple) and len(child) == 2 and isinstance(child[0], str):
-                axes.append(child)
-            elif isinstance(child, tuple):
-                device_ids = child
+        brace, axes, device_ids = children[0], children[1:], None
+        if len(axes) >= 2 and isinstance(axes[-2], Token):     # `devices=` [ids]
+            device_ids, axes = axes[-1], axes[:-2]
         try:
             return Mesh(tuple(a for a, _ in axes), tuple(s for _, s in axes), device_ids)
         except (ShardingError, ValueError) as e:
@@ -351,20 +347,19 @@ class _Records(Transformer):
         entry = children[0] if children[0].type == "ENTRY" else None
         rest = children[1:] if entry is not None else children
         name, signature, instructions = rest[0], None, []
-        thread, thread_token = None, None
+        thread = None
         for child in rest[1:]:
             if isinstance(child, _InstructionText):
                 instructions.append(child)
             elif isinstance(child, tuple):
                 signature = child
             elif child.type == "ATTR_NAME":
-                thread_token = child
                 if child.value != "execution_thread=":
                     raise _at(child, f"expected 'execution_thread=' after a computation, "
                                      f"found '{child.value}'")
             else:
                 thread = _unquote(child.value)
-        return _ComputationText(entry, name, signature, instructions, thread, thread_token)
+        return _ComputationText(entry, name, signature, instructions, thread)
 
     def signature(self, children):
         return children[0], children[1:-1], children[-1]
@@ -455,32 +450,16 @@ class _Records(Transformer):
 
     def kv_flat(self, children):
         token = children[0]
-        items = []
-        for match in _KV_ITEM.finditer(token.value):
-            key, value = match.group(1), match.group(2)
-            if value[0] == '"':
-                items.append((key, _unquote(value)))
-            elif _INT.fullmatch(value):
-                items.append((key, int(value)))
-            elif value in ("true", "false"):
-                items.append((key, value == "true"))
-            else:
-                start = token.start_pos + match.start(2)
-                items.append((key, _Span(start, start + len(value))))
+        items = tuple(_kv_item(m.group(1), m.group(2), token.start_pos + m.start(2))
+                      for m in _KV_ITEM.finditer(token.value))
         comma = "," in _KV_ITEM.sub("", token.value)
-        separator = ", " if comma else (" " if len(items) > 1 else None)
-        return tuple(items), separator
+        return items, ", " if comma else (" " if len(items) > 1 else None)
 
     def kv(self, children):
         key, value = children
         if isinstance(value, _Value):
             return key.value[:-1], value.span
-        if value.type == "STRING":
-            return key.value[:-1], _unquote(value.value)
-        typed = _word(value.value)
-        if typed is None or isinstance(typed, _Word):
-            return key.value[:-1], _Span(value.start_pos, value.end_pos)
-        return key.value[:-1], typed
+        return _kv_item(key.value[:-1], value.value, value.start_pos)
 
     # ---- attributes ---------------------------------------------------------------------------
 
@@ -649,6 +628,17 @@ def _word(text: str):
     if text in ("true", "false"):
         return text == "true"
     return _Word(text) if _NAME.fullmatch(text) else None
+
+
+def _kv_item(key: str, text: str, start: int) -> tuple:
+    """One `key=value` of a metadata / frontend-attributes list: strings, integers and bools are
+    typed, anything else is kept verbatim (a span of the source)."""
+    if text[0] == '"':
+        return key, _unquote(text)
+    value = _word(text)
+    if value is None or isinstance(value, _Word):
+        return key, _Span(start, start + len(text))
+    return key, value
 
 
 def _brace_list(items: list):
