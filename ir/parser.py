@@ -564,7 +564,7 @@ class _Records(Transformer):
 
     def sharding_tuple(self, children):
         brace, elements = children[0], tuple(children[1:])
-        if any(isinstance(e, (_MeshTuple,)) or (isinstance(e, HloSharding) and e.is_tuple)
+        if any(isinstance(e, _MeshTuple) or (isinstance(e, HloSharding) and e.is_tuple)
                for e in elements):
             raise _at(brace, "tuple shardings cannot nest")
         if any(isinstance(e, _MeshSplit) for e in elements):
@@ -662,6 +662,8 @@ def _brace_list(items: list):
 
 
 class _ShapeTextError(Exception):
+    """A problem inside an ARRAY_SHAPE token, `offset` characters into it."""
+
     def __init__(self, message: str, offset: int):
         super().__init__(message)
         self.message, self.offset = message, offset
@@ -678,7 +680,7 @@ def _array_shape(text: str) -> ArrayShape:
         offset = len(element_type) + 1
         for part in dims_text.split(","):
             word = part.strip()
-            if word.isdigit():
+            if word.isascii() and word.isdigit():
                 dims.append(int(word))
             else:
                 at = offset + part.index(word) if word else offset
