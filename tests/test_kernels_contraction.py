@@ -391,3 +391,23 @@ def test_fft_kinds():
     np.testing.assert_allclose(spectrum, np.fft.rfft2(r), rtol=1e-4, atol=1e-4)
     back = run("fft", "f32", (3, 4, 6), [spectrum], fft_type=Ident("IRFFT"), fft_length=(4, 6))
     np.testing.assert_allclose(back, r, rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_and_dot_from_hlo_text():
+    from gspmdc.ir.parser import parse_module
+    from gspmdc.runtime.interpreter import evaluate
+    text = """HloModule c
+ENTRY e {
+  x = f32[2,6,5,3] parameter(0)
+  k = f32[3,2,3,4] parameter(1)
+  w = f32[4,5] parameter(2)
+  c = f32[2,6,2,4] convolution(x, k), window={size=3x2 stride=2x1 pad=1_2x0_-1 lhs_dilate=2x1 rhs_dilate=1x2 rhs_reversal=1x0}, dim_labels=b01f_01io->b01f
+  ROOT d = f32[2,6,2,5] dot(c, w), lhs_contracting_dims={3}, rhs_contracting_dims={0}
+}
+"""
+    x, k, w = normal(2, 6, 5, 3), normal(3, 2, 3, 4), normal(4, 5)
+    conv = conv_by_definition(x.transpose(0, 3, 1, 2), k.transpose(3, 2, 0, 1), strides=[2, 1],
+                              pads=[(1, 2), (0, -1)], lhs_dil=[2, 1], rhs_dil=[1, 2],
+                              reversal=[1, 0]).transpose(0, 2, 3, 1)
+    out = evaluate(parse_module(text), [x, k, w])
+    np.testing.assert_allclose(out, np.einsum("abcf,fg->abcg", conv, w), rtol=1e-4, atol=1e-4)
