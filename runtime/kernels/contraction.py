@@ -80,7 +80,7 @@ def dot(inst, args, ctx):
 def _group_ids(group_sizes: np.ndarray, coords_shape: tuple[int, ...], extent: int) -> np.ndarray:
     """Group id of each position along a ragged dimension of length `extent`: positions are
     assigned to groups consecutively by `group_sizes[..., g]` (leading dims index `coords_shape`);
-    positions past the last group get id `g` (belong to no group). Shape: coords_shape + [extent]."""
+    positions past the last group get id `g` (no group). Shape: coords_shape + [extent]."""
     sizes = np.maximum(group_sizes.astype(np.int64), 0)
     g = sizes.shape[-1]
     sizes = np.broadcast_to(sizes, tuple(coords_shape) + (g,))
@@ -96,7 +96,7 @@ def _outer_dims(dims, ragged: int) -> list[int]:
 @kernel("ragged-dot")
 def ragged_dot(inst, args, ctx):
     """`ragged-dot(lhs, rhs, group_sizes)` in XLA's three modes, chosen by the kind of the lhs
-    ragged dimension `r` (`lhs_ragged_dims={r}`), with `g` groups of consecutive positions along `r`:
+    ragged dimension `r` (`lhs_ragged_dims={r}`), with `g` groups of consecutive positions on `r`:
 
     1. `r` free in lhs (rhs has `rhs_group_dims={G}`): each lhs row uses rhs slice `G = its group`;
        rows past the last group are zero. `group_sizes` is `[g]` or `[batch..., outer free..., g]`.
@@ -136,21 +136,30 @@ def ragged_dot(inst, args, ctx):
         out = np.stack(parts) if parts else np.zeros(inst.shape.dims, acc)
         return to_result(out.reshape(inst.shape.dims), t)
     if len(group_dims) != 1:
-        raise VerificationError(f"{inst.name}: a non-contracting ragged dim needs one rhs group dim")
+        raise VerificationError(f"{inst.name}: a free ragged dim needs one rhs group dim")
     gdim = group_dims[0]
     renumber = [d - (d > gdim) for d in range(rhs.ndim)]
     rb2, rc2 = [renumber[d] for d in rb], [renumber[d] for d in rc]
     outer_free = _outer_dims(lhs_free, r)
     outer = batch_shape + tuple(lhs.shape[d] for d in outer_free)
     ids = _group_ids(group_sizes, outer, lhs.shape[r])
-    # place ids ([batch..., outer free..., r]) into the result's [batch..., lhs free..., rhs free...]
+    # ids [batch..., outer free..., r] aligned with the result [batch..., lhs free..., rhs free...]
     rhs_free_rank = rhs.ndim - 1 - len(rb) - len(rc)
     later_free = len(lhs_free) - len(outer_free) - 1
     ids = ids.reshape(ids.shape + (1,) * (later_free + rhs_free_rank))
+    out_axis = len(lb) + lhs_free.index(r)
     out = np.zeros(inst.shape.dims, acc)
     for i in range(rhs.shape[gdim]):
-        part = dot_general(lhs, np.take(rhs, i, axis=gdim), lb, lc, rb2, rc2, acc)
-        out = np.where(ids == i, part, out)
+        # only the span of positions along r that some row of group i occupies is computed
+        other_axes = tuple(a for a in range(ids.ndim) if a != len(outer))
+        rows = np.flatnonzero((ids == i).any(axis=other_axes))
+        if not rows.size:
+            continue
+        span = slice(rows[0], rows[-1] + 1)
+        part = dot_general(lhs[(slice(None),) * r + (span,)], np.take(rhs, i, axis=gdim),
+                           lb, lc, rb2, rc2, acc)
+        region = (slice(None),) * out_axis + (span,)
+        out[region] = np.where(ids[(slice(None),) * len(outer) + (span,)] == i, part, out[region])
     return to_result(out, t)
 
 
@@ -313,8 +322,9 @@ def triangular_solve(inst, args, ctx):
 @kernel("cholesky")
 def cholesky(inst, args, ctx):
     """Cholesky factor of Hermitian positive-definite matrices (batched over leading dims), read
-    from the `lower` triangle (`a = l l^H`) or the upper one (`a = u^H u`). The other triangle of the
-    result is zero; a matrix that is not positive definite gives NaNs (XLA: implementation-defined)."""
+    from the `lower` triangle (`a = l l^H`) or the upper one (`a = u^H u`). The other triangle of
+    the result is zero; a matrix that is not positive definite gives NaNs (XLA: implementation-
+    defined)."""
     (a,) = args
     work = _float_work_dtype(a.dtype)
     a = a.astype(work)

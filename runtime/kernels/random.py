@@ -248,7 +248,7 @@ def rng(inst, args, ctx):
 
 
 def _draw(ctx, count: int, width: int) -> np.ndarray:
-    """`count` Philox values of `width` bits from the global state, advanced past the blocks used."""
+    """`count` Philox values of `width` bits from the global state, then advanced past them."""
     words = 2 * count if width == 64 else count
     low, high = _take_state(ctx, -(-words // 4))
     bits, _ = philox_bits(0, (low, high), count, width)
