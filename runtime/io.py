@@ -108,8 +108,9 @@ def _random_array(rng: np.random.Generator, shape: ArrayShape, bound: int) -> np
     if dtypes.is_integer(t):
         return rng.integers(0, max(bound, 1), size=shape.dims).astype(dtype)
     if dtypes.is_complex(t):
-        return (rng.standard_normal(shape.dims) + 1j * rng.standard_normal(shape.dims)).astype(dtype)
-    return rng.standard_normal(shape.dims).astype(np.float32).astype(dtype)
+        real = rng.standard_normal(shape.dims, dtype=np.float32)
+        return (real + 1j * rng.standard_normal(shape.dims, dtype=np.float32)).astype(dtype)
+    return rng.standard_normal(shape.dims, dtype=np.float32).astype(dtype, copy=False)
 
 
 def _index_bounds(comp: Computation, module: Module) -> dict[Instruction, int]:

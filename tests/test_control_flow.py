@@ -7,6 +7,8 @@ import pytest
 
 from interpreter_helpers import run_hlo
 
+from gspmdc.errors import RuntimeFailure
+
 COUNTING_LOOP = """
 HloModule loop
 
@@ -228,3 +230,31 @@ ENTRY main {
 
     for start in (1, 6, 27):
         assert run_hlo(text, np.array(start, np.int32)) == steps(start)
+
+
+def test_while_whose_body_leaves_the_state_unchanged_is_reported_not_hung():
+    text = """
+HloModule m
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  zero = s32[] constant(0)
+  j = s32[] add(i, zero)
+  x = f32[4] get-tuple-element(s), index=1
+  ROOT t = (s32[], f32[4]) tuple(j, x)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[4]) tuple(zero, x)
+  ROOT w = (s32[], f32[4]) while(init), condition=cond, body=body
+}
+"""
+    with pytest.raises(RuntimeFailure, match="cannot terminate: iteration 1 left the loop state"):
+        run_hlo(text, np.full(4, np.nan, np.float32))

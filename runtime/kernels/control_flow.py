@@ -2,7 +2,9 @@
 
 Semantics are XLA's:
 - `call(args), to_apply=c` and `fusion(args), calls=c` evaluate `c` on the operands;
-- `while(init), condition=c, body=b`: `state = init; while c(state): state = b(state)`;
+- `while(init), condition=c, body=b`: `state = init; while c(state): state = b(state)`; a
+  deterministic body that leaves the state bitwise unchanged can never finish, which is reported
+  as a RuntimeFailure instead of hanging;
 - `conditional(p, a, b)` with a `pred[]` selector runs `true_computation(a)` or
   `false_computation(b)`; with an `s32[]` index it runs `branch_computations[i]` on operand `i + 1`,
   and an index outside `[0, N)` runs the last branch;
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gspmdc.errors import RuntimeFailure
 from gspmdc.ir import dtypes
 
 from . import kernel
@@ -31,10 +34,61 @@ def _fusion(inst, args, ctx):
 @kernel("while")
 def _while(inst, args, ctx):
     condition, body = inst.attrs["condition"].name, inst.attrs["body"].name
+    deterministic = _is_deterministic(ctx, body)
     state = args[0]
+    iteration = 0
     while ctx.call(condition, [state]):
-        state = ctx.call(body, [state])
+        new_state = ctx.call(body, [state])
+        iteration += 1
+        if deterministic and _same_value(new_state, state):
+            raise RuntimeFailure(
+                f"while loop {inst.name} cannot terminate: iteration {iteration} left the loop "
+                "state unchanged, so the condition stays true forever")
+        state = new_state
     return state
+
+
+_RANDOM_OPCODES = frozenset({"rng", "rng-get-and-update-state"})
+
+
+def _is_deterministic(ctx, computation_name: str) -> bool:
+    """Whether the computation (with everything it calls) is a pure function of its arguments."""
+    key = ("deterministic", computation_name)
+    if key not in ctx.cache:
+        comp = ctx.module.computation(computation_name)
+        ctx.cache[key] = all(
+            inst.opcode not in _RANDOM_OPCODES
+            and not (inst.opcode == "custom-call" and inst.attr("custom_call_has_side_effect"))
+            and all(_is_deterministic(ctx, name) for name in inst.called_computation_names())
+            for inst in comp.instructions)
+    return ctx.cache[key]
+
+
+def _same_value(a, b) -> bool:
+    """Bitwise-equal values (tuples leafwise, NaNs equal). Leaves are compared smallest first, so a
+    loop whose counter moves is told apart after one scalar comparison."""
+    a_leaves, b_leaves = _leaves(a), _leaves(b)
+    order = sorted(range(len(a_leaves)), key=lambda i: getattr(a_leaves[i], "size", 0))
+    for i in order:
+        x, y = a_leaves[i], b_leaves[i]
+        if x is y:
+            continue
+        if not isinstance(x, np.ndarray):
+            if x != y:
+                return False
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if not np.array_equal(np.ascontiguousarray(x).view(np.uint8),
+                              np.ascontiguousarray(y).view(np.uint8)):
+            return False
+    return True
+
+
+def _leaves(value) -> list:
+    if isinstance(value, tuple):
+        return [leaf for element in value for leaf in _leaves(element)]
+    return [value]
 
 
 @kernel("conditional")
