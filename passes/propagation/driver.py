@@ -113,10 +113,10 @@ class Driver:
             self._restore_for_cse()
         changed = self.structural_change
         for inst, s in original.items():
-            if inst.sharding == s and s is not None:
-                inst.sharding = s          # keep the user's object (and its metadata)
-            elif inst.sharding != s:
+            if inst.sharding != s:
                 changed = True
+            elif inst in self.fixed and s is not None:
+                inst.sharding = s          # keep the user's object (and its metadata)
         if self.options.record_origins:
             self.provenance.write_attributes(self.module)
         self.module.provenance = self.provenance
@@ -213,7 +213,8 @@ class Driver:
         self._apply(inst, proposal, {"group": "shard group"}.get(kind, kind))
         for changed, source in follow_change(self.graph, inst, self.fixed):
             self._count(changed)
-            self._record(changed, "control flow", "tied through called computation", (source,))
+            self._record(changed, "control flow", "tied through called computation", (source,),
+                         self.level)
             self._clear_cache(changed)
         self._clear_cache(inst)
         return True
