@@ -15,7 +15,7 @@ from gspmdc.atomic import atomic_output
 from gspmdc.errors import GspmdcError, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Computation, Instruction, Module
-from gspmdc.ir.shapes import ArrayShape, TupleShape
+from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 #: operand positions that are indices into another operand, per opcode: (index operands, indexed
 #: operand). Random integer inputs that flow into them are kept inside the indexed dimensions.
@@ -33,33 +33,52 @@ _INDEX_PRESERVING = frozenset({
 })
 
 
-def read_inputs(path: str | os.PathLike, module: Module) -> list[np.ndarray]:
-    """Load `arg0..argN-1` from an npz and check them against the entry parameters."""
+def leaf_keys(prefix: str, shape: Shape) -> list[tuple[str, ArrayShape]]:
+    """The npz keys of a value's array leaves: `prefix` itself for an array, `prefix.i` (and
+    `prefix.i.j`, ...) for the elements of a tuple, in pre-order."""
+    if isinstance(shape, TupleShape):
+        return [kv for i, e in enumerate(shape.elements) for kv in leaf_keys(f"{prefix}.{i}", e)]
+    return [(prefix, shape)]
+
+
+def read_inputs(path: str | os.PathLike, module: Module) -> list:
+    """Load the entry arguments from an npz (`arg0`, `arg1`, ...; tuple parameters as `arg0.0`,
+    `arg0.1`, ...) and check every array against its parameter's shape and dtype."""
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise GspmdcError(f"{path}: cannot read inputs: {e}") from None
     params = module.entry.parameters
+    expected: set[str] = set()
     args = []
     with data:
         for p in params:
-            key = f"arg{p.parameter_number}"
-            if key not in data.files:
-                raise GspmdcError(f"{path}: missing input {key!r} for parameter {p.name} "
-                                  f"({p.shape}); the file has {sorted(data.files)}")
-            args.append(_as_parameter_value(data[key], p, f"{path}:{key}"))
-        extra = sorted(set(data.files) - {f"arg{p.parameter_number}" for p in params})
+            leaves = {}
+            for key, shape in leaf_keys(f"arg{p.parameter_number}", p.shape):
+                expected.add(key)
+                if key not in data.files:
+                    raise GspmdcError(f"{path}: missing input {key!r} for parameter {p.name} "
+                                      f"({p.shape}); the file has {sorted(data.files)}")
+                leaves[key] = _as_leaf_value(data[key], shape, p, f"{path}:{key}")
+            args.append(_assemble(f"arg{p.parameter_number}", p.shape, leaves))
+        extra = sorted(set(data.files) - expected)
         if extra:
-            raise GspmdcError(f"{path}: unexpected inputs {extra}; the entry computation has "
-                              f"{len(params)} parameters")
+            raise GspmdcError(f"{path}: unexpected inputs {extra}; the entry computation takes "
+                              f"{sorted(expected)}")
     return args
 
 
-def _as_parameter_value(array: np.ndarray, param: Instruction, where: str) -> np.ndarray:
-    shape = param.shape
-    if not isinstance(shape, ArrayShape) or shape.is_token:
-        raise UnsupportedError(f"{where}: parameter {param.name} has shape {shape}; only array "
-                               "parameters can be read from an npz file")
+def _assemble(prefix: str, shape: Shape, leaves: dict[str, np.ndarray]):
+    if isinstance(shape, TupleShape):
+        return tuple(_assemble(f"{prefix}.{i}", e, leaves) for i, e in enumerate(shape.elements))
+    return leaves[prefix]
+
+
+def _as_leaf_value(array: np.ndarray, shape: ArrayShape, param: Instruction,
+                   where: str) -> np.ndarray:
+    if shape.is_token:
+        raise UnsupportedError(f"{where}: parameter {param.name} is a token ({param.shape}); "
+                               "tokens cannot be read from an npz file")
     if tuple(array.shape) != shape.dims:
         raise GspmdcError(f"{where}: shape {list(array.shape)} does not match parameter "
                           f"{param.name}: {shape}")
@@ -73,10 +92,23 @@ def _as_parameter_value(array: np.ndarray, param: Instruction, where: str) -> np
 
 
 def output_arrays(module: Module, value) -> dict[str, np.ndarray]:
-    """Name the entry's result `out0..`: one per element of a tuple root, else `out0`."""
-    if isinstance(module.entry.root.shape, TupleShape):
-        return {f"out{i}": np.asarray(v) for i, v in enumerate(value)}
-    return {"out0": np.asarray(value)}
+    """Name the entry's result: `out0`, `out1`, ... one per element of a tuple root (nested tuple
+    elements as `out0.0`, ...), or `out0` alone for an array root."""
+    shape = module.entry.root.shape
+    if not isinstance(shape, TupleShape):
+        return {"out0": np.asarray(value)}
+    arrays: dict[str, np.ndarray] = {}
+    for i, (element_shape, element) in enumerate(zip(shape.elements, value)):
+        _flatten(f"out{i}", element_shape, element, arrays)
+    return arrays
+
+
+def _flatten(prefix: str, shape: Shape, value, into: dict[str, np.ndarray]) -> None:
+    if isinstance(shape, TupleShape):
+        for i, (e, v) in enumerate(zip(shape.elements, value)):
+            _flatten(f"{prefix}.{i}", e, v, into)
+    else:
+        into[prefix] = np.asarray(value)
 
 
 def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
@@ -85,19 +117,23 @@ def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> 
         np.savez(f, **arrays)
 
 
-def random_inputs(module: Module, seed: int) -> list[np.ndarray]:
+def random_inputs(module: Module, seed: int) -> list:
     """Random entry arguments that keep the program meaningful: floats ~ N(0, 1); integers uniform in
     [0, bound) where bound is the smallest size of a dimension the value (after index-preserving ops)
-    indexes, or 8 when it is not used as an index; predicates fair coins."""
+    indexes, or 8 when it is not used as an index; predicates fair coins. Tuple parameters get a
+    tuple of such arrays."""
     rng = np.random.default_rng(seed)
     bounds = _index_bounds(module.entry, module)
-    args = []
-    for p in module.entry.parameters:
-        if not isinstance(p.shape, ArrayShape) or p.shape.is_token:
-            raise UnsupportedError(f"parameter {p.name} has shape {p.shape}; random inputs exist "
-                                   "only for array parameters")
-        args.append(_random_array(rng, p.shape, bounds.get(p, 8)))
-    return args
+    return [_random_value(rng, p, p.shape, bounds.get(p, 8)) for p in module.entry.parameters]
+
+
+def _random_value(rng: np.random.Generator, param: Instruction, shape: Shape, bound: int):
+    if isinstance(shape, TupleShape):
+        return tuple(_random_value(rng, param, e, bound) for e in shape.elements)
+    if shape.is_token:
+        raise UnsupportedError(f"parameter {param.name} has shape {param.shape}; random inputs "
+                               "exist only for arrays and tuples of arrays")
+    return _random_array(rng, shape, bound)
 
 
 def _random_array(rng: np.random.Generator, shape: ArrayShape, bound: int) -> np.ndarray:
