@@ -22,7 +22,7 @@ demo: install
 	$(GSPMDC) eval gspmdc/examples/mlp.hlo --seed 0
 
 bench: install
-	$(PY) -m gspmdc.bench
+	$(PY) bench/run.py
 
 conformance: install
 	$(PY) -m gspmdc.conformance parse
