@@ -23,7 +23,7 @@ from .indexing import (
 from .opclass import passes_at_level
 from .sharding_algebra import (
     find_common_sharding, for_shape, is_more_specific, is_spatially_partitioned,
-    merge_if_compatible, propagate_through_reshape,
+    merge_if_compatible, propagate_through_reshape, replicate_dims, transpose,
 )
 
 BackwardRule = Callable[[Context, Instruction, Instruction], "HloSharding | None"]
@@ -103,7 +103,7 @@ def _concatenate(ctx: Context, inst: Instruction, user: Instruction) -> HloShard
 @backward("convolution")
 def _convolution(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Only dot-like convolutions (no genuine spatial dims) pass shardings to their operands."""
-    dims = convolution_dims(user)
+    dims = ctx.graph.derived("convolution", user, convolution_dims)
     if dims.conv_spatial:
         return None
     return _contraction_operand(user, inst, dims)
@@ -111,7 +111,7 @@ def _convolution(ctx: Context, inst: Instruction, user: Instruction) -> HloShard
 
 @backward("dot")
 def _dot(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
-    return _contraction_operand(user, inst, dot_dims(user))
+    return _contraction_operand(user, inst, ctx.graph.derived("dot", user, dot_dims))
 
 
 def _contraction_operand(user: Instruction, inst: Instruction, dims) -> HloSharding:
@@ -135,8 +135,8 @@ def _dynamic_slice(ctx: Context, inst: Instruction, user: Instruction) -> HloSha
     sliced_value = user.operands[1 if user.opcode == "dynamic-update-slice" else 0]
     if inst is not sliced_value:
         return None
-    sliced = [d for d in range(user.shape.rank) if user.shape.dims[d] != inst.shape.dims[d]]
-    return ops.partially_replicate_on_dims(s, sliced) if s.is_tiled else s
+    sliced = tuple(d for d in range(user.shape.rank) if user.shape.dims[d] != inst.shape.dims[d])
+    return replicate_dims(s, sliced)
 
 
 @backward("reduce-window")
@@ -168,7 +168,7 @@ def _transpose(ctx: Context, inst: Instruction, user: Instruction) -> HloShardin
     inverse = [0] * len(dims)
     for i, d in enumerate(dims):
         inverse[d] = i
-    return ops.transpose(user.sharding, inverse)
+    return transpose(user.sharding, tuple(inverse))
 
 
 @backward("reverse")
@@ -254,7 +254,7 @@ def _outfeed(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding 
 def _gather(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Indices: result batch dims -> index dims. Operand (SPMD): parallel dims and passthrough
     dims mapped back, merged."""
-    view = gather_view(user)
+    view = ctx.graph.derived("gather", user, gather_view)
     operand, indices = user.operands
     s = user.sharding
     if inst is indices:
@@ -278,7 +278,7 @@ def _scatter(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding 
     implied by the indices."""
     n = scatter_operand_count(user)
     operands, indices, updates = user.operands[:n], user.operands[n], user.operands[n + 1:]
-    view = scatter_view(user)
+    view = ctx.graph.derived("scatter", user, scatter_view)
     if inst in operands:
         return _operand_leaf(user, operands.index(inst))
     if inst is indices:

@@ -14,6 +14,8 @@ from gspmdc.ir import sharding_ops as ops
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 
+from .sharding_algebra import is_more_specific, is_spatially_partitioned, memoized, merge_if_compatible
+
 
 @dataclass(frozen=True, slots=True)
 class DimMap:
@@ -100,6 +102,7 @@ def convolution_dims(conv: Instruction) -> ContractionDims:
                            tuple(conv_spatial))
 
 
+@memoized
 def output_candidate(dims: ContractionDims, operand: int, sharding: HloSharding,
                      operand_rank: int, output_rank: int) -> HloSharding:
     """The output sharding one operand suggests (XLA's InferDotShardingFromOperands `from_operand`):
@@ -118,6 +121,7 @@ def output_candidate(dims: ContractionDims, operand: int, sharding: HloSharding,
     return ops.transpose_with_collapsed_dims(reduced, src_to_tgt, tgt_to_src)
 
 
+@memoized
 def operand_candidate(dims: ContractionDims, operand: int, output_sharding: HloSharding | None,
                       other_sharding: HloSharding | None, operand_rank: int, other_rank: int,
                       output_rank: int) -> HloSharding:
@@ -140,7 +144,6 @@ def operand_candidate(dims: ContractionDims, operand: int, output_sharding: HloS
         mapped = ops.transpose_with_collapsed_dims(reduced, out_to_op, op_to_out) \
             if reduced.is_tiled else reduced
         sharding = mapped if mapped is not None else HloSharding.replicate()
-    from .sharding_algebra import is_more_specific, is_spatially_partitioned, merge_if_compatible
     if other_sharding is None or not is_spatially_partitioned(other_sharding) or \
             not other_sharding.is_tiled:
         return sharding

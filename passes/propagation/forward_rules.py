@@ -28,7 +28,7 @@ from .indexing import (
 from .opclass import BARRIER_FROM, BARRIER_TO, is_elementwise, representative_operand, target
 from .sharding_algebra import (
     for_shape, improved_sharding, is_more_specific, is_spatially_partitioned, is_subtiling_or_equal,
-    merge_sharding, propagate_through_reshape, single_tuple,
+    merge_sharding, propagate_through_reshape, replicate_dims, single_tuple, transpose,
 )
 
 ForwardRule = Callable[[Context, Instruction], "Proposal | None"]
@@ -151,7 +151,8 @@ def _transpose(ctx: Context, inst: Instruction) -> Proposal | None:
     op = inst.operands[0]
     if not _partitioned(op):
         return None
-    return _follow(ctx, inst, op, ops.transpose(op.sharding, inst.attrs["dimensions"]), "transpose")
+    return _follow(ctx, inst, op, transpose(op.sharding, tuple(inst.attrs["dimensions"])),
+                   "transpose")
 
 
 @forward("reshape")
@@ -205,7 +206,7 @@ def _reduce(ctx: Context, inst: Instruction) -> Proposal | None:
         elif s.is_replicated or (not ctx.is_spmd and any(s.tile_counts[d] > 1 for d in dims)):
             acc.improve(replicated, op, aggressive=aggressive)
         else:
-            kept = ops.partially_replicate_on_dims(s, dims)
+            kept = replicate_dims(s, tuple(dims))
             candidate = replicated if kept.is_replicated else \
                 single_tuple(inst.shape, ops.remove_dims(kept, dims))
             acc.improve(candidate, op, aggressive=aggressive)
@@ -283,9 +284,9 @@ def _dynamic_slice(ctx: Context, inst: Instruction) -> Proposal | None:
         if s.is_replicated:
             candidate = s
         else:
-            sliced = [d for d in range(inst.shape.rank)
-                      if inst.shape.dims[d] != sliced_value.shape.dims[d]]
-            candidate = ops.partially_replicate_on_dims(s, sliced) if s.is_tiled else s
+            sliced = tuple(d for d in range(inst.shape.rank)
+                           if inst.shape.dims[d] != sliced_value.shape.dims[d])
+            candidate = replicate_dims(s, sliced)
         if acc.improve(candidate, sliced_value, aggressive=aggressive):
             return acc.result(inst.opcode)
     if is_update and _partitioned(inst.operands[0]):
@@ -336,7 +337,7 @@ def _contraction(ctx: Context, inst: Instruction, dims: ContractionDims, rule: s
 
 @forward("dot")
 def _dot(ctx: Context, inst: Instruction) -> Proposal | None:
-    return _contraction(ctx, inst, dot_dims(inst), "dot")
+    return _contraction(ctx, inst, ctx.graph.derived("dot", inst, dot_dims), "dot")
 
 
 @forward("convolution")
@@ -344,7 +345,7 @@ def _convolution(ctx: Context, inst: Instruction) -> Proposal | None:
     """Dot-like convolutions use the dot rule. Otherwise only the lhs drives the output: with a
     small kernel the output follows the lhs dim for dim (unless the feature dim is sharded),
     with a large one only the batch dim's tiling is kept."""
-    dims = convolution_dims(inst)
+    dims = ctx.graph.derived("convolution", inst, convolution_dims)
     lhs, rhs = inst.operands
     groups = inst.attrs.get("feature_group_count", 1) * inst.attrs.get("batch_group_count", 1)
     if not dims.conv_spatial or (conv_spatial_partitions(dims, 0, lhs.sharding) == 1 and
@@ -381,7 +382,7 @@ def _gather_parallel(acc: Accumulator, view: IndexedOp, pairs: list[tuple[int, i
 def _gather(ctx: Context, inst: Instruction) -> Proposal | None:
     """Explicit batch dims, then index passthrough, then (SPMD) implicit parallel dims and the
     operand passthrough dims, each applied with improve."""
-    view = gather_view(inst)
+    view = ctx.graph.derived("gather", inst, gather_view)
     operand, indices = inst.operands
     acc = ctx.accumulate(inst)
     if view.operand_batching:
@@ -438,7 +439,7 @@ def _scatter(ctx: Context, inst: Instruction) -> Proposal | None:
             acc.improve_leaf(k, op.sharding, op)
     if not _partitioned(indices) and not any(_partitioned(u) for u in updates):
         return acc.result("scatter")
-    view = scatter_view(inst)
+    view = ctx.graph.derived("scatter", inst, scatter_view)
     if view.operand_batching:
         _scatter_parallel(acc, view, view.explicit_parallel(), inst)
     implicit = view.implicit_parallel(indices)

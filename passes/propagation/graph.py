@@ -43,6 +43,7 @@ class ModuleGraph:
                     for name in self.called(inst):
                         self.caller[name] = inst
         self._post_orders: dict[str, list[Instruction]] = {}
+        self._memo: dict[tuple, object] = {}
 
     def called(self, inst: Instruction) -> list[str]:
         """Names of the computations a control-flow instruction calls (while: body, condition)."""
@@ -61,6 +62,16 @@ class ModuleGraph:
     def non_root_users(self, inst: Instruction) -> int:
         root = self.computation_of[inst].root
         return sum(1 for u in self.users[inst] if u is not root)
+
+    def derived(self, kind: str, inst: Instruction, compute):
+        """`compute(inst)`, computed once per instruction (dimension analyses of dots,
+        convolutions, gathers...: they depend only on the fixed graph)."""
+        key = (kind, inst)
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = compute(inst)
+            return value
 
     def invalidate(self, comp: Computation) -> None:
         """Forget `comp`'s cached post order after its instruction list changed."""

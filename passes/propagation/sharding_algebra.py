@@ -15,9 +15,10 @@ following XLA where its choices are observable in the propagated shardings:
 """
 from __future__ import annotations
 
+import functools
 from itertools import permutations
 from math import gcd, prod
-from typing import Sequence
+from typing import Callable, Sequence
 
 from gspmdc.ir import sharding_ops as ops
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
@@ -28,6 +29,36 @@ is_more_specific = ops.is_more_specific
 
 #: cap on the permutations the merge fast path tries (XLA enumerates them all; ranks are small)
 _MAX_FAST_PATH_DIMS = 6
+#: entries kept per memoized function before its table is cleared
+_MEMO_SIZE = 1 << 16
+
+
+def _memo_key(value):
+    """Shardings compare without metadata; the key keeps the metadata so that a cached result
+    carries the right one."""
+    if isinstance(value, HloSharding):
+        return value, tuple(leaf.metadata for leaf in value.leaves())
+    return value
+
+
+def memoized(fn: Callable) -> Callable:
+    """Cache a pure function of hashable arguments (shardings, shapes, dim tuples). Propagation
+    asks the same questions over and over (every layer of a model, every level of the driver);
+    the answers are immutable values, so sharing them is safe."""
+    table: dict = {}
+
+    @functools.wraps(fn)
+    def cached(*args):
+        key = tuple(_memo_key(a) for a in args)
+        try:
+            return table[key]
+        except KeyError:
+            pass
+        if len(table) >= _MEMO_SIZE:
+            table.clear()
+        result = table[key] = fn(*args)
+        return result
+    return cached
 
 
 # ---- predicates --------------------------------------------------------------------------------
@@ -70,6 +101,20 @@ def for_shape(s: HloSharding, shape: Shape) -> HloSharding:
     if isinstance(shape, TupleShape) and not s.is_tuple:
         return single_tuple(shape, s)
     return s
+
+
+# ---- memoized forms of sharding_ops used in every layer of a model -------------------------------
+
+@memoized
+def transpose(s: HloSharding, perm: tuple[int, ...]) -> HloSharding:
+    """`sharding_ops.transpose` (output dim i is input dim `perm[i]`)."""
+    return ops.transpose(s, perm)
+
+
+@memoized
+def replicate_dims(s: HloSharding, dims: tuple[int, ...]) -> HloSharding:
+    """`sharding_ops.partially_replicate_on_dims` for any sharding (non-tiled ones unchanged)."""
+    return ops.partially_replicate_on_dims(s, dims) if s.is_tiled else s
 
 
 # ---- reshape -----------------------------------------------------------------------------------
@@ -123,6 +168,7 @@ def _reshape_tile_dims(source: Sequence[int], target: Sequence[int],
     return out + [1] * (len(target) - len(out))
 
 
+@memoized
 def reshape_sharding(source: Sequence[int], target: Sequence[int],
                      s: HloSharding) -> HloSharding | None:
     """The sharding of `reshape(x)` (x of dims `source`, result of dims `target`) when x has `s`,
@@ -148,6 +194,7 @@ def reshape_sharding(source: Sequence[int], target: Sequence[int],
     return HloSharding.tiled(ta.reshape(dims), types)
 
 
+@memoized
 def propagate_through_reshape(source: Sequence[int], target: Sequence[int],
                               s: HloSharding) -> HloSharding:
     """XLA's PropagateShardingThroughReshape: for each start dim, the longest run of source dims
@@ -222,6 +269,7 @@ def _fast_candidates(s: HloSharding, merged: list[int], replication: int,
     return out
 
 
+@memoized
 def merge_if_compatible(to_merge: HloSharding, dst: HloSharding,
                         minimum_tiles: int | None = None) -> HloSharding | None:
     """§2.7(l), XLA's MergeShardingIfCompatible (default `minimum_tiles`: `dst`'s tiles + 1).
@@ -260,6 +308,7 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@memoized
 def is_subtiling_or_equal(dims: Sequence[int], sub: HloSharding, sup: HloSharding) -> bool:
     """§2.7(n), XLA's IsSubTilingOrEqualSharding: every device's region under `sub` lies inside
     its region under `sup`. Uses XLA's tile-dims shortcut when every tile holds real data and the
@@ -302,6 +351,7 @@ def is_subtiling_or_equal(dims: Sequence[int], sub: HloSharding, sup: HloShardin
     return candidate.is_tiled and candidate.tile_assignment == sup.tile_assignment
 
 
+@memoized
 def merge_sharding(old: HloSharding, candidate: HloSharding,
                    may_combine: bool) -> tuple[bool, HloSharding]:
     """XLA's MergeSharding(old, &candidate): `(whether the result improves on old, result)`. With
@@ -328,6 +378,12 @@ def improved_sharding(candidate: HloSharding, current: HloSharding | None, shape
                       may_combine: bool, aggressive: bool = False) -> HloSharding | None:
     """§3.4, XLA's ReturnImprovedShardingImpl: the sharding `current` should become given the
     `candidate`, or None for "no change"."""
+    return _improved(candidate, current, shape, may_combine, aggressive)
+
+
+@memoized
+def _improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
+              may_combine: bool, aggressive: bool) -> HloSharding | None:
     candidate = for_shape(candidate, shape)
     if current is not None and is_strictly_better(candidate, current):
         return candidate
@@ -366,5 +422,5 @@ __all__ = [
     "is_more_specific", "is_spatially_partitioned", "is_strictly_better", "leaf_count",
     "single_tuple", "for_shape", "reshape_sharding", "propagate_through_reshape",
     "merge_if_compatible", "is_subtiling_or_equal", "merge_sharding", "improved_sharding",
-    "find_common_sharding",
+    "find_common_sharding", "memoized", "transpose", "replicate_dims",
 ]
