@@ -35,9 +35,11 @@ _MEMO_SIZE = 1 << 16
 
 def _memo_key(value):
     """Shardings compare without metadata; the key keeps the metadata so that a cached result
-    carries the right one."""
+    carries the right one. Lists of dims count as tuples."""
     if isinstance(value, HloSharding):
         return value, tuple(leaf.metadata for leaf in value.leaves())
+    if isinstance(value, list):
+        return tuple(value)
     return value
 
 
