@@ -13,6 +13,7 @@ program; collectives go through `ctx.backend` (a `CollectiveBackend`), `partitio
 """
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -27,15 +28,19 @@ from .kernels import KERNELS, TOKEN, Token
 
 
 def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
-             partition_id: int | None = None) -> Any:
+             partition_id: int | None = None, on_step: StepHook | None = None) -> Any:
     """Evaluate the entry computation of `module` on `args` (one value per entry parameter, in
     parameter-number order) and return the root's value.
 
     `backend` performs collectives (default: a `SinglePartitionBackend`); `partition_id`, when
-    given, must equal the backend's. Raises GspmdcError for arguments that do not match the entry
-    parameters, UnsupportedError for opcodes the interpreter does not implement (and for modules of
-    several replicas), and RuntimeFailure
-    (naming the computation and instruction) when a kernel fails.
+    given, must equal the backend's. `on_step`, when given, is called after every instruction (in
+    every computation) with the instruction and its *exclusive* wall time in seconds: the time of
+    its kernel minus that of the instructions evaluated inside it (while bodies, calls, ...), so
+    the times add up without double counting (the profiling hook of `gspmdc run --profile`).
+
+    Raises GspmdcError for arguments that do not match the entry parameters, UnsupportedError for
+    opcodes the interpreter does not implement (and for modules of several replicas), and
+    RuntimeFailure (naming the computation and instruction) when a kernel fails.
     """
     if module.attrs.get("replica_count", 1) != 1:
         raise UnsupportedError(f"module {module.name} has replica_count="
@@ -46,7 +51,7 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
                           f"{backend.partition_id()} (of {backend.num_partitions})")
     entry = module.entry
     values = _check_entry_arguments(entry, args)
-    return EvalContext(module, backend).call(entry.name, values)
+    return EvalContext(module, backend, on_step).call(entry.name, values)
 
 
 class EvalContext:
@@ -55,17 +60,21 @@ class EvalContext:
     - `module`, `backend`, `partition_id` (this partition's id, an int);
     - `call(name, args)`: evaluate a computation of the module on argument values;
     - `cache`: a per-evaluation dict where kernel modules memoise analyses of computations (key
-      tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`).
+      tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`);
+    - `on_step`: the optional profiling hook (see `evaluate`).
     """
 
-    __slots__ = ("module", "backend", "partition_id", "cache", "_plans")
+    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "_plans", "_nested")
 
-    def __init__(self, module: Module, backend: CollectiveBackend):
+    def __init__(self, module: Module, backend: CollectiveBackend,
+                 on_step: StepHook | None = None):
         self.module = module
         self.backend = backend
         self.partition_id = backend.partition_id()
         self.cache: dict[tuple, Any] = {}
+        self.on_step = on_step
         self._plans: dict[str, _Plan] = {}
+        self._nested = 0.0
 
     def call(self, computation_name: str, args: Sequence[Any]) -> Any:
         """Evaluate computation `computation_name` with `args` bound to its parameters."""
@@ -74,8 +83,22 @@ class EvalContext:
             plan = self._plans[computation_name] = _Plan(self.module.computation(computation_name))
         return plan.run(self, args)
 
+    def timed(self, kernel: Kernel, inst: Instruction, args: list) -> Any:
+        """Run `kernel` and report its exclusive time to `on_step` (time spent in instructions
+        evaluated inside it is reported by those and subtracted here)."""
+        outer, self._nested = self._nested, 0.0
+        start = perf_counter()
+        try:
+            value = kernel(inst, args, self)
+        finally:
+            elapsed = perf_counter() - start
+            inner, self._nested = self._nested, outer + elapsed
+        self.on_step(inst, elapsed - inner)
+        return value
+
 
 Kernel = Callable[[Instruction, list, EvalContext], Any]
+StepHook = Callable[[Instruction, float], None]
 
 
 class _Plan:
@@ -126,10 +149,14 @@ class _Plan:
         values: list[Any] = [None] * self.num_slots
         for s, value in zip(self.param_slots, args):
             values[s] = value
+        timed = ctx.on_step is not None
         with np.errstate(all="ignore"):
             for kernel, inst, operand_slots, out, release, dims, dtype in self.steps:
                 try:
-                    value = kernel(inst, [values[s] for s in operand_slots], ctx)
+                    if timed:
+                        value = ctx.timed(kernel, inst, [values[s] for s in operand_slots])
+                    else:
+                        value = kernel(inst, [values[s] for s in operand_slots], ctx)
                 except GspmdcError:
                     raise
                 except Exception as e:

@@ -1,0 +1,152 @@
+"""Per-partition execution profiles: where the time of one SPMD partition goes, and what it sends.
+
+A `ProfileRecorder` is the interpreter's step hook (`evaluate(..., on_step=recorder.on_step)`) for
+one partition. It sorts the exclusive time of every instruction into
+
+- *collectives*: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute (waiting for
+  slower partitions included);
+- *kernels*: every other instruction except control flow;
+- *interpretation*: the rest of the wall time (plan building, dispatch, value bookkeeping, the
+  control-flow instructions themselves, argument checks).
+
+For each collective instruction it counts executions, time and the bytes this partition sends, by the
+ring cost model of gspmd-algorithms §5.4 with `b` the bytes of the local operands and `G` the group
+size: all-gather `(G-1) b`, all-reduce `2 (G-1)/G b`, reduce-scatter and all-to-all `(G-1)/G b`,
+collective-permute `b` when the partition sends to another one. The model is what XLA's cost
+estimates use; the bytes an MPI library really moves depend on its algorithm.
+
+`recorder.profile()` gives a picklable `RankProfile`; `format_profiles` prints a table of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Callable, Sequence
+
+from gspmdc.ir.module import Instruction
+
+from .collectives import group_of, participant_groups, permute_pairs
+
+COLLECTIVE_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                "collective-permute"})
+#: instructions whose own (exclusive) time is interpretation: they only call computations
+CONTROL_OPCODES = frozenset({"while", "call", "conditional", "fusion", "call-start", "call-done",
+                             "map"})
+
+
+@dataclass
+class CollectiveStats:
+    """One collective instruction on one partition: executions, seconds, bytes sent."""
+
+    opcode: str
+    group_size: int
+    calls: int = 0
+    seconds: float = 0.0
+    bytes_sent: int = 0
+
+
+@dataclass
+class RankProfile:
+    """The profile of one partition (times in seconds)."""
+
+    partition: int
+    wall: float = 0.0
+    kernel_seconds: float = 0.0
+    collective_seconds: float = 0.0
+    collectives: dict[str, CollectiveStats] = field(default_factory=dict)
+
+    @property
+    def interpretation_seconds(self) -> float:
+        return max(self.wall - self.kernel_seconds - self.collective_seconds, 0.0)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(s.bytes_sent for s in self.collectives.values())
+
+
+class ProfileRecorder:
+    """The step hook of one partition's evaluation; `timed(fn)` measures the wall time."""
+
+    def __init__(self, partition: int, num_partitions: int):
+        self._profile = RankProfile(partition)
+        self._num_partitions = num_partitions
+        self._models: dict[int, tuple[CollectiveStats, int]] = {}
+
+    def on_step(self, inst: Instruction, seconds: float) -> None:
+        opcode = inst.opcode
+        if opcode in COLLECTIVE_OPCODES:
+            stats, sent = self._model(inst)
+            stats.calls += 1
+            stats.seconds += seconds
+            stats.bytes_sent += sent
+            self._profile.collective_seconds += seconds
+        elif opcode not in CONTROL_OPCODES:
+            self._profile.kernel_seconds += seconds
+
+    def timed(self, fn: Callable[[], object]) -> object:
+        """Call `fn()` and add its duration to the wall time."""
+        start = perf_counter()
+        try:
+            return fn()
+        finally:
+            self._profile.wall += perf_counter() - start
+
+    def profile(self) -> RankProfile:
+        return self._profile
+
+    def _model(self, inst: Instruction) -> tuple[CollectiveStats, int]:
+        model = self._models.get(id(inst))
+        if model is None:
+            size, sent = self._cost(inst)
+            stats = self._profile.collectives.setdefault(
+                inst.name, CollectiveStats(inst.opcode, size))
+            model = self._models[id(inst)] = (stats, sent)
+        return model
+
+    def _cost(self, inst: Instruction) -> tuple[int, int]:
+        """(group size, bytes this partition sends per execution); a collective-permute's "group
+        size" is its number of pairs."""
+        n, me = self._num_partitions, self._profile.partition
+        b = sum(op.shape.byte_size for op in inst.operands)
+        if inst.opcode == "collective-permute":
+            pairs = permute_pairs(inst, n)
+            return len(pairs), b if any(s == me and t != me for s, t in pairs) else 0
+        g = len(group_of(inst, participant_groups(inst, n), me)[0])
+        if inst.opcode == "all-gather":
+            return g, (g - 1) * b
+        if inst.opcode == "all-reduce":
+            return g, 2 * (g - 1) * b // g
+        return g, (g - 1) * b // g
+
+
+def format_profiles(profiles: Sequence[RankProfile]) -> str:
+    """A per-partition time table, then one line per collective instruction (calls, group size,
+    bytes sent per partition per call and in total, the slowest partition's time)."""
+    lines = ["partition     wall(s)  kernels(s)  collectives(s)  interpretation(s)  interp%  "
+             "bytes sent"]
+    for p in profiles:
+        share = 100.0 * p.interpretation_seconds / p.wall if p.wall else 0.0
+        lines.append(f"{p.partition:>9}  {p.wall:>10.4f}  {p.kernel_seconds:>10.4f}  "
+                     f"{p.collective_seconds:>14.4f}  {p.interpretation_seconds:>17.4f}  "
+                     f"{share:>6.1f}%  {_bytes(p.bytes_sent):>10}")
+    names = sorted({name for p in profiles for name in p.collectives})
+    if names:
+        lines.append("")
+        lines.append(f"{'collective':<32} {'opcode':<19} {'group':>5} {'calls':>6} "
+                     f"{'bytes/call':>10} {'bytes total':>11} {'max time(s)':>11}")
+        for name in names:
+            stats = [p.collectives[name] for p in profiles if name in p.collectives]
+            first = stats[0]
+            per_call = max(s.bytes_sent // s.calls if s.calls else 0 for s in stats)
+            lines.append(f"{name[:32]:<32} {first.opcode:<19} {first.group_size:>5} "
+                         f"{first.calls:>6} {_bytes(per_call):>10} "
+                         f"{_bytes(max(s.bytes_sent for s in stats)):>11} "
+                         f"{max(s.seconds for s in stats):>11.4f}")
+    return "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    exponent = min((n.bit_length() - 1) // 10, 3)
+    return f"{n / 1024 ** exponent:.1f} {('KiB', 'MiB', 'GiB')[exponent - 1]}"

@@ -1,0 +1,79 @@
+"""Helpers for the multi-partition runtime tests: hand-written SPMD modules with one collective,
+their per-partition inputs, and the replica-group spellings with their groups worked out by hand."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+#: the three spellings of the same kind of replica groups on 8 partitions, with the groups they
+#: mean (worked out by hand from XLA's definitions)
+GROUP_FORMS = {
+    "explicit": ("{{0,2,4,6},{1,3,5,7}}", [[0, 2, 4, 6], [1, 3, 5, 7]]),
+    # iota [2,4] transposed to [4,2]: rows are the groups
+    "iota": ("[4,2]<=[2,4]T(1,0)", [[0, 4], [1, 5], [2, 6], [3, 7]]),
+    # mesh (axis_0, axis_1) holds device 4*a1 + a0 ([2,4] transposed); groups vary axis_0
+    "mesh": ("mesh['axis_0'=4,'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_0'}",
+             [[0, 1, 2, 3], [4, 5, 6, 7]]),
+}
+
+REDUCERS = """
+add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT r = s32[] add(a, b)
+}
+
+max {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT r = s32[] maximum(a, b)
+}
+
+addf {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+shift_add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ten = s32[] constant(10)
+  t = s32[] multiply(a, ten)
+  ROOT r = s32[] add(t, b)
+}
+"""
+
+
+def spmd_module(n: int, params: list[str], body: str, root: str) -> str:
+    """`HloModule` text with `num_partitions=n`, the shared reducers, and an entry computation with
+    the given parameter shapes (named p0, p1, ...), body lines, and root line."""
+    lines = [f"  p{i} = {shape} parameter({i})" for i, shape in enumerate(params)]
+    lines += [f"  {line}" for line in body.strip().splitlines() if line.strip()]
+    lines.append(f"  ROOT {root}")
+    return (f"HloModule spmd_test, num_partitions={n}\n{REDUCERS}\nENTRY main {{\n"
+            + "\n".join(lines) + "\n}\n")
+
+
+def partition_values(n: int, shape: tuple[int, ...], dtype=np.int32) -> list[np.ndarray]:
+    """Distinct values per partition: element e of partition p is `100 * p + e`."""
+    size = int(np.prod(shape))
+    return [(100 * p + np.arange(size)).reshape(shape).astype(dtype) for p in range(n)]
+
+
+def group_of(groups: list[list[int]], p: int) -> tuple[list[int], int]:
+    for g in groups:
+        if p in g:
+            return g, g.index(p)
+    raise AssertionError(f"{p} in no group")
+
+
+def fold_shift_add(values: list[np.ndarray]) -> np.ndarray:
+    """The `shift_add` reducer (`10 a + b`) folded left to right: order-sensitive on purpose."""
+    result = values[0]
+    for v in values[1:]:
+        result = result * 10 + v
+    return result
