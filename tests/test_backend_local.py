@@ -274,7 +274,7 @@ def test_timeout_bounds_the_run(monkeypatch):
     start = time.monotonic()
     with pytest.raises(RuntimeFailure, match="timed out after 0.3 s"):
         run(FAIL_ON_ONE, args, 4, timeout=0.3)
-    assert time.monotonic() - start < 0.9
+    assert time.monotonic() - start < 1.5   # the grace join ends with the slow kernel
 
 
 def test_profile_counts_calls_bytes_and_times():
