@@ -28,6 +28,9 @@ CASE_TIMEOUT_SECONDS = 20
 #: a module with a value larger than this is not evaluated (this machine has 24 GiB; several XLA
 #: test modules hold tensors of tens of GiB, meant only for compilation)
 MAX_VALUE_BYTES = 1 << 30
+#: a module whose dots and convolutions need more multiply-adds than this (about a minute of this
+#: machine's two cores) is not evaluated either
+MAX_MULTIPLY_ADDS = 1e11
 
 
 def default_shared_dir() -> Path:
@@ -93,6 +96,7 @@ def score_parse_corpus(path: Path) -> list[Tally]:
     parsed, rt, verified, evaluated = (Tally("parsed"), Tally("round-tripped"),
                                        Tally("verified"), Tally("evaluated (no I/O ops)"))
     too_large = Tally("skipped: too large to run", counts_only=True)
+    invalid = Tally("rejected, as XLA's test expects", counts_only=True)
     for case in cases:
         name = f"{case['name']}:{case['line']}"
         try:
@@ -118,17 +122,42 @@ def score_parse_corpus(path: Path) -> list[Tally]:
             verified.record(name, "CRASH " + _one_line(e))
         if IO_OPCODES & set(case.get("opcodes", ())):
             continue
-        largest = largest_value_bytes(module)
+        largest, work = largest_value_bytes(module), multiply_adds(module)
         if largest > MAX_VALUE_BYTES:
             too_large.record(name, f"a value of {largest / 2**30:.1f} GiB")
+            continue
+        if work > MAX_MULTIPLY_ADDS:
+            too_large.record(name, f"{work:.2g} multiply-adds in dots and convolutions")
             continue
         try:
             with time_limit(CASE_TIMEOUT_SECONDS):
                 api.evaluate(module, io.random_inputs(module, seed=0))
             evaluated.record(name, None)
+        except GspmdcError as e:
+            if case.get("expects_error") or any(r.get("expect_error") for r in case.get("runs", ())):
+                invalid.record(name, _one_line(e))
+            else:
+                evaluated.record(name, _one_line(e))
         except Exception as e:  # noqa: BLE001
             evaluated.record(name, _one_line(e))
-    return [parsed, rt, verified, evaluated, too_large]
+    return [parsed, rt, verified, evaluated, too_large, invalid]
+
+
+def multiply_adds(module) -> float:
+    """Multiply-adds of one pass over every dot and convolution (loops counted once)."""
+    total = 0.0
+    for _, inst in module.all_instructions():
+        if inst.opcode == "dot":
+            lhs = inst.operands[0].shape.dims
+            k = np.prod([lhs[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=float)
+            total += inst.shape.num_elements * k
+        elif inst.opcode == "convolution":
+            labels, window = inst.attrs["dim_labels"], inst.attr("window")
+            features = inst.operands[0].shape.dims[labels.lhs_feature]
+            taps = np.prod([d.size for d in window.dims], dtype=float) if window else 1.0
+            total += (inst.shape.num_elements * taps * features
+                      / inst.attr("feature_group_count", 1))
+    return total
 
 
 def largest_value_bytes(module) -> int:
