@@ -15,6 +15,7 @@ import time
 
 from gspmdc.ir.parser import parse_module
 from gspmdc.passes.propagation import propagate
+from gspmdc.passes.propagation.sharding_algebra import clear_memos
 
 #: (data, model) meshes; the first and last give the reported ratio
 MESHES = ((2, 4), (8, 16), (64, 64))
@@ -112,10 +113,11 @@ def layers_for(instructions: int) -> int:
 
 
 def measure(text: str) -> tuple[int, float]:
-    """(instruction count, seconds) of one propagation of a fresh parse of `text`, with the
-    garbage collector paused while timing (as timeit does)."""
+    """(instruction count, seconds) of one propagation of a fresh parse of `text`, with cold
+    memo tables and the garbage collector paused while timing (as timeit does)."""
     module = parse_module(text, "transformer")
     count = sum(len(c.instructions) for c in module.computations.values())
+    clear_memos()
     gc.collect()
     gc.disable()
     try:

@@ -43,11 +43,21 @@ def _memo_key(value):
     return value
 
 
+_MEMO_TABLES: list[dict] = []
+
+
+def clear_memos() -> None:
+    """Empty every memo table (benchmarks measure cold caches)."""
+    for table in _MEMO_TABLES:
+        table.clear()
+
+
 def memoized(fn: Callable) -> Callable:
     """Cache a pure function of hashable arguments (shardings, shapes, dim tuples). Propagation
     asks the same questions over and over (every layer of a model, every level of the driver);
     the answers are immutable values, so sharing them is safe."""
     table: dict = {}
+    _MEMO_TABLES.append(table)
 
     @functools.wraps(fn)
     def cached(*args):
@@ -424,5 +434,5 @@ __all__ = [
     "is_more_specific", "is_spatially_partitioned", "is_strictly_better", "leaf_count",
     "single_tuple", "for_shape", "reshape_sharding", "propagate_through_reshape",
     "merge_if_compatible", "is_subtiling_or_equal", "merge_sharding", "improved_sharding",
-    "find_common_sharding", "memoized", "transpose", "replicate_dims",
+    "find_common_sharding", "memoized", "clear_memos", "transpose", "replicate_dims",
 ]
