@@ -31,7 +31,7 @@ _UNARY_TYPES = {
     "sign": (_signed_or_float, "signed, floating or complex"),
     "not": (is_integral_or_pred, "integral or pred"),
     "popcnt": (dtypes.is_integer, "integral"),
-    "clz": (dtypes.is_integer, "integral"),
+    "count-leading-zeros": (dtypes.is_integer, "integral"),
     "floor": (dtypes.is_float, "floating"),
     "ceil": (dtypes.is_float, "floating"),
     "round-nearest-afz": (dtypes.is_float, "floating"),

@@ -36,7 +36,7 @@ def test_table_covers_corpus_and_jax_opcodes():
         "abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt",
         "rsqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "floor", "ceil",
         "round-nearest-afz", "round-nearest-even", "sign", "not", "is-finite", "real", "imag",
-        "popcnt", "clz", "add", "subtract", "multiply", "divide", "remainder", "power", "maximum",
+        "popcnt", "count-leading-zeros", "add", "subtract", "multiply", "divide", "remainder", "power", "maximum",
         "minimum", "and", "or", "xor", "shift-left", "shift-right-arithmetic",
         "shift-right-logical", "atan2", "complex", "compare", "select", "clamp", "broadcast",
         "reshape", "transpose", "copy", "convert", "bitcast-convert", "bitcast", "concatenate",
@@ -103,7 +103,7 @@ def test_unary_ops_keep_shape_or_change_type_as_specified():
 
 @pytest.mark.parametrize("opcode, shape", [
     ("floor", "s32[3]"), ("not", "f32[3]"), ("is-finite", "s32[2]"), ("abs", "u8[2]"),
-    ("sqrt", "s32[2]"), ("clz", "f32[2]"), ("negate", "pred[2]"),
+    ("sqrt", "s32[2]"), ("count-leading-zeros", "f32[2]"), ("negate", "pred[2]"),
 ])
 def test_unary_ops_reject_wrong_element_types(opcode, shape):
     rejects(op(opcode, param(shape)), "needs a")

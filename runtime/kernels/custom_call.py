@@ -118,3 +118,15 @@ def _top_k(inst, args, ctx):
 
 
 CUSTOM_CALL_TARGETS["TopK"] = _top_k
+
+
+@kernel("topk")
+def _topk_opcode(inst, args, ctx):
+    """The `topk(x), k=K, largest=B` opcode: (values, s32 indices) along the last dim, stable;
+    `largest=false` takes the K smallest."""
+    (x,) = args
+    k = inst.attrs["k"]
+    if inst.attr("largest", True):
+        return top_k(x, k)
+    order = np.argsort(_total_order_key(x), axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)

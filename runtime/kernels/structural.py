@@ -220,3 +220,16 @@ def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     below = t < float(info.min)
     inside = np.where(above | below | np.isnan(t), 0.0, t).astype(dtype)
     return np.where(above, np.array(info.max, dtype), np.where(below, np.array(info.min, dtype), inside))
+
+
+@kernel("domain")
+def _domain(inst, args, ctx):
+    """`domain` marks a sharding-domain boundary: the value passes through unchanged."""
+    return args[0]
+
+
+@kernel("get-dimension-size")
+def _get_dimension_size(inst, args, ctx):
+    """`get-dimension-size(x), dimensions={d}`: the (static) size of dimension d as s32[]."""
+    (dim,) = inst.attrs["dimensions"]
+    return np.asarray(args[0].shape[dim], dtype=np.int32)
