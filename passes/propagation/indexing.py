@@ -203,10 +203,6 @@ def operand_from_result(s: HloSharding, view: IndexedOp) -> HloSharding | None:
     return None if out.is_tile_maximal else out
 
 
-def parallel_result_dims(view: IndexedOp, parallel: list[tuple[int, int]]) -> list[int]:
-    return [view.result_dim_of_index_dim(i) for _, i in parallel]
-
-
 def along(s: HloSharding, source: list[int], target: list[int], rank: int) -> HloSharding:
     """Tiling of `source` dims moved to `target` dims of a rank-`rank` value, others replicated."""
     if not s.is_tiled:

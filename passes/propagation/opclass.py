@@ -128,10 +128,6 @@ def passes_at_level(inst: Instruction, level: int) -> bool:
     return not (level < 2 and inst.opcode == "broadcast")
 
 
-def is_root(inst: Instruction, comp: Computation) -> bool:
-    return comp.root is inst
-
-
 def supports_spatial_partitioning(inst: Instruction, comp: Computation, *, is_spmd: bool,
                                   is_callee: bool, to_output: bool, to_parameters: bool) -> bool:
     """XLA's SupportSpatialPartitioning (§3.5). `is_callee`: `comp` is a control-flow callee;

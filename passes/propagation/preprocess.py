@@ -22,7 +22,7 @@ from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.sharding import HloSharding
 
 from .graph import ModuleGraph
-from .opclass import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING, target
+from .opclass import SHARDING, target
 
 CSE_PREVENTION = "_sharding_propagation_cse_prevention"
 _UNSPECIFIED = re.compile(r"unspecified_dims=\[([0-9,\s]*)\]")
@@ -128,13 +128,6 @@ def _shard_group(inst: Instruction, prep: Prepared) -> None:
         prep.group_of[inst] = group.group_id
         s = s.with_shard_group(None)
     inst.sharding = None if s.is_unknown else s
-
-
-def conversion_unspecified(inst: Instruction) -> tuple[int, ...] | None:
-    """Unspecified dims of a manual-boundary custom-call (FullToShard / ShardToFull)."""
-    if target(inst) not in (FULL_TO_SHARD, SHARD_TO_FULL):
-        return None
-    return unspecified_dims(inst)
 
 
 def insert_root_copy(module: Module, graph: ModuleGraph) -> Instruction:
