@@ -26,6 +26,7 @@ bench: install
 
 conformance: install
 	$(PY) -m gspmdc.conformance parse
+	$(PY) -m gspmdc.conformance propagate
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

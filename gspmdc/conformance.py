@@ -1,12 +1,13 @@
 """Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
 
-    python -m gspmdc.conformance parse [--shared DIR] [--verbose]
+    python -m gspmdc.conformance parse|propagate [--shared DIR] [--verbose]
 
 `parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
 modules parsed, round-tripped (`parse(print(parse(t)))` identical to `parse(t)`), verified, and
 evaluated by the reference interpreter on random inputs (of those without I/O opcodes); and for every
 JAX program: its .hlo files parse and `program.hlo` on `inputs.npz` reproduces `outputs.npz`.
-The corpora live in `../shared` beside the repository (override with `--shared`); they are the team's
+`propagate` scores sharding propagation on `xla-propagation.json` (see
+`gspmdc/conformance_propagation.py`). The corpora live in `../shared` beside the repository (override with `--shared`); they are the team's
 measuring stick, not part of the package.
 """
 from __future__ import annotations
@@ -228,7 +229,7 @@ def _report(title: str, tallies: list[Tally], verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gspmdc.conformance",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["parse"], help="what to score")
+    parser.add_argument("stage", choices=["parse", "propagate"], help="what to score")
     parser.add_argument("--shared", type=Path, default=None,
                         help="the shared corpora folder (default: ../shared beside the repo)")
     parser.add_argument("--verbose", action="store_true", help="list every failure")
@@ -237,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     if not shared.is_dir():
         print(f"conformance: corpora folder {shared} not found (use --shared)", file=sys.stderr)
         return 2
+    if args.stage == "propagate":
+        from gspmdc.conformance_propagation import score
+        return score(shared, args.verbose)
     for corpus in ("xla-propagation.json", "xla-partitioner.json"):
         _report(f"{corpus}:", score_parse_corpus(shared / "conformance" / corpus), args.verbose)
     _report("jax-programs:", score_jax_programs(shared / "jax-programs"), args.verbose)

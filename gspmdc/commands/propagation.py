@@ -1,0 +1,60 @@
+"""`gspmdc propagate` and `gspmdc explain`: complete the shardings of a module, and say where one
+came from."""
+from __future__ import annotations
+
+import argparse
+
+from gspmdc.errors import EXIT_OK
+
+
+def cmd_propagate(args: argparse.Namespace) -> int:
+    """Give every instruction that can be partitioned a sharding (XLA's sharding propagation) and
+    write the module, one instruction per line, names unchanged."""
+    from gspmdc import api
+    from gspmdc.passes.propagation import parse_flags, propagate
+    module = api.load(args.file)
+    propagate(module, propagate_to_output=parse_flags(args.propagate_to_output),
+              propagate_to_parameters=parse_flags(args.propagate_to_parameters))
+    api.write_text(api.to_text(module), args.output)
+    return EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print why an instruction has its sharding: the chain of rules and instructions back to a
+    user annotation (propagating first when the file is not yet propagated)."""
+    from gspmdc import api
+    from gspmdc.passes.propagation import explain, propagate
+    module = api.load(args.file)
+    if not _is_propagated(module):
+        propagate(module)
+    for line in explain(module, args.instruction, args.n):
+        print(line)
+    return EXIT_OK
+
+
+def _is_propagated(module) -> bool:
+    """A module written by `gspmdc propagate` carries `sharding_origin` frontend attributes."""
+    return any(inst.attrs.get("frontend_attributes") is not None
+               and inst.attrs["frontend_attributes"].get("sharding_origin") is not None
+               for _, inst in module.all_instructions())
+
+
+def register(sub) -> None:
+    p = sub.add_parser("propagate", help="complete the shardings of a module (XLA's propagation)",
+                       description=cmd_propagate.__doc__)
+    p.add_argument("file", help="HLO text file ('-' for standard input)")
+    p.add_argument("-o", "--output", help="write the propagated module here instead of stdout")
+    p.add_argument("--propagate-to-output", default="false", metavar="LIST",
+                   help="may propagation set the entry's output sharding: true/false, or one per "
+                        "output tuple element, comma-separated (default false)")
+    p.add_argument("--propagate-to-parameters", default="false", metavar="LIST",
+                   help="may propagation set the entry parameters' shardings: true/false, or one "
+                        "per parameter, comma-separated (default false)")
+    p.set_defaults(run=cmd_propagate)
+
+    p = sub.add_parser("explain", help="say why an instruction has its sharding",
+                       description=cmd_explain.__doc__)
+    p.add_argument("file", help="HLO text file, propagated or not")
+    p.add_argument("instruction", help="instruction name (computation:name when names repeat)")
+    p.add_argument("-n", type=int, default=None, metavar="N", help="show at most N steps")
+    p.set_defaults(run=cmd_explain)

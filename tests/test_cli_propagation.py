@@ -1,0 +1,50 @@
+"""`gspmdc propagate` and `gspmdc explain` from the command line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gspmdc.cli import main
+from gspmdc.ir.parser import parse_file, parse_sharding
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "gspmdc" / "examples" / "mlp.hlo"
+
+
+def test_propagate_writes_every_sharding_and_keeps_names(tmp_path, capsys):
+    out = tmp_path / "p.hlo"
+    assert main(["propagate", str(EXAMPLE), "-o", str(out)]) == 0
+    before, after = parse_file(EXAMPLE), parse_file(out)
+    assert [i.name for i in before.entry.instructions] == [i.name for i in after.entry.instructions]
+    by_name = {i.name: i for i in after.entry.instructions}
+    # the hidden activation follows the Sharding constraint ({devices=[2,4]<=[8]}): batch on x,
+    # hidden on y; the first dot's output takes it from its operands' layouts
+    assert by_name["h"].sharding == parse_sharding("{devices=[2,4]<=[8]}")
+    assert by_name["hb"].sharding == parse_sharding("{devices=[2,4]<=[8]}")
+    # user annotations are kept as written
+    assert by_name["w1"].sharding == before.entry.instruction("w1").sharding
+    assert all(i.sharding is not None for i in after.entry.instructions)
+
+
+def test_propagate_flag_lists_are_checked(capsys):
+    assert main(["propagate", str(EXAMPLE), "--propagate-to-output", "maybe"]) == 2
+    assert "expected true/false" in capsys.readouterr().err
+
+
+def test_explain_prints_the_chain_back_to_the_user_annotation(capsys):
+    assert main(["explain", str(EXAMPLE), "hb"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("hb  {devices=[2,4]<=[8]}  ← backward from a")
+    assert lines[-1] == "a_sharded  {devices=[2,4]<=[8]}  ← user annotation"
+    assert main(["explain", str(EXAMPLE), "hb", "-n", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_explain_works_on_a_propagated_file(tmp_path, capsys):
+    out = tmp_path / "p.hlo"
+    assert main(["propagate", str(EXAMPLE), "-o", str(out)]) == 0
+    assert main(["explain", str(out), "hb"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("← user annotation")
+
+
+def test_explain_unknown_instruction_is_exit_2(capsys):
+    assert main(["explain", str(EXAMPLE), "nosuch"]) == 2
+    assert "no instruction named 'nosuch'" in capsys.readouterr().err
