@@ -141,7 +141,7 @@ def run(instructions: int = 10_000, repeat: int = 3) -> list[dict]:
             counts[k], seconds = measure(text)
             best[k] = min(best[k], seconds)
     rows = []
-    print(f"sharding propagation, transformer-like module ({layers} layers), best of {repeat}")
+    print(f"sharding propagation, transformer-like module ({layers} layers), median of {repeat}")
     print(f"  {'devices':>8} {'mesh':>8} {'instructions':>13} {'seconds':>9} {'ms/1000 instr':>14}")
     for (data, model), count, seconds in zip(MESHES, counts, best):
         row = {"benchmark": "propagation", "devices": data * model, "mesh": f"{data}x{model}",
