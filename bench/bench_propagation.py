@@ -10,6 +10,7 @@ at 4096 devices to the time at 8 (propagation should not depend on the device co
 from __future__ import annotations
 
 import argparse
+import statistics
 import gc
 import time
 
@@ -130,20 +131,21 @@ def measure(text: str) -> tuple[int, float]:
 
 def run(instructions: int = 10_000, repeat: int = 3) -> list[dict]:
     """Benchmark rows (one per mesh, then the ratio), printed as a table. Repeats are interleaved
-    across meshes and the best time of each is kept, so drift affects every mesh alike."""
+    across meshes and the median time of each is kept, so drift affects every mesh alike."""
     layers = layers_for(instructions)
     texts = [transformer(layers, data, model) for data, model in MESHES]
     measure(transformer(2, *MESHES[0]))          # warm-up: imports, caches
-    best = [float("inf")] * len(MESHES)
+    times: list[list[float]] = [[] for _ in MESHES]
     counts = [0] * len(MESHES)
     for _ in range(repeat):
         for k, text in enumerate(texts):
             counts[k], seconds = measure(text)
-            best[k] = min(best[k], seconds)
+            times[k].append(seconds)
+    medians = [statistics.median(t) for t in times]
     rows = []
     print(f"sharding propagation, transformer-like module ({layers} layers), median of {repeat}")
     print(f"  {'devices':>8} {'mesh':>8} {'instructions':>13} {'seconds':>9} {'ms/1000 instr':>14}")
-    for (data, model), count, seconds in zip(MESHES, counts, best):
+    for (data, model), count, seconds in zip(MESHES, counts, medians):
         row = {"benchmark": "propagation", "devices": data * model, "mesh": f"{data}x{model}",
                "instructions": count, "seconds": seconds,
                "ms_per_1000_instructions": 1e6 * seconds / count}
