@@ -38,6 +38,36 @@ addf {
   ROOT r = f32[] add(a, b)
 }
 
+maxf {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+
+addbf {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT r = bf16[] add(a, b)
+}
+
+addc {
+  a = c64[] parameter(0)
+  b = c64[] parameter(1)
+  ROOT r = c64[] add(a, b)
+}
+
+orp {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT r = pred[] or(a, b)
+}
+
+andp {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT r = pred[] and(a, b)
+}
+
 shift_add {
   a = s32[] parameter(0)
   b = s32[] parameter(1)
@@ -48,13 +78,14 @@ shift_add {
 """
 
 
-def spmd_module(n: int, params: list[str], body: str, root: str) -> str:
-    """`HloModule` text with `num_partitions=n`, the shared reducers, and an entry computation with
-    the given parameter shapes (named p0, p1, ...), body lines, and root line."""
+def spmd_module(n: int, params: list[str], body: str, root: str, header: str = "") -> str:
+    """`HloModule` text with `num_partitions=n` (and `header` attributes), the shared reducers,
+    and an entry computation with the given parameter shapes (named p0, p1, ...), body lines, and
+    root line."""
     lines = [f"  p{i} = {shape} parameter({i})" for i, shape in enumerate(params)]
     lines += [f"  {line}" for line in body.strip().splitlines() if line.strip()]
     lines.append(f"  ROOT {root}")
-    return (f"HloModule spmd_test, num_partitions={n}\n{REDUCERS}\nENTRY main {{\n"
+    return (f"HloModule spmd_test, num_partitions={n}{header}\n{REDUCERS}\nENTRY main {{\n"
             + "\n".join(lines) + "\n}\n")
 
 

@@ -1,0 +1,330 @@
+"""The MPI backend: each partition of an SPMD program is one MPI rank (mpi4py).
+
+`MpiBackend(module, comm)` is one rank's endpoint. Partition ids map to ranks through the module's
+device assignment (`rank_of_partition`: the gspmdc header attribute `device_assignment={r0,r1,...}`,
+rank of partition i at position i; the identity when absent).
+
+Communicators (gspmd-algorithms §5.3): at construction the backend walks every collective of the
+module in program order (computations in text order) and creates, once per distinct list of groups,
+a sub-communicator with `Split(color = index of my group, key = my position)`, so that its rank order
+is the group order. All ranks walk the same module, so they create the same communicators in the
+same order (Split is collective). Groups of one member need none. `close()` frees them.
+
+Data path: buffer (capitalised) methods on contiguous numpy arrays, never pickling. Data movement
+travels as raw bytes (so `pred`, `bf16`, `f16`, `f8*` and complex types all move bit-exactly); the
+collective dimension is moved to axis 0 first (`moveaxis` + `ascontiguousarray`) and back after.
+
+- all-reduce: `Iallreduce` with the MPI op when the reducer is exactly add, multiply, maximum,
+  minimum, and, or, xor and the type reduces natively the way HLO does (integers: all of them;
+  `f32`/`f64`/complex: add and multiply, since MPI's MAX/MIN do not propagate NaN as HLO does;
+  `pred` as `uint8`: and, or, xor, maximum, minimum). Otherwise `Iallgather` and a fold with the
+  reducer in group order (identical on every member).
+- reduce-scatter: `Ireduce_scatter_block` with the MPI op under the same rule, else `Ialltoall` of
+  the blocks and a fold in group order.
+- all-gather: `Iallgather` into a `[G, ...]` buffer merged into the gather dim.
+- all-to-all: the blocks as a `[G, ...]` buffer, `Ialltoall`, merged back along the dim; the tuple
+  form sends operand k to member k.
+- collective-permute: `Isend` to my target, `Irecv` from my source, wait for both (no ordering
+  between pairs is needed, so no pattern deadlocks); tags count permute executions, so messages
+  of different loop iterations never mix; zeros when no pair targets me; a `(p, p)` pair copies.
+
+`deterministic=True` folds every reduction in group order (bit-identical to the local backend and
+from run to run); by default native float sums are used, whose association order is MPI's.
+
+Waiting: requests are polled, spinning for ~100 µs and then sleeping with backoff up to 1 ms, so
+ranks that wait for a slower one leave the CPU to it (MPI's blocking calls busy-poll, which on an
+oversubscribed machine starves the ranks that compute).
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.attributes import RawAttr
+from gspmdc.ir.module import Instruction, Module
+
+from ..collectives import (
+    CollectiveBackend, Reduction, fold, group_of, participant_groups, permute_pairs,
+    permute_source,
+)
+
+GROUP_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
+_SPIN_SECONDS = 1e-4
+_MAX_SLEEP_SECONDS = 1e-3
+
+
+def rank_of_partition(module: Module, size: int) -> list[int]:
+    """The MPI rank of each partition: the module's `device_assignment={...}` header attribute
+    (a permutation of the ranks, indexed by partition id), else the identity."""
+    attr = module.attrs.get("device_assignment")
+    if attr is None:
+        return list(range(size))
+    text = (attr.text if isinstance(attr, RawAttr) else str(attr)).strip().strip("{}")
+    try:
+        ranks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise GspmdcError(f"device_assignment={attr.text if isinstance(attr, RawAttr) else attr}: "
+                          "expected a list of ranks {r0,r1,...}") from None
+    if sorted(ranks) != list(range(size)):
+        raise GspmdcError(f"device_assignment {ranks} is not a permutation of the {size} ranks")
+    return ranks
+
+
+def wait(request) -> None:
+    """Complete an MPI request (or a list of them): spin briefly, then sleep with backoff."""
+    from mpi4py import MPI
+    test = MPI.Request.Testall if isinstance(request, list) else request.Test
+    args = (request,) if isinstance(request, list) else ()
+    start = time.perf_counter()
+    while time.perf_counter() - start < _SPIN_SECONDS:
+        if test(*args):
+            return
+    pause = 2e-5
+    while not test(*args):
+        time.sleep(pause)
+        pause = min(pause * 2, _MAX_SLEEP_SECONDS)
+
+
+def _native_op(reduction: Reduction, dtype: np.dtype):
+    """The MPI op reducing `dtype` exactly as the reducer does, or None (fold instead)."""
+    from mpi4py import MPI
+    ufunc = reduction.ufunc
+    if ufunc is None:
+        return None
+    if dtype == np.bool_:
+        ops = {np.bitwise_and: MPI.BAND, np.bitwise_or: MPI.BOR, np.bitwise_xor: MPI.BXOR,
+               np.maximum: MPI.MAX, np.minimum: MPI.MIN}
+    elif dtype.kind in "iu":
+        ops = {np.add: MPI.SUM, np.multiply: MPI.PROD, np.maximum: MPI.MAX, np.minimum: MPI.MIN,
+               np.bitwise_and: MPI.BAND, np.bitwise_or: MPI.BOR, np.bitwise_xor: MPI.BXOR}
+    elif dtype in (np.float32, np.float64, np.complex64, np.complex128):
+        ops = {np.add: MPI.SUM, np.multiply: MPI.PROD}
+    else:
+        return None
+    return ops.get(ufunc)
+
+
+def _contiguous(x: np.ndarray) -> np.ndarray:
+    """`x` in C order, same shape (`np.ascontiguousarray` would turn a 0-d array into 1-d)."""
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def _typed(x: np.ndarray) -> np.ndarray:
+    """A contiguous buffer MPI can reduce, same shape: bools as uint8."""
+    x = _contiguous(x)
+    return x.view(np.uint8) if x.dtype == np.bool_ else x
+
+
+def _raw(x: np.ndarray) -> np.ndarray:
+    """The bytes of `x` in C order, as a flat uint8 buffer (no copy when already contiguous)."""
+    return _contiguous(x).reshape(-1).view(np.uint8)
+
+
+class _Group:
+    """A collective's group as seen by this rank: the communicator (None for a group of one),
+    the group size and this partition's position."""
+
+    __slots__ = ("comm", "size", "position")
+
+    def __init__(self, comm, size: int, position: int):
+        self.comm, self.size, self.position = comm, size, position
+
+
+class MpiBackend(CollectiveBackend):
+    """One rank's endpoint (see the module docstring). Construct it on every rank of `comm`
+    (collective), with the same module."""
+
+    def __init__(self, module: Module, comm=None, *, deterministic: bool = False):
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD if comm is None else comm
+        n = module.num_partitions or 1
+        if world.Get_size() != n:
+            raise GspmdcError(f"module {module.name} has {n} partitions but the MPI job has "
+                              f"{world.Get_size()} ranks")
+        self._n = n
+        self._deterministic = deterministic
+        self._comm = world.Dup()
+        ranks = rank_of_partition(module, n)
+        self._rank_of = ranks
+        self._partition = ranks.index(self._comm.Get_rank())
+        self._tag_limit = int(self._comm.Get_attr(MPI.TAG_UB) or 32767) + 1
+        self._permutes = 0
+        self._split_cache: dict[tuple, object] = {}
+        self._groups: dict[int, _Group] = {}
+        self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
+        for _, inst in module.all_instructions():
+            if inst.opcode in GROUP_OPCODES:
+                self._groups[id(inst)] = self._make_group(inst)
+            elif inst.opcode == "collective-permute":
+                self._pairs[id(inst)] = self._make_pairs(inst)
+
+    # ---- set-up -------------------------------------------------------------------------------
+
+    def _make_group(self, inst: Instruction) -> _Group:
+        from mpi4py import MPI
+        groups = participant_groups(inst, self._n)
+        if all(len(g) == 1 for g in groups):
+            return _Group(None, 1, 0)
+        key = tuple(tuple(g) for g in groups)
+        comm = self._split_cache.get(key)
+        mine = next((i for i, g in enumerate(groups) if self._partition in g), None)
+        if key not in self._split_cache:
+            color = MPI.UNDEFINED if mine is None else mine
+            position = 0 if mine is None else groups[mine].index(self._partition)
+            comm = self._split_cache[key] = self._comm.Split(color, position)
+        if mine is None:        # reported if this partition ever executes the collective
+            return _Group(None, 0, -1)
+        group = groups[mine]
+        return _Group(comm, len(group), group.index(self._partition))
+
+    def _make_pairs(self, inst: Instruction) -> tuple[int | None, int | None, bool]:
+        """(rank I send to, rank I receive from, self copy) of a collective-permute."""
+        pairs = permute_pairs(inst, self._n)
+        me = self._partition
+        source = permute_source(pairs, me)
+        target = next((t for s, t in pairs if s == me), None)
+        if source == me:
+            return None, None, True
+        return (None if target is None else self._rank_of[target],
+                None if source is None else self._rank_of[source], False)
+
+    def close(self) -> None:
+        """Free the communicators (collective over the job)."""
+        from mpi4py import MPI
+        for comm in self._split_cache.values():
+            if comm != MPI.COMM_NULL:
+                comm.Free()
+        self._split_cache.clear()
+        self._comm.Free()
+
+    # ---- CollectiveBackend --------------------------------------------------------------------
+
+    @property
+    def num_partitions(self) -> int:
+        return self._n
+
+    def partition_id(self) -> int:
+        return self._partition
+
+    def _group(self, inst: Instruction) -> _Group:
+        group = self._groups.get(id(inst))
+        if group is None:
+            raise GspmdcError(f"{inst.opcode} {inst.name} is not an instruction of the module "
+                              "the MPI backend was built for")
+        if group.size == 0:
+            group_of(inst, participant_groups(inst, self._n), self._partition)   # raises
+        return group
+
+    def all_reduce(self, inst, operands, reduction):
+        group = self._group(inst)
+        return [self._all_reduce(x, group, reduction) for x in operands]
+
+    def _all_reduce(self, x: np.ndarray, group: _Group, reduction: Reduction) -> np.ndarray:
+        if group.comm is None:
+            return x
+        op = None if self._deterministic else _native_op(reduction, x.dtype)
+        if op is None:
+            return fold(list(self._gather_buffer(x, group)), reduction)
+        send = _typed(x)
+        recv = np.empty_like(send)
+        wait(group.comm.Iallreduce(send, recv, op))
+        return recv.view(x.dtype)
+
+    def all_gather(self, inst, operands, dim):
+        group = self._group(inst)
+        if group.comm is None:
+            return list(operands)
+        results = []
+        for x in operands:
+            moved = np.moveaxis(x, dim, 0)
+            rows = self._gather_buffer(moved, group)
+            merged = rows.reshape((group.size * moved.shape[0],) + moved.shape[1:])
+            results.append(np.moveaxis(merged, 0, dim))
+        return results
+
+    def _gather_buffer(self, x: np.ndarray, group: _Group) -> np.ndarray:
+        """`[G, ...]`: every member's `x` (same shape and dtype) in group order."""
+        send = _raw(x)
+        recv = np.empty(group.size * send.size, np.uint8)
+        wait(group.comm.Iallgather(send, recv))
+        return recv.view(x.dtype).reshape((group.size,) + x.shape)
+
+    def reduce_scatter(self, inst, operands, dim, reduction):
+        group = self._group(inst)
+        return [self._reduce_scatter(x, dim, group, reduction) for x in operands]
+
+    def _reduce_scatter(self, x: np.ndarray, dim: int, group: _Group,
+                        reduction: Reduction) -> np.ndarray:
+        g = group.size
+        if x.shape[dim] % max(g, 1):
+            raise GspmdcError(f"reduce-scatter: dimension {dim} of size {x.shape[dim]} does not "
+                              f"split into {g} equal blocks")
+        if group.comm is None:
+            return x
+        moved = np.moveaxis(x, dim, 0)
+        block = (moved.shape[0] // g,) + moved.shape[1:]
+        op = None if self._deterministic else _native_op(reduction, x.dtype)
+        if op is not None:
+            send = _typed(moved)
+            recv = np.empty(block, send.dtype)
+            wait(group.comm.Ireduce_scatter_block(send, recv, op))
+            return np.moveaxis(recv.view(x.dtype), 0, dim)
+        received = self._exchange_blocks(moved.reshape((g,) + block), group)
+        return np.moveaxis(fold(list(received), reduction), 0, dim)
+
+    def _exchange_blocks(self, blocks: np.ndarray, group: _Group) -> np.ndarray:
+        """`blocks[k]` goes to member k; returns `[G, ...]` with row j from member j."""
+        send = _raw(blocks)
+        recv = np.empty_like(send)
+        wait(group.comm.Ialltoall(send, recv))
+        return recv.view(blocks.dtype).reshape(blocks.shape)
+
+    def all_to_all(self, inst, operands, dim):
+        group = self._group(inst)
+        g = group.size
+        if dim is None:
+            if len(operands) != g:
+                raise GspmdcError(f"all-to-all {inst.name}: the tuple form needs one operand per "
+                                  f"group member ({g}), got {len(operands)}")
+            if len({(x.shape, x.dtype) for x in operands}) != 1:
+                raise GspmdcError(f"all-to-all {inst.name}: tuple-form operands differ in shape")
+            if group.comm is None:
+                return list(operands)
+            return list(self._exchange_blocks(np.stack(operands), group))
+        results = []
+        for x in operands:
+            if x.shape[dim] % g:
+                raise GspmdcError(f"all-to-all {inst.name}: dimension {dim} of size "
+                                  f"{x.shape[dim]} does not split into {g} equal blocks")
+            if group.comm is None:
+                results.append(x)
+                continue
+            split = x.reshape(x.shape[:dim] + (g, x.shape[dim] // g) + x.shape[dim + 1:])
+            received = self._exchange_blocks(np.moveaxis(split, dim, 0), group)
+            results.append(np.moveaxis(received, 0, dim).reshape(x.shape))
+        return results
+
+    def collective_permute(self, inst, operand):
+        pairs = self._pairs.get(id(inst))
+        if pairs is None:
+            raise GspmdcError(f"collective-permute {inst.name} is not an instruction of the "
+                              "module the MPI backend was built for")
+        target, source, self_copy = pairs
+        tag = self._permutes % self._tag_limit
+        self._permutes += 1
+        if self_copy:
+            return operand
+        requests = []
+        result = None
+        send = _raw(operand)
+        if source is not None:
+            result = np.empty(operand.shape, operand.dtype)
+            requests.append(self._comm.Irecv(_raw(result), source, tag))
+        if target is not None:
+            requests.append(self._comm.Isend(send, target, tag))
+        if requests:
+            wait(requests)
+        return np.zeros_like(operand) if result is None else result
