@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gspmdc.errors import GspmdcError
+from gspmdc.runtime.compare import compare_outputs
 
 IO_OPCODES = frozenset({"infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
 CASE_TIMEOUT_SECONDS = 20
@@ -189,27 +190,6 @@ def score_jax_programs(root: Path) -> list[Tally]:
         except Exception as e:  # noqa: BLE001
             reproduced.record(folder.name, _one_line(e))
     return [parsed, reproduced]
-
-
-def compare_outputs(got: dict, want: dict, rtol: float = 1e-4, atol: float = 1e-5) -> str | None:
-    """None when every output matches (exact for integers/predicates, float32 tolerance for
-    floats), else a one-line description of the worst mismatch."""
-    if sorted(got) != sorted(want):
-        return f"outputs {sorted(got)} != expected {sorted(want)}"
-    for key in sorted(want):
-        a, b = np.asarray(got[key]), np.asarray(want[key])
-        if a.shape != b.shape:
-            return f"{key}: shape {a.shape} != expected {b.shape}"
-        if b.dtype.kind in "biu":
-            bad = int(np.count_nonzero(a != b))
-            if bad:
-                return f"{key}: {bad} elements differ"
-        else:
-            a64, b64 = a.astype(np.complex128), b.astype(np.complex128)
-            if not np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True):
-                err = np.nanmax(np.abs(a64 - b64))
-                return f"{key}: max abs error {err:.3g}"
-    return None
 
 
 def _report(title: str, tallies: list[Tally], verbose: bool) -> None:

@@ -126,8 +126,9 @@ def spmd_signature(module: Module, num_partitions: int | None = None, *,
     sharding = output_sharding or root.sharding
     if sharding is None:
         raise GspmdcError(f"the root {root.name} of the partitioned module {module.name} has no "
-                          "sharding, so the global layout of the result is unknown (XLA's "
-                          "partitioned modules drop it): give the output sharding")
+                          "sharding, so how the partitions' results form the global result is "
+                          "unknown (XLA's partitioned modules drop it): annotate the root, e.g. "
+                          "sharding={replicated} when every partition computes the whole result")
     recorded_out = _array_if_singleton(recorded[1], root.shape) if recorded else None
     output = _sharded_value(root.shape, sharding, n, f"the result ({root.name})", recorded_out,
                             layout[1] if layout else None)
@@ -309,16 +310,16 @@ def split_value(value: Any, sharded: ShardedValue, num_partitions: int, *,
                 padding: str = "zeros") -> list[Any]:
     """Every partition's part of a global value (an array, or nested tuples for tuple shapes)."""
     per_leaf = [split_leaf(a, leaf, num_partitions, padding=padding)
-                for a, leaf in zip(_flatten(value, sharded.global_shape), sharded.leaves)]
-    return [_unflatten([pieces[p] for pieces in per_leaf], sharded.local_shape)
+                for a, leaf in zip(flatten_value(value, sharded.global_shape), sharded.leaves)]
+    return [unflatten_value([pieces[p] for pieces in per_leaf], sharded.local_shape)
             for p in range(num_partitions)]
 
 
 def shard_value(value: Any, sharded: ShardedValue, partition: int, num_partitions: int, *,
                 padding: str = "zeros") -> Any:
     """One partition's part of a global value (reads only its slices)."""
-    return _unflatten([shard_leaf(a, leaf, partition, num_partitions, padding=padding)
-                       for a, leaf in zip(_flatten(value, sharded.global_shape), sharded.leaves)],
+    return unflatten_value([shard_leaf(a, leaf, partition, num_partitions, padding=padding)
+                       for a, leaf in zip(flatten_value(value, sharded.global_shape), sharded.leaves)],
                       sharded.local_shape)
 
 
@@ -376,10 +377,10 @@ def assemble_leaf(pieces: Sequence[np.ndarray | None], leaf: ShardedLeaf) -> np.
 
 def assemble_value(per_partition: Sequence[Any], sharded: ShardedValue) -> Any:
     """The global value from every partition's value (arrays or nested tuples)."""
-    flat = [_flatten(v, sharded.local_shape) for v in per_partition]
+    flat = [flatten_value(v, sharded.local_shape) for v in per_partition]
     leaves = [assemble_leaf([f[i] for f in flat], leaf)
               for i, leaf in enumerate(sharded.leaves)]
-    return _unflatten(leaves, sharded.global_shape)
+    return unflatten_value(leaves, sharded.global_shape)
 
 
 def assemble_outputs(signature: SpmdSignature, results: Sequence[Any]) -> Any:
@@ -390,15 +391,17 @@ def assemble_outputs(signature: SpmdSignature, results: Sequence[Any]) -> Any:
     return assemble_value(results, signature.output)
 
 
-def _flatten(value: Any, shape: Shape) -> list:
+def flatten_value(value: Any, shape: Shape) -> list:
+    """The array leaves of a value of `shape` (nested tuples), in pre-order."""
     if isinstance(shape, TupleShape):
         if not isinstance(value, (tuple, list)) or len(value) != len(shape.elements):
             raise GspmdcError(f"expected a tuple value of shape {shape}")
-        return [leaf for v, s in zip(value, shape.elements) for leaf in _flatten(v, s)]
+        return [leaf for v, s in zip(value, shape.elements) for leaf in flatten_value(v, s)]
     return [value]
 
 
-def _unflatten(leaves: list, shape: Shape) -> Any:
+def unflatten_value(leaves: list, shape: Shape) -> Any:
+    """The value of `shape` with the given array leaves (inverse of `flatten_value`)."""
     it = iter(leaves)
 
     def build(s: Shape):

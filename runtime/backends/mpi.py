@@ -38,7 +38,6 @@ oversubscribed machine starves the ranks that compute).
 from __future__ import annotations
 
 import time
-from typing import Sequence
 
 import numpy as np
 
@@ -140,10 +139,10 @@ class MpiBackend(CollectiveBackend):
     def __init__(self, module: Module, comm=None, *, deterministic: bool = False):
         from mpi4py import MPI
         world = MPI.COMM_WORLD if comm is None else comm
-        n = module.num_partitions or 1
-        if world.Get_size() != n:
-            raise GspmdcError(f"module {module.name} has {n} partitions but the MPI job has "
-                              f"{world.Get_size()} ranks")
+        n = world.Get_size()
+        if module.num_partitions not in (None, n):
+            raise GspmdcError(f"module {module.name} has {module.num_partitions} partitions but "
+                              f"the MPI job has {n} ranks")
         self._n = n
         self._deterministic = deterministic
         self._comm = world.Dup()

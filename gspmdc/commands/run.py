@@ -1,0 +1,63 @@
+"""`gspmdc run`: run a program on N partitions (MPI ranks, or threads of this process)."""
+from __future__ import annotations
+
+import argparse
+
+from gspmdc.errors import GspmdcError
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a module on N partitions: an SPMD program as it is, any other module after
+    partitioning it. Inputs come from --inputs (global arrays arg0, arg1, ...) or are random
+    (--seed); rank 0 assembles the global outputs (out0, ...) and writes --outputs atomically.
+    --check compares them with the unpartitioned program run on one device."""
+    from gspmdc.runtime import launcher
+    from gspmdc.runtime.job import RunOptions, execute_local, prepare_job
+    if args.timeout is not None and args.timeout <= 0:
+        raise GspmdcError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.num_partitions is not None and args.num_partitions < 1:
+        raise GspmdcError(f"-n must be positive, got {args.num_partitions}")
+    options = RunOptions(num_partitions=args.num_partitions, inputs=args.inputs, seed=args.seed,
+                         outputs=args.outputs, check=args.check, profile=args.profile,
+                         timeout=args.timeout,
+                         padding="garbage" if args.garbage_padding else "zeros",
+                         deterministic=args.deterministic, quiet=args.quiet)
+    if args.backend == "mpi" and launcher.under_mpi():
+        return launcher.run_in_place(args.file, options)
+    mpiexec = launcher.find_mpiexec(args.mpiexec) if args.backend == "mpi" else None
+    job = prepare_job(args.file, options)
+    if args.backend == "local":
+        return execute_local(job)
+    return launcher.launch(job, mpiexec)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a program on N partitions (MPI ranks or local threads)",
+                       description=cmd_run.__doc__)
+    p.add_argument("file", help="HLO text file ('-' for standard input)")
+    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+                   help="number of partitions (default: the module's num_partitions)")
+    p.add_argument("--backend", choices=("mpi", "local"), default="mpi",
+                   help="mpi: one MPI rank per partition, started with mpiexec unless already "
+                        "running under MPI (default); local: one thread per partition")
+    p.add_argument("--inputs", help="npz file with the global inputs arg0, arg1, ...")
+    p.add_argument("--outputs", help="write the global outputs out0, out1, ... here")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random inputs when --inputs is not given (default 0)")
+    p.add_argument("--check", action="store_true",
+                   help="compare the outputs with the unpartitioned program on one device "
+                        "(exit 1 on mismatch)")
+    p.add_argument("--profile", action="store_true",
+                   help="print per-partition time in kernels, collectives and interpretation, "
+                        "and the bytes each collective sends")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="stop the whole job after S seconds (exit 3)")
+    p.add_argument("--mpiexec", metavar="PATH",
+                   help="the mpiexec to start (default: the one beside this Python)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="reduce in group order everywhere (bit-identical runs; slower)")
+    p.add_argument("--garbage-padding", action="store_true",
+                   help="pad uneven input shards with NaN / the integer maximum instead of zeros "
+                        "(shows programs that read padding)")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
+    p.set_defaults(run=cmd_run)

@@ -1,0 +1,213 @@
+"""Failures of `gspmdc run` must stop the whole job within seconds, name the rank (and the
+instruction), exit with code 3, leave no process behind and write no output file: an exception on
+one rank, a rank killed from outside, a timeout, Ctrl-C; on the MPI and on the local backend.
+
+The failing programs use test-only custom-call targets registered by a `sitecustomize.py` that the
+test puts on PYTHONPATH (so every rank process has them). Every subprocess has a timeout."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+GSPMDC = Path(sys.executable).with_name("gspmdc")
+MPIEXEC = Path(sys.executable).with_name("mpiexec")
+
+PLUGIN = '''
+import os, time
+from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
+
+def _fail(inst, args, ctx):
+    if ctx.partition_id == 1:
+        raise ValueError("injected failure")
+    return args[0]
+
+def _sleep(inst, args, ctx):
+    if ctx.partition_id == 1:
+        time.sleep(60)
+    return args[0]
+
+CUSTOM_CALL_TARGETS["gspmdc_test.fail_on_partition_1"] = _fail
+CUSTOM_CALL_TARGETS["gspmdc_test.sleep_on_partition_1"] = _sleep
+'''
+
+PROGRAM = """HloModule faulty, num_partitions=4
+
+addf {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4] parameter(0), sharding={replicated}
+  c = f32[4] custom-call(x), custom_call_target="gspmdc_test.TARGET"
+  ROOT r = f32[4] all-reduce(c), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=addf, sharding={replicated}
+}
+"""
+
+
+@pytest.fixture
+def job(tmp_path):
+    """(program path for a target, environment with the plugin and a unique tag, output path)."""
+    (tmp_path / "sitecustomize.py").write_text(PLUGIN)
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), GSPMDC_TEST_TAG=tag)
+
+    def program(target: str) -> Path:
+        path = tmp_path / f"{target}.hlo"
+        path.write_text(PROGRAM.replace("TARGET", target))
+        return path
+    yield program, env, tmp_path / "out.npz"
+    assert tagged_processes(tag) == [], "processes left behind"
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries GSPMDC_TEST_TAG=tag (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"GSPMDC_TEST_TAG={tag}".encode() not in (entry / "environ").read_bytes():
+                continue
+            if (entry / "stat").read_text().split(") ")[-1].startswith("Z"):
+                continue
+        except OSError:
+            continue
+        found.append(int(entry.name))
+    return found
+
+
+def wait_gone(tag: str, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def rank_processes(tag: str) -> dict[int, int]:
+    """{rank: pid} of the MPI ranks carrying the tag."""
+    ranks = {}
+    for pid in tagged_processes(tag):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"gspmdc.runtime.launcher" not in cmdline or b"mpiexec" in cmdline.split(b"\0")[0]:
+            continue
+        for item in environ:
+            if item.startswith(b"PMI_RANK="):
+                ranks[int(item[9:])] = pid
+    return ranks
+
+
+def run(args, env, timeout=60):
+    start = time.monotonic()
+    proc = subprocess.run([str(GSPMDC), "run", *map(str, args)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed in the venv")
+
+
+@needs_mpi
+def test_an_exception_on_one_rank_stops_the_job(job):
+    program, env, out = job
+    proc, seconds = run([program("fail_on_partition_1"), "--outputs", out], env)
+    assert proc.returncode == 3, proc.stderr
+    assert "rank 1 (partition 1): main/c: custom-call failed: ValueError: injected failure" \
+        in proc.stderr
+    assert "MPI_Abort" not in proc.stderr and "BAD TERMINATION" not in proc.stdout
+    assert seconds < 20 and not out.exists()
+    wait_gone(env["GSPMDC_TEST_TAG"])
+
+
+@needs_mpi
+def test_a_killed_rank_stops_the_job_and_is_named(job):
+    program, env, out = job
+    tag = env["GSPMDC_TEST_TAG"]
+    proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
+                             "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(ranks := rank_processes(tag)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(ranks) == 4, "the ranks did not start"
+        time.sleep(1.0)                  # let them reach the collective
+        os.kill(ranks[2], signal.SIGKILL)
+        start = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=30)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, stderr
+    assert f"rank 2 (pid {ranks[2]}) terminated unexpectedly (killed or crashed)" in stderr
+    assert "BAD TERMINATION" not in stdout
+    assert seconds < 10 and not out.exists()
+    wait_gone(tag)
+
+
+@needs_mpi
+def test_timeout_stops_every_rank(job):
+    program, env, out = job
+    proc, seconds = run([program("sleep_on_partition_1"), "--timeout", "2", "--outputs", out],
+                        env)
+    assert proc.returncode == 3, proc.stderr
+    assert "the run timed out after 2 s" in proc.stderr
+    assert seconds < 12 and not out.exists()
+    wait_gone(env["GSPMDC_TEST_TAG"])
+
+
+@needs_mpi
+def test_ctrl_c_stops_every_rank(job):
+    program, env, out = job
+    tag = env["GSPMDC_TEST_TAG"]
+    proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
+                             "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(rank_processes(tag)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3 and "interrupted" in stderr
+    assert not out.exists()
+    wait_gone(tag)
+
+
+@needs_mpi
+def test_in_place_launch_reports_the_failing_rank(job):
+    program, env, _ = job
+    proc = subprocess.run([str(MPIEXEC), "-n", "4", str(GSPMDC), "run",
+                           str(program("fail_on_partition_1"))], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 3
+    assert "rank 1 (partition 1): main/c: custom-call failed" in proc.stderr
+    wait_gone(env["GSPMDC_TEST_TAG"])
+
+
+def test_local_backend_failure_and_timeout(job):
+    program, env, out = job
+    proc, seconds = run([program("fail_on_partition_1"), "--backend", "local", "--outputs", out],
+                        env)
+    assert proc.returncode == 3
+    assert "partition 1: main/c: custom-call failed: ValueError: injected failure" in proc.stderr
+    assert not out.exists()
+    proc, seconds = run([program("sleep_on_partition_1"), "--backend", "local", "--timeout",
+                         "1", "--outputs", out], env)
+    assert proc.returncode == 3 and "timed out after 1 s" in proc.stderr
+    assert seconds < 10 and not out.exists()
