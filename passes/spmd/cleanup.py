@@ -1,0 +1,96 @@
+"""The cleanup pass after partitioning (reference §4.1 step 6, §4.11): tuple simplification,
+common-subexpression elimination and dead-code elimination of the entry computation.
+
+- `get-tuple-element(tuple(x0, x1, ...)), index=i` becomes `xi`;
+- CSE merges instructions with the same opcode, shape, operands and attributes (ignoring
+  `channel_id` and `metadata`) and equal literals: the partition-id tables, offsets, iotas and
+  masks the lowering creates per use collapse to one each. Every partition merges alike, so
+  merging collectives keeps the program SPMD;
+- DCE removes what the root does not use (parameters always stay; collectives whose results are
+  unused go too, on every partition alike).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.passes.pass_manager import ModulePass, register_pass
+
+#: opcodes never merged or removed (their instances differ even with equal operands)
+_KEEP = frozenset({"parameter", "rng", "rng-bit-generator", "rng-get-and-update-state",
+                   "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "after-all"})
+_IGNORED_ATTRS = ("channel_id", "metadata")
+
+
+@register_pass
+@dataclass(frozen=True)
+class Cleanup(ModulePass):
+    """Tuple simplification, CSE and DCE of the entry computation."""
+
+    name = "cleanup"
+
+    def apply(self, module: Module) -> Module:
+        comp = module.entry
+        simplify_tuples(comp)
+        eliminate_common_subexpressions(comp)
+        eliminate_dead_code(comp)
+        return module
+
+
+def _replace_uses(comp: Computation, mapping: dict[Instruction, Instruction]) -> None:
+    if not mapping:
+        return
+    for inst in comp.instructions:
+        inst.operands = [mapping.get(o, o) for o in inst.operands]
+    comp.root = mapping.get(comp.root, comp.root)
+
+
+def simplify_tuples(comp: Computation) -> None:
+    mapping: dict[Instruction, Instruction] = {}
+    for inst in comp.instructions:
+        inst.operands = [mapping.get(o, o) for o in inst.operands]
+        if inst.opcode == "get-tuple-element" and inst.operands[0].opcode == "tuple":
+            mapping[inst] = inst.operands[0].operands[inst.attr("index")]
+    _replace_uses(comp, mapping)
+
+
+def _key(inst: Instruction):
+    attrs = tuple((k, v) for k, v in inst.attrs.items() if k not in _IGNORED_ATTRS)
+    literal = None
+    if inst.literal is not None and inst.literal.value is not None:
+        value = inst.literal.value
+        literal = (value.dtype.str, value.shape, value.tobytes())
+    elif inst.literal is not None:
+        return None
+    return (inst.opcode, inst.shape, tuple(id(o) for o in inst.operands), attrs, literal)
+
+
+def eliminate_common_subexpressions(comp: Computation) -> None:
+    seen: dict = {}
+    mapping: dict[Instruction, Instruction] = {}
+    kept = []
+    for inst in comp.instructions:
+        inst.operands = [mapping.get(o, o) for o in inst.operands]
+        key = None if inst.opcode in _KEEP or inst.attr("custom_call_has_side_effect") \
+            else _key(inst)
+        if key is not None and key in seen and inst is not comp.root:
+            mapping[inst] = seen[key]
+            continue
+        if key is not None:
+            seen[key] = inst
+        kept.append(inst)
+    comp.instructions = kept
+    _replace_uses(comp, mapping)
+
+
+def eliminate_dead_code(comp: Computation) -> None:
+    live = {comp.root}
+    for inst in reversed(comp.instructions):
+        if inst in live or inst.opcode in _KEEP:
+            live.add(inst)
+            live.update(inst.operands)
+    comp.instructions = [i for i in comp.instructions if i in live]
+
+
+__all__ = ["Cleanup", "simplify_tuples", "eliminate_common_subexpressions",
+           "eliminate_dead_code"]

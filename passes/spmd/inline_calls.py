@@ -1,0 +1,78 @@
+"""The inline-calls pass: replace every `call` in the entry computation by the body of its callee
+(XLA's CallInliner, which its SPMD pipeline runs before sharding propagation).
+
+JAX wraps small functions (`relu`, `_where`, ...) in `call`s; inlining them lets propagation and
+partitioning see through them. Callee instructions are copied with their attributes and
+shardings under names unique in the entry; callee parameters become the call's operands. When the
+call itself carries a sharding, the inlined result takes it (a `copy` carries it when the result
+is an operand of the call or already has a different sharding). Computations no longer reachable
+from the entry are removed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.passes.pass_manager import ModulePass, register_pass
+
+from .builder import Builder, NameUniquer
+
+
+@register_pass
+@dataclass(frozen=True)
+class InlineCalls(ModulePass):
+    """Inline the entry computation's calls (recursively)."""
+
+    name = "inline-calls"
+
+    def apply(self, module: Module) -> Module:
+        comp = module.entry
+        while any(i.opcode == "call" for i in comp.instructions):
+            _inline_once(module, comp)
+        _drop_unreachable(module)
+        return module
+
+
+def _inline_once(module: Module, comp: Computation) -> None:
+    b = Builder(NameUniquer(i.name for i in comp.instructions))
+    replacement: dict[Instruction, Instruction] = {}
+    for inst in comp.instructions:
+        inst.operands = [replacement.get(o, o) for o in inst.operands]
+        if inst.opcode != "call":
+            b.append(inst)
+            continue
+        callee = module.computation(inst.attr("to_apply").name)
+        mapping: dict[Instruction, Instruction] = {}
+        for inner in callee.instructions:
+            if inner.opcode == "parameter":
+                mapping[inner] = inst.operands[inner.parameter_number]
+                continue
+            mapping[inner] = b.add(inner.opcode, inner.shape,
+                                   [mapping[o] for o in inner.operands], dict(inner.attrs),
+                                   name=inner.name, sharding=inner.sharding,
+                                   literal=inner.literal)
+        result = mapping[callee.root]
+        if inst.sharding is not None and result.sharding != inst.sharding:
+            if result.sharding is None and result not in inst.operands:
+                result.sharding = inst.sharding
+            else:
+                result = b.add("copy", inst.shape, [result], name=inst.name,
+                               sharding=inst.sharding)
+        replacement[inst] = result
+    comp.instructions = b.instructions
+    comp.root = replacement.get(comp.root, comp.root)
+
+
+def _drop_unreachable(module: Module) -> None:
+    reachable, pending = set(), [module.entry_name]
+    while pending:
+        name = pending.pop()
+        if name in reachable:
+            continue
+        reachable.add(name)
+        for inst in module.computations[name].instructions:
+            pending.extend(inst.called_computation_names())
+    module.computations = {k: c for k, c in module.computations.items() if k in reachable}
+
+
+__all__ = ["InlineCalls"]

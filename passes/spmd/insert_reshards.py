@@ -1,0 +1,188 @@
+"""The insert-reshards pass: decide each instruction's partitioning strategy and make every
+resharding explicit in the (still global) IR.
+
+For each instruction `h` of the entry computation, in program order, the op rule's plan
+(`op_rules.py`) names the sharding each operand needs and the sharding `h`'s local computation
+produces. The pass then
+
+- inserts a reshard node before `h` for every operand whose sharding differs from the needed one;
+- sets `h.sharding` to the produced sharding, and when that differs from `h`'s annotation inserts
+  a reshard node after `h` that users see instead (partial sums of dots and reduces appear here as
+  shardings with an `unreduced` subgroup, resolved by that reshard).
+
+A reshard node is `custom-call(x), custom_call_target="Sharding", sharding=<target>` — XLA's own
+annotation op, which means "this value, laid out as <target>" and evaluates as the identity, so
+the module stays an ordinary, executable, re-parseable HLO module with global shapes. Its
+`metadata` records why it exists: `op_type="reshard"`, `op_name` (the instruction that needs it),
+`spmd_value` (the value resharded), `spmd_role` (which operand, or the result), `spmd_from` /
+`spmd_to` (the two shardings) and `spmd_reason` (the strategy that asked for it).
+
+Reshards are shared: users needing the same value in the same sharding use one node; a value
+resharded back to a sharding it had is taken from before the reshard; tuples are resharded leaf by
+leaf (get-tuple-element, reshard, tuple). Finally a reshard of a reshard nobody else uses is
+replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + slice becomes one
+reduce-scatter), and unused reshard nodes are removed.
+
+Preconditions: shardings valid for `num_partitions` devices; unsharded entry instructions are
+treated as `{replicated}`. Only the entry computation is partitioned; computations it calls
+(reducers, comparators, bodies of ops run by the default action) are used unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspmdc.errors import ShardingError
+from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import TupleShape
+from gspmdc.passes.pass_manager import ModulePass, register_pass
+
+from .builder import Builder, NameUniquer
+from .op_rules import PlanContext, replicated_for, rule_for
+from .reshard_nodes import RESHARD_TARGET, is_inserted_reshard, reshard_metadata
+from .reshard_plan import plan_reshard
+
+@register_pass
+@dataclass(frozen=True)
+class InsertReshards(ModulePass):
+    """Make every resharding of the entry computation explicit (see the module docstring)."""
+
+    name = "insert-reshards"
+    num_partitions: int = 1
+
+    def apply(self, module: Module) -> Module:
+        n = self.num_partitions
+        prepare_shardings(module, n)
+        comp = module.entry
+        _Rewriter(module, comp, n).run()
+        return module
+
+
+def prepare_shardings(module: Module, num_partitions: int) -> None:
+    """Give unsharded entry instructions `{replicated}` (tuple-shaped: per leaf), turn
+    `{unknown}` into `{replicated}`, and validate every sharding against its shape and
+    `num_partitions` (ShardingError naming the instruction)."""
+    for inst in module.entry.instructions:
+        sharding = inst.sharding
+        if sharding is None:
+            inst.sharding = replicated_for(inst.shape)
+        elif sharding.is_tuple and any(e.kind == "unknown" for e in sharding.elements):
+            inst.sharding = HloSharding.tuple(
+                [HloSharding.replicate() if e.kind == "unknown" else e
+                 for e in sharding.elements])
+        elif sharding.kind == "unknown":
+            inst.sharding = replicated_for(inst.shape)
+        elif not sharding.is_tuple and isinstance(inst.shape, TupleShape):
+            inst.sharding = HloSharding.tuple(sharding.leaf_shardings(inst.shape))
+        try:
+            inst.sharding.validate(inst.shape, num_partitions)
+        except ShardingError as e:
+            raise ShardingError(f"instruction {inst.name}: {e}") from None
+
+
+class _Rewriter:
+    def __init__(self, module: Module, comp: Computation, num_partitions: int):
+        self.module = module
+        self.comp = comp
+        self.ctx = PlanContext(num_partitions)
+        self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
+        self.cache: dict[tuple[int, HloSharding], Instruction] = {}
+        self.created: set[Instruction] = set()
+
+    def run(self) -> None:
+        comp, b = self.comp, self.builder
+        replacement: dict[Instruction, Instruction] = {}
+        for inst in comp.instructions:
+            inst.operands = [replacement.get(o, o) for o in inst.operands]
+            desired = inst.sharding
+            plan = rule_for(inst, self.module.computations).plan(inst, self.ctx)
+            for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
+                if operand.sharding != need:
+                    inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
+                                                    plan.reason)
+            inst.sharding = plan.result
+            b.append(inst)
+            if plan.result != desired:
+                replacement[inst] = self.reshard(inst, desired, inst, "result", plan.reason)
+        comp.instructions = b.instructions
+        comp.root = replacement.get(comp.root, comp.root)
+        _collapse_chains(comp, self.ctx.num_devices)
+        _remove_dead(comp, self.created)
+
+    def reshard(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
+                reason: str) -> Instruction:
+        """`value` laid out as `target` (a shared reshard node, or an earlier value)."""
+        if is_inserted_reshard(value) and value.operands[0].sharding == target:
+            return value.operands[0]
+        key = (id(value), target)
+        if key in self.cache:
+            return self.cache[key]
+        if isinstance(value.shape, TupleShape):
+            node = self._reshard_tuple(value, target, user, role, reason)
+        else:
+            metadata = reshard_metadata(value, value.sharding, target, user, role, reason)
+            node = self.builder.add("custom-call", value.shape, [value],
+                                    {"custom_call_target": RESHARD_TARGET,
+                                     "metadata": metadata},
+                                    name=f"{value.name}.reshard", sharding=target)
+        self.created.add(node)
+        self.cache[key] = node
+        return node
+
+    def _reshard_tuple(self, value, target, user, role, reason) -> Instruction:
+        b = self.builder
+        metadata = reshard_metadata(value, value.sharding, target, user, role, reason)
+        elements = []
+        for i, shape in enumerate(value.shape.elements):
+            have = value.sharding.subsharding(value.shape, (i,))
+            need = target.subsharding(value.shape, (i,))
+            element = b.add("get-tuple-element", shape, [value],
+                            {"index": i, "metadata": metadata}, name=f"{value.name}.{i}",
+                            sharding=have)
+            self.created.add(element)
+            if have != need:
+                element = self.reshard(element, need, user, f"{role} element {i}", reason)
+            elements.append(element)
+        node = b.add("tuple", value.shape, elements, {"metadata": metadata},
+                     name=f"{value.name}.resharded", sharding=target)
+        self.created.add(node)
+        return node
+
+
+def _collapse_chains(comp: Computation, num_devices: int) -> None:
+    """Replace `reshard(reshard(x))` whose inner node has no other use by one reshard of `x` when
+    the direct plan moves no more bytes."""
+    users = comp.users()
+    for inst in comp.instructions:
+        if not is_inserted_reshard(inst):
+            continue
+        inner = inst.operands[0]
+        if not is_inserted_reshard(inner) or users[inner] != [inst] or inner is comp.root:
+            continue
+        source = inner.operands[0]
+        two_steps = plan_reshard(inner.shape, source.sharding, inner.sharding, num_devices).cost \
+            + plan_reshard(inst.shape, inner.sharding, inst.sharding, num_devices).cost
+        direct = plan_reshard(inst.shape, source.sharding, inst.sharding, num_devices).cost
+        if direct <= two_steps:
+            inst.operands = [source]
+            users[source].append(inst)
+            users[inner] = []
+            metadata = dict(inst.attr("metadata").items)
+            metadata["spmd_value"] = source.name
+            metadata["spmd_from"] = source.sharding.to_text(False)
+            inst.attrs["metadata"] = KeyValueList(tuple(metadata.items()))
+
+
+def _remove_dead(comp: Computation, created: set[Instruction]) -> None:
+    """Drop instructions this pass created that nothing uses any more."""
+    while True:
+        users = comp.users()
+        dead = {i for i in comp.instructions
+                if i in created and i is not comp.root and not users[i]}
+        if not dead:
+            return
+        comp.instructions = [i for i in comp.instructions if i not in dead]
+
+
+__all__ = ["InsertReshards", "prepare_shardings"]

@@ -1,0 +1,84 @@
+"""The lower-spmd pass: rewrite the global program (after insert-reshards and pad-uneven) into
+the per-partition program.
+
+Every instruction of the entry computation is lowered by its op rule (`op_rules.py`) onto the
+local values of its operands; its result has the shard shape of its sharding (`cdiv` on tiled
+dims, so uneven dims are padded to the ceiling shard size). Reshard nodes become the collectives
+and local slices of their plans (`reshard.py`), per-partition values come from constant tables
+indexed by `partition-id` (`partition_ids.py`), and instructions keep their names and shardings
+(for reading the program; collectives carry none). Collectives use explicit replica groups of
+partition ids with `use_global_device_ids=true` (printed in iota form where it applies).
+
+The module header gets `num_partitions=N`, `entry_computation_layout` (when present) with the
+local shapes, and `spmd_global_signature={(global parameter shapes)->global result shape}`: with
+the shardings the entry parameters and root keep, what a runtime needs to scatter inputs and
+assemble outputs. Computations called by the entry run unchanged on every partition; their
+shardings are dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.attributes import RawAttr
+from gspmdc.ir.module import Module
+from gspmdc.ir.shapes import compatible
+from gspmdc.passes.pass_manager import ModulePass, register_pass
+
+from .builder import Builder, ChannelIds, NameUniquer
+from .op_rules import LowerContext, rule_for
+from .partition_ids import PartitionTables
+
+GLOBAL_SIGNATURE = "spmd_global_signature"
+
+
+@register_pass
+@dataclass(frozen=True)
+class LowerSpmd(ModulePass):
+    """Emit the per-partition module (see the module docstring)."""
+
+    name = "lower-spmd"
+    num_partitions: int = 1
+
+    def apply(self, module: Module) -> Module:
+        comp = module.entry
+        signature = global_signature(module)
+        b = Builder(NameUniquer(i.name for i in comp.instructions))
+        ctx = LowerContext(b, PartitionTables(b, self.num_partitions), module,
+                           ChannelIds(module), local={})
+        for inst in comp.instructions:
+            local = rule_for(inst, module.computations).lower(inst, ctx)
+            expected = inst.sharding.shard_shape(inst.shape)
+            if not compatible(local.shape, expected):
+                raise GspmdcError(f"internal error: lowering {inst.name} ({inst.opcode}) gave "
+                                  f"{local.shape}, expected the shard shape {expected}")
+            ctx.local[inst] = local
+        comp.instructions = b.instructions
+        root_sharding = comp.root.sharding
+        comp.root = ctx.local[comp.root]
+        comp.root.sharding = root_sharding
+        for other in module.computations.values():
+            if other is not comp:
+                for inst in other.instructions:
+                    inst.sharding = None
+        module.attrs["num_partitions"] = self.num_partitions
+        if "entry_computation_layout" in module.attrs:
+            module.attrs["entry_computation_layout"] = RawAttr(_layout_text(module))
+        module.attrs[GLOBAL_SIGNATURE] = RawAttr(signature)
+        return module
+
+
+def global_signature(module: Module) -> str:
+    """`{(p0, p1, ...)->root}`: the entry's global parameter and result shapes (no layouts)."""
+    entry = module.entry
+    params = ", ".join(str(p.shape.without_layout()) for p in entry.parameters)
+    return "{(" + params + ")->" + str(entry.root.shape.without_layout()) + "}"
+
+
+def _layout_text(module: Module) -> str:
+    entry = module.entry
+    params = ", ".join(str(p.shape) for p in entry.parameters)
+    return "{(" + params + ")->" + str(entry.root.shape) + "}"
+
+
+__all__ = ["LowerSpmd", "global_signature", "GLOBAL_SIGNATURE"]

@@ -1,0 +1,233 @@
+"""The per-opcode partitioning rule table shared by insert-reshards and lower-spmd.
+
+A rule answers two questions about an instruction `h` of the global program:
+
+- `plan(h, ctx) -> OpPlan`: which sharding each operand must have and which sharding the local
+  computation then produces (insert-reshards reshards operands to the former and the result from
+  the latter to `h`'s annotated sharding). Rules list candidate strategies (the per-op cases of
+  reference §4.7/§4.8) and `PlanContext.choose` keeps the one with the fewest bytes moved,
+  counting operand reshards and the result reshard; ties keep the first candidate (XLA's order).
+- `lower(h, ctx) -> Instruction`: the local instruction(s) computing `h`'s shard, given operands
+  that already have the planned shardings. Most ops lower to themselves on shard shapes.
+
+Ops without a rule of their own use the *default action* of §4.7.1 when they are pure: operands
+replicated (or on the op's single device), the op run unchanged, the result resharded. Ops whose
+meaning depends on the partition (I/O, `rng`, `partition-id`, collectives and manual boundaries
+written by the user) are rejected with UnsupportedError.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Sequence
+
+from gspmdc.errors import UnsupportedError
+from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
+
+from .reshard import EmitContext
+from .reshard_plan import reshard_cost
+from .tiling import Tiling
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """Operand shardings an instruction's local form needs, the sharding of its local result,
+    and a one-line reason (recorded in the metadata of the reshards this plan causes)."""
+
+    operands: tuple[HloSharding, ...]
+    result: HloSharding
+    reason: str
+
+
+class PlanContext:
+    """Costs and choices for planning on `num_devices` partitions."""
+
+    def __init__(self, num_devices: int):
+        self.num_devices = num_devices
+
+    def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
+        """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""
+        if source == target:
+            return 0.0
+        leaves = list(shape.leaves())
+        return sum(reshard_cost(s, a, b, self.num_devices) for s, a, b in
+                   zip(leaves, source.leaf_shardings(shape), target.leaf_shardings(shape)))
+
+    def plan_cost(self, inst: Instruction, plan: OpPlan) -> float:
+        total = self.cost(inst.shape, plan.result, inst.sharding)
+        for operand, need in zip(inst.operands, plan.operands):
+            total += self.cost(operand.shape, operand.sharding, need)
+        return total
+
+    def choose(self, inst: Instruction, candidates: Sequence[OpPlan],
+               tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
+        """The candidate moving the fewest bytes (then the smallest `tie_break`, then the
+        first)."""
+        def key(item):
+            index, plan = item
+            return (self.plan_cost(inst, plan), tie_break(plan) if tie_break else 0.0, index)
+        return min(enumerate(candidates), key=key)[1]
+
+    def tiling(self, sharding: HloSharding, rank: int) -> Tiling:
+        return Tiling.from_sharding(sharding, rank, self.num_devices)
+
+
+@dataclass
+class LowerContext(EmitContext):
+    """Emission context of lower-spmd plus the map from global to local instructions."""
+
+    local: dict
+
+    def operands(self, inst: Instruction) -> list[Instruction]:
+        return [self.local[o] for o in inst.operands]
+
+
+class OpRule:
+    """Base rule: subclasses implement `plan`; the default `lower` clones the instruction onto
+    its operands' local values with the shard shape of its sharding."""
+
+    #: whether the rule may return a result with partial values (unreduced subgroups)
+    produces_partials: ClassVar[bool] = False
+
+    def plan(self, inst: Instruction, ctx: PlanContext) -> OpPlan:
+        raise NotImplementedError
+
+    def lower(self, inst: Instruction, ctx: LowerContext) -> Instruction:
+        return clone(inst, ctx)
+
+
+RULES: dict[str, OpRule] = {}
+
+
+def op_rule(*opcodes: str):
+    """Class decorator: register an instance of the rule for `opcodes`."""
+    def register(cls):
+        instance = cls()
+        for opcode in opcodes:
+            if opcode in RULES:
+                raise ValueError(f"two partitioning rules for {opcode}")
+            RULES[opcode] = instance
+        return cls
+    return register
+
+
+def clone(inst: Instruction, ctx: LowerContext, operands: list[Instruction] | None = None,
+          shape: Shape | None = None) -> Instruction:
+    """`inst` on local operands with the shard shape of its sharding, keeping its name,
+    attributes and sharding (informational)."""
+    operands = ctx.operands(inst) if operands is None else operands
+    shape = inst.sharding.shard_shape(inst.shape) if shape is None else shape
+    local = Instruction(inst.name, inst.opcode, shape, operands, dict(inst.attrs),
+                        sharding=inst.sharding, literal=inst.literal,
+                        parameter_number=inst.parameter_number)
+    return ctx.builder.append(local)
+
+
+# ---- sharding helpers shared by the rules ------------------------------------------------------
+
+def without_partials(sharding: HloSharding) -> HloSharding:
+    """The sharding with any unreduced subgroup turned into replication."""
+    if sharding.kind == "unreduced":
+        return HloSharding.replicate()
+    if sharding.kind != "tiled" or "unreduced" not in sharding.subgroup_types:
+        return sharding
+    types = tuple("replicated" if t == "unreduced" else t for t in sharding.subgroup_types)
+    return HloSharding.tiled(sharding.tile_assignment, types)
+
+
+def replicated_for(shape: Shape) -> HloSharding:
+    """`{replicated}` for an array, a tuple of `{replicated}` leaves for a tuple."""
+    if isinstance(shape, TupleShape):
+        return HloSharding.tuple([HloSharding.replicate()] * sum(1 for _ in shape.leaves()))
+    return HloSharding.replicate()
+
+
+def maximal_for(shape: Shape, device: int) -> HloSharding:
+    if isinstance(shape, TupleShape):
+        return HloSharding.tuple([HloSharding.maximal(device)] * sum(1 for _ in shape.leaves()))
+    return HloSharding.maximal(device)
+
+
+def rank_of(inst: Instruction) -> int:
+    return inst.shape.rank if isinstance(inst.shape, ArrayShape) else 0
+
+
+# ---- the default action ------------------------------------------------------------------------
+
+#: opcodes whose result depends on the partition or which talk to the host or other partitions
+UNPARTITIONABLE = frozenset({
+    "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "rng",
+    "rng-get-and-update-state", "partition-id", "replica-id", "all-reduce", "all-gather",
+    "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",
+    "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done",
+    "collective-permute-start", "collective-permute-done", "async-start", "async-update",
+    "async-done", "after-all", "add-dependency",
+})
+#: custom-call targets that open or close manual regions
+MANUAL_TARGETS = frozenset({
+    "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
+    "xla.sdy.LocalToGlobalShape",
+})
+
+
+class DefaultRule(OpRule):
+    """Default action: every operand replicated (or on the instruction's single device), the op
+    run unchanged on whole values, the result resharded."""
+
+    def plan(self, inst, ctx):
+        device = inst.sharding.unique_device
+        if device is not None:
+            return OpPlan(tuple(maximal_for(o.shape, device) for o in inst.operands),
+                          maximal_for(inst.shape, device),
+                          f"{inst.opcode} runs unpartitioned on device {device}")
+        return OpPlan(tuple(replicated_for(o.shape) for o in inst.operands),
+                      replicated_for(inst.shape),
+                      f"no partitioning rule for {inst.opcode}: it runs on replicated operands")
+
+
+DEFAULT_RULE = DefaultRule()
+
+
+def rule_for(inst: Instruction, module_computations: dict[str, Computation]) -> OpRule:
+    """The rule partitioning `inst`; UnsupportedError for partition-dependent ops."""
+    opcode = inst.opcode
+    if opcode == "custom-call":
+        target = inst.attr("custom_call_target")
+        if target in MANUAL_TARGETS or inst.sharding.is_manual:
+            raise UnsupportedError(f"{inst.name}: manual sharding ({target}) is not supported "
+                                   "by the partitioner yet")
+        if inst.attr("custom_call_has_side_effect", False):
+            raise UnsupportedError(f"{inst.name}: side-effecting custom-call {target!r} cannot "
+                                   "be partitioned")
+    if opcode in UNPARTITIONABLE:
+        raise UnsupportedError(f"{inst.name}: {opcode} cannot be partitioned (its result "
+                               "depends on the partition or it talks to the host)")
+    rule = RULES.get(opcode if opcode != "custom-call" else
+                     f"custom-call:{inst.attr('custom_call_target')}")
+    if rule is not None:
+        return rule
+    for name in inst.called_computation_names():
+        _check_callee(inst, module_computations, name)
+    return DEFAULT_RULE
+
+
+def _check_callee(inst: Instruction, computations: dict[str, Computation], name: str,
+                  seen: set | None = None) -> None:
+    """Callees of a default-action op run unchanged on every partition: they must not contain
+    partition-dependent ops."""
+    seen = set() if seen is None else seen
+    if name in seen:
+        return
+    seen.add(name)
+    for callee_inst in computations[name].instructions:
+        if callee_inst.opcode in UNPARTITIONABLE:
+            raise UnsupportedError(f"{inst.name}: called computation {name} contains "
+                                   f"{callee_inst.opcode}, which cannot be partitioned")
+        for inner in callee_inst.called_computation_names():
+            _check_callee(inst, computations, inner, seen)
+
+
+__all__ = ["OpPlan", "PlanContext", "LowerContext", "OpRule", "RULES", "op_rule", "clone",
+           "without_partials", "replicated_for", "maximal_for", "rank_of", "rule_for",
+           "DEFAULT_RULE", "UNPARTITIONABLE"]

@@ -1,0 +1,274 @@
+"""Partitioning of values and data movement (reference §4.7.1, §4.7.2): `parameter`,
+`constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`, `get-tuple-element` and the
+`Sharding` custom-call (a reshard node).
+
+- parameter: a parameter of the shard shape (entry parameters are scattered by the runtime).
+- constant: a whole constant when replicated or on one device, a shard-shaped constant when every
+  element is equal; otherwise the whole constant, resharded (a local slice).
+- iota: a local iota; along a tiled dim, plus this partition's offset (a table lookup).
+- broadcast: the operand in the result's sharding restricted to the kept dims, or the result in
+  the operand's sharding extended by untiled new dims; local broadcast to the shard shape.
+- transpose: the operand in the result's sharding transposed back, or the result in the operand's
+  sharding transposed; local transpose.
+- reshape: a pair of shardings whose shards correspond under a local reshape (§2.7(j) in either
+  direction, with the whole-tile condition checked below), else replicated; local reshape.
+- tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
+- Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
+  to the custom-call's (`reshard.py`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gspmdc.ir import sharding_ops
+from gspmdc.ir.attributes import Literal
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape, TupleShape
+
+from .op_rules import (
+    LowerContext, OpPlan, OpRule, clone, op_rule, replicated_for, without_partials,
+)
+from .reshard import emit_reshard
+from .reshard_nodes import is_inserted_reshard, reshard_metadata
+from .reshard_plan import plan_reshard
+from .tiling import Tiling
+
+
+@op_rule("parameter")
+class ParameterRule(OpRule):
+    produces_partials = True
+
+    def plan(self, inst, ctx):
+        return OpPlan((), inst.sharding, "parameter")
+
+
+@op_rule("constant")
+class ConstantRule(OpRule):
+    def plan(self, inst, ctx):
+        target = without_partials(inst.sharding)
+        if target.is_tile_maximal or target.is_tuple or not _is_splat(inst):
+            if not target.is_tile_maximal:
+                target = replicated_for(inst.shape)
+            return OpPlan((), target, "constants are materialised whole, then sliced")
+        return OpPlan((), target, "a splat constant is built shard-shaped")
+
+    def lower(self, inst, ctx):
+        if not inst.sharding.is_tiled:
+            return clone(inst, ctx)
+        shape = inst.sharding.shard_shape(inst.shape)
+        value = inst.literal.value.reshape(-1)[:1].reshape(())
+        local = clone(inst, ctx, [], shape)
+        local.literal = Literal(np.full(shape.dims, value, dtype=value.dtype))
+        return local
+
+
+def _is_splat(inst: Instruction) -> bool:
+    """Whether every element of the constant has the same bits."""
+    lit = inst.literal
+    if lit is None or lit.elided or lit.value is None or lit.value.size == 0:
+        return False
+    flat = np.ascontiguousarray(lit.value).reshape(-1)
+    raw = flat.view(np.uint8).reshape(flat.size, -1)
+    return bool((raw == raw[0]).all())
+
+
+@op_rule("iota")
+class IotaRule(OpRule):
+    def plan(self, inst, ctx):
+        return OpPlan((), without_partials(inst.sharding), "iota is computed shard-shaped")
+
+    def lower(self, inst, ctx):
+        local = clone(inst, ctx)
+        sharding = inst.sharding
+        dim = inst.attr("iota_dimension")
+        if not sharding.is_tiled or sharding.tile_counts[dim] == 1:
+            return local
+        b = ctx.builder
+        local.name = b.names(f"{inst.name}.local")
+        tiling = Tiling.from_sharding(sharding, inst.shape.rank, ctx.num_devices)
+        offset = b.convert(ctx.tables.offsets(tiling, inst.shape.dims)[dim],
+                           inst.shape.element_type)
+        start = b.broadcast(offset, local.shape.dims)
+        result = b.add("add", local.shape, [local, start], name=inst.name, sharding=sharding)
+        return result
+
+
+@op_rule("broadcast")
+class BroadcastRule(OpRule):
+    def plan(self, inst, ctx):
+        operand = inst.operands[0]
+        dims = list(inst.attr("dimensions"))
+        rank = inst.shape.rank
+        new = [d for d in range(rank) if d not in dims]
+        target = without_partials(inst.sharding)
+        candidates = []
+        if target.is_tile_maximal:
+            candidates.append(OpPlan((target,), target, "broadcast of a whole value"))
+        else:
+            order = np.argsort(dims)
+            restricted = ctx.tiling(target, rank).fold_dims(new, "replicated").remove_dims(new)
+            restricted = restricted.transpose(list(np.argsort(order)))
+            candidates.append(OpPlan((restricted.to_sharding(),), target,
+                                     "broadcast operand takes the result's tiling of kept dims"))
+        source = operand.sharding
+        if source.is_tiled and source == without_partials(source):
+            extended = ctx.tiling(source, operand.shape.rank).transpose(list(np.argsort(dims)))
+            extended = extended.insert_dims(new)
+            candidates.append(OpPlan((source,), extended.to_sharding(),
+                                     "broadcast keeps the operand's tiling"))
+        return ctx.choose(inst, candidates)
+
+
+@op_rule("transpose")
+class TransposeRule(OpRule):
+    def plan(self, inst, ctx):
+        perm = list(inst.attr("dimensions"))
+        rank = inst.shape.rank
+        target = without_partials(inst.sharding)
+        candidates = []
+        if target.is_tile_maximal:
+            candidates.append(OpPlan((target,), target, "transpose of a whole value"))
+        else:
+            back = ctx.tiling(target, rank).transpose(list(np.argsort(perm))).to_sharding()
+            candidates.append(OpPlan((back,), target,
+                                     "transpose operand takes the result's tiling"))
+        source = inst.operands[0].sharding
+        if source.is_tiled and source == without_partials(source):
+            forward = ctx.tiling(source, rank).transpose(perm).to_sharding()
+            candidates.append(OpPlan((source,), forward,
+                                     "transpose keeps the operand's tiling"))
+        return ctx.choose(inst, candidates)
+
+
+@op_rule("reshape")
+class ReshapeRule(OpRule):
+    def plan(self, inst, ctx):
+        operand = inst.operands[0]
+        in_shape, out_shape = operand.shape, inst.shape
+        target = without_partials(inst.sharding)
+        if target.is_tile_maximal:
+            return OpPlan((target,), target, "reshape of a whole value")
+        candidates = []
+
+        def add(in_sharding, out_sharding, reason):
+            if in_sharding is not None and out_sharding is not None and \
+                    local_reshape_ok(in_shape, out_shape, in_sharding, out_sharding):
+                candidates.append(OpPlan((in_sharding,), out_sharding, reason))
+
+        add(sharding_ops.reshape_sharding(target, out_shape.dims, in_shape.dims), target,
+            "reshape operand takes the result's tiling")
+        source = operand.sharding
+        if source.is_tiled and source == without_partials(source):
+            add(source, sharding_ops.reshape_sharding(source, in_shape.dims, out_shape.dims),
+                "reshape keeps the operand's tiling")
+            through = sharding_ops.propagate_through_reshape(source, in_shape.dims,
+                                                             out_shape.dims)
+            if through.is_tiled:
+                add(sharding_ops.reshape_sharding(through, out_shape.dims, in_shape.dims),
+                    through, "reshape keeps the part of the operand's tiling that survives")
+        replicated = HloSharding.replicate()
+        candidates.append(OpPlan((replicated,), replicated,
+                                 "no tiling survives this reshape: it runs replicated"))
+        return ctx.choose(inst, candidates)
+
+
+def local_reshape_ok(in_shape: ArrayShape, out_shape: ArrayShape, a: HloSharding,
+                     b: HloSharding) -> bool:
+    """Whether reshaping every device's shard of `in_shape` under `a` gives its shard of
+    `out_shape` under `b`: both whole (replicated or on the same device), or tiled with
+    `b = ReshapeSharding(a)`, equal tile counts, and every tiled dim dividing evenly except
+    dims the reshape keeps unchanged (padding then stays in that dim)."""
+    if a.is_tile_maximal or b.is_tile_maximal:
+        return a == b
+    if not a.is_tiled or not b.is_tiled or a.num_tiles != b.num_tiles:
+        return False
+    if sharding_ops.reshape_sharding(a, in_shape.dims, out_shape.dims) != b:
+        return False
+    for ins, outs in _reshape_groups(in_shape.dims, out_shape.dims):
+        if _is_kept_dim(ins, outs, in_shape, out_shape, a, b):
+            continue
+        if any(in_shape.dims[d] % a.tile_counts[d] for d in ins) or \
+                any(out_shape.dims[d] % b.tile_counts[d] for d in outs):
+            return False
+    return True
+
+
+def _reshape_groups(source, target):
+    """Minimal runs of source and target dims with equal element counts: the cut points are the
+    prefix products both shapes share."""
+    ps, pt = np.cumprod(source, dtype=np.int64), np.cumprod(target, dtype=np.int64)
+    cuts = np.intersect1d(ps, pt)
+    gs, gt = np.searchsorted(cuts, ps), np.searchsorted(cuts, pt)
+    return [([int(d) for d in np.flatnonzero(gs == k)], [int(d) for d in np.flatnonzero(gt == k)])
+            for k in range(len(cuts))]
+
+
+def _is_kept_dim(ins, outs, in_shape, out_shape, a, b) -> bool:
+    """A run that is one dim of equal size on both sides (plus untiled size-1 dims)."""
+    big_in = [d for d in ins if in_shape.dims[d] > 1]
+    big_out = [d for d in outs if out_shape.dims[d] > 1]
+    return len(big_in) == len(big_out) == 1 and \
+        in_shape.dims[big_in[0]] == out_shape.dims[big_out[0]] and \
+        all(a.tile_counts[d] == 1 for d in ins if in_shape.dims[d] == 1) and \
+        all(b.tile_counts[d] == 1 for d in outs if out_shape.dims[d] == 1)
+
+
+@op_rule("tuple")
+class TupleRule(OpRule):
+    def plan(self, inst, ctx):
+        sharding = inst.sharding
+        if not sharding.is_tuple:
+            sharding = HloSharding.tuple(sharding.leaf_shardings(inst.shape))
+        needs = tuple(sharding.subsharding(inst.shape, (i,)) for i in range(len(inst.operands)))
+        return OpPlan(needs, sharding, "tuple elements keep their shardings")
+
+
+@op_rule("get-tuple-element")
+class GetTupleElementRule(OpRule):
+    def plan(self, inst, ctx):
+        operand = inst.operands[0]
+        element = operand.sharding.subsharding(operand.shape, (inst.attr("index"),))
+        return OpPlan((operand.sharding,), element,
+                      "get-tuple-element keeps the element's sharding")
+
+
+@op_rule("custom-call:Sharding")
+class ShardingRule(OpRule):
+    produces_partials = True
+
+    def plan(self, inst, ctx):
+        if isinstance(inst.shape, TupleShape):
+            return OpPlan((inst.sharding,), inst.sharding, "sharding annotation on a tuple")
+        return OpPlan((inst.operands[0].sharding,), inst.sharding,
+                      "sharding annotation: reshard to it")
+
+    def lower(self, inst, ctx):
+        return lower_reshard(inst, ctx)
+
+
+def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
+    """The local program of a reshard node (a `Sharding` custom-call): the plan from its operand's
+    sharding to its own, leaf by leaf for tuples."""
+    operand = inst.operands[0]
+    value = ctx.local[operand]
+    reducer = partial_reducer(operand)
+    metadata = inst.attr("metadata")
+    if not is_inserted_reshard(inst):
+        metadata = reshard_metadata(operand, operand.sharding, inst.sharding, inst, "annotation",
+                                    "sharding annotation")
+    if isinstance(inst.shape, TupleShape):
+        return value            # insert-reshards resharded the leaves already
+    plan = plan_reshard(inst.shape, operand.sharding, inst.sharding, ctx.num_devices)
+    return emit_reshard(ctx, value, inst.shape, plan, reducer, metadata)
+
+
+def partial_reducer(producer: Instruction) -> str | None:
+    """The computation combining partial values of `producer`'s result: a reduce's own reducer,
+    addition otherwise (dots)."""
+    if producer.opcode == "reduce" and len(producer.operands) == 2:
+        return producer.attr("to_apply").name
+    return None
+
+
+__all__ = ["local_reshape_ok", "lower_reshard", "partial_reducer"]

@@ -1,0 +1,207 @@
+"""Partitioning of `dot` (reference §4.8): batch-, contracting-, non-contracting-partitioned and
+mixed operands on meshes of any rank, by one compatibility rule instead of XLA's recursion.
+
+A local dot of two shards is a correct piece of the global dot when, on every device, both
+operands hold the same block of every batch dim and of every contracting dim. Then the device's
+result is the output block (batch, lhs-free and rhs-free blocks of its operands) summed over its
+contracting block only: `dot_result` builds that result sharding, with the contracting tiles as
+the `unreduced` subgroup (partial sums), or finds that the pair is incompatible (blocks disagree,
+or the output blocks do not cover the output evenly). XLA's grouped cases (§4.8 cases 1-4) are
+exactly the compatible pairs whose devices form groups; no in-group ids are needed because every
+table and collective is built over global device ids.
+
+Candidate operand pairs, chosen by bytes moved (operand reshards + resharding the result,
+partial sums included — an all-reduce, or a reduce-scatter when the annotated output is tiled),
+then by local work:
+
+1. the operands as they are;
+2. rhs aligned to the lhs on batch and contracting dims (replicated elsewhere, or keeping the
+   rhs's own free-dim tiling when it merges), and the mirror image;
+3. both operands derived from the output sharding (batch and free dims; contracting whole);
+4. both replicated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from gspmdc.ir import sharding_ops
+from gspmdc.ir.sharding import HloSharding
+
+from .op_rules import OpPlan, OpRule, op_rule, without_partials
+from .tiling import Tiling
+
+
+@dataclass(frozen=True)
+class DotDims:
+    """The dimension classes of a dot: batch and contracting pairs, free dims of each side."""
+
+    lhs_batch: tuple[int, ...]
+    rhs_batch: tuple[int, ...]
+    lhs_contracting: tuple[int, ...]
+    rhs_contracting: tuple[int, ...]
+    lhs_free: tuple[int, ...]
+    rhs_free: tuple[int, ...]
+
+    @classmethod
+    def of(cls, inst) -> "DotDims":
+        lb, rb = tuple(inst.attr("lhs_batch_dims", ())), tuple(inst.attr("rhs_batch_dims", ()))
+        lc = tuple(inst.attr("lhs_contracting_dims", ()))
+        rc = tuple(inst.attr("rhs_contracting_dims", ()))
+        lhs_rank, rhs_rank = inst.operands[0].shape.rank, inst.operands[1].shape.rank
+        lf = tuple(d for d in range(lhs_rank) if d not in lb + lc)
+        rf = tuple(d for d in range(rhs_rank) if d not in rb + rc)
+        return cls(lb, rb, lc, rc, lf, rf)
+
+    def lhs_to_output(self, lhs_rank: int) -> list[int]:
+        """Output position of each lhs dim (-1 for contracting dims)."""
+        out = [-1] * lhs_rank
+        for k, d in enumerate(self.lhs_batch + self.lhs_free):
+            out[d] = k
+        return out
+
+    def rhs_to_output(self, rhs_rank: int) -> list[int]:
+        out = [-1] * rhs_rank
+        for k, d in enumerate(self.rhs_batch):
+            out[d] = k
+        for k, d in enumerate(self.rhs_free):
+            out[d] = len(self.lhs_batch) + len(self.lhs_free) + k
+        return out
+
+    def lhs_to_rhs(self, lhs_rank: int) -> list[int]:
+        """rhs position of each lhs dim (-1 for lhs-free dims)."""
+        out = [-1] * lhs_rank
+        for a, b in zip(self.lhs_batch + self.lhs_contracting,
+                        self.rhs_batch + self.rhs_contracting):
+            out[a] = b
+        return out
+
+    def rhs_to_lhs(self, rhs_rank: int) -> list[int]:
+        out = [-1] * rhs_rank
+        for a, b in zip(self.lhs_batch + self.lhs_contracting,
+                        self.rhs_batch + self.rhs_contracting):
+            out[b] = a
+        return out
+
+
+def dot_result(lhs: Tiling, rhs: Tiling, dn: DotDims) -> Tiling | None:
+    """The sharding of the local dot of shards of `lhs` and `rhs` (contracting tiles as partial
+    sums), or None when the pair is not compatible."""
+    if lhs.unreduced > 1 or rhs.unreduced > 1:
+        return None
+    lc, rc = lhs.coordinates(), rhs.coordinates()
+    for a, b in zip(dn.lhs_batch + dn.lhs_contracting, dn.rhs_batch + dn.rhs_contracting):
+        if lhs.counts[a] != rhs.counts[b] or not np.array_equal(lc[:, a], rc[:, b]):
+            return None
+    n = lhs.num_devices
+    counts = [lhs.counts[d] for d in dn.lhs_batch + dn.lhs_free] + \
+        [rhs.counts[d] for d in dn.rhs_free]
+    columns = [lc[:, d] for d in dn.lhs_batch + dn.lhs_free] + [rc[:, d] for d in dn.rhs_free]
+    partial_counts = [lhs.counts[d] for d in dn.lhs_contracting]
+    u = prod(partial_counts)
+    key = _flat(columns, counts, n) * u + _flat([lc[:, d] for d in dn.lhs_contracting],
+                                                 partial_counts, n)
+    cells = prod(counts) * u
+    if n % cells:
+        return None
+    r = n // cells
+    occupancy = np.bincount(key, minlength=cells)
+    if occupancy.min() != r or occupancy.max() != r:
+        return None
+    order = np.lexsort((np.arange(n), key))
+    return Tiling(order.reshape(tuple(counts) + (u, r)))
+
+
+def _flat(columns, counts, n) -> np.ndarray:
+    if not columns:
+        return np.zeros(n, dtype=np.int64)
+    return np.ravel_multi_index(tuple(columns), counts)
+
+
+@op_rule("dot")
+class DotRule(OpRule):
+    produces_partials = True
+
+    def plan(self, inst, ctx):
+        lhs_op, rhs_op = inst.operands
+        dn = DotDims.of(inst)
+        lr, rr, out_rank = lhs_op.shape.rank, rhs_op.shape.rank, inst.shape.rank
+        target = without_partials(inst.sharding)
+        if target.kind == "maximal":
+            return OpPlan((target, target), target, "dot on one device")
+        pairs: list[tuple[HloSharding, HloSharding, str]] = []
+
+        def tiling(s, rank):
+            if s.kind in ("tiled", "replicated") and s == without_partials(s):
+                return ctx.tiling(s, rank)
+            return None
+
+        lt, rt = tiling(lhs_op.sharding, lr), tiling(rhs_op.sharding, rr)
+        if lt is not None and rt is not None:
+            pairs.append((lhs_op.sharding, rhs_op.sharding, "dot operands are compatible"))
+        if lt is not None:
+            aligned = lt.remap(dn.lhs_to_rhs(lr), rr).to_sharding()
+            pairs.append((lhs_op.sharding, aligned, "rhs aligned to lhs on batch/contracting dims"))
+            if rt is not None:
+                merged = _merge_free(rhs_op.sharding, aligned, dn.rhs_free)
+                if merged is not None:
+                    pairs.append((lhs_op.sharding, merged,
+                                  "rhs aligned to lhs, keeping its free-dim tiling"))
+        if rt is not None:
+            aligned = rt.remap(dn.rhs_to_lhs(rr), lr).to_sharding()
+            pairs.append((aligned, rhs_op.sharding, "lhs aligned to rhs on batch/contracting dims"))
+            if lt is not None:
+                merged = _merge_free(lhs_op.sharding, aligned, dn.lhs_free)
+                if merged is not None:
+                    pairs.append((merged, rhs_op.sharding,
+                                  "lhs aligned to rhs, keeping its free-dim tiling"))
+        out = ctx.tiling(target, out_rank)
+        out_to_lhs = _inverse(dn.lhs_to_output(lr), out_rank)
+        out_to_rhs = _inverse(dn.rhs_to_output(rr), out_rank)
+        pairs.append((out.remap(out_to_lhs, lr).to_sharding(),
+                      out.remap(out_to_rhs, rr).to_sharding(),
+                      "dot operands follow the output's tiling"))
+        replicated = HloSharding.replicate()
+        pairs.append((replicated, replicated, "dot runs replicated"))
+
+        candidates, seen = [], set()
+        for a, b, reason in pairs:
+            if (a, b) in seen:
+                continue
+            seen.add((a, b))
+            result = dot_result(ctx.tiling(a, lr), ctx.tiling(b, rr), dn)
+            if result is not None:
+                candidates.append(OpPlan((a, b), result.to_sharding(), reason))
+        return ctx.choose(inst, candidates, lambda p: _local_work(inst, p))
+
+
+def _inverse(mapping: list[int], rank: int) -> list[int]:
+    """For each of `rank` dims, the dim mapping to it (-1 if none)."""
+    out = [-1] * rank
+    for d, t in enumerate(mapping):
+        if t >= 0:
+            out[t] = d
+    return out
+
+
+def _merge_free(own: HloSharding, aligned: HloSharding,
+                free: tuple[int, ...]) -> HloSharding | None:
+    """`aligned` refined with `own`'s tiling of the free dims, when the two merge."""
+    own_free = sharding_ops.replicate_all_except(own, free)
+    if not own_free.is_tiled:
+        return None
+    return sharding_ops.merge_if_compatible(own_free, aligned)
+
+
+def _local_work(inst, plan: OpPlan) -> float:
+    """Multiply-adds of the local dot: local output elements times local contracting size."""
+    lhs = inst.operands[0]
+    out = plan.result.shard_shape(inst.shape)
+    contracting = plan.operands[0].shard_shape(lhs.shape)
+    size = prod(contracting.dims[d] for d in inst.attr("lhs_contracting_dims", ()))
+    return float(prod(out.dims) * size)
+
+
+__all__ = ["DotDims", "dot_result", "DotRule"]

@@ -1,0 +1,120 @@
+"""The pad-uneven pass: make the padding of uneven shards harmless (reference §4.5).
+
+A dim of size S cut into t tiles has shards of `cdiv(S, t)` elements (lower-spmd gives every
+partition that shard shape); the last tiles carry padding with unspecified values. Padding is
+harmless for ops that map elements one to one, and for every reshard (data movement keeps padding
+in padding). It is harmful where a padding element flows into a real one:
+
+- `reduce` over a tiled uneven dim: the input is masked with the reduce's init value;
+- `dot` contracting over a tiled uneven dim: *both* operands are masked with 0 (a masked lhs
+  alone would still give `0 * NaN`).
+
+The mask is written in the global IR as ops that are the identity on the global program:
+
+    index = s32[...] iota(), iota_dimension=d          (the operand's sharding)
+    valid = compare(index, broadcast(S_d)), direction=LT
+    x'    = select(valid [and valid' ...], x, broadcast(fill))
+
+so the module still evaluates to the same result; lower-spmd lowers the iota to
+`local iota + this partition's offset` (a partition-id table lookup), which turns `valid` into
+the per-partition valid-extent mask. Instructions are checked after insert-reshards, when their
+operands carry their final shardings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspmdc.ir.attributes import Ident, KeyValueList
+from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape
+from gspmdc.passes.pass_manager import ModulePass, register_pass
+
+from .builder import Builder, NameUniquer
+
+
+@register_pass
+@dataclass(frozen=True)
+class PadUneven(ModulePass):
+    """Mask padding before reductions and contractions over uneven tiled dims."""
+
+    name = "pad-uneven"
+
+    def apply(self, module: Module) -> Module:
+        comp = module.entry
+        b = Builder(NameUniquer(i.name for i in comp.instructions))
+        for inst in comp.instructions:
+            if inst.opcode == "reduce":
+                count = len(inst.operands) // 2
+                dims = inst.attr("dimensions")
+                for i in range(count):
+                    x = inst.operands[i]
+                    uneven = uneven_dims(x, dims)
+                    if uneven:
+                        inst.operands[i] = mask_padding(b, x, uneven, inst.operands[count + i],
+                                                        inst, "the reduce's init value")
+            elif inst.opcode == "dot":
+                lhs, rhs = inst.operands
+                lc = inst.attr("lhs_contracting_dims", ())
+                rc = inst.attr("rhs_contracting_dims", ())
+                lu, ru = uneven_dims(lhs, lc), uneven_dims(rhs, rc)
+                if lu or ru:
+                    zero = _zero(b, lhs.shape.element_type)
+                    inst.operands[0] = mask_padding(b, lhs, lu, zero, inst, "zero")
+                    zero = zero if rhs.shape.element_type == lhs.shape.element_type else \
+                        _zero(b, rhs.shape.element_type)
+                    inst.operands[1] = mask_padding(b, rhs, ru, zero, inst, "zero")
+            b.append(inst)
+        comp.instructions = b.instructions
+        return module
+
+
+def uneven_dims(x: Instruction, dims) -> list[int]:
+    """The dims among `dims` that `x`'s sharding tiles without dividing them evenly."""
+    sharding = x.sharding
+    if sharding is None or not sharding.is_tiled:
+        return []
+    counts = sharding.tile_counts
+    return [d for d in sorted(dims) if counts[d] > 1 and x.shape.dims[d] % counts[d]]
+
+
+def _zero(b: Builder, element_type: str) -> Instruction:
+    zero = b.zero(element_type)
+    zero.sharding = HloSharding.replicate()
+    return zero
+
+
+def mask_padding(b: Builder, x: Instruction, dims: list[int], fill: Instruction,
+                 user: Instruction, fill_name: str) -> Instruction:
+    """`x` with the padding of `dims` (under `x`'s sharding) replaced by the scalar `fill`."""
+    if not dims:
+        return x
+    sharding = x.sharding
+    shape = x.shape
+    metadata = KeyValueList((
+        ("op_type", "pad-mask"), ("op_name", user.name), ("spmd_value", x.name),
+        ("spmd_reason", f"mask padding of uneven dims {list(dims)} with {fill_name} before "
+                        f"{user.opcode}")))
+    index_shape = ArrayShape("s32", shape.dims)
+    pred_shape = ArrayShape("pred", shape.dims)
+    with b.scope(metadata):
+        valid = None
+        for d in dims:
+            index = b.add("iota", index_shape, attrs={"iota_dimension": d},
+                          name=f"{x.name}.index", sharding=sharding)
+            size = b.constant(shape.dims[d], "s32", name=f"{x.name}.size")
+            size.sharding = HloSharding.replicate()
+            limit = b.add("broadcast", index_shape, [size], {"dimensions": ()},
+                          name=f"{x.name}.limit", sharding=sharding)
+            inside = b.add("compare", pred_shape, [index, limit], {"direction": Ident("LT")},
+                           name=f"{x.name}.valid", sharding=sharding)
+            valid = inside if valid is None else \
+                b.add("and", pred_shape, [valid, inside], name=f"{x.name}.valid",
+                      sharding=sharding)
+        filler = b.add("broadcast", shape.with_dims(shape.dims), [fill], {"dimensions": ()},
+                       name=f"{x.name}.fill", sharding=sharding)
+        return b.add("select", shape.with_dims(shape.dims), [valid, x, filler],
+                     name=f"{x.name}.masked", sharding=sharding)
+
+
+__all__ = ["PadUneven", "uneven_dims", "mask_padding"]

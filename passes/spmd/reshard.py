@@ -1,0 +1,180 @@
+"""The reshard library: emits the local IR of a `ReshardPlan` (reference §4.4).
+
+`emit_reshard(ctx, value, shape, plan)` takes the local instruction holding this partition's
+shard of a global array of `shape` laid out as the plan's source, and returns the local
+instruction holding its shard in the plan's target layout. Each step becomes:
+
+| step                  | local program                                                    |
+|-----------------------|------------------------------------------------------------------|
+| `AllReduce`           | `all-reduce` over the partial groups with the value's reducer     |
+| `ReduceScatter(d)`    | pad dim d to `u * shard'` when the dim was whole; `reduce-scatter` |
+| `AllGather(d, g)`     | `all-gather` dim d; slice to the real size when the dim is whole   |
+| `AllToAll(i, j, g)`   | the §4.4.2 sequence, below                                        |
+| `Slice`               | pad (uneven); `dynamic-slice` at table offsets `new - old`        |
+| `Permute`             | `collective-permute`, one pair per target device                  |
+| `ZeroPartials`        | `select(partial index == 0, x, 0)`                                |
+| `BroadcastFromDevice` | `select(partition-id == k, x, 0)`; `all-reduce` (add, or for pred) |
+| `SendToDevice`        | `collective-permute {k -> j}`                                     |
+
+An all-to-all moving g tiles from dim i to dim j pads dim j to `g * shard'`, reshapes it into
+`[g, shard']`, exchanges the g pieces, transposes the received axis in front of dim i, merges it
+into dim i, and slices dim i to its real size when it became whole.
+
+Padding elements carry unspecified values throughout (every step keeps real elements at their
+positions and only moves padding into padding), so no step masks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.shapes import ArrayShape
+
+from .builder import Builder, ChannelIds, scalar_reducer
+from .partition_ids import PartitionTables
+from .reshard_plan import (
+    AllGather, AllReduce, AllToAll, BroadcastFromDevice, Permute, ReduceScatter, ReshardPlan,
+    SendToDevice, Slice, ZeroPartials,
+)
+
+
+@dataclass
+class EmitContext:
+    """What emitting local code needs: the builder of the computation, its partition tables, the
+    module (for reducer computations) and its channel ids."""
+
+    builder: Builder
+    tables: PartitionTables
+    module: Module
+    channels: ChannelIds
+
+    @property
+    def num_devices(self) -> int:
+        return self.tables.num_devices
+
+
+def emit_reshard(ctx: EmitContext, value: Instruction, shape: ArrayShape, plan: ReshardPlan,
+                 reducer: str | None = None, metadata: KeyValueList | None = None) -> Instruction:
+    """Local code for `plan` applied to `value` (the shard of a global array of `shape`).
+    `reducer` names the computation combining partial values (default: add). Every emitted
+    instruction carries `metadata` plus `spmd_step` (what its step does)."""
+    for index, step in enumerate(plan.steps):
+        scope = None
+        if metadata is not None:
+            scope = KeyValueList(metadata.items + (
+                ("spmd_step", f"{index + 1}/{len(plan.steps)}: {step.describe()}"),))
+        with ctx.builder.scope(scope):
+            value = _EMITTERS[type(step)](ctx, value, shape, step, reducer)
+    return value
+
+
+def _reducer(ctx: EmitContext, value: Instruction, reducer: str | None) -> str:
+    if reducer is not None:
+        return reducer
+    t = value.shape.element_type
+    return scalar_reducer(ctx.module, "or" if t == "pred" else "add", t)
+
+
+def _all_reduce(ctx, value, shape, step: AllReduce, reducer):
+    return ctx.builder.all_reduce(value, step.groups, _reducer(ctx, value, reducer),
+                                  ctx.channels())
+
+
+def _reduce_scatter(ctx, value, shape, step: ReduceScatter, reducer):
+    b, d = ctx.builder, step.dim
+    u = step.groups.shape[1]
+    dims = list(value.shape.dims)
+    dims[d] = u * step.after.shard_dims(shape.dims)[d]
+    value = b.pad_high(value, dims)
+    return b.reduce_scatter(value, d, step.groups, _reducer(ctx, value, reducer), ctx.channels())
+
+
+def _all_gather(ctx, value, shape, step: AllGather, reducer):
+    b, d = ctx.builder, step.dim
+    gathered = b.all_gather(value, d, step.groups, ctx.channels())
+    return b.slice_to(gathered, step.after.shard_dims(shape.dims))
+
+
+def _all_to_all(ctx, value, shape, step: AllToAll, reducer):
+    b = ctx.builder
+    i, j, g = step.source, step.target, step.factor
+    new_local = step.after.shard_dims(shape.dims)
+    dims = list(value.shape.dims)
+    dims[j] = g * new_local[j]
+    value = b.pad_high(value, dims)
+    split = dims[:j] + [g, new_local[j]] + dims[j + 1:]
+    value = b.reshape(value, split)
+    value = b.all_to_all(value, j, step.groups, ctx.channels())
+    # the received axis (at j) indexes the source sub-tiles of dim i: put it before dim i
+    i_at = i if i < j else i + 1
+    order = [a for a in range(len(split)) if a != j]
+    order.insert(order.index(i_at), j)
+    value = b.transpose(value, order)
+    merged = list(dims)
+    merged[j] = new_local[j]
+    merged[i] = g * dims[i]
+    value = b.reshape(value, merged)
+    return b.slice_to(value, new_local)
+
+
+def _slice(ctx, value, shape, step: Slice, reducer):
+    b, tables = ctx.builder, ctx.tables
+    before, after = step.before, step.after
+    old, new = before.shard_dims(shape.dims), after.shard_dims(shape.dims)
+    offsets = after.offsets(shape.dims) - before.offsets(shape.dims)      # [N, rank]
+    start = after.offsets(shape.dims)
+    empty = start >= np.asarray(shape.dims)
+    needed = np.where(empty, 0, offsets + np.asarray(new))
+    padded = np.maximum(np.asarray(old), needed.max(axis=0, initial=0))
+    offsets = np.where(empty, np.minimum(np.maximum(offsets, 0), padded - np.asarray(new)),
+                       offsets)
+    value = b.pad_high(value, [int(n) for n in padded])
+    if not (offsets != 0).any():
+        return b.slice_to(value, new)
+    starts = [tables.lookup(offsets[:, d], f"slice.offset.{d}") for d in range(len(new))]
+    return b.dynamic_slice(value, starts, new)
+
+
+def _permute(ctx, value, shape, step: Permute, reducer):
+    return ctx.builder.collective_permute(value, step.pairs, ctx.channels())
+
+
+def _zero_partials(ctx, value, shape, step: ZeroPartials, reducer):
+    b = ctx.builder
+    keep = b.compare(ctx.tables.partial_index(step.after), ctx.tables.zero(), "EQ")
+    return _select_scalar(b, keep, value)
+
+
+def _broadcast_from_device(ctx, value, shape, step: BroadcastFromDevice, reducer):
+    b = ctx.builder
+    mine = _select_scalar(b, ctx.tables.device_is(step.before.device), value)
+    everyone = np.arange(ctx.num_devices)[None, :]
+    t = value.shape.element_type
+    combine = scalar_reducer(ctx.module, "or" if t == "pred" else "add", t)
+    return b.all_reduce(mine, everyone, combine, ctx.channels())
+
+
+def _send_to_device(ctx, value, shape, step: SendToDevice, reducer):
+    pairs = np.array([[step.before.device, step.after.device]])
+    return ctx.builder.collective_permute(value, pairs, ctx.channels())
+
+
+def _select_scalar(b: Builder, predicate: Instruction, value: Instruction) -> Instruction:
+    """`value` where the scalar `predicate` holds, zeros elsewhere."""
+    dims = value.shape.dims
+    mask = b.broadcast(predicate, dims)
+    zeros = b.broadcast(b.zero(value.shape.element_type), dims)
+    return b.select(mask, value, zeros)
+
+
+_EMITTERS = {
+    AllReduce: _all_reduce, ReduceScatter: _reduce_scatter, AllGather: _all_gather,
+    AllToAll: _all_to_all, Slice: _slice, Permute: _permute, ZeroPartials: _zero_partials,
+    BroadcastFromDevice: _broadcast_from_device, SendToDevice: _send_to_device,
+}
+
+
+__all__ = ["EmitContext", "emit_reshard"]

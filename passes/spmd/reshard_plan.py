@@ -1,0 +1,431 @@
+"""Reshard planning: the cheapest sequence of steps that turns a value sharded one way into the
+same value sharded another way (reference §4.4), as pure sharding arithmetic.
+
+`plan_reshard(shape, source, target, num_devices)` returns a `ReshardPlan`: a list of steps,
+each a local operation or one collective, with the bytes it sends per device (§5.4 ring costs).
+The IR for a plan is emitted by `reshard.py`; op rules use `reshard_cost` to choose strategies.
+
+Steps between tilings (`tiling.py`), in the order a plan uses them:
+
+| step                | when                                                | communication  |
+|---------------------|-----------------------------------------------------|----------------|
+| `ReduceScatter(d)`  | partial sums; the target tiles dim d by their count  | reduce-scatter |
+| `AllReduce`         | partial sums otherwise                               | all-reduce     |
+| `AllToAll(i, j, g)` | a factor g of tiles moves from dim i to dim j        | all-to-all     |
+| `Slice`             | target tiles nest in held tiles (uses replication)   | none           |
+| `AllGather(d, g)`   | dim d keeps fewer tiles (minor factor g gathered)    | all-gather     |
+| `Permute`           | same tiles, other devices                            | permute        |
+| `ZeroPartials`      | the target is unreduced: keep one partial per group  | none           |
+
+and `BroadcastFromDevice` (maximal → replicated: select on partition-id, all-reduce) and
+`SendToDevice` (maximal → other maximal: one collective-permute). Uneven dims are handled by the
+alignment rules of §4.4.2/4.4.3: a step that would cut a padded tile across real data falls back
+to gathering that dim completely (slicing from the full dim is always exact).
+
+Staged variants are planned (with and without all-to-alls, with and without slicing before
+gathering) and the cheapest is kept (then the shortest, then the first), so the choice is
+deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import gcd, prod
+from typing import Union
+
+import numpy as np
+
+from gspmdc.errors import UnsupportedError
+from gspmdc.ir import dtypes
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape
+
+from .tiling import Tiling, cdiv
+
+
+@dataclass(frozen=True, eq=False)
+class Maximal:
+    """A value that only one device holds meaningfully."""
+
+    device: int
+
+
+Layout = Union[Tiling, Maximal]
+
+
+def local_dims(dims: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
+    return dims if isinstance(layout, Maximal) else layout.shard_dims(dims)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One step from layout `before` to layout `after`."""
+
+    before: Layout
+    after: Layout
+
+    #: the collective the step emits ("" for local steps)
+    collective = ""
+
+    def sent_bytes(self, dims: tuple[int, ...], width: int) -> float:
+        """Bytes one device sends (ring algorithms, §5.4)."""
+        return 0.0
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+def _bytes(dims, width) -> int:
+    return prod(dims) * width
+
+
+@dataclass(frozen=True, eq=False)
+class AllReduce(Step):
+    groups: np.ndarray = None
+    collective = "all-reduce"
+
+    def sent_bytes(self, dims, width):
+        g = self.groups.shape[1]
+        return 2.0 * (g - 1) / g * _bytes(local_dims(dims, self.before), width)
+
+    def describe(self):
+        return f"all-reduce partial values over groups of {self.groups.shape[1]}"
+
+
+@dataclass(frozen=True, eq=False)
+class ReduceScatter(Step):
+    dim: int = 0
+    groups: np.ndarray = None
+    collective = "reduce-scatter"
+
+    def sent_bytes(self, dims, width):
+        g = self.groups.shape[1]
+        local = list(local_dims(dims, self.before))
+        local[self.dim] = g * self.after.shard_dims(dims)[self.dim]
+        return (g - 1) / g * _bytes(local, width)
+
+    def describe(self):
+        return f"reduce-scatter partial values into dim {self.dim} over groups of " \
+               f"{self.groups.shape[1]}"
+
+
+@dataclass(frozen=True, eq=False)
+class AllToAll(Step):
+    source: int = 0
+    target: int = 0
+    factor: int = 1
+    groups: np.ndarray = None
+    collective = "all-to-all"
+
+    def sent_bytes(self, dims, width):
+        g = self.factor
+        local = list(local_dims(dims, self.before))
+        local[self.target] = g * self.after.shard_dims(dims)[self.target]
+        return (g - 1) / g * _bytes(local, width)
+
+    def describe(self):
+        return f"all-to-all moving {self.factor} tiles from dim {self.source} to dim " \
+               f"{self.target}"
+
+
+@dataclass(frozen=True, eq=False)
+class AllGather(Step):
+    dim: int = 0
+    factor: int = 1
+    groups: np.ndarray = None
+    collective = "all-gather"
+
+    def sent_bytes(self, dims, width):
+        return (self.factor - 1) * _bytes(local_dims(dims, self.before), width)
+
+    def describe(self):
+        return f"all-gather dim {self.dim} over groups of {self.factor}"
+
+
+@dataclass(frozen=True, eq=False)
+class Slice(Step):
+    def describe(self):
+        return "dynamic-slice of the local shard"
+
+
+@dataclass(frozen=True, eq=False)
+class Permute(Step):
+    pairs: np.ndarray = None        # [P, 2] (source, target)
+    collective = "collective-permute"
+
+    def sent_bytes(self, dims, width):
+        return float(_bytes(local_dims(dims, self.before), width))
+
+    def describe(self):
+        moved = int((self.pairs[:, 0] != self.pairs[:, 1]).sum())
+        return f"collective-permute of shards ({moved} devices receive from another)"
+
+
+@dataclass(frozen=True, eq=False)
+class ZeroPartials(Step):
+    def describe(self):
+        return "keep one partial value per group, zero the others"
+
+
+@dataclass(frozen=True, eq=False)
+class BroadcastFromDevice(Step):
+    num_devices: int = 1
+    collective = "all-reduce"
+
+    def sent_bytes(self, dims, width):
+        n = self.num_devices
+        return 2.0 * (n - 1) / n * _bytes(dims, width)
+
+    def describe(self):
+        return f"broadcast from device {self.before.device} (select + all-reduce)"
+
+
+@dataclass(frozen=True, eq=False)
+class SendToDevice(Step):
+    collective = "collective-permute"
+
+    def sent_bytes(self, dims, width):
+        return float(_bytes(dims, width))
+
+    def describe(self):
+        return f"send from device {self.before.device} to device {self.after.device}"
+
+
+@dataclass(frozen=True, eq=False)
+class ReshardPlan:
+    """Steps turning `source` into `target` for an array of `shape`; `cost` = bytes sent per
+    device."""
+
+    shape: ArrayShape
+    steps: tuple[Step, ...]
+    cost: float
+
+    @property
+    def collectives(self) -> list[str]:
+        return [s.collective for s in self.steps if s.collective]
+
+
+# ---------------------------------------------------------------------------------- planning
+
+def layout_of(sharding: HloSharding, rank: int, num_devices: int) -> Layout:
+    if sharding.kind == "maximal":
+        return Maximal(sharding.device)
+    return Tiling.from_sharding(sharding, rank, num_devices)
+
+
+def plan_reshard(shape: ArrayShape, source: HloSharding, target: HloSharding,
+                 num_devices: int) -> ReshardPlan:
+    """The cheapest plan from `source` to `target` (leaf shardings of an array of `shape`)."""
+    return _plan_cached(shape.without_layout(), source.with_metadata(()),
+                        target.with_metadata(()), num_devices)
+
+
+def reshard_cost(shape: ArrayShape, source: HloSharding, target: HloSharding,
+                 num_devices: int) -> float:
+    return plan_reshard(shape, source, target, num_devices).cost
+
+
+@lru_cache(maxsize=8192)
+def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
+                 num_devices: int) -> ReshardPlan:
+    for s in (source, target):
+        if s.is_tuple:
+            raise UnsupportedError(f"resharding needs leaf shardings, got {s.to_text(False)}")
+    dims, width = shape.dims, max(dtypes.byte_width(shape.element_type), 1)
+    rank = len(dims)
+    src, dst = layout_of(source, rank, num_devices), layout_of(target, rank, num_devices)
+    if source == target or _same_layout(src, dst):
+        return ReshardPlan(shape, (), 0.0)
+    steps: list[Step] = []
+    if isinstance(src, Maximal):
+        if isinstance(dst, Maximal):
+            return _finish(shape, [SendToDevice(src, dst)], width)
+        replicated = Tiling.replicated(rank, num_devices)
+        steps.append(BroadcastFromDevice(src, replicated, num_devices=num_devices))
+        src = replicated
+    if isinstance(dst, Maximal):
+        # every device then holds the data, which serves a single-device value too
+        dst = Tiling.replicated(rank, num_devices)
+    variants = [_staged(dims, src, dst, exchange, early_slice)
+                for exchange in (True, False) for early_slice in (False, True)]
+    steps += min(variants, key=lambda v: (_cost(v, dims, width), len(v)))
+    return _finish(shape, steps, width)
+
+
+def _same_layout(a: Layout, b: Layout) -> bool:
+    if isinstance(a, Maximal) or isinstance(b, Maximal):
+        return isinstance(a, Maximal) and isinstance(b, Maximal) and a.device == b.device
+    return a == b
+
+
+def _cost(steps, dims, width) -> float:
+    return sum(s.sent_bytes(dims, width) for s in steps)
+
+
+def _finish(shape: ArrayShape, steps: list[Step], width: int) -> ReshardPlan:
+    return ReshardPlan(shape, tuple(steps), _cost(steps, shape.dims, width))
+
+
+# ---------------------------------------------------------------------------------- alignment
+
+def _slice_aligned(size: int, t: int, factor: int) -> bool:
+    """Whether every tile of the `t * factor`-way split of a dim of `size` has its real elements
+    inside its parent tile of the `t`-way split (so a local dynamic-slice is exact)."""
+    if factor == 1:
+        return True
+    z, zf = cdiv(size, t), cdiv(size, t * factor)
+    if t == 1 or z == factor * zf:
+        return True
+    fine = np.arange(t * factor)
+    start, end = fine * zf, np.minimum((fine + 1) * zf, size)
+    parent = fine // factor
+    ok = (start >= size) | ((start >= parent * z) & (end <= (parent + 1) * z))
+    return bool(ok.all())
+
+
+def _gather_aligned(size: int, t: int, factor: int) -> bool:
+    """Whether gathering `factor` adjacent tiles of a `t`-way split gives the tiles of the
+    `t / factor`-way split (always true when the result is the whole dim)."""
+    return factor == t or cdiv(size, t) * factor == cdiv(size, t // factor)
+
+
+def _split_aligned(size: int, t: int, factor: int) -> bool:
+    """Whether a local shard of a `t`-way split cut into `factor` equal pieces (after padding)
+    gives the tiles of the `t * factor`-way split (all-to-all target, reduce-scatter)."""
+    return t == 1 or cdiv(size, t) == factor * cdiv(size, t * factor)
+
+
+# ---------------------------------------------------------------------------------- staging
+
+def _staged(dims, src: Tiling, dst: Tiling, exchange: bool, early_slice: bool) -> list[Step]:
+    """Partial sums, all-to-alls (when `exchange`), slices before gathering (when
+    `early_slice`), all-gathers, the final slice, a permute."""
+    steps: list[Step] = []
+    state = src
+    target = dst if dst.unreduced == 1 else Tiling(dst.devices.reshape(dst.counts + (1, -1)))
+    if state.unreduced > 1:
+        state = _resolve_partials(dims, state, target, steps)
+    rank = len(dims)
+    down, up = [1] * rank, [1] * rank
+    for d in range(rank):
+        t, tt = state.counts[d], target.counts[d]
+        if t == tt:
+            continue
+        if tt % t == 0 and _slice_aligned(dims[d], t, tt // t):
+            up[d] = tt // t
+        elif t % tt == 0 and _gather_aligned(dims[d], t, t // tt):
+            down[d] = t // tt
+        else:
+            down[d], up[d] = t, tt
+    if exchange:
+        state = _all_to_alls(dims, state, down, up, steps)
+    if early_slice and any(f > 1 for f in down):
+        factors = [1] * rank
+        free = state.replication
+        for d in range(rank):
+            f = gcd(up[d], free) if down[d] == 1 else 1
+            if f > 1 and _slice_aligned(dims[d], state.counts[d], f):
+                factors[d], free, up[d] = f, free // f, up[d] // f
+        if prod(factors) > 1:
+            sliced = state.split_replication(factors)
+            steps.append(Slice(state, sliced))
+            state = sliced
+    for d in range(rank - 1, -1, -1):
+        t, tt = state.counts[d], target.counts[d]
+        factor = down[d]
+        if factor > 1 and not _gather_aligned(dims[d], t, factor):
+            factor = t
+        if tt % (t // factor) or not _slice_aligned(dims[d], t // factor, tt * factor // t):
+            factor = t
+        if factor > 1:
+            gathered, groups = state.gather(d, factor)
+            steps.append(AllGather(state, gathered, dim=d, factor=factor, groups=groups))
+            state = gathered
+    if not state.same_tiles(target):
+        compatible, pairs = compatible_subtiling(state, target)
+        if not compatible.same_tiles(state):
+            steps.append(Slice(state, compatible))
+        if bool((pairs[:, 0] != pairs[:, 1]).any()):
+            steps.append(Permute(compatible, target, pairs=pairs))
+        state = target
+    if dst.unreduced > 1:
+        steps.append(ZeroPartials(state, dst))
+    return steps
+
+
+def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step]) -> Tiling:
+    """Reduce-scatter into a dim the target tiles by a multiple of the partial count (member
+    order chosen to match the target where it can), else all-reduce."""
+    u = state.unreduced
+    for d in range(len(dims)):
+        t, tt = state.counts[d], target.counts[d]
+        if tt % (t * u) == 0 and _split_aligned(dims[d], t, u):
+            groups = state.partial_groups()
+            position = (target.coordinates()[:, d] // (tt // (t * u))) % u
+            member = position[groups]
+            if (np.sort(member, axis=1) == np.arange(u)).all():
+                groups = np.take_along_axis(groups, np.argsort(member, axis=1), axis=1)
+            scattered = state.reduce_scatter(d, groups)
+            steps.append(ReduceScatter(state, scattered, dim=d, groups=groups))
+            return scattered
+    reduced, groups = state.reduce_all()
+    steps.append(AllReduce(state, reduced, groups=groups))
+    return reduced
+
+
+def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
+                 steps: list[Step]) -> Tiling:
+    """Pair dims losing tiles with dims gaining tiles; each common factor moves in one
+    all-to-all when both sides stay aligned."""
+    rank = len(dims)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(rank):
+            for j in range(rank):
+                if i == j or down[i] == 1 or up[i] > 1 or up[j] == 1 or down[j] > 1:
+                    continue
+                g = gcd(down[i], up[j])
+                ti, tj = state.counts[i], state.counts[j]
+                if g == 1 or not _gather_aligned(dims[i], ti, g) or \
+                        not _split_aligned(dims[j], tj, g):
+                    continue
+                moved, groups = state.move(i, j, g)
+                steps.append(AllToAll(state, moved, source=i, target=j, factor=g,
+                                      groups=groups))
+                state = moved
+                down[i] //= g
+                up[j] //= g
+                changed = True
+    return state
+
+
+def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndarray]:
+    """A tiling with `target`'s tiles in which every device's tile nests in its `state` tile
+    (so a local slice reaches it), agreeing with `target` on as many devices as possible; and the
+    `[N, 2]` permute pairs (holder in it, device in `target`) of each target slot."""
+    rank = state.rank
+    up = np.asarray(target.counts) // np.asarray(state.counts)
+    slot_devices = target.devices.reshape(-1)
+    slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
+        target.devices.ndim, -1).T[:, :rank]
+    if rank:
+        parent_key = np.ravel_multi_index(tuple((slot_index // up).T), state.counts)
+    else:
+        parent_key = np.zeros(slot_devices.size, dtype=np.int64)
+    device_key = state.tile_keys()
+    kept = parent_key == device_key[slot_devices]
+    free_slots = np.flatnonzero(~kept)
+    free_devices = slot_devices[free_slots]
+    slots = free_slots[np.lexsort((free_slots, parent_key[free_slots]))]
+    devices = free_devices[np.lexsort((free_devices, device_key[free_devices]))]
+    holders = slot_devices.copy()
+    holders[slots] = devices
+    compatible = Tiling(holders.reshape(target.devices.shape))
+    return compatible, np.column_stack([holders, slot_devices])
+
+
+__all__ = ["Maximal", "Layout", "Step", "AllReduce", "ReduceScatter", "AllToAll", "AllGather",
+           "Slice", "Permute", "ZeroPartials", "BroadcastFromDevice", "SendToDevice",
+           "ReshardPlan", "plan_reshard", "reshard_cost", "layout_of", "compatible_subtiling",
+           "local_dims"]
