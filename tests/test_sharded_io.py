@@ -3,6 +3,7 @@
 round trips, the one-partition reader on memory-mapped files, and where global shapes come from."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -10,6 +11,7 @@ from gspmdc.errors import GspmdcError, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.parser import parse_module, parse_shape, parse_sharding
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.runtime.npz_members import member_array, member_header, member_names
 from gspmdc.runtime.sharded_io import (
     ShardedLeaf, assemble_leaf, assemble_outputs, shard_leaf, source_partitions, split_inputs,
     split_leaf, spmd_signature,
@@ -172,3 +174,28 @@ ENTRY main {
 """
     sig = spmd_signature(parse_module(text))
     assert str(sig.output.global_shape) == "f32[3]"
+
+
+def test_npz_members_are_memory_mapped_when_stored(tmp_path):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.asfortranarray(np.arange(6, dtype=np.int64).reshape(2, 3))
+    c = np.arange(3).astype(ml_dtypes.bfloat16)
+    np.savez(tmp_path / "s.npz", a=a, b=b, c=c, s=np.float32(2), e=np.zeros((0, 2)))
+    np.savez_compressed(tmp_path / "z.npz", a=a)
+    assert sorted(member_names(tmp_path / "s.npz")) == ["a", "b", "c", "e", "s"]
+    for name, want in (("a", a), ("b", b)):
+        got = member_array(tmp_path / "s.npz", name)
+        assert isinstance(got, np.memmap)
+        np.testing.assert_array_equal(got, want)
+    assert member_array(tmp_path / "s.npz", "c").view(ml_dtypes.bfloat16).tolist() == [0, 1, 2]
+    assert member_array(tmp_path / "s.npz", "s") == 2
+    assert member_array(tmp_path / "s.npz", "e").shape == (0, 2)
+    compressed = member_array(tmp_path / "z.npz", "a")
+    assert not isinstance(compressed, np.memmap)
+    np.testing.assert_array_equal(compressed, a)
+    assert member_header(tmp_path / "z.npz", "a").data_offset is None
+    with pytest.raises(GspmdcError, match=r"no array 'x' \(the file has \['a'\]\)"):
+        member_array(tmp_path / "z.npz", "x")
+    (tmp_path / "bad.npz").write_text("not a zip")
+    with pytest.raises(GspmdcError, match="cannot read as an npz file"):
+        member_names(tmp_path / "bad.npz")

@@ -1,0 +1,239 @@
+"""`gspmdc run` end to end: unpartitioned programs (partitioned on the fly) and hand-written SPMD
+programs on the local and MPI backends against numpy written here, --check (pass, mismatch, and
+the programs it must refuse), input-file checks before launching, --profile, random inputs that
+agree across backends, and the output comparison rules."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gspmdc.cli import main
+from gspmdc.ir.parser import parse_module
+from gspmdc.runtime import job as job_module
+from gspmdc.runtime.compare import (
+    check_tolerance, compare_output_arrays, compare_outputs, reduction_length,
+)
+
+GSPMDC = Path(sys.executable).with_name("gspmdc")
+MPIEXEC = Path(sys.executable).with_name("mpiexec")
+MLP = Path(__file__).resolve().parents[1] / "gspmdc" / "examples" / "mlp.hlo"
+needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed in the venv")
+
+
+def mlp_inputs(tmp_path: Path):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    w1 = rng.standard_normal((64, 256)).astype(np.float32) / 8
+    b1 = rng.standard_normal(256).astype(np.float32)
+    w2 = rng.standard_normal((256, 64)).astype(np.float32) / 16
+    path = tmp_path / "in.npz"
+    np.savez(path, arg0=x, arg1=w1, arg2=b1, arg3=w2)
+    want = np.maximum(x.astype(np.float64) @ w1 + b1, 0) @ w2
+    return path, want
+
+
+def run_cli(*args) -> int:
+    return main(["run", *map(str, args)])
+
+
+def run_subprocess(*args, timeout=120):
+    return subprocess.run([str(GSPMDC), "run", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_local_backend_partitions_runs_checks_and_writes(tmp_path, capsys):
+    inputs, want = mlp_inputs(tmp_path)
+    out = tmp_path / "out.npz"
+    assert run_cli(MLP, "--backend", "local", "--inputs", inputs, "--outputs", out,
+                   "--check", "--profile") == 0
+    text = capsys.readouterr().out
+    assert "check out0: max abs error" in text and " ok" in text
+    assert "interpretation(s)" in text and "all-reduce" in text
+    with np.load(out) as data:
+        assert data.files == ["out0"]
+        np.testing.assert_allclose(data["out0"], want, rtol=1e-4, atol=1e-4)
+
+
+@needs_mpi
+def test_mpi_backend_on_eight_ranks(tmp_path):
+    inputs, want = mlp_inputs(tmp_path)
+    out = tmp_path / "out.npz"
+    proc = run_subprocess(MLP, "--inputs", inputs, "--outputs", out, "--check", "--profile")
+    assert proc.returncode == 0, proc.stderr
+    assert "check out0" in proc.stdout and "bytes sent" in proc.stdout
+    assert proc.stdout.count("\n        7 ") == 1          # a profile row for each of 8 ranks
+    with np.load(out) as data:
+        np.testing.assert_allclose(data["out0"], want, rtol=1e-4, atol=1e-4)
+
+
+SPMD_UNEVEN = """HloModule by_hand, num_partitions=4, spmd_global_signature={(f32[10,3], s32[])->(f32[10,3], f32[3], s32[])}
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[3,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  k = s32[] parameter(1), sharding={replicated}
+  n = f32[3,3] negate(x)
+  zero = f32[] constant(0)
+  partial = f32[3] reduce(x, zero), dimensions={0}, to_apply=add
+  total = f32[3] all-reduce(partial), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=add
+  ROOT t = (f32[3,3], f32[3], s32[]) tuple(n, total, k), sharding={{devices=[4,1]<=[4]}, {replicated}, {maximal device=2}}
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])
+def test_hand_written_spmd_program_with_uneven_shards(tmp_path, backend):
+    program = tmp_path / "spmd.hlo"
+    program.write_text(SPMD_UNEVEN)
+    x = np.arange(30, dtype=np.float32).reshape(10, 3)
+    np.savez(tmp_path / "in.npz", arg0=x, arg1=np.int32(5))
+    out = tmp_path / "out.npz"
+    args = [program, "--backend", backend, "--inputs", tmp_path / "in.npz", "--outputs", out]
+    code = run_cli(*args) if backend == "local" else run_subprocess(*args).returncode
+    assert code == 0
+    with np.load(out) as data:
+        np.testing.assert_array_equal(data["out0"], -x)
+        # zero padding of the last shard (rows 10, 11) does not change the column sums
+        np.testing.assert_array_equal(data["out1"], x.sum(axis=0))
+        assert data["out2"] == 5
+
+
+@needs_mpi
+def test_random_inputs_agree_between_backends_bit_for_bit(tmp_path):
+    local, mpi = tmp_path / "local.npz", tmp_path / "mpi.npz"
+    assert run_cli(MLP, "--backend", "local", "--seed", "3", "--outputs", local, "-q") == 0
+    proc = run_subprocess(MLP, "--seed", "3", "--deterministic", "--outputs", mpi, "-q")
+    assert proc.returncode == 0, proc.stderr
+    with np.load(local) as a, np.load(mpi) as b:
+        np.testing.assert_array_equal(a["out0"], b["out0"])
+
+
+def test_check_refuses_an_already_partitioned_program(tmp_path, capsys):
+    program = tmp_path / "spmd.hlo"
+    program.write_text(SPMD_UNEVEN)
+    assert run_cli(program, "--backend", "local", "--check") == 2
+    assert "already partitioned" in capsys.readouterr().err
+
+
+IO_PROGRAM = """HloModule io, num_partitions=2
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  tok = token[] after-all()
+  of = token[] outfeed(x, tok), outfeed_shape=f32[4]
+  ROOT r = f32[4] negate(x)
+}
+"""
+
+MANUAL_PROGRAM = """HloModule manual, num_partitions=2
+
+ENTRY main {
+  x = f32[4] parameter(0), sharding={manual}
+  ROOT r = f32[4] negate(x), sharding={manual}
+}
+"""
+
+
+@pytest.mark.parametrize("text, message", [
+    (IO_PROGRAM, "I/O instructions (outfeed)"),
+    (MANUAL_PROGRAM, "entry parameter 0 (x) has a manual sharding"),
+])
+def test_check_refuses_io_and_manual_parameters(tmp_path, capsys, text, message):
+    program = tmp_path / "p.hlo"
+    program.write_text(text)
+    assert run_cli(program, "--backend", "local", "--check") == 2
+    assert message in capsys.readouterr().err
+
+
+def test_check_reports_a_mismatch_with_exit_1(tmp_path, capsys, monkeypatch):
+    program = tmp_path / "p.hlo"
+    program.write_text("""HloModule m, num_partitions=2
+
+ENTRY main {
+  x = f32[4,2] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT n = f32[4,2] negate(x), sharding={devices=[2,1]<=[2]}
+}
+""")
+
+    def bad_partition(module, original, n, path):
+        """A partitioner bug in miniature: the program copies x instead of negating it."""
+        return parse_module("""HloModule m, num_partitions=2, spmd_global_signature={(f32[4,2])->f32[4,2]}
+
+ENTRY main {
+  x = f32[2,2] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT c = f32[2,2] copy(x), sharding={devices=[2,1]<=[2]}
+}
+""")
+    monkeypatch.setattr(job_module, "_partition", bad_partition)
+    assert run_cli(program, "--backend", "local", "--check", "-q") == 1
+    captured = capsys.readouterr()
+    assert "check out0: max abs error" in captured.out and "MISMATCH" in captured.out
+    assert "differ from the unpartitioned reference" in captured.err
+
+
+def test_partitioning_unavailable_is_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gspmdc.passes.spmd", None)
+    assert run_cli(MLP, "--backend", "local") == 2
+    assert "partitioning is not available" in capsys.readouterr().err
+
+
+def test_partition_count_must_match_a_partitioned_program(tmp_path, capsys):
+    program = tmp_path / "spmd.hlo"
+    program.write_text(SPMD_UNEVEN)
+    assert run_cli(program, "--backend", "local", "-n", "2") == 2
+    assert "partitioned for 4 partitions, cannot run it on 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"arg0": np.zeros((16, 63), np.float32)}, "arg0: float32[16, 63] does not match"),
+    ({"arg0": np.zeros((16, 64), np.float32), "extra": np.zeros(1)}, "unexpected inputs"),
+    ({"arg0": np.zeros((16, 64), np.float32)}, "no array 'arg1'"),
+])
+def test_bad_input_files_fail_before_launching(tmp_path, arrays, message):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **arrays)
+    # the MPI backend checks inputs in this process, before starting mpiexec: a stand-in
+    # "mpiexec" that could not run the job shows that it is never started
+    proc = run_subprocess(MLP, "--inputs", inputs, "--mpiexec", sys.executable, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_missing_mpiexec_is_a_clear_error(tmp_path):
+    proc = run_subprocess(MLP, "--mpiexec", tmp_path / "nowhere", timeout=60)
+    assert proc.returncode == 2 and "mpiexec not found" in proc.stderr
+
+
+# ---------------------------------------------------------------------- comparison rules
+
+def test_compare_outputs_contract():
+    a = {"out0": np.array([1.0, np.nan], np.float32), "out1": np.array([1, 2], np.int32)}
+    assert compare_outputs(a, {k: v.copy() for k, v in a.items()}) is None
+    off = {"out0": np.array([1.001, np.nan], np.float32), "out1": a["out1"]}
+    assert "out0" in compare_outputs(a, off)
+    assert "1 of 2 elements differ" in compare_outputs(a, {**a, "out1": np.array([1, 3])
+                                                            .astype(np.int32)})
+    assert "missing" in compare_outputs({}, a)
+
+
+def test_check_tolerance_scales_with_the_reduction_length():
+    want = np.array([100.0, 1e-3], np.float32)
+    short, long_ = check_tolerance(4), check_tolerance(4096)
+    rtol, atol = short(want)
+    assert rtol == pytest.approx(8 * 4 * np.finfo(np.float32).eps)
+    assert atol == pytest.approx(rtol * 100)
+    got = want + np.float32(0.01)      # 1e-4 of the largest value: fine for 4096 terms only
+    assert not compare_output_arrays({"o": got}, {"o": want}, short)[0].ok
+    assert compare_output_arrays({"o": got}, {"o": want}, long_)[0].ok
+
+
+def test_reduction_length_of_the_mlp_example():
+    assert reduction_length(parse_module(MLP.read_text())) == 256
