@@ -38,11 +38,16 @@ class Cleanup(ModulePass):
 
 
 def _replace_uses(comp: Computation, mapping: dict[Instruction, Instruction]) -> None:
+    """Redirect uses through `mapping`; a replaced root passes its sharding (the layout of the
+    module's result) to its replacement, which holds the same value."""
     if not mapping:
         return
     for inst in comp.instructions:
         inst.operands = [mapping.get(o, o) for o in inst.operands]
-    comp.root = mapping.get(comp.root, comp.root)
+    root = mapping.get(comp.root, comp.root)
+    if root is not comp.root:
+        root.sharding = comp.root.sharding
+        comp.root = root
 
 
 def simplify_tuples(comp: Computation) -> None:

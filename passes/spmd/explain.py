@@ -95,18 +95,36 @@ def explain_collective(module: Module, name: str) -> list[str]:
         lines.append("not created by the partitioner (no partitioner metadata)")
         return lines
     lines.append(f"why: {metadata.get('spmd_reason')}")
-    value = metadata.get("spmd_value")
+    value, user = metadata.get("spmd_value"), metadata.get("op_name")
+    role = metadata.get("spmd_role")
     if op_type == "reshard":
-        lines.append(f"  {metadata.get('op_name')} needs {value} ({metadata.get('spmd_role')}) "
-                     f"as {metadata.get('spmd_to')}; it is {metadata.get('spmd_from')}")
+        lines.append(f"  {user} needs {value} ({role}) as {metadata.get('spmd_to')}; "
+                     f"it is {metadata.get('spmd_from')}")
     step = metadata.get("spmd_step")
     if step:
-        lines.append(f"  step: {step}")
+        lines.append(f"  step {step}")
     origin = _by_name(comp, value)
-    if origin is not None:
-        lines.append(f"where {value}'s sharding comes from:")
-        lines.extend("  " + line for line in _sharding_chain(origin))
+    if origin is None:
+        return lines
+    # a result reshard exists because of the producer's operands; an operand reshard because of
+    # the value's sharding and the user's
+    sources = list(origin.operands) if role == "result" else [origin, _by_name(comp, user)]
+    for source in sources:
+        if source is not None and source.sharding is not None and \
+                source.opcode not in COLLECTIVES:
+            lines.append(f"where {source.name}'s sharding comes from:")
+            lines.extend("  " + line for line in sharding_origin(module, source))
     return lines
+
+
+def sharding_origin(module: Module, inst: Instruction) -> list[str]:
+    """The origin chain of `inst`'s sharding: propagation's record when the module has one
+    (`passes/propagation`), else the chain through operands with the same sharding."""
+    from gspmdc.passes.propagation import explain
+    try:
+        return explain(module, inst.name)
+    except GspmdcError:
+        return _sharding_chain(inst)
 
 
 def _by_name(comp: Computation, name) -> Instruction | None:
@@ -145,5 +163,5 @@ def _sharding_chain(inst: Instruction) -> list[str]:
     return lines
 
 
-__all__ = ["explain_collective", "collective_sent_bytes", "collective_result_bytes",
-           "COLLECTIVES"]
+__all__ = ["explain_collective", "sharding_origin", "collective_sent_bytes",
+           "collective_result_bytes", "COLLECTIVES"]

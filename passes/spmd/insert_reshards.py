@@ -23,15 +23,15 @@ leaf (get-tuple-element, reshard, tuple). Finally a reshard of a reshard nobody 
 replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + slice becomes one
 reduce-scatter), and unused reshard nodes are removed.
 
-Preconditions: shardings valid for `num_partitions` devices; unsharded entry instructions are
-treated as `{replicated}`. Only the entry computation is partitioned; computations it calls
+Preconditions: shardings valid for `num_partitions` devices and not manual (manual regions are
+rejected with UnsupportedError); unsharded entry instructions are treated as `{replicated}`. Only the entry computation is partitioned; computations it calls
 (reducers, comparators, bodies of ops run by the default action) are used unchanged.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspmdc.errors import ShardingError
+from gspmdc.errors import ShardingError, UnsupportedError
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
@@ -79,6 +79,11 @@ def prepare_shardings(module: Module, num_partitions: int) -> None:
             inst.sharding.validate(inst.shape, num_partitions)
         except ShardingError as e:
             raise ShardingError(f"instruction {inst.name}: {e}") from None
+        if any(leaf.kind == "manual" or leaf.has_manual_subgroup
+               for leaf in inst.sharding.leaves()):
+            raise UnsupportedError(f"instruction {inst.name}: manual sharding "
+                                   f"{inst.sharding.to_text(False)} (manual regions are not "
+                                   "supported by the partitioner yet)")
 
 
 class _Rewriter:
@@ -104,7 +109,8 @@ class _Rewriter:
             inst.sharding = plan.result
             b.append(inst)
             if plan.result != desired:
-                replacement[inst] = self.reshard(inst, desired, inst, "result", plan.reason)
+                replacement[inst] = self.reshard(inst, desired, inst, "result",
+                                                 _result_reason(inst, plan))
         comp.instructions = b.instructions
         comp.root = replacement.get(comp.root, comp.root)
         _collapse_chains(comp, self.ctx.num_devices)
@@ -148,6 +154,17 @@ class _Rewriter:
                      name=f"{value.name}.resharded", sharding=target)
         self.created.add(node)
         return node
+
+
+def _result_reason(inst: Instruction, plan) -> str:
+    partial = any(leaf.kind == "unreduced" or
+                  (leaf.kind == "tiled" and "unreduced" in leaf.subgroup_types)
+                  for leaf in plan.result.leaves())
+    if partial:
+        dims = "contracting" if inst.opcode == "dot" else "reduced"
+        return f"{plan.reason}; the local {inst.opcode} leaves partial results over its tiled " \
+               f"{dims} dims, combined here"
+    return f"{plan.reason}; the local {inst.opcode} produces {plan.result.to_text(False)}"
 
 
 def _collapse_chains(comp: Computation, num_devices: int) -> None:

@@ -1,0 +1,365 @@
+"""Per-op partitioning: every op of the partitioner's rule tables, on even and uneven shapes, run
+on the local backend (padding filled with NaN / integer maxima) must reproduce the unpartitioned
+program; where the communication is known by hand (reference §4.7, §4.8), the collectives are
+checked too."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gspmdc.errors import ShardingError, UnsupportedError
+
+from spmd_partition_helpers import check_equivalent, collectives, opcodes, partition
+
+REDUCERS = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+
+min_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT r = s32[] minimum(a, b)
+}
+
+mul_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT r = s32[] multiply(a, b)
+}
+
+or {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT r = pred[] or(a, b)
+}
+
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v0, v1), direction=GT
+  eq = pred[] compare(v0, v1), direction=EQ
+  lt = pred[] compare(i0, i1), direction=LT
+  tie = pred[] and(eq, lt)
+  first = pred[] or(gt, tie)
+  v = f32[] select(first, v0, v1)
+  i = s32[] select(first, i0, i1)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+"""
+
+
+def module(body: str) -> str:
+    return f"HloModule m\n{REDUCERS}\nENTRY e {{\n{body}\n}}\n"
+
+
+# ---- elementwise ---------------------------------------------------------------------------------
+
+def test_elementwise_in_a_shared_sharding_needs_no_communication():
+    spmd = check_equivalent(module("""
+  x = f32[10,7] parameter(0), sharding={devices=[4,1]<=[4]}
+  y = f32[10,7] parameter(1), sharding={devices=[4,1]<=[4]}
+  a = f32[10,7] add(x, y), sharding={devices=[4,1]<=[4]}
+  p = pred[10,7] compare(a, y), direction=GT, sharding={devices=[4,1]<=[4]}
+  s = f32[10,7] select(p, a, x), sharding={devices=[4,1]<=[4]}
+  c = s32[10,7] convert(s), sharding={devices=[4,1]<=[4]}
+  ROOT n = s32[10,7] negate(c), sharding={devices=[4,1]<=[4]}"""), 4)
+    assert collectives(spmd) == []
+    assert spmd.entry.root.shape.dims == (3, 7)
+
+
+def test_elementwise_computes_where_its_operands_already_agree():
+    """Both operands are split by rows; the result wants columns: one all-to-all of the result
+    beats two of the operands."""
+    spmd = check_equivalent(module("""
+  x = f32[8,8] parameter(0), sharding={devices=[2,1]<=[2]}
+  y = f32[8,8] parameter(1), sharding={devices=[2,1]<=[2]}
+  ROOT a = f32[8,8] multiply(x, y), sharding={devices=[1,2]<=[2]}"""), 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-to-all"]
+
+
+def test_clamp_with_scalar_bounds():
+    check_equivalent(module("""
+  lo = f32[] parameter(0)
+  x = f32[9,5] parameter(1), sharding={devices=[2,2]<=[4]}
+  hi = f32[] constant(0.5)
+  ROOT c = f32[9,5] clamp(lo, x, hi), sharding={devices=[2,2]<=[4]}"""), 4)
+
+
+# ---- broadcast, transpose, reshape ----------------------------------------------------------------
+
+def test_broadcast_slices_its_replicated_operand_locally():
+    spmd = check_equivalent(module("""
+  x = f32[7] parameter(0)
+  ROOT b = f32[6,7,3] broadcast(x), dimensions={1}, sharding={devices=[2,2,1]<=[4]}"""), 4)
+    assert collectives(spmd) == []
+    assert spmd.entry.root.shape.dims == (3, 4, 3)
+
+
+def test_broadcast_keeps_the_operand_tiling_on_old_dims():
+    spmd = check_equivalent(module("""
+  x = f32[10,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT b = f32[10,5,3] broadcast(x), dimensions={0,2}, sharding={devices=[4,1,1]<=[4]}"""), 4)
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("perm,source,target", [
+    ("1,0", "{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}"),
+    # T [[[0,1],[2,3]]] transposed (2,0,1) is [[[0,2]],[[1,3]]]
+    ("2,0,1", "{devices=[1,2,2]<=[4]}", "{devices=[2,1,2]<=[2,2]T(1,0)}"),
+])
+def test_transpose_moves_the_tiling_with_the_dims(perm, source, target):
+    dims = {"1,0": ("f32[10,6]", "f32[6,10]"), "2,0,1": ("f32[3,6,5]", "f32[5,3,6]")}[perm]
+    spmd = check_equivalent(module(f"""
+  x = {dims[0]} parameter(0), sharding={source}
+  ROOT t = {dims[1]} transpose(x), dimensions={{{perm}}}, sharding={target}"""), 4)
+    assert collectives(spmd) == []
+
+
+RESHAPES = [
+    ("f32[4,6]", "{devices=[4,1]<=[4]}", "f32[24]", "{devices=[4]<=[4]}", 4, []),
+    ("f32[24]", "{devices=[4]<=[4]}", "f32[4,6]", "{devices=[4,1]<=[4]}", 4, []),
+    ("f32[10,2,3]", "{devices=[4,1,1]<=[4]}", "f32[10,6]", "{devices=[4,1]<=[4]}", 4, []),
+    ("f32[4,6]", "{devices=[1,2]<=[2]}", "f32[24]", "{devices=[2]<=[2]}", 2, ["all-to-all"]),
+    ("f32[10]", "{devices=[4]<=[4]}", "f32[2,5]", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
+     4, ["all-gather"]),
+    ("f32[6,4,2]", "{devices=[2,1,1]<=[2]}", "f32[24,2]", "{devices=[2,1]<=[2]}", 2, []),
+    # merging [6,4] tiled [2,2]: a device's rows of the merged dim are not contiguous, so the
+    # minor dim is gathered first (then each device slices its quarter of the merged rows)
+    ("f32[6,4,2]", "{devices=[2,2,1]<=[4]}", "f32[24,2]", "{devices=[4,1]<=[4]}", 4,
+     ["all-gather"]),
+]
+
+
+@pytest.mark.parametrize("source,source_sharding,target,target_sharding,n,expected", RESHAPES)
+def test_reshape_cases(source, source_sharding, target, target_sharding, n, expected):
+    spmd = check_equivalent(module(f"""
+  x = {source} parameter(0), sharding={source_sharding}
+  ROOT r = {target} reshape(x), sharding={target_sharding}"""), n)
+    assert [c[0] for c in collectives(spmd)] == expected
+
+
+# ---- reduce --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reducer,element,init", [
+    ("add", "f32", "0"), ("max", "f32", "-inf"), ("min_s32", "s32", "2147483647"),
+    ("mul_s32", "s32", "1"), ("or", "pred", "false"),
+])
+def test_reduce_over_an_uneven_tiled_dim_masks_padding_with_the_init(reducer, element, init):
+    """Rows split 4 ways over 10: the last device holds 1 real row and 2 of garbage, which must
+    not reach the result; partial results are combined with the reduce's own computation."""
+    spmd = check_equivalent(module(f"""
+  x = {element}[10,6] parameter(0), sharding={{devices=[4,1]<=[4]}}
+  i = {element}[] constant({init})
+  ROOT r = {element}[6] reduce(x, i), dimensions={{0}}, to_apply={reducer}, sharding={{replicated}}"""), 4)
+    assert collectives(spmd) == [("all-reduce", [[0, 1, 2, 3]])]
+    reducer_of = [i.attr("to_apply").name for i in spmd.entry.instructions
+                  if i.opcode == "all-reduce"]
+    assert reducer_of == [reducer]
+    assert "select" in opcodes(spmd)           # the mask
+
+
+def test_reduce_result_tiled_by_the_reducing_devices_is_a_reduce_scatter():
+    spmd = check_equivalent(module("""
+  x = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  i = f32[] constant(0)
+  ROOT r = f32[8] reduce(x, i), dimensions={1}, to_apply=add, sharding={devices=[4]<=[4]}"""), 4)
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter"]
+
+
+def test_reduce_over_untiled_dims_is_local():
+    spmd = check_equivalent(module("""
+  x = f32[9,5] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  i = f32[] constant(0)
+  ROOT r = f32[9] reduce(x, i), dimensions={1}, to_apply=add,
+    sharding={devices=[2,2]<=[4] last_tile_dim_replicate}"""), 4)
+    assert collectives(spmd) == []
+
+
+def test_variadic_reduce_gathers_its_reduced_dim():
+    check_equivalent(module("""
+  v = f32[10,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  idx = s32[10,4] iota(), iota_dimension=0, sharding={devices=[4,1]<=[4]}
+  vi = f32[] constant(-inf)
+  ii = s32[] constant(0)
+  ROOT r = (f32[4], s32[4]) reduce(v, idx, vi, ii), dimensions={0}, to_apply=argmax,
+    sharding={{replicated}, {replicated}}"""), 4)
+
+
+# ---- dot -----------------------------------------------------------------------------------------
+
+def test_dot_batch_partitioned_is_local():
+    spmd = check_equivalent(module("""
+  a = f32[4,6,8] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  b = f32[4,8,5] parameter(1), sharding={devices=[4,1,1]<=[4]}
+  ROOT d = f32[4,6,5] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0},
+    lhs_contracting_dims={2}, rhs_contracting_dims={1}, sharding={devices=[4,1,1]<=[4]}"""), 4)
+    assert collectives(spmd) == []
+
+
+def test_dot_contracting_partitioned_all_reduces_partial_sums():
+    spmd = check_equivalent(module("""
+  a = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  b = f32[16,32] parameter(1), sharding={devices=[4,1]<=[4]}
+  ROOT d = f32[8,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={replicated}"""), 4)
+    assert collectives(spmd) == [("all-reduce", [[0, 1, 2, 3]])]
+
+
+def test_dot_contracting_partitioned_with_a_tiled_output_reduce_scatters():
+    """§4.8: local f32[8,4] x f32[4,32], then one reduce-scatter to rows [0,2,4,6][pid]."""
+    spmd = check_equivalent(module("""
+  a = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  b = f32[16,32] parameter(1), sharding={devices=[4,1]<=[4]}
+  ROOT d = f32[8,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={devices=[4,1]<=[4]}"""), 4)
+    assert collectives(spmd) == [("reduce-scatter", [[0, 1, 2, 3]], (0,))]
+    assert str(spmd.entry.root.shape) == "f32[2,32]"
+
+
+def test_dot_uneven_contracting_masks_both_operands():
+    spmd = check_equivalent(module("""
+  a = f32[5,13] parameter(0), sharding={devices=[1,4]<=[4]}
+  b = f32[13,3] parameter(1), sharding={devices=[4,1]<=[4]}
+  ROOT d = f32[5,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={replicated}"""), 4, rtol=1e-4)
+    assert opcodes(spmd).count("select") == 2
+
+
+def test_dot_non_contracting_partitioned_output_follows_the_lhs():
+    spmd = check_equivalent(module("""
+  a = f32[12,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[8,6] parameter(1)
+  ROOT d = f32[12,6] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={devices=[4,1]<=[4]}"""), 4)
+    assert collectives(spmd) == []
+
+
+def test_megatron_mlp_on_a_2x2_mesh():
+    """§4.8 worked example: the first dot needs no communication, the second one all-reduce of
+    f32[4,16] over {{0,1},{2,3}}."""
+    spmd = check_equivalent(module("""
+  x = f32[8,16] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  w1 = f32[16,32] parameter(1), sharding={devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}
+  h = f32[8,32] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={devices=[2,2]<=[4]}
+  w2 = f32[32,16] parameter(2), sharding={devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}
+  ROOT o = f32[8,16] dot(h, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}"""), 4, rtol=1e-4)
+    assert collectives(spmd) == [("all-reduce", [[0, 1], [2, 3]])]
+    (reduce,) = [i for i in spmd.entry.instructions if i.opcode == "all-reduce"]
+    assert str(reduce.shape) == "f32[4,16]"
+
+
+def test_dot_partial_contracting_sums_over_the_devices_with_different_halves():
+    """XLA's DotPartialContracting (§4.8): all-reduce(dot(param0, param1)) over {{0,2},{1,3}}."""
+    spmd = check_equivalent(module("""
+  a = f32[24,100] parameter(0), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  b = f32[32,100] parameter(1), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  ROOT d = f32[24,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={1},
+    sharding={replicated}"""), 4, rtol=1e-4)
+    assert collectives(spmd) == [("all-reduce", [[0, 2], [1, 3]])]
+    assert [o for o in opcodes(spmd) if o not in ("parameter",)] == ["dot", "all-reduce"]
+
+
+def test_dot_batch_and_contracting_on_a_2x2_mesh():
+    spmd = check_equivalent(module("""
+  a = f32[4,6,8] parameter(0), sharding={devices=[2,1,2]<=[4]}
+  b = f32[4,8,5] parameter(1), sharding={devices=[2,2,1]<=[4]}
+  ROOT d = f32[4,6,5] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0},
+    lhs_contracting_dims={2}, rhs_contracting_dims={1}, sharding={devices=[2,1,1,2]<=[4] last_tile_dim_replicate}"""),
+        4, rtol=1e-4)
+    assert collectives(spmd) == [("all-reduce", [[0, 1], [2, 3]])]
+
+
+# ---- iota, constant, tuple, custom-call, single device ---------------------------------------------
+
+def test_iota_along_an_uneven_tiled_dim_adds_the_partition_offset():
+    spmd = check_equivalent(module("""
+  ROOT i = s32[10,3] iota(), iota_dimension=0, sharding={devices=[4,1]<=[4]}"""), 4, inputs=[])
+    assert collectives(spmd) == [] and "partition-id" in opcodes(spmd)
+
+
+def test_non_uniform_constant_is_sliced_from_the_whole_literal():
+    values = np.arange(15, dtype=np.float32).reshape(5, 3)
+    literal = "{" + ",".join("{" + ",".join(str(v) for v in row) + "}" for row in values) + "}"
+    spmd = check_equivalent(module(f"""
+  c = f32[5,3] constant({literal}), sharding={{devices=[4,1]<=[4]}}
+  ROOT n = f32[5,3] negate(c), sharding={{devices=[4,1]<=[4]}}"""), 4, inputs=[])
+    assert collectives(spmd) == []
+    assert "dynamic-slice" in opcodes(spmd)
+
+
+def test_splat_constant_is_built_shard_shaped():
+    spmd = partition(module("""
+  c = f32[8,6] constant({{1,1,1,1,1,1},{1,1,1,1,1,1},{1,1,1,1,1,1},{1,1,1,1,1,1},{1,1,1,1,1,1},{1,1,1,1,1,1},{1,1,1,1,1,1},{1,1,1,1,1,1}}), sharding={devices=[2,2]<=[4]}
+  ROOT n = f32[8,6] negate(c), sharding={devices=[2,2]<=[4]}"""), 4)
+    (constant,) = [i for i in spmd.entry.instructions if i.opcode == "constant"]
+    assert str(constant.shape) == "f32[4,3]"
+
+
+def test_tuple_and_get_tuple_element_keep_leaf_shardings():
+    spmd = check_equivalent(module("""
+  x = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  y = f32[6] parameter(1), sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
+  t = (f32[8,4], f32[6]) tuple(x, y), sharding={{devices=[4,1]<=[4]}, {devices=[2,2]<=[4] last_tile_dim_replicate}}
+  a = f32[8,4] get-tuple-element(t), index=0, sharding={devices=[4,1]<=[4]}
+  b = f32[6] get-tuple-element(t), index=1, sharding={replicated}
+  ROOT r = (f32[8,4], f32[6]) tuple(a, b), sharding={{devices=[1,4]<=[4]}, {replicated}}"""), 4)
+    assert sorted(c[0] for c in collectives(spmd)) == ["all-gather", "all-to-all"]
+
+
+def test_sharding_custom_call_is_a_reshard():
+    spmd = check_equivalent(module("""
+  x = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  c = f32[8,8] custom-call(x), custom_call_target="Sharding", sharding={devices=[1,4]<=[4]}
+  ROOT n = f32[8,8] negate(c), sharding={devices=[1,4]<=[4]}"""), 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-to-all"]
+
+
+def test_single_device_values():
+    """XLA's SingleDeviceToReplicated: select on partition-id and an all-reduce."""
+    spmd = check_equivalent(module("""
+  c = s32[2,3] constant({{1,1,1},{1,1,1}}), sharding={maximal device=0}
+  ROOT r = s32[2,3] copy(c), sharding={replicated}"""), 2, inputs=[])
+    assert collectives(spmd) == [("all-reduce", [[0, 1]])]
+
+
+def test_ops_without_a_rule_run_replicated():
+    spmd = check_equivalent(module("""
+  x = f32[8,6] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT r = f32[8,6] reverse(x), dimensions={0}, sharding={devices=[2,1]<=[2]}"""), 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+
+
+# ---- clean rejections ------------------------------------------------------------------------------
+
+def test_partition_dependent_ops_are_rejected():
+    with pytest.raises(UnsupportedError, match="rng"):
+        partition(module("""
+  a = f32[] constant(0)
+  b = f32[] constant(1)
+  ROOT r = f32[4] rng(a, b), distribution=rng_uniform"""), 2)
+
+
+def test_manual_shardings_are_rejected():
+    with pytest.raises(UnsupportedError, match="manual"):
+        partition(module("""
+  x = f32[4] parameter(0), sharding={manual}
+  ROOT n = f32[4] negate(x), sharding={manual}"""), 2)
+
+
+def test_shardings_for_other_device_counts_are_rejected():
+    with pytest.raises(ShardingError, match="x"):
+        partition(module("""
+  ROOT x = f32[8] parameter(0), sharding={devices=[8]<=[8]}"""), 4)
