@@ -9,6 +9,7 @@ All cases of one partition count run in one `mpiexec` launch to keep the file fa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,8 +148,9 @@ def leaves(value) -> list:
     return [value]
 
 
-def run_mpi(cases, n: int, tmp: Path) -> dict[str, list[list[np.ndarray]]]:
-    """Run all cases in one mpiexec launch; {name: per-partition result leaves}."""
+def run_mpi(cases, n: int, tmp: Path, wait: str) -> dict[str, list[list[np.ndarray]]]:
+    """Run all cases in one mpiexec launch with the given waiting policy (GSPMDC_MPI_WAIT);
+    {name: per-partition result leaves}."""
     spec = {"cases": [], "out": str(tmp)}
     for name, text, args, deterministic, _ in cases:
         (tmp / f"{name}.hlo").write_text(text)
@@ -159,7 +161,8 @@ def run_mpi(cases, n: int, tmp: Path) -> dict[str, list[list[np.ndarray]]]:
                               "deterministic": deterministic})
     (tmp / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, str(WORKER),
-                           str(tmp / "spec.json")], capture_output=True, text=True, timeout=240)
+                           str(tmp / "spec.json")], capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, GSPMDC_MPI_WAIT=wait))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {}
     for name, *_ in cases:
@@ -174,11 +177,20 @@ def run_mpi(cases, n: int, tmp: Path) -> dict[str, list[list[np.ndarray]]]:
 @pytest.fixture(scope="module")
 def mpi_results(tmp_path_factory):
     cases = collective_cases() + xla_cases()
-    return cases, run_mpi(cases, N, tmp_path_factory.mktemp("mpi"))
+    return cases, run_mpi(cases, N, tmp_path_factory.mktemp("mpi"), "polite")
 
 
 def test_mpi_agrees_with_the_local_backend(mpi_results):
-    cases, results = mpi_results
+    assert_agrees_with_local(*mpi_results)
+
+
+def test_blocking_waits_agree_with_the_local_backend(tmp_path):
+    """The blocking MPI calls (used when every rank has a core of its own)."""
+    cases = collective_cases()
+    assert_agrees_with_local(cases, run_mpi(cases, N, tmp_path, "blocking"))
+
+
+def assert_agrees_with_local(cases, results):
     for name, text, args, deterministic, exact in cases:
         local = run_local(parse_module(text), args)
         for p in range(N):

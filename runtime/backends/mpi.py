@@ -14,15 +14,15 @@ Data path: buffer (capitalised) methods on contiguous numpy arrays, never pickli
 travels as raw bytes (so `pred`, `bf16`, `f16`, `f8*` and complex types all move bit-exactly); the
 collective dimension is moved to axis 0 first (`moveaxis` + `ascontiguousarray`) and back after.
 
-- all-reduce: `Iallreduce` with the MPI op when the reducer is exactly add, multiply, maximum,
+- all-reduce: `Allreduce` with the MPI op when the reducer is exactly add, multiply, maximum,
   minimum, and, or, xor and the type reduces natively the way HLO does (integers: all of them;
   `f32`/`f64`/complex: add and multiply, since MPI's MAX/MIN do not propagate NaN as HLO does;
-  `pred` as `uint8`: and, or, xor, maximum, minimum). Otherwise `Iallgather` and a fold with the
+  `pred` as `uint8`: and, or, xor, maximum, minimum). Otherwise `Allgather` and a fold with the
   reducer in group order (identical on every member).
-- reduce-scatter: `Ireduce_scatter_block` with the MPI op under the same rule, else `Ialltoall` of
+- reduce-scatter: `Reduce_scatter_block` with the MPI op under the same rule, else `Alltoall` of
   the blocks and a fold in group order.
-- all-gather: `Iallgather` into a `[G, ...]` buffer merged into the gather dim.
-- all-to-all: the blocks as a `[G, ...]` buffer, `Ialltoall`, merged back along the dim; the tuple
+- all-gather: `Allgather` into a `[G, ...]` buffer merged into the gather dim.
+- all-to-all: the blocks as a `[G, ...]` buffer, `Alltoall`, merged back along the dim; the tuple
   form sends operand k to member k.
 - collective-permute: `Isend` to my target, `Irecv` from my source, wait for both (no ordering
   between pairs is needed, so no pattern deadlocks); tags count permute executions, so messages
@@ -31,9 +31,12 @@ collective dimension is moved to axis 0 first (`moveaxis` + `ascontiguousarray`)
 `deterministic=True` folds every reduction in group order (bit-identical to the local backend and
 from run to run); by default native float sums are used, whose association order is MPI's.
 
-Waiting: requests are polled, spinning for ~100 µs and then sleeping with backoff up to 1 ms, so
-ranks that wait for a slower one leave the CPU to it (MPI's blocking calls busy-poll, which on an
-oversubscribed machine starves the ranks that compute).
+Waiting: when this machine runs no more ranks of the job than it has cores, the blocking MPI calls
+are used (the fastest; they busy-poll). When it is oversubscribed (more local ranks than cores, as
+in tests on small machines), busy-polling ranks would starve the ones that compute, so the
+nonblocking forms are used and completed politely: spinning for ~100 µs, then sleeping with backoff
+up to 0.2 ms (`wait`; also what the launcher uses while ranks idle for rank 0). The environment
+variable `GSPMDC_MPI_WAIT=polite|blocking` overrides the choice.
 """
 from __future__ import annotations
 
@@ -52,7 +55,11 @@ from ..collectives import (
 
 GROUP_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
 _SPIN_SECONDS = 1e-4
-_MAX_SLEEP_SECONDS = 1e-3
+#: collectives up to this size receive into a reused buffer and copy the result out
+_SCRATCH_BYTES = 8 << 20
+#: at most this much memory in reused receive buffers per backend
+_SCRATCH_TOTAL_BYTES = 64 << 20
+_MAX_SLEEP_SECONDS = 2e-4
 
 
 def rank_of_partition(module: Module, size: int) -> list[int]:
@@ -73,7 +80,8 @@ def rank_of_partition(module: Module, size: int) -> list[int]:
 
 
 def wait(request) -> None:
-    """Complete an MPI request (or a list of them): spin briefly, then sleep with backoff."""
+    """Complete an MPI request (or a list of them) politely: spin briefly, then sleep with
+    backoff, leaving the CPU to other processes."""
     from mpi4py import MPI
     test = MPI.Request.Testall if isinstance(request, list) else request.Test
     args = (request,) if isinstance(request, list) else ()
@@ -85,6 +93,31 @@ def wait(request) -> None:
     while not test(*args):
         time.sleep(pause)
         pause = min(pause * 2, _MAX_SLEEP_SECONDS)
+
+
+def _wait_blocking(request) -> None:
+    """Complete an MPI request (or a list of them) with MPI's own wait."""
+    from mpi4py import MPI
+    if isinstance(request, list):
+        MPI.Request.Waitall(request)
+    else:
+        request.Wait()
+
+
+def polite_waiting(comm) -> bool:
+    """Whether to wait politely: `GSPMDC_MPI_WAIT=polite|blocking` when set, else whether more
+    ranks of `comm` run on this machine than it has cores (collective over `comm`)."""
+    import os
+    from mpi4py import MPI
+    choice = os.environ.get("GSPMDC_MPI_WAIT")
+    if choice not in (None, "polite", "blocking"):
+        raise GspmdcError(f"GSPMDC_MPI_WAIT must be 'polite' or 'blocking', got {choice!r}")
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_here = local.Get_size()
+    local.Free()
+    if choice is not None:
+        return choice == "polite"
+    return ranks_here > len(os.sched_getaffinity(0))
 
 
 def _native_op(reduction: Reduction, dtype: np.dtype):
@@ -154,6 +187,10 @@ class MpiBackend(CollectiveBackend):
         self._split_cache: dict[tuple, object] = {}
         self._groups: dict[int, _Group] = {}
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
+        self._polite = polite_waiting(self._comm)
+        self._scratch_buffers: dict[tuple, np.ndarray] = {}
+        self._scratch_ids: set[int] = set()
+        self._scratch_total = 0
         for _, inst in module.all_instructions():
             if inst.opcode in GROUP_OPCODES:
                 self._groups[id(inst)] = self._make_group(inst)
@@ -208,6 +245,14 @@ class MpiBackend(CollectiveBackend):
     def partition_id(self) -> int:
         return self._partition
 
+    def _collective(self, comm, name: str, *args) -> None:
+        """`comm.<name>(*args)`, or its nonblocking form completed politely (`wait`) when the
+        machine is oversubscribed."""
+        if self._polite:
+            wait(getattr(comm, "I" + name.lower())(*args))
+        else:
+            getattr(comm, name)(*args)
+
     def _group(self, inst: Instruction) -> _Group:
         group = self._groups.get(id(inst))
         if group is None:
@@ -228,9 +273,9 @@ class MpiBackend(CollectiveBackend):
         if op is None:
             return fold(list(self._gather_buffer(x, group)), reduction)
         send = _typed(x)
-        recv = np.empty_like(send)
-        wait(group.comm.Iallreduce(send, recv, op))
-        return recv.view(x.dtype)
+        recv = self._receive_buffer(group.comm, send.shape, send.dtype)
+        self._collective(group.comm, "Allreduce", send, recv, op)
+        return self._result(recv).view(x.dtype)
 
     def all_gather(self, inst, operands, dim):
         group = self._group(inst)
@@ -244,12 +289,31 @@ class MpiBackend(CollectiveBackend):
             results.append(np.moveaxis(merged, 0, dim))
         return results
 
+    def _receive_buffer(self, comm, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """Where a collective receives: for messages up to `_SCRATCH_BYTES` a buffer reused per
+        communicator, shape and type (MPI receives into memory it has seen before several times
+        faster than into fresh memory; `_result` copies the result out), else a fresh array."""
+        key = (id(comm), shape, np.dtype(dtype))
+        buffer = self._scratch_buffers.get(key)
+        if buffer is None:
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            if nbytes > _SCRATCH_BYTES or self._scratch_total + nbytes > _SCRATCH_TOTAL_BYTES:
+                return np.empty(shape, dtype)
+            buffer = self._scratch_buffers[key] = np.empty(shape, dtype)
+            self._scratch_ids.add(id(buffer))
+            self._scratch_total += nbytes
+        return buffer
+
+    def _result(self, received: np.ndarray) -> np.ndarray:
+        """A result array of its own: a copy of a reused receive buffer, else the buffer."""
+        return received.copy() if id(received) in self._scratch_ids else received
+
     def _gather_buffer(self, x: np.ndarray, group: _Group) -> np.ndarray:
         """`[G, ...]`: every member's `x` (same shape and dtype) in group order."""
         send = _raw(x)
-        recv = np.empty(group.size * send.size, np.uint8)
-        wait(group.comm.Iallgather(send, recv))
-        return recv.view(x.dtype).reshape((group.size,) + x.shape)
+        recv = self._receive_buffer(group.comm, (group.size * send.size,), np.uint8)
+        self._collective(group.comm, "Allgather", send, recv)
+        return self._result(recv).view(x.dtype).reshape((group.size,) + x.shape)
 
     def reduce_scatter(self, inst, operands, dim, reduction):
         group = self._group(inst)
@@ -268,18 +332,18 @@ class MpiBackend(CollectiveBackend):
         op = None if self._deterministic else _native_op(reduction, x.dtype)
         if op is not None:
             send = _typed(moved)
-            recv = np.empty(block, send.dtype)
-            wait(group.comm.Ireduce_scatter_block(send, recv, op))
-            return np.moveaxis(recv.view(x.dtype), 0, dim)
+            recv = self._receive_buffer(group.comm, block, send.dtype)
+            self._collective(group.comm, "Reduce_scatter_block", send, recv, op)
+            return np.moveaxis(self._result(recv).view(x.dtype), 0, dim)
         received = self._exchange_blocks(moved.reshape((g,) + block), group)
         return np.moveaxis(fold(list(received), reduction), 0, dim)
 
     def _exchange_blocks(self, blocks: np.ndarray, group: _Group) -> np.ndarray:
         """`blocks[k]` goes to member k; returns `[G, ...]` with row j from member j."""
         send = _raw(blocks)
-        recv = np.empty_like(send)
-        wait(group.comm.Ialltoall(send, recv))
-        return recv.view(blocks.dtype).reshape(blocks.shape)
+        recv = self._receive_buffer(group.comm, send.shape, np.uint8)
+        self._collective(group.comm, "Alltoall", send, recv)
+        return self._result(recv).view(blocks.dtype).reshape(blocks.shape)
 
     def all_to_all(self, inst, operands, dim):
         group = self._group(inst)
@@ -325,5 +389,5 @@ class MpiBackend(CollectiveBackend):
         if target is not None:
             requests.append(self._comm.Isend(send, target, tag))
         if requests:
-            wait(requests)
+            (wait if self._polite else _wait_blocking)(requests)
         return np.zeros_like(operand) if result is None else result

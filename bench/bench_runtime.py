@@ -1,0 +1,240 @@
+"""Runtime benchmark: what running an SPMD program on N partitions costs besides the kernels.
+
+1. Interpreter overhead per rank on a matmul-heavy program (a 4-layer Megatron MLP partitioned by
+   gspmdc): `(wall - kernels - collectives) / wall` from `--profile`'s bookkeeping, on the local
+   backend (threads) and on MPI ranks.
+2. Collective efficiency: the MPI backend's all-reduce (f32 sum) and all-gather against the same
+   operation with raw mpi4py (blocking `Allreduce` / `Allgather` on preallocated buffers), at
+   1 MiB and 64 MiB (all-reduce: operand size; all-gather: result size). Efficiency = raw time /
+   backend time (medians of interleaved repetitions). The backend must return a fresh array per
+   call and, on an oversubscribed machine, waits politely (`backends/mpi.py`); N=4 is also run
+   with blocking waits (`GSPMDC_MPI_WAIT=blocking`) for the like-for-like number.
+3. Startup: the wall time of `gspmdc run` on a trivial SPMD program for N = 2, 4, 8 ranks, next to
+   `mpiexec` starting Python ranks that only import mpi4py.
+
+    python bench/bench_runtime.py            (or `make bench`, which calls run())
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+PYTHON = sys.executable
+MPIEXEC = str(Path(PYTHON).with_name("mpiexec"))
+GSPMDC = str(Path(PYTHON).with_name("gspmdc"))
+
+B, D, F, LAYERS = 512, 1024, 2048, 4
+
+
+def mlp_module(n: int) -> str:
+    """A LAYERS-deep MLP, batch replicated, weights Megatron-sharded over all n partitions."""
+    col = f"{{devices=[1,{n}]<=[{n}]}}"
+    row = f"{{devices=[{n},1]<=[{n}]}}"
+    lines = [f"  x0 = f32[{B},{D}] parameter(0), sharding={{replicated}}"]
+    p = 1
+    for i in range(LAYERS):
+        lines += [
+            f"  w1.{i} = f32[{D},{F}] parameter({p}), sharding={col}",
+            f"  w2.{i} = f32[{F},{D}] parameter({p + 1}), sharding={row}",
+            f"  h.{i} = f32[{B},{F}] dot(x{i}, w1.{i}), lhs_contracting_dims={{1}}, "
+            "rhs_contracting_dims={0}",
+            f"  a.{i} = f32[{B},{F}] tanh(h.{i})",
+            f"  x{i + 1} = f32[{B},{D}] dot(a.{i}, w2.{i}), lhs_contracting_dims={{1}}, "
+            "rhs_contracting_dims={0}" + (", sharding={replicated}" if i == LAYERS - 1 else ""),
+        ]
+        p += 2
+    lines[-1] = "  ROOT " + lines[-1].strip()
+    return f"HloModule mlp, num_partitions={n}\n\nENTRY main {{\n" + "\n".join(lines) + "\n}\n"
+
+
+def interpreter_overhead(n: int) -> list[tuple[str, float, float, float, float]]:
+    """(backend, wall, kernels, collectives, overhead share) averaged over ranks."""
+    from gspmdc import api
+    from gspmdc.passes.spmd import compile_spmd
+    from gspmdc.runtime import io
+    from gspmdc.runtime.backends.local import run_local
+    from gspmdc.runtime.profile import ProfileRecorder
+    from gspmdc.runtime.sharded_io import split_inputs, spmd_signature
+    text = mlp_module(n)
+    module = api.parse(text)
+    inputs = io.random_inputs(module, 0)
+    spmd = compile_spmd(api.parse(text), n)
+    per_partition = split_inputs(spmd_signature(spmd, n), inputs)
+    run_local(spmd, per_partition, n)                      # warm up
+    recorders = [ProfileRecorder(p, n) for p in range(n)]
+    run_local(spmd, per_partition, n, recorders=recorders)
+    rows = [_average("local", [r.profile() for r in recorders])]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mlp.hlo"
+        path.write_text(text)
+        out = subprocess.run([GSPMDC, "run", str(path), "-n", str(n), "--profile", "-q"],
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr)
+    rows.append(_average("mpi", _parse_profile(out.stdout)))
+    return rows
+
+
+def _average(backend, profiles):
+    wall = statistics.mean(p.wall for p in profiles)
+    kernels = statistics.mean(p.kernel_seconds for p in profiles)
+    collectives = statistics.mean(p.collective_seconds for p in profiles)
+    overhead = statistics.mean(p.interpretation_seconds / p.wall for p in profiles)
+    return backend, wall, kernels, collectives, overhead
+
+
+def _parse_profile(text: str):
+    """RankProfile-like rows from the table `--profile` prints."""
+    from gspmdc.runtime.profile import RankProfile
+    rows = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[0].isdigit() and fields[5].endswith("%"):
+            rows.append(RankProfile(int(fields[0]), float(fields[1]), float(fields[2]),
+                                    float(fields[3])))
+    return rows
+
+
+# ---------------------------------------------------------------- collectives (under mpiexec)
+
+COLLECTIVES = """HloModule c, num_partitions={n}
+
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}}
+
+ENTRY main {{
+  x = f32[{count}] parameter(0)
+  y = f32[{part}] parameter(1)
+  ar = f32[{count}] all-reduce(x), channel_id=1, replica_groups={{}}, use_global_device_ids=true, to_apply=add
+  ag = f32[{count}] all-gather(y), channel_id=2, replica_groups={{}}, use_global_device_ids=true, dimensions={{0}}
+  ROOT t = (f32[{count}], f32[{count}]) tuple(ar, ag)
+}}
+"""
+
+
+def collectives_worker(sizes: list[int], repeat: int) -> None:
+    """Run by every rank: time backend vs raw mpi4py; rank 0 prints one JSON line."""
+    from mpi4py import MPI
+    from gspmdc.ir.parser import parse_module
+    from gspmdc.runtime.backends.mpi import MpiBackend
+    from gspmdc.runtime.collectives import Reduction
+    comm = MPI.COMM_WORLD
+    n = comm.Get_size()
+    results = []
+    for size in sizes:
+        count = size // 4
+        module = parse_module(COLLECTIVES.format(n=n, count=count, part=count // n))
+        backend = MpiBackend(module, comm)
+        ar = module.entry.instruction("ar")
+        ag = module.entry.instruction("ag")
+        x = np.ones(count, np.float32)
+        y = np.ones(count // n, np.float32)
+        out = np.empty(count, np.float32)
+        add = Reduction(np.add, np.add)
+        timings = {
+            "all-reduce backend": lambda: backend.all_reduce(ar, [x], add),
+            "all-reduce raw": lambda: comm.Allreduce(x, out, MPI.SUM),
+            "all-gather backend": lambda: backend.all_gather(ag, [y], 0),
+            "all-gather raw": lambda: comm.Allgather(y, out),
+        }
+        samples = {name: [] for name in timings}
+        for _ in range(repeat if size > (8 << 20) else 5 * repeat):
+            for name, fn in timings.items():      # interleaved, so drift hits all alike
+                comm.Barrier()
+                start = time.perf_counter()
+                fn()
+                samples[name].append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+        results += [(size, name, statistics.median(t)) for name, t in samples.items()]
+        backend.close()
+    if comm.Get_rank() == 0:
+        print(json.dumps(results))
+
+
+def collective_efficiency(n: int, sizes=(1 << 20, 64 << 20), repeat: int = 7, wait: str | None = None):
+    env = dict(os.environ, **({"GSPMDC_MPI_WAIT": wait} if wait else {}))
+    out = subprocess.run([MPIEXEC, "-n", str(n), PYTHON, __file__, "--collectives-worker",
+                          ",".join(map(str, sizes)), str(repeat)],
+                         capture_output=True, text=True, timeout=900, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------- startup
+
+TRIVIAL = """HloModule trivial, num_partitions={n}
+
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}}
+
+ENTRY main {{
+  x = f32[4] parameter(0), sharding={{replicated}}
+  ROOT r = f32[4] all-reduce(x), channel_id=1, replica_groups={{}}, use_global_device_ids=true, to_apply=add, sharding={{replicated}}
+}}
+"""
+
+
+def startup_seconds(n: int, repeat: int = 3) -> tuple[float, float]:
+    """(median wall of `gspmdc run` on a trivial program, of bare mpiexec + mpi4py import)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trivial.hlo"
+        path.write_text(TRIVIAL.format(n=n))
+        ours, bare = [], []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            subprocess.run([GSPMDC, "run", str(path), "-q"], check=True, timeout=300)
+            ours.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            subprocess.run([MPIEXEC, "-n", str(n), PYTHON, "-c", "from mpi4py import MPI"],
+                           check=True, timeout=300)
+            bare.append(time.perf_counter() - start)
+    return statistics.median(ours), statistics.median(bare)
+
+
+def run() -> None:
+    print(f"interpreter overhead, {LAYERS}-layer MLP (batch {B}, {D}x{F} weights, Megatron):")
+    print(f"{'N':>3} {'backend':<8} {'wall(s)':>8} {'kernels(s)':>10} {'collect.(s)':>11} "
+          f"{'overhead':>8}")
+    for n in (2, 4):
+        for backend, wall, kernels, collectives, overhead in interpreter_overhead(n):
+            print(f"{n:>3} {backend:<8} {wall:>8.3f} {kernels:>10.3f} {collectives:>11.3f} "
+                  f"{100 * overhead:>7.2f}%")
+    print()
+    print("collective efficiency (raw mpi4py time / MPI backend time, median):")
+    print(f"{'N':>3} {'waiting':<9} {'size':>7} {'collective':<11} {'backend(ms)':>11} "
+          f"{'raw(ms)':>8} {'efficiency':>10}")
+    for n, wait in ((2, None), (4, None), (4, "blocking")):
+        label = wait or ("polite" if n > (os.cpu_count() or 1) else "blocking")
+        table = {(size, name): t for size, name, t in collective_efficiency(n, wait=wait)}
+        for size in sorted({s for s, _ in table}):
+            for op in ("all-reduce", "all-gather"):
+                ours, raw = table[size, f"{op} backend"], table[size, f"{op} raw"]
+                print(f"{n:>3} {label:<9} {size >> 20:>4} MiB {op:<11} {1e3 * ours:>11.2f} "
+                      f"{1e3 * raw:>8.2f} {raw / ours:>10.2f}")
+    print()
+    print("startup (wall of a whole `gspmdc run` of a trivial program vs bare mpiexec + mpi4py):")
+    print(f"{'N':>3} {'gspmdc run(s)':>13} {'bare(s)':>8}")
+    for n in (2, 4, 8):
+        ours, bare = startup_seconds(n)
+        print(f"{n:>3} {ours:>13.2f} {bare:>8.2f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--collectives-worker":
+        collectives_worker([int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]))
+    else:
+        run()
