@@ -1,0 +1,105 @@
+"""The partitioner on the team's corpora (`../shared`, skipped when absent):
+
+- every JAX program compiles (with sharding propagation) and reproduces JAX's `outputs.npz`; the
+  ones whose ops all have partitioning rules move no more collective bytes per device than XLA's
+  own partitioning (`reference.json`);
+- every XLA partitioner test small enough for a local run is equivalent to its unpartitioned
+  program or cleanly rejected; those using only ops with rules need no default action.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gspmdc import api
+from gspmdc.conformance import largest_value_bytes, multiply_adds
+from gspmdc.conformance_partition import run_case
+from gspmdc.errors import GspmdcError
+from gspmdc.passes.spmd import collective_result_bytes, collective_sent_bytes, compile_spmd
+from gspmdc.runtime import io
+
+from spmd_partition_helpers import COLLECTIVES, run_global
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+PROGRAMS = SHARED / "jax-programs"
+#: programs whose every op has a partitioning rule (the others run some ops replicated)
+COVERED = ["attention_long_seq", "mlp_megatron", "uneven_shapes"]
+ALL_PROGRAMS = COVERED + ["conv_spatial", "embedding_gather", "moe_layer", "pipeline_shift"]
+#: opcodes with partitioning rules of their own
+RULED = frozenset("""parameter constant iota add subtract multiply divide maximum minimum negate
+    exponential log tanh abs sqrt rsqrt copy convert select compare clamp tuple
+    get-tuple-element broadcast reshape transpose reduce dot and or not xor power sign floor
+    ceil""".split())
+
+
+def _has_rules(module) -> bool:
+    """Every op of the module has a rule (custom-calls: only `Sharding` annotations)."""
+    return all(i.opcode in RULED or (i.opcode == "custom-call" and
+                                     i.attr("custom_call_target") == "Sharding")
+               for i in module.entry.instructions)
+
+
+def _program(name: str):
+    folder = PROGRAMS / name
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found")
+    return folder
+
+
+def _compile(folder: Path):
+    reference = json.loads((folder / "reference.json").read_text())
+    n = reference["num_partitions"]
+    spmd = compile_spmd(api.load(folder / "program.hlo"), n)
+    return api.parse(api.to_text(spmd)), n, reference
+
+
+@pytest.mark.parametrize("name", ALL_PROGRAMS)
+def test_jax_program_reproduces_jax_outputs(name):
+    folder = _program(name)
+    spmd, n, _ = _compile(folder)
+    inputs = io.read_inputs(folder / "inputs.npz", api.load(folder / "program.hlo"))
+    got = io.output_arrays(spmd, run_global(spmd, inputs, n))
+    want = np.load(folder / "outputs.npz")
+    assert sorted(got) == sorted(want.files)
+    for key in want.files:
+        np.testing.assert_allclose(np.asarray(got[key], np.float64),
+                                   np.asarray(want[key], np.float64), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{name} {key}")
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_jax_program_moves_no_more_bytes_than_xla(name):
+    spmd, n, reference = _compile(_program(name))
+    found = [i for i in spmd.entry.instructions if i.opcode in COLLECTIVES]
+    xla = reference["collectives"]["xla_spmd"]
+    assert sum(collective_result_bytes(i) for i in found) <= xla["total_bytes"]
+    assert sum(collective_sent_bytes(i, n) for i in found) <= xla["total_est_sent_bytes"] + 1e-6
+
+
+def _cases():
+    path = SHARED / "conformance" / "xla-partitioner.json"
+    if not path.is_file():
+        return []
+    return json.loads(path.read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
+def test_xla_partitioner_case(case):
+    if {"infeed", "outfeed"} & set(case["opcodes"]):
+        pytest.skip("I/O ops: no single-device reference")
+    module = api.parse(case["hlo"])
+    if largest_value_bytes(module) > 1 << 22 or multiply_adds(module) > 1e7:
+        pytest.skip("too large for a quick local run")
+    ruled = _has_rules(module)
+    try:
+        problems, used_default = run_case(case["hlo"], case["num_devices"], case["name"])
+    except GspmdcError as e:
+        assert not ruled or "manual" in str(e) or "unreduced" in str(e), \
+            f"{case['name']} rejected: {e}"
+        return
+    assert problems == []
+    if ruled:
+        assert not used_default
