@@ -107,8 +107,8 @@ def test_explain_names_the_conflict_and_the_annotations_behind_it():
                                "sends 320 bytes per device")
     assert lines[1].startswith("why: ")
     assert "partial results" in lines[1]
-    assert "o needs o (result) as {devices=[2,1,2]<=[4] last_tile_dim_replicate}; it is " \
-           "{devices=[2,1,2]<=[4] last_tile_dims={unreduced}}" in lines[2]
+    assert lines[2] == "  the local o is {devices=[2,1,2]<=[4] last_tile_dims={unreduced}}; o must " \
+                       "be {devices=[2,1,2]<=[4] last_tile_dim_replicate}"
     text = "\n".join(lines)
     assert "w2's sharding comes from" in text and "user annotation" in text
 

@@ -5,12 +5,12 @@ The partitioner records its reasons in instruction metadata (`insert_reshards.re
 `pad_uneven.mask_padding`) and keeps the names and shardings of the original instructions, so
 the explanation needs nothing but the module text:
 
-    all-gather.2 = f32[16,32] all-gather(...): 2 groups of 2 devices, sends 1024 bytes per device
+    all-gather = f32[16,32] all-gather: 1 group of 2 devices, sends 1024 bytes per device
     why: dot runs replicated
-      dot.3 needs w.1 (operand 1) as {replicated}; it is {devices=[2,1]<=[2]}
-      step: all-gather dim 0 over groups of 2
+      dot.3 needs its operand 1 w.1 as {replicated}; w.1 is {devices=[2,1]<=[2]}
+      step 1/1: all-gather dim 0 over groups of 2
     where w.1's sharding comes from:
-      w.1 = parameter, sharding={devices=[2,1]<=[2]}  <- entry parameter annotation
+      w.1  {devices=[2,1]<=[2]}  ← user annotation
 
 Bytes per device follow the ring costs of reference §5.4.
 """
@@ -97,24 +97,45 @@ def explain_collective(module: Module, name: str) -> list[str]:
     lines.append(f"why: {metadata.get('spmd_reason')}")
     value, user = metadata.get("spmd_value"), metadata.get("op_name")
     role = metadata.get("spmd_role")
-    if op_type == "reshard":
-        lines.append(f"  {user} needs {value} ({role}) as {metadata.get('spmd_to')}; "
-                     f"it is {metadata.get('spmd_from')}")
+    if op_type == "reshard" and role == "result":
+        lines.append(f"  the local {user} is {metadata.get('spmd_from')}; {user} must be "
+                     f"{metadata.get('spmd_to')}")
+    elif op_type == "reshard":
+        lines.append(f"  {user} needs its {role} {value} as {metadata.get('spmd_to')}; "
+                     f"{value} is {metadata.get('spmd_from')}")
     step = metadata.get("spmd_step")
     if step:
         lines.append(f"  step {step}")
     origin = _by_name(comp, value)
     if origin is None:
         return lines
-    # a result reshard exists because of the producer's operands; an operand reshard because of
-    # the value's sharding and the user's
+    # a result reshard exists because of the producer's tiled operands; an operand reshard
+    # because of the value's sharding and the user's
     sources = list(origin.operands) if role == "result" else [origin, _by_name(comp, user)]
+    shown = set()
     for source in sources:
-        if source is not None and source.sharding is not None and \
-                source.opcode not in COLLECTIVES:
-            lines.append(f"where {source.name}'s sharding comes from:")
-            lines.extend("  " + line for line in sharding_origin(module, source))
+        source = _original(comp, source)
+        if source is None or source.name in shown or source.sharding is None or \
+                (role == "result" and not source.sharding.is_tiled):
+            continue
+        shown.add(source.name)
+        lines.append(f"where {source.name}'s sharding comes from:")
+        lines.extend("  " + line for line in sharding_origin(module, source))
     return lines
+
+
+def _original(comp: Computation, inst: Instruction | None) -> Instruction | None:
+    """The program's own value behind `inst`: itself, or for an instruction the partitioner
+    made (a collective, a mask), the value it was made for."""
+    seen = set()
+    while inst is not None and inst.name not in seen:
+        seen.add(inst.name)
+        metadata = inst.attr("metadata")
+        kind = metadata.get("op_type") if metadata is not None else None
+        if kind not in ("reshard", "pad-mask"):
+            return inst
+        inst = _by_name(comp, metadata.get("spmd_value"))
+    return None
 
 
 def sharding_origin(module: Module, inst: Instruction) -> list[str]:

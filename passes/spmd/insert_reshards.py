@@ -24,8 +24,9 @@ replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + 
 reduce-scatter), and unused reshard nodes are removed.
 
 Preconditions: shardings valid for `num_partitions` devices and not manual (manual regions are
-rejected with UnsupportedError); unsharded entry instructions are treated as `{replicated}`. Only the entry computation is partitioned; computations it calls
-(reducers, comparators, bodies of ops run by the default action) are used unchanged.
+rejected with UnsupportedError); unsharded entry instructions are treated as `{replicated}`.
+Only the entry computation is partitioned; computations it calls (reducers, comparators, bodies
+of ops run by the default action) are used unchanged.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from .builder import Builder, NameUniquer
 from .op_rules import PlanContext, replicated_for, rule_for
 from .reshard_nodes import RESHARD_TARGET, is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
+
 
 @register_pass
 @dataclass(frozen=True)
@@ -162,9 +164,9 @@ def _result_reason(inst: Instruction, plan) -> str:
                   for leaf in plan.result.leaves())
     if partial:
         dims = "contracting" if inst.opcode == "dot" else "reduced"
-        return f"{plan.reason}; the local {inst.opcode} leaves partial results over its tiled " \
-               f"{dims} dims, combined here"
-    return f"{plan.reason}; the local {inst.opcode} produces {plan.result.to_text(False)}"
+        return f"the local {inst.opcode} leaves partial results over its tiled {dims} dims " \
+               f"({plan.reason})"
+    return f"the local {inst.opcode} is laid out differently ({plan.reason})"
 
 
 def _collapse_chains(comp: Computation, num_devices: int) -> None:

@@ -54,8 +54,7 @@ class ReduceRule(OpRule):
             else:
                 partial = tiling.fold_dims(dims, "unreduced").remove_dims(dims)
                 candidates.append(plan(source, partial.to_sharding(),
-                                       "reduce keeps its input's tiling; tiled reduced dims "
-                                       "leave partial results"))
+                                       "reduce keeps its input's tiling"))
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
         return ctx.choose(inst, candidates)
 

@@ -22,9 +22,9 @@ and `BroadcastFromDevice` (maximal → replicated: select on partition-id, all-r
 alignment rules of §4.4.2/4.4.3: a step that would cut a padded tile across real data falls back
 to gathering that dim completely (slicing from the full dim is always exact).
 
-Staged variants are planned (with and without all-to-alls, with and without slicing before
-gathering) and the cheapest is kept (then the shortest, then the first), so the choice is
-deterministic.
+Staged variants are planned (with and without reduce-scatters, with and without all-to-alls,
+with and without slicing before gathering) and the cheapest is kept (then the shortest, then the
+first), so the choice is deterministic.
 """
 from __future__ import annotations
 
@@ -246,8 +246,9 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     if isinstance(dst, Maximal):
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
-    variants = [_staged(dims, src, dst, exchange, early_slice)
-                for exchange in (True, False) for early_slice in (False, True)]
+    variants = [_staged(dims, src, dst, scatter, exchange, early_slice)
+                for scatter in (True, False) for exchange in (True, False)
+                for early_slice in (False, True)]
     steps += min(variants, key=lambda v: (_cost(v, dims, width), len(v)))
     return _finish(shape, steps, width)
 
@@ -297,14 +298,16 @@ def _split_aligned(size: int, t: int, factor: int) -> bool:
 
 # ---------------------------------------------------------------------------------- staging
 
-def _staged(dims, src: Tiling, dst: Tiling, exchange: bool, early_slice: bool) -> list[Step]:
-    """Partial sums, all-to-alls (when `exchange`), slices before gathering (when
-    `early_slice`), all-gathers, the final slice, a permute."""
+def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
+            early_slice: bool) -> list[Step]:
+    """Partial sums (reduce-scattered when `scatter` and possible), all-to-alls (when
+    `exchange`), slices before gathering (when `early_slice`), all-gathers, the final slice, a
+    permute."""
     steps: list[Step] = []
     state = src
     target = dst if dst.unreduced == 1 else Tiling(dst.devices.reshape(dst.counts + (1, -1)))
     if state.unreduced > 1:
-        state = _resolve_partials(dims, state, target, steps)
+        state = _resolve_partials(dims, state, target, steps, scatter)
     rank = len(dims)
     down, up = [1] * rank, [1] * rank
     for d in range(rank):
@@ -353,11 +356,12 @@ def _staged(dims, src: Tiling, dst: Tiling, exchange: bool, early_slice: bool) -
     return steps
 
 
-def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step]) -> Tiling:
+def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
+                      scatter: bool) -> Tiling:
     """Reduce-scatter into a dim the target tiles by a multiple of the partial count (member
-    order chosen to match the target where it can), else all-reduce."""
+    order chosen to match the target where it can) when `scatter`, else all-reduce."""
     u = state.unreduced
-    for d in range(len(dims)):
+    for d in range(len(dims) if scatter else 0):
         t, tt = state.counts[d], target.counts[d]
         if tt % (t * u) == 0 and _split_aligned(dims[d], t, u):
             groups = state.partial_groups()
