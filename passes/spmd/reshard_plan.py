@@ -22,12 +22,13 @@ and `BroadcastFromDevice` (maximal → replicated: select on partition-id, all-r
 alignment rules of §4.4.2/4.4.3: a step that would cut a padded tile across real data falls back
 to gathering that dim completely (slicing from the full dim is always exact).
 
-Staged variants are planned (with and without reduce-scatters, with and without all-to-alls,
-with and without slicing before gathering) and the cheapest is kept (then the shortest, then the
+Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing before
+gathering, permuting before gathering) and the cheapest is kept (then the shortest, then the
 first), so the choice is deterministic.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 from math import gcd, prod
@@ -246,9 +247,8 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     if isinstance(dst, Maximal):
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
-    variants = [_staged(dims, src, dst, scatter, exchange, early_slice)
-                for scatter in (True, False) for exchange in (True, False)
-                for early_slice in (False, True)]
+    variants = [_staged(dims, src, dst, *flags)
+                for flags in itertools.product((True, False), repeat=4)]
     steps += min(variants, key=lambda v: (_cost(v, dims, width), len(v)))
     return _finish(shape, steps, width)
 
@@ -299,10 +299,11 @@ def _split_aligned(size: int, t: int, factor: int) -> bool:
 # ---------------------------------------------------------------------------------- staging
 
 def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
-            early_slice: bool) -> list[Step]:
+            early_slice: bool, early_permute: bool) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), all-to-alls (when
-    `exchange`), slices before gathering (when `early_slice`), all-gathers, the final slice, a
-    permute."""
+    `exchange`), slices before gathering (when `early_slice`), a permute before gathering (when
+    `early_permute`, so the gathered groups already match the target), all-gathers, the final
+    slice, a permute."""
     steps: list[Step] = []
     state = src
     target = dst if dst.unreduced == 1 else Tiling(dst.devices.reshape(dst.counts + (1, -1)))
@@ -333,16 +334,17 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             sliced = state.split_replication(factors)
             steps.append(Slice(state, sliced))
             state = sliced
+    gathers = _gather_factors(dims, state, target, down)
+    if early_permute and any(f > 1 for f in gathers):
+        aligned = _aligned_for_gathers(state, target, gathers)
+        pairs = np.column_stack([state.devices.reshape(-1), aligned.devices.reshape(-1)])
+        if bool((pairs[:, 0] != pairs[:, 1]).any()):
+            steps.append(Permute(state, aligned, pairs=pairs))
+            state = aligned
     for d in range(rank - 1, -1, -1):
-        t, tt = state.counts[d], target.counts[d]
-        factor = down[d]
-        if factor > 1 and not _gather_aligned(dims[d], t, factor):
-            factor = t
-        if tt % (t // factor) or not _slice_aligned(dims[d], t // factor, tt * factor // t):
-            factor = t
-        if factor > 1:
-            gathered, groups = state.gather(d, factor)
-            steps.append(AllGather(state, gathered, dim=d, factor=factor, groups=groups))
+        if gathers[d] > 1:
+            gathered, groups = state.gather(d, gathers[d])
+            steps.append(AllGather(state, gathered, dim=d, factor=gathers[d], groups=groups))
             state = gathered
     if not state.same_tiles(target):
         compatible, pairs = compatible_subtiling(state, target)
@@ -354,6 +356,55 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if dst.unreduced > 1:
         steps.append(ZeroPartials(state, dst))
     return steps
+
+
+def _gather_factors(dims, state: Tiling, target: Tiling, down: list[int]) -> list[int]:
+    """Per dim, how many tiles to gather: the planned factor, or the whole dim when the planned
+    partial gather or the slice after it would cut real data across tiles."""
+    factors = []
+    for d, factor in enumerate(down):
+        t, tt = state.counts[d], target.counts[d]
+        if factor > 1 and not _gather_aligned(dims[d], t, factor):
+            factor = t
+        if tt % (t // factor) or not _slice_aligned(dims[d], t // factor, tt * factor // t):
+            factor = t
+        factors.append(factor)
+    return factors
+
+
+def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> Tiling:
+    """`state`'s tiles reassigned to devices so that gathering `gathers` leaves every device
+    holding the tile its `target` tile nests in (most devices keep their tile)."""
+    rank = state.rank
+    gathered = np.asarray(state.counts) // np.asarray(gathers)
+    up = np.asarray(target.counts) // gathered
+    slot_devices = state.devices.reshape(-1)
+    slot_index = np.indices(state.devices.shape, dtype=np.int64).reshape(
+        state.devices.ndim, -1).T[:, :rank]
+    slot_key = _keys(slot_index // np.asarray(gathers), gathered)
+    device_key = _keys(target.coordinates()[:, :rank] // up, gathered)
+    holders = _match(slot_key, slot_devices, device_key)
+    return Tiling(holders.reshape(state.devices.shape))
+
+
+def _keys(coords: np.ndarray, counts) -> np.ndarray:
+    if coords.shape[1] == 0:
+        return np.zeros(coords.shape[0], dtype=np.int64)
+    return np.ravel_multi_index(tuple(coords.T), tuple(int(c) for c in counts))
+
+
+def _match(slot_key: np.ndarray, slot_devices: np.ndarray, device_key: np.ndarray) -> np.ndarray:
+    """The device for each slot: a device whose key equals the slot's key, keeping the current
+    one where it already fits and pairing the rest in ascending order (every key has as many
+    slots as devices)."""
+    kept = slot_key == device_key[slot_devices]
+    free_slots = np.flatnonzero(~kept)
+    free_devices = slot_devices[free_slots]
+    slots = free_slots[np.lexsort((free_slots, slot_key[free_slots]))]
+    devices = free_devices[np.lexsort((free_devices, device_key[free_devices]))]
+    holders = slot_devices.copy()
+    holders[slots] = devices
+    return holders
 
 
 def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
@@ -413,18 +464,7 @@ def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndar
     slot_devices = target.devices.reshape(-1)
     slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
         target.devices.ndim, -1).T[:, :rank]
-    if rank:
-        parent_key = np.ravel_multi_index(tuple((slot_index // up).T), state.counts)
-    else:
-        parent_key = np.zeros(slot_devices.size, dtype=np.int64)
-    device_key = state.tile_keys()
-    kept = parent_key == device_key[slot_devices]
-    free_slots = np.flatnonzero(~kept)
-    free_devices = slot_devices[free_slots]
-    slots = free_slots[np.lexsort((free_slots, parent_key[free_slots]))]
-    devices = free_devices[np.lexsort((free_devices, device_key[free_devices]))]
-    holders = slot_devices.copy()
-    holders[slots] = devices
+    holders = _match(_keys(slot_index // up, state.counts), slot_devices, state.tile_keys())
     compatible = Tiling(holders.reshape(target.devices.shape))
     return compatible, np.column_stack([holders, slot_devices])
 
