@@ -5,9 +5,10 @@ Two ways in:
 - `launch(job)`, from a plain process (`gspmdc run --backend mpi`): writes the prepared job to a
   private run directory, starts `mpiexec -n N python -m gspmdc.runtime.launcher JOB` in its own
   session and supervises it: rank output is passed through live (without MPICH's termination
-  banners), a rank killed from outside is named from MPICH's report, the job is stopped after
-  `--timeout` (plus a grace period, as a backstop to the ranks' own watchdogs), and Ctrl-C stops
-  every rank. The run directory (job, rank pid files) is removed afterwards.
+  banners); every rank keeps a connection to the parent (a Unix socket in the run directory), so a
+  rank killed from outside is named and the job stopped; the job is stopped after `--timeout`
+  (plus a grace period, as a backstop to the ranks' own watchdogs), and Ctrl-C stops every rank.
+  The run directory is removed afterwards.
 - `run_in_place(path, options)`, when the process already is an MPI rank (the user ran
   `mpiexec ... gspmdc run`, e.g. across hosts with a hostfile): rank 0 prepares the job and
   broadcasts it; if preparation fails every rank exits with its exit code.
@@ -205,6 +206,8 @@ def _supervise(command: list[str], monitor: _RankMonitor, job: Job) -> int:
     except KeyboardInterrupt:
         _stop(proc, monitor)
         raise
+    if monitor.died is None and proc.returncode not in (0, 1, 2, 3):
+        monitor.poll(0)             # mpiexec may end before the dead rank's socket was read
     if monitor.died is not None:
         _stop(proc, monitor)
         rank, pid = monitor.died
@@ -354,7 +357,7 @@ def _gather_outputs(value, signature, module, comm):
     from .backends.mpi import rank_of_partition
     from .sharded_io import assemble_tiles, flatten_value, source_partitions, unflatten_value
     n = signature.num_partitions
-    ranks = rank_of_partition(module, n)
+    ranks = np.asarray(rank_of_partition(module, n))
     me = comm.Get_rank()
     leaves = flatten_value(value, signature.output.local_shape)
     assembled = []
@@ -362,14 +365,13 @@ def _gather_outputs(value, signature, module, comm):
         sources = source_partitions(leaf, n)
         nbytes = int(np.prod(leaf.local_shape.dims)) * \
             dtypes.numpy_dtype(leaf.local_shape.element_type).itemsize
+        senders = ranks[sources]
         counts = np.zeros(n, np.int64)
+        counts[senders] = nbytes
         displacements = np.zeros(n, np.int64)
-        for k, p in enumerate(sources):
-            counts[ranks[p]] = nbytes
-            displacements[ranks[p]] = k * nbytes
-        piece = np.asarray(piece)
-        mine = piece.reshape(-1).view(np.uint8) if counts[me] else np.empty(0, np.uint8)
-        mine = np.ascontiguousarray(mine)
+        displacements[senders] = np.arange(len(sources)) * nbytes
+        mine = np.ascontiguousarray(piece).reshape(-1).view(np.uint8) if counts[me] \
+            else np.empty(0, np.uint8)
         if me == 0:
             tiles = np.empty(len(sources) * nbytes, np.uint8)
             wait(comm.Igatherv(mine, [tiles, counts, displacements, MPI.BYTE], root=0))

@@ -36,7 +36,7 @@ from ..interpreter import evaluate
 from ..profile import ProfileRecorder
 
 #: how long `run_local` waits for the other partitions to stop after a failure
-_STOP_GRACE_SECONDS = 2.0
+_STOP_GRACE_SECONDS = 1.0
 
 
 class _Finished:
