@@ -17,9 +17,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise GspmdcError(f"--timeout must be positive, got {args.timeout:g}")
     if args.num_partitions is not None and args.num_partitions < 1:
         raise GspmdcError(f"-n must be positive, got {args.num_partitions}")
-    options = RunOptions(num_partitions=args.num_partitions, inputs=args.inputs, seed=args.seed,
-                         outputs=args.outputs, check=args.check, profile=args.profile,
-                         timeout=args.timeout,
+    options = RunOptions(num_partitions=args.num_partitions, inputs=_absolute(args.inputs),
+                         seed=args.seed, outputs=_absolute(args.outputs), check=args.check,
+                         profile=args.profile, timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, quiet=args.quiet)
     if args.backend == "mpi" and launcher.under_mpi():
@@ -29,6 +29,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend == "local":
         return execute_local(job)
     return launcher.launch(job, mpiexec)
+
+
+def _absolute(path: str | None) -> str | None:
+    """Ranks may start in another directory (another host): pass paths absolute."""
+    import os
+    return None if path is None else os.path.abspath(path)
 
 
 def register(sub) -> None:
