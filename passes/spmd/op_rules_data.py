@@ -90,8 +90,9 @@ class IotaRule(OpRule):
         offset = b.convert(ctx.tables.offsets(tiling, inst.shape.dims)[dim],
                            inst.shape.element_type)
         start = b.broadcast(offset, local.shape.dims)
-        result = b.add("add", local.shape, [local, start], name=inst.name, sharding=sharding)
-        return result
+        attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
+        return b.append(Instruction(inst.name, "add", local.shape, [local, start], attrs,
+                                    sharding=sharding))
 
 
 @op_rule("broadcast")
