@@ -100,10 +100,6 @@ class Builder:
         return self.add("broadcast", x.shape.with_dims(dims), [x],
                         {"dimensions": tuple(operand_dims)}, name=name)
 
-    def full(self, scalar: Instruction, dims: Sequence[int]) -> Instruction:
-        """`scalar` broadcast to `dims`."""
-        return self.broadcast(scalar, dims)
-
     # ---- data movement ------------------------------------------------------------------------
 
     def reshape(self, x: Instruction, dims: Sequence[int]) -> Instruction:

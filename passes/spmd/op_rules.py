@@ -18,12 +18,12 @@ written by the user) are rejected with UnsupportedError.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import Callable, Sequence
 
 from gspmdc.errors import UnsupportedError
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.sharding import HloSharding
-from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
+from gspmdc.ir.shapes import Shape, TupleShape
 
 from .reshard import EmitContext
 from .reshard_plan import reshard_cost
@@ -87,9 +87,6 @@ class OpRule:
     """Base rule: subclasses implement `plan`; the default `lower` clones the instruction onto
     its operands' local values with the shard shape of its sharding."""
 
-    #: whether the rule may return a result with partial values (unreduced subgroups)
-    produces_partials: ClassVar[bool] = False
-
     def plan(self, inst: Instruction, ctx: PlanContext) -> OpPlan:
         raise NotImplementedError
 
@@ -147,10 +144,6 @@ def maximal_for(shape: Shape, device: int) -> HloSharding:
     if isinstance(shape, TupleShape):
         return HloSharding.tuple([HloSharding.maximal(device)] * sum(1 for _ in shape.leaves()))
     return HloSharding.maximal(device)
-
-
-def rank_of(inst: Instruction) -> int:
-    return inst.shape.rank if isinstance(inst.shape, ArrayShape) else 0
 
 
 # ---- the default action ------------------------------------------------------------------------
@@ -229,5 +222,5 @@ def _check_callee(inst: Instruction, computations: dict[str, Computation], name:
 
 
 __all__ = ["OpPlan", "PlanContext", "LowerContext", "OpRule", "RULES", "op_rule", "clone",
-           "without_partials", "replicated_for", "maximal_for", "rank_of", "rule_for",
+           "without_partials", "replicated_for", "maximal_for", "rule_for",
            "DEFAULT_RULE", "UNPARTITIONABLE"]

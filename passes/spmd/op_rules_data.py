@@ -37,8 +37,6 @@ from .tiling import Tiling
 
 @op_rule("parameter")
 class ParameterRule(OpRule):
-    produces_partials = True
-
     def plan(self, inst, ctx):
         return OpPlan((), inst.sharding, "parameter")
 
@@ -236,8 +234,6 @@ class GetTupleElementRule(OpRule):
 
 @op_rule("custom-call:Sharding")
 class ShardingRule(OpRule):
-    produces_partials = True
-
     def plan(self, inst, ctx):
         if isinstance(inst.shape, TupleShape):
             return OpPlan((inst.sharding,), inst.sharding, "sharding annotation on a tuple")

@@ -122,8 +122,6 @@ def _flat(columns, counts, n) -> np.ndarray:
 
 @op_rule("dot")
 class DotRule(OpRule):
-    produces_partials = True
-
     def plan(self, inst, ctx):
         lhs_op, rhs_op = inst.operands
         dn = DotDims.of(inst)

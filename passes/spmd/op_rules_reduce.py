@@ -23,8 +23,6 @@ from .op_rules import OpPlan, OpRule, op_rule, without_partials
 
 @op_rule("reduce")
 class ReduceRule(OpRule):
-    produces_partials = True
-
     def plan(self, inst, ctx):
         count = len(inst.operands) // 2
         inputs = inst.operands[:count]

@@ -1,4 +1,4 @@
-"""Per-partition values from `partition-id`: table lookups (reference §4.3) and padding masks.
+"""Per-partition values from `partition-id`: table lookups (reference §4.3).
 
 All per-partition behaviour of the SPMD program comes from small constant tables indexed by
 device id, read with
@@ -8,7 +8,7 @@ device id, read with
     value = s32[] reshape(slot)
 
 A table whose entries are all equal is emitted as a scalar constant. Tables are built with
-vectorised numpy from a `Tiling` (offsets `ordinal * shard_size`, ordinals, partial indices),
+vectorised numpy from a `Tiling` (offsets `ordinal * shard_size`, partial indices),
 so nothing here loops over devices. Lookups are cached per builder, so a computation reads each
 table once.
 """
@@ -69,9 +69,6 @@ class PartitionTables:
         table = tiling.offsets(dims)
         return [self.lookup(table[:, d], f"offset.{d}") for d in range(tiling.rank)]
 
-    def ordinal(self, tiling: Tiling, dim: int) -> Instruction:
-        return self.lookup(tiling.coordinates()[:, dim], f"ordinal.{dim}")
-
     def partial_index(self, tiling: Tiling) -> Instruction:
         return self.lookup(tiling.coordinates()[:, tiling.rank], "partial")
 
@@ -80,25 +77,10 @@ class PartitionTables:
         b = self.builder
         key = ("device_is", device)
         if key not in self._cache:
-            k = b.constant(device, "u32")
-            self._cache[key] = b.compare(self.partition_id(), k, "EQ")
+            with b.scope(None):
+                k = b.constant(device, "u32")
+                self._cache[key] = b.compare(self.partition_id(), k, "EQ")
         return self._cache[key]
-
-    def valid_mask(self, tiling: Tiling, dims: Sequence[int], shard: Sequence[int],
-                   mask_dims: Sequence[int]) -> Instruction:
-        """`pred[shard]`: true at the positions of this partition's tile that hold real data
-        (padded index `iota + offset < size`) on each dim of `mask_dims`."""
-        b = self.builder
-        mask = None
-        offsets = self.offsets(tiling, dims)
-        for d in mask_dims:
-            index = b.iota("s32", shard, d)
-            start = b.broadcast(offsets[d], shard)
-            position = b.binary("add", index, start)
-            limit = b.broadcast(b.constant(int(dims[d]), "s32"), shard)
-            valid = b.compare(position, limit, "LT")
-            mask = valid if mask is None else b.binary("and", mask, valid)
-        return mask
 
 
 __all__ = ["PartitionTables"]
