@@ -195,18 +195,29 @@ class Builder:
 
 def scalar_reducer(module: Module, opcode: str, element_type: str) -> str:
     """The name of a module computation `(x, y) -> opcode(x, y)` on `element_type` scalars,
-    added on first use."""
-    name = f"spmd.{opcode}.{element_type}"
-    if name not in module.computations:
-        shape = ArrayShape(element_type, ())
-        x = Instruction("x", "parameter", shape, parameter_number=0)
-        y = Instruction("y", "parameter", shape, parameter_number=1)
-        root = Instruction("result", opcode, shape, [x, y])
-        computations = list(module.computations.values())
-        entry_at = [c.name for c in computations].index(module.entry_name)
-        computations.insert(entry_at, Computation(name, [x, y, root], root))
-        module.computations = {c.name: c for c in computations}
+    added on first use (under a name no other computation has)."""
+    base = f"spmd.{opcode}.{element_type}"
+    name, k = base, 0
+    while name in module.computations:
+        if _is_scalar_op(module.computations[name], opcode, element_type):
+            return name
+        k += 1
+        name = f"{base}.{k}"
+    shape = ArrayShape(element_type, ())
+    x = Instruction("x", "parameter", shape, parameter_number=0)
+    y = Instruction("y", "parameter", shape, parameter_number=1)
+    root = Instruction("result", opcode, shape, [x, y])
+    computations = list(module.computations.values())
+    entry_at = [c.name for c in computations].index(module.entry_name)
+    computations.insert(entry_at, Computation(name, [x, y, root], root))
+    module.computations = {c.name: c for c in computations}
     return name
+
+
+def _is_scalar_op(comp: Computation, opcode: str, element_type: str) -> bool:
+    root, params = comp.root, comp.parameters
+    return len(comp.instructions) == 3 and root.opcode == opcode and len(params) == 2 and \
+        root.operands == params and root.shape == ArrayShape(element_type, ())
 
 
 __all__ = ["NameUniquer", "ChannelIds", "Builder", "scalar_reducer"]
