@@ -335,11 +335,91 @@ def test_single_device_values():
     assert collectives(spmd) == [("all-reduce", [[0, 1]])]
 
 
-def test_ops_without_a_rule_run_replicated():
+# ---- pass-through dims ----------------------------------------------------------------------------
+
+PASS_THROUGH = {
+    "sort": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[10,6] sort(x), dimensions={1}, is_stable=true, to_apply=less,
+    sharding={devices=[4,1]<=[4]}""",
+    "concatenate": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  y = f32[10,3] parameter(1), sharding={devices=[4,1]<=[4]}
+  ROOT c = f32[10,9] concatenate(x, y), dimensions={1}, sharding={devices=[4,1]<=[4]}""",
+    "slice": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[10,2] slice(x), slice={[0:10], [1:5:2]}, sharding={devices=[4,1]<=[4]}""",
+    "pad": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(1.5)
+  ROOT p = f32[10,9] pad(x, z), padding=0_0x1_2, sharding={devices=[4,1]<=[4]}""",
+    "reverse": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT r = f32[10,6] reverse(x), dimensions={1}, sharding={devices=[4,1]<=[4]}""",
+    "reduce-window": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(0)
+  ROOT c = f32[10,6] reduce-window(x, z), window={size=1x6 pad=0_0x5_0}, to_apply=add,
+    sharding={devices=[4,1]<=[4]}""",
+    "dynamic-slice": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  i = s32[] parameter(1)
+  z = s32[] constant(0)
+  ROOT d = f32[10,3] dynamic-slice(x, z, i), dynamic_slice_sizes={10,3},
+    sharding={devices=[4,1]<=[4]}""",
+    "dynamic-update-slice": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  u = f32[10,2] parameter(1), sharding={devices=[4,1]<=[4]}
+  i = s32[] parameter(2)
+  z = s32[] constant(0)
+  ROOT d = f32[10,6] dynamic-update-slice(x, u, z, i), sharding={devices=[4,1]<=[4]}""",
+    "topk": """
+  x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  t = (f32[10,2], s32[10,2]) custom-call(x), custom_call_target="TopK",
+    sharding={{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}
+  ROOT v = f32[10,2] get-tuple-element(t), index=0, sharding={devices=[4,1]<=[4]}""",
+    "convolution": """
+  x = f32[10,5,3] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  k = f32[3,3,8] parameter(1)
+  ROOT c = f32[10,3,8] convolution(x, k), window={size=3}, dim_labels=b0f_0io->b0f,
+    sharding={devices=[4,1,1]<=[4]}""",
+}
+
+
+@pytest.mark.parametrize("op", sorted(PASS_THROUGH))
+def test_ops_work_locally_along_their_pass_through_dims(op):
+    """Rows split 4 ways over 10 (uneven); each op acts along other dims only: no
+    communication."""
+    text = module(PASS_THROUGH[op]).replace("ENTRY e", LESS + "\nENTRY e")
+    spmd = check_equivalent(text, 4, rtol=1e-4)
+    assert collectives(spmd) == []
+
+
+LESS = """less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+"""
+
+
+def test_a_tiled_windowed_dim_is_gathered():
     spmd = check_equivalent(module("""
   x = f32[8,6] parameter(0), sharding={devices=[2,1]<=[2]}
   ROOT r = f32[8,6] reverse(x), dimensions={0}, sharding={devices=[2,1]<=[2]}"""), 2)
     assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+
+
+def test_ops_without_a_rule_run_replicated():
+    spmd = check_equivalent(module("""
+  x = f32[8,6] parameter(0), sharding={devices=[2,1]<=[2]}
+  i = s32[3,1] parameter(1)
+  ROOT g = f32[3,6] gather(x, i), offset_dims={1}, collapsed_slice_dims={0},
+    start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}, sharding={devices=[2,1]<=[2]}"""),
+        2)
+    (gather,) = [i for i in spmd.entry.instructions if i.opcode == "all-gather"]
+    assert gather.attr("metadata").get("spmd_reason") == \
+        "no partitioning rule for gather: it runs on replicated operands"
 
 
 # ---- clean rejections ------------------------------------------------------------------------------

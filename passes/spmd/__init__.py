@@ -16,9 +16,10 @@ Pipeline (each a registered pass; `--dump-dir` writes the module after each):
 
 Up to `pad-uneven` the IR is the ordinary global program (global shapes, shardings, reshard
 nodes as `Sharding` custom-calls, masks as identity ops), so every dump re-parses and evaluates to
-the original result; `lower-spmd` rewrites shapes to per-partition ones. Windowed ops (halo
-exchange), control flow and manual regions have no rules of their own yet: pure ops without a rule
-run replicated (the default action), manual regions are rejected.
+the original result; `lower-spmd` rewrites shapes to per-partition ones. Halo exchange is not
+implemented yet: windowed and indexed ops are partitioned along their pass-through dims only,
+pure ops without a rule (gather, scatter, control flow) run replicated (the default action), and
+manual regions are rejected.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 from gspmdc.passes.pass_manager import ModulePass, get_pass, run_pipeline
 
-from . import op_rules_data, op_rules_dot, op_rules_elementwise, op_rules_reduce  # noqa: F401
+from . import (  # noqa: F401  (each module registers its rules)
+    op_rules_data, op_rules_dot, op_rules_elementwise, op_rules_passthrough, op_rules_reduce,
+)
 from .cleanup import Cleanup
 from .explain import collective_result_bytes, collective_sent_bytes, explain_collective
 from .inline_calls import InlineCalls

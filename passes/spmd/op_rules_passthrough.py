@@ -1,0 +1,202 @@
+"""Partitioning of ops along their *pass-through* dims: dims along which the op works independently
+on every index, with the same size in the result and in the operands that have them.
+
+| op | pass-through dims |
+|---|---|
+| `sort`, `concatenate`, `reverse` | every dim but the sorted / concatenated / reversed ones |
+| `slice`, `pad` | dims the slice keeps whole / the pad leaves unpadded |
+| `reduce-window` | dims whose window is trivial (size 1, stride 1, no padding or dilation) |
+| `dynamic-slice`, `dynamic-update-slice` | dims the slice or update covers whole |
+| `topk`, custom-call `TopK` | every dim but the last |
+| `convolution` (no feature/batch groups) | batch (lhs), output feature (rhs), spatial dims of |
+|   | a trivial window (size 1, no padding, stride, dilation or reversal) |
+| `cholesky`, `triangular-solve`, `fft` | batch dims (all but the last two / the transformed ones) |
+
+The result takes a tiling of its pass-through dims only (the others whole); each operand takes
+that tiling mapped to its own dims, replicated over result dims it does not have (e.g. a
+convolution's kernel across batch tiles); scalar operands (init and pad values, dynamic indices)
+are replicated. Candidates: the annotated result sharding restricted to pass-through dims, the
+first operand's sharding carried through, and everything replicated (the default action); the
+fewest bytes moved wins. Padding of uneven pass-through dims only ever meets padding. Windowed
+and indexed dims that are tiled need halo exchange or index arithmetic, which these rules leave to
+resharding: such dims are simply gathered.
+"""
+from __future__ import annotations
+
+from gspmdc.ir.attributes import SliceDim
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape, TupleShape
+
+from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+
+#: per operand, the operand dim of each result dim (-1: none)
+DimMaps = list[list[int]]
+
+
+def _identity_maps(inst: Instruction, free: set[int], operands=None) -> DimMaps:
+    """Array operands of the result's rank share the result's dims; others map nothing."""
+    rank = _result_leaf(inst).rank
+    maps = []
+    for k, operand in enumerate(inst.operands):
+        shape = operand.shape
+        same = isinstance(shape, ArrayShape) and shape.rank == rank and \
+            (operands is None or k in operands)
+        maps.append([r if same and r in free else -1 for r in range(rank)])
+    return maps
+
+
+def _result_leaf(inst: Instruction) -> ArrayShape:
+    shape = inst.shape
+    return shape.elements[0] if isinstance(shape, TupleShape) else shape
+
+
+def _all_but(inst: Instruction, dims) -> set[int]:
+    return set(range(_result_leaf(inst).rank)) - set(dims)
+
+
+def _sort(inst):
+    return _identity_maps(inst, _all_but(inst, inst.attr("dimensions")))
+
+
+def _reverse(inst):
+    return _identity_maps(inst, _all_but(inst, inst.attr("dimensions")))
+
+
+def _last_dim_free(inst):
+    return _identity_maps(inst, _all_but(inst, [_result_leaf(inst).rank - 1]))
+
+
+def _slice(inst):
+    dims = inst.operands[0].shape.dims
+    free = {d for d, s in enumerate(inst.attr("slice"))
+            if s.start == 0 and s.limit == dims[d] and s.stride == 1}
+    return _identity_maps(inst, free, operands={0})
+
+
+def _pad(inst):
+    free = {d for d, p in enumerate(inst.attr("padding"))
+            if (p.low, p.high, p.interior) == (0, 0, 0)}
+    return _identity_maps(inst, free, operands={0})
+
+
+def _reduce_window(inst):
+    window = inst.attr("window")
+    free = {d for d, w in enumerate(window.dims)
+            if (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation,
+                w.window_dilation) == (1, 1, 0, 0, 1, 1)}
+    count = len(inst.operands) // 2
+    return _identity_maps(inst, free, operands=set(range(count)))
+
+
+def _dynamic_slice(inst):
+    dims = inst.operands[0].shape.dims
+    free = {d for d, s in enumerate(inst.attr("dynamic_slice_sizes")) if s == dims[d]}
+    return _identity_maps(inst, free, operands={0})
+
+
+def _dynamic_update_slice(inst):
+    operand, update = inst.operands[0].shape, inst.operands[1].shape
+    free = {d for d in range(operand.rank) if update.dims[d] == operand.dims[d]}
+    return _identity_maps(inst, free, operands={0, 1})
+
+
+def _batch_dims(count_trailing: int):
+    def maps(inst):
+        rank = _result_leaf(inst).rank
+        return _identity_maps(inst, set(range(rank - count_trailing)))
+    return maps
+
+
+def _fft(inst):
+    return _batch_dims(len(inst.attr("fft_length")))(inst)
+
+
+def _convolution(inst):
+    labels = inst.attr("dim_labels")
+    rank = inst.shape.rank
+    lhs, rhs = [-1] * rank, [-1] * rank
+    if inst.attr("feature_group_count", 1) != 1 or inst.attr("batch_group_count", 1) != 1:
+        return [lhs, rhs]
+    lhs[labels.out_batch] = labels.lhs_batch
+    rhs[labels.out_feature] = labels.rhs_output_feature
+    window = inst.attr("window")
+    trivial = window is None or all(
+        (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation, w.window_dilation,
+         w.window_reversal) == (1, 1, 0, 0, 1, 1, False) for w in window.dims)
+    if trivial:
+        for out, left in zip(labels.out_spatial, labels.lhs_spatial):
+            lhs[out] = left
+    return [lhs, rhs]
+
+
+_MAPS = {
+    "sort": _sort, "concatenate": _sort, "reverse": _reverse, "slice": _slice, "pad": _pad,
+    "reduce-window": _reduce_window, "dynamic-slice": _dynamic_slice,
+    "dynamic-update-slice": _dynamic_update_slice, "topk": _last_dim_free,
+    "custom-call:TopK": _last_dim_free, "convolution": _convolution,
+    "cholesky": _batch_dims(2), "triangular-solve": _batch_dims(2), "fft": _fft,
+}
+
+
+def _maps_for(inst: Instruction) -> DimMaps:
+    key = inst.opcode if inst.opcode != "custom-call" else \
+        f"custom-call:{inst.attr('custom_call_target')}"
+    return _MAPS[key](inst)
+
+
+@op_rule(*_MAPS)
+class PassThroughRule(OpRule):
+    def plan(self, inst, ctx):
+        maps = _maps_for(inst)
+        leaf = _result_leaf(inst)
+        rank = leaf.rank
+        leaves = sum(1 for _ in inst.shape.leaves())
+        free = [r for r in range(rank) if any(m[r] >= 0 for m in maps)]
+        fixed = [r for r in range(rank) if r not in free]
+        target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
+
+        def plan(result, reason):
+            operands = []
+            for operand, mapping in zip(inst.operands, maps):
+                if result.kind == "maximal":
+                    operands.append(result)
+                else:
+                    tiling = ctx.tiling(result, rank).remap(mapping, operand.shape.rank)
+                    operands.append(tiling.to_sharding())
+            whole = HloSharding.tuple([result] * leaves) if isinstance(inst.shape, TupleShape) \
+                else result
+            return OpPlan(tuple(operands), whole, reason)
+
+        if target.kind == "maximal":
+            return plan(target, f"{inst.opcode} on one device")
+        candidates = [plan(ctx.tiling(target, rank).fold_dims(fixed, "replicated").to_sharding(),
+                           f"{inst.opcode} keeps the result's tiling of its pass-through dims")]
+        source = inst.operands[0].sharding
+        first = inst.operands[0].shape
+        if source.is_tiled and source == without_partials(source) and \
+                isinstance(first, ArrayShape):
+            to_result = [-1] * first.rank
+            for r, d in enumerate(maps[0]):
+                if d >= 0:
+                    to_result[d] = r
+            carried = ctx.tiling(source, first.rank).remap(to_result, rank).to_sharding()
+            candidates.append(plan(carried, f"{inst.opcode} keeps its operand's tiling of its "
+                                             "pass-through dims"))
+        candidates.append(plan(HloSharding.replicate(), f"{inst.opcode} runs replicated"))
+        return ctx.choose(inst, candidates)
+
+    def lower(self, inst, ctx: LowerContext):
+        local = clone(inst, ctx)
+        dims = _result_leaf(local).dims
+        if inst.opcode == "slice":
+            operand = ctx.local[inst.operands[0]].shape.dims
+            local.attrs["slice"] = tuple(
+                s if s.limit - s.start != inst.operands[0].shape.dims[d] or s.stride != 1
+                else SliceDim(0, operand[d]) for d, s in enumerate(inst.attr("slice")))
+        elif inst.opcode == "dynamic-slice":
+            local.attrs["dynamic_slice_sizes"] = tuple(dims)
+        return local
+
+
+__all__ = ["PassThroughRule"]
