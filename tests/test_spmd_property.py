@@ -1,5 +1,5 @@
 """Property test: random small graphs (elementwise, broadcast, transpose, reshape, reduce, dot,
-iota, constants, tuples) with random shardings (tiled on any dims, partially replicated, any
+iota, slice, pad, concatenate, reverse) with random shardings (tiled on any dims, partially replicated, any
 device order, replicated, single-device) on 2, 4 and 8 partitions, with uneven shapes, reproduce
 the unpartitioned program when partitioned and run with garbage in every padding element."""
 from __future__ import annotations
@@ -84,7 +84,8 @@ def programs(draw):
     for _ in range(draw(st.integers(1, 5))):
         x, dims = draw(st.sampled_from(values))
         op = draw(st.sampled_from(["binary", "unary", "broadcast", "transpose", "reshape",
-                                   "reduce", "dot", "iota"]))
+                                   "reduce", "dot", "iota", "slice", "pad", "concatenate",
+                                   "reverse"]))
         name = new_name("v")
         if op == "binary":
             other = [v for v, d in values if d == dims and v != x]
@@ -137,6 +138,29 @@ def programs(draw):
             out = (dims[0], k)
             lines.append(f"  {name} = {shape(out)} dot({x}, {y}), lhs_contracting_dims={{1}}, "
                          f"rhs_contracting_dims={{0}}{annotate(out)}")
+        elif op == "slice":
+            starts = [draw(st.integers(0, d - 1)) for d in dims]
+            limits = [draw(st.integers(a + 1, d)) for a, d in zip(starts, dims)]
+            out = tuple(b - a for a, b in zip(starts, limits))
+            spec = ", ".join(f"[{a}:{b}]" for a, b in zip(starts, limits))
+            lines.append(f"  {name} = {shape(out)} slice({x}), slice={{{spec}}}{annotate(out)}")
+        elif op == "pad":
+            pads = [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in dims]
+            out = tuple(d + lo + hi for d, (lo, hi) in zip(dims, pads))
+            spec = "x".join(f"{lo}_{hi}" for lo, hi in pads)
+            lines.append(f"  {name}.value = f32[] constant(0.5)")
+            lines.append(f"  {name} = {shape(out)} pad({x}, {name}.value), padding={spec}"
+                         f"{annotate(out)}")
+        elif op == "concatenate":
+            axis = draw(st.integers(0, len(dims) - 1))
+            out = tuple(2 * d if k == axis else d for k, d in enumerate(dims))
+            lines.append(f"  {name} = {shape(out)} concatenate({x}, {x}), dimensions={{{axis}}}"
+                         f"{annotate(out)}")
+        elif op == "reverse":
+            axes = sorted(draw(st.sets(st.integers(0, len(dims) - 1), min_size=1)))
+            out = dims
+            lines.append(f"  {name} = {shape(out)} reverse({x}), "
+                         f"dimensions={{{','.join(map(str, axes))}}}{annotate(out)}")
         else:
             out = dims
             axis = draw(st.integers(0, len(dims) - 1))
