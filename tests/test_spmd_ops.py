@@ -443,3 +443,21 @@ def test_shardings_for_other_device_counts_are_rejected():
     with pytest.raises(ShardingError, match="x"):
         partition(module("""
   ROOT x = f32[8] parameter(0), sharding={devices=[8]<=[8]}"""), 4)
+
+
+def test_bitcast_convert_of_one_width_is_elementwise():
+    spmd = check_equivalent(module("""
+  x = f32[10,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT b = s32[10,4] bitcast-convert(x), sharding={devices=[4,1]<=[4]}"""), 4)
+    assert collectives(spmd) == []
+    spmd = check_equivalent(module("""
+  x = f32[10,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT b = u8[10,4,4] bitcast-convert(x), sharding={devices=[4,1,1]<=[4]}"""), 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+
+
+def test_shard_groups_are_hints_not_layouts():
+    spmd = check_equivalent(module("""
+  x = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4] shard_as 0}
+  ROOT n = f32[8,4] negate(x), sharding={devices=[4,1]<=[4] shard_as 0}"""), 4)
+    assert opcodes(spmd) == ["parameter", "negate"]

@@ -63,9 +63,12 @@ class InsertReshards(ModulePass):
 
 def prepare_shardings(module: Module, num_partitions: int) -> None:
     """Give unsharded entry instructions `{replicated}` (tuple-shaped: per leaf), turn
-    `{unknown}` into `{replicated}`, and validate every sharding against its shape and
-    `num_partitions` (ShardingError naming the instruction)."""
+    `{unknown}` into `{replicated}`, drop shard groups (propagation hints, not layouts), and
+    validate every sharding against its shape and `num_partitions` (ShardingError naming the
+    instruction)."""
     for inst in module.entry.instructions:
+        if inst.sharding is not None:
+            inst.sharding = inst.sharding.with_shard_group(None)
         sharding = inst.sharding
         if sharding is None:
             inst.sharding = replicated_for(inst.shape)

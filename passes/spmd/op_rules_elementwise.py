@@ -1,5 +1,6 @@
 """Partitioning of elementwise ops (reference §4.7.1): `copy`, `convert`, `compare`, `select`,
-`clamp`, every unary and binary arithmetic/logical op, `map`.
+`clamp`, every unary and binary arithmetic/logical op, `map`, and `bitcast-convert` between
+types of one width (one that changes the width changes the rank and runs replicated).
 
 The op runs on equally sharded operands and produces that sharding; padding stays padding (its
 values are unspecified and never read as data). Candidates: the annotated result sharding, and
@@ -11,13 +12,13 @@ from __future__ import annotations
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 
-from .op_rules import OpPlan, OpRule, op_rule, without_partials
+from .op_rules import DEFAULT_RULE, OpPlan, OpRule, op_rule, without_partials
 
 UNARY = (
-    "abs", "ceil", "cbrt", "clz", "cosine", "erf", "exponential", "exponential-minus-one",
+    "abs", "ceil", "cbrt", "count-leading-zeros", "cosine", "erf", "exponential", "exponential-minus-one",
     "floor", "imag", "is-finite", "log", "log-plus-one", "logistic", "negate", "not", "popcnt",
     "real", "reduce-precision", "round-nearest-afz", "round-nearest-even", "rsqrt", "sign",
-    "sine", "sqrt", "tan", "tanh", "copy", "convert",
+    "sine", "sqrt", "tan", "tanh", "copy", "convert", "bitcast-convert",
 )
 BINARY = (
     "add", "atan2", "and", "complex", "divide", "maximum", "minimum", "multiply", "or", "power",
@@ -30,6 +31,8 @@ OTHER = ("select", "clamp", "map")
 @op_rule(*UNARY, *BINARY, *OTHER)
 class ElementwiseRule(OpRule):
     def plan(self, inst, ctx):
+        if inst.opcode == "bitcast-convert" and inst.shape.rank != inst.operands[0].shape.rank:
+            return DEFAULT_RULE.plan(inst, ctx)    # a width change adds or drops a dim
         target = without_partials(inst.sharding)
         rank = inst.shape.rank
         scalar = [isinstance(o.shape, ArrayShape) and o.shape.rank == 0 and rank > 0
