@@ -85,14 +85,19 @@ def _describe(inst: Instruction, num_partitions: int) -> str:
 
 
 def explain_collective(module: Module, name: str) -> list[str]:
-    """Lines explaining instruction `name` of an SPMD module (see the module docstring)."""
+    """Lines explaining instruction `name` of an SPMD module (see the module docstring): for a
+    collective or other instruction the partitioner made, why it is there; for an instruction of
+    the program, where its sharding comes from."""
     comp, inst = _find(module, name)
     n = module.num_partitions or 1
     lines = [_describe(inst, n)]
     metadata = inst.attr("metadata")
     op_type = metadata.get("op_type") if metadata is not None else None
     if op_type not in ("reshard", "pad-mask"):
-        lines.append("not created by the partitioner (no partitioner metadata)")
+        lines.append("an instruction of the program (not created by the partitioner)")
+        if inst.sharding is not None:
+            lines.append(f"where {inst.name}'s sharding comes from:")
+            lines.extend("  " + line for line in sharding_origin(module, inst))
         return lines
     lines.append(f"why: {metadata.get('spmd_reason')}")
     value, user = metadata.get("spmd_value"), metadata.get("op_name")
