@@ -461,3 +461,13 @@ def test_shard_groups_are_hints_not_layouts():
   x = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4] shard_as 0}
   ROOT n = f32[8,4] negate(x), sharding={devices=[4,1]<=[4] shard_as 0}"""), 4)
     assert opcodes(spmd) == ["parameter", "negate"]
+
+
+def test_unreduced_annotations_in_the_middle_of_a_program():
+    """A value annotated as partial sums (one member per group keeps the value, the others
+    zeros): a user needing the whole value takes it from before that reshard, for free."""
+    spmd = check_equivalent(module("""
+  x = f32[8,4] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  u = f32[8,4] copy(x), sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
+  ROOT n = f32[8,4] negate(u), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}"""), 4)
+    assert opcodes(spmd) == ["parameter", "copy", "negate"]

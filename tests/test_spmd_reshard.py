@@ -157,3 +157,22 @@ def test_reshard_cost_is_bytes_sent_per_device():
                         parse_sharding("{replicated}"), 4)
     assert plan.collectives == ["all-gather"]
     assert plan.cost == 3 * 3 * 8 * 4
+
+
+def test_replicated_to_partial_sums_keeps_one_addend_per_group():
+    """Two annotations: the first turns the replicated value into partial sums (member 0 of each
+    group keeps it, the others hold zeros), the second reduce-scatters them; any other addend
+    than zero would show in the result."""
+    text = """HloModule m
+
+ENTRY e {
+  x = f32[8,4] parameter(0)
+  p = f32[8,4] custom-call(x), custom_call_target="Sharding", sharding={unreduced}
+  ROOT t = f32[8,4] custom-call(p), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+}
+"""
+    spmd = partition(text, 4)
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter"]
+    assert "select" in opcodes(spmd)
+    value = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(run_global(spmd, [value], 4), value)
