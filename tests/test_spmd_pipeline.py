@@ -12,8 +12,10 @@ import pytest
 from gspmdc import api
 from gspmdc.cli import main
 from gspmdc.passes.spmd import compile_spmd, explain_collective
+from gspmdc.passes.spmd.cleanup import Cleanup
+from gspmdc.passes.spmd.lower_spmd import LowerSpmd
 
-from spmd_partition_helpers import COLLECTIVES, assert_close, inputs_for, reference
+from spmd_partition_helpers import COLLECTIVES, assert_close, inputs_for, reference, run_global
 
 MLP = """HloModule mlp
 
@@ -54,6 +56,15 @@ def test_dumps_after_every_pass_reparse_and_global_ones_evaluate_to_the_referenc
             assert module.num_partitions == 4
             continue
         assert_close(api.evaluate(module, inputs), want, rtol=1e-5, atol=1e-5)
+
+
+def test_lower_spmd_needs_nothing_but_the_pad_uneven_dump(tmp_path):
+    """The global IR carries every decision: lowering a re-parsed dump gives a correct program."""
+    compile_spmd(api.parse(MLP), 4, dump_dir=tmp_path)
+    module = api.load(tmp_path / "004.pad-uneven.hlo")
+    spmd = api.parse(api.to_text(Cleanup().apply(LowerSpmd(4).apply(module))))
+    inputs = inputs_for(MLP)
+    assert_close(run_global(spmd, inputs, 4), reference(MLP, inputs), rtol=1e-5, atol=1e-5)
 
 
 def test_insert_reshards_dump_shows_where_communication_happens(tmp_path):
