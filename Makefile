@@ -18,8 +18,9 @@ test: install
 	$(PY) -m pytest
 
 demo: install
-	$(GSPMDC) parse gspmdc/examples/mlp.hlo
-	$(GSPMDC) eval gspmdc/examples/mlp.hlo --seed 0
+	$(GSPMDC) compile gspmdc/examples/mlp.hlo -n 8 -o out/mlp.spmd.hlo --dump-dir out/mlp.dumps
+	$(GSPMDC) explain out/mlp.spmd.hlo all-reduce
+	$(GSPMDC) run gspmdc/examples/mlp.hlo -n 8 --seed 0 --check --outputs out/mlp.out.npz
 
 bench: install
 	$(PY) bench/run.py
@@ -27,6 +28,7 @@ bench: install
 conformance: install
 	$(PY) -m gspmdc.conformance parse
 	$(PY) -m gspmdc.conformance propagate
+	$(PY) -m gspmdc.conformance partition
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -1,13 +1,15 @@
 """Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
 
-    python -m gspmdc.conformance parse|propagate [--shared DIR] [--verbose]
+    python -m gspmdc.conformance parse|propagate|partition [--shared DIR] [--verbose]
 
 `parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
 modules parsed, round-tripped (`parse(print(parse(t)))` identical to `parse(t)`), verified, and
 evaluated by the reference interpreter on random inputs (of those without I/O opcodes); and for every
 JAX program: its .hlo files parse and `program.hlo` on `inputs.npz` reproduces `outputs.npz`.
 `propagate` scores sharding propagation on `xla-propagation.json` (see
-`gspmdc/conformance_propagation.py`). The corpora live in `../shared` beside the repository (override with `--shared`); they are the team's
+`gspmdc/conformance_propagation.py`); `partition` runs every case of `xla-partitioner.json` through
+the partitioner and the local backend and checks it against the reference (see
+`gspmdc/conformance_partition.py`). The corpora live in `../shared` beside the repository (override with `--shared`); they are the team's
 measuring stick, not part of the package.
 """
 from __future__ import annotations
@@ -209,7 +211,7 @@ def _report(title: str, tallies: list[Tally], verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gspmdc.conformance",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["parse", "propagate"], help="what to score")
+    parser.add_argument("stage", choices=["parse", "propagate", "partition"], help="what to score")
     parser.add_argument("--shared", type=Path, default=None,
                         help="the shared corpora folder (default: ../shared beside the repo)")
     parser.add_argument("--verbose", action="store_true", help="list every failure")
@@ -220,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.stage == "propagate":
         from gspmdc.conformance_propagation import score
+        return score(shared, args.verbose)
+    if args.stage == "partition":
+        from gspmdc.conformance_partition import score
         return score(shared, args.verbose)
     for corpus in ("xla-propagation.json", "xla-partitioner.json"):
         _report(f"{corpus}:", score_parse_corpus(shared / "conformance" / corpus), args.verbose)

@@ -48,3 +48,17 @@ def test_explain_works_on_a_propagated_file(tmp_path, capsys):
 def test_explain_unknown_instruction_is_exit_2(capsys):
     assert main(["explain", str(EXAMPLE), "nosuch"]) == 2
     assert "no instruction named 'nosuch'" in capsys.readouterr().err
+
+
+def test_explain_a_collective_of_a_compiled_module(tmp_path, capsys):
+    out = tmp_path / "spmd.hlo"
+    assert main(["compile", str(EXAMPLE), "-n", "8", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(out), "all-reduce"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # the second dot contracts the hidden dim, split 4 ways on y: partial sums over groups of 4
+    assert lines[0] == ("all-reduce = f32[8,64] all-reduce: 2 groups of 4 devices, "
+                        "sends 3072 bytes per device")
+    assert lines[1].startswith("why: the local dot leaves partial results")
+    assert "w2  {devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}  ← user annotation" in \
+        [line.strip() for line in lines]

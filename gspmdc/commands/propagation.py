@@ -1,5 +1,5 @@
-"""`gspmdc propagate` and `gspmdc explain`: complete the shardings of a module, and say where one
-came from."""
+"""`gspmdc propagate` and `gspmdc explain`: complete the shardings of a module, and say where a
+sharding or a collective came from."""
 from __future__ import annotations
 
 import argparse
@@ -20,14 +20,21 @@ def cmd_propagate(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    """Print why an instruction has its sharding: the chain of rules and instructions back to a
-    user annotation (propagating first when the file is not yet propagated)."""
+    """Say why an instruction is there and has its sharding. In a module written by `gspmdc
+    compile`: why a collective (or any instruction the partitioner made) exists, what it sends, and
+    the chain back to user annotations. In any other module: the chain of rules and instructions
+    that gave the instruction its sharding (propagating first when the file is not propagated)."""
     from gspmdc import api
     from gspmdc.passes.propagation import explain, propagate
+    from gspmdc.passes.spmd import GLOBAL_SIGNATURE, explain_collective
     module = api.load(args.file)
-    if not _is_propagated(module):
-        propagate(module)
-    for line in explain(module, args.instruction, args.n):
+    if GLOBAL_SIGNATURE in module.attrs:
+        lines = explain_collective(module, args.instruction)
+    else:
+        if not _is_propagated(module):
+            propagate(module)
+        lines = explain(module, args.instruction, args.n)
+    for line in lines[:args.n] if args.n else lines:
         print(line)
     return EXIT_OK
 
@@ -52,9 +59,9 @@ def register(sub) -> None:
                         "per parameter, comma-separated (default false)")
     p.set_defaults(run=cmd_propagate)
 
-    p = sub.add_parser("explain", help="say why an instruction has its sharding",
+    p = sub.add_parser("explain", help="say why an instruction (or a collective) is there",
                        description=cmd_explain.__doc__)
-    p.add_argument("file", help="HLO text file, propagated or not")
+    p.add_argument("file", help="HLO text file: original, propagated, or compiled (SPMD)")
     p.add_argument("instruction", help="instruction name (computation:name when names repeat)")
-    p.add_argument("-n", type=int, default=None, metavar="N", help="show at most N steps")
+    p.add_argument("-n", type=int, default=None, metavar="N", help="show at most N lines")
     p.set_defaults(run=cmd_explain)
