@@ -68,7 +68,8 @@ def _compare(name: str, a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> O
         error = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
         return OutputComparison(name, bad == 0, error, float(bad > 0),
                                 f"{bad} of {b.size} elements differ" if bad else None)
-    a64, b64 = a.astype(np.complex128), b.astype(np.complex128)
+    a64 = np.atleast_1d(a.astype(np.complex128))  # 0-d outputs compare as one element
+    b64 = np.atleast_1d(b.astype(np.complex128))
     rtol, atol = tolerance(b)
     with np.errstate(all="ignore"):
         diff = np.abs(a64 - b64)

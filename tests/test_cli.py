@@ -146,3 +146,10 @@ def test_help_exits_zero(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 0
+
+
+def test_scalar_outputs_compare():
+    from gspmdc.runtime.compare import compare_outputs
+    assert compare_outputs({"out0": np.float32(1.0)}, {"out0": np.array(1.0, np.float32)}) is None
+    assert compare_outputs({"out0": np.float32(1.0)}, {"out0": np.array(2.0, np.float32)}) \
+        is not None
