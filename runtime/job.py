@@ -84,6 +84,20 @@ def is_spmd(module: Module) -> bool:
         any(inst.opcode in SPMD_OPCODES for _, inst in module.all_instructions())
 
 
+def devices_named_by_shardings(module) -> int:
+    """The number of devices the module's shardings name (1 + the largest device id; 1 when no
+    instruction has a sharding): `run`'s partition count when neither `-n` nor the module's
+    `num_partitions` gives one."""
+    largest = 0
+    for _, inst in module.all_instructions():
+        for leaf in inst.sharding.leaves() if inst.sharding is not None else ():
+            if leaf.kind == "maximal":
+                largest = max(largest, leaf.device)
+            elif leaf.kind == "tiled":
+                largest = max(largest, leaf.tile_assignment.max_device)
+    return largest + 1
+
+
 def prepare_job(path: str, options: RunOptions) -> Job:
     """Read, partition (when needed) and check a program for `gspmdc run` (see the module
     docstring). Raises GspmdcError (exit 2) for anything that would make the run fail early."""
@@ -92,7 +106,7 @@ def prepare_job(path: str, options: RunOptions) -> Job:
         raise GspmdcError(f"padding must be one of {PADDINGS}, got {options.padding!r}")
     text = _read_text(path)
     module = api.parse(text, path)
-    n = options.num_partitions or module.num_partitions or 1
+    n = options.num_partitions or module.num_partitions or devices_named_by_shardings(module)
     if n < 1:
         raise GspmdcError(f"the number of partitions must be positive, got {n}")
     if is_spmd(module):

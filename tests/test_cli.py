@@ -153,3 +153,14 @@ def test_scalar_outputs_compare():
     assert compare_outputs({"out0": np.float32(1.0)}, {"out0": np.array(1.0, np.float32)}) is None
     assert compare_outputs({"out0": np.float32(1.0)}, {"out0": np.array(2.0, np.float32)}) \
         is not None
+
+
+def test_run_takes_the_partition_count_from_the_shardings(tmp_path, capsys):
+    text = EXAMPLE.read_text().replace(", num_partitions=8", "")
+    assert "num_partitions" not in text
+    module = tmp_path / "mlp.hlo"
+    module.write_text(text)
+    from gspmdc.runtime.job import devices_named_by_shardings
+    assert devices_named_by_shardings(parse_module(text)) == 8
+    assert main(["run", str(module), "--backend", "local", "--check", "-q"]) == 0
+    assert "ok" in capsys.readouterr().out

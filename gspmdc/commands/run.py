@@ -42,7 +42,8 @@ def register(sub) -> None:
                        description=cmd_run.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
     p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
-                   help="number of partitions (default: the module's num_partitions)")
+                   help="number of partitions (default: the module's num_partitions, else the "
+                        "devices its shardings name)")
     p.add_argument("--backend", choices=("mpi", "local"), default="mpi",
                    help="mpi: one MPI rank per partition, started with mpiexec unless already "
                         "running under MPI (default); local: one thread per partition")
