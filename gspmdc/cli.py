@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gspmdc: interrupted", file=sys.stderr)
         return EXIT_RUNTIME
+    except MemoryError as e:
+        print(f"gspmdc: error: out of memory{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        return EXIT_RUNTIME
     except BrokenPipeError:
         return EXIT_OK
     except Exception as e:  # an internal bug: report it as one message, not a traceback

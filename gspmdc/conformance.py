@@ -28,23 +28,111 @@ from gspmdc.errors import GspmdcError
 from gspmdc.runtime.compare import compare_outputs
 
 IO_OPCODES = frozenset({"infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
-CASE_TIMEOUT_SECONDS = 20
-#: a module with a value larger than this is not evaluated (this machine has 24 GiB; several XLA
-#: test modules hold tensors of tens of GiB, meant only for compilation)
-MAX_VALUE_BYTES = 1 << 30
-#: a module whose dots and convolutions need more multiply-adds than this (about a minute of this
-#: machine's two cores) is not evaluated either
-MAX_MULTIPLY_ADDS = 1e11
+CASE_TIMEOUT_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class MachineLimits:
+    """What one case may use on this machine. Each evaluated case runs in a child process whose
+    address space is capped at `memory_bytes` (so an oversized case fails alone with a
+    MemoryError instead of waking the kernel's OOM killer) and which is killed after
+    `timeout_seconds`. Cases whose largest value exceeds a quarter of the cap (the inputs, the
+    reference run and the partitioned run each hold it) or whose dots and convolutions need more
+    than `max_multiply_adds` are not attempted: several XLA test modules hold tensors of tens of
+    GiB, meant only for compilation."""
+
+    memory_bytes: int
+    timeout_seconds: int = CASE_TIMEOUT_SECONDS
+    max_multiply_adds: float = 3e12
+
+    @classmethod
+    def of_this_machine(cls) -> "MachineLimits":
+        """Three quarters of the physical memory."""
+        import os
+        return cls(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4)
+
+    def too_large(self, module) -> str | None:
+        """Why `module` is not attempted here, or None."""
+        largest, work = largest_value_bytes(module), multiply_adds(module)
+        if largest > self.memory_bytes // 4:
+            return (f"too large for this machine: a value of {largest / 2**30:.1f} GiB "
+                    f"(limit {self.memory_bytes / 4 / 2**30:.1f} GiB)")
+        if work > self.max_multiply_adds:
+            return (f"too large for this machine: {work:.2g} multiply-adds "
+                    f"(limit {self.max_multiply_adds:.2g})")
+        return None
+
+
+def run_isolated(limits: MachineLimits, fn, *args):
+    """`fn(*args)` in a forked child under `limits`; returns its (picklable) result. Raises
+    CaseTimeout when it runs too long and ChildDied when it ends without a result (killed, out
+    of memory in a way Python could not report). Exceptions `fn` raises come back as
+    `ChildFailed` (with `clean` set for a GspmdcError); MemoryError as `CaseOutOfMemory`."""
+    import multiprocessing
+    import resource
+
+    def child(connection):
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        try:
+            connection.send(("ok", fn(*args)))
+        except MemoryError:
+            connection.send(("memory", None))
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            connection.send(("error", (type(e).__name__, str(e), isinstance(e, GspmdcError))))
+        finally:
+            connection.close()
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=child, args=(sender,), daemon=True)
+    process.start()
+    sender.close()
+    try:
+        if not receiver.poll(limits.timeout_seconds):
+            raise CaseTimeout(f"timed out after {limits.timeout_seconds} s")
+        try:
+            status, value = receiver.recv()
+        except EOFError:
+            process.join()
+            raise ChildDied(f"the case's process died (exit code {process.exitcode})") from None
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+        receiver.close()
+    if status == "memory":
+        raise CaseOutOfMemory(f"out of memory under the {limits.memory_bytes / 2**30:.1f} GiB "
+                              "limit of this machine")
+    if status == "error":
+        raise ChildFailed(*value)
+    return value
+
+
+class CaseTimeout(Exception):
+    pass
+
+
+class CaseOutOfMemory(Exception):
+    pass
+
+
+class ChildDied(Exception):
+    pass
+
+
+class ChildFailed(Exception):
+    """An exception raised in the child: its type name, message, and whether it was a
+    GspmdcError (a clean rejection rather than a crash)."""
+
+    def __init__(self, type_name: str, message: str, clean: bool):
+        super().__init__(f"{type_name}: {message}")
+        self.clean = clean
 
 
 def default_shared_dir() -> Path:
     """`../shared` beside the repository (or beside the current directory)."""
     here = Path(__file__).resolve().parents[2] / "shared"
     return here if here.is_dir() else Path.cwd().parent / "shared"
-
-
-class CaseTimeout(Exception):
-    pass
 
 
 @contextlib.contextmanager
@@ -87,14 +175,14 @@ class Tally:
 
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
+    first = text[0] if text else ""
+    return (first if isinstance(e, ChildFailed) else f"{type(e).__name__}: {first}")[:200]
 
 
-def score_parse_corpus(path: Path) -> list[Tally]:
+def score_parse_corpus(path: Path, limits: MachineLimits) -> list[Tally]:
     """Parse, round-trip, verify and evaluate every module of one XLA corpus file."""
     from gspmdc import api
     from gspmdc.ir.verifier import verify_module
-    from gspmdc.runtime import io
 
     cases = json.loads(path.read_text())["cases"]
     parsed, rt, verified, evaluated = (Tally("parsed"), Tally("round-tripped"),
@@ -126,25 +214,28 @@ def score_parse_corpus(path: Path) -> list[Tally]:
             verified.record(name, "CRASH " + _one_line(e))
         if IO_OPCODES & set(case.get("opcodes", ())):
             continue
-        largest, work = largest_value_bytes(module), multiply_adds(module)
-        if largest > MAX_VALUE_BYTES:
-            too_large.record(name, f"a value of {largest / 2**30:.1f} GiB")
-            continue
-        if work > MAX_MULTIPLY_ADDS:
-            too_large.record(name, f"{work:.2g} multiply-adds in dots and convolutions")
+        reason = limits.too_large(module)
+        if reason is not None:
+            too_large.record(name, reason)
             continue
         try:
-            with time_limit(CASE_TIMEOUT_SECONDS):
-                api.evaluate(module, io.random_inputs(module, seed=0))
+            run_isolated(limits, _evaluate, module)
             evaluated.record(name, None)
-        except GspmdcError as e:
-            if case.get("expects_error") or any(r.get("expect_error") for r in case.get("runs", ())):
-                invalid.record(name, _one_line(e))
-            else:
-                evaluated.record(name, _one_line(e))
-        except Exception as e:  # noqa: BLE001
-            evaluated.record(name, _one_line(e))
+        except ChildFailed as e:
+            expected = case.get("expects_error") or any(r.get("expect_error")
+                                                        for r in case.get("runs", ()))
+            (invalid if e.clean and expected else evaluated).record(name, _one_line(e))
+        except (CaseTimeout, CaseOutOfMemory) as e:
+            too_large.record(name, str(e))
+        except ChildDied as e:
+            evaluated.record(name, str(e))
     return [parsed, rt, verified, evaluated, too_large, invalid]
+
+
+def _evaluate(module) -> None:
+    from gspmdc import api
+    from gspmdc.runtime import io
+    api.evaluate(module, io.random_inputs(module, seed=0))
 
 
 def multiply_adds(module) -> float:
@@ -223,11 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "propagate":
         from gspmdc.conformance_propagation import score
         return score(shared, args.verbose)
+    limits = MachineLimits.of_this_machine()
     if args.stage == "partition":
         from gspmdc.conformance_partition import score
-        return score(shared, args.verbose)
+        return score(shared, limits, args.verbose)
     for corpus in ("xla-propagation.json", "xla-partitioner.json"):
-        _report(f"{corpus}:", score_parse_corpus(shared / "conformance" / corpus), args.verbose)
+        _report(f"{corpus}:", score_parse_corpus(shared / "conformance" / corpus, limits),
+                args.verbose)
     _report("jax-programs:", score_jax_programs(shared / "jax-programs"), args.verbose)
     return 0
 

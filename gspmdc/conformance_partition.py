@@ -1,41 +1,48 @@
 """Score the SPMD partitioner on XLA's partitioner tests (`conformance/xla-partitioner.json`).
 
-Every case is partitioned as XLA's test helper does (no sharding propagation: unsharded
-instructions are replicated; `num_devices` partitions), run on the local backend with the
-inputs split by the parameter shardings (uneven padding filled with NaN / integer maxima, so a
-program that reads padding shows), assembled by the root sharding, and compared with the
-unpartitioned program on the reference interpreter (`gspmdc run --check`'s tolerance). Each case
-lands in one bucket:
+Every case is run exactly as a user would check it,
 
-- equivalent: the partitioned program reproduces the reference;
-- mismatch: it runs and gives different numbers;
-- cleanly rejected: partitioning or running stops with a gspmdc error (unsupported feature,
-  invalid input; XLA's cases that expect an error count here);
-- crashed: any other exception (a bug);
-- skipped: the reference cannot run (I/O ops) or the case is too large for a local run.
+    gspmdc run CASE.hlo -n NUM_DEVICES --backend local --check --seed 0 --garbage-padding
 
-Equivalent cases where some op had no partitioning rule of its own (it ran replicated, the
-default action) are counted separately.
+(sharding propagation, partitioning, the local backend on random inputs split by the parameter
+shardings, the outputs assembled by the root sharding and compared with the unpartitioned
+program on the reference interpreter); `--garbage-padding` fills uneven padding with NaN /
+integer maxima so that a program reading padding shows. Each case runs in a child process under
+this machine's limits (`MachineLimits`) and lands in one bucket:
+
+- equivalent: `run --check` passes (exit 0);
+- mismatch: it runs and gives different numbers (exit 1);
+- cleanly rejected: `run` stops with a clear error (exit 2: unsupported feature, invalid input;
+  XLA's cases that expect an error count here);
+- crashed: anything else (a bug);
+- excluded: sharded == unsharded is undefined for the case (I/O ops, or entry parameters with
+  manual shardings, i.e. per-device data: `run --check` refuses them with exit 2, see
+  `runtime.job.why_no_reference`), or it is too large for this machine (its values exceed a
+  quarter of the memory limit, or it runs out of memory or time).
+
+The figure is equivalent cases over all cases less those without a reference. Equivalent cases where some
+op had no partitioning rule of its own (it ran replicated, the default action) are counted
+separately. `run_case` is the in-process variant tests use: no propagation (as XLA's test
+helper partitions), same comparison.
 """
 from __future__ import annotations
 
+import contextlib
+import io as text_io
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from gspmdc.conformance import (
-    IO_OPCODES, Tally, _one_line, _report, largest_value_bytes, multiply_adds, time_limit,
+    CaseOutOfMemory, CaseTimeout, ChildDied, ChildFailed, MachineLimits, Tally,
+    _one_line, _report, run_isolated,
 )
 from gspmdc.errors import GspmdcError
+from gspmdc.runtime.job import why_no_reference
 
 CASE_TIMEOUT_SECONDS = 120
-MAX_VALUE_BYTES = 1 << 26
-MAX_MULTIPLY_ADDS = 2e9
-
-
-class _Mismatch(Exception):
-    pass
 
 
 def run_case(hlo: str, num_devices: int, name: str = "<case>") -> tuple[list[str], bool]:
@@ -68,50 +75,84 @@ def run_case(hlo: str, num_devices: int, name: str = "<case>") -> tuple[list[str
     return [c.line() for c in comparisons if not c.ok], default
 
 
-def score(shared_dir: Path, verbose: bool = False) -> int:
-    """Score every case; print the buckets; exit code 1 when a case mismatches or crashes."""
+def run_command(hlo: str, num_devices: int, timeout: float) -> tuple[int, str, bool]:
+    """`gspmdc run` on `hlo` (see the module docstring): the exit code, the first mismatch
+    line (exit 1) and whether some op ran replicated for lack of a rule. GspmdcError
+    propagates (a clean rejection)."""
+    from gspmdc.runtime.job import RunOptions, execute_local, prepare_job
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "case.hlo"
+        path.write_text(hlo)
+        options = RunOptions(num_partitions=num_devices, seed=0, check=True, timeout=timeout,
+                             padding="garbage", quiet=True)
+        job = prepare_job(str(path), options)
+        printed = text_io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = execute_local(job)
+    mismatch = next((line for line in printed.getvalue().splitlines()
+                     if line.startswith("check") and "MISMATCH" in line), "")
+    return code, mismatch, "no partitioning rule" in job.spmd_text
+
+
+def score(shared_dir: Path, limits: MachineLimits, verbose: bool = False) -> int:
+    """Score every case; print the buckets and the figure; exit code 1 when a case mismatches
+    or crashes."""
     from gspmdc import api
     path = Path(shared_dir) / "conformance" / "xla-partitioner.json"
     cases = json.loads(path.read_text())["cases"]
-    equivalent = Tally("equivalent")
+    equivalent = Tally("equivalent", counts_only=True)
     default = Tally("  of which use the default action", counts_only=True)
     mismatch = Tally("mismatch", counts_only=True)
     rejected = Tally("cleanly rejected", counts_only=True)
     crashed = Tally("crashed", counts_only=True)
-    skipped = Tally("skipped", counts_only=True)
+    undefined = Tally("excluded: no reference", counts_only=True)
+    too_large = Tally("excluded: too large here", counts_only=True)
     for case in cases:
         name = f"{case['name']}:{case['line']}"
-        n = case["num_devices"]
-        if IO_OPCODES & set(case.get("opcodes", ())):
-            skipped.record(name, "I/O ops: the reference cannot run")
-            continue
         try:
             module = api.parse(case["hlo"], name)
         except GspmdcError as e:
             rejected.record(name, _one_line(e))
             continue
-        largest, work = largest_value_bytes(module), multiply_adds(module)
-        if largest > MAX_VALUE_BYTES or work > MAX_MULTIPLY_ADDS:
-            skipped.record(name, f"too large for a local run ({largest / 2**20:.0f} MiB value, "
-                                 f"{work:.2g} multiply-adds)")
+        reason = why_no_reference(module)
+        if reason is not None:
+            undefined.record(name, reason)
+            continue
+        reason = limits.too_large(module)
+        if reason is not None:
+            too_large.record(name, reason)
             continue
         try:
-            with time_limit(CASE_TIMEOUT_SECONDS):
-                problems, used_default = run_case(case["hlo"], n, name)
-            if problems:
-                mismatch.record(name, "; ".join(problems))
-            else:
-                equivalent.record(name, None)
-                if used_default:
-                    default.record(name, None)
-        except GspmdcError as e:
-            rejected.record(name, ("(expected) " if case.get("expects_error") else "") +
-                            _one_line(e))
-        except Exception as e:  # noqa: BLE001 - a crash is a finding to report
-            crashed.record(name, _one_line(e))
-    _report("xla-partitioner.json (partition + run --check on the local backend):",
-            [equivalent, default, mismatch, rejected, crashed, skipped], verbose)
+            code, problem, used_default = run_isolated(limits, run_command, case["hlo"],
+                                                       case["num_devices"],
+                                                       limits.timeout_seconds)
+        except ChildFailed as e:
+            bucket = rejected if e.clean else crashed
+            bucket.record(name, ("(expected) " if case.get("expects_error") else "") +
+                          _one_line(e))
+            continue
+        except (CaseTimeout, CaseOutOfMemory) as e:
+            too_large.record(name, str(e))
+            continue
+        except ChildDied as e:
+            crashed.record(name, str(e))
+            continue
+        if code == 0:
+            equivalent.record(name, None)
+            if used_default:
+                default.record(name, None)
+        else:
+            mismatch.record(name, problem or f"exit code {code}")
+    _report("xla-partitioner.json (gspmdc run --backend local --check --seed 0 "
+            "--garbage-padding):",
+            [equivalent, default, mismatch, rejected, crashed, undefined, too_large], verbose)
+    counted = len(cases) - undefined.attempted
+    runnable = counted - too_large.attempted
+    print(f"  figure: {equivalent.attempted} / {counted} cases with a reference equivalent "
+          f"({100.0 * equivalent.attempted / max(counted, 1):.1f}%); "
+          f"{equivalent.attempted} / {runnable} of those this machine can run "
+          f"({100.0 * equivalent.attempted / max(runnable, 1):.1f}%)")
     return 1 if mismatch.attempted or crashed.attempted else 0
 
 
-__all__ = ["score", "run_case"]
+__all__ = ["score", "run_case", "run_command"]

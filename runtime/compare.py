@@ -20,6 +20,9 @@ import numpy as np
 from gspmdc.ir.module import Module
 from gspmdc.ir.shapes import ArrayShape
 
+#: elements compared at once (the float64 work arrays of a huge output stay small)
+COMPARE_CHUNK = 1 << 22
+
 #: (rtol, atol) for a floating output, from its reference values
 Tolerance = Callable[[np.ndarray], tuple[float, float]]
 
@@ -68,17 +71,23 @@ def _compare(name: str, a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> O
         error = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
         return OutputComparison(name, bad == 0, error, float(bad > 0),
                                 f"{bad} of {b.size} elements differ" if bad else None)
-    a64 = np.atleast_1d(a.astype(np.complex128))  # 0-d outputs compare as one element
-    b64 = np.atleast_1d(b.astype(np.complex128))
     rtol, atol = tolerance(b)
-    with np.errstate(all="ignore"):
-        diff = np.abs(a64 - b64)
-        diff[np.isnan(diff)] = np.inf                   # NaN on one side, or different infinities
-        diff[(a64 == b64) | (np.isnan(a64) & np.isnan(b64))] = 0.0
-        allowed = atol + rtol * np.abs(np.where(np.isfinite(b64), b64, 0))
-        ratio = float(np.max(diff / np.maximum(allowed, np.finfo(np.float64).tiny)))
-    error = float(np.max(diff))
-    bad = int(np.count_nonzero(diff > allowed))
+    work = np.complex128 if b.dtype.kind == "c" else np.float64
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    error = ratio = 0.0
+    bad = 0
+    for start in range(0, b.size, COMPARE_CHUNK):      # bounded memory for huge outputs
+        x = flat_a[start:start + COMPARE_CHUNK].astype(work)
+        y = flat_b[start:start + COMPARE_CHUNK].astype(work)
+        with np.errstate(all="ignore"):
+            diff = np.abs(x - y)
+            diff[np.isnan(diff)] = np.inf               # NaN on one side, or different infinities
+            diff[(x == y) | (np.isnan(x) & np.isnan(y))] = 0.0
+            allowed = atol + rtol * np.abs(np.where(np.isfinite(y), y, 0))
+            ratio = max(ratio, float(np.max(diff / np.maximum(allowed,
+                                                              np.finfo(np.float64).tiny))))
+        error = max(error, float(np.max(diff)))
+        bad += int(np.count_nonzero(diff > allowed))
     return OutputComparison(name, bad == 0, error, ratio,
                             f"{bad} of {b.size} elements outside tolerance" if bad else None)
 

@@ -161,18 +161,27 @@ def _partition(module: Module, original: Module, n: int, path: str) -> Module:
 
 def _check_reference(module: Module, path: str) -> None:
     """`--check` needs a reference that runs on one device from global inputs."""
+    reason = why_no_reference(module)
+    if reason is not None:
+        raise UnsupportedError(f"{path}: run --check cannot compare {reason}")
+
+
+def why_no_reference(module: Module) -> str | None:
+    """Why sharded == unsharded is undefined for `module` (so `run --check` refuses it), or
+    None: I/O instructions (their data does not come from the input file) and entry parameters
+    with manual shardings (per-device data, which one global input cannot describe)."""
     io_ops = sorted({inst.opcode for _, inst in module.all_instructions()
                      if inst.opcode in IO_OPCODES})
     if io_ops:
-        raise UnsupportedError(f"{path}: run --check cannot compare a program with I/O "
-                               f"instructions ({', '.join(io_ops)}): their data does not come "
-                               "from the input file")
+        return (f"a program with I/O instructions ({', '.join(io_ops)}): their data does not "
+                "come from the input file")
     for p in module.entry.parameters:
         if p.sharding is not None and any(leaf.kind == "manual" or leaf.has_manual_subgroup
                                           for leaf in p.sharding.leaves()):
-            raise UnsupportedError(f"{path}: run --check: entry parameter {p.parameter_number} "
-                                   f"({p.name}) has a manual sharding: its value is per-device "
-                                   "data, which one global input cannot describe")
+            return (f"entry parameter {p.parameter_number} ({p.name}), which has a manual "
+                    "sharding: its value is per-device data, which one global input cannot "
+                    "describe")
+    return None
 
 
 def check_executable(module: Module) -> None:

@@ -164,3 +164,24 @@ def test_run_takes_the_partition_count_from_the_shardings(tmp_path, capsys):
     assert devices_named_by_shardings(parse_module(text)) == 8
     assert main(["run", str(module), "--backend", "local", "--check", "-q"]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("error, code, message", [
+    (MemoryError("Unable to allocate 24.0 GiB"), 3,
+     "gspmdc: error: out of memory (Unable to allocate 24.0 GiB)"),
+    (KeyboardInterrupt(), 3, "gspmdc: interrupted"),
+    (ZeroDivisionError("boom"), 3, "gspmdc: internal error: ZeroDivisionError: boom"),
+])
+def test_failures_outside_gspmdc_errors_are_one_message(monkeypatch, capsys, tmp_path, error,
+                                                        code, message):
+    from gspmdc import cli
+    from gspmdc.commands import basic
+
+    def fail(args):
+        raise error
+    monkeypatch.setattr(basic, "cmd_parse", fail)
+    program = tmp_path / "p.hlo"
+    program.write_text("HloModule m\nENTRY e {\n  ROOT c = f32[] constant(1)\n}\n")
+    assert cli.main(["parse", str(program)]) == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

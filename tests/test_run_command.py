@@ -145,7 +145,7 @@ ENTRY main {
 
 @pytest.mark.parametrize("text, message", [
     (IO_PROGRAM, "I/O instructions (outfeed)"),
-    (MANUAL_PROGRAM, "entry parameter 0 (x) has a manual sharding"),
+    (MANUAL_PROGRAM, "entry parameter 0 (x), which has a manual sharding"),
 ])
 def test_check_refuses_io_and_manual_parameters(tmp_path, capsys, text, message):
     program = tmp_path / "p.hlo"
@@ -222,6 +222,25 @@ def test_compare_outputs_contract():
     assert "1 of 2 elements differ" in compare_outputs(a, {**a, "out1": np.array([1, 3])
                                                             .astype(np.int32)})
     assert "missing" in compare_outputs({}, a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_comparison_in_chunks_counts_every_element(monkeypatch, dtype):
+    """Huge outputs are compared a chunk at a time: counts, errors and NaN rules still span
+    every element (chunk of 3 over 10 elements, errors in the first and last chunks)."""
+    from gspmdc.runtime import compare
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", 3)
+    want = np.arange(10, dtype=dtype).reshape(2, 5)
+    want[1, 4] = np.nan
+    got = want.copy()
+    got[0, 0] += 0.5
+    got[1, 3] += 2.0
+    (result,) = compare_output_arrays({"o": got}, {"o": want}, lambda _: (1e-6, 1e-6))
+    assert not result.ok and result.problem == "2 of 10 elements outside tolerance"
+    assert result.max_abs_error == pytest.approx(2.0)
+    scalar = compare_output_arrays({"o": np.float32(1)}, {"o": np.float32(1)},
+                                   lambda _: (0.0, 0.0))
+    assert scalar[0].ok
 
 
 def test_check_tolerance_scales_with_the_reduction_length():

@@ -413,23 +413,19 @@ def test_a_tiled_windowed_dim_is_gathered():
 def test_ops_without_a_rule_run_replicated():
     spmd = check_equivalent(module("""
   x = f32[8,6] parameter(0), sharding={devices=[2,1]<=[2]}
-  i = s32[3,1] parameter(1)
-  ROOT g = f32[3,6] gather(x, i), offset_dims={1}, collapsed_slice_dims={0},
-    start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}, sharding={devices=[2,1]<=[2]}"""),
+  ROOT h = f32[8,6] custom-call(x), custom_call_target="MoveToHost", sharding={devices=[2,1]<=[2]}"""),
         2)
     (gather,) = [i for i in spmd.entry.instructions if i.opcode == "all-gather"]
     assert gather.attr("metadata").get("spmd_reason") == \
-        "no partitioning rule for gather: it runs on replicated operands"
+        "no partitioning rule for custom-call: it runs on replicated operands"
 
 
 # ---- clean rejections ------------------------------------------------------------------------------
 
 def test_partition_dependent_ops_are_rejected():
-    with pytest.raises(UnsupportedError, match="rng"):
+    with pytest.raises(UnsupportedError, match="rng-get-and-update-state"):
         partition(module("""
-  a = f32[] constant(0)
-  b = f32[] constant(1)
-  ROOT r = f32[4] rng(a, b), distribution=rng_uniform"""), 2)
+  ROOT r = u64[2] rng-get-and-update-state(), delta=4"""), 2)
 
 
 def test_manual_shardings_are_rejected():
@@ -471,3 +467,22 @@ def test_unreduced_annotations_in_the_middle_of_a_program():
   u = f32[8,4] copy(x), sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
   ROOT n = f32[8,4] negate(u), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}"""), 4)
     assert opcodes(spmd) == ["parameter", "copy", "negate"]
+
+
+def test_tuple_copy_keeps_each_leafs_sharding():
+    """`copy` of a tuple copies leaf by leaf: no leaf is gathered (found crashing on XLA's
+    GatherParallelDimFromOutsideWhilePositive)."""
+    text = """HloModule m, num_partitions=4
+ENTRY e {
+  a = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[4,8] parameter(1), sharding={devices=[1,4]<=[4]}
+  t = (f32[8,4], f32[4,8]) tuple(a, b), sharding={{devices=[4,1]<=[4]}, {devices=[1,4]<=[4]}}
+  c = (f32[8,4], f32[4,8]) copy(t), sharding={{devices=[4,1]<=[4]}, {devices=[1,4]<=[4]}}
+  x = f32[8,4] get-tuple-element(c), index=0, sharding={devices=[4,1]<=[4]}
+  y = f32[4,8] get-tuple-element(c), index=1, sharding={devices=[1,4]<=[4]}
+  s = f32[4,8] transpose(x), dimensions={1,0}, sharding={devices=[1,4]<=[4]}
+  ROOT r = f32[4,8] add(s, y), sharding={devices=[1,4]<=[4]}
+}
+"""
+    spmd = check_equivalent(text, 4)
+    assert collectives(spmd) == []

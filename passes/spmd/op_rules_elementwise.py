@@ -10,7 +10,7 @@ operands already agree). Scalar operands of a non-scalar op (`clamp`'s bounds) a
 from __future__ import annotations
 
 from gspmdc.ir.sharding import HloSharding
-from gspmdc.ir.shapes import ArrayShape
+from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .op_rules import DEFAULT_RULE, OpPlan, OpRule, op_rule, without_partials
 
@@ -31,6 +31,12 @@ OTHER = ("select", "clamp", "map")
 @op_rule(*UNARY, *BINARY, *OTHER)
 class ElementwiseRule(OpRule):
     def plan(self, inst, ctx):
+        if isinstance(inst.shape, TupleShape):
+            if inst.opcode == "copy":                  # leaf by leaf: the copy keeps them
+                (operand,) = inst.operands
+                return OpPlan((operand.sharding,), operand.sharding,
+                              "a tuple copy keeps its operand's shardings")
+            return DEFAULT_RULE.plan(inst, ctx)
         if inst.opcode == "bitcast-convert" and inst.shape.rank != inst.operands[0].shape.rank:
             return DEFAULT_RULE.plan(inst, ctx)    # a width change adds or drops a dim
         target = without_partials(inst.sharding)

@@ -18,6 +18,9 @@ from gspmdc.ir.attributes import Window
 
 from . import kernel
 
+#: the largest im2col patch array a convolution builds at once (see `convolution`)
+IM2COL_BYTES = 256 << 20
+
 
 def accumulation_dtype(element_type: str) -> np.dtype:
     """The numpy type a contraction with result `element_type` accumulates in."""
@@ -212,7 +215,9 @@ def convolution(inst, args, ctx):
 
     Output size per spatial dim: `(dilated_in + lo + hi - dilated_window) // stride + 1` (0 if
     negative). Computed as im2col: pad/dilate the input, take strided sliding windows, and
-    contract each group with one batched matmul."""
+    contract each group with one batched matmul; when the patches would exceed
+    `IM2COL_BYTES`, the leading kernel dims are looped over and the partial products summed,
+    so memory stays near the size of the input and output."""
     lhs, rhs = args
     labels = inst.attr("dim_labels")
     window = inst.attr("window") or Window(())
@@ -254,15 +259,21 @@ def convolution(inst, args, ctx):
         taps = (slice(None), slice(None))
         taps += tuple(slice(None, None, d.stride) for d in window.dims)
         taps += tuple(slice(None, None, d.window_dilation) for d in window.dims)
-        view = view[taps]
-        # [BG, N', FG, I, P..., K...] -> [G, N' * P, I * K]
-        view = view.reshape((bgc, out_batch, fgc, c // fgc) + view.shape[2:])
-        p_axes = list(range(4, 4 + nsp))
-        k_axes = list(range(4 + nsp, 4 + 2 * nsp))
-        patches = view.transpose([0, 2, 1, *p_axes, 3, *k_axes]).reshape(
-            groups, out_batch * prod(positions), i * prod(kernel_sizes))
-        filters = w.reshape(groups, o // groups, i * prod(kernel_sizes)).transpose(0, 2, 1)
-        y = np.matmul(patches, filters)                       # [G, N' * P, O/G]
+        view = view[taps].reshape((bgc, out_batch, fgc, c // fgc) + view[taps].shape[2:])
+        filters = w.reshape(groups, o // groups, i, *kernel_sizes)
+        y = np.zeros((groups, out_batch * prod(positions), o // groups), acc)
+        looped = _looped_kernel_dims(kernel_sizes, i * out_batch * prod(positions) * acc.itemsize)
+        for tap in np.ndindex(*kernel_sizes[:looped]):
+            # one chunk of im2col: [BG, N', FG, I, P..., K_rest...] -> [G, N' * P, I * K_rest]
+            part = view[(Ellipsis, *tap) + (slice(None),) * (nsp - looped)]
+            p_axes = list(range(4, 4 + nsp))
+            k_axes = list(range(4 + nsp, 4 + 2 * nsp - looped))
+            rest = prod(kernel_sizes[looped:])
+            patches = part.transpose([0, 2, 1, *p_axes, 3, *k_axes]).reshape(
+                groups, out_batch * prod(positions), i * rest)
+            kernel = filters[(Ellipsis, *tap) + (slice(None),) * (nsp - looped)]
+            y += np.matmul(patches, kernel.reshape(groups, o // groups, i * rest)
+                           .transpose(0, 2, 1))                 # [G, N' * P, O/G]
         y = y.reshape((groups, out_batch, *positions, o // groups))
         out = y.transpose([1, 0, nsp + 2, *range(2, nsp + 2)]).reshape(out.shape)
     result = _from_canonical(out, [labels.out_batch, labels.out_feature, *labels.out_spatial],
@@ -272,6 +283,15 @@ def convolution(inst, args, ctx):
 
 # ---------------------------------------------------------------------------------------------
 # linear algebra
+
+
+def _looped_kernel_dims(kernel_sizes, bytes_per_tap: int) -> int:
+    """How many leading kernel dims to loop over so that one im2col chunk (the remaining taps
+    times `bytes_per_tap`) stays within IM2COL_BYTES."""
+    for looped in range(len(kernel_sizes) + 1):
+        if prod(kernel_sizes[looped:]) * bytes_per_tap <= IM2COL_BYTES:
+            return looped
+    return len(kernel_sizes)
 
 
 def _float_work_dtype(dtype: np.dtype) -> np.dtype:
