@@ -1,0 +1,116 @@
+"""Gather partitioning (reference §4.7.6): each strategy forced by the shardings, checked against
+the unpartitioned program on 2, 3, 4 and 8 partitions (uneven shards, garbage padding, start
+indices out of range so HLO's clamping matters), with the collectives each strategy implies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spmd_partition_helpers import check_equivalent, collectives
+
+DEVICES = [2, 3, 4, 8]
+
+
+def module(body: str) -> str:
+    return f"HloModule m\n\nENTRY e {{\n{body}\n}}\n"
+
+
+def table(rows: int, cols: int) -> np.ndarray:
+    return (np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) + 1) * 0.5
+
+
+def tiled(n: int, rank: int, dim: int) -> str:
+    counts = [1] * rank
+    counts[dim] = n
+    return f"{{devices=[{','.join(map(str, counts))}]<=[{n}]}}"
+
+
+#: start indices with values below 0 and beyond the table (clamped by HLO)
+INDICES = np.array([[3], [-4], [0], [40], [55], [17], [1]], np.int32)
+#: rows of the tables indexed by INDICES (uneven on 2, 3, 4 and 8 partitions)
+ROWS = 41
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_indexed_operand_dim_is_gathered_by_masked_local_gathers_and_one_all_reduce(n):
+    text = module(f"""
+  t = f32[{ROWS},6] parameter(0), sharding={tiled(n, 2, 0)}
+  i = s32[7,1] parameter(1), sharding={{replicated}}
+  ROOT g = f32[7,6] gather(t, i), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,6}}, sharding={{replicated}}""")
+    spmd = check_equivalent(text, n, inputs=[table(ROWS, 6), INDICES])
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert collectives(spmd)[0][1] == [list(range(n))]
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_indexed_operand_with_implicit_index_vector_and_tiled_result(n):
+    """index_vector_dim = rank of the indices; the partial result is reduce-scattered into the
+    result's tiling of the offset dim."""
+    text = module(f"""
+  t = f32[{ROWS},{2 * n}] parameter(0), sharding={tiled(n, 2, 0)}
+  i = s32[5] parameter(1), sharding={{replicated}}
+  ROOT g = f32[5,{2 * n}] gather(t, i), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{2 * n}}}, sharding={tiled(n, 2, 1)}""")
+    indices = np.array([40, -1, 14, 3, 70], np.int32)
+    spmd = check_equivalent(text, n, inputs=[table(ROWS, 2 * n), indices])
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter"]
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_operand_pass_through_dim_needs_no_communication(n):
+    text = module(f"""
+  t = f32[4,9] parameter(0), sharding={tiled(n, 2, 1)}
+  i = s32[7,1] parameter(1), sharding={{replicated}}
+  ROOT g = f32[7,9] gather(t, i), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,9}}, sharding={tiled(n, 2, 1)}""")
+    spmd = check_equivalent(text, n, inputs=[table(4, 9), INDICES])
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_index_pass_through_dims_need_no_communication(n):
+    text = module(f"""
+  t = f32[{ROWS},3] parameter(0), sharding={{replicated}}
+  i = s32[7,1] parameter(1), sharding={tiled(n, 2, 0)}
+  ROOT g = f32[7,3] gather(t, i), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,3}}, sharding={tiled(n, 2, 0)}""")
+    spmd = check_equivalent(text, n, inputs=[table(ROWS, 3), INDICES])
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_explicit_batch_dims_tiled_alike_need_no_communication(n):
+    """take_along_axis: operand and indices tiled on their batching dims."""
+    text = module(f"""
+  x = f32[9,6] parameter(0), sharding={tiled(n, 2, 0)}
+  i = s32[9,2,1] parameter(1), sharding={tiled(n, 3, 0)}
+  ROOT g = f32[9,2] gather(x, i), offset_dims={{}}, collapsed_slice_dims={{1}}, start_index_map={{1}}, operand_batching_dims={{0}}, start_indices_batching_dims={{0}}, index_vector_dim=2, slice_sizes={{1,1}}, sharding={tiled(n, 2, 0)}""")
+    indices = np.array([[-1, 7, 0, 5, 2, 9, 3, 4, 1], [5, 0, 6, 1, 4, 2, -8, 3, 3]],
+                       np.int32).T.reshape(9, 2, 1)
+    spmd = check_equivalent(text, n, inputs=[table(9, 6), indices])
+    assert collectives(spmd) == []
+
+
+def test_vocab_and_batch_tiles_combine_on_a_mesh():
+    """The embedding pattern on a 2x4 mesh: table rows over y, token batch over x; each device
+    gathers its rows for its batch and one all-reduce over y combines them (no all-gather of the
+    table)."""
+    text = module("""
+  t = f32[53,4] parameter(0), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  i = s32[6,5,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[6,5,4] gather(t, i), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,4}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}""")
+    rng = np.random.default_rng(1)
+    indices = rng.integers(-3, 60, size=(6, 5, 1)).astype(np.int32)
+    spmd = check_equivalent(text, 8, inputs=[table(53, 4), indices])
+    found = collectives(spmd)
+    assert [c[0] for c in found] == ["all-reduce"]
+    assert found[0][1] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_two_index_components_one_tiled_with_a_window():
+    """A 2-component start index: dim 0 indexed with slice size 1 (tiled, masked), dim 1 with a
+    window of 2 (gathered, clamped to [0, 3])."""
+    text = module("""
+  t = f32[37,5] parameter(0), sharding={devices=[3,1]<=[3]}
+  i = s32[4,2] parameter(1), sharding={replicated}
+  ROOT g = f32[4,2] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,2}, sharding={replicated}""")
+    indices = np.array([[36, 4], [-2, 1], [13, -5], [50, 3]], np.int32)
+    spmd = check_equivalent(text, 3, inputs=[table(37, 5), indices])
+    assert "all-gather" not in [c[0] for c in collectives(spmd)]
