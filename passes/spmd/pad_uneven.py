@@ -6,8 +6,8 @@ harmless for ops that map elements one to one, and for every reshard (data movem
 in padding). It is harmful where a padding element flows into a real one:
 
 - `reduce` over a tiled uneven dim: the input is masked with the reduce's init value;
-- `dot` contracting over a tiled uneven dim: *both* operands are masked with 0 (a masked lhs
-  alone would still give `0 * NaN`).
+- `dot` (and `ragged-dot`) contracting over a tiled uneven dim: *both* operands are masked
+  with 0 (a masked lhs alone would still give `0 * NaN`).
 
 The mask is written in the global IR as ops that are the identity on the global program:
 
@@ -53,8 +53,8 @@ class PadUneven(ModulePass):
                     if uneven:
                         inst.operands[i] = mask_padding(b, x, uneven, inst.operands[count + i],
                                                         inst, "the reduce's init value")
-            elif inst.opcode == "dot":
-                lhs, rhs = inst.operands
+            elif inst.opcode in ("dot", "ragged-dot"):
+                lhs, rhs = inst.operands[:2]
                 lc = inst.attr("lhs_contracting_dims", ())
                 rc = inst.attr("rhs_contracting_dims", ())
                 lu, ru = uneven_dims(lhs, lc), uneven_dims(rhs, rc)
