@@ -486,3 +486,36 @@ ENTRY e {
 """
     spmd = check_equivalent(text, 4)
     assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("text", [
+    # narrow to wide drops the trailing dim of 2: the leading dims keep their tiling
+    """HloModule m, num_partitions=4
+ENTRY e {
+  p0 = s32[6,2] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT r = f64[6] bitcast-convert(p0), sharding={devices=[4]<=[4]}
+}
+""",
+    # XLA's BitcastConvertInputRankGreaterThanOutputRank: the trailing dim is tiled: gathered
+    """HloModule m, num_partitions=4
+ENTRY e {
+  p0 = s32[4,2] parameter(0), sharding={devices=[2,2]<=[4]}
+  ROOT r = f64[4] bitcast-convert(p0), sharding={devices=[2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+}
+""",
+    # wide to narrow adds a trailing dim of 4
+    """HloModule m, num_partitions=2
+ENTRY e {
+  p0 = f32[5,3] parameter(0), sharding={devices=[1,2]<=[2]}
+  ROOT r = u8[5,3,4] bitcast-convert(p0), sharding={devices=[1,2,1]<=[2]}
+}
+""",
+])
+def test_width_changing_bitcast_convert_keeps_shared_dims_tiled(text):
+    spmd = check_equivalent(text, 4 if "num_partitions=4" in text else 2,
+                            inputs=None)
+    gathers = [c for c in collectives(spmd) if c[0] == "all-gather"]
+    if "[4,2] parameter" in text:
+        assert gathers and all(g[2] == (1,) for g in gathers)   # only the trailing dim
+    else:
+        assert collectives(spmd) == []

@@ -38,7 +38,7 @@ class ElementwiseRule(OpRule):
                               "a tuple copy keeps its operand's shardings")
             return DEFAULT_RULE.plan(inst, ctx)
         if inst.opcode == "bitcast-convert" and inst.shape.rank != inst.operands[0].shape.rank:
-            return DEFAULT_RULE.plan(inst, ctx)    # a width change adds or drops a dim
+            return _width_change_plan(inst, ctx)
         target = without_partials(inst.sharding)
         rank = inst.shape.rank
         scalar = [isinstance(o.shape, ArrayShape) and o.shape.rank == 0 and rank > 0
@@ -53,6 +53,31 @@ class ElementwiseRule(OpRule):
         plans = [OpPlan(tuple(replicated if s else c for s in scalar), c,
                         "elementwise operands share the result's sharding") for c in candidates]
         return ctx.choose(inst, plans)
+
+
+def _width_change_plan(inst, ctx):
+    """A bitcast-convert between widths adds (wide to narrow) or drops (narrow to wide) a
+    trailing dim of the width ratio; the other dims map one to one. The candidates keep the
+    result's tiling or the operand's on the shared dims, with the trailing dim untiled."""
+    (operand,) = inst.operands
+    rank, shared = inst.shape.rank, min(inst.shape.rank, operand.shape.rank)
+    plans = []
+    for source, source_rank in ((without_partials(inst.sharding), rank),
+                                (operand.sharding, operand.shape.rank)):
+        if source.kind == "maximal" or source != without_partials(source):
+            continue
+        tiling = ctx.tiling(source, source_rank)
+        if tiling.rank > shared:
+            if tiling.counts[shared] != 1:
+                tiling = tiling.fold_dims([shared], "replicated")
+            tiling = tiling.remove_dims([shared])
+        result = tiling.insert_dims([shared]) if rank > shared else tiling
+        needed = tiling.insert_dims([shared]) if operand.shape.rank > shared else tiling
+        plans.append(OpPlan((needed.to_sharding(),), result.to_sharding(),
+                            "a width-changing bitcast-convert keeps the shared dims' tiling"))
+    if not plans:
+        return DEFAULT_RULE.plan(inst, ctx)
+    return ctx.choose(inst, plans)
 
 
 __all__ = ["ElementwiseRule", "UNARY", "BINARY", "OTHER"]
