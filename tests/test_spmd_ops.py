@@ -449,7 +449,7 @@ def test_bitcast_convert_of_one_width_is_elementwise():
     spmd = check_equivalent(module("""
   x = f32[10,4] parameter(0), sharding={devices=[4,1]<=[4]}
   ROOT b = u8[10,4,4] bitcast-convert(x), sharding={devices=[4,1,1]<=[4]}"""), 4)
-    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert collectives(spmd) == []          # the width change adds an untiled trailing dim
 
 
 def test_shard_groups_are_hints_not_layouts():
