@@ -35,6 +35,7 @@ from . import (  # noqa: F401  (each module registers its rules)
     op_rules_data, op_rules_dot, op_rules_elementwise, op_rules_passthrough, op_rules_reduce,
 )
 from . import op_rules_gather  # noqa: F401  (gather)
+from . import op_rules_random  # noqa: F401  (rng, rng-bit-generator)
 from . import op_rules_ragged  # noqa: F401  (ragged-dot)
 from .cleanup import Cleanup
 from .explain import collective_result_bytes, collective_sent_bytes, explain_collective

@@ -12,7 +12,7 @@ A rule answers two questions about an instruction `h` of the global program:
 
 Ops without a rule of their own use the *default action* of §4.7.1 when they are pure: operands
 replicated (or on the op's single device), the op run unchanged, the result resharded. Ops whose
-meaning depends on the partition (I/O, `rng`, `partition-id`, collectives and manual boundaries
+meaning depends on the partition (I/O, `partition-id`, collectives and manual boundaries
 written by the user) are rejected with UnsupportedError.
 """
 from __future__ import annotations
@@ -150,7 +150,7 @@ def maximal_for(shape: Shape, device: int) -> HloSharding:
 
 #: opcodes whose result depends on the partition or which talk to the host or other partitions
 UNPARTITIONABLE = frozenset({
-    "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "rng",
+    "infeed", "outfeed", "send", "send-done", "recv", "recv-done",
     "rng-get-and-update-state", "partition-id", "replica-id", "all-reduce", "all-gather",
     "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",
     "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done",

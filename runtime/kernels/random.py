@@ -23,8 +23,20 @@ b) follows XLA's RngExpander formulas on Philox bits: uniform floats from the to
 mantissa-width bits scaled into [a, b), uniform integers `a + d/2 + (d - d/2)` with
 `d = bits mod (b - a)`, normals by Box-Muller pairing the two halves of a uniform draw. Its Philox
 key is 0 and its counter a global 128-bit state kept per evaluation in `ctx.cache`, starting at
-0x7012395 and shared with `rng-get-and-update-state`. XLA keys `rng` with a per-compilation seed,
-so only the distribution, not the values, can match XLA.
+0x7012395 and shared with `rng-get-and-update-state`; an `rng` advances it by the Philox blocks of
+its whole result (`rng_state_delta`), and element i reads the Philox value(s) at row-major index i
+(normals: the pair `i mod p`, `p + i mod p` with p = ceil(count / 2)), so every element depends only
+on the state, the element count and i. XLA keys `rng` with a per-compilation seed, so only the
+distribution, not the values, can match XLA.
+
+Shards (the partitioner's local forms, custom-calls with `frontend_attributes={global_dims="..."}`
+and the shard's s32 global offsets as trailing operands; padding beyond the global dims repeats
+the last real element):
+
+- `gspmdc.RngBitGeneratorShard(state, offsets...)`, `algorithm=A`: the shard of the bits of
+  `rng-bit-generator(state)` with the global dims, and the global new state;
+- `gspmdc.RngShard(a, b, state, offsets...)`, `distribution=D`: the shard of an `rng(a, b)` with
+  the global dims that read the global state value `state` (from `rng-get-and-update-state`).
 """
 from __future__ import annotations
 
@@ -35,6 +47,7 @@ from gspmdc.ir import dtypes
 from gspmdc.ir.shapes import TupleShape
 
 from . import kernel
+from .custom_call import CUSTOM_CALL_TARGETS
 
 _U32 = np.uint32
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -127,7 +140,7 @@ def threefry_bits(key: int, counter: int, dims: tuple[int, ...], width: int):
         y0, y1 = threefry2x32(_split64(inputs), k)
         return _join64(y0, y1).astype(np.uint64).reshape(dims), count
     shape = tuple(dims) or (1,)
-    d = min(range(len(shape)), key=lambda i: (-(-shape[i] // 2) * (count // shape[i]), i))
+    d = _threefry_pair_dim(shape)
     halves = shape[:d] + (-(-shape[d] // 2),) + shape[d + 1:]
     blocks = int(np.prod(halves))
     inputs = np.uint64(counter) + np.arange(blocks, dtype=np.uint64)
@@ -136,6 +149,45 @@ def threefry_bits(key: int, counter: int, dims: tuple[int, ...], width: int):
     paired = paired.reshape(shape[:d] + (2 * halves[d],) + shape[d + 1:])
     bits = np.take(paired, np.arange(shape[d]), axis=d).reshape(dims)
     return _narrow(bits, width), blocks
+
+
+def _threefry_pair_dim(shape: tuple[int, ...]) -> int:
+    count = int(np.prod(shape))
+    return min(range(len(shape)), key=lambda i: (-(-shape[i] // 2) * (count // shape[i]), i))
+
+
+def philox_bits_at(key: int, counter: tuple[int, int], index: np.ndarray, width: int):
+    """The elements at row-major positions `index` (int64 array) of `philox_bits(key, counter,
+    count, width)` for any `count` covering them, shaped like `index`."""
+    k = (key & 0xFFFFFFFF, key >> 32)
+    index = index.astype(np.uint64)
+    per_block = np.uint64(2 if width == 64 else 4)
+    low, high = _add128(counter[0], counter[1], index // per_block)
+    out = np.stack(philox4x32((*_split64(low), *_split64(high)), k))
+    slot = (index % per_block).astype(np.int64)
+    if width == 64:
+        first = np.take_along_axis(out, (2 * slot)[None], 0)[0]
+        second = np.take_along_axis(out, (2 * slot + 1)[None], 0)[0]
+        return _join64(first, second)
+    return _narrow(np.take_along_axis(out, slot[None], 0)[0], width)
+
+
+def threefry_bits_at(key: int, counter: int, dims: tuple[int, ...], coords: tuple, width: int):
+    """The elements at coordinates `coords` (one int64 array per dim of `dims`, all of one shape)
+    of `threefry_bits(key, counter, dims, width)`, shaped like the coordinate arrays."""
+    k = (key & 0xFFFFFFFF, key >> 32)
+    shape = tuple(dims) or (1,)
+    coords = tuple(coords) or (np.zeros((), np.int64),)
+    if width == 64:
+        block = np.ravel_multi_index(coords, shape).astype(np.uint64)
+        y0, y1 = threefry2x32(_split64(np.uint64(counter) + block), k)
+        return _join64(y0, y1)
+    d = _threefry_pair_dim(shape)
+    halves = shape[:d] + (-(-shape[d] // 2),) + shape[d + 1:]
+    half = coords[:d] + (coords[d] // 2,) + coords[d + 1:]
+    block = np.ravel_multi_index(half, halves).astype(np.uint64)
+    y0, y1 = threefry2x32(_split64(np.uint64(counter) + block), k)
+    return _narrow(np.where(coords[d] % 2 == 0, y0, y1), width)
 
 
 def _narrow(bits32: np.ndarray, width: int) -> np.ndarray:
@@ -154,6 +206,45 @@ def _width(element_type: str) -> int:
     return width
 
 
+def generate_bits(algorithm: str, state: np.ndarray, element_type: str, dims: tuple[int, ...],
+                  coords: tuple | None = None, name: str = "rng-bit-generator"):
+    """rng-bit-generator on a result of global shape `element_type[dims]`: `(new state, bits)`.
+    `coords`: one int64 array per dim (all of one shape) selecting the elements to generate (the
+    bits then have that shape); None: the whole result."""
+    words = [int(w) for w in np.asarray(state, np.uint64).reshape(-1)]
+    width = _width(element_type)
+    count = int(np.prod(dims))
+    if algorithm in ("rng_default", "rng_philox"):
+        if len(words) not in (2, 3):
+            raise VerificationError(f"{name}: Philox needs a u64[2] or u64[3] state")
+        high = words[2] if len(words) == 3 else words[0]
+        if coords is None:
+            bits, _ = philox_bits(words[0], (words[1], high), count, width)
+        else:
+            index = np.ravel_multi_index(coords, dims) if dims else np.zeros((), np.int64)
+            bits = philox_bits_at(words[0], (words[1], high), np.asarray(index), width)
+        blocks = -(-count * (2 if width == 64 else 1) // 4)
+        low, high = _add128(words[1], high, np.asarray(blocks))
+        counter = [int(low), int(high)] if len(words) == 3 else [int(low)]
+    elif algorithm == "rng_three_fry":
+        if len(words) != 2:
+            raise VerificationError(f"{name}: ThreeFry needs a u64[2] state")
+        if coords is None:
+            bits, blocks = threefry_bits(words[0], words[1], dims, width)
+        else:
+            bits = threefry_bits_at(words[0], words[1], dims, coords, width)
+            shape = tuple(dims) or (1,)
+            blocks = count if width == 64 or count == 0 else \
+                count // shape[_threefry_pair_dim(shape)] * \
+                -(-shape[_threefry_pair_dim(shape)] // 2)
+        counter = [(words[1] + blocks) % 2**64]
+    else:
+        raise UnsupportedError(f"{name}: unknown rng algorithm {algorithm}")
+    new_state = np.array([words[0], *counter], np.uint64).reshape(np.shape(state))
+    shape = dims if coords is None else np.shape(coords[0]) if coords else ()
+    return new_state, _bits_as(np.asarray(bits), element_type, shape)
+
+
 @kernel("rng-bit-generator")
 def rng_bit_generator(inst, args, ctx):
     """`rng-bit-generator(state), algorithm=...` -> (new state, random bits); see module doc. An
@@ -161,28 +252,9 @@ def rng_bit_generator(inst, args, ctx):
     (state,) = args
     bits_only = not isinstance(inst.shape, TupleShape)
     bits_shape = inst.shape if bits_only else inst.shape.elements[1]
-    algorithm = str(inst.attr("algorithm", "rng_default"))
-    words = [int(w) for w in np.asarray(state, np.uint64).reshape(-1)]
-    width = _width(bits_shape.element_type)
-    count = bits_shape.num_elements
-    if algorithm in ("rng_default", "rng_philox"):
-        if len(words) not in (2, 3):
-            raise VerificationError(f"{inst.name}: Philox needs a u64[2] or u64[3] state")
-        high = words[2] if len(words) == 3 else words[0]
-        bits, blocks = philox_bits(words[0], (words[1], high), count, width)
-        low, high = _add128(words[1], high, np.asarray(blocks))
-        counter = [int(low), int(high)] if len(words) == 3 else [int(low)]
-    elif algorithm == "rng_three_fry":
-        if len(words) != 2:
-            raise VerificationError(f"{inst.name}: ThreeFry needs a u64[2] state")
-        bits, blocks = threefry_bits(words[0], words[1], bits_shape.dims, width)
-        counter = [(words[1] + blocks) % 2**64]
-    else:
-        raise UnsupportedError(f"{inst.name}: unknown rng algorithm {algorithm}")
-    bits = _bits_as(bits, bits_shape.element_type, bits_shape.dims)
-    if bits_only:
-        return bits
-    return np.array([words[0], *counter], np.uint64).reshape(state.shape), bits
+    new_state, bits = generate_bits(str(inst.attr("algorithm", "rng_default")), state,
+                                    bits_shape.element_type, bits_shape.dims, name=inst.name)
+    return bits if bits_only else (new_state, bits)
 
 
 def _take_state(ctx, delta: int) -> tuple[int, int]:
@@ -211,45 +283,124 @@ def _uniform_unit(bits: np.ndarray, element_type: str) -> np.ndarray:
     return top.astype(dtype) * dtype.type(np.ldexp(1.0, -mantissa))
 
 
+def _draw_plan(distribution: str, element_type: str, count: int) -> tuple[int, int]:
+    """(Philox values drawn, their width) for an `rng` of `count` elements."""
+    if distribution == "rng_normal" and dtypes.is_float(element_type):
+        return 2 * -(-count // 2), 64 if element_type == "f64" else 32
+    return count, _width(element_type)
+
+
+def rng_state_delta(distribution: str, element_type: str, count: int) -> int:
+    """The Philox blocks an `rng` of `count` elements draws: how far it advances the global
+    state."""
+    values, width = _draw_plan(distribution, element_type, count)
+    return -(-values * (2 if width == 64 else 1) // 4)
+
+
 @kernel("rng")
 def rng(inst, args, ctx):
     """`rng(a, b), distribution=rng_uniform|rng_normal`; see module doc."""
-    a, b = (np.asarray(x) for x in args)
-    t = inst.shape.element_type
-    dims, count = inst.shape.dims, inst.shape.num_elements
-    dtype = dtypes.numpy_dtype(t)
+    shape = inst.shape
     distribution = str(inst.attr("distribution"))
+    state = _take_state(ctx, rng_state_delta(distribution, shape.element_type,
+                                             shape.num_elements))
+    index = np.arange(shape.num_elements, dtype=np.int64).reshape(shape.dims)
+    return rng_values(inst.name, distribution, shape.element_type, shape.num_elements, index,
+                      state, *args)
+
+
+def rng_values(name: str, distribution: str, element_type: str, count: int, index: np.ndarray,
+               state: tuple[int, int], a, b) -> np.ndarray:
+    """The elements at row-major positions `index` of an `rng` of `count` elements drawing from
+    the global state value `state` (low, high): element i depends only on `state`, `count` and
+    i."""
+    a, b = np.asarray(a), np.asarray(b)
+    t = element_type
+    dtype = dtypes.numpy_dtype(t)
+    values, width = _draw_plan(distribution, t, count)
+
+    def draw(at):
+        return philox_bits_at(0, state, at, width)
+
     if distribution == "rng_uniform" and dtypes.is_integer(t):
-        width = _width(t)
-        bits = _draw(ctx, count, width)
+        bits = draw(index)
         unsigned = np.dtype(f"u{width // 8}")
         span = np.asarray(b.astype(dtype).view(unsigned) - a.astype(dtype).view(unsigned))
         dist = np.where(span == 0, bits, bits % np.where(span == 0, 1, span).astype(unsigned))
         half = dist >> np.array(1, unsigned)
         value = a.astype(dtype) + half.view(dtype) + (dist - half).view(dtype)
-        return value.astype(dtype).reshape(dims)
+        return value.astype(dtype)
     if not dtypes.is_float(t):
-        raise UnsupportedError(f"{inst.name}: {distribution} of type {t} is not supported")
+        raise UnsupportedError(f"{name}: {distribution} of type {t} is not supported")
     if distribution == "rng_uniform":
-        unit = _uniform_unit(_draw(ctx, count, _width(t)), t)
+        unit = _uniform_unit(draw(index), t)
         low, high = a.astype(dtype), b.astype(dtype)
-        return (unit * (high - low) + low).astype(dtype).reshape(dims)
+        return (unit * (high - low) + low).astype(dtype)
     if distribution == "rng_normal":
         work = "f64" if t == "f64" else "f32"
-        pairs = -(-count // 2)
-        unit = _uniform_unit(_draw(ctx, 2 * pairs, _width(work)), work)
-        u1 = np.maximum(unit[:pairs], dtypes.numpy_dtype(work).type(1e-7))
-        v1 = dtypes.numpy_dtype(work).type(2 * np.pi) * unit[pairs:]
-        radius = np.sqrt(dtypes.numpy_dtype(work).type(-2) * np.log(u1))
-        normal = np.concatenate([np.sin(v1) * radius, np.cos(v1) * radius])[:count]
-        value = a.astype(dtype) + b.astype(dtype) * normal.astype(dtype)
-        return value.astype(dtype).reshape(dims)
-    raise UnsupportedError(f"{inst.name}: unknown rng distribution {distribution}")
+        wtype = dtypes.numpy_dtype(work).type
+        pairs = values // 2
+        pair = index % max(pairs, 1)
+        u1 = np.maximum(_uniform_unit(draw(pair), work), wtype(1e-7))
+        v1 = wtype(2 * np.pi) * _uniform_unit(draw(pair + pairs), work)
+        radius = np.sqrt(wtype(-2) * np.log(u1))
+        normal = np.where(index < pairs, np.sin(v1) * radius, np.cos(v1) * radius)
+        return (a.astype(dtype) + b.astype(dtype) * normal.astype(dtype)).astype(dtype)
+    raise UnsupportedError(f"{name}: unknown rng distribution {distribution}")
 
 
-def _draw(ctx, count: int, width: int) -> np.ndarray:
-    """`count` Philox values of `width` bits from the global state, then advanced past them."""
-    words = 2 * count if width == 64 else count
-    low, high = _take_state(ctx, -(-words // 4))
-    bits, _ = philox_bits(0, (low, high), count, width)
-    return bits
+# ---- shards of random results (the partitioner's local forms) ----------------------------------
+
+GLOBAL_DIMS_KEY = "global_dims"
+
+
+def global_dims_of(inst) -> tuple[int, ...]:
+    """The global dims a shard custom-call names in `frontend_attributes={global_dims="a,b"}`."""
+    attrs = inst.attr("frontend_attributes")
+    text = attrs.get(GLOBAL_DIMS_KEY) if attrs is not None else None
+    if text is None:
+        raise VerificationError(f"{inst.name}: {inst.attr('custom_call_target')} needs "
+                                f'frontend_attributes={{{GLOBAL_DIMS_KEY}="..."}}')
+    return tuple(int(d) for d in text.split(",") if d.strip())
+
+
+def shard_coordinates(local_dims: tuple[int, ...], offsets, dims: tuple[int, ...]) -> tuple:
+    """Per dim, the global coordinate of every element of a shard of shape `local_dims` starting
+    at `offsets`; padding beyond `dims` repeats the last real coordinate."""
+    grid = np.indices(local_dims, dtype=np.int64)
+    return tuple(np.minimum(grid[d] + int(offsets[d]), max(dims[d] - 1, 0))
+                 for d in range(len(dims)))
+
+
+def _rng_bit_generator_shard(inst, args, ctx):
+    """`custom-call(state, offset_0, ..., offset_{r-1}), custom_call_target=
+    "gspmdc.RngBitGeneratorShard", algorithm=A, frontend_attributes={global_dims="..."}`: this
+    shard (at the given s32 offsets) of `rng-bit-generator(state)` with the global dims, and the
+    global new state; equal bit for bit to the same elements of the unpartitioned op."""
+    state, *offsets = args
+    bits_only = not isinstance(inst.shape, TupleShape)
+    local = inst.shape if bits_only else inst.shape.elements[1]
+    dims = global_dims_of(inst)
+    coords = shard_coordinates(local.dims, offsets, dims)
+    new_state, bits = generate_bits(str(inst.attr("algorithm", "rng_default")), state,
+                                    local.element_type, dims, coords, inst.name)
+    return bits if bits_only else (new_state, bits)
+
+
+def _rng_shard(inst, args, ctx):
+    """`custom-call(a, b, state, offset_0, ..., offset_{r-1}), custom_call_target=
+    "gspmdc.RngShard", distribution=D, frontend_attributes={global_dims="..."}`: this shard of
+    the `rng(a, b)` with the global dims that read the global state value `state` (`u64[2]`, from
+    `rng-get-and-update-state`)."""
+    a, b, state, *offsets = args
+    shape = inst.shape
+    dims = global_dims_of(inst)
+    coords = shard_coordinates(shape.dims, offsets, dims)
+    index = np.ravel_multi_index(coords, dims) if dims else np.zeros((), np.int64)
+    words = np.asarray(state, np.uint64).reshape(-1)
+    return rng_values(inst.name, str(inst.attr("distribution")), shape.element_type,
+                      int(np.prod(dims)), np.asarray(index), (int(words[0]), int(words[1])), a, b)
+
+
+CUSTOM_CALL_TARGETS["gspmdc.RngBitGeneratorShard"] = _rng_bit_generator_shard
+CUSTOM_CALL_TARGETS["gspmdc.RngShard"] = _rng_shard
