@@ -93,14 +93,18 @@ def _select_and_scatter(inst, args, ctx):
     output = np.full(operand.size, init, operand.dtype)
     if source.size == 0:
         return output.reshape(operand.shape)
-    size = prod(w.size for w in window)
     index_type = np.int32 if operand.size < 2 ** 31 else np.int64
     flat_index = np.arange(operand.size, dtype=index_type).reshape(operand.shape)
-    positions = _window_view(flat_index, index_type(-1), window).reshape(source.size, size)
-    values = _window_view(operand, np.zeros((), operand.dtype), window).reshape(source.size, size)
-    chosen, chosen_value = positions[:, 0], values[:, 0]
-    for k in range(1, size):
-        candidate, candidate_value = positions[:, k], values[:, k]
+    positions = _window_view(flat_index, index_type(-1), window)
+    values = _window_view(operand, np.zeros((), operand.dtype), window)
+
+    def tap(view, element):     # one window element of every window: memory of the source
+        return view[(Ellipsis, *element)].reshape(-1)
+
+    elements = list(np.ndindex(*(w.size for w in window)))     # row-major window order
+    chosen, chosen_value = tap(positions, elements[0]), tap(values, elements[0])
+    for element in elements[1:]:
+        candidate, candidate_value = tap(positions, element), tap(values, element)
         keep = patterns.apply_scalar_computation(ctx, select, [chosen_value, candidate_value])
         take = (candidate >= 0) & ((chosen < 0) | ~keep)
         chosen = np.where(take, candidate, chosen)
