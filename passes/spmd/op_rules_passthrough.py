@@ -3,11 +3,9 @@ on every index, with the same size in the result and in the operands that have t
 
 | op | pass-through dims |
 |---|---|
-| `sort`, `concatenate`, `reverse` | every dim but the sorted / concatenated / reversed ones |
+| `concatenate`, `reverse` | every dim but the concatenated / reversed ones |
 | `slice`, `pad` | dims the slice keeps whole / the pad leaves unpadded |
 | `reduce-window` | dims whose window is trivial (size 1, stride 1, no padding or dilation) |
-| `dynamic-slice`, `dynamic-update-slice` | dims the slice or update covers whole |
-| `topk`, custom-call `TopK` | every dim but the last |
 | `convolution` (no feature/batch groups) | batch (lhs), output feature (rhs), spatial dims of |
 |   | a trivial window (size 1, no padding, stride, dilation or reversal) |
 | `cholesky`, `triangular-solve`, `fft` | batch dims (all but the last two / the transformed ones) |
@@ -63,10 +61,6 @@ def _reverse(inst):
     return _identity_maps(inst, _all_but(inst, inst.attr("dimensions")))
 
 
-def _last_dim_free(inst):
-    return _identity_maps(inst, _all_but(inst, [_result_leaf(inst).rank - 1]))
-
-
 def _slice(inst):
     dims = inst.operands[0].shape.dims
     free = {d for d, s in enumerate(inst.attr("slice"))
@@ -87,18 +81,6 @@ def _reduce_window(inst):
                 w.window_dilation) == (1, 1, 0, 0, 1, 1)}
     count = len(inst.operands) // 2
     return _identity_maps(inst, free, operands=set(range(count)))
-
-
-def _dynamic_slice(inst):
-    dims = inst.operands[0].shape.dims
-    free = {d for d, s in enumerate(inst.attr("dynamic_slice_sizes")) if s == dims[d]}
-    return _identity_maps(inst, free, operands={0})
-
-
-def _dynamic_update_slice(inst):
-    operand, update = inst.operands[0].shape, inst.operands[1].shape
-    free = {d for d in range(operand.rank) if update.dims[d] == operand.dims[d]}
-    return _identity_maps(inst, free, operands={0, 1})
 
 
 def _batch_dims(count_trailing: int):
@@ -131,10 +113,8 @@ def _convolution(inst):
 
 
 _MAPS = {
-    "sort": _sort, "concatenate": _sort, "reverse": _reverse, "slice": _slice, "pad": _pad,
-    "reduce-window": _reduce_window, "dynamic-slice": _dynamic_slice,
-    "dynamic-update-slice": _dynamic_update_slice, "topk": _last_dim_free,
-    "custom-call:TopK": _last_dim_free, "convolution": _convolution,
+    "concatenate": _sort, "reverse": _reverse, "slice": _slice, "pad": _pad,
+    "reduce-window": _reduce_window, "convolution": _convolution,
     "cholesky": _batch_dims(2), "triangular-solve": _batch_dims(2), "fft": _fft,
 }
 
@@ -188,14 +168,11 @@ class PassThroughRule(OpRule):
 
     def lower(self, inst, ctx: LowerContext):
         local = clone(inst, ctx)
-        dims = _result_leaf(local).dims
         if inst.opcode == "slice":
             operand = ctx.local[inst.operands[0]].shape.dims
             local.attrs["slice"] = tuple(
                 s if s.limit - s.start != inst.operands[0].shape.dims[d] or s.stride != 1
                 else SliceDim(0, operand[d]) for d, s in enumerate(inst.attr("slice")))
-        elif inst.opcode == "dynamic-slice":
-            local.attrs["dynamic_slice_sizes"] = tuple(dims)
         return local
 
 

@@ -1,0 +1,220 @@
+"""Partitioning of `dynamic-slice`, `dynamic-update-slice`, `sort`, `topk` and custom-call `TopK`
+(reference §4.7.4, §4.7.5).
+
+Each op has *kept* dims, along which it works index by index (a dynamic slice or update covering
+the whole dim, a dim that is not sorted, every dim of a TopK but the last): candidates tile the
+result and the array operands alike on kept dims only (from the annotated result, or from the
+first operand), the other dims whole; start indices are replicated. Locally, dynamic-slice sizes
+become the shard size on tiled kept dims (their start is clamped to 0 both globally and locally).
+
+More strategies, chosen by bytes like the others:
+
+- `sort` along a tiled dim: the first operand's tiling with the sorted dim's tiles moved to a kept
+  dim they divide (an all-to-all instead of a gather; §4.7.4).
+- `dynamic-update-slice` on a tiled *sliced* dim d (the update is smaller than the dim): the
+  operand stays tiled, the update is whole on d, and each partition writes the part of the update
+  that falls in its range. With `s` the start clamped as HLO does (`[0, S_d - U_d]`) and `lo` the
+  partition's offset, the local window of the update is
+  `dynamic-slice(pad(update, shard on both sides of d), lo - s + shard)` (`shard` elements, the
+  part of the update over this partition's range wherever they overlap); it is written at 0 on
+  d (and at the original start on whole dims), and a mask `s <= lo + iota < s + U_d` keeps the
+  operand elsewhere. Padding of uneven shards is never written (`s + U_d <= S_d`).
+"""
+from __future__ import annotations
+
+from gspmdc.ir.attributes import PadDim
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape, TupleShape
+
+from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .tiling import Tiling
+
+
+def _result_leaf(inst: Instruction) -> ArrayShape:
+    return inst.shape.elements[0] if isinstance(inst.shape, TupleShape) else inst.shape
+
+
+def _kept_dims(inst: Instruction) -> list[int]:
+    """The dims the op works on index by index."""
+    opcode = inst.opcode
+    rank = _result_leaf(inst).rank
+    if opcode == "sort":
+        return [d for d in range(rank) if d not in inst.attr("dimensions")]
+    if opcode == "dynamic-slice":
+        dims = inst.operands[0].shape.dims
+        return [d for d, s in enumerate(inst.attr("dynamic_slice_sizes")) if s == dims[d]]
+    if opcode == "dynamic-update-slice":
+        operand, update = inst.operands[0].shape, inst.operands[1].shape
+        return [d for d in range(rank) if update.dims[d] == operand.dims[d]]
+    return list(range(rank - 1))                                  # topk, TopK
+
+
+def _array_operands(inst: Instruction) -> int:
+    """How many leading operands are arrays tiled like the result (the rest: scalar indices)."""
+    return {"dynamic-slice": 1, "dynamic-update-slice": 2}.get(inst.opcode, len(inst.operands))
+
+
+class _KeptDimsRule(OpRule):
+    """Result and array operands tiled alike on kept dims; start indices replicated."""
+
+    def candidates(self, inst, ctx) -> list[OpPlan]:
+        leaf = _result_leaf(inst)
+        rank = leaf.rank
+        kept = _kept_dims(inst)
+        folded = [d for d in range(rank) if d not in kept]
+        target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
+        if target.kind == "maximal":
+            return [self.plan_for(inst, target, f"{inst.opcode} on one device")]
+        candidates = [self.plan_for(
+            inst, ctx.tiling(target, rank).fold_dims(folded, "replicated").to_sharding(),
+            f"{inst.opcode} keeps the result's tiling of its kept dims")]
+        source = inst.operands[0].sharding
+        if source.is_tiled and source == without_partials(source):
+            tiling = ctx.tiling(source, rank)
+            candidates.append(self.plan_for(
+                inst, tiling.fold_dims(folded, "replicated").to_sharding(),
+                f"{inst.opcode} keeps its operand's tiling of its kept dims"))
+        candidates.append(self.plan_for(inst, HloSharding.replicate(),
+                                        f"{inst.opcode} runs replicated"))
+        return candidates
+
+    def plan(self, inst, ctx):
+        return ctx.choose(inst, self.candidates(inst, ctx))
+
+    @staticmethod
+    def plan_for(inst: Instruction, sharding: HloSharding, reason: str,
+                 operands: tuple[HloSharding, ...] | None = None) -> OpPlan:
+        arrays = _array_operands(inst)
+        if operands is None:
+            operands = (sharding,) * arrays
+        scalar = sharding if sharding.kind == "maximal" else HloSharding.replicate()
+        operands = operands + (scalar,) * (len(inst.operands) - arrays)
+        if isinstance(inst.shape, TupleShape):
+            result = HloSharding.tuple([sharding] * len(inst.shape.elements))
+        else:
+            result = sharding
+        return OpPlan(operands, result, reason)
+
+
+@op_rule("sort")
+class SortRule(_KeptDimsRule):
+    def candidates(self, inst, ctx):
+        candidates = super().candidates(inst, ctx)
+        source = inst.operands[0].sharding
+        shape = _result_leaf(inst)
+        (dim,) = inst.attr("dimensions")
+        if not source.is_tiled or source != without_partials(source):
+            return candidates
+        tiling = ctx.tiling(source, shape.rank)
+        count = tiling.counts[dim]
+        if count == 1:
+            return candidates
+        for kept in _kept_dims(inst):
+            if shape.dims[kept] % (tiling.counts[kept] * count) == 0:
+                moved, _ = tiling.move(dim, kept, count)
+                candidates.insert(0, self.plan_for(
+                    inst, moved.to_sharding(),
+                    f"sort moves the tiles of its sorted dim to dim {kept}"))
+                break
+        return candidates
+
+
+@op_rule("topk", "custom-call:TopK")
+class TopKRule(_KeptDimsRule):
+    pass
+
+
+@op_rule("dynamic-slice")
+class DynamicSliceRule(_KeptDimsRule):
+    def lower(self, inst, ctx: LowerContext):
+        local = clone(inst, ctx)
+        local.attrs["dynamic_slice_sizes"] = tuple(local.shape.dims)
+        return local
+
+
+@op_rule("dynamic-update-slice")
+class DynamicUpdateSliceRule(_KeptDimsRule):
+    def candidates(self, inst, ctx):
+        candidates = super().candidates(inst, ctx)
+        operand, update = inst.operands[0], inst.operands[1]
+        source = operand.sharding
+        rank = operand.shape.rank
+        if not source.is_tiled or source != without_partials(source):
+            return candidates
+        tiling = ctx.tiling(source, rank)
+        sliced = [d for d in range(rank) if d not in _kept_dims(inst)]
+        if not any(tiling.counts[d] > 1 for d in sliced):
+            return candidates
+        on_update = tiling.fold_dims(sliced, "replicated").to_sharding()
+        candidates.insert(0, self.plan_for(
+            inst, source, "dynamic-update-slice keeps its operand tiled on sliced dims: each "
+            "partition writes the part of the update in its range", (source, on_update)))
+        return candidates
+
+    def lower(self, inst, ctx: LowerContext):
+        operand = inst.operands[0]
+        sharding = operand.sharding
+        rank = operand.shape.rank
+        tiling = Tiling.from_sharding(sharding, rank, ctx.num_devices) if sharding.is_tiled \
+            else None
+        kept = _kept_dims(inst)
+        tiled = [d for d in range(rank)
+                 if d not in kept and tiling is not None and tiling.counts[d] > 1]
+        if not tiled:
+            return clone(inst, ctx)
+        return _masked_update(inst, ctx, tiling, tiled)
+
+
+def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
+                   tiled: list[int]) -> Instruction:
+    """The local dynamic-update-slice of an operand tiled on the sliced dims `tiled` (see the
+    module docstring)."""
+    b = ctx.builder
+    local_operand, local_update, *starts = ctx.operands(inst)
+    operand_dims = inst.operands[0].shape.dims
+    update_dims = inst.operands[1].shape.dims
+    shard = tiling.shard_dims(operand_dims)
+    offsets = ctx.tables.offsets(tiling, operand_dims)
+    starts = [b.convert(s, "s32") for s in starts]
+    zero = b.constant(0, "s32")
+    clamped = {d: b.add("clamp", ArrayShape("s32", ()),
+                        [zero, starts[d], b.constant(operand_dims[d] - update_dims[d], "s32")])
+               for d in tiled}
+    padding = tuple(PadDim(shard[d], shard[d]) if d in tiled else PadDim(0, 0)
+                    for d in range(len(operand_dims)))
+    padded_dims = [n + 2 * shard[d] if d in tiled else n
+                   for d, n in enumerate(local_update.shape.dims)]
+    padded = b.add("pad", local_update.shape.with_dims(padded_dims),
+                   [local_update, b.zero(local_update.shape.element_type)],
+                   {"padding": padding})
+    window_starts, window_sizes = [], []
+    for d, n in enumerate(local_update.shape.dims):
+        if d in tiled:
+            relative = b.binary("subtract", offsets[d], clamped[d])
+            window_starts.append(b.binary("add", relative, b.constant(shard[d], "s32")))
+            window_sizes.append(shard[d])
+        else:
+            window_starts.append(zero)
+            window_sizes.append(n)
+    window = b.dynamic_slice(padded, window_starts, window_sizes)
+    update_starts = [zero if d in tiled else s for d, s in enumerate(starts)]
+    local_shape = local_operand.shape
+    written = b.add("dynamic-update-slice", local_shape.with_dims(local_shape.dims),
+                    [local_operand, window, *update_starts])
+    mask = None
+    for d in tiled:
+        index = b.binary("add", b.iota("s32", local_shape.dims, d),
+                         b.broadcast(offsets[d], local_shape.dims))
+        low = b.broadcast(clamped[d], local_shape.dims)
+        high = b.broadcast(b.binary("add", clamped[d], b.constant(update_dims[d], "s32")),
+                           local_shape.dims)
+        inside = b.add("and", ArrayShape("pred", local_shape.dims),
+                       [b.compare(index, low, "GE"), b.compare(index, high, "LT")])
+        mask = inside if mask is None else b.add("and", inside.shape, [mask, inside])
+    attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
+    return b.append(Instruction(inst.name, "select", local_shape.with_dims(local_shape.dims),
+                                [mask, written, local_operand], attrs, sharding=inst.sharding))
+
+
+__all__ = ["SortRule", "TopKRule", "DynamicSliceRule", "DynamicUpdateSliceRule"]

@@ -1,0 +1,162 @@
+"""dynamic-slice, dynamic-update-slice, sort and TopK partitioning (reference §4.7.4, §4.7.5): each
+strategy forced by the shardings, checked against the unpartitioned program on 2, 3, 4 and 8
+partitions (uneven shards, garbage padding, start indices clamped by HLO), with the collectives
+each strategy implies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spmd_partition_helpers import check_equivalent, collectives
+
+DEVICES = [2, 3, 4, 8]
+#: start indices below 0, inside, near the end and beyond (HLO clamps them into range)
+STARTS = [-7, 0, 3, 11, 30, 36, 90]
+
+
+def module(body: str) -> str:
+    return f"""HloModule m
+
+less {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=LT
+}}
+
+ENTRY e {{
+{body}
+}}
+"""
+
+
+def values(*dims: int) -> np.ndarray:
+    return np.random.default_rng(sum(dims)).standard_normal(dims).astype(np.float32)
+
+
+def rows(n: int) -> str:
+    return f"{{devices=[{n},1]<=[{n}]}}"
+
+
+def columns(n: int) -> str:
+    return f"{{devices=[1,{n}]<=[{n}]}}"
+
+
+def kinds(spmd) -> list[str]:
+    return [c[0] for c in collectives(spmd)]
+
+
+# ---- dynamic-update-slice --------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", DEVICES)
+@pytest.mark.parametrize("update_rows", [5, 20])
+def test_update_of_a_tiled_sliced_dim_is_written_in_place_by_each_partition(n, update_rows):
+    """The operand stays tiled on the updated dim; every partition writes the part of the update
+    in its range (the 20-row update spans several shards): no communication."""
+    text = module(f"""
+  x = f32[37,4] parameter(0), sharding={rows(n)}
+  u = f32[{update_rows},4] parameter(1), sharding={{replicated}}
+  i = s32[] parameter(2), sharding={{replicated}}
+  j = s32[] parameter(3), sharding={{replicated}}
+  ROOT d = f32[37,4] dynamic-update-slice(x, u, i, j), sharding={rows(n)}""")
+    for start in STARTS:
+        spmd = check_equivalent(text, n, inputs=[values(37, 4), values(update_rows, 4),
+                                                 np.int32(start), np.int32(-2)])
+        assert kinds(spmd) == []
+
+
+def test_update_of_two_tiled_sliced_dims_and_a_tiled_whole_dim():
+    text = module("""
+  x = f32[9,11,4] parameter(0), sharding={devices=[2,2,2]<=[8]}
+  u = f32[4,6,4] parameter(1), sharding={devices=[1,1,2,4]<=[8] last_tile_dim_replicate}
+  i = s64[] parameter(2), sharding={replicated}
+  j = s64[] parameter(3), sharding={replicated}
+  k = s64[] parameter(4), sharding={replicated}
+  ROOT d = f32[9,11,4] dynamic-update-slice(x, u, i, j, k), sharding={devices=[2,2,2]<=[8]}""")
+    for start in [(-1, 3), (4, 9), (7, 0), (2, 5)]:
+        spmd = check_equivalent(text, 8, inputs=[values(9, 11, 4), values(4, 6, 4),
+                                                 np.int64(start[0]), np.int64(start[1]),
+                                                 np.int64(3)])
+        assert "all-gather" not in kinds(spmd)
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_update_covering_a_tiled_dim_keeps_it_tiled(n):
+    text = module(f"""
+  x = f32[6,13] parameter(0), sharding={columns(n)}
+  u = f32[2,13] parameter(1), sharding={columns(n)}
+  i = s32[] parameter(2), sharding={{replicated}}
+  j = s32[] parameter(3), sharding={{replicated}}
+  ROOT d = f32[6,13] dynamic-update-slice(x, u, i, j), sharding={columns(n)}""")
+    spmd = check_equivalent(text, n, inputs=[values(6, 13), values(2, 13), np.int32(5),
+                                             np.int32(4)])
+    assert kinds(spmd) == []
+
+
+# ---- dynamic-slice ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_slice_covering_a_tiled_dim_keeps_it_tiled(n):
+    text = module(f"""
+  x = f32[6,13] parameter(0), sharding={columns(n)}
+  i = s32[] parameter(1), sharding={{replicated}}
+  j = s32[] parameter(2), sharding={{replicated}}
+  ROOT d = f32[3,13] dynamic-slice(x, i, j), dynamic_slice_sizes={{3,13}}, sharding={columns(n)}""")
+    for start in [-2, 2, 9]:
+        spmd = check_equivalent(text, n, inputs=[values(6, 13), np.int32(start),
+                                                 np.int32(start)])
+        assert kinds(spmd) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_slice_of_a_tiled_dim_gathers_that_dim(n):
+    text = module(f"""
+  x = f32[37,4] parameter(0), sharding={rows(n)}
+  i = s32[] parameter(1), sharding={{replicated}}
+  j = s32[] parameter(2), sharding={{replicated}}
+  ROOT d = f32[5,4] dynamic-slice(x, i, j), dynamic_slice_sizes={{5,4}}, sharding={{replicated}}""")
+    for start in STARTS:
+        spmd = check_equivalent(text, n, inputs=[values(37, 4), np.int32(start), np.int32(1)])
+        assert kinds(spmd) == ["all-gather"]
+
+
+# ---- sort and TopK ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_sort_along_an_untiled_dim_keeps_the_tiling(n):
+    text = module(f"""
+  x = f32[11,6] parameter(0), sharding={rows(n)}
+  ROOT s = f32[11,6] sort(x), dimensions={{1}}, to_apply=less, sharding={rows(n)}""")
+    assert kinds(check_equivalent(text, n, inputs=[values(11, 6)])) == []
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_sort_along_a_tiled_dim_moves_its_tiles_to_a_divisible_dim(n):
+    text = module(f"""
+  x = f32[16,{3 * n}] parameter(0), sharding={columns(n)}
+  ROOT s = f32[16,{3 * n}] sort(x), dimensions={{1}}, to_apply=less, sharding={columns(n)}""")
+    spmd = check_equivalent(text, n, inputs=[values(16, 3 * n)])
+    assert kinds(spmd) == ["all-to-all", "all-to-all"]
+
+
+@pytest.mark.parametrize("n", [3, 8])
+def test_sort_along_a_tiled_dim_without_a_divisible_dim_gathers_it(n):
+    text = module(f"""
+  x = f32[7,{2 * n + 1}] parameter(0), sharding={columns(n)}
+  ROOT s = f32[7,{2 * n + 1}] sort(x), dimensions={{1}}, to_apply=less, sharding={{replicated}}""")
+    spmd = check_equivalent(text, n, inputs=[values(7, 2 * n + 1)])
+    assert kinds(spmd) == ["all-gather"]
+
+
+@pytest.mark.parametrize("n", DEVICES)
+@pytest.mark.parametrize("op", [
+    'custom-call(x), custom_call_target="TopK"', "topk(x), k=3, largest=true"])
+def test_topk_keeps_tiled_batch_dims_and_gathers_the_last(n, op):
+    text = module(f"""
+  x = f32[9,10] parameter(0), sharding={{devices=[{n},1]<=[{n}]}}
+  t = (f32[9,3], s32[9,3]) {op}, sharding={{{{devices=[{n},1]<=[{n}]}}, {{devices=[{n},1]<=[{n}]}}}}
+  v = f32[9,3] get-tuple-element(t), index=0, sharding={{devices=[{n},1]<=[{n}]}}
+  ROOT w = s32[9,3] get-tuple-element(t), index=1, sharding={{devices=[{n},1]<=[{n}]}}""")
+    assert kinds(check_equivalent(text, n, inputs=[values(9, 10)])) == []
+    gathered = text.replace(f"x = f32[9,10] parameter(0), sharding={{devices=[{n},1]<=[{n}]}}",
+                            f"x = f32[9,10] parameter(0), sharding={columns(n)}")
+    check_equivalent(gathered, n, inputs=[values(9, 10)])
