@@ -1,0 +1,296 @@
+"""Halo exchange: giving each partition the input window its outputs read (reference §4.5, §4.6).
+
+A windowed op reads, for output `o` of a dim, the elements `o*stride - pad_low + k*dilation` of
+the base (the operand dilated by `base_dilation`: `b - 1` holes between elements). When the
+operand is tiled `n` ways on that dim (shard `I = cdiv(S, n)`, shard `i` holding `[I*i, I*(i+1))`)
+and the output is tiled the same `n` ways (shard `W = cdiv(wc, n)` outputs), shard `i`'s outputs
+need elements owned by its neighbours: the *halo*.
+
+Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over shards):
+
+- the base is dilated locally first (each shard pads itself with `b - 1` holes after every
+  element, holes = the pad value), so every quantity below is in *local base* units with shard
+  `Ib = b * I` and real data at base positions `[0, valid)`, `valid = b*(S-1) + 1`;
+- shard `i`'s local window input covers base positions `[start(i), start(i) + window_input)`,
+  `start(i) = stride*W*i - pad_low`, `window_input = stride*(W-1) + (window-1)*dilation + 1`;
+- `left(i) = Ib*i - start(i)` and `right(i) = start(i) + window_input - Ib*(i+1)`: the elements
+  before / after its own data that window covers (negative: own elements not needed). These are
+  XLA's halo sizes: affine in `i`, *static* when equal for all shards, else read from a
+  partition-id-indexed table;
+- the exchange moves only what *real* outputs read from real data (`outputs`, default
+  `[0, wc)`): `from_left` elements from the shards to the left, `from_right` from the right. A
+  halo longer than a shard takes several hops (one `collective-permute` each, distance 1, 2, ...).
+  The exchange is contiguous: it covers the span of the reads (with window dilation, elements
+  between taps may travel although no output reads them);
+- `mask`: whether real outputs read positions outside `[0, valid)` (explicit padding, uneven
+  padding garbage, zeros from missing neighbours): those are replaced by the pad value.
+
+Emission (`exchange_halo`, in lower-spmd): `[left hops..., own shard, right hops...]` is
+concatenated, padded to cover every shard's window, cut with a (dynamic-)slice at
+`from_left - left(i)` and masked; running the op on the result with padding 0 and no base
+dilation on this dim yields exactly the shard's `W` outputs. Several dims are exchanged one after
+another (`windowed_input`): corners arrive through the second exchange.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from gspmdc.ir.attributes import PadDim, SliceDim
+from gspmdc.ir.module import Instruction
+
+from .reshard import EmitContext
+from .tiling import Tiling, cdiv
+
+
+@dataclass(frozen=True)
+class WindowedDim:
+    """One windowed dim of an op, in the terms of a `window={...}` entry, on an operand dim of
+    global `size` tiled into `shards`. `outputs`: the range of output positions whose values
+    matter (default all); shards holding none of them are left unserved (garbage)."""
+
+    size: int
+    shards: int
+    window: int = 1
+    stride: int = 1
+    padding_low: int = 0
+    padding_high: int = 0
+    base_dilation: int = 1
+    window_dilation: int = 1
+    outputs: tuple[int, int] | None = None
+
+    @property
+    def extent(self) -> int:
+        """The window's span `(window - 1) * window_dilation + 1`."""
+        return (self.window - 1) * self.window_dilation + 1
+
+    @property
+    def output_count(self) -> int:
+        """Output elements `wc` of the whole op on this dim."""
+        padded = self.base_dilation * (self.size - 1) + 1 + self.padding_low + self.padding_high
+        return max(0, (padded - self.extent) // self.stride + 1) if self.size else 0
+
+
+@dataclass(frozen=True, eq=False)
+class HaloPlan:
+    """The halo exchange of one `WindowedDim` (see the module docstring); arrays are indexed by
+    shard ordinal."""
+
+    dim: WindowedDim
+    input_shard: int          # Ib: local base elements per shard (after local dilation)
+    output_shard: int         # W
+    window_input: int         # local window input length
+    valid: int                # base positions [0, valid) hold real data
+    start: np.ndarray         # base position of each shard's window input
+    left: np.ndarray
+    right: np.ndarray
+    from_left: int
+    from_right: int
+    mask: bool
+    offsets: np.ndarray       # where each shard's window starts in the padded concatenation
+    pad_left: int             # elements padded before / after the concatenation
+    pad_right: int
+
+    @property
+    def static(self) -> bool:
+        """Whether every shard has the same halo sizes."""
+        return bool((self.left == self.left[0]).all() and (self.right == self.right[0]).all())
+
+    @property
+    def identity(self) -> bool:
+        """Whether each shard's own data is already its window input (nothing to do)."""
+        return self.from_left == self.from_right == 0 and not self.mask and \
+            self.dim.base_dilation == 1 and self.window_input == self.input_shard and \
+            self.pad_left == self.pad_right == 0 and not self.offsets.any()
+
+    @property
+    def exchanged(self) -> int:
+        """Elements of this dim each partition sends (and receives)."""
+        return self.from_left + self.from_right
+
+    def hops(self, amount: int) -> list[int]:
+        """Sizes of the pieces received from distance 1, 2, ... for a halo of `amount`."""
+        full, rest = divmod(amount, self.input_shard)
+        return [self.input_shard] * full + ([rest] if rest else [])
+
+    def describe(self) -> str:
+        """`left=1,right=1,from_left=1,from_right=1,mask` (tables as `[..]` when per shard)."""
+        def table(values):
+            return str(int(values[0])) if (values == values[0]).all() else \
+                "[" + ",".join(str(int(v)) for v in values) + "]"
+        text = f"left={table(self.left)},right={table(self.right)}," \
+               f"from_left={self.from_left},from_right={self.from_right}"
+        if self.dim.base_dilation > 1:
+            text += f",dilate={self.dim.base_dilation}"
+        return text + (",mask" if self.mask else "")
+
+
+def plan_halo(dim: WindowedDim) -> HaloPlan:
+    """The halo plan of `dim` (vectorized over shards)."""
+    n, s, b = dim.shards, dim.stride, dim.base_dilation
+    if n < 1 or s < 1 or b < 1 or dim.window < 1 or dim.window_dilation < 1:
+        raise ValueError(f"invalid windowed dim {dim}")
+    ib = b * cdiv(dim.size, n)
+    wc = dim.output_count
+    w = cdiv(wc, n)
+    window_input = s * (w - 1) + dim.extent if w else 0
+    valid = b * (dim.size - 1) + 1 if dim.size else 0
+    i = np.arange(n, dtype=np.int64)
+    start = s * w * i - dim.padding_low
+    left = ib * i - start
+    right = start + window_input - ib * (i + 1)
+    lo, hi = dim.outputs if dim.outputs is not None else (0, wc)
+    first = np.maximum(w * i, lo)
+    last = np.minimum(w * (i + 1), hi)                       # exclusive
+    real = first < last
+    need_lo = s * first - dim.padding_low                    # base range the real outputs read
+    need_hi = s * (last - 1) + dim.extent - dim.padding_low
+    data_lo, data_hi = np.maximum(need_lo, 0), np.minimum(need_hi, valid)
+    reads_data = real & (data_lo < data_hi)
+    need_left = np.where(reads_data, np.maximum(ib * i - data_lo, 0), 0)
+    need_right = np.where(reads_data, np.maximum(data_hi - ib * (i + 1), 0), 0)
+    from_left, from_right = int(need_left.max(initial=0)), int(need_right.max(initial=0))
+    mask = bool((real & ((need_lo < 0) | (need_hi > valid))).any())
+    offsets = from_left - left
+    pad_left = int(max(0, -offsets[real].min(initial=0)))
+    offsets = offsets + pad_left
+    length = pad_left + from_left + ib + from_right
+    pad_right = int(max(0, max(int((offsets[real] + window_input).max(initial=0)),
+                               window_input) - length))
+    offsets = np.where(real, offsets, np.clip(offsets, 0, length + pad_right - window_input))
+    return HaloPlan(dim, ib, w, window_input, valid, start, left, right, from_left, from_right,
+                    mask, offsets, pad_left, pad_right)
+
+
+def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int) -> float:
+    """Bytes each partition sends to exchange `plans` (dim → plan) on a value whose local shard
+    has `local_dims`, the dims exchanged in increasing order (earlier exchanges widen later
+    pieces)."""
+    dims = [int(d) for d in local_dims]
+    total = 0.0
+    for d in sorted(plans):
+        plan = plans[d]
+        dims[d] = plan.input_shard
+        total += plan.exchanged * int(np.prod(dims)) // max(dims[d], 1) * width
+        dims[d] = plan.window_input
+    return total
+
+
+# ---- emission ---------------------------------------------------------------------------------
+
+def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
+                   plans: Mapping[int, HaloPlan], pad_value: Instruction | None) -> Instruction:
+    """`value` (this partition's shard under `tiling`) with every dim of `plans` replaced by its
+    window input (dims in increasing order). `pad_value`: the scalar masked positions and
+    dilation holes take (may be None only when no plan masks or dilates)."""
+    for d in sorted(plans):
+        value = exchange_halo(ctx, value, d, tiling, plans[d], pad_value)
+    return value
+
+
+def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
+                  plan: HaloPlan, pad_value: Instruction | None) -> Instruction:
+    """Dim `dim` of the local `value` (tiled `plan.dim.shards` ways on `dim` by `tiling`)
+    replaced by this partition's window input of `plan.window_input` elements: dilation,
+    collective-permutes per hop, concatenation, (dynamic-)slice and mask."""
+    if tiling.counts[dim] != plan.dim.shards:
+        raise ValueError(f"halo plan for {plan.dim.shards} shards on a dim tiled "
+                         f"{tiling.counts[dim]} ways")
+    if plan.identity:
+        return value
+    b = ctx.builder
+    if plan.dim.base_dilation > 1:
+        value = _dilate(b, value, dim, plan.dim.base_dilation, _need(pad_value))
+    pieces = [_receive(ctx, value, dim, tiling, h, size, from_left=True)
+              for h, size in reversed(list(enumerate(plan.hops(plan.from_left), 1)))]
+    pieces.append(value)
+    pieces += [_receive(ctx, value, dim, tiling, h, size, from_left=False)
+               for h, size in enumerate(plan.hops(plan.from_right), 1)]
+    value = _concatenate(b, pieces, dim)
+    if plan.pad_left or plan.pad_right:
+        fill = pad_value if pad_value is not None else b.zero(value.shape.element_type)
+        value = _pad_dim(b, value, dim, plan.pad_left, plan.pad_right, fill)
+    ordinals = tiling.coordinates()[:, dim]
+    offsets = plan.offsets[ordinals]
+    if (offsets == offsets[0]).all():
+        value = _slice_dim(b, value, dim, int(offsets[0]), int(offsets[0]) + plan.window_input)
+    else:
+        starts = [ctx.tables.zero()] * value.shape.rank
+        starts[dim] = ctx.tables.lookup(offsets, f"halo.offset.{dim}")
+        sizes = list(value.shape.dims)
+        sizes[dim] = plan.window_input
+        value = b.dynamic_slice(value, starts, sizes)
+    if plan.mask:
+        value = _mask(ctx, value, dim, plan.start[ordinals], plan.valid, _need(pad_value))
+    return value
+
+
+def _need(pad_value: Instruction | None) -> Instruction:
+    if pad_value is None:
+        raise ValueError("this halo plan masks or dilates: it needs a pad value")
+    return pad_value
+
+
+def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
+             size: int, from_left: bool) -> Instruction:
+    """The piece each shard receives from the shard `hop` positions to its left (the sender's
+    last `size` elements) or right (its first `size`); shards without a sender get zeros."""
+    n, local = tiling.counts[dim], value.shape.dims[dim]
+    piece = _slice_dim(ctx.builder, value, dim, local - size, local) if from_left else \
+        _slice_dim(ctx.builder, value, dim, 0, size)
+    devices = tiling.devices
+    low = np.take(devices, np.arange(0, n - hop), axis=dim).ravel()
+    high = np.take(devices, np.arange(hop, n), axis=dim).ravel()
+    pairs = np.stack([low, high], axis=1) if from_left else np.stack([high, low], axis=1)
+    return ctx.builder.collective_permute(piece, pairs, ctx.channels())
+
+
+def _slice_dim(b, x: Instruction, dim: int, start: int, limit: int) -> Instruction:
+    if (start, limit) == (0, x.shape.dims[dim]):
+        return x
+    spec = [SliceDim(0, n) for n in x.shape.dims]
+    spec[dim] = SliceDim(start, limit)
+    dims = list(x.shape.dims)
+    dims[dim] = limit - start
+    return b.add("slice", x.shape.with_dims(dims), [x], {"slice": tuple(spec)})
+
+
+def _concatenate(b, pieces: list[Instruction], dim: int) -> Instruction:
+    if len(pieces) == 1:
+        return pieces[0]
+    dims = list(pieces[0].shape.dims)
+    dims[dim] = sum(p.shape.dims[dim] for p in pieces)
+    return b.add("concatenate", pieces[0].shape.with_dims(dims), pieces, {"dimensions": (dim,)})
+
+
+def _pad_dim(b, x: Instruction, dim: int, low: int, high: int, fill: Instruction,
+             interior: int = 0) -> Instruction:
+    spec = [PadDim(0, 0)] * x.shape.rank
+    spec[dim] = PadDim(low, high, interior)
+    dims = list(x.shape.dims)
+    n = dims[dim]
+    dims[dim] = low + high + n + max(n - 1, 0) * interior
+    return b.add("pad", x.shape.with_dims(dims), [x, fill], {"padding": tuple(spec)})
+
+
+def _dilate(b, x: Instruction, dim: int, factor: int, fill: Instruction) -> Instruction:
+    """`factor - 1` holes after every element (so shards concatenate into the dilated base)."""
+    return _pad_dim(b, x, dim, 0, factor - 1, fill, interior=factor - 1)
+
+
+def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid: int,
+          fill: Instruction) -> Instruction:
+    """Positions `start + j` of dim `dim` outside `[0, valid)` replaced by `fill`."""
+    b = ctx.builder
+    dims = x.shape.dims
+    index = b.binary("add", b.iota("s32", dims, dim),
+                     b.broadcast(ctx.tables.lookup(starts, f"halo.start.{dim}"), dims))
+    inside = b.binary("and", b.compare(index, b.broadcast(ctx.tables.zero(), dims), "GE"),
+                      b.compare(index, b.broadcast(b.constant(valid, "s32"), dims), "LT"))
+    return b.select(inside, x, b.broadcast(fill, dims))
+
+
+__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "windowed_input",
+           "exchange_halo"]
