@@ -146,3 +146,104 @@ def test_embedding_gather_moves_no_more_bytes_than_xla():
     assert sum(t.total_result_bytes for t in traffic) <= xla["total_dynamic_bytes"]
     assert sum(t.total_sent_bytes for t in traffic) <= xla["total_est_sent_bytes"] + 1e-6
     assert "all-gather" not in {t.opcode for t in traffic}
+
+
+# ---- scatter ---------------------------------------------------------------------------------
+
+COMBINERS = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+assign {
+  a = f32[] parameter(0)
+  ROOT b = f32[] parameter(1)
+}
+
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+
+add_pair {
+  a0 = f32[] parameter(0)
+  a1 = s32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = s32[] parameter(3)
+  s0 = f32[] add(a0, b0)
+  s1 = s32[] add(a1, b1)
+  ROOT r = (f32[], s32[]) tuple(s0, s1)
+}
+"""
+
+
+def scatter_module(body: str) -> str:
+    return f"HloModule m\n{COMBINERS}\nENTRY e {{\n{body}\n}}\n"
+
+
+#: scatter indices with duplicates (3 twice) and out-of-range rows (skipped by HLO)
+SCATTER_INDICES = np.array([[3], [-4], [0], [40], [55], [17], [3]], np.int32)
+
+
+@pytest.mark.parametrize("n", DEVICES)
+@pytest.mark.parametrize("combiner", ["add", "assign", "max"])
+def test_scatter_into_an_indexed_tiled_dim_shifts_indices_locally(n, combiner):
+    """Trivially sliced operand: indices and updates replicated, each partition shifts the
+    indices by its offset and scatter's bounds check drops the others: no communication, any
+    combiner."""
+    text = scatter_module(f"""
+  x = f32[{ROWS},6] parameter(0), sharding={tiled(n, 2, 0)}
+  i = s32[7,1] parameter(1), sharding={{replicated}}
+  u = f32[7,6] parameter(2), sharding={{replicated}}
+  ROOT s = f32[{ROWS},6] scatter(x, i, u), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply={combiner}, sharding={tiled(n, 2, 0)}""")
+    updates = np.arange(42, dtype=np.float32).reshape(7, 6) - 20
+    spmd = check_equivalent(text, n, inputs=[table(ROWS, 6), SCATTER_INDICES, updates])
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_scatter_with_a_tiled_window_dim_keeps_operand_and_updates_tiled(n):
+    """Operand pass-through: the updates cover dim 1 whole, so both stay tiled on it."""
+    text = scatter_module(f"""
+  x = f32[5,{2 * n + 1}] parameter(0), sharding={tiled(n, 2, 1)}
+  i = s32[7,1] parameter(1), sharding={{replicated}}
+  u = f32[7,{2 * n + 1}] parameter(2), sharding={tiled(n, 2, 1)}
+  ROOT s = f32[5,{2 * n + 1}] scatter(x, i, u), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add, sharding={tiled(n, 2, 1)}""")
+    indices = np.array([[3], [-1], [0], [4], [5], [2], [3]], np.int32)
+    updates = np.arange(7 * (2 * n + 1), dtype=np.float32).reshape(7, -1)
+    spmd = check_equivalent(text, n, inputs=[table(5, 2 * n + 1), indices, updates])
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_scatter_with_explicit_batch_dims_tiled_alike(n):
+    text = scatter_module(f"""
+  x = f32[9,6] parameter(0), sharding={tiled(n, 2, 0)}
+  i = s32[9,2,1] parameter(1), sharding={tiled(n, 3, 0)}
+  u = f32[9,2] parameter(2), sharding={tiled(n, 2, 0)}
+  ROOT s = f32[9,6] scatter(x, i, u), update_window_dims={{}}, inserted_window_dims={{1}}, input_batching_dims={{0}}, scatter_indices_batching_dims={{0}}, scatter_dims_to_operand_dims={{1}}, index_vector_dim=2, to_apply=add, sharding={tiled(n, 2, 0)}""")
+    indices = np.array([[-1, 7, 0, 5, 2, 9, 3, 4, 1], [5, 0, 6, 1, 2, 2, -8, 3, 1]],
+                       np.int32).T.reshape(9, 2, 1)
+    updates = np.arange(18, dtype=np.float32).reshape(9, 2)
+    spmd = check_equivalent(text, n, inputs=[table(9, 6), indices, updates])
+    assert collectives(spmd) == []
+
+
+def test_variadic_scatter_into_indexed_tiled_dims_on_a_mesh():
+    """Two operands combined as a pair; rows tiled over one mesh axis, replicated over the
+    other; the 2-component index also addresses the whole column dim."""
+    text = scatter_module("""
+  x = f32[23,5] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  y = s32[23,5] parameter(1), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  i = s32[6,2] parameter(2), sharding={replicated}
+  u = f32[6] parameter(3), sharding={replicated}
+  v = s32[6] parameter(4), sharding={replicated}
+  ROOT s = (f32[23,5], s32[23,5]) scatter(x, y, i, u, v), update_window_dims={}, inserted_window_dims={0,1}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, to_apply=add_pair, sharding={{devices=[4,1,2]<=[8] last_tile_dim_replicate}, {devices=[4,1,2]<=[8] last_tile_dim_replicate}}""")
+    indices = np.array([[22, 4], [0, 0], [5, 5], [-1, 2], [6, 1], [22, 4]], np.int32)
+    spmd = check_equivalent(text, 8, inputs=[
+        table(23, 5), np.arange(115, dtype=np.int32).reshape(23, 5), indices,
+        np.arange(6, dtype=np.float32), np.arange(6, dtype=np.int32) * 10])
+    assert collectives(spmd) == []

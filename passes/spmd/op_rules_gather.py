@@ -1,4 +1,4 @@
-"""Partitioning of `gather` (reference §4.7.6).
+"""Partitioning of `gather` and `scatter` (reference §4.7.6).
 
 A gather's output dims are *batch* dims (one per indices dim but `index_vector_dim`, in order) and
 *offset* dims (one per operand window dim — not collapsed, not a batching dim — in order). The
@@ -25,6 +25,12 @@ tiles of its indexed dims, the annotated result's tiling alone, the operand's ti
 through, the indices' tiling with the operand's indexed tiles, the indices' tiling alone, and
 everything replicated. A candidate whose device groups do not combine into one tiling is skipped.
 `pred` gathers do not use partial values (no sum), so their indexed dims are gathered.
+
+Scatter (`ScatterRule`) tiles its operand (= result) dims the same way, without partial values:
+dims the updates cover whole (updates tiled alike), batching dims (indices and updates tiled
+alike) and dims addressed with window size 1 (indices and updates replicated over those tiles;
+each partition shifts the indices by its offset and scatter's own bounds check drops the updates
+that belong to other partitions, so any combiner is correct). Other dims are gathered.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ import numpy as np
 
 from gspmdc.ir.attributes import SliceDim
 from gspmdc.ir.module import Instruction
-from gspmdc.ir.shapes import ArrayShape
+from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 
 from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
@@ -108,6 +114,57 @@ class GatherDims:
         return list(range(self.output_rank, len(self.to_operand)))
 
 
+def _coordinates(ctx, sharding: HloSharding, rank: int, mapping, width: int):
+    """Per device, its tile index on each extended dim that `mapping` (extended dim -> dim of the
+    value, -1: none) takes from `sharding` (of a rank-`rank` value), and the tile counts."""
+    coords = np.zeros((ctx.num_devices, width), np.int64)
+    counts = [1] * width
+    if not sharding.is_tiled or sharding != without_partials(sharding):
+        return coords, counts
+    tiling = ctx.tiling(sharding, rank)
+    table = tiling.coordinates()
+    for e, d in enumerate(mapping):
+        if d >= 0 and tiling.counts[d] > 1:
+            coords[:, e], counts[e] = table[:, d], tiling.counts[d]
+    return coords, counts
+
+
+def _extended_tilings(ctx, width: int, sources) -> list[tuple[Tiling, str]]:
+    """For each source `((coordinates, dims taken), ..., reason)`, the tiling of the extended
+    space whose dims take their tiles from the named coordinates (None sources skipped: their
+    device groups do not form one tiling)."""
+    found = []
+    for *parts, reason in sources:
+        coords = np.zeros((ctx.num_devices, width), np.int64)
+        counts = [1] * width
+        for (part_coords, part_counts), taken in parts:
+            for e in taken:
+                coords[:, e], counts[e] = part_coords[:, e], part_counts[e]
+        tiling = tiling_from_coordinates(coords, tuple(counts))
+        if tiling is not None:
+            found.append((tiling, reason))
+    return found
+
+
+def _index_vectors(b, indices: Instruction, ivd: int) -> Instruction:
+    """The indices with an explicit index vector dim (a trailing dim of 1 when `ivd` is the
+    rank)."""
+    if ivd == indices.shape.rank:
+        return b.reshape(indices, indices.shape.dims + (1,))
+    return indices
+
+
+def _offset_vector(ctx, tiling: Tiling, dims, components, shape: ArrayShape,
+                   ivd: int) -> Instruction:
+    """`shape`-shaped: this partition's offset on operand dim `components[c]` at position c of
+    the index vector dim, in the indices' element type."""
+    b = ctx.builder
+    offsets = ctx.tables.offsets(tiling, dims)
+    vector = b.add("concatenate", ArrayShape("s32", (len(components),)),
+                   [b.reshape(offsets[d], (1,)) for d in components], {"dimensions": (0,)})
+    return b.broadcast(b.convert(vector, shape.element_type), shape.dims, (ivd,))
+
+
 @op_rule("gather")
 class GatherRule(OpRule):
     def plan(self, inst, ctx):
@@ -115,60 +172,31 @@ class GatherRule(OpRule):
         target = without_partials(inst.sharding)
         if target.kind == "maximal":
             return OpPlan((target, target), target, "gather on one device")
-        n = ctx.num_devices
         operand, indices = inst.operands
         width = len(dims.to_operand)
-
-        def coords_from(sharding, rank, mapping):
-            """Per device, its tile index on each extended dim that `mapping` (extended dim ->
-            dim of the value, -1: none) takes from `sharding`; counts alike."""
-            coords = np.zeros((n, width), np.int64)
-            counts = [1] * width
-            if not sharding.is_tiled or sharding != without_partials(sharding):
-                return coords, counts
-            tiling = ctx.tiling(sharding, rank)
-            table = tiling.coordinates()
-            for e, d in enumerate(mapping):
-                if d >= 0 and tiling.counts[d] > 1:
-                    coords[:, e], counts[e] = table[:, d], tiling.counts[d]
-            return coords, counts
-
-        def merge(*parts):
-            coords = np.zeros((n, width), np.int64)
-            counts = [1] * width
-            for part_coords, part_counts, dims_taken in parts:
-                for e in dims_taken:
-                    coords[:, e], counts[e] = part_coords[:, e], part_counts[e]
-            return coords, counts
-
         output = list(range(dims.output_rank))
-        legal = [e for e in output if dims.to_operand[e] >= 0 or dims.to_indices[e] >= 0]
-        from_target = coords_from(target, dims.output_rank,
-                                  [e if e in legal else -1 for e in output])
-        from_operand = coords_from(operand.sharding, operand.shape.rank, dims.to_operand)
-        from_indices = coords_from(indices.sharding, indices.shape.rank, dims.to_indices)
+        legal = [e if dims.to_operand[e] >= 0 or dims.to_indices[e] >= 0 else -1 for e in output]
+        from_target = _coordinates(ctx, target, dims.output_rank, legal, width)
+        from_operand = _coordinates(ctx, operand.sharding, operand.shape.rank, dims.to_operand,
+                                    width)
+        from_indices = _coordinates(ctx, indices.sharding, indices.shape.rank, dims.to_indices,
+                                    width)
         extra = dims.extra
-        sources = [
-            ((from_target, output), (from_operand, extra), "the result's tiling, the operand's "
-             "index tiles (masked local gathers summed)"),
+        masked = "masked local gathers summed over the operand's index tiles"
+        tilings = _extended_tilings(ctx, width, [
+            ((from_target, output), (from_operand, extra), f"the result's tiling, {masked}"),
             ((from_target, output), "gather keeps the result's tiling"),
             ((from_operand, output + extra), "gather keeps its operand's tiling"),
-            ((from_indices, output), (from_operand, extra), "the indices' tiling, the operand's "
-             "index tiles (masked local gathers summed)"),
+            ((from_indices, output), (from_operand, extra), f"the indices' tiling, {masked}"),
             ((from_indices, output), "gather keeps its indices' tiling"),
-        ]
-        candidates = []
-        for *parts, reason in sources:
-            coords, counts = merge(*((c, k, taken) for (c, k), taken in parts))
-            tiling = tiling_from_coordinates(coords, tuple(counts))
-            if tiling is not None:
-                candidates.append(self._plan(dims, tiling, operand, indices, reason))
+        ])
+        candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated, replicated), replicated, "gather runs replicated"))
         return ctx.choose(inst, candidates)
 
     @staticmethod
-    def _plan(dims: GatherDims, extended: Tiling, operand, indices, reason) -> OpPlan:
+    def _plan(dims: GatherDims, extended: Tiling, reason: str) -> OpPlan:
         on_operand = extended.remap(dims.to_operand, dims.operand_rank).to_sharding()
         on_indices = extended.remap(dims.to_indices, dims.indices_rank).to_sharding()
         result = extended.fold_dims(dims.extra, "unreduced").remove_dims(dims.extra)
@@ -204,6 +232,126 @@ class GatherRule(OpRule):
                                     sharding=inst.sharding))
 
 
+@dataclass(frozen=True)
+class ScatterDims:
+    """How a scatter's operand dims (= result dims) relate to its indices and updates dims. Per
+    operand dim, the indices dim and update dim carrying its tiles (-1: none), or -1 in
+    `to_operand` when the dim cannot be tiled."""
+
+    count: int
+    operand_rank: int
+    indices_rank: int
+    update_rank: int
+    to_operand: tuple[int, ...]
+    to_indices: tuple[int, ...]
+    to_updates: tuple[int, ...]
+    #: operand dims addressed with window size 1 (shifted by the partition's offset when tiled)
+    indexed: tuple[int, ...]
+
+    @classmethod
+    def of(cls, inst: Instruction) -> "ScatterDims":
+        count = len(inst.operands) // 2
+        operand = inst.operands[0].shape
+        indices = inst.operands[count].shape
+        update = inst.operands[count + 1].shape
+        ivd = inst.attr("index_vector_dim")
+        window_dims = list(inst.attr("update_window_dims", ()))
+        inserted = set(inst.attr("inserted_window_dims", ()))
+        batching = list(inst.attr("input_batching_dims", ()))
+        index_batching = list(inst.attr("scatter_indices_batching_dims", ()))
+        to_operand_map = list(inst.attr("scatter_dims_to_operand_dims", ()))
+        targets = [d for d in range(operand.rank) if d not in inserted and d not in batching]
+        window = dict(zip(targets, window_dims))
+        indices_dims = [d for d in range(indices.rank) if d != ivd]
+        scatter_dims = [d for d in range(update.rank) if d not in window_dims]
+        update_of_indices = dict(zip(indices_dims, scatter_dims))
+        to_operand, to_indices, to_updates = [], [], []
+        indexed = []
+        for d in range(operand.rank):
+            size = update.dims[window[d]] if d in window else 1
+            if d in batching:
+                i = index_batching[batching.index(d)]
+                to_operand.append(d)
+                to_indices.append(i)
+                to_updates.append(update_of_indices[i])
+            elif size == operand.dims[d] and d in window:
+                to_operand.append(d)
+                to_indices.append(-1)
+                to_updates.append(window[d])
+            elif size == 1 and d in to_operand_map and operand.dims[d] > 1:
+                indexed.append(d)
+                to_operand.append(d)
+                to_indices.append(-1)
+                to_updates.append(-1)
+            else:
+                to_operand.append(-1)
+                to_indices.append(-1)
+                to_updates.append(-1)
+        return cls(count, operand.rank, indices.rank, update.rank, tuple(to_operand),
+                   tuple(to_indices), tuple(to_updates), tuple(indexed))
+
+
+@op_rule("scatter")
+class ScatterRule(OpRule):
+    """Scatter (§4.7.6): the operand (and result) tiled on dims the updates cover whole (operand
+    pass-through: updates tiled alike), on batching dims (explicit batch: indices and updates
+    tiled alike) and on dims addressed with window size 1 (trivially sliced operand: indices and
+    updates replicated over those tiles, each partition shifts the indices by its offset and
+    scatter's own bounds check drops the updates of other partitions — correct for any
+    combiner). Candidates: the result's, the operand's and the updates' tilings of those dims,
+    and everything replicated; the fewest bytes win."""
+
+    def plan(self, inst, ctx):
+        dims = ScatterDims.of(inst)
+        count = dims.count
+        target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
+        if target.kind == "maximal":
+            return OpPlan((target,) * len(inst.operands), inst.sharding, "scatter on one device")
+        operand, update = inst.operands[0], inst.operands[count + 1]
+        width = dims.operand_rank
+        every = list(range(width))
+        allowed = [d if dims.to_operand[d] >= 0 else -1 for d in every]
+        tilings = _extended_tilings(ctx, width, [
+            ((_coordinates(ctx, target, width, allowed, width), every),
+             "scatter keeps the result's tiling"),
+            ((_coordinates(ctx, operand.sharding, width, allowed, width), every),
+             "scatter keeps its operand's tiling"),
+            ((_coordinates(ctx, update.sharding, update.shape.rank, dims.to_updates, width),
+              every), "scatter keeps its updates' tiling"),
+        ])
+        candidates = [self._plan(inst, dims, tiling, reason) for tiling, reason in tilings]
+        candidates.append(self._plan(inst, dims, Tiling.replicated(width, ctx.num_devices),
+                                     "scatter runs replicated"))
+        return ctx.choose(inst, candidates)
+
+    @staticmethod
+    def _plan(inst, dims: ScatterDims, tiling: Tiling, reason: str) -> OpPlan:
+        on_operand = tiling.to_sharding()
+        on_indices = tiling.remap(dims.to_indices, dims.indices_rank).to_sharding()
+        on_updates = tiling.remap(dims.to_updates, dims.update_rank).to_sharding()
+        result = HloSharding.tuple([on_operand] * dims.count) \
+            if isinstance(inst.shape, TupleShape) else on_operand
+        return OpPlan((on_operand,) * dims.count + (on_indices,) + (on_updates,) * dims.count,
+                      result, reason)
+
+    def lower(self, inst, ctx: LowerContext):
+        dims = ScatterDims.of(inst)
+        count = dims.count
+        operand = inst.operands[0]
+        local = ctx.operands(inst)
+        tiling = Tiling.from_sharding(operand.sharding, dims.operand_rank, ctx.num_devices) \
+            if operand.sharding.is_tiled else None
+        if tiling is not None and any(tiling.counts[d] > 1 for d in dims.indexed):
+            b = ctx.builder
+            ivd = inst.attr("index_vector_dim")
+            indices = _index_vectors(b, local[count], ivd)
+            offsets = _offset_vector(ctx, tiling, operand.shape.dims,
+                                     list(inst.attr("scatter_dims_to_operand_dims")),
+                                     indices.shape, ivd)
+            local[count] = b.binary("subtract", indices, offsets)
+        return clone(inst, ctx, local)
+
+
 def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling,
                    tiled: list[int]) -> tuple[Instruction, Instruction]:
     """The local start indices (clamped as HLO does, minus this partition's offset on the tiled
@@ -215,21 +363,15 @@ def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling
     start_map = list(inst.attr("start_index_map"))
     sizes = inst.attr("slice_sizes")
     index_type = indices.shape.element_type
-    batch_dims = indices.shape.dims
-    if ivd == indices.shape.rank:
-        indices = b.reshape(indices, batch_dims + (1,))
-    else:
-        batch_dims = batch_dims[:ivd] + batch_dims[ivd + 1:]
+    batch_dims = tuple(n for k, n in enumerate(indices.shape.dims) if k != ivd)
+    indices = _index_vectors(b, indices, ivd)
     shape = indices.shape
     high = b.broadcast(b.constant([operand.dims[d] - sizes[d] for d in start_map], index_type),
                        shape.dims, (ivd,))
     low = b.broadcast(b.zero(index_type), shape.dims)
     clamped = b.add("clamp", shape, [low, indices, high])
-    offsets = ctx.tables.offsets(tiling, operand.dims)
-    vector = b.add("concatenate", ArrayShape("s32", (len(start_map),)),
-                   [b.reshape(offsets[d], (1,)) for d in start_map], {"dimensions": (0,)})
     shifted = b.binary("subtract", clamped,
-                       b.broadcast(b.convert(vector, index_type), shape.dims, (ivd,)))
+                       _offset_vector(ctx, tiling, operand.dims, start_map, shape, ivd))
     shard = tiling.shard_dims(operand.dims)
     valid = None
     component_dims = shape.dims[:ivd] + (1,) + shape.dims[ivd + 1:]
@@ -247,4 +389,4 @@ def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling
     return shifted, valid
 
 
-__all__ = ["GatherRule", "GatherDims", "tiling_from_coordinates"]
+__all__ = ["GatherRule", "GatherDims", "ScatterRule", "ScatterDims", "tiling_from_coordinates"]
