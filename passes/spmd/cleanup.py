@@ -1,5 +1,6 @@
 """The cleanup pass after partitioning (reference §4.1 step 6, §4.11): tuple simplification,
-common-subexpression elimination and dead-code elimination of the entry computation.
+common-subexpression elimination and dead-code elimination of the entry computation and of
+its control-flow callees (each computation on its own).
 
 - `get-tuple-element(tuple(x0, x1, ...)), index=i` becomes `xi`;
 - CSE merges instructions with the same opcode, shape, operands and attributes (ignoring
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.passes.pass_manager import ModulePass, register_pass
 
+from .call_graph import partitioned_computations
+
 #: opcodes never merged or removed (their instances differ even with equal operands)
 _KEEP = frozenset({"parameter", "rng", "rng-bit-generator", "rng-get-and-update-state",
                    "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "after-all"})
@@ -25,15 +28,16 @@ _IGNORED_ATTRS = ("channel_id", "metadata")
 @register_pass
 @dataclass(frozen=True)
 class Cleanup(ModulePass):
-    """Tuple simplification, CSE and DCE of the entry computation."""
+    """Tuple simplification, CSE and DCE of the entry computation and its control-flow
+    callees."""
 
     name = "cleanup"
 
     def apply(self, module: Module) -> Module:
-        comp = module.entry
-        simplify_tuples(comp)
-        eliminate_common_subexpressions(comp)
-        eliminate_dead_code(comp)
+        for comp in partitioned_computations(module):
+            simplify_tuples(comp)
+            eliminate_common_subexpressions(comp)
+            eliminate_dead_code(comp)
         return module
 
 

@@ -1,9 +1,10 @@
-"""The inline-calls pass: replace every `call` in the entry computation by the body of its callee
-(XLA's CallInliner, which its SPMD pipeline runs before sharding propagation).
+"""The inline-calls pass: replace every `call` in the entry computation and in the computations
+its control flow runs (while bodies and conditions, branches) by the body of its callee (XLA's
+CallInliner, which its SPMD pipeline runs before sharding propagation).
 
 JAX wraps small functions (`relu`, `_where`, ...) in `call`s; inlining them lets propagation and
 partitioning see through them. Callee instructions are copied with their attributes and
-shardings under names unique in the entry; callee parameters become the call's operands. When the
+shardings under names unique in the caller; callee parameters become the call's operands. When the
 call itself carries a sharding, the inlined result takes it (a `copy` carries it when the result
 is an operand of the call or already has a different sharding). Computations no longer reachable
 from the entry are removed.
@@ -16,19 +17,20 @@ from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.passes.pass_manager import ModulePass, register_pass
 
 from .builder import Builder, NameUniquer
+from .call_graph import partitioned_computations
 
 
 @register_pass
 @dataclass(frozen=True)
 class InlineCalls(ModulePass):
-    """Inline the entry computation's calls (recursively)."""
+    """Inline the calls of the entry and of its control-flow callees (recursively)."""
 
     name = "inline-calls"
 
     def apply(self, module: Module) -> Module:
-        comp = module.entry
-        while any(i.opcode == "call" for i in comp.instructions):
-            _inline_once(module, comp)
+        for comp in partitioned_computations(module):
+            while any(i.opcode == "call" for i in comp.instructions):
+                _inline_once(module, comp)
         _drop_unreachable(module)
         return module
 

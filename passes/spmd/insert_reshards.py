@@ -24,9 +24,11 @@ replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + 
 reduce-scatter), and unused reshard nodes are removed.
 
 Preconditions: shardings valid for `num_partitions` devices and not manual (manual regions are
-rejected with UnsupportedError); unsharded entry instructions are treated as `{replicated}`.
-Only the entry computation is partitioned; computations it calls (reducers, comparators, bodies
-of ops run by the default action) are used unchanged.
+rejected with UnsupportedError); unsharded instructions are treated as `{replicated}`.
+The entry computation is rewritten first, then every control-flow callee (`call_graph.py`:
+while bodies and conditions, branches, called computations; one per call site) with the
+parameter and root shardings its call site planned; other computations it calls (reducers,
+comparators) are used unchanged.
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ from gspmdc.ir.shapes import TupleShape
 from gspmdc.passes.pass_manager import ModulePass, register_pass
 
 from .builder import Builder, NameUniquer
-from .op_rules import PlanContext, replicated_for, rule_for
+from .call_graph import control_flow_callees, unshare_callees
+from .op_rules import OpPlan, PlanContext, replicated_for, rule_for
+from .op_rules_control import boundary_shardings
 from .reshard_nodes import RESHARD_TARGET, is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
 
@@ -54,19 +58,41 @@ class InsertReshards(ModulePass):
     num_partitions: int = 1
 
     def apply(self, module: Module) -> Module:
-        n = self.num_partitions
-        prepare_shardings(module, n)
-        comp = module.entry
-        _Rewriter(module, comp, n).run()
+        unshare_callees(module)
+        self._partition(module, module.entry, {}, None)
         return module
+
+    def _partition(self, module: Module, comp: Computation,
+                   arrivals: dict[Instruction, HloSharding],
+                   root_sharding: HloSharding | None) -> None:
+        """Rewrite `comp`, then its control-flow callees with the boundary shardings their
+        call sites planned (`op_rules_control.boundary_shardings`)."""
+        prepare_computation(comp, self.num_partitions)
+        _Rewriter(module, comp, self.num_partitions, arrivals, root_sharding).run()
+        for inst in comp.instructions:
+            for name in control_flow_callees(inst):
+                callee = module.computations[name]
+                params, root = boundary_shardings(inst, callee)
+                parameters = sorted(callee.parameters, key=lambda p: p.parameter_number)
+                for parameter, sharding in zip(parameters, params):
+                    # loop state: one sharding throughout; other callees reshard a parameter
+                    # inside when its own annotation differs from the operand's
+                    if inst.opcode == "while" or parameter.sharding is None:
+                        parameter.sharding = sharding
+                self._partition(module, callee, dict(zip(parameters, params)), root)
 
 
 def prepare_shardings(module: Module, num_partitions: int) -> None:
-    """Give unsharded entry instructions `{replicated}` (tuple-shaped: per leaf), turn
+    """`prepare_computation` of the entry computation."""
+    prepare_computation(module.entry, num_partitions)
+
+
+def prepare_computation(comp: Computation, num_partitions: int) -> None:
+    """Give unsharded instructions `{replicated}` (tuple-shaped: per leaf), turn
     `{unknown}` into `{replicated}`, drop shard groups (propagation hints, not layouts), and
     validate every sharding against its shape and `num_partitions` (ShardingError naming the
     instruction)."""
-    for inst in module.entry.instructions:
+    for inst in comp.instructions:
         if inst.sharding is not None:
             inst.sharding = inst.sharding.with_shard_group(None)
         sharding = inst.sharding
@@ -92,9 +118,13 @@ def prepare_shardings(module: Module, num_partitions: int) -> None:
 
 
 class _Rewriter:
-    def __init__(self, module: Module, comp: Computation, num_partitions: int):
+    def __init__(self, module: Module, comp: Computation, num_partitions: int,
+                 arrivals: dict[Instruction, HloSharding] | None = None,
+                 root_sharding: HloSharding | None = None):
         self.module = module
         self.comp = comp
+        self.arrivals = arrivals or {}
+        self.root_sharding = root_sharding
         self.ctx = PlanContext(num_partitions)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
@@ -106,7 +136,11 @@ class _Rewriter:
         for inst in comp.instructions:
             inst.operands = [replacement.get(o, o) for o in inst.operands]
             desired = inst.sharding
-            plan = rule_for(inst, self.module.computations).plan(inst, self.ctx)
+            if inst in self.arrivals:
+                plan = OpPlan((), self.arrivals[inst], "parameter of a partitioned callee: "
+                                                       "it arrives as its call site passes it")
+            else:
+                plan = rule_for(inst, self.module.computations).plan(inst, self.ctx)
             for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
                 if operand.sharding != need:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
@@ -116,8 +150,12 @@ class _Rewriter:
             if plan.result != desired:
                 replacement[inst] = self.reshard(inst, desired, inst, "result",
                                                  _result_reason(inst, plan))
+        root = replacement.get(comp.root, comp.root)
+        if self.root_sharding is not None and root.sharding != self.root_sharding:
+            root = self.reshard(root, self.root_sharding, comp.root, "result",
+                                "a callee's root takes the sharding its call site planned")
         comp.instructions = b.instructions
-        comp.root = replacement.get(comp.root, comp.root)
+        comp.root = root
         _collapse_chains(comp, self.ctx.num_devices)
         _remove_dead(comp, self.created)
 
@@ -207,4 +245,4 @@ def _remove_dead(comp: Computation, created: set[Instruction]) -> None:
         comp.instructions = [i for i in comp.instructions if i not in dead]
 
 
-__all__ = ["InsertReshards", "prepare_shardings"]
+__all__ = ["InsertReshards", "prepare_shardings", "prepare_computation"]

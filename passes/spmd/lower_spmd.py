@@ -1,7 +1,8 @@
 """The lower-spmd pass: rewrite the global program (after insert-reshards and pad-uneven) into
 the per-partition program.
 
-Every instruction of the entry computation is lowered by its op rule (`op_rules.py`) onto the
+Every instruction of the entry computation and of its control-flow callees (`call_graph.py`) is
+lowered by its op rule (`op_rules.py`) onto the
 local values of its operands; its result has the shard shape of its sharding (`cdiv` on tiled
 dims, so uneven dims are padded to the ceiling shard size). Reshard nodes become the collectives
 and local slices of their plans (`reshard.py`), per-partition values come from constant tables
@@ -12,8 +13,8 @@ partition ids with `use_global_device_ids=true` (printed in iota form where it a
 The module header gets `num_partitions=N`, `entry_computation_layout` (when present) with the
 local shapes, and `spmd_global_signature={(global parameter shapes)->global result shape}`: with
 the shardings the entry parameters and root keep, what a runtime needs to scatter inputs and
-assemble outputs. Computations called by the entry run unchanged on every partition; their
-shardings are dropped.
+assemble outputs. Other called computations (reducers, comparators) run unchanged on every
+partition; their shardings are dropped.
 """
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.attributes import RawAttr
-from gspmdc.ir.module import Module
+from gspmdc.ir.module import Computation, Module
 from gspmdc.ir.shapes import compatible
 from gspmdc.passes.pass_manager import ModulePass, register_pass
 
 from .builder import Builder, ChannelIds, NameUniquer
+from .call_graph import partitioned_computations
 from .op_rules import LowerContext, rule_for
 from .partition_ids import PartitionTables
 
@@ -41,11 +43,26 @@ class LowerSpmd(ModulePass):
     num_partitions: int = 1
 
     def apply(self, module: Module) -> Module:
-        comp = module.entry
         signature = global_signature(module)
+        channels = ChannelIds(module)
+        partitioned = partitioned_computations(module)
+        for comp in partitioned:
+            self._lower(module, comp, channels)
+        for other in module.computations.values():
+            if all(other is not comp for comp in partitioned):
+                for inst in other.instructions:
+                    inst.sharding = None
+        module.attrs["num_partitions"] = self.num_partitions
+        if "entry_computation_layout" in module.attrs:
+            module.attrs["entry_computation_layout"] = RawAttr(_layout_text(module))
+        module.attrs[GLOBAL_SIGNATURE] = RawAttr(signature)
+        return module
+
+    def _lower(self, module: Module, comp: Computation, channels: ChannelIds) -> None:
+        """Replace `comp`'s instructions by their local forms (own partition tables)."""
         b = Builder(NameUniquer(i.name for i in comp.instructions))
-        ctx = LowerContext(b, PartitionTables(b, self.num_partitions), module,
-                           ChannelIds(module), local={})
+        ctx = LowerContext(b, PartitionTables(b, self.num_partitions), module, channels,
+                           local={})
         for inst in comp.instructions:
             local = rule_for(inst, module.computations).lower(inst, ctx)
             expected = inst.sharding.shard_shape(inst.shape)
@@ -57,15 +74,6 @@ class LowerSpmd(ModulePass):
         root_sharding = comp.root.sharding
         comp.root = ctx.local[comp.root]
         comp.root.sharding = root_sharding
-        for other in module.computations.values():
-            if other is not comp:
-                for inst in other.instructions:
-                    inst.sharding = None
-        module.attrs["num_partitions"] = self.num_partitions
-        if "entry_computation_layout" in module.attrs:
-            module.attrs["entry_computation_layout"] = RawAttr(_layout_text(module))
-        module.attrs[GLOBAL_SIGNATURE] = RawAttr(signature)
-        return module
 
 
 def global_signature(module: Module) -> str:

@@ -25,12 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspmdc.ir.attributes import Ident, KeyValueList
-from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.passes.pass_manager import ModulePass, register_pass
 
 from .builder import Builder, NameUniquer
+from .call_graph import partitioned_computations
 
 
 @register_pass
@@ -41,32 +42,37 @@ class PadUneven(ModulePass):
     name = "pad-uneven"
 
     def apply(self, module: Module) -> Module:
-        comp = module.entry
-        b = Builder(NameUniquer(i.name for i in comp.instructions))
-        for inst in comp.instructions:
-            if inst.opcode == "reduce":
-                count = len(inst.operands) // 2
-                dims = inst.attr("dimensions")
-                for i in range(count):
-                    x = inst.operands[i]
-                    uneven = uneven_dims(x, dims)
-                    if uneven:
-                        inst.operands[i] = mask_padding(b, x, uneven, inst.operands[count + i],
-                                                        inst, "the reduce's init value")
-            elif inst.opcode in ("dot", "ragged-dot"):
-                lhs, rhs = inst.operands[:2]
-                lc = inst.attr("lhs_contracting_dims", ())
-                rc = inst.attr("rhs_contracting_dims", ())
-                lu, ru = uneven_dims(lhs, lc), uneven_dims(rhs, rc)
-                if lu or ru:
-                    zero = _zero(b, lhs.shape.element_type)
-                    inst.operands[0] = mask_padding(b, lhs, lu, zero, inst, "zero")
-                    zero = zero if rhs.shape.element_type == lhs.shape.element_type else \
-                        _zero(b, rhs.shape.element_type)
-                    inst.operands[1] = mask_padding(b, rhs, ru, zero, inst, "zero")
-            b.append(inst)
-        comp.instructions = b.instructions
+        for comp in partitioned_computations(module):
+            _mask_computation(comp)
         return module
+
+
+def _mask_computation(comp: Computation) -> None:
+    """Mask the padding read by `comp`'s reductions and contractions."""
+    b = Builder(NameUniquer(i.name for i in comp.instructions))
+    for inst in comp.instructions:
+        if inst.opcode == "reduce":
+            count = len(inst.operands) // 2
+            dims = inst.attr("dimensions")
+            for i in range(count):
+                x = inst.operands[i]
+                uneven = uneven_dims(x, dims)
+                if uneven:
+                    inst.operands[i] = mask_padding(b, x, uneven, inst.operands[count + i],
+                                                    inst, "the reduce's init value")
+        elif inst.opcode in ("dot", "ragged-dot"):
+            lhs, rhs = inst.operands[:2]
+            lc = inst.attr("lhs_contracting_dims", ())
+            rc = inst.attr("rhs_contracting_dims", ())
+            lu, ru = uneven_dims(lhs, lc), uneven_dims(rhs, rc)
+            if lu or ru:
+                zero = _zero(b, lhs.shape.element_type)
+                inst.operands[0] = mask_padding(b, lhs, lu, zero, inst, "zero")
+                zero = zero if rhs.shape.element_type == lhs.shape.element_type else \
+                    _zero(b, rhs.shape.element_type)
+                inst.operands[1] = mask_padding(b, rhs, ru, zero, inst, "zero")
+        b.append(inst)
+    comp.instructions = b.instructions
 
 
 def uneven_dims(x: Instruction, dims) -> list[int]:

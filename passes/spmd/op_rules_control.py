@@ -1,0 +1,83 @@
+"""Partitioning of control flow (reference §4.7.7): `while`, `conditional` and `call`.
+
+Their callees are partitioned as computations of their own (`call_graph.py`); these rules fix the
+shardings at the boundary, and insert-reshards gives the callees' parameters and roots those
+shardings (`boundary_shardings`):
+
+- while: one sharding `W` (the while's own, partial sums resolved) for the init value, the body
+  parameter, the body root, the condition parameter and the result; the condition's root is
+  replicated so every partition takes the same trip count. The loop state stays sharded across
+  iterations: only the body's own instructions reshard.
+- conditional: the selector replicated (every partition takes the same branch, so collectives
+  inside branches match); branch k's parameter arrives in operand k+1's sharding (and is
+  resharded inside the branch when its annotation differs); every branch root and the result in
+  the conditional's sharding.
+- call: likewise, the callee parameters arrive in the operands' shardings; the callee root and
+  the result in the call's sharding.
+
+Each lowers to itself on local shapes, calling the partitioned callees.
+"""
+from __future__ import annotations
+
+from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import Shape, TupleShape
+
+from .op_rules import OpPlan, OpRule, op_rule, replicated_for, without_partials
+
+
+def _whole(sharding: HloSharding, shape: Shape) -> HloSharding:
+    """`sharding` without partial sums (per leaf for tuple shapes)."""
+    if isinstance(shape, TupleShape):
+        return HloSharding.tuple([without_partials(leaf)
+                                  for leaf in sharding.leaf_shardings(shape)])
+    return without_partials(sharding)
+
+
+@op_rule("while")
+class WhileRule(OpRule):
+    def plan(self, inst, ctx):
+        state = _whole(inst.sharding, inst.shape)
+        return OpPlan((state,), state, "the loop state keeps the while's sharding in every "
+                                       "iteration")
+
+
+@op_rule("conditional")
+class ConditionalRule(OpRule):
+    def plan(self, inst, ctx):
+        needs = (replicated_for(inst.operands[0].shape),) + \
+            tuple(o.sharding for o in inst.operands[1:])
+        return OpPlan(needs, _whole(inst.sharding, inst.shape),
+                      "every partition takes the same branch (replicated selector)")
+
+
+@op_rule("call")
+class CallRule(OpRule):
+    def plan(self, inst, ctx):
+        return OpPlan(tuple(o.sharding for o in inst.operands),
+                      _whole(inst.sharding, inst.shape),
+                      "the callee runs on the operands' shardings")
+
+
+def boundary_shardings(inst: Instruction, callee: Computation
+                       ) -> tuple[list[HloSharding], HloSharding]:
+    """For `callee` run by the planned control-flow instruction `inst`: the shardings its
+    parameters arrive in and the sharding its root must have."""
+    if inst.opcode == "while":
+        state = inst.sharding
+        if callee.name == inst.attr("condition").name:
+            return [state], replicated_for(callee.root.shape)
+        return [state], state
+    if inst.opcode == "conditional":
+        index = _branch_names(inst).index(callee.name)
+        return [inst.operands[index + 1].sharding], inst.sharding
+    return [o.sharding for o in inst.operands], inst.sharding
+
+
+def _branch_names(inst: Instruction) -> list[str]:
+    if "branch_computations" in inst.attrs:
+        return [ref.name for ref in inst.attr("branch_computations")]
+    return [inst.attr("true_computation").name, inst.attr("false_computation").name]
+
+
+__all__ = ["WhileRule", "ConditionalRule", "CallRule", "boundary_shardings"]
