@@ -150,7 +150,7 @@ def test_sort_along_a_tiled_dim_without_a_divisible_dim_gathers_it(n):
 @pytest.mark.parametrize("n", DEVICES)
 @pytest.mark.parametrize("op", [
     'custom-call(x), custom_call_target="TopK"', "topk(x), k=3, largest=true"])
-def test_topk_keeps_tiled_batch_dims_and_gathers_the_last(n, op):
+def test_topk_keeps_tiled_batch_dims_and_handles_a_tiled_last_dim(n, op):
     text = module(f"""
   x = f32[9,10] parameter(0), sharding={{devices=[{n},1]<=[{n}]}}
   t = (f32[9,3], s32[9,3]) {op}, sharding={{{{devices=[{n},1]<=[{n}]}}, {{devices=[{n},1]<=[{n}]}}}}
@@ -160,3 +160,23 @@ def test_topk_keeps_tiled_batch_dims_and_gathers_the_last(n, op):
     gathered = text.replace(f"x = f32[9,10] parameter(0), sharding={{devices=[{n},1]<=[{n}]}}",
                             f"x = f32[9,10] parameter(0), sharding={columns(n)}")
     check_equivalent(gathered, n, inputs=[values(9, 10)])
+
+
+@pytest.mark.parametrize("n", DEVICES)
+@pytest.mark.parametrize("op", [
+    'custom-call(x), custom_call_target="TopK"', "topk(x), k=3, largest=true",
+    "topk(x), k=3, largest=false"])
+def test_topk_along_a_tiled_dim_gathers_only_every_shards_top_k(n, op):
+    """The last dim (uneven, with ties) tiled: each partition's top 3, all-gathered (values and
+    indices), then the top 3 of those; the operand itself is never gathered."""
+    text = module(f"""
+  x = f32[4,{10 * n + 1}] parameter(0), sharding={columns(n)}
+  t = (f32[4,3], s32[4,3]) {op}, sharding={{{{replicated}}, {{replicated}}}}
+  v = f32[4,3] get-tuple-element(t), index=0, sharding={{replicated}}
+  i = s32[4,3] get-tuple-element(t), index=1, sharding={{replicated}}
+  ROOT o = (f32[4,3], s32[4,3]) tuple(v, i), sharding={{{{replicated}}, {{replicated}}}}""")
+    x = np.round(values(4, 10 * n + 1) * 2)          # few distinct values: ties across shards
+    spmd = check_equivalent(text, n, inputs=[x])
+    assert kinds(spmd) == ["all-gather", "all-gather"]
+    gathered = [i for i in spmd.entry.instructions if i.opcode == "all-gather"]
+    assert all(g.shape.dims == (4, 3 * n) for g in gathered)

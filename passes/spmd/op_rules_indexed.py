@@ -11,6 +11,8 @@ More strategies, chosen by bytes like the others:
 
 - `sort` along a tiled dim: the first operand's tiling with the sorted dim's tiles moved to a kept
   dim they divide (an all-to-all instead of a gather; §4.7.4).
+- TopK along a tiled last dim: the top k of every shard, all-gathered, then the top k of those
+  (`TopKRule`; §4.7.4's TopK pattern).
 - `dynamic-update-slice` on a tiled *sliced* dim d (the update is smaller than the dim): the
   operand stays tiled, the update is whole on d, and each partition writes the part of the update
   that falls in its range. With `s` the start clamped as HLO does (`[0, S_d - U_d]`) and `lo` the
@@ -22,6 +24,9 @@ More strategies, chosen by bytes like the others:
 """
 from __future__ import annotations
 
+import numpy as np
+
+from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import PadDim
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
@@ -122,7 +127,40 @@ class SortRule(_KeptDimsRule):
 
 @op_rule("topk", "custom-call:TopK")
 class TopKRule(_KeptDimsRule):
-    pass
+    """Besides the kept-dims candidates: when the operand tiles the last dim into `t` shards of at
+    least k elements and `k * t` is below the dim, each partition takes the top k of its shard
+    (padding masked with the worst value), adds its offset to their indices, the `k * t`
+    candidates are all-gathered, and a second TopK over them picks the result; its indices are
+    taken from the candidates' (a gather along the last dim). Candidates are gathered in shard
+    order and TopK is stable, so ties keep the lowest global index."""
+
+    def candidates(self, inst, ctx):
+        candidates = super().candidates(inst, ctx)
+        source = inst.operands[0].sharding
+        shape = inst.operands[0].shape
+        last = shape.rank - 1
+        k = _result_leaf(inst).dims[-1]
+        if not source.is_tiled or source != without_partials(source) or \
+                inst.shape.elements[0].element_type in ("pred",):
+            return candidates
+        tiling = ctx.tiling(source, shape.rank)
+        count = tiling.counts[last]
+        if count == 1 or k > -(-shape.dims[last] // count) or k * count >= shape.dims[last]:
+            return candidates
+        result = tiling.fold_dims([last], "replicated").to_sharding()
+        candidates.insert(0, OpPlan((source,), HloSharding.tuple([result, result]),
+                                    f"top {k} of every shard, all-gathered, then top {k} of "
+                                    "those"))
+        return candidates
+
+    def lower(self, inst, ctx: LowerContext):
+        operand = inst.operands[0]
+        sharding = operand.sharding
+        last = operand.shape.rank - 1
+        if not sharding.is_tiled or sharding.tile_counts[last] == 1:
+            return clone(inst, ctx)
+        return _top_k_of_shards(inst, ctx, Tiling.from_sharding(sharding, last + 1,
+                                                                ctx.num_devices))
 
 
 @op_rule("dynamic-slice")
@@ -164,6 +202,64 @@ class DynamicUpdateSliceRule(_KeptDimsRule):
         if not tiled:
             return clone(inst, ctx)
         return _masked_update(inst, ctx, tiling, tiled)
+
+
+def _top_k_of_shards(inst: Instruction, ctx: LowerContext, tiling: Tiling) -> Instruction:
+    """The TopK of an operand tiled on its last dim (see `TopKRule`)."""
+    b = ctx.builder
+    (x,) = ctx.operands(inst)
+    dims = inst.operands[0].shape.dims
+    last = len(dims) - 1
+    values_type = inst.shape.elements[0].element_type
+    index_type = inst.shape.elements[1].element_type
+    k = inst.shape.elements[0].dims[-1]
+    largest = inst.opcode != "topk" or bool(inst.attr("largest", True))
+    offset = ctx.tables.offsets(tiling, dims)[last]
+    local = x.shape.dims
+    position = b.binary("add", b.iota("s32", local, last), b.broadcast(offset, local))
+    if dims[last] % tiling.counts[last]:
+        inside = b.compare(position, b.broadcast(b.constant(dims[last], "s32"), local), "LT")
+        worst = b.broadcast(b.constant(_worst(values_type, largest), values_type), local)
+        x = b.select(inside, x, worst)
+    batch = local[:-1]
+    shard_top = _top_k(b, inst, x, batch + (k,), "top")
+    values = b.add("get-tuple-element", shard_top.shape.elements[0], [shard_top], {"index": 0})
+    indices = b.add("get-tuple-element", shard_top.shape.elements[1], [shard_top], {"index": 1})
+    indices = b.binary("add", indices, b.broadcast(b.convert(offset, index_type), indices.shape.dims))
+    _, groups = tiling.gather(last, tiling.counts[last])
+    values = b.all_gather(values, last, groups, ctx.channels())
+    indices = b.all_gather(indices, last, groups, ctx.channels())
+    final = _top_k(b, inst, values, batch + (k,), "top.candidates")
+    best_values = b.add("get-tuple-element", final.shape.elements[0], [final], {"index": 0})
+    best = b.add("get-tuple-element", final.shape.elements[1], [final], {"index": 1})
+    starts = b.reshape(best, best.shape.dims + (1,))
+    rank = len(dims)
+    picked = b.add("gather", indices.shape.with_dims(batch + (k,)), [indices, starts], {
+        "offset_dims": (), "collapsed_slice_dims": (last,), "start_index_map": (last,),
+        "operand_batching_dims": tuple(range(last)),
+        "start_indices_batching_dims": tuple(range(last)), "index_vector_dim": rank,
+        "slice_sizes": (1,) * rank})
+    attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
+    return b.append(Instruction(inst.name, "tuple", TupleShape((best_values.shape,
+                                                                picked.shape)),
+                                [best_values, picked], attrs, sharding=inst.sharding))
+
+
+def _top_k(b, inst: Instruction, x: Instruction, dims, name: str) -> Instruction:
+    """`inst`'s TopK (same opcode and attributes) applied to `x`, with result dims `dims`."""
+    shape = TupleShape((x.shape.with_dims(dims),
+                        inst.shape.elements[1].with_dims(dims)))
+    attrs = {k: v for k, v in inst.attrs.items() if k not in ("metadata", "sharding")}
+    return b.add(inst.opcode, shape, [x], attrs, name=f"{inst.name}.{name}")
+
+
+def _worst(element_type: str, largest: bool):
+    """The value TopK ranks last: the lowest (largest=true) or highest value of the type."""
+    dtype = dtypes.numpy_dtype(element_type)
+    if dtype.kind == "f" or element_type == "bf16":
+        return -np.inf if largest else np.inf
+    info = np.iinfo(dtype)
+    return info.min if largest else info.max
 
 
 def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
