@@ -8,7 +8,7 @@
    1 MiB and 64 MiB (all-reduce: operand size; all-gather: result size). Efficiency = raw time /
    backend time (medians of interleaved repetitions). The backend must return a fresh array per
    call and, on an oversubscribed machine, waits politely (`backends/mpi.py`); N=4 is also run
-   with blocking waits (`GSPMDC_MPI_WAIT=blocking`) for the like-for-like number.
+   with blocking waits (`MpiBackend(wait="blocking")`) for the like-for-like number.
 3. Startup: the wall time of `gspmdc run` on a trivial SPMD program for N = 2, 4, 8 ranks, next to
    `mpiexec` starting Python ranks that only import mpi4py.
 
@@ -123,7 +123,7 @@ ENTRY main {{
 """
 
 
-def collectives_worker(sizes: list[int], repeat: int) -> None:
+def collectives_worker(sizes: list[int], repeat: int, wait: str) -> None:
     """Run by every rank: time backend vs raw mpi4py; rank 0 prints one JSON line."""
     from mpi4py import MPI
     from gspmdc.ir.parser import parse_module
@@ -135,7 +135,7 @@ def collectives_worker(sizes: list[int], repeat: int) -> None:
     for size in sizes:
         count = size // 4
         module = parse_module(COLLECTIVES.format(n=n, count=count, part=count // n))
-        backend = MpiBackend(module, comm)
+        backend = MpiBackend(module, comm, wait=wait)
         ar = module.entry.instruction("ar")
         ag = module.entry.instruction("ag")
         x = np.ones(count, np.float32)
@@ -161,11 +161,11 @@ def collectives_worker(sizes: list[int], repeat: int) -> None:
         print(json.dumps(results))
 
 
-def collective_efficiency(n: int, sizes=(1 << 20, 64 << 20), repeat: int = 7, wait: str | None = None):
-    env = dict(os.environ, **({"GSPMDC_MPI_WAIT": wait} if wait else {}))
+def collective_efficiency(n: int, sizes=(1 << 20, 64 << 20), repeat: int = 7,
+                          wait: str = "auto"):
     out = subprocess.run([MPIEXEC, "-n", str(n), PYTHON, __file__, "--collectives-worker",
-                          ",".join(map(str, sizes)), str(repeat)],
-                         capture_output=True, text=True, timeout=900, env=env)
+                          ",".join(map(str, sizes)), str(repeat), wait],
+                         capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -217,8 +217,9 @@ def run() -> None:
     print("collective efficiency (raw mpi4py time / MPI backend time, median):")
     print(f"{'N':>3} {'waiting':<9} {'size':>7} {'collective':<11} {'backend(ms)':>11} "
           f"{'raw(ms)':>8} {'efficiency':>10}")
-    for n, wait in ((2, None), (4, None), (4, "blocking")):
-        label = wait or ("polite" if n > (os.cpu_count() or 1) else "blocking")
+    for n, wait in ((2, "auto"), (4, "auto"), (4, "blocking")):
+        label = wait if wait != "auto" else \
+            ("polite" if n > len(os.sched_getaffinity(0)) else "blocking")
         table = {(size, name): t for size, name, t in collective_efficiency(n, wait=wait)}
         for size in sorted({s for s, _ in table}):
             for op in ("all-reduce", "all-gather"):
@@ -235,6 +236,7 @@ def run() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--collectives-worker":
-        collectives_worker([int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]))
+        collectives_worker([int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]),
+                           sys.argv[4])
     else:
         run()

@@ -28,7 +28,8 @@ from .kernels import KERNELS, TOKEN, Token
 
 
 def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
-             partition_id: int | None = None, on_step: StepHook | None = None) -> Any:
+             partition_id: int | None = None, on_step: StepHook | None = None,
+             on_enter: EnterHook | None = None) -> Any:
     """Evaluate the entry computation of `module` on `args` (one value per entry parameter, in
     parameter-number order) and return the root's value.
 
@@ -37,6 +38,8 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
     every computation) with the instruction and its *exclusive* wall time in seconds: the time of
     its kernel minus that of the instructions evaluated inside it (while bodies, calls, ...), so
     the times add up without double counting (the profiling hook of `gspmdc run --profile`).
+    `on_enter`, when given, is called with every instruction right before its kernel runs (the
+    innermost instruction executing is the last one entered: how MPI ranks record where they are).
 
     Raises GspmdcError for arguments that do not match the entry parameters, UnsupportedError for
     opcodes the interpreter does not implement (and for modules of several replicas), and
@@ -51,7 +54,7 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
                           f"{backend.partition_id()} (of {backend.num_partitions})")
     entry = module.entry
     values = _check_entry_arguments(entry, args)
-    return EvalContext(module, backend, on_step).call(entry.name, values)
+    return EvalContext(module, backend, on_step, on_enter).call(entry.name, values)
 
 
 class EvalContext:
@@ -61,18 +64,20 @@ class EvalContext:
     - `call(name, args)`: evaluate a computation of the module on argument values;
     - `cache`: a per-evaluation dict where kernel modules memoise analyses of computations (key
       tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`);
-    - `on_step`: the optional profiling hook (see `evaluate`).
+    - `on_step`, `on_enter`: the optional hooks (see `evaluate`).
     """
 
-    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "_plans", "_nested")
+    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "on_enter", "_plans",
+                 "_nested")
 
     def __init__(self, module: Module, backend: CollectiveBackend,
-                 on_step: StepHook | None = None):
+                 on_step: StepHook | None = None, on_enter: EnterHook | None = None):
         self.module = module
         self.backend = backend
         self.partition_id = backend.partition_id()
         self.cache: dict[tuple, Any] = {}
         self.on_step = on_step
+        self.on_enter = on_enter
         self._plans: dict[str, _Plan] = {}
         self._nested = 0.0
 
@@ -99,6 +104,7 @@ class EvalContext:
 
 Kernel = Callable[[Instruction, list, EvalContext], Any]
 StepHook = Callable[[Instruction, float], None]
+EnterHook = Callable[[Instruction], None]
 
 
 class _Plan:
@@ -150,8 +156,11 @@ class _Plan:
         for s, value in zip(self.param_slots, args):
             values[s] = value
         timed = ctx.on_step is not None
+        enter = ctx.on_enter
         with np.errstate(all="ignore"):
             for kernel, inst, operand_slots, out, release, dims, dtype in self.steps:
+                if enter is not None:
+                    enter(inst)
                 try:
                     if timed:
                         value = ctx.timed(kernel, inst, [values[s] for s in operand_slots])

@@ -55,6 +55,7 @@ class RunOptions:
     timeout: float | None = None
     padding: str = "zeros"
     deterministic: bool = False
+    mpi_wait: str = "auto"
     quiet: bool = False
 
 

@@ -6,7 +6,9 @@ Two ways in:
   private run directory, starts `mpiexec -n N python -m gspmdc.runtime.launcher JOB` in its own
   session and supervises it: rank output is passed through live (without MPICH's termination
   banners); every rank keeps a connection to the parent (a Unix socket in the run directory), so a
-  rank killed from outside is named and the job stopped; the job is stopped after `--timeout`
+  rank killed from outside is named, with the instruction it was executing (read from the ranks'
+  position board in the run directory, `rank_position.py`), and the job stopped; the job is
+  stopped after `--timeout`
   (plus a grace period, as a backstop to the ranks' own watchdogs), and Ctrl-C stops every rank.
   The run directory is removed afterwards.
 - `run_in_place(path, options)`, when the process already is an MPI rank (the user ran
@@ -17,9 +19,10 @@ Two ways in:
 read this partition's shard of every input (memory-mapped slices of the input file, or the seeded
 random inputs), evaluate, send the pieces rank 0 needs for each output (`Igatherv` of raw bytes
 from the source partitions of each tile only), and on rank 0 assemble, check, write and print
-(`job.finish`). Any exception on any rank prints `gspmdc: error: rank r (partition p): ...` (the
-interpreter names the computation and instruction) and calls `MPI_Abort`, which stops every rank
-at once; `--timeout` arms a watchdog on every rank that does the same. Exit codes: 0 success,
+(`job.finish`). Every rank records the instruction it starts on its slot of the position board.
+Any exception on any rank prints `gspmdc: error: rank r (partition p): ...` naming the computation
+and instruction and calls `MPI_Abort`, which stops every rank at once; `--timeout` arms a watchdog
+on every rank that does the same (rank 0 reports where each rank was). Exit codes: 0 success,
 1 check mismatch, 2 bad input, 3 runtime failure (also for a killed rank or a timeout).
 """
 from __future__ import annotations
@@ -44,6 +47,9 @@ from gspmdc.errors import EXIT_OK, EXIT_RUNTIME, GspmdcError
 
 from .backends.mpi import wait
 from .job import Job, RunOptions, finish, input_sources, prepare_job
+from .rank_position import (
+    FINISHING, PositionBoard, create_board_file, describe, describe_ranks, read_board_file,
+)
 
 #: environment variables that MPI launchers set in every rank
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -55,6 +61,8 @@ _TERM_GRACE_SECONDS = 3.0
 _WATCHDOG_STAGGER_SECONDS = 1.0
 #: the rank status socket in the run directory
 _STATUS_SOCKET = "ranks.sock"
+#: the ranks' position board in the run directory (`rank_position.py`)
+_POSITIONS = "positions"
 
 _BANNER = re.compile(r"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING.*|"
                      r"This typically refers to a problem with your application\.|"
@@ -86,10 +94,11 @@ def launch(job: Job, mpiexec: str) -> int:
     try:
         job_file = run_dir / "job.pickle"
         job_file.write_bytes(pickle.dumps(job))
+        create_board_file(run_dir / _POSITIONS, job.num_partitions)
         command = [mpiexec, "-n", str(job.num_partitions), sys.executable, "-m",
                    "gspmdc.runtime.launcher", str(job_file)]
         with _RankMonitor(run_dir / _STATUS_SOCKET) as monitor:
-            return _supervise(command, monitor, job)
+            return _supervise(command, monitor, job, run_dir / _POSITIONS)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -186,7 +195,7 @@ def _relay(stream, target) -> threading.Thread:
     return thread
 
 
-def _supervise(command: list[str], monitor: _RankMonitor, job: Job) -> int:
+def _supervise(command: list[str], monitor: _RankMonitor, job: Job, positions: Path) -> int:
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=_rank_environment(job.num_partitions))
@@ -200,8 +209,11 @@ def _supervise(command: list[str], monitor: _RankMonitor, job: Job) -> int:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 _stop(proc, monitor)
+                where = describe_ranks(job.spmd_module(),
+                                       dict(enumerate(read_board_file(positions))))
                 print(f"gspmdc: error: the job did not stop within {timeout:g} s (+"
-                      f"{BACKSTOP_SECONDS:g} s grace); all ranks were stopped", file=sys.stderr)
+                      f"{BACKSTOP_SECONDS:g} s grace): {where}; all ranks were stopped",
+                      file=sys.stderr)
                 return EXIT_RUNTIME
     except KeyboardInterrupt:
         _stop(proc, monitor)
@@ -213,8 +225,9 @@ def _supervise(command: list[str], monitor: _RankMonitor, job: Job) -> int:
         rank, pid = monitor.died
         for relay in relays:
             relay.join(timeout=5)
+        where = describe(job.spmd_module(), read_board_file(positions)[rank])
         print(f"gspmdc: error: rank {rank} (pid {pid}) terminated unexpectedly (killed or "
-              "crashed); the job was stopped", file=sys.stderr)
+              f"crashed) while {where}; the job was stopped", file=sys.stderr)
         return EXIT_RUNTIME
     for relay in relays:
         relay.join(timeout=5)
@@ -293,18 +306,25 @@ def execute_on_mpi(job: Job, run_dir: Path | None = None) -> int:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     status = _StatusLine(run_dir / _STATUS_SOCKET, rank) if run_dir is not None else None
-    watchdog = _arm_watchdog(comm, job.options.timeout, status)
+    board = PositionBoard(run_dir / _POSITIONS if run_dir is not None else None, rank,
+                          comm.Get_size())
+    parsed: list = []               # the module once parsed, for the watchdog's report
+    watchdog = _arm_watchdog(comm, job.options.timeout, status, board,
+                             lambda: parsed[0] if parsed else None)
     partition = None
     try:
         module = job.spmd_module()
-        backend = MpiBackend(module, comm, deterministic=job.options.deterministic)
+        parsed.append(module)
+        backend = MpiBackend(module, comm, deterministic=job.options.deterministic,
+                             wait=job.options.mpi_wait)
         partition = backend.partition_id()
-        code = _run_partition(job, comm, module, backend)
+        code = _run_partition(job, comm, module, backend, board)
         if status is not None:
             status.say("done")
         return code
     except BaseException as e:  # noqa: BLE001 - every failure stops the whole job
-        _abort(comm, rank, partition, e, status)
+        _abort(comm, rank, partition, e, status,
+               describe(parsed[0] if parsed else None, board.get(rank)))
     finally:
         if watchdog is not None:
             watchdog.cancel()
@@ -322,7 +342,7 @@ class _StatusLine:
         self._socket.sendall(message.encode() + b"\n")
 
 
-def _run_partition(job: Job, comm, module, backend) -> int:
+def _run_partition(job: Job, comm, module, backend, board: PositionBoard) -> int:
     from .interpreter import evaluate
     from .profile import ProfileRecorder
     from .sharded_io import shard_value, spmd_signature
@@ -333,11 +353,13 @@ def _run_partition(job: Job, comm, module, backend) -> int:
     args = [shard_value(a, v, p, n, padding=job.options.padding)
             for a, v in zip(sources, signature.parameters)]
     recorder = ProfileRecorder(p, n) if job.options.profile else None
+    enter = board.tracker(module)
     if recorder is not None:
         value = recorder.timed(lambda: evaluate(module, args, backend=backend,
-                                                on_step=recorder.on_step))
+                                                on_step=recorder.on_step, on_enter=enter))
     else:
-        value = evaluate(module, args, backend=backend)
+        value = evaluate(module, args, backend=backend, on_enter=enter)
+    board.set(FINISHING)
     outputs = _gather_outputs(value, signature, module, comm)
     profiles = comm.gather(recorder.profile() if recorder is not None else None, root=0)
     backend.close()
@@ -384,7 +406,9 @@ def _gather_outputs(value, signature, module, comm):
 
 
 def _abort(comm, rank: int, partition: int | None, error: BaseException,
-           status: _StatusLine | None) -> None:
+           status: _StatusLine | None, position: str) -> None:
+    """Report `error` (with where this rank was, unless the message names the instruction
+    already) and stop the job."""
     where = f"rank {rank}" + (f" (partition {partition})" if partition is not None else "")
     if isinstance(error, KeyboardInterrupt):
         message = "interrupted"
@@ -392,6 +416,10 @@ def _abort(comm, rank: int, partition: int | None, error: BaseException,
         message = str(error)
     else:
         message = f"internal error: {type(error).__name__}: {error}"
+    named = position.startswith("executing ") and \
+        message.startswith(position.split()[1] + ":")
+    if not named:
+        message = f"{message} (while {position})"
     sys.stdout.flush()
     print(f"gspmdc: error: {where}: {message}", file=sys.stderr, flush=True)
     if status is not None:
@@ -405,16 +433,21 @@ def _abort_job(comm) -> None:
     os._exit(EXIT_RUNTIME)
 
 
-def _arm_watchdog(comm, timeout: float | None, status: _StatusLine | None):
-    """A timer that ends the whole job when `timeout` seconds pass (rank 0 reports it)."""
+def _arm_watchdog(comm, timeout: float | None, status: _StatusLine | None,
+                  board: PositionBoard, module_now):
+    """A timer that ends the whole job when `timeout` seconds pass. Rank 0 reports it with where
+    every rank was (only itself when the board is private); `module_now()` gives the module
+    (None while it is being parsed)."""
     if timeout is None:
         return None
     rank = comm.Get_rank()
 
     def expire():
         if rank == 0:
-            print(f"gspmdc: error: the run timed out after {timeout:g} s", file=sys.stderr,
-                  flush=True)
+            ranks = range(comm.Get_size()) if board.shared else [rank]
+            where = describe_ranks(module_now(), {r: board.get(r) for r in ranks})
+            print(f"gspmdc: error: the run timed out after {timeout:g} s: {where}",
+                  file=sys.stderr, flush=True)
         if status is not None:
             status.say("failed")
         _abort_job(comm)

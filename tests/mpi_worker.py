@@ -4,7 +4,7 @@ backend, one partition per rank, and save every partition's result leaves.
     mpiexec -n N python mpi_worker.py SPEC.json
 
 SPEC: {"cases": [{"name", "module" (HLO file), "inputs" (npz with p{partition}_arg{i}),
-"deterministic" (bool)}], "out": directory}. Writes `{out}/{name}.p{partition}.npz` with the
+"deterministic" (bool)}], "wait" (the backend's waiting policy), "out": directory}. Writes `{out}/{name}.p{partition}.npz` with the
 result's array leaves `leaf0, leaf1, ...` in pre-order.
 """
 from __future__ import annotations
@@ -33,7 +33,8 @@ def main() -> None:
     out = Path(spec["out"])
     for case in spec["cases"]:
         module = parse_module(Path(case["module"]).read_text())
-        backend = MpiBackend(module, MPI.COMM_WORLD, deterministic=case["deterministic"])
+        backend = MpiBackend(module, MPI.COMM_WORLD, deterministic=case["deterministic"],
+                             wait=spec["wait"])
         p = backend.partition_id()
         with np.load(case["inputs"]) as data:   # bf16 comes back as raw 2-byte voids: view it
             args = [data[f"p{p}_arg{i}"].view(dtypes.numpy_dtype(param.shape.element_type))

@@ -9,7 +9,6 @@ All cases of one partition count run in one `mpiexec` launch to keep the file fa
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from gspmdc.errors import GspmdcError
 from gspmdc.ir.parser import parse_module
 from gspmdc.runtime.backends.local import run_local
 from gspmdc.runtime.sharded_io import assemble_outputs, split_inputs, spmd_signature
@@ -149,9 +149,9 @@ def leaves(value) -> list:
 
 
 def run_mpi(cases, n: int, tmp: Path, wait: str) -> dict[str, list[list[np.ndarray]]]:
-    """Run all cases in one mpiexec launch with the given waiting policy (GSPMDC_MPI_WAIT);
+    """Run all cases in one mpiexec launch with the given waiting policy (`MpiBackend(wait=)`);
     {name: per-partition result leaves}."""
-    spec = {"cases": [], "out": str(tmp)}
+    spec = {"cases": [], "wait": wait, "out": str(tmp)}
     for name, text, args, deterministic, _ in cases:
         (tmp / f"{name}.hlo").write_text(text)
         np.savez(tmp / f"{name}.in.npz", **{f"p{p}_arg{i}": a for p, per in enumerate(args)
@@ -161,8 +161,7 @@ def run_mpi(cases, n: int, tmp: Path, wait: str) -> dict[str, list[list[np.ndarr
                               "deterministic": deterministic})
     (tmp / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, str(WORKER),
-                           str(tmp / "spec.json")], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, GSPMDC_MPI_WAIT=wait))
+                           str(tmp / "spec.json")], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {}
     for name, *_ in cases:
@@ -272,3 +271,46 @@ def test_xla_programs_on_mpi_reproduce_jax_outputs(mpi_results):
             for k, value in enumerate(outputs):
                 np.testing.assert_allclose(value, expected[f"out{k}"], rtol=2e-5, atol=2e-5,
                                            err_msg=f"{folder.name} out{k}")
+
+
+MATMUL2 = """HloModule matmul, num_partitions=2
+
+ENTRY main {
+  x = f32[8,16] parameter(0), sharding={devices=[1,2]<=[2]}
+  w = f32[16,4] parameter(1), sharding={devices=[2,1]<=[2]}
+  ROOT y = f32[8,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+}
+"""
+
+
+@pytest.mark.parametrize("wait", ["polite", "blocking"])
+def test_run_command_takes_the_waiting_policy(tmp_path, wait):
+    """`gspmdc run --mpi-wait` reaches the ranks' backends: both policies give checked results."""
+    program = tmp_path / "matmul.hlo"
+    program.write_text(MATMUL2)
+    proc = subprocess.run([str(MPIEXEC.with_name("gspmdc")), "run", str(program),
+                           "--mpi-wait", wait, "--check", "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "check out0" in proc.stdout and " ok" in proc.stdout
+
+
+def test_the_waiting_policy_travels_with_the_job(tmp_path, monkeypatch):
+    from gspmdc.cli import main
+    from gspmdc.runtime import launcher
+    jobs = []
+    monkeypatch.setattr(launcher, "launch", lambda job, mpiexec: jobs.append(job) or 0)
+    program = tmp_path / "matmul.hlo"
+    program.write_text(MATMUL2)
+    assert main(["run", str(program), "--mpi-wait", "polite"]) == 0
+    assert main(["run", str(program)]) == 0
+    assert [job.options.mpi_wait for job in jobs] == ["polite", "auto"]
+
+
+def test_an_unknown_waiting_policy_is_refused():
+    from gspmdc.runtime.backends.mpi import polite_waiting
+    with pytest.raises(GspmdcError, match="must be one of auto, polite, blocking, got 'busy'"):
+        polite_waiting(None, "busy")
+    proc = subprocess.run([str(MPIEXEC.with_name("gspmdc")), "run", "x.hlo", "--mpi-wait",
+                           "busy"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "invalid choice: 'busy'" in proc.stderr

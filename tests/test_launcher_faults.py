@@ -21,6 +21,7 @@ MPIEXEC = Path(sys.executable).with_name("mpiexec")
 
 PLUGIN = '''
 import os, time
+from pathlib import Path
 from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
 
 def _fail(inst, args, ctx):
@@ -30,6 +31,7 @@ def _fail(inst, args, ctx):
 
 def _sleep(inst, args, ctx):
     if ctx.partition_id == 1:
+        Path(os.environ["GSPMDC_TEST_DIR"], "asleep").touch()
         time.sleep(60)
     return args[0]
 
@@ -58,7 +60,8 @@ def job(tmp_path):
     """(program path for a target, environment with the plugin and a unique tag, output path)."""
     (tmp_path / "sitecustomize.py").write_text(PLUGIN)
     tag = uuid.uuid4().hex
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), GSPMDC_TEST_TAG=tag)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), GSPMDC_TEST_TAG=tag,
+               GSPMDC_TEST_DIR=str(tmp_path))
 
     def program(target: str) -> Path:
         path = tmp_path / f"{target}.hlo"
@@ -131,19 +134,24 @@ def test_an_exception_on_one_rank_stops_the_job(job):
 
 
 @needs_mpi
-def test_a_killed_rank_stops_the_job_and_is_named(job):
+@pytest.mark.parametrize("victim, instruction", [(1, "main/c (custom-call)"),
+                                                 (2, "main/r (all-reduce)")])
+def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, victim, instruction):
+    """Rank 1 sleeps in the custom-call; the others wait for it in the all-reduce."""
     program, env, out = job
     tag = env["GSPMDC_TEST_TAG"]
     proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
                              "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(ranks := rank_processes(tag)) < 4 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        asleep = Path(env["GSPMDC_TEST_DIR"], "asleep")
+        while not asleep.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(ranks) == 4, "the ranks did not start"
-        time.sleep(1.0)                  # let them reach the collective
-        os.kill(ranks[2], signal.SIGKILL)
+        assert asleep.exists(), "the ranks did not start"
+        time.sleep(0.5)                  # let the others reach the all-reduce
+        ranks = rank_processes(tag)
+        os.kill(ranks[victim], signal.SIGKILL)
         start = time.monotonic()
         stdout, stderr = proc.communicate(timeout=30)
         seconds = time.monotonic() - start
@@ -151,7 +159,8 @@ def test_a_killed_rank_stops_the_job_and_is_named(job):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, stderr
-    assert f"rank 2 (pid {ranks[2]}) terminated unexpectedly (killed or crashed)" in stderr
+    assert f"rank {victim} (pid {ranks[victim]}) terminated unexpectedly (killed or crashed) " \
+        f"while executing {instruction}; the job was stopped" in stderr
     assert "BAD TERMINATION" not in stdout
     assert seconds < 10 and not out.exists()
     wait_gone(tag)
@@ -163,7 +172,8 @@ def test_timeout_stops_every_rank(job):
     proc, seconds = run([program("sleep_on_partition_1"), "--timeout", "2", "--outputs", out],
                         env)
     assert proc.returncode == 3, proc.stderr
-    assert "the run timed out after 2 s" in proc.stderr
+    assert "the run timed out after 2 s: rank 1 executing main/c (custom-call); ranks 0, 2, 3 " \
+        "executing main/r (all-reduce)" in proc.stderr
     assert seconds < 12 and not out.exists()
     wait_gone(env["GSPMDC_TEST_TAG"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from gspmdc.errors import GspmdcError
+from gspmdc.runtime.backends.mpi import WAIT_MODES
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -21,7 +22,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          seed=args.seed, outputs=_absolute(args.outputs), check=args.check,
                          profile=args.profile, timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
-                         deterministic=args.deterministic, quiet=args.quiet)
+                         deterministic=args.deterministic, mpi_wait=args.mpi_wait,
+                         quiet=args.quiet)
     if args.backend == "mpi" and launcher.under_mpi():
         return launcher.run_in_place(args.file, options)
     mpiexec = launcher.find_mpiexec(args.mpiexec) if args.backend == "mpi" else None
@@ -63,6 +65,11 @@ def register(sub) -> None:
                    help="the mpiexec to start (default: the one beside this Python)")
     p.add_argument("--deterministic", action="store_true",
                    help="reduce in group order everywhere (bit-identical runs; slower)")
+    p.add_argument("--mpi-wait", choices=WAIT_MODES, default="auto",
+                   help="how MPI ranks wait for each other: blocking MPI calls (fastest, they "
+                        "busy-poll), polite (nonblocking calls and short sleeps, for machines with "
+                        "more ranks than cores), auto: blocking unless the machine is "
+                        "oversubscribed (default)")
     p.add_argument("--garbage-padding", action="store_true",
                    help="pad uneven input shards with NaN / the integer maximum instead of zeros "
                         "(shows programs that read padding)")

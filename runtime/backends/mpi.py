@@ -31,12 +31,12 @@ collective dimension is moved to axis 0 first (`moveaxis` + `ascontiguousarray`)
 `deterministic=True` folds every reduction in group order (bit-identical to the local backend and
 from run to run); by default native float sums are used, whose association order is MPI's.
 
-Waiting: when this machine runs no more ranks of the job than it has cores, the blocking MPI calls
-are used (the fastest; they busy-poll). When it is oversubscribed (more local ranks than cores, as
-in tests on small machines), busy-polling ranks would starve the ones that compute, so the
-nonblocking forms are used and completed politely: spinning for ~100 µs, then sleeping with backoff
-up to 0.2 ms (`wait`; also what the launcher uses while ranks idle for rank 0). The environment
-variable `GSPMDC_MPI_WAIT=polite|blocking` overrides the choice.
+Waiting (`wait=` of `MpiBackend`, `gspmdc run --mpi-wait`): `blocking` uses the blocking MPI calls
+(the fastest; they busy-poll); `polite` uses the nonblocking forms completed politely: spinning for
+~100 µs, then sleeping with backoff up to 0.2 ms (`wait`; also what the launcher uses while ranks
+idle for rank 0), so that on an oversubscribed machine (more local ranks than cores, as in tests on
+small machines) waiting ranks do not starve the ones that compute. `auto` (the default) is
+`blocking` when this machine runs no more ranks of the job than it has cores, else `polite`.
 """
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ from ..collectives import (
 )
 
 GROUP_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
+#: the waiting policies (see the module docstring)
+WAIT_MODES = ("auto", "polite", "blocking")
 _SPIN_SECONDS = 1e-4
 #: collectives up to this size receive into a reused buffer and copy the result out
 _SCRATCH_BYTES = 8 << 20
@@ -104,19 +106,19 @@ def _wait_blocking(request) -> None:
         request.Wait()
 
 
-def polite_waiting(comm) -> bool:
-    """Whether to wait politely: `GSPMDC_MPI_WAIT=polite|blocking` when set, else whether more
-    ranks of `comm` run on this machine than it has cores (collective over `comm`)."""
+def polite_waiting(comm, mode: str = "auto") -> bool:
+    """Whether to wait politely under the policy `mode` (one of `WAIT_MODES`): for `auto`, whether
+    more ranks of `comm` run on this machine than it has cores (collective over `comm`)."""
     import os
     from mpi4py import MPI
-    choice = os.environ.get("GSPMDC_MPI_WAIT")
-    if choice not in (None, "polite", "blocking"):
-        raise GspmdcError(f"GSPMDC_MPI_WAIT must be 'polite' or 'blocking', got {choice!r}")
+    if mode not in WAIT_MODES:
+        raise GspmdcError(f"the MPI waiting policy must be one of {', '.join(WAIT_MODES)}, "
+                          f"got {mode!r}")
+    if mode != "auto":
+        return mode == "polite"
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_here = local.Get_size()
     local.Free()
-    if choice is not None:
-        return choice == "polite"
     return ranks_here > len(os.sched_getaffinity(0))
 
 
@@ -167,9 +169,10 @@ class _Group:
 
 class MpiBackend(CollectiveBackend):
     """One rank's endpoint (see the module docstring). Construct it on every rank of `comm`
-    (collective), with the same module."""
+    (collective), with the same module and options; `wait` is one of `WAIT_MODES`."""
 
-    def __init__(self, module: Module, comm=None, *, deterministic: bool = False):
+    def __init__(self, module: Module, comm=None, *, deterministic: bool = False,
+                 wait: str = "auto"):
         from mpi4py import MPI
         world = MPI.COMM_WORLD if comm is None else comm
         n = world.Get_size()
@@ -187,7 +190,7 @@ class MpiBackend(CollectiveBackend):
         self._split_cache: dict[tuple, object] = {}
         self._groups: dict[int, _Group] = {}
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
-        self._polite = polite_waiting(self._comm)
+        self._polite = polite_waiting(self._comm, wait)
         self._scratch_buffers: dict[tuple, np.ndarray] = {}
         self._scratch_ids: set[int] = set()
         self._scratch_total = 0
