@@ -45,7 +45,7 @@ from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 
 from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
-from .tiling import Tiling, cdiv
+from .tiling import Tiling
 
 
 def tiling_from_coordinates(coords: np.ndarray, counts: tuple[int, ...]) -> Tiling | None:
@@ -203,7 +203,7 @@ class GatherRule(OpRule):
         return OpPlan((on_operand, on_indices), result.to_sharding(), reason)
 
     def lower(self, inst, ctx: LowerContext):
-        operand, indices = inst.operands
+        operand = inst.operands[0]
         local_operand, local_indices = ctx.operands(inst)
         dims = GatherDims.of(inst)
         tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices) \

@@ -156,6 +156,16 @@ def _threefry_pair_dim(shape: tuple[int, ...]) -> int:
     return min(range(len(shape)), key=lambda i: (-(-shape[i] // 2) * (count // shape[i]), i))
 
 
+def _threefry_blocks(dims: tuple[int, ...], width: int) -> int:
+    """The blocks `threefry_bits` uses for a result of shape `dims`."""
+    count = int(np.prod(dims))
+    if width == 64 or count == 0:
+        return count
+    shape = tuple(dims) or (1,)
+    d = _threefry_pair_dim(shape)
+    return count // shape[d] * -(-shape[d] // 2)
+
+
 def philox_bits_at(key: int, counter: tuple[int, int], index: np.ndarray, width: int):
     """The elements at row-major positions `index` (int64 array) of `philox_bits(key, counter,
     count, width)` for any `count` covering them, shaped like `index`."""
@@ -233,10 +243,7 @@ def generate_bits(algorithm: str, state: np.ndarray, element_type: str, dims: tu
             bits, blocks = threefry_bits(words[0], words[1], dims, width)
         else:
             bits = threefry_bits_at(words[0], words[1], dims, coords, width)
-            shape = tuple(dims) or (1,)
-            blocks = count if width == 64 or count == 0 else \
-                count // shape[_threefry_pair_dim(shape)] * \
-                -(-shape[_threefry_pair_dim(shape)] // 2)
+            blocks = _threefry_blocks(dims, width)
         counter = [(words[1] + blocks) % 2**64]
     else:
         raise UnsupportedError(f"{name}: unknown rng algorithm {algorithm}")
