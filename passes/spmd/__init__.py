@@ -38,6 +38,7 @@ from . import op_rules_gather  # noqa: F401  (gather)
 from . import op_rules_random  # noqa: F401  (rng, rng-bit-generator)
 from . import op_rules_indexed  # noqa: F401  (dynamic-(update-)slice, sort, TopK)
 from . import op_rules_ragged  # noqa: F401  (ragged-dot)
+from . import op_rules_conv  # noqa: F401  (convolution)
 from .cleanup import Cleanup
 from .explain import collective_result_bytes, collective_sent_bytes, explain_collective
 from .inline_calls import InlineCalls

@@ -6,13 +6,11 @@ on every index, with the same size in the result and in the operands that have t
 | `concatenate`, `reverse` | every dim but the concatenated / reversed ones |
 | `slice`, `pad` | dims the slice keeps whole / the pad leaves unpadded |
 | `reduce-window` | dims whose window is trivial (size 1, stride 1, no padding or dilation) |
-| `convolution` (no feature/batch groups) | batch (lhs), output feature (rhs), spatial dims of |
-|   | a trivial window (size 1, no padding, stride, dilation or reversal) |
 | `cholesky`, `triangular-solve`, `fft` | batch dims (all but the last two / the transformed ones) |
 
 The result takes a tiling of its pass-through dims only (the others whole); each operand takes
-that tiling mapped to its own dims, replicated over result dims it does not have (e.g. a
-convolution's kernel across batch tiles); scalar operands (init and pad values, dynamic indices)
+that tiling mapped to its own dims, replicated over result dims it does not have (the
+convolution has a rule of its own); scalar operands (init and pad values, dynamic indices)
 are replicated. Candidates: the annotated result sharding restricted to pass-through dims, the
 first operand's sharding carried through, and everything replicated (the default action); the
 fewest bytes moved wins. Padding of uneven pass-through dims only ever meets padding. Windowed
@@ -94,27 +92,9 @@ def _fft(inst):
     return _batch_dims(len(inst.attr("fft_length")))(inst)
 
 
-def _convolution(inst):
-    labels = inst.attr("dim_labels")
-    rank = inst.shape.rank
-    lhs, rhs = [-1] * rank, [-1] * rank
-    if inst.attr("feature_group_count", 1) != 1 or inst.attr("batch_group_count", 1) != 1:
-        return [lhs, rhs]
-    lhs[labels.out_batch] = labels.lhs_batch
-    rhs[labels.out_feature] = labels.rhs_output_feature
-    window = inst.attr("window")
-    trivial = window is None or all(
-        (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation, w.window_dilation,
-         w.window_reversal) == (1, 1, 0, 0, 1, 1, False) for w in window.dims)
-    if trivial:
-        for out, left in zip(labels.out_spatial, labels.lhs_spatial):
-            lhs[out] = left
-    return [lhs, rhs]
-
-
 _MAPS = {
     "concatenate": _sort, "reverse": _reverse, "slice": _slice, "pad": _pad,
-    "reduce-window": _reduce_window, "convolution": _convolution,
+    "reduce-window": _reduce_window,
     "cholesky": _batch_dims(2), "triangular-solve": _batch_dims(2), "fft": _fft,
 }
 

@@ -1,0 +1,222 @@
+"""Partitioning of `convolution` (reference §4.6.1, §4.7, §4.8): a convolution is a dot over its
+non-spatial dims, so the dot's compatibility rule (`op_rules_dot.dot_result`) decides which
+operand pairs run locally and what they produce.
+
+Dim classes (`ConvDims.of`), in the dot's terms:
+
+| convolution               | "batch" (both operands) | contracting    | lhs free          | rhs free |
+|---------------------------|-------------------------|----------------|-------------------|----------|
+| plain                     | —                       | lhs f / rhs i  | lhs b, spatial    | rhs o    |
+| `feature_group_count` G>1 | lhs f / rhs o (groups)  | —              | lhs b, spatial    | —        |
+| `batch_group_count` B>1   | lhs b / rhs o (groups)  | lhs f / rhs i  | spatial           | —        |
+
+- batch dim tiled (lhs b, rhs replicated): each partition convolves its batch block;
+- output feature tiled (rhs o): each partition computes its output-feature block;
+- input feature tiled alike on both (contracting): each partition's convolution is a *partial
+  sum* of the output (the `unreduced` subgroup of its result sharding), combined by the result's
+  reshard (all-reduce, or reduce-scatter into a tiled output). Uneven input-feature shards are
+  masked with 0 on both operands before the local convolution;
+- grouped convolutions: the group dims (lhs f with rhs o for feature groups, lhs b with rhs o for
+  batch groups) are tiled alike and only by a count dividing the group count, so every
+  partition holds whole groups; the local convolution has `group_count / tiles` groups. The rhs
+  input-feature dim of a feature-grouped convolution stays whole;
+- spatial dims: an lhs spatial dim with a trivial window (size 1, stride 1, no padding,
+  dilation or reversal) maps one to one onto the output dim. The rhs spatial dims stay whole.
+
+Candidates (fewest bytes moved — operand reshards plus the result's reshard — then the least
+local work, then the first): the operands as they are, one operand aligned to the other on
+batch/contracting dims, both derived from the output's tiling, everything replicated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.shapes import ArrayShape
+from gspmdc.ir.sharding import HloSharding
+
+from .op_rules import LowerContext, OpPlan, OpRule, PlanContext, clone, op_rule, without_partials
+from .op_rules_dot import DotDims, _inverse, _merge_free, dot_result
+from .tiling import Tiling
+
+
+@dataclass(frozen=True)
+class ConvDims:
+    """A convolution seen as a dot (see the module docstring): `dot` classifies the dims that
+    may be tiled, `out_of` names the output dim of each position of the dot's result (batch,
+    lhs free, rhs free), `lhs_whole` / `rhs_whole` the dims that must stay whole, and `groups`
+    the group count the tiles of the "batch" class must divide (1: none)."""
+
+    dot: DotDims
+    out_of: tuple[int, ...]
+    lhs_whole: tuple[int, ...]
+    rhs_whole: tuple[int, ...]
+    groups: int
+
+    @classmethod
+    def of(cls, inst: Instruction) -> "ConvDims":
+        labels = inst.attr("dim_labels")
+        window = inst.attr("window")
+        fgc = inst.attr("feature_group_count", 1)
+        bgc = inst.attr("batch_group_count", 1)
+        lb, lf, ls = labels.lhs_batch, labels.lhs_feature, labels.lhs_spatial
+        ri, ro, rs = labels.rhs_input_feature, labels.rhs_output_feature, labels.rhs_spatial
+        ob, of, os_ = labels.out_batch, labels.out_feature, labels.out_spatial
+        dims = window.dims if window is not None else ()
+        free = [k for k, w in enumerate(dims) if _trivial(w)]
+        fixed = tuple(ls[k] for k in range(len(ls)) if k not in free)
+        spatial_lhs = tuple(ls[k] for k in free)
+        spatial_out = tuple(os_[k] for k in free)
+        if fgc > 1:
+            dot = DotDims((lf,), (ro,), (), (), (lb,) + spatial_lhs, ())
+            return cls(dot, (of, ob) + spatial_out, fixed, (ri,) + tuple(rs), fgc)
+        if bgc > 1:
+            dot = DotDims((lb,), (ro,), (lf,), (ri,), spatial_lhs, ())
+            return cls(dot, (of,) + spatial_out, fixed, tuple(rs), bgc)
+        dot = DotDims((), (), (lf,), (ri,), (lb,) + spatial_lhs, (ro,))
+        return cls(dot, (ob,) + spatial_out + (of,), fixed, tuple(rs), 1)
+
+    def lhs_to_output(self, lhs_rank: int) -> list[int]:
+        """Output dim of each lhs dim (-1: contracting or whole)."""
+        out = [-1] * lhs_rank
+        for k, d in enumerate(self.dot.lhs_batch + self.dot.lhs_free):
+            out[d] = self.out_of[k]
+        return out
+
+    def rhs_to_output(self, rhs_rank: int) -> list[int]:
+        out = [-1] * rhs_rank
+        n_batch, n_lhs_free = len(self.dot.rhs_batch), len(self.dot.lhs_free)
+        for k, d in enumerate(self.dot.rhs_batch):
+            out[d] = self.out_of[k]
+        for k, d in enumerate(self.dot.rhs_free):
+            out[d] = self.out_of[n_batch + n_lhs_free + k]
+        return out
+
+
+def _trivial(w) -> bool:
+    return (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation,
+            w.window_dilation) == (1, 1, 0, 0, 1, 1)
+
+
+def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling | None:
+    """The output tiling of the local convolution of shards of `lhs` and `rhs` (partial sums
+    over tiled input features as `unreduced`), or None when the pair cannot run locally."""
+    if any(lhs.counts[d] > 1 for d in cd.lhs_whole) or \
+            any(rhs.counts[d] > 1 for d in cd.rhs_whole):
+        return None
+    if cd.groups > 1 and any(cd.groups % lhs.counts[d] for d in cd.dot.lhs_batch):
+        return None
+    result = dot_result(lhs, rhs, cd.dot)
+    if result is None:
+        return None
+    missing = [d for d in range(out_rank) if d not in cd.out_of]
+    order = list(cd.out_of) + missing
+    result = result.insert_dims(range(len(cd.out_of), out_rank))
+    return result.transpose([order.index(d) for d in range(out_rank)])
+
+
+@op_rule("convolution")
+class ConvolutionRule(OpRule):
+    def plan(self, inst, ctx: PlanContext):
+        lhs_op, rhs_op = inst.operands
+        cd = ConvDims.of(inst)
+        lr, rr, out_rank = lhs_op.shape.rank, rhs_op.shape.rank, inst.shape.rank
+        target = without_partials(inst.sharding)
+        if target.kind == "maximal":
+            return OpPlan((target, target), target, "convolution on one device")
+
+        def clean(sharding: HloSharding, rank: int, whole) -> Tiling | None:
+            """The usable tiling of `sharding` with the dims that must stay whole gathered."""
+            if sharding.kind not in ("tiled", "replicated") or \
+                    sharding != without_partials(sharding):
+                return None
+            return ctx.tiling(sharding, rank).fold_dims(whole, "replicated")
+
+        pairs: list[tuple[HloSharding, HloSharding, str]] = []
+        lt = clean(lhs_op.sharding, lr, cd.lhs_whole)
+        rt = clean(rhs_op.sharding, rr, cd.rhs_whole)
+        if lt is not None and rt is not None:
+            pairs.append((lt.to_sharding(), rt.to_sharding(),
+                          "convolution operands are compatible"))
+        if lt is not None:
+            aligned = lt.remap(cd.dot.lhs_to_rhs(lr), rr).to_sharding()
+            pairs.append((lt.to_sharding(), aligned,
+                          "kernel aligned to the input's batch/feature tiles"))
+            if rt is not None:
+                merged = _merge_free(rt.to_sharding(), aligned, cd.dot.rhs_free)
+                if merged is not None:
+                    pairs.append((lt.to_sharding(), merged, "kernel aligned to the input, "
+                                                            "keeping its output-feature tiling"))
+        if rt is not None:
+            aligned = rt.remap(cd.dot.rhs_to_lhs(rr), lr).to_sharding()
+            pairs.append((aligned, rt.to_sharding(), "input aligned to the kernel's feature tiles"))
+            if lt is not None:
+                merged = _merge_free(lt.to_sharding(), aligned, cd.dot.lhs_free)
+                if merged is not None:
+                    pairs.append((merged, rt.to_sharding(), "input aligned to the kernel, "
+                                                            "keeping its batch/spatial tiling"))
+        out = ctx.tiling(target, out_rank)
+        pairs.append((out.remap(_inverse(cd.lhs_to_output(lr), out_rank), lr).to_sharding(),
+                      out.remap(_inverse(cd.rhs_to_output(rr), out_rank), rr).to_sharding(),
+                      "convolution operands follow the output's tiling"))
+        replicated = HloSharding.replicate()
+        pairs.append((replicated, replicated, "convolution runs replicated"))
+
+        candidates, seen = [], set()
+        for a, b, reason in pairs:
+            if (a, b) in seen:
+                continue
+            seen.add((a, b))
+            result = conv_result(ctx.tiling(a, lr), ctx.tiling(b, rr), cd, out_rank)
+            if result is not None:
+                candidates.append(OpPlan((a, b), result.to_sharding(), reason))
+        return ctx.choose(inst, candidates, lambda p: _local_work(inst, p))
+
+    def lower(self, inst, ctx: LowerContext):
+        lhs_op, rhs_op = inst.operands
+        lhs, rhs = ctx.operands(inst)
+        cd = ConvDims.of(inst)
+        lt = Tiling.from_sharding(lhs_op.sharding, lhs_op.shape.rank, ctx.num_devices)
+        rt = Tiling.from_sharding(rhs_op.sharding, rhs_op.shape.rank, ctx.num_devices)
+        lhs = _mask_uneven(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
+        rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting)
+        local = clone(inst, ctx, [lhs, rhs])
+        if cd.groups > 1:
+            key = "feature_group_count" if inst.attr("feature_group_count", 1) > 1 else \
+                "batch_group_count"
+            local.attrs[key] = cd.groups // prod(lt.counts[d] for d in cd.dot.lhs_batch)
+        return local
+
+
+def _mask_uneven(ctx: LowerContext, value: Instruction, shape: ArrayShape, tiling: Tiling,
+                 dims) -> Instruction:
+    """The local `value` with the padding of its uneven tiled `dims` replaced by zeros
+    (`iota + this partition's offset < size`)."""
+    uneven = [d for d in dims if tiling.counts[d] > 1 and shape.dims[d] % tiling.counts[d]]
+    if not uneven:
+        return value
+    b = ctx.builder
+    local_dims = value.shape.dims
+    offsets = tiling.offsets(shape.dims)
+    valid = None
+    for d in uneven:
+        index = b.binary("add", b.iota("s32", local_dims, d),
+                         b.broadcast(ctx.tables.lookup(offsets[:, d], f"offset.{d}"),
+                                     local_dims))
+        inside = b.compare(index, b.broadcast(b.constant(shape.dims[d], "s32"), local_dims), "LT")
+        valid = inside if valid is None else b.binary("and", valid, inside)
+    zero = b.broadcast(b.zero(value.shape.element_type), local_dims)
+    return b.select(valid, value, zero)
+
+
+def _local_work(inst: Instruction, plan: OpPlan) -> float:
+    """Output elements of the local convolution times the kernel elements each one reads."""
+    out = plan.result.shard_shape(inst.shape)
+    rhs = plan.operands[1].shard_shape(inst.operands[1].shape)
+    labels = inst.attr("dim_labels")
+    per_output = prod(n for d, n in enumerate(rhs.dims) if d != labels.rhs_output_feature)
+    return float(prod(out.dims) * per_output)
+
+
+__all__ = ["ConvDims", "conv_result", "ConvolutionRule"]

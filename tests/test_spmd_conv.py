@@ -1,0 +1,123 @@
+"""Convolution partitioning (passes/spmd/op_rules_conv.py): each strategy forced by the shardings,
+checked against the unpartitioned program on 2, 3, 4 and 8 partitions (uneven shards with garbage
+padding), with the collectives each strategy implies."""
+from __future__ import annotations
+
+import pytest
+
+from spmd_partition_helpers import check_equivalent, collectives
+
+DEVICES = [2, 3, 4, 8]
+
+
+def module(body: str) -> str:
+    return f"HloModule m\n\nENTRY e {{\n{body}\n}}\n"
+
+
+def tiled(n: int, rank: int, dim: int, replicate: int = 1) -> str:
+    counts = [1] * rank
+    counts[dim] = n
+    if replicate > 1:
+        counts.append(replicate)
+        return f"{{devices=[{','.join(map(str, counts))}]<=[{n * replicate}] " \
+               "last_tile_dim_replicate}"
+    return f"{{devices=[{','.join(map(str, counts))}]<=[{n}]}}"
+
+
+def kinds(spmd) -> list[str]:
+    return [c[0] for c in collectives(spmd)]
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_batch_tiled_input_with_replicated_kernel_needs_no_collective(n):
+    batch = 2 * n + 1                                   # uneven: padding only meets padding
+    text = module(f"""
+  x = f32[{batch},9,9,3] parameter(0), sharding={tiled(n, 4, 0)}
+  k = f32[3,3,3,5] parameter(1), sharding={{replicated}}
+  ROOT c = f32[{batch},9,9,5] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f, sharding={tiled(n, 4, 0)}""")
+    assert kinds(check_equivalent(text, n)) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_output_feature_tiled_kernel_needs_no_collective(n):
+    features = 3 * n - 1
+    text = module(f"""
+  x = f32[2,7,7,3] parameter(0), sharding={{replicated}}
+  k = f32[3,3,3,{features}] parameter(1), sharding={tiled(n, 4, 3)}
+  ROOT c = f32[2,5,5,{features}] convolution(x, k), window={{size=3x3}}, dim_labels=b01f_01io->b01f, sharding={tiled(n, 4, 3)}""")
+    assert kinds(check_equivalent(text, n)) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+def test_input_feature_tiled_on_both_gives_partial_sums_combined_by_one_all_reduce(n):
+    """Uneven input features: garbage padding on both operands must be masked with zeros."""
+    features = 2 * n + 1
+    text = module(f"""
+  x = f32[2,6,6,{features}] parameter(0), sharding={tiled(n, 4, 3)}
+  k = f32[3,3,{features},4] parameter(1), sharding={tiled(n, 4, 2)}
+  ROOT c = f32[2,4,4,4] convolution(x, k), window={{size=3x3}}, dim_labels=b01f_01io->b01f, sharding={{replicated}}""")
+    spmd = check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+    assert kinds(spmd) == ["all-reduce"]
+    assert collectives(spmd)[0][1] == [list(range(n))]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_input_feature_partial_sums_are_reduce_scattered_into_a_tiled_output(n):
+    text = module(f"""
+  x = f32[{2 * n},6,6,{2 * n}] parameter(0), sharding={tiled(n, 4, 3)}
+  k = f32[3,3,{2 * n},4] parameter(1), sharding={tiled(n, 4, 2)}
+  ROOT c = f32[{2 * n},4,4,4] convolution(x, k), window={{size=3x3}}, dim_labels=b01f_01io->b01f, sharding={tiled(n, 4, 0)}""")
+    spmd = check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+    assert kinds(spmd) == ["reduce-scatter"]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_depthwise_convolution_keeps_groups_local(n):
+    """feature_group_count = features: input features tiled like kernel output features, the
+    local convolution has features/n groups; no collective."""
+    features = 4 * n
+    text = module(f"""
+  x = f32[2,8,8,{features}] parameter(0), sharding={tiled(n, 4, 3)}
+  k = f32[3,3,1,{features}] parameter(1), sharding={tiled(n, 4, 3)}
+  ROOT c = f32[2,8,8,{features}] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f, feature_group_count={features}, sharding={tiled(n, 4, 3)}""")
+    spmd = check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+    assert kinds(spmd) == []
+    conv = next(i for i in spmd.entry.instructions if i.opcode == "convolution")
+    assert conv.attr("feature_group_count") == features // n
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_grouped_convolution_tiles_only_whole_groups(n):
+    """2 groups of 2n input features on n partitions: a tiling of the input features by n would
+    split groups, so only the batch-tiled output (or 2-way group tiling) keeps them local; the
+    result must still be right."""
+    text = module(f"""
+  x = f32[{n},6,6,{4 * n}] parameter(0), sharding={tiled(n, 4, 3)}
+  k = f32[3,3,{2 * n},6] parameter(1), sharding={{replicated}}
+  ROOT c = f32[{n},4,4,6] convolution(x, k), window={{size=3x3}}, dim_labels=b01f_01io->b01f, feature_group_count=2, sharding={tiled(n, 4, 3)}""")
+    check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_batch_group_convolution_tiles_groups_of_the_batch(n):
+    """batch_group_count = 2n (the weight-gradient form): lhs batch tiled like kernel output
+    features, the local convolution has 2 batch groups; output features tiled."""
+    groups = 2 * n
+    text = module(f"""
+  x = f32[{groups},6,6,3] parameter(0), sharding={tiled(n, 4, 0)}
+  k = f32[3,3,3,{groups}] parameter(1), sharding={tiled(n, 4, 3)}
+  ROOT c = f32[1,4,4,{groups}] convolution(x, k), window={{size=3x3}}, dim_labels=b01f_01io->b01f, batch_group_count={groups}, sharding={tiled(n, 4, 3)}""")
+    spmd = check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+    assert kinds(spmd) == []
+    conv = next(i for i in spmd.entry.instructions if i.opcode == "convolution")
+    assert conv.attr("batch_group_count") == 2
+
+
+def test_mixed_mesh_batch_and_output_feature():
+    """2x2 mesh: input batch on mesh dim 0 (replicated on dim 1), kernel output features on
+    mesh dim 1 (replicated on dim 0): the output is tiled [2,1,1,2] with no communication."""
+    text = module("""
+  x = f32[4,5,5,3] parameter(0), sharding={devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}
+  k = f32[1,1,3,6] parameter(1), sharding={devices=[1,1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  ROOT c = f32[4,5,5,6] convolution(x, k), window={size=1x1}, dim_labels=b01f_01io->b01f, sharding={devices=[2,1,1,2]<=[4]}""")
+    assert kinds(check_equivalent(text, 4)) == []
