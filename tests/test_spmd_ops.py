@@ -403,11 +403,13 @@ LESS = """less {
 """
 
 
-def test_a_tiled_windowed_dim_is_gathered():
+def test_a_tiled_reversed_dim_swaps_shards():
+    """The operand takes the result's tiling in reversed device order: one permute, no
+    gather."""
     spmd = check_equivalent(module("""
   x = f32[8,6] parameter(0), sharding={devices=[2,1]<=[2]}
   ROOT r = f32[8,6] reverse(x), dimensions={0}, sharding={devices=[2,1]<=[2]}"""), 2)
-    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert collectives(spmd) == [("collective-permute", [(0, 1), (1, 0)])]
 
 
 def test_ops_without_a_rule_run_replicated():
@@ -428,11 +430,11 @@ def test_partition_dependent_ops_are_rejected():
   ROOT r = u64[2] rng-get-and-update-state(), delta=4"""), 2)
 
 
-def test_manual_shardings_are_rejected():
+def test_resharding_a_manual_value_is_rejected():
     with pytest.raises(UnsupportedError, match="manual"):
         partition(module("""
   x = f32[4] parameter(0), sharding={manual}
-  ROOT n = f32[4] negate(x), sharding={manual}"""), 2)
+  ROOT n = f32[4] negate(x), sharding={replicated}"""), 2)
 
 
 def test_shardings_for_other_device_counts_are_rejected():

@@ -1,5 +1,5 @@
 """The partitioner's pipeline as a user sees it: dumps after every pass (re-parseable; up to
-pad-uneven they are global programs that still evaluate to the reference), the SPMD module's
+halo-exchange they are global programs that still evaluate to the reference), the SPMD module's
 header and signature, `gspmdc compile`, `--time-passes`, the metadata every collective carries
 and `explain_collective`."""
 from __future__ import annotations
@@ -41,7 +41,8 @@ ENTRY main {
 }
 """
 
-PASSES = ["inline-calls", "propagate", "insert-reshards", "pad-uneven", "lower-spmd", "cleanup"]
+PASSES = ["inline-calls", "propagate", "insert-reshards", "pad-uneven", "halo-exchange",
+          "lower-spmd", "cleanup"]
 
 
 def test_dumps_after_every_pass_reparse_and_global_ones_evaluate_to_the_reference(tmp_path):
@@ -148,8 +149,8 @@ def test_compile_command_writes_a_runnable_spmd_module(tmp_path):
 
 def test_compile_command_rejects_bad_input_cleanly(tmp_path, capsys):
     source = tmp_path / "manual.hlo"
-    source.write_text("HloModule m\n\nENTRY e {\n  ROOT x = f32[4] parameter(0), "
-                      "sharding={manual}\n}\n")
+    source.write_text("HloModule m\n\nENTRY e {\n  x = f32[4] parameter(0), sharding={manual}\n"
+                      "  ROOT n = f32[4] negate(x), sharding={replicated}\n}\n")
     out = tmp_path / "out.hlo"
     assert main(["compile", str(source), "-n", "2", "-o", str(out)]) == 2
     assert "manual" in capsys.readouterr().err

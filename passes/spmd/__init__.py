@@ -11,13 +11,14 @@ Pipeline (each a registered pass; `--dump-dir` writes the module after each):
 | `propagate`       | complete the shardings (optional; see `passes/propagation`)           |
 | `insert-reshards` | choose each op's strategy; make every reshard an explicit node        |
 | `pad-uneven`      | mask padding before reductions and contractions over uneven dims      |
+| `halo-exchange`   | record on windowed ops the halos each partition receives (`halo=`)    |
 | `lower-spmd`      | the per-partition program: local shapes, partition-id tables, collectives |
 | `cleanup`         | tuple simplification, CSE, DCE                                        |
 
-Up to `pad-uneven` the IR is the ordinary global program (global shapes, shardings, reshard
+Up to `halo-exchange` the IR is the ordinary global program (global shapes, shardings, reshard
 nodes as `Sharding` custom-calls, masks as identity ops), so every dump re-parses and evaluates to
-the original result; `lower-spmd` rewrites shapes to per-partition ones. Halo exchange is not
-implemented yet: windowed and indexed ops are partitioned along their pass-through dims only,
+the original result; `lower-spmd` rewrites shapes to per-partition ones. Windowed ops keep
+their windowed dims tiled and exchange halos with their neighbours (`halo.py`);
 pure ops without a rule (gather, scatter, control flow) run replicated (the default action), and
 manual regions are rejected.
 """
@@ -38,9 +39,11 @@ from . import op_rules_gather  # noqa: F401  (gather)
 from . import op_rules_random  # noqa: F401  (rng, rng-bit-generator)
 from . import op_rules_indexed  # noqa: F401  (dynamic-(update-)slice, sort, TopK)
 from . import op_rules_ragged  # noqa: F401  (ragged-dot)
+from . import op_rules_window  # noqa: F401  (reduce-window, pad, slice, concatenate, reverse)
 from . import op_rules_conv  # noqa: F401  (convolution)
 from .cleanup import Cleanup
 from .explain import collective_result_bytes, collective_sent_bytes, explain_collective
+from .halo_exchange import HaloExchange
 from .inline_calls import InlineCalls
 from .insert_reshards import InsertReshards
 from .lower_spmd import GLOBAL_SIGNATURE, LowerSpmd
@@ -53,7 +56,8 @@ def spmd_pipeline(num_partitions: int, *, propagate: bool = True) -> list[Module
     if propagate:
         import gspmdc.passes.propagation  # noqa: F401  (registers "propagate")
         passes.append(get_pass("propagate"))
-    passes += [InsertReshards(num_partitions), PadUneven(), LowerSpmd(num_partitions), Cleanup()]
+    passes += [InsertReshards(num_partitions), PadUneven(), HaloExchange(num_partitions),
+               LowerSpmd(num_partitions), Cleanup()]
     return passes
 
 

@@ -33,11 +33,14 @@ from .tiling import Tiling
 @dataclass(frozen=True)
 class OpPlan:
     """Operand shardings an instruction's local form needs, the sharding of its local result,
-    and a one-line reason (recorded in the metadata of the reshards this plan causes)."""
+    a one-line reason (recorded in the metadata of the reshards this plan causes), and the bytes
+    the local computation sends itself, counted with the reshards when choosing."""
 
     operands: tuple[HloSharding, ...]
     result: HloSharding
     reason: str
+    #: bytes per device the local computation itself sends (e.g. a halo exchange)
+    cost: float = 0.0
 
 
 class PlanContext:
@@ -55,7 +58,7 @@ class PlanContext:
                    zip(leaves, source.leaf_shardings(shape), target.leaf_shardings(shape)))
 
     def plan_cost(self, inst: Instruction, plan: OpPlan) -> float:
-        total = self.cost(inst.shape, plan.result, inst.sharding)
+        total = plan.cost + self.cost(inst.shape, plan.result, inst.sharding)
         for operand, need in zip(inst.operands, plan.operands):
             total += self.cost(operand.shape, operand.sharding, need)
         return total

@@ -3,9 +3,6 @@ on every index, with the same size in the result and in the operands that have t
 
 | op | pass-through dims |
 |---|---|
-| `concatenate`, `reverse` | every dim but the concatenated / reversed ones |
-| `slice`, `pad` | dims the slice keeps whole / the pad leaves unpadded |
-| `reduce-window` | dims whose window is trivial (size 1, stride 1, no padding or dilation) |
 | `cholesky`, `triangular-solve`, `fft` | batch dims (all but the last two / the transformed ones) |
 
 The result takes a tiling of its pass-through dims only (the others whole); each operand takes
@@ -19,12 +16,11 @@ resharding: such dims are simply gathered.
 """
 from __future__ import annotations
 
-from gspmdc.ir.attributes import SliceDim
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
-from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .op_rules import OpPlan, OpRule, op_rule, without_partials
 
 #: per operand, the operand dim of each result dim (-1: none)
 DimMaps = list[list[int]]
@@ -47,40 +43,6 @@ def _result_leaf(inst: Instruction) -> ArrayShape:
     return shape.elements[0] if isinstance(shape, TupleShape) else shape
 
 
-def _all_but(inst: Instruction, dims) -> set[int]:
-    return set(range(_result_leaf(inst).rank)) - set(dims)
-
-
-def _sort(inst):
-    return _identity_maps(inst, _all_but(inst, inst.attr("dimensions")))
-
-
-def _reverse(inst):
-    return _identity_maps(inst, _all_but(inst, inst.attr("dimensions")))
-
-
-def _slice(inst):
-    dims = inst.operands[0].shape.dims
-    free = {d for d, s in enumerate(inst.attr("slice"))
-            if s.start == 0 and s.limit == dims[d] and s.stride == 1}
-    return _identity_maps(inst, free, operands={0})
-
-
-def _pad(inst):
-    free = {d for d, p in enumerate(inst.attr("padding"))
-            if (p.low, p.high, p.interior) == (0, 0, 0)}
-    return _identity_maps(inst, free, operands={0})
-
-
-def _reduce_window(inst):
-    window = inst.attr("window")
-    free = {d for d, w in enumerate(window.dims)
-            if (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation,
-                w.window_dilation) == (1, 1, 0, 0, 1, 1)}
-    count = len(inst.operands) // 2
-    return _identity_maps(inst, free, operands=set(range(count)))
-
-
 def _batch_dims(count_trailing: int):
     def maps(inst):
         rank = _result_leaf(inst).rank
@@ -93,8 +55,6 @@ def _fft(inst):
 
 
 _MAPS = {
-    "concatenate": _sort, "reverse": _reverse, "slice": _slice, "pad": _pad,
-    "reduce-window": _reduce_window,
     "cholesky": _batch_dims(2), "triangular-solve": _batch_dims(2), "fft": _fft,
 }
 
@@ -145,15 +105,6 @@ class PassThroughRule(OpRule):
                                              "pass-through dims"))
         candidates.append(plan(HloSharding.replicate(), f"{inst.opcode} runs replicated"))
         return ctx.choose(inst, candidates)
-
-    def lower(self, inst, ctx: LowerContext):
-        local = clone(inst, ctx)
-        if inst.opcode == "slice":
-            operand = ctx.local[inst.operands[0]].shape.dims
-            local.attrs["slice"] = tuple(
-                s if s.limit - s.start != inst.operands[0].shape.dims[d] or s.stride != 1
-                else SliceDim(0, operand[d]) for d, s in enumerate(inst.attr("slice")))
-        return local
 
 
 __all__ = ["PassThroughRule"]

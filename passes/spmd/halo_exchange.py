@@ -1,0 +1,54 @@
+"""The halo-exchange pass: record on every windowed op the halo exchange lower-spmd will emit.
+
+After insert-reshards the operands of `reduce-window`, `pad`, `slice`, `concatenate` and
+`reverse` carry the shardings their rules chose (`op_rules_window.py`); where one of them keeps a
+windowed dim tiled, each partition needs its neighbours' elements. This pass writes that plan as
+
+    frontend_attributes={halo="operand 0 dim 1: left=1,right=1,from_left=1,from_right=1,mask"}
+
+per operand and dim: `left`/`right` are the elements before/after its own shard each partition's
+window covers (one number when all shards agree, else a per-shard `[..]` table indexed by the
+shard's position), `from_left`/`from_right` the elements received from the partitions on each
+side (one `collective-permute` per shard-sized hop), `dilate=b` a local base dilation first, and
+`mask` that positions outside the data are replaced by the op's pad/init value. The program is
+otherwise unchanged (it still evaluates to the same result); lower-spmd recomputes the plan from
+the shardings and refuses a module whose recorded plan differs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.module import Module
+from gspmdc.passes.pass_manager import ModulePass, register_pass
+
+from .op_rules import RULES
+from .op_rules_window import HALO_ATTRIBUTE, WindowRule, describe_plans
+
+
+@register_pass
+@dataclass(frozen=True)
+class HaloExchange(ModulePass):
+    """Annotate windowed ops of the entry with their halo plans (see the module docstring)."""
+
+    name = "halo-exchange"
+    num_partitions: int = 1
+
+    def apply(self, module: Module) -> Module:
+        for inst in module.entry.instructions:
+            rule = RULES.get(inst.opcode)
+            if not isinstance(rule, WindowRule):
+                continue
+            text = describe_plans(rule.halo_plans(inst, self.num_partitions))
+            attrs = inst.attrs.get("frontend_attributes")
+            items = tuple(kv for kv in (attrs.items if attrs else ()) if kv[0] != HALO_ATTRIBUTE)
+            if text:
+                items += ((HALO_ATTRIBUTE, text),)
+            if items:
+                inst.attrs["frontend_attributes"] = KeyValueList(items, ", ")
+            elif attrs is not None:
+                del inst.attrs["frontend_attributes"]
+        return module
+
+
+__all__ = ["HaloExchange"]

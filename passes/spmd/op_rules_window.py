@@ -1,0 +1,342 @@
+"""Partitioning of windowed ops along their windowed dims by halo exchange (reference §4.6, §4.7).
+
+Every op here reads, for each result dim, a window of the same dim of its array operands
+(`halo.WindowedDim`):
+
+| op | window on dim d of each array operand |
+|---|---|
+| `reduce-window` | its `window={...}` entry (init values pad and fill dilation holes) |
+| `pad` | size 1, padding `low_high`, base dilation `interior + 1` (the pad value fills) |
+| `slice` | size 1, stride, padding `-start` / `limit - size` (never reads padding) |
+| `concatenate` (concat dim) | operand k: size 1, padding `offset_k` / the rest; only its own |
+|   | output range matters; the local pieces are merged by output position |
+| `reverse` (reversed dims) | the operand takes the result's tiling in reversed device order; |
+|   | uneven dims shift their padding to the front (size 1, padding `n*I - S` / 0) |
+
+Candidates (the fewest bytes moved wins, halo bytes counted by `OpPlan.cost`): the annotated
+result tiling and the first operand's tiling carried through, each either *kept* on windowed dims
+(the operands take the same tiling and exchange halos: `collective-permute`s, no gather) or with
+the windowed dims *gathered* (no halo), and everything replicated. So a halo larger than a gather
+is never chosen (on equal bytes the gather wins: one collective instead of several permutes).
+
+Lowering (lower-spmd) computes each operand's `HaloPlan`s from its planned sharding with
+`halo_plans` — the same function the `halo-exchange` pass uses to record them in
+`frontend_attributes={halo="..."}` — replaces each exchanged dim by the shard's window input
+(`halo.windowed_input`) and runs the op locally with that dim's padding and base dilation
+removed (they are materialised by the exchange).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from gspmdc.errors import GspmdcError
+from gspmdc.ir import dtypes
+from gspmdc.ir.attributes import KeyValueList, PadDim, SliceDim, Window
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape, TupleShape
+
+from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, windowed_input
+from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .tiling import Tiling, cdiv
+
+#: the frontend attribute holding the halo plan of an instruction
+HALO_ATTRIBUTE = "halo"
+
+
+class WindowRule(OpRule):
+    """Shared planning and lowering; subclasses describe their windows and local op."""
+
+    def windows(self, inst: Instruction) -> list[dict[int, WindowedDim] | None]:
+        """Per operand: the window on each of its dims (`shards=1` templates), or None for
+        operands that are not windowed arrays (scalars: replicated)."""
+        raise NotImplementedError
+
+    def pad_values(self, inst: Instruction, ctx: LowerContext) -> list[Instruction | None]:
+        """Per operand: the local scalar filling masked positions (None: never masked)."""
+        return [None] * len(inst.operands)
+
+    def operand_tiling(self, inst: Instruction, tiling: Tiling) -> Tiling:
+        """The tiling a windowed operand takes when the result has `tiling`."""
+        return tiling
+
+    def windowed_dims(self, inst: Instruction) -> list[int]:
+        """Result dims that need a halo (or a gather) when tiled."""
+        return sorted({d for w in self.windows(inst) if w is not None for d, wd in w.items()
+                       if not _trivial(wd)})
+
+    def shard_window(self, inst: Instruction, dim: int, window: WindowedDim,
+                     shards: int) -> WindowedDim:
+        """The window of `dim` when its operand is tiled into `shards`."""
+        return replace(window, shards=shards)
+
+    def local_op(self, inst: Instruction, ctx: LowerContext, inputs: list[Instruction],
+                 plans: list[dict[int, HaloPlan]]) -> Instruction:
+        raise NotImplementedError
+
+    # ---- planning -----------------------------------------------------------------------------
+
+    def plan(self, inst, ctx):
+        windows = self.windows(inst)
+        rank = _result_leaf(inst).rank
+        leaves = sum(1 for _ in inst.shape.leaves())
+        target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
+        replicated = HloSharding.replicate()
+        if target.kind == "maximal":
+            return OpPlan((target,) * len(inst.operands),
+                          HloSharding.tuple([target] * leaves) if leaves > 1 and
+                          isinstance(inst.shape, TupleShape) else target,
+                          f"{inst.opcode} on one device")
+
+        def candidate(tiling: Tiling, reason: str) -> OpPlan:
+            operand_tiling = self.operand_tiling(inst, tiling)
+            shardings, cost = [], 0.0
+            for operand, window in zip(inst.operands, windows):
+                if window is None:
+                    shardings.append(replicated)
+                    continue
+                shardings.append(operand_tiling.to_sharding())
+                plans = self._plans(inst, window, operand_tiling)
+                if plans:
+                    local = operand_tiling.shard_dims(operand.shape.dims)
+                    cost += halo_bytes(plans, local,
+                                       dtypes.byte_width(operand.shape.element_type))
+            result = tiling.to_sharding()
+            if isinstance(inst.shape, TupleShape):
+                result = HloSharding.tuple([result] * leaves)
+            return OpPlan(tuple(shardings), result, reason, cost)
+
+        bases = [(ctx.tiling(target, rank), "the result's tiling")]
+        first = inst.operands[0]
+        if first.sharding.is_tiled and first.sharding == without_partials(first.sharding) and \
+                windows[0] is not None:
+            carried = self.operand_tiling(inst, ctx.tiling(first.sharding, rank))
+            bases.append((carried, "its operand's tiling"))
+        windowed = self.windowed_dims(inst)
+        candidates = []
+        for tiling, source in bases:
+            if any(tiling.counts[d] > 1 for d in windowed):
+                candidates.append(candidate(tiling, f"{inst.opcode} keeps {source} and "
+                                                    "exchanges halos on its windowed dims"))
+            candidates.append(candidate(tiling.fold_dims(windowed, "replicated"),
+                                        f"{inst.opcode} keeps {source} on its pass-through "
+                                        "dims"))
+        candidates.append(candidate(Tiling.replicated(rank, ctx.num_devices),
+                                    f"{inst.opcode} runs replicated"))
+        # on a tie, one gather beats many permutes
+        return ctx.choose(inst, candidates, tie_break=lambda plan: plan.cost)
+
+    # ---- lowering -----------------------------------------------------------------------------
+
+    def halo_plans(self, inst: Instruction, num_devices: int) -> list[dict[int, HaloPlan]]:
+        """Per operand, the non-trivial halo plans of its tiled dims under its (planned)
+        sharding."""
+        result = []
+        for operand, window in zip(inst.operands, self.windows(inst)):
+            if window is None or not operand.sharding.is_tiled:
+                result.append({})
+                continue
+            tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, num_devices)
+            result.append(self._plans(inst, window, tiling))
+        return result
+
+    def _plans(self, inst: Instruction, window: dict[int, WindowedDim],
+               tiling: Tiling) -> dict[int, HaloPlan]:
+        windowed = set(self.windowed_dims(inst))
+        plans = {}
+        for d, wd in window.items():
+            n = tiling.counts[d]
+            if n > 1 and d in windowed:
+                plan = plan_halo(self.shard_window(inst, d, wd, n))
+                if not plan.identity:
+                    plans[d] = plan
+        return plans
+
+    def lower(self, inst, ctx: LowerContext):
+        plans = self.halo_plans(inst, ctx.num_devices)
+        recorded = _recorded_plan(inst)
+        if recorded is not None and recorded != describe_plans(plans):
+            raise GspmdcError(f"{inst.name}: the halo plan in the module ({recorded!r}) is not "
+                              f"the one its shardings give ({describe_plans(plans)!r})")
+        pads = self.pad_values(inst, ctx)
+        inputs = []
+        for k, operand in enumerate(inst.operands):
+            value = ctx.local[operand]
+            if plans[k]:
+                tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank,
+                                              ctx.num_devices)
+                with ctx.builder.scope(_metadata(inst, k, plans[k])):
+                    value = windowed_input(ctx, value, tiling, plans[k], pads[k])
+            inputs.append(value)
+        return self.local_op(inst, ctx, inputs, plans)
+
+
+def describe_plans(plans: list[dict[int, HaloPlan]]) -> str:
+    """`operand 0 dim 1: left=...; ...` ("" when nothing is exchanged)."""
+    return "; ".join(f"operand {k} dim {d}: {plan.describe()}"
+                     for k, by_dim in enumerate(plans) for d, plan in sorted(by_dim.items()))
+
+
+def _recorded_plan(inst: Instruction) -> str | None:
+    attrs = inst.attrs.get("frontend_attributes")
+    return None if attrs is None else attrs.get(HALO_ATTRIBUTE)
+
+
+def _metadata(inst: Instruction, k: int, plans: dict[int, HaloPlan]) -> KeyValueList:
+    text = "; ".join(f"dim {d}: {p.describe()}" for d, p in sorted(plans.items()))
+    return KeyValueList((("op_type", "halo-exchange"), ("op_name", inst.name),
+                         ("spmd_value", inst.operands[k].name),
+                         ("spmd_reason", f"operand {k} of {inst.opcode} reads its neighbours' "
+                                         f"elements ({text})")))
+
+
+def _trivial(wd: WindowedDim) -> bool:
+    return (wd.window, wd.stride, wd.padding_low, wd.padding_high, wd.base_dilation,
+            wd.window_dilation, wd.outputs) == (1, 1, 0, 0, 1, 1, None)
+
+
+def _result_leaf(inst: Instruction) -> ArrayShape:
+    shape = inst.shape
+    return shape.elements[0] if isinstance(shape, TupleShape) else shape
+
+
+def _dims(shape: ArrayShape) -> dict[int, WindowedDim]:
+    """Trivial windows on every dim of `shape`."""
+    return {d: WindowedDim(size, 1) for d, size in enumerate(shape.dims)}
+
+
+# ---- the ops ----------------------------------------------------------------------------------
+
+@op_rule("reduce-window")
+class ReduceWindowRule(WindowRule):
+    def windows(self, inst):
+        count = len(inst.operands) // 2
+        window = inst.attr("window")
+        result = []
+        for operand in inst.operands[:count]:
+            result.append({d: WindowedDim(size, 1, w.size, w.stride, w.padding_low,
+                                          w.padding_high, w.base_dilation, w.window_dilation)
+                           for d, (size, w) in enumerate(zip(operand.shape.dims, window.dims))})
+        return result + [None] * count
+
+    def pad_values(self, inst, ctx):
+        count = len(inst.operands) // 2
+        inits = [ctx.local[i] for i in inst.operands[count:]]
+        return inits + [None] * count
+
+    def local_op(self, inst, ctx, inputs, plans):
+        exchanged = {d for p in plans for d in p}
+        window = inst.attr("window")
+        local = clone(inst, ctx, operands=inputs)
+        local.attrs["window"] = Window(tuple(
+            replace(w, padding_low=0, padding_high=0, base_dilation=1) if d in exchanged else w
+            for d, w in enumerate(window.dims)))
+        return local
+
+
+@op_rule("pad")
+class PadRule(WindowRule):
+    def windows(self, inst):
+        operand = inst.operands[0]
+        return [{d: WindowedDim(size, 1, 1, 1, p.low, p.high, p.interior + 1)
+                 for d, (size, p) in enumerate(zip(operand.shape.dims, inst.attr("padding")))},
+                None]
+
+    def pad_values(self, inst, ctx):
+        return [ctx.local[inst.operands[1]], None]
+
+    def local_op(self, inst, ctx, inputs, plans):
+        tiled = _tiled_dims(inst.operands[0], ctx)
+        padding = tuple(PadDim(0, 0) if d in tiled else p
+                        for d, p in enumerate(inst.attr("padding")))
+        if all((p.low, p.high, p.interior) == (0, 0, 0) for p in padding):
+            return inputs[0]
+        local = clone(inst, ctx, operands=inputs)
+        local.attrs["padding"] = padding
+        return local
+
+
+@op_rule("slice")
+class SliceRule(WindowRule):
+    def windows(self, inst):
+        operand = inst.operands[0]
+        return [{d: WindowedDim(size, 1, 1, s.stride, -s.start, s.limit - size)
+                 for d, (size, s) in enumerate(zip(operand.shape.dims, inst.attr("slice")))}]
+
+    def local_op(self, inst, ctx, inputs, plans):
+        tiled = _tiled_dims(inst.operands[0], ctx)
+        local = clone(inst, ctx, operands=inputs)
+        local.attrs["slice"] = tuple(
+            SliceDim(0, inputs[0].shape.dims[d], s.stride) if d in tiled else s
+            for d, s in enumerate(inst.attr("slice")))
+        return local
+
+
+@op_rule("concatenate")
+class ConcatenateRule(WindowRule):
+    def windows(self, inst):
+        (dim,) = inst.attr("dimensions")
+        total = inst.shape.dims[dim]
+        result, offset = [], 0
+        for operand in inst.operands:
+            window = _dims(operand.shape)
+            size = operand.shape.dims[dim]
+            window[dim] = WindowedDim(size, 1, 1, 1, offset, total - offset - size,
+                                      outputs=(offset, offset + size))
+            result.append(window)
+            offset += size
+        return result
+
+    def local_op(self, inst, ctx, inputs, plans):
+        (dim,) = inst.attr("dimensions")
+        if not any(plans):
+            return clone(inst, ctx, operands=inputs)
+        b = ctx.builder
+        dims = inputs[0].shape.dims
+        tiling = Tiling.from_sharding(inst.sharding, inst.shape.rank, ctx.num_devices)
+        starts = tiling.offsets(inst.shape.dims)[:, dim]
+        with b.scope(_metadata(inst, 0, plans[0])):
+            position = b.binary("add", b.iota("s32", dims, dim),
+                                b.broadcast(ctx.tables.lookup(starts, f"offset.{dim}"), dims))
+            value, offset = inputs[0], inst.operands[0].shape.dims[dim]
+            for operand, piece in zip(inst.operands[1:], inputs[1:]):
+                before = b.compare(position, b.broadcast(b.constant(offset, "s32"), dims), "LT")
+                value = b.select(before, value, piece)
+                offset += operand.shape.dims[dim]
+        return value
+
+
+@op_rule("reverse")
+class ReverseRule(WindowRule):
+    """A reversed dim needs no window, but its operand takes the result's tiling in reversed
+    device order, and a tiled uneven dim first moves its padding to the front (size 1, padding
+    `n*I - S` low, real outputs after it) so the local reverse puts it back at the end."""
+
+    def windows(self, inst):
+        return [_dims(inst.operands[0].shape)]
+
+    def windowed_dims(self, inst):
+        return sorted(inst.attr("dimensions"))
+
+    def shard_window(self, inst, dim, window, shards):
+        shift = shards * cdiv(window.size, shards) - window.size
+        return WindowedDim(window.size, shards, padding_low=shift,
+                           outputs=(shift, window.size + shift))
+
+    def operand_tiling(self, inst, tiling):
+        return Tiling(np.flip(tiling.devices, axis=tuple(inst.attr("dimensions"))))
+
+    def local_op(self, inst, ctx, inputs, plans):
+        return clone(inst, ctx, operands=inputs)
+
+
+def _tiled_dims(operand: Instruction, ctx: LowerContext) -> set[int]:
+    if not operand.sharding.is_tiled:
+        return set()
+    counts = operand.sharding.tile_counts_for_rank(operand.shape.rank)
+    return {d for d, n in enumerate(counts) if n > 1}
+
+
+__all__ = ["WindowRule", "HALO_ATTRIBUTE", "describe_plans"]

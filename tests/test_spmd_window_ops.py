@@ -1,0 +1,207 @@
+"""Windowed ops partitioned along their windowed dims (op_rules_window.py + halo.py): each case is
+compiled for several partition counts (uneven ones included), run on the local backend with
+garbage in the padding, and compared with the unpartitioned program; halo cases must move data
+with collective-permutes only (no all-gather)."""
+from __future__ import annotations
+
+import pytest
+
+from gspmdc import api
+from gspmdc.passes.spmd import compile_spmd
+
+from spmd_partition_helpers import (
+    assert_close, check_equivalent, collectives, inputs_for, reference,
+)
+
+REDUCERS = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+
+argmax {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  ge = pred[] compare(a, b), direction=GE
+  v = f32[] select(ge, a, b)
+  k = s32[] select(ge, i, j)
+  ROOT r = (f32[], s32[]) tuple(v, k)
+}
+"""
+
+
+def module(body: str) -> str:
+    return f"HloModule m\n{REDUCERS}\nENTRY e {{\n{body}\n}}\n"
+
+
+def tiled(n: int, rank: int, dim: int) -> str:
+    counts = [1] * rank
+    counts[dim] = n
+    return "{devices=[" + ",".join(map(str, counts)) + f"]<=[{n}]}}"
+
+
+def halo_only(spmd, required: bool = True) -> list[str]:
+    """The collectives' opcodes, asserting they are all collective-permutes (and that there is
+    at least one when `required`)."""
+    kinds = [c[0] for c in collectives(spmd)]
+    assert set(kinds) <= {"collective-permute"} and (kinds or not required), kinds
+    return kinds
+
+
+# (operand rows, window spec on dim 0, expected output rows)
+WINDOWS = [
+    (40, "size=3x1 pad=1_1x0_0", 40),                 # the "same" 3-tap window
+    (37, "size=5x1 pad=2_2x0_0", 37),                 # window 5, uneven
+    (40, "size=7x1 stride=2x1 pad=3_3x0_0", 20),      # window 7, stride 2
+    (33, "size=3x1 stride=2x1", 16),                  # no padding, uneven, stride 2
+    (16, "size=7x1 pad=3_3x0_0", 16),                 # halo longer than a shard on 8
+    (24, "size=3x1 pad=2_0x0_0 rhs_dilate=2x1", 22),  # window dilation
+    (12, "size=3x1 pad=1_1x0_0 lhs_dilate=2x1", 23),  # base dilation
+]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+@pytest.mark.parametrize("rows,window,out", WINDOWS)
+@pytest.mark.parametrize("reducer,init", [("add", "0"), ("max", "-inf")])
+def test_reduce_window_exchanges_halos(n, rows, window, out, reducer, init):
+    if reducer == "max" and n in (2, 8):
+        pytest.skip("max is checked on 3 and 4 partitions")
+    s = tiled(n, 2, 0)
+    spmd = check_equivalent(module(f"""
+  x = f32[{rows},64] parameter(0), sharding={s}
+  z = f32[] constant({init})
+  ROOT r = f32[{out},64] reduce-window(x, z), window={{{window}}}, to_apply={reducer},
+    sharding={s}"""), n)
+    halo_only(spmd)
+
+
+def test_a_halo_longer_than_a_shard_takes_several_hops():
+    """f32[16] on 8 (2 per shard), window 7 pad 3_3: 3 elements from each side, i.e. a full
+    neighbour and one element of the next: two permutes per side, distances 1 and 2."""
+    spmd = check_equivalent(module("""
+  x = f32[16,64] parameter(0), sharding={devices=[8,1]<=[8]}
+  z = f32[] constant(0)
+  ROOT r = f32[16,64] reduce-window(x, z), window={size=7x1 pad=3_3x0_0}, to_apply=add,
+    sharding={devices=[8,1]<=[8]}"""), 8)
+    pairs = [c[1] for c in collectives(spmd)]
+    distances = sorted({t - s for p in pairs for s, t in p})
+    assert distances == [-2, -1, 1, 2]
+    assert len(pairs) == 4
+
+
+def test_two_windowed_dims_on_a_2x2_mesh():
+    """§4.6 (F): one exchange per dim within the mesh rows / columns; corners arrive through
+    the second exchange."""
+    spmd = check_equivalent(module("""
+  x = f32[10,12] parameter(0), sharding={devices=[2,2]<=[4]}
+  z = f32[] constant(0)
+  ROOT r = f32[10,12] reduce-window(x, z), window={size=3x3 pad=1_1x1_1}, to_apply=add,
+    sharding={devices=[2,2]<=[4]}"""), 4)
+    pairs = sorted(sorted(c[1]) for c in collectives(spmd))
+    assert pairs == [[(0, 1), (2, 3)], [(0, 2), (1, 3)], [(1, 0), (3, 2)], [(2, 0), (3, 1)]]
+
+
+def test_variadic_reduce_window_masks_each_input_with_its_init():
+    spmd = check_equivalent(module("""
+  x = f32[30,32] parameter(0), sharding={devices=[4,1]<=[4]}
+  i = s32[30,32] iota(), iota_dimension=0, sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(-inf)
+  k = s32[] constant(-1)
+  ROOT r = (f32[30,32], s32[30,32]) reduce-window(x, i, z, k), window={size=3x1 pad=1_1x0_0},
+    to_apply=argmax, sharding={{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}"""), 4)
+    halo_only(spmd)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("rows,padding,out", [
+    (40, "0_2x0_0", 42),         # (D): high padding
+    (40, "3_-5x0_0", 38),        # negative high padding (cropping)
+    (40, "-3_2x0_0", 39),        # negative low padding
+    (20, "1_1_1x0_0", 41),       # interior padding (base dilation 2)
+])
+def test_pad_along_a_tiled_dim(n, rows, padding, out):
+    s = tiled(n, 2, 0)
+    spmd = check_equivalent(module(f"""
+  x = f32[{rows},64] parameter(0), sharding={s}
+  z = f32[] constant(1.5)
+  ROOT p = f32[{out},64] pad(x, z), padding={padding}, sharding={s}"""), n)
+    halo_only(spmd, required=False)      # e.g. 0_2 on 3: every window is the own shard
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+@pytest.mark.parametrize("rows,spec,out", [
+    (40, "[5:36]", 31),
+    (40, "[1:39:2]", 19),
+    (37, "[3:37:3]", 12),
+])
+def test_slice_along_a_tiled_dim(n, rows, spec, out):
+    s = tiled(n, 2, 0)
+    spmd = check_equivalent(module(f"""
+  x = f32[{rows},64] parameter(0), sharding={s}
+  ROOT r = f32[{out},64] slice(x), slice={{{spec}, [0:64]}}, sharding={s}"""), n)
+    assert "all-gather" not in [c[0] for c in collectives(spmd)]
+
+
+def test_slice_keeps_the_tiling_of_dims_it_does_not_touch():
+    spmd = check_equivalent(module("""
+  x = f32[10,64] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT r = f32[10,20] slice(x), slice={[0:10], [3:63:3]}, sharding={devices=[4,1]<=[4]}"""), 4)
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_concatenate_along_a_tiled_dim(n):
+    s = tiled(n, 2, 0)
+    spmd = check_equivalent(module(f"""
+  x = f32[22,32] parameter(0), sharding={s}
+  y = f32[13,32] parameter(1), sharding={s}
+  ROOT c = f32[35,32] concatenate(x, y), dimensions={{0}}, sharding={s}"""), n)
+    halo_only(spmd)
+
+
+@pytest.mark.parametrize("n,rows", [(2, 8), (4, 10), (3, 7), (8, 20)])
+def test_reverse_of_a_tiled_dim(n, rows):
+    """Even: one permute to the mirrored devices; uneven: plus the shift of the padding by
+    `n*I - S` (20 on 8: I=3, shift 4, two hops)."""
+    s = tiled(n, 2, 0)
+    spmd = check_equivalent(module(f"""
+  x = f32[{rows},6] parameter(0), sharding={s}
+  ROOT r = f32[{rows},6] reverse(x), dimensions={{0}}, sharding={s}"""), n)
+    kinds = halo_only(spmd)
+    shift = n * -(-rows // n) - rows
+    assert len(kinds) == 1 + -(-shift // -(-rows // n))
+
+
+def test_a_halo_bigger_than_a_gather_gathers():
+    """A window as wide as the array (a cumulative sum): the hops would move as many bytes as
+    a gather (7 x 2 rows vs 14 rows), and the one gather wins."""
+    spmd = check_equivalent(module("""
+  x = f32[16,8] parameter(0), sharding={devices=[8,1]<=[8]}
+  z = f32[] constant(0)
+  ROOT r = f32[16,8] reduce-window(x, z), window={size=16x1 pad=15_0x0_0}, to_apply=add,
+    sharding={devices=[8,1]<=[8]}"""), 8)
+    assert "all-gather" in [c[0] for c in collectives(spmd)]
+
+
+def test_the_halo_exchange_dump_records_the_plan_and_evaluates_unchanged(tmp_path):
+    text = module("""
+  x = f32[10,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(0)
+  ROOT r = f32[5,4] reduce-window(x, z), window={size=3x1 stride=2x1 pad=1_1x0_0},
+    to_apply=add, sharding={devices=[4,1]<=[4]}""")
+    compile_spmd(api.parse(text), 4, dump_dir=tmp_path, propagate=False)
+    (dump,) = tmp_path.glob("*.halo-exchange.hlo")
+    dumped = dump.read_text()
+    assert 'halo="operand 0 dim 0: left=[1,0,-1,-2],right=[1,2,3,4],from_left=0,' \
+           'from_right=2,mask"' in dumped
+    inputs = inputs_for(text)
+    assert_close(api.evaluate(api.parse(dumped), inputs), reference(text, inputs))
