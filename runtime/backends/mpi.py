@@ -11,8 +11,12 @@ is the group order. All ranks walk the same module, so they create the same comm
 same order (Split is collective). Groups of one member need none. `close()` frees them.
 
 Data path: buffer (capitalised) methods on contiguous numpy arrays, never pickling. Data movement
-travels as raw bytes (so `pred`, `bf16`, `f16`, `f8*` and complex types all move bit-exactly); the
-collective dimension is moved to axis 0 first (`moveaxis` + `ascontiguousarray`) and back after.
+travels as raw bytes (so `pred`, `bf16`, `f16`, `f8*` and complex types all move bit-exactly).
+Operands are sent as they are when C-contiguous with the collective dimension leading (or preceded
+only by dimensions of size 1); otherwise that dimension is moved to axis 0 and the operand copied
+once. Every collective receives straight into its result, a buffer of `RecycledBuffers` (memory
+received into before, once the results it held are gone; no copy out), and the result is a view
+of it with the collective dimension moved back into place.
 
 - all-reduce: `Allreduce` with the MPI op when the reducer is exactly add, multiply, maximum,
   minimum, and, or, xor and the type reduces natively the way HLO does (integers: all of them;
@@ -21,7 +25,7 @@ collective dimension is moved to axis 0 first (`moveaxis` + `ascontiguousarray`)
   reducer in group order (identical on every member).
 - reduce-scatter: `Reduce_scatter_block` with the MPI op under the same rule, else `Alltoall` of
   the blocks and a fold in group order.
-- all-gather: `Allgather` into a `[G, ...]` buffer merged into the gather dim.
+- all-gather: `Allgather` into a `[G, ...]` buffer merged into the gather dim (a view).
 - all-to-all: the blocks as a `[G, ...]` buffer, `Alltoall`, merged back along the dim; the tuple
   form sends operand k to member k.
 - collective-permute: `Isend` to my target, `Irecv` from my source, wait for both (no ordering
@@ -40,6 +44,8 @@ small machines) waiting ranks do not starve the ones that compute. `auto` (the d
 """
 from __future__ import annotations
 
+import functools
+import math
 import time
 
 import numpy as np
@@ -52,15 +58,14 @@ from ..collectives import (
     CollectiveBackend, Reduction, fold, group_of, participant_groups, permute_pairs,
     permute_source,
 )
+from .recycled_buffers import RecycledBuffers
 
 GROUP_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
 #: the waiting policies (see the module docstring)
 WAIT_MODES = ("auto", "polite", "blocking")
 _SPIN_SECONDS = 1e-4
-#: collectives up to this size receive into a reused buffer and copy the result out
-_SCRATCH_BYTES = 8 << 20
-#: at most this much memory in reused receive buffers per backend
-_SCRATCH_TOTAL_BYTES = 64 << 20
+#: at most this much memory in recycled receive buffers per backend
+_RECYCLED_BYTES = 256 << 20
 _MAX_SLEEP_SECONDS = 2e-4
 
 
@@ -124,21 +129,24 @@ def polite_waiting(comm, mode: str = "auto") -> bool:
 
 def _native_op(reduction: Reduction, dtype: np.dtype):
     """The MPI op reducing `dtype` exactly as the reducer does, or None (fold instead)."""
+    if reduction.ufunc is None:
+        return None
+    return _native_ops(dtype).get(reduction.ufunc)
+
+
+@functools.cache
+def _native_ops(dtype: np.dtype) -> dict:
+    """{ufunc: MPI op} of the reductions MPI performs on `dtype` exactly as HLO does."""
     from mpi4py import MPI
-    ufunc = reduction.ufunc
-    if ufunc is None:
-        return None
     if dtype == np.bool_:
-        ops = {np.bitwise_and: MPI.BAND, np.bitwise_or: MPI.BOR, np.bitwise_xor: MPI.BXOR,
-               np.maximum: MPI.MAX, np.minimum: MPI.MIN}
-    elif dtype.kind in "iu":
-        ops = {np.add: MPI.SUM, np.multiply: MPI.PROD, np.maximum: MPI.MAX, np.minimum: MPI.MIN,
-               np.bitwise_and: MPI.BAND, np.bitwise_or: MPI.BOR, np.bitwise_xor: MPI.BXOR}
-    elif dtype in (np.float32, np.float64, np.complex64, np.complex128):
-        ops = {np.add: MPI.SUM, np.multiply: MPI.PROD}
-    else:
-        return None
-    return ops.get(ufunc)
+        return {np.bitwise_and: MPI.BAND, np.bitwise_or: MPI.BOR, np.bitwise_xor: MPI.BXOR,
+                np.maximum: MPI.MAX, np.minimum: MPI.MIN}
+    if dtype.kind in "iu":
+        return {np.add: MPI.SUM, np.multiply: MPI.PROD, np.maximum: MPI.MAX, np.minimum: MPI.MIN,
+                np.bitwise_and: MPI.BAND, np.bitwise_or: MPI.BOR, np.bitwise_xor: MPI.BXOR}
+    if dtype in (np.float32, np.float64, np.complex64, np.complex128):
+        return {np.add: MPI.SUM, np.multiply: MPI.PROD}
+    return {}
 
 
 def _contiguous(x: np.ndarray) -> np.ndarray:
@@ -191,9 +199,7 @@ class MpiBackend(CollectiveBackend):
         self._groups: dict[int, _Group] = {}
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
         self._polite = polite_waiting(self._comm, wait)
-        self._scratch_buffers: dict[tuple, np.ndarray] = {}
-        self._scratch_ids: set[int] = set()
-        self._scratch_total = 0
+        self._buffers = RecycledBuffers(_RECYCLED_BYTES)
         for _, inst in module.all_instructions():
             if inst.opcode in GROUP_OPCODES:
                 self._groups[id(inst)] = self._make_group(inst)
@@ -245,6 +251,16 @@ class MpiBackend(CollectiveBackend):
     def num_partitions(self) -> int:
         return self._n
 
+    @property
+    def polite(self) -> bool:
+        """Whether this backend waits politely (nonblocking calls, `wait`)."""
+        return self._polite
+
+    def group_communicator(self, inst: Instruction):
+        """The communicator `inst` (an all-reduce, all-gather, reduce-scatter or all-to-all of the
+        module) runs on for this partition, None for a group of one (for measurements)."""
+        return self._group(inst).comm
+
     def partition_id(self) -> int:
         return self._partition
 
@@ -276,9 +292,9 @@ class MpiBackend(CollectiveBackend):
         if op is None:
             return fold(list(self._gather_buffer(x, group)), reduction)
         send = _typed(x)
-        recv = self._receive_buffer(group.comm, send.shape, send.dtype)
+        recv = self._receive(send.shape, send.dtype)
         self._collective(group.comm, "Allreduce", send, recv, op)
-        return self._result(recv).view(x.dtype)
+        return recv.view(x.dtype)
 
     def all_gather(self, inst, operands, dim):
         group = self._group(inst)
@@ -292,31 +308,18 @@ class MpiBackend(CollectiveBackend):
             results.append(np.moveaxis(merged, 0, dim))
         return results
 
-    def _receive_buffer(self, comm, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        """Where a collective receives: for messages up to `_SCRATCH_BYTES` a buffer reused per
-        communicator, shape and type (MPI receives into memory it has seen before several times
-        faster than into fresh memory; `_result` copies the result out), else a fresh array."""
-        key = (id(comm), shape, np.dtype(dtype))
-        buffer = self._scratch_buffers.get(key)
-        if buffer is None:
-            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            if nbytes > _SCRATCH_BYTES or self._scratch_total + nbytes > _SCRATCH_TOTAL_BYTES:
-                return np.empty(shape, dtype)
-            buffer = self._scratch_buffers[key] = np.empty(shape, dtype)
-            self._scratch_ids.add(id(buffer))
-            self._scratch_total += nbytes
-        return buffer
-
-    def _result(self, received: np.ndarray) -> np.ndarray:
-        """A result array of its own: a copy of a reused receive buffer, else the buffer."""
-        return received.copy() if id(received) in self._scratch_ids else received
+    def _receive(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A C-ordered array to receive into, which becomes the result (`RecycledBuffers`: memory
+        received into before, once the results it held are gone)."""
+        dtype = np.dtype(dtype)
+        return self._buffers.take(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
     def _gather_buffer(self, x: np.ndarray, group: _Group) -> np.ndarray:
         """`[G, ...]`: every member's `x` (same shape and dtype) in group order."""
         send = _raw(x)
-        recv = self._receive_buffer(group.comm, (group.size * send.size,), np.uint8)
+        recv = self._receive((group.size * send.size,), np.uint8)
         self._collective(group.comm, "Allgather", send, recv)
-        return self._result(recv).view(x.dtype).reshape((group.size,) + x.shape)
+        return recv.view(x.dtype).reshape((group.size,) + x.shape)
 
     def reduce_scatter(self, inst, operands, dim, reduction):
         group = self._group(inst)
@@ -335,18 +338,18 @@ class MpiBackend(CollectiveBackend):
         op = None if self._deterministic else _native_op(reduction, x.dtype)
         if op is not None:
             send = _typed(moved)
-            recv = self._receive_buffer(group.comm, block, send.dtype)
+            recv = self._receive(block, send.dtype)
             self._collective(group.comm, "Reduce_scatter_block", send, recv, op)
-            return np.moveaxis(self._result(recv).view(x.dtype), 0, dim)
+            return np.moveaxis(recv.view(x.dtype), 0, dim)
         received = self._exchange_blocks(moved.reshape((g,) + block), group)
         return np.moveaxis(fold(list(received), reduction), 0, dim)
 
     def _exchange_blocks(self, blocks: np.ndarray, group: _Group) -> np.ndarray:
         """`blocks[k]` goes to member k; returns `[G, ...]` with row j from member j."""
         send = _raw(blocks)
-        recv = self._receive_buffer(group.comm, send.shape, np.uint8)
+        recv = self._receive(send.shape, np.uint8)
         self._collective(group.comm, "Alltoall", send, recv)
-        return self._result(recv).view(blocks.dtype).reshape(blocks.shape)
+        return recv.view(blocks.dtype).reshape(blocks.shape)
 
     def all_to_all(self, inst, operands, dim):
         group = self._group(inst)
@@ -387,7 +390,7 @@ class MpiBackend(CollectiveBackend):
         result = None
         send = _raw(operand)
         if source is not None:
-            result = np.empty(operand.shape, operand.dtype)
+            result = self._receive(operand.shape, operand.dtype)
             requests.append(self._comm.Irecv(_raw(result), source, tag))
         if target is not None:
             requests.append(self._comm.Isend(send, target, tag))
