@@ -108,15 +108,43 @@ def test_slice_covering_a_tiled_dim_keeps_it_tiled(n):
 
 
 @pytest.mark.parametrize("n", DEVICES)
-def test_slice_of_a_tiled_dim_gathers_that_dim(n):
+def test_small_slice_of_a_tiled_dim_sums_masked_local_windows(n):
+    """Each partition cuts the slice's part in its range (zeros elsewhere); one all-reduce of
+    the slice replaces a gather of the operand. Dim 1 is sliced too, but whole locally."""
     text = module(f"""
   x = f32[37,4] parameter(0), sharding={rows(n)}
   i = s32[] parameter(1), sharding={{replicated}}
   j = s32[] parameter(2), sharding={{replicated}}
-  ROOT d = f32[5,4] dynamic-slice(x, i, j), dynamic_slice_sizes={{5,4}}, sharding={{replicated}}""")
+  ROOT d = f32[5,2] dynamic-slice(x, i, j), dynamic_slice_sizes={{5,2}}, sharding={{replicated}}""")
+    for start in STARTS:
+        spmd = check_equivalent(text, n, inputs=[values(37, 4), np.int32(start), np.int32(1)])
+        assert kinds(spmd) == ["all-reduce"]
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_large_slice_of_a_tiled_dim_gathers_that_dim(n):
+    text = module(f"""
+  x = f32[37,4] parameter(0), sharding={rows(n)}
+  i = s32[] parameter(1), sharding={{replicated}}
+  j = s32[] parameter(2), sharding={{replicated}}
+  ROOT d = f32[33,4] dynamic-slice(x, i, j), dynamic_slice_sizes={{33,4}}, sharding={{replicated}}""")
     for start in STARTS:
         spmd = check_equivalent(text, n, inputs=[values(37, 4), np.int32(start), np.int32(1)])
         assert kinds(spmd) == ["all-gather"]
+
+
+def test_slice_of_two_tiled_dims_keeps_its_partial_sum_tiled():
+    """Both dims tiled and sliced on a 2x4 mesh; the partial slice is reduce-scattered into the
+    result's tiling."""
+    text = module("""
+  x = f32[40,44] parameter(0), sharding={devices=[2,4]<=[8]}
+  i = s64[] parameter(1), sharding={replicated}
+  j = s64[] parameter(2), sharding={replicated}
+  ROOT d = f32[4,8] dynamic-slice(x, i, j), dynamic_slice_sizes={4,8}, sharding={devices=[1,8]<=[8]}""")
+    for start in [(-3, 40), (18, 9), (37, 0)]:
+        spmd = check_equivalent(text, 8, inputs=[values(40, 44), np.int64(start[0]),
+                                                 np.int64(start[1])])
+        assert "all-gather" not in kinds(spmd)
 
 
 # ---- sort and TopK ---------------------------------------------------------------------------

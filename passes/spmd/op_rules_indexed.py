@@ -13,6 +13,13 @@ More strategies, chosen by bytes like the others:
   dim they divide (an all-to-all instead of a gather; §4.7.4).
 - TopK along a tiled last dim: the top k of every shard, all-gathered, then the top k of those
   (`TopKRule`; §4.7.4's TopK pattern).
+- `dynamic-slice` of a tiled *sliced* dim d (the slice is smaller than the dim): the operand
+  stays tiled and each partition cuts the window from its own shard —
+  `dynamic-slice(pad(shard, U_d on both sides of d), s - lo + U_d)`, with `s` the start clamped
+  as HLO does and `lo` the partition's offset — zeroed outside its range
+  `lo <= s + iota < lo + shard`; the result is a partial value (an `unreduced` subgroup) that
+  the reshard to the annotated sharding sums: an all-reduce of the slice instead of a gather of
+  the operand.
 - `dynamic-update-slice` on a tiled *sliced* dim d (the update is smaller than the dim): the
   operand stays tiled, the update is whole on d, and each partition writes the part of the update
   that falls in its range. With `s` the start clamped as HLO does (`[0, S_d - U_d]`) and `lo` the
@@ -165,7 +172,32 @@ class TopKRule(_KeptDimsRule):
 
 @op_rule("dynamic-slice")
 class DynamicSliceRule(_KeptDimsRule):
+    def candidates(self, inst, ctx):
+        candidates = super().candidates(inst, ctx)
+        source = inst.operands[0].sharding
+        rank = inst.shape.rank
+        if not source.is_tiled or source != without_partials(source):
+            return candidates
+        tiling = ctx.tiling(source, rank)
+        sliced = [d for d in range(rank) if d not in _kept_dims(inst) and tiling.counts[d] > 1]
+        if sliced:
+            partial = tiling.fold_dims(sliced, "unreduced").to_sharding()
+            candidates.append(self.plan_for(
+                inst, partial, "dynamic-slice keeps its operand tiled on sliced dims: masked "
+                "local windows, summed", (source,)))
+        return candidates
+
     def lower(self, inst, ctx: LowerContext):
+        operand = inst.operands[0]
+        sharding = operand.sharding
+        rank = operand.shape.rank
+        tiling = Tiling.from_sharding(sharding, rank, ctx.num_devices) if sharding.is_tiled \
+            else None
+        kept = _kept_dims(inst)
+        tiled = [d for d in range(rank)
+                 if d not in kept and tiling is not None and tiling.counts[d] > 1]
+        if tiled:
+            return _masked_slice(inst, ctx, tiling, tiled)
         local = clone(inst, ctx)
         local.attrs["dynamic_slice_sizes"] = tuple(local.shape.dims)
         return local
@@ -260,6 +292,57 @@ def _worst(element_type: str, largest: bool):
         return -np.inf if largest else np.inf
     info = np.iinfo(dtype)
     return info.min if largest else info.max
+
+
+def _masked_slice(inst: Instruction, ctx: LowerContext, tiling: Tiling,
+                  tiled: list[int]) -> Instruction:
+    """This partition's addend of a dynamic-slice of an operand tiled on the sliced dims
+    `tiled`: the window over its own range, zero elsewhere (see the module docstring)."""
+    b = ctx.builder
+    local_operand, *starts = ctx.operands(inst)
+    dims = inst.operands[0].shape.dims
+    sizes = inst.attr("dynamic_slice_sizes")
+    shard = tiling.shard_dims(dims)
+    offsets = ctx.tables.offsets(tiling, dims)
+    starts = [b.convert(s, "s32") for s in starts]
+    zero = b.constant(0, "s32")
+    clamped = {d: b.add("clamp", ArrayShape("s32", ()),
+                        [zero, starts[d], b.constant(dims[d] - sizes[d], "s32")])
+               for d in tiled}
+    local = local_operand.shape
+    padded = b.add("pad", local.with_dims([n + 2 * sizes[d] if d in tiled else n
+                                           for d, n in enumerate(local.dims)]),
+                   [local_operand, b.zero(local.element_type)],
+                   {"padding": tuple(PadDim(sizes[d], sizes[d]) if d in tiled else PadDim(0, 0)
+                                     for d in range(len(dims)))})
+    window_starts, window_sizes = [], []
+    for d, n in enumerate(local.dims):
+        if d in tiled:
+            relative = b.binary("subtract", clamped[d], offsets[d])
+            window_starts.append(b.binary("add", relative, b.constant(sizes[d], "s32")))
+            window_sizes.append(sizes[d])
+        elif sizes[d] == dims[d]:
+            window_starts.append(zero)
+            window_sizes.append(n)
+        else:
+            window_starts.append(starts[d])
+            window_sizes.append(sizes[d])
+    window = b.dynamic_slice(padded, window_starts, window_sizes)
+    shape = window.shape
+    mask = None
+    for d in tiled:
+        index = b.binary("add", b.iota("s32", shape.dims, d),
+                         b.broadcast(clamped[d], shape.dims))
+        low = b.broadcast(offsets[d], shape.dims)
+        high = b.broadcast(b.binary("add", offsets[d], b.constant(shard[d], "s32")),
+                           shape.dims)
+        inside = b.add("and", ArrayShape("pred", shape.dims),
+                       [b.compare(index, low, "GE"), b.compare(index, high, "LT")])
+        mask = inside if mask is None else b.add("and", inside.shape, [mask, inside])
+    attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
+    fill = b.broadcast(b.zero(local.element_type), shape.dims)
+    return b.append(Instruction(inst.name, "select", shape.with_dims(shape.dims),
+                                [mask, window, fill], attrs, sharding=inst.sharding))
 
 
 def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
