@@ -20,22 +20,32 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   batch groups) are tiled alike and only by a count dividing the group count, so every
   partition holds whole groups; the local convolution has `group_count / tiles` groups. The rhs
   input-feature dim of a feature-grouped convolution stays whole;
-- spatial dims: an lhs spatial dim with a trivial window (size 1, stride 1, no padding,
-  dilation or reversal) maps one to one onto the output dim. The rhs spatial dims stay whole.
+- spatial dims (the forward case, §4.6.1 strategy 3): an lhs spatial dim tiled n ways gives
+  the output spatial dim tiled the same n ways. With a trivial window (size 1, stride 1, no
+  padding or dilation) that is all; otherwise each partition first receives the halo its output
+  block's windows read from its neighbours (`halo.windowed_input`: collective-permutes, a
+  (dynamic-)slice, padding and garbage masked with 0, lhs dilation done locally) and runs the
+  convolution with that dim's padding and lhs dilation removed. The rhs spatial dims stay whole
+  (the weight-gradient case, both operands tiled spatially, gathers the kernel's).
 
-Candidates (fewest bytes moved — operand reshards plus the result's reshard — then the least
-local work, then the first): the operands as they are, one operand aligned to the other on
-batch/contracting dims, both derived from the output's tiling, everything replicated.
+Candidates: the operands as they are, one operand aligned to the other on batch/contracting dims,
+both derived from the output's tiling, everything replicated — each also with its windowed dims
+gathered instead of exchanged. The fewest bytes moved wins (operand reshards, the result's
+reshard, halo bytes), then the fewest halo bytes (one gather beats several permutes), then the
+least local work, then the first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
+from gspmdc.ir import dtypes
+from gspmdc.ir.attributes import KeyValueList, Window
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.sharding import HloSharding
 
+from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, windowed_input
 from .op_rules import LowerContext, OpPlan, OpRule, PlanContext, clone, op_rule, without_partials
 from .op_rules_dot import DotDims, _inverse, _merge_free, dot_result
 from .tiling import Tiling
@@ -45,14 +55,15 @@ from .tiling import Tiling
 class ConvDims:
     """A convolution seen as a dot (see the module docstring): `dot` classifies the dims that
     may be tiled, `out_of` names the output dim of each position of the dot's result (batch,
-    lhs free, rhs free), `lhs_whole` / `rhs_whole` the dims that must stay whole, and `groups`
-    the group count the tiles of the "batch" class must divide (1: none)."""
+    lhs free, rhs free), `rhs_whole` the kernel dims that must stay whole, `groups`
+    the group count the tiles of the "batch" class must divide (1: none), and `windows` the
+    lhs spatial dims with a non-trivial window (lhs dim -> `halo.WindowedDim`, one shard)."""
 
     dot: DotDims
     out_of: tuple[int, ...]
-    lhs_whole: tuple[int, ...]
     rhs_whole: tuple[int, ...]
     groups: int
+    windows: dict
 
     @classmethod
     def of(cls, inst: Instruction) -> "ConvDims":
@@ -63,19 +74,30 @@ class ConvDims:
         lb, lf, ls = labels.lhs_batch, labels.lhs_feature, labels.lhs_spatial
         ri, ro, rs = labels.rhs_input_feature, labels.rhs_output_feature, labels.rhs_spatial
         ob, of, os_ = labels.out_batch, labels.out_feature, labels.out_spatial
-        dims = window.dims if window is not None else ()
-        free = [k for k, w in enumerate(dims) if _trivial(w)]
-        fixed = tuple(ls[k] for k in range(len(ls)) if k not in free)
-        spatial_lhs = tuple(ls[k] for k in free)
-        spatial_out = tuple(os_[k] for k in free)
+        lhs = inst.operands[0].shape
+        windows = {d: WindowedDim(lhs.dims[d], 1, w.size, w.stride, w.padding_low,
+                                  w.padding_high, w.base_dilation, w.window_dilation)
+                   for d, w in zip(ls, window.dims if window is not None else ())
+                   if not _trivial(w)}
+        ls, os_ = tuple(ls), tuple(os_)
         if fgc > 1:
-            dot = DotDims((lf,), (ro,), (), (), (lb,) + spatial_lhs, ())
-            return cls(dot, (of, ob) + spatial_out, fixed, (ri,) + tuple(rs), fgc)
+            dot = DotDims((lf,), (ro,), (), (), (lb,) + ls, ())
+            return cls(dot, (of, ob) + os_, (ri,) + tuple(rs), fgc, windows)
         if bgc > 1:
-            dot = DotDims((lb,), (ro,), (lf,), (ri,), spatial_lhs, ())
-            return cls(dot, (of,) + spatial_out, fixed, tuple(rs), bgc)
-        dot = DotDims((), (), (lf,), (ri,), (lb,) + spatial_lhs, (ro,))
-        return cls(dot, (ob,) + spatial_out + (of,), fixed, tuple(rs), 1)
+            dot = DotDims((lb,), (ro,), (lf,), (ri,), ls, ())
+            return cls(dot, (of,) + os_, tuple(rs), bgc, windows)
+        dot = DotDims((), (), (lf,), (ri,), (lb,) + ls, (ro,))
+        return cls(dot, (ob,) + os_ + (of,), tuple(rs), 1, windows)
+
+    def halo_plans(self, lhs: Tiling) -> dict[int, HaloPlan]:
+        """The halo exchanges of the lhs's tiled windowed dims under `lhs`."""
+        plans = {}
+        for d, window in self.windows.items():
+            if lhs.counts[d] > 1:
+                plan = plan_halo(replace(window, shards=lhs.counts[d]))
+                if not plan.identity:
+                    plans[d] = plan
+        return plans
 
     def lhs_to_output(self, lhs_rank: int) -> list[int]:
         """Output dim of each lhs dim (-1: contracting or whole)."""
@@ -102,8 +124,7 @@ def _trivial(w) -> bool:
 def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling | None:
     """The output tiling of the local convolution of shards of `lhs` and `rhs` (partial sums
     over tiled input features as `unreduced`), or None when the pair cannot run locally."""
-    if any(lhs.counts[d] > 1 for d in cd.lhs_whole) or \
-            any(rhs.counts[d] > 1 for d in cd.rhs_whole):
+    if any(rhs.counts[d] > 1 for d in cd.rhs_whole):
         return None
     if cd.groups > 1 and any(cd.groups % lhs.counts[d] for d in cd.dot.lhs_batch):
         return None
@@ -126,52 +147,70 @@ class ConvolutionRule(OpRule):
         if target.kind == "maximal":
             return OpPlan((target, target), target, "convolution on one device")
 
-        def clean(sharding: HloSharding, rank: int, whole) -> Tiling | None:
-            """The usable tiling of `sharding` with the dims that must stay whole gathered."""
+        def usable(sharding: HloSharding, rank: int, whole) -> Tiling | None:
+            """The tiling of `sharding` with the dims that must stay whole gathered."""
             if sharding.kind not in ("tiled", "replicated") or \
                     sharding != without_partials(sharding):
                 return None
             return ctx.tiling(sharding, rank).fold_dims(whole, "replicated")
 
-        pairs: list[tuple[HloSharding, HloSharding, str]] = []
-        lt = clean(lhs_op.sharding, lr, cd.lhs_whole)
-        rt = clean(rhs_op.sharding, rr, cd.rhs_whole)
+        pairs: list[tuple[Tiling, Tiling, str]] = []
+        lt = usable(lhs_op.sharding, lr, ())
+        rt = usable(rhs_op.sharding, rr, cd.rhs_whole)
         if lt is not None and rt is not None:
-            pairs.append((lt.to_sharding(), rt.to_sharding(),
-                          "convolution operands are compatible"))
+            pairs.append((lt, rt, "convolution operands are compatible"))
         if lt is not None:
-            aligned = lt.remap(cd.dot.lhs_to_rhs(lr), rr).to_sharding()
-            pairs.append((lt.to_sharding(), aligned,
-                          "kernel aligned to the input's batch/feature tiles"))
+            aligned = lt.remap(cd.dot.lhs_to_rhs(lr), rr)
+            pairs.append((lt, aligned, "kernel aligned to the input's batch/feature tiles"))
             if rt is not None:
-                merged = _merge_free(rt.to_sharding(), aligned, cd.dot.rhs_free)
+                merged = _merge_free(rt.to_sharding(), aligned.to_sharding(), cd.dot.rhs_free)
                 if merged is not None:
-                    pairs.append((lt.to_sharding(), merged, "kernel aligned to the input, "
-                                                            "keeping its output-feature tiling"))
+                    pairs.append((lt, ctx.tiling(merged, rr), "kernel aligned to the input, "
+                                                              "keeping its output-feature tiling"))
         if rt is not None:
-            aligned = rt.remap(cd.dot.rhs_to_lhs(rr), lr).to_sharding()
-            pairs.append((aligned, rt.to_sharding(), "input aligned to the kernel's feature tiles"))
+            aligned = rt.remap(cd.dot.rhs_to_lhs(rr), lr)
+            pairs.append((aligned, rt, "input aligned to the kernel's feature tiles"))
             if lt is not None:
-                merged = _merge_free(lt.to_sharding(), aligned, cd.dot.lhs_free)
+                merged = _merge_free(lt.to_sharding(), aligned.to_sharding(), cd.dot.lhs_free)
                 if merged is not None:
-                    pairs.append((merged, rt.to_sharding(), "input aligned to the kernel, "
-                                                            "keeping its batch/spatial tiling"))
+                    pairs.append((ctx.tiling(merged, lr), rt, "input aligned to the kernel, "
+                                                              "keeping its batch/spatial tiling"))
         out = ctx.tiling(target, out_rank)
-        pairs.append((out.remap(_inverse(cd.lhs_to_output(lr), out_rank), lr).to_sharding(),
-                      out.remap(_inverse(cd.rhs_to_output(rr), out_rank), rr).to_sharding(),
+        pairs.append((out.remap(_inverse(cd.lhs_to_output(lr), out_rank), lr),
+                      out.remap(_inverse(cd.rhs_to_output(rr), out_rank), rr),
                       "convolution operands follow the output's tiling"))
-        replicated = HloSharding.replicate()
-        pairs.append((replicated, replicated, "convolution runs replicated"))
+        pairs.append((Tiling.replicated(lr, ctx.num_devices),
+                      Tiling.replicated(rr, ctx.num_devices), "convolution runs replicated"))
+        windowed = list(cd.windows)
+        with_gathers = []
+        for a, b, reason in pairs:
+            if any(a.counts[d] > 1 for d in windowed):
+                with_gathers.append((a, b, reason + ", exchanging halos on its windowed dims"))
+                reason += ", its windowed dims gathered"
+            with_gathers.append((a.fold_dims(windowed, "replicated"), b, reason))
 
         candidates, seen = [], set()
-        for a, b, reason in pairs:
-            if (a, b) in seen:
+        width = dtypes.byte_width(lhs_op.shape.element_type)
+        for a, b, reason in with_gathers:
+            key = (a.to_sharding(), b.to_sharding())
+            if key in seen:
                 continue
-            seen.add((a, b))
-            result = conv_result(ctx.tiling(a, lr), ctx.tiling(b, rr), cd, out_rank)
+            seen.add(key)
+            result = conv_result(a, b, cd, out_rank)
             if result is not None:
-                candidates.append(OpPlan((a, b), result.to_sharding(), reason))
-        return ctx.choose(inst, candidates, lambda p: _local_work(inst, p))
+                halo = halo_bytes(cd.halo_plans(a), a.shard_dims(lhs_op.shape.dims), width)
+                candidates.append(OpPlan(key, result.to_sharding(), reason, halo))
+        # on equal bytes one gather beats several permutes, then the least local work
+        return ctx.choose(inst, candidates, lambda p: (p.cost, _local_work(inst, p)))
+
+    def halo_plans(self, inst: Instruction, num_devices: int) -> list[dict[int, HaloPlan]]:
+        """Per operand, the halo plans of its tiled windowed dims under its planned sharding
+        (the kernel's: none); the form `op_rules_window.WindowRule.halo_plans` has."""
+        lhs = inst.operands[0]
+        if not lhs.sharding.is_tiled:
+            return [{}, {}]
+        tiling = Tiling.from_sharding(lhs.sharding, lhs.shape.rank, num_devices)
+        return [ConvDims.of(inst).halo_plans(tiling), {}]
 
     def lower(self, inst, ctx: LowerContext):
         lhs_op, rhs_op = inst.operands
@@ -181,7 +220,18 @@ class ConvolutionRule(OpRule):
         rt = Tiling.from_sharding(rhs_op.sharding, rhs_op.shape.rank, ctx.num_devices)
         lhs = _mask_uneven(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
         rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting)
+        plans = cd.halo_plans(lt)
+        if plans:
+            with ctx.builder.scope(_halo_metadata(inst, plans)):
+                lhs = windowed_input(ctx, lhs, lt, plans,
+                                     ctx.builder.zero(lhs_op.shape.element_type))
         local = clone(inst, ctx, [lhs, rhs])
+        if plans:
+            labels = inst.attr("dim_labels")
+            exchanged = {k for k, d in enumerate(labels.lhs_spatial) if d in plans}
+            local.attrs["window"] = Window(tuple(
+                replace(w, padding_low=0, padding_high=0, base_dilation=1) if k in exchanged
+                else w for k, w in enumerate(inst.attr("window").dims)))
         if cd.groups > 1:
             key = "feature_group_count" if inst.attr("feature_group_count", 1) > 1 else \
                 "batch_group_count"
@@ -208,6 +258,14 @@ def _mask_uneven(ctx: LowerContext, value: Instruction, shape: ArrayShape, tilin
         valid = inside if valid is None else b.binary("and", valid, inside)
     zero = b.broadcast(b.zero(value.shape.element_type), local_dims)
     return b.select(valid, value, zero)
+
+
+def _halo_metadata(inst: Instruction, plans: dict[int, HaloPlan]) -> KeyValueList:
+    text = "; ".join(f"dim {d}: {p.describe()}" for d, p in sorted(plans.items()))
+    return KeyValueList((("op_type", "halo-exchange"), ("op_name", inst.name),
+                         ("spmd_value", inst.operands[0].name),
+                         ("spmd_reason", f"the convolution's input windows read its neighbours' "
+                                         f"elements ({text})")))
 
 
 def _local_work(inst: Instruction, plan: OpPlan) -> float:
