@@ -56,6 +56,7 @@ class RunOptions:
     padding: str = "zeros"
     deterministic: bool = False
     mpi_wait: str = "auto"
+    output_sharding: str | None = None
     quiet: bool = False
 
 
@@ -119,8 +120,14 @@ def prepare_job(path: str, options: RunOptions) -> Job:
         if module.num_partitions not in (None, n):
             raise GspmdcError(f"{path} was partitioned for {module.num_partitions} partitions, "
                               f"cannot run it on {n}")
+        if options.output_sharding is not None:
+            module.entry.root.sharding = _output_sharding(options.output_sharding, module, path)
         spmd, reference_text = module, None
     else:
+        if options.output_sharding is not None:
+            raise GspmdcError(f"{path} is not partitioned: --output-sharding only describes the "
+                              "result of an already-partitioned program (annotate the root of "
+                              "an unpartitioned one)")
         if options.check:
             _check_reference(module, path)
         spmd, reference_text = _partition(api.parse(text, path), module, n, path), \
@@ -133,6 +140,18 @@ def prepare_job(path: str, options: RunOptions) -> Job:
     if options.inputs is not None:
         check_input_file(options.inputs, signature)
     return Job(spmd_text, reference_text, n, options)
+
+
+def _output_sharding(text: str, module: Module, path: str):
+    """The `--output-sharding` of an SPMD program whose root has none."""
+    from gspmdc.ir.parser import parse_sharding
+    if module.entry.root.sharding is not None:
+        raise GspmdcError(f"{path}: the root {module.entry.root.name} has a sharding already; "
+                          "--output-sharding is for programs whose root has none")
+    try:
+        return parse_sharding(text)
+    except GspmdcError as e:
+        raise GspmdcError(f"--output-sharding {text}: {e}") from None
 
 
 def _read_text(path: str) -> str:

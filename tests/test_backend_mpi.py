@@ -97,6 +97,17 @@ def collective_cases():
                        header=", device_assignment={7,6,5,4,3,2,1,0}")
     cases.append(("permutes_reversed_ranks", text, [[x, x + 1000] for x in xs], False, True))
     cases.append(("ring_loop", RING8, [[x] for x in xs], False, True))
+    cubes = partition_values(N, (1, 2, 3))
+    body = f"""
+    d0 = s32[8,2,3] all-gather(p0), {G}, replica_groups={{}}, dimensions={{0}}
+    d1 = s32[1,4,3] all-gather(p0), {G}, replica_groups=[4,2]<=[8], dimensions={{1}}
+    d2 = s32[1,2,12] all-gather(p0), {G}, replica_groups=[2,4]<=[4,2]T(1,0), dimensions={{2}}
+    t = s32[2,1,3] transpose(p0), dimensions={{1,0,2}}
+    t2 = s32[2,8,3] all-gather(t), {G}, replica_groups={{}}, dimensions={{1}}
+    """
+    text = spmd_module(N, ["s32[1,2,3]"], body, "r = (s32[8,2,3], s32[1,4,3], s32[1,2,12], "
+                       "s32[2,8,3]) tuple(d0, d1, d2, t2)")
+    cases.append(("gathers_in_place_and_moved", text, [[x] for x in cubes], False, True))
     return cases
 
 
@@ -314,3 +325,43 @@ def test_an_unknown_waiting_policy_is_refused():
     proc = subprocess.run([str(MPIEXEC.with_name("gspmdc")), "run", "x.hlo", "--mpi-wait",
                            "busy"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "invalid choice: 'busy'" in proc.stderr
+
+
+@pytest.mark.parametrize("program", ["mlp_megatron", "uneven_shapes"])
+def test_run_command_reproduces_xla_partitioned_programs(tmp_path, program):
+    """`gspmdc run xla_spmd.hlo --inputs inputs.npz --output-sharding S` on 8 ranks: explicit,
+    iota, transposed-iota and mesh replica groups between them, inputs fed per the parameter
+    shardings; the outputs are JAX's."""
+    folder = next((f for f in xla_programs() if f.name == program), None)
+    if folder is None:
+        pytest.skip(f"../shared/jax-programs/{program} is absent")
+    outputs = json.loads((folder / "reference.json").read_text())["outputs"]
+    shardings = [o["hlo_sharding"] for o in outputs]
+    sharding = shardings[0] if len(shardings) == 1 and \
+        not parse_module((folder / "xla_spmd.hlo").read_text()).entry.root.shape.is_tuple \
+        else "{" + ", ".join(shardings) + "}"
+    out = tmp_path / "out.npz"
+    proc = subprocess.run([str(MPIEXEC.with_name("gspmdc")), "run", str(folder / "xla_spmd.hlo"),
+                           "--inputs", str(folder / "inputs.npz"), "--outputs", str(out),
+                           "--output-sharding", sharding, "-q"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got, np.load(folder / "outputs.npz") as want:
+        assert sorted(got.files) == sorted(want.files)
+        for name in want.files:
+            np.testing.assert_allclose(got[name], want[name], rtol=2e-5, atol=2e-5,
+                                       err_msg=f"{program} {name}")
+
+
+def test_output_sharding_is_only_for_partitioned_programs_without_one(tmp_path, capsys):
+    from gspmdc.cli import main
+    program = tmp_path / "matmul.hlo"
+    program.write_text(MATMUL2)
+    assert main(["run", str(program), "--output-sharding", "{replicated}"]) == 2
+    assert "--output-sharding only describes the result of an already-partitioned program" in \
+        capsys.readouterr().err
+    spmd = tmp_path / "spmd.hlo"
+    spmd.write_text("HloModule s, num_partitions=2\n\nENTRY main {\n  x = f32[2] parameter(0)\n"
+                    "  ROOT p = u32[] partition-id(), sharding={replicated}\n}\n")
+    assert main(["run", str(spmd), "--output-sharding", "{replicated}"]) == 2
+    assert "the root p has a sharding already" in capsys.readouterr().err

@@ -23,7 +23,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          profile=args.profile, timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
-                         quiet=args.quiet)
+                         output_sharding=args.output_sharding, quiet=args.quiet)
     if args.backend == "mpi" and launcher.under_mpi():
         return launcher.run_in_place(args.file, options)
     mpiexec = launcher.find_mpiexec(args.mpiexec) if args.backend == "mpi" else None
@@ -65,6 +65,10 @@ def register(sub) -> None:
                    help="the mpiexec to start (default: the one beside this Python)")
     p.add_argument("--deterministic", action="store_true",
                    help="reduce in group order everywhere (bit-identical runs; slower)")
+    p.add_argument("--output-sharding", metavar="SHARDING",
+                   help="the sharding of the result of an already-partitioned program whose root "
+                        "has none (XLA's partitioned modules drop it), e.g. "
+                        "'{devices=[2,1,4]<=[8] last_tile_dim_replicate}'")
     p.add_argument("--mpi-wait", choices=WAIT_MODES, default="auto",
                    help="how MPI ranks wait for each other: blocking MPI calls (fastest, they "
                         "busy-poll), polite (nonblocking calls and short sleeps, for machines with "

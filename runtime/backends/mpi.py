@@ -300,13 +300,18 @@ class MpiBackend(CollectiveBackend):
         group = self._group(inst)
         if group.comm is None:
             return list(operands)
-        results = []
-        for x in operands:
-            moved = np.moveaxis(x, dim, 0)
-            rows = self._gather_buffer(moved, group)
-            merged = rows.reshape((group.size * moved.shape[0],) + moved.shape[1:])
-            results.append(np.moveaxis(merged, 0, dim))
-        return results
+        return [self._all_gather(x, dim, group) for x in operands]
+
+    def _all_gather(self, x: np.ndarray, dim: int, group: _Group) -> np.ndarray:
+        """When only dimensions of size 1 precede `dim`, the members' operands in group order
+        are the result's bytes: gather them in place. Otherwise gather the operands with `dim`
+        moved to the front and return a view moving it back."""
+        size = (group.size * x.shape[dim],)
+        if math.prod(x.shape[:dim]) == 1:
+            return self._gather_buffer(x, group).reshape(x.shape[:dim] + size + x.shape[dim + 1:])
+        moved = np.moveaxis(x, dim, 0)
+        merged = self._gather_buffer(moved, group).reshape(size + moved.shape[1:])
+        return np.moveaxis(merged, 0, dim)
 
     def _receive(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """A C-ordered array to receive into, which becomes the result (`RecycledBuffers`: memory
