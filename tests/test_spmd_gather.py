@@ -247,3 +247,40 @@ def test_variadic_scatter_into_indexed_tiled_dims_on_a_mesh():
         table(23, 5), np.arange(115, dtype=np.int32).reshape(23, 5), indices,
         np.arange(6, dtype=np.float32), np.arange(6, dtype=np.int32) * 10])
     assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("n", DEVICES)
+@pytest.mark.parametrize("combiner", ["add", "max"])
+def test_scatter_with_tiled_indices_combines_partial_results_with_its_combiner(n, combiner):
+    """Index pass-through: indices and updates stay tiled on their batch dim (uneven: padding
+    rows are dropped), every partition scatters its share into the operand (first partition) or
+    the combiner's identity, and one all-reduce with the scatter's own computation combines."""
+    text = scatter_module(f"""
+  x = f32[6,4] parameter(0), sharding={{replicated}}
+  i = s32[{8 * n + 3},1] parameter(1), sharding={tiled(n, 2, 0)}
+  u = f32[{8 * n + 3},4] parameter(2), sharding={tiled(n, 2, 0)}
+  ROOT s = f32[6,4] scatter(x, i, u), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply={combiner}, sharding={{replicated}}""")
+    rows = 8 * n + 3
+    rng = np.random.default_rng(n)
+    indices = rng.integers(-2, 8, size=(rows, 1)).astype(np.int32)
+    updates = rng.integers(-50, 50, size=(rows, 4)).astype(np.float32)
+    spmd = check_equivalent(text, n, inputs=[table(6, 4), indices, updates])
+    found = collectives(spmd)
+    assert [c[0] for c in found] == ["all-reduce"]
+    (reducer,) = [i.attr("to_apply").name for i in spmd.entry.instructions
+                  if i.opcode == "all-reduce"]
+    assert reducer == combiner
+
+
+def test_scatter_assignment_with_tiled_indices_gathers_them():
+    """Assignment has no identity to combine partial results with: indices and updates are
+    gathered instead."""
+    text = scatter_module("""
+  x = f32[6,4] parameter(0), sharding={replicated}
+  i = s32[19,1] parameter(1), sharding={devices=[4,1]<=[4]}
+  u = f32[19,4] parameter(2), sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[6,4] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=assign, sharding={replicated}""")
+    indices = np.array([[k % 5] for k in range(19)], np.int32)       # unique per row of 5
+    updates = np.arange(76, dtype=np.float32).reshape(19, 4)
+    spmd = check_equivalent(text, 4, inputs=[table(6, 4), indices, updates])
+    assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-gather"]

@@ -125,7 +125,7 @@ class _Rewriter:
         self.comp = comp
         self.arrivals = arrivals or {}
         self.root_sharding = root_sharding
-        self.ctx = PlanContext(num_partitions)
+        self.ctx = PlanContext(num_partitions, module.computations)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         self.created: set[Instruction] = set()

@@ -46,8 +46,10 @@ class OpPlan:
 class PlanContext:
     """Costs and choices for planning on `num_devices` partitions."""
 
-    def __init__(self, num_devices: int):
+    def __init__(self, num_devices: int, computations: dict | None = None):
         self.num_devices = num_devices
+        #: the module's computations by name (for rules that read called computations)
+        self.computations = {} if computations is None else computations
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""

@@ -262,8 +262,9 @@ def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
 
 def partial_reducer(producer: Instruction) -> str | None:
     """The computation combining partial values of `producer`'s result: a reduce's own reducer,
-    addition otherwise (dots)."""
-    if producer.opcode == "reduce" and len(producer.operands) == 2:
+    a scatter's own combiner, addition otherwise (dots)."""
+    if (producer.opcode == "reduce" and len(producer.operands) == 2) or \
+            (producer.opcode == "scatter" and len(producer.operands) == 3):
         return producer.attr("to_apply").name
     return None
 

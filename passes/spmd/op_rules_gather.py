@@ -26,11 +26,13 @@ through, the indices' tiling with the operand's indexed tiles, the indices' tili
 everything replicated. A candidate whose device groups do not combine into one tiling is skipped.
 `pred` gathers do not use partial values (no sum), so their indexed dims are gathered.
 
-Scatter (`ScatterRule`) tiles its operand (= result) dims the same way, without partial values:
-dims the updates cover whole (updates tiled alike), batching dims (indices and updates tiled
-alike) and dims addressed with window size 1 (indices and updates replicated over those tiles;
-each partition shifts the indices by its offset and scatter's own bounds check drops the updates
-that belong to other partitions, so any combiner is correct). Other dims are gathered.
+Scatter (`ScatterRule`) tiles its operand (= result) dims the same way: dims the updates cover
+whole (updates tiled alike), batching dims (indices and updates tiled alike) and dims addressed
+with window size 1 (indices and updates replicated over those tiles; each partition shifts the
+indices by its offset and scatter's own bounds check drops the updates that belong to other
+partitions, so any combiner is correct). Its extra dims are the indices' other batch dims (index
+pass-through), whose tiles become partial values combined by the scatter's own computation —
+only for combiners with an identity. Other dims are gathered.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from math import prod
 
 import numpy as np
 
+from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import SliceDim
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.shapes import ArrayShape, TupleShape
@@ -234,9 +237,11 @@ class GatherRule(OpRule):
 
 @dataclass(frozen=True)
 class ScatterDims:
-    """How a scatter's operand dims (= result dims) relate to its indices and updates dims. Per
-    operand dim, the indices dim and update dim carrying its tiles (-1: none), or -1 in
-    `to_operand` when the dim cannot be tiled."""
+    """How a scatter's operand dims (= result dims) relate to its indices and updates dims. The
+    extended space is the operand dims plus one *extra* dim per indices batch dim that is not a
+    batching dim (index pass-through: those updates spread over partitions). Per extended dim,
+    the operand, indices and update dim carrying its tiles (-1: none; -1 in `to_operand` for an
+    operand dim that cannot be tiled)."""
 
     count: int
     operand_rank: int
@@ -287,8 +292,51 @@ class ScatterDims:
                 to_operand.append(-1)
                 to_indices.append(-1)
                 to_updates.append(-1)
+        for i in indices_dims:
+            if i not in index_batching:
+                to_operand.append(-1)
+                to_indices.append(i)
+                to_updates.append(update_of_indices[i])
         return cls(count, operand.rank, indices.rank, update.rank, tuple(to_operand),
                    tuple(to_indices), tuple(to_updates), tuple(indexed))
+
+    @property
+    def extra(self) -> list[int]:
+        return list(range(self.operand_rank, len(self.to_operand)))
+
+
+#: combiners whose partial results an all-reduce with the scatter's own computation combines,
+#: with the identity the other partitions start from
+_IDENTITIES = {"add": 0, "or": 0, "xor": 0, "multiply": 1, "and": 1, "maximum": "lowest",
+               "minimum": "highest"}
+
+
+def scatter_combiner(inst: Instruction, computations) -> str | None:
+    """The opcode of a single-operand scatter's combiner when it is `op(x, y)` of its two
+    parameters with an identity (`_IDENTITIES`), else None (e.g. assignment)."""
+    if len(inst.operands) != 3:
+        return None
+    comp = computations.get(inst.attr("to_apply").name)
+    if comp is None:
+        return None
+    root, params = comp.root, comp.parameters
+    if root.opcode not in _IDENTITIES or len(params) != 2 or \
+            set(root.operands) != set(params) or len(root.operands) != 2:
+        return None
+    return root.opcode
+
+
+def _identity(opcode: str, element_type: str):
+    value = _IDENTITIES[opcode]
+    if isinstance(value, int):
+        return bool(value) if element_type == "pred" else value
+    dtype = dtypes.numpy_dtype(element_type)
+    if element_type == "pred":
+        return value == "highest"
+    if dtype.kind in "fc" or element_type == "bf16":
+        return -np.inf if value == "lowest" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if value == "lowest" else info.max
 
 
 @op_rule("scatter")
@@ -298,8 +346,13 @@ class ScatterRule(OpRule):
     tiled alike) and on dims addressed with window size 1 (trivially sliced operand: indices and
     updates replicated over those tiles, each partition shifts the indices by its offset and
     scatter's own bounds check drops the updates of other partitions — correct for any
-    combiner). Candidates: the result's, the operand's and the updates' tilings of those dims,
-    and everything replicated; the fewest bytes win."""
+    combiner). Index pass-through (indices and updates tiled on their other batch dims) needs a
+    combiner with an identity (add, multiply, maximum, minimum, and, or, xor) and one operand:
+    each partition scatters its share of the updates into the operand (the first partial index)
+    or into the identity (the others), and the result's partial values are combined by an
+    all-reduce with the scatter's own computation. Candidates: the result's, the operand's and
+    the updates' tilings (with the indices' tiles of their batch dims where allowed), and
+    everything replicated; the fewest bytes win."""
 
     def plan(self, inst, ctx):
         dims = ScatterDims.of(inst)
@@ -307,49 +360,106 @@ class ScatterRule(OpRule):
         target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
         if target.kind == "maximal":
             return OpPlan((target,) * len(inst.operands), inst.sharding, "scatter on one device")
-        operand, update = inst.operands[0], inst.operands[count + 1]
-        width = dims.operand_rank
-        every = list(range(width))
+        operand, indices, update = inst.operands[0], inst.operands[count], \
+            inst.operands[count + 1]
+        rank = dims.operand_rank
+        width = len(dims.to_operand)
+        every = list(range(rank))
+        extra = dims.extra if scatter_combiner(inst, ctx.computations) else []
         allowed = [d if dims.to_operand[d] >= 0 else -1 for d in every]
-        tilings = _extended_tilings(ctx, width, [
-            ((_coordinates(ctx, target, width, allowed, width), every),
-             "scatter keeps the result's tiling"),
-            ((_coordinates(ctx, operand.sharding, width, allowed, width), every),
-             "scatter keeps its operand's tiling"),
-            ((_coordinates(ctx, update.sharding, update.shape.rank, dims.to_updates, width),
-              every), "scatter keeps its updates' tiling"),
-        ])
-        candidates = [self._plan(inst, dims, tiling, reason) for tiling, reason in tilings]
+        from_target = _coordinates(ctx, target, rank, allowed, width)
+        from_operand = _coordinates(ctx, operand.sharding, rank, allowed, width)
+        from_indices = _coordinates(ctx, indices.sharding, indices.shape.rank, dims.to_indices,
+                                    width)
+        from_updates = _coordinates(ctx, update.sharding, update.shape.rank, dims.to_updates,
+                                    width)
+        spread = "updates spread over partitions, combined by an all-reduce"
+        sources = [
+            ((from_target, every), "scatter keeps the result's tiling"),
+            ((from_operand, every), "scatter keeps its operand's tiling"),
+            ((from_updates, every), "scatter keeps its updates' tiling"),
+        ]
+        if extra:
+            sources += [
+                ((from_target, every), (from_indices, extra), f"the result's tiling, {spread}"),
+                ((from_operand, every), (from_indices, extra),
+                 f"the operand's tiling, {spread}"),
+                ((from_updates, every + extra), f"the updates' tiling, {spread}"),
+            ]
+        candidates = [self._plan(inst, dims, tiling, reason)
+                      for tiling, reason in _extended_tilings(ctx, width, sources)]
         candidates.append(self._plan(inst, dims, Tiling.replicated(width, ctx.num_devices),
                                      "scatter runs replicated"))
         return ctx.choose(inst, candidates)
 
     @staticmethod
     def _plan(inst, dims: ScatterDims, tiling: Tiling, reason: str) -> OpPlan:
-        on_operand = tiling.to_sharding()
+        on_operand = tiling.remap(dims.to_operand, dims.operand_rank).to_sharding()
         on_indices = tiling.remap(dims.to_indices, dims.indices_rank).to_sharding()
         on_updates = tiling.remap(dims.to_updates, dims.update_rank).to_sharding()
-        result = HloSharding.tuple([on_operand] * dims.count) \
-            if isinstance(inst.shape, TupleShape) else on_operand
+        result = tiling.fold_dims(dims.extra, "unreduced").remove_dims(dims.extra).to_sharding()
+        if isinstance(inst.shape, TupleShape):
+            result = HloSharding.tuple([result] * dims.count)
         return OpPlan((on_operand,) * dims.count + (on_indices,) + (on_updates,) * dims.count,
                       result, reason)
 
     def lower(self, inst, ctx: LowerContext):
         dims = ScatterDims.of(inst)
         count = dims.count
-        operand = inst.operands[0]
+        operand, indices = inst.operands[0], inst.operands[count]
         local = ctx.operands(inst)
+        b = ctx.builder
+        ivd = inst.attr("index_vector_dim")
         tiling = Tiling.from_sharding(operand.sharding, dims.operand_rank, ctx.num_devices) \
             if operand.sharding.is_tiled else None
         if tiling is not None and any(tiling.counts[d] > 1 for d in dims.indexed):
-            b = ctx.builder
-            ivd = inst.attr("index_vector_dim")
-            indices = _index_vectors(b, local[count], ivd)
+            vectors = _index_vectors(b, local[count], ivd)
             offsets = _offset_vector(ctx, tiling, operand.shape.dims,
                                      list(inst.attr("scatter_dims_to_operand_dims")),
-                                     indices.shape, ivd)
-            local[count] = b.binary("subtract", indices, offsets)
+                                     vectors.shape, ivd)
+            local[count] = b.binary("subtract", vectors, offsets)
+        leaf = inst.sharding.leaf_shardings(inst.shape)[0]
+        result = None if leaf.kind == "maximal" else \
+            Tiling.from_sharding(leaf, dims.operand_rank, ctx.num_devices)
+        if result is not None and result.unreduced > 1:
+            local[count] = _drop_padding_rows(ctx, indices, local[count], dims)
+            combiner = scatter_combiner(inst, ctx.module.computations)
+            element_type = operand.shape.element_type
+            first = b.compare(ctx.tables.partial_index(result), b.constant(0, "s32"), "EQ")
+            shape = local[0].shape
+            identity = b.broadcast(b.constant(_identity(combiner, element_type), element_type),
+                                   shape.dims)
+            local[0] = b.select(b.broadcast(first, shape.dims), local[0], identity)
         return clone(inst, ctx, local)
+
+
+def _drop_padding_rows(ctx, indices: Instruction, local: Instruction,
+                       dims: ScatterDims) -> Instruction:
+    """The local indices with the rows in the padding of uneven tiled batch dims set out of
+    bounds (the type's maximum), so scatter skips them."""
+    sharding = indices.sharding
+    if not sharding.is_tiled:
+        return local
+    tiling = Tiling.from_sharding(sharding, indices.shape.rank, ctx.num_devices)
+    uneven = [d for d in range(indices.shape.rank)
+              if tiling.counts[d] > 1 and indices.shape.dims[d] % tiling.counts[d]]
+    if not uneven:
+        return local
+    b = ctx.builder
+    offsets = ctx.tables.offsets(tiling, indices.shape.dims)
+    shape = indices.sharding.shard_shape(indices.shape)
+    valid = None
+    for d in uneven:
+        position = b.binary("add", b.iota("s32", shape.dims, d),
+                            b.broadcast(offsets[d], shape.dims))
+        inside = b.compare(position, b.broadcast(b.constant(indices.shape.dims[d], "s32"),
+                                                 shape.dims), "LT")
+        valid = inside if valid is None else b.add("and", inside.shape, [valid, inside])
+    element_type = local.shape.element_type
+    beyond = b.constant(np.iinfo(dtypes.numpy_dtype(element_type)).max, element_type)
+    if local.shape.dims != shape.dims:                # an index vector dim of 1 was appended
+        valid = b.reshape(valid, local.shape.dims)
+    return b.select(valid, local, b.broadcast(beyond, local.shape.dims))
 
 
 def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling,
@@ -389,4 +499,5 @@ def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling
     return shifted, valid
 
 
-__all__ = ["GatherRule", "GatherDims", "ScatterRule", "ScatterDims", "tiling_from_coordinates"]
+__all__ = ["GatherRule", "GatherDims", "ScatterRule", "ScatterDims", "scatter_combiner",
+           "tiling_from_coordinates"]
