@@ -119,3 +119,39 @@ def test_rng_draws_differ_between_elements_and_calls():
   ROOT o = (f32[6], f32[6]) tuple(r1, r2), sharding={{devices=[3]<=[3]}, {devices=[3]<=[3]}}""")
     first, second = run_global(partition(text, 3), [], 3)
     assert len(set(first.tolist())) == 6 and not np.array_equal(first, second)
+
+
+def test_rng_in_a_partitioned_loop_body_stays_in_step():
+    """Each iteration draws a tiled rng inside the partitioned while body: every partition
+    advances the global state by the whole draw, iteration after iteration."""
+    text = """HloModule m
+
+cond {
+  p = (s32[], f32[9,6]) parameter(0)
+  c = s32[] get-tuple-element(p), index=0
+  k = s32[] constant(3)
+  ROOT lt = pred[] compare(c, k), direction=LT
+}
+
+body {
+  p = (s32[], f32[9,6]) parameter(0), sharding={{replicated}, {devices=[4,1]<=[4]}}
+  c = s32[] get-tuple-element(p), index=0, sharding={replicated}
+  x = f32[9,6] get-tuple-element(p), index=1, sharding={devices=[4,1]<=[4]}
+  a = f32[] constant(0)
+  b = f32[] constant(1)
+  r = f32[9,6] rng(a, b), distribution=rng_normal, sharding={devices=[4,1]<=[4]}
+  y = f32[9,6] add(x, r), sharding={devices=[4,1]<=[4]}
+  one = s32[] constant(1)
+  c1 = s32[] add(c, one), sharding={replicated}
+  ROOT t = (s32[], f32[9,6]) tuple(c1, y), sharding={{replicated}, {devices=[4,1]<=[4]}}
+}
+
+ENTRY e {
+  z = s32[] constant(0), sharding={replicated}
+  x = f32[9,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  t = (s32[], f32[9,6]) tuple(z, x), sharding={{replicated}, {devices=[4,1]<=[4]}}
+  w = (s32[], f32[9,6]) while(t), condition=cond, body=body, sharding={{replicated}, {devices=[4,1]<=[4]}}
+  ROOT o = f32[9,6] get-tuple-element(w), index=1, sharding={devices=[4,1]<=[4]}
+}
+"""
+    run_both(text, 4, [np.zeros((9, 6), np.float32)])
