@@ -39,6 +39,7 @@ from . import op_rules_gather  # noqa: F401  (gather)
 from . import op_rules_random  # noqa: F401  (rng, rng-bit-generator)
 from . import op_rules_indexed  # noqa: F401  (dynamic-(update-)slice, sort, TopK)
 from . import op_rules_ragged  # noqa: F401  (ragged-dot)
+from . import op_rules_control, op_rules_manual  # noqa: F401  (control flow; manual regions)
 from . import op_rules_window  # noqa: F401  (reduce-window, pad, slice, concatenate, reverse)
 from . import op_rules_conv  # noqa: F401  (convolution)
 from .cleanup import Cleanup
@@ -74,6 +75,9 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
     if declared not in (None, 1, num_partitions):
         raise GspmdcError(f"module {module.name} declares num_partitions={declared}, "
                           f"but {num_partitions} partitions were requested")
+    if windowed_einsum_threshold is not None and windowed_einsum_threshold < 0:
+        raise GspmdcError(f"the windowed einsum threshold must not be negative, got "
+                          f"{windowed_einsum_threshold}")
     module.attrs["num_partitions"] = num_partitions
     directory = None if dump_dir is None else Path(dump_dir)
     if directory is not None:
@@ -86,7 +90,9 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
         if directory is not None:
             _dump(directory / f"{index + 1:03d}.{pass_.name}.hlo", result)
 
-    return run_pipeline(module, spmd_pipeline(num_partitions, propagate=propagate), after)
+    pipeline = spmd_pipeline(num_partitions, propagate=propagate,
+                             windowed_einsum_threshold=windowed_einsum_threshold)
+    return run_pipeline(module, pipeline, after)
 
 
 def _dump(path: Path, module: Module) -> None:

@@ -23,8 +23,8 @@ leaf (get-tuple-element, reshard, tuple). Finally a reshard of a reshard nobody 
 replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + slice becomes one
 reduce-scatter), and unused reshard nodes are removed.
 
-Preconditions: shardings valid for `num_partitions` devices and not manual (manual regions are
-rejected with UnsupportedError); unsharded instructions are treated as `{replicated}`.
+Preconditions: shardings valid for `num_partitions` devices; unsharded instructions are treated
+as `{replicated}`. Manual values are never resharded (`op_rules_manual.py`).
 The entry computation is rewritten first, then every control-flow callee (`call_graph.py`:
 while bodies and conditions, branches, called computations; one per call site) with the
 parameter and root shardings its call site planned; other computations it calls (reducers,
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspmdc.errors import ShardingError, UnsupportedError
+from gspmdc.errors import ShardingError
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
@@ -110,11 +110,6 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
             inst.sharding.validate(inst.shape, num_partitions)
         except ShardingError as e:
             raise ShardingError(f"instruction {inst.name}: {e}") from None
-        if any(leaf.kind == "manual" or leaf.has_manual_subgroup
-               for leaf in inst.sharding.leaves()):
-            raise UnsupportedError(f"instruction {inst.name}: manual sharding "
-                                   f"{inst.sharding.to_text(False)} (manual regions are not "
-                                   "supported by the partitioner yet)")
 
 
 class _Rewriter:

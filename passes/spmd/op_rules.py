@@ -12,8 +12,9 @@ A rule answers two questions about an instruction `h` of the global program:
 
 Ops without a rule of their own use the *default action* of §4.7.1 when they are pure: operands
 replicated (or on the op's single device), the op run unchanged, the result resharded. Ops whose
-meaning depends on the partition (I/O, `partition-id`, collectives and manual boundaries
-written by the user) are rejected with UnsupportedError.
+meaning depends on the partition (I/O, `partition-id`, collectives written by the user) are
+rejected with UnsupportedError outside manual regions; instructions with manual shardings and the
+region boundaries use the rules of `op_rules_manual.py`.
 """
 from __future__ import annotations
 
@@ -167,6 +168,11 @@ MANUAL_TARGETS = frozenset({
     "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
     "xla.sdy.LocalToGlobalShape",
 })
+#: table key of the rule for instructions inside manual regions (`op_rules_manual.py`)
+MANUAL_RULE_KEY = "<manual>"
+#: opcodes whose rules pass leaf shardings through, manual ones included
+_STRUCTURAL = frozenset({"parameter", "tuple", "get-tuple-element", "while", "conditional",
+                         "call"})
 
 
 class DefaultRule(OpRule):
@@ -190,11 +196,14 @@ DEFAULT_RULE = DefaultRule()
 def rule_for(inst: Instruction, module_computations: dict[str, Computation]) -> OpRule:
     """The rule partitioning `inst`; UnsupportedError for partition-dependent ops."""
     opcode = inst.opcode
+    target = inst.attr("custom_call_target") if opcode == "custom-call" else None
+    if target not in MANUAL_TARGETS and opcode not in _STRUCTURAL and \
+            MANUAL_RULE_KEY in RULES and has_manual_leaf(inst.sharding):
+        return RULES[MANUAL_RULE_KEY]
     if opcode == "custom-call":
-        target = inst.attr("custom_call_target")
-        if target in MANUAL_TARGETS or inst.sharding.is_manual:
-            raise UnsupportedError(f"{inst.name}: manual sharding ({target}) is not supported "
-                                   "by the partitioner yet")
+        if target in MANUAL_TARGETS and f"custom-call:{target}" not in RULES:
+            raise UnsupportedError(f"{inst.name}: manual region boundary {target} has no "
+                                   "partitioning rule")
         if inst.attr("custom_call_has_side_effect", False):
             raise UnsupportedError(f"{inst.name}: side-effecting custom-call {target!r} cannot "
                                    "be partitioned")
@@ -208,6 +217,12 @@ def rule_for(inst: Instruction, module_computations: dict[str, Computation]) -> 
     for name in inst.called_computation_names():
         _check_callee(inst, module_computations, name)
     return DEFAULT_RULE
+
+
+def has_manual_leaf(sharding: HloSharding | None) -> bool:
+    """Whether some leaf of `sharding` is manual or has a manual subgroup (per-device data)."""
+    return sharding is not None and \
+        any(leaf.kind == "manual" or leaf.has_manual_subgroup for leaf in sharding.leaves())
 
 
 def _check_callee(inst: Instruction, computations: dict[str, Computation], name: str,
@@ -228,4 +243,5 @@ def _check_callee(inst: Instruction, computations: dict[str, Computation], name:
 
 __all__ = ["OpPlan", "PlanContext", "LowerContext", "OpRule", "RULES", "op_rule", "clone",
            "without_partials", "replicated_for", "maximal_for", "rule_for",
-           "DEFAULT_RULE", "UNPARTITIONABLE"]
+           "DEFAULT_RULE", "UNPARTITIONABLE", "MANUAL_TARGETS", "MANUAL_RULE_KEY",
+           "has_manual_leaf"]

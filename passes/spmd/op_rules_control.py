@@ -6,12 +6,13 @@ shardings (`boundary_shardings`):
 
 - while: one sharding `W` (the while's own, partial sums resolved) for the init value, the body
   parameter, the body root, the condition parameter and the result; the condition's root is
-  replicated so every partition takes the same trip count. The loop state stays sharded across
-  iterations: only the body's own instructions reshard.
+  replicated so every partition takes the same trip count (in manual code it stays per
+  device). The loop state stays sharded across iterations: only the body's own instructions
+  reshard.
 - conditional: the selector replicated (every partition takes the same branch, so collectives
-  inside branches match); branch k's parameter arrives in operand k+1's sharding (and is
-  resharded inside the branch when its annotation differs); every branch root and the result in
-  the conditional's sharding.
+  inside branches match; a manual selector stays per device); branch k's parameter arrives in
+  operand k+1's sharding (and is resharded inside the branch when its annotation differs);
+  every branch root and the result in the conditional's sharding.
 - call: likewise, the callee parameters arrive in the operands' shardings; the callee root and
   the result in the call's sharding.
 
@@ -23,7 +24,9 @@ from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import Shape, TupleShape
 
-from .op_rules import OpPlan, OpRule, op_rule, replicated_for, without_partials
+from .op_rules import (
+    OpPlan, OpRule, has_manual_leaf, op_rule, replicated_for, without_partials,
+)
 
 
 def _whole(sharding: HloSharding, shape: Shape) -> HloSharding:
@@ -45,7 +48,8 @@ class WhileRule(OpRule):
 @op_rule("conditional")
 class ConditionalRule(OpRule):
     def plan(self, inst, ctx):
-        needs = (replicated_for(inst.operands[0].shape),) + \
+        selector = inst.operands[0]
+        needs = (_agreed(selector.sharding, selector.shape),) + \
             tuple(o.sharding for o in inst.operands[1:])
         return OpPlan(needs, _whole(inst.sharding, inst.shape),
                       "every partition takes the same branch (replicated selector)")
@@ -59,6 +63,12 @@ class CallRule(OpRule):
                       "the callee runs on the operands' shardings")
 
 
+def _agreed(sharding: HloSharding | None, shape: Shape) -> HloSharding:
+    """The sharding of a branch selector or loop predicate: replicated, so every partition
+    takes the same branch or trip count, except inside manual code, where it is per device."""
+    return sharding if has_manual_leaf(sharding) else replicated_for(shape)
+
+
 def boundary_shardings(inst: Instruction, callee: Computation
                        ) -> tuple[list[HloSharding], HloSharding]:
     """For `callee` run by the planned control-flow instruction `inst`: the shardings its
@@ -66,7 +76,7 @@ def boundary_shardings(inst: Instruction, callee: Computation
     if inst.opcode == "while":
         state = inst.sharding
         if callee.name == inst.attr("condition").name:
-            return [state], replicated_for(callee.root.shape)
+            return [state], _agreed(callee.root.sharding, callee.root.shape)
         return [state], state
     if inst.opcode == "conditional":
         index = _branch_names(inst).index(callee.name)

@@ -58,15 +58,18 @@ class Tiling:
     @classmethod
     def from_sharding(cls, sharding: HloSharding, rank: int, num_devices: int) -> "Tiling":
         """The tiling of a replicated, unreduced or tiled (unreduced/replicated subgroups) leaf
-        sharding; `UnsupportedError` for manual subgroups, `ShardingError` for maximal."""
+        sharding; `UnsupportedError` for manual ones (per-device data has no tiling),
+        `ShardingError` for maximal."""
         kind = sharding.kind
         if kind in ("replicated", "unknown"):
             return cls.replicated(rank, num_devices)
         if kind == "unreduced":
             return cls(np.arange(num_devices).reshape((1,) * rank + (num_devices, 1)))
         if kind == "manual" or (kind == "tiled" and sharding.has_manual_subgroup):
-            raise UnsupportedError(f"manual sharding {sharding.to_text(False)} inside the "
-                                   "partitioner (manual regions are not supported yet)")
+            raise UnsupportedError(f"manual sharding {sharding.to_text(False)}: manual values are "
+                                   "per-device data and are not resharded (enter and leave "
+                                   "manual regions through SPMDFullToShardShape / "
+                                   "SPMDShardToFullShape)")
         if kind != "tiled":
             raise ShardingError(f"sharding {sharding.to_text(False)} has no tiling")
         counts = sharding.tile_counts_for_rank(rank)
