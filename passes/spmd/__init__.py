@@ -75,9 +75,6 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
     if declared not in (None, 1, num_partitions):
         raise GspmdcError(f"module {module.name} declares num_partitions={declared}, "
                           f"but {num_partitions} partitions were requested")
-    if windowed_einsum_threshold is not None and windowed_einsum_threshold < 0:
-        raise GspmdcError(f"the windowed einsum threshold must not be negative, got "
-                          f"{windowed_einsum_threshold}")
     module.attrs["num_partitions"] = num_partitions
     directory = None if dump_dir is None else Path(dump_dir)
     if directory is not None:
@@ -90,9 +87,7 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
         if directory is not None:
             _dump(directory / f"{index + 1:03d}.{pass_.name}.hlo", result)
 
-    pipeline = spmd_pipeline(num_partitions, propagate=propagate,
-                             windowed_einsum_threshold=windowed_einsum_threshold)
-    return run_pipeline(module, pipeline, after)
+    return run_pipeline(module, spmd_pipeline(num_partitions, propagate=propagate), after)
 
 
 def _dump(path: Path, module: Module) -> None:
