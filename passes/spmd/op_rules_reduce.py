@@ -7,18 +7,31 @@ Candidates, chosen by bytes moved:
    a *partial* value wherever a reduced dim is tiled — its tiles become the `unreduced` subgroup
    of the result sharding, and the reshard to the annotated sharding combines them with the
    reduce's own computation (an all-reduce, or a reduce-scatter when the annotated sharding tiles
-   a dim by the same devices). Variadic reduces cannot combine partial tuples that way; they
-   gather the reduced dims instead;
+   a dim by the same devices). Variadic reduces (arg-max, arg-min: values with their indices and
+   a comparator) cannot combine partial tuples with an all-reduce; their local reduce leaves one
+   partial tuple per tile of the reduced dims, and the lowering combines those itself: each
+   partial leaf gets a new leading dim of 1, is all-gathered along it over the devices holding
+   the other tiles (in tile order), and a second local reduce over that dim with the same
+   computation and init values gives the result. That moves `tiles - 1` partial results per
+   device (the reduced dims' size is gone), far less than gathering the reduced dims; the
+   indices operand is tiled like the values, so its shards hold global indices (an `iota` is
+   lowered with its partition's offset) and ties resolve as in the unpartitioned reduce;
 3. everything replicated.
 
 Init values are always replicated. The partitioned input's padding on reduced dims is masked
-with the init value by the pad-uneven pass.
+with the init value by the pad-uneven pass (every input of a variadic reduce with its own init).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from math import prod
+
+from gspmdc.ir import dtypes
+from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 
-from .op_rules import OpPlan, OpRule, op_rule, without_partials
+from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .tiling import Tiling
 
 
 @op_rule("reduce")
@@ -45,16 +58,45 @@ class ReduceRule(OpRule):
         if source.kind in ("tiled", "replicated") and source == without_partials(source):
             tiling = ctx.tiling(source, rank)
             if count > 1:
-                gathered = tiling.fold_dims(dims, "replicated")
-                candidates.append(plan(gathered.to_sharding(),
-                                       gathered.remove_dims(dims).to_sharding(),
-                                       "variadic reduce gathers its reduced dims"))
+                result = tiling.fold_dims(dims, "replicated").remove_dims(dims).to_sharding()
+                tiles = prod(tiling.counts[d] for d in dims)
+                partials = sum(dtypes.byte_width(leaf.element_type) *
+                               prod(result.shard_shape(leaf).dims)
+                               for leaf in inst.shape.leaves())
+                reason = "variadic reduce combines its partial results by an all-gather" \
+                    if tiles > 1 else "reduce keeps its input's tiling"
+                candidates.append(replace(plan(source, result, reason),
+                                          cost=float((tiles - 1) * partials)))
             else:
                 partial = tiling.fold_dims(dims, "unreduced").remove_dims(dims)
                 candidates.append(plan(source, partial.to_sharding(),
                                        "reduce keeps its input's tiling"))
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
         return ctx.choose(inst, candidates)
+
+    def lower(self, inst, ctx: LowerContext):
+        count = len(inst.operands) // 2
+        source = inst.operands[0]
+        dims = sorted(inst.attr("dimensions"))
+        tiled = []
+        if count > 1 and source.sharding.is_tiled:
+            tiling = Tiling.from_sharding(source.sharding, source.shape.rank, ctx.num_devices)
+            tiled = [d for d in dims if tiling.counts[d] > 1]
+        if not tiled:
+            return clone(inst, ctx)
+        b = ctx.builder
+        partial = clone(inst, ctx)
+        partial.name = b.names(f"{inst.name}.partial")
+        groups = tiling.fold_dims(tiled, "unreduced").partial_groups()
+        gathered = []
+        for i, leaf in enumerate(partial.shape.elements):
+            element = b.add("get-tuple-element", leaf, [partial], {"index": i})
+            element = b.reshape(element, (1,) + leaf.dims)
+            gathered.append(b.all_gather(element, 0, groups, ctx.channels()))
+        inits = ctx.operands(inst)[count:]
+        return b.append(Instruction(inst.name, "reduce", partial.shape, gathered + inits,
+                                    {**inst.attrs, "dimensions": (0,)},
+                                    sharding=inst.sharding))
 
 
 __all__ = ["ReduceRule"]
