@@ -205,3 +205,31 @@ def test_the_halo_exchange_dump_records_the_plan_and_evaluates_unchanged(tmp_pat
            'from_right=2,mask"' in dumped
     inputs = inputs_for(text)
     assert_close(api.evaluate(api.parse(dumped), inputs), reference(text, inputs))
+
+
+@pytest.mark.parametrize("n,rows,reducer,init", [
+    (4, 64, "add", "0"), (3, 64, "add", "0"), (8, 20, "max", "-inf"), (2, 7, "max", "-inf"),
+])
+def test_a_cumulative_window_is_a_prefix_scan(n, rows, reducer, init):
+    """JAX's cumsum/cummax: local scans plus one all-gather of the n shard totals per column
+    (XLA gathers the whole dim)."""
+    s = tiled(n, 2, 0)
+    spmd = check_equivalent(module(f"""
+  x = f32[{rows},8] parameter(0), sharding={s}
+  z = f32[] constant({init})
+  ROOT r = f32[{rows},8] reduce-window(x, z), window={{size={rows}x1 pad={rows - 1}_0x0_0}},
+    to_apply={reducer}, sharding={s}"""), n, rtol=1e-4, atol=1e-4)
+    (gather,) = [i for i in spmd.entry.instructions if i.opcode == "all-gather"]
+    assert gather.shape.dims == (n, 8)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+
+
+def test_a_non_identity_init_is_combined_once_per_window():
+    """Masked positions take the reducer's identity (0), not the init (1), which the local
+    reduce-window combines once per window, as the unpartitioned op does."""
+    spmd = check_equivalent(module("""
+  x = f32[10,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(1)
+  ROOT r = f32[10,8] reduce-window(x, z), window={size=3x1 pad=1_1x0_0}, to_apply=add,
+    sharding={devices=[4,1]<=[4]}"""), 4)
+    halo_only(spmd)

@@ -2,7 +2,9 @@
 
 After insert-reshards the operands of `reduce-window`, `pad`, `slice`, `concatenate` and
 `reverse` carry the shardings their rules chose (`op_rules_window.py`); where one of them keeps a
-windowed dim tiled, each partition needs its neighbours' elements. This pass writes that plan as
+windowed dim tiled, each partition needs its neighbours' elements. Other rules with halos (e.g.
+convolution) take part by offering `halo_plans(inst, num_partitions)` (per operand, dim →
+`HaloPlan`). This pass writes the plan as
 
     frontend_attributes={halo="operand 0 dim 1: left=1,right=1,from_left=1,from_right=1,mask"}
 
@@ -10,7 +12,8 @@ per operand and dim: `left`/`right` are the elements before/after its own shard 
 window covers (one number when all shards agree, else a per-shard `[..]` table indexed by the
 shard's position), `from_left`/`from_right` the elements received from the partitions on each
 side (one `collective-permute` per shard-sized hop), `dilate=b` a local base dilation first, and
-`mask` that positions outside the data are replaced by the op's pad/init value. The program is
+`mask` that positions outside the data are replaced by the op's pad/init value; a cumulative
+reduce-window records `prefix scan over n shards ...` instead (`prefix_scan.py`). The program is
 otherwise unchanged (it still evaluates to the same result); lower-spmd recomputes the plan from
 the shardings and refuses a module whose recorded plan differs.
 """
@@ -37,9 +40,12 @@ class HaloExchange(ModulePass):
     def apply(self, module: Module) -> Module:
         for inst in module.entry.instructions:
             rule = RULES.get(inst.opcode)
-            if not isinstance(rule, WindowRule):
+            if isinstance(rule, WindowRule):
+                text = rule.halo_description(inst, self.num_partitions, module)
+            elif hasattr(rule, "halo_plans"):
+                text = describe_plans(rule.halo_plans(inst, self.num_partitions))
+            else:
                 continue
-            text = describe_plans(rule.halo_plans(inst, self.num_partitions))
             attrs = inst.attrs.get("frontend_attributes")
             items = tuple(kv for kv in (attrs.items if attrs else ()) if kv[0] != HALO_ATTRIBUTE)
             if text:

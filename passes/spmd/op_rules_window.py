@@ -5,7 +5,8 @@ Every op here reads, for each result dim, a window of the same dim of its array 
 
 | op | window on dim d of each array operand |
 |---|---|
-| `reduce-window` | its `window={...}` entry (init values pad and fill dilation holes) |
+| `reduce-window` | its `window={...}` entry (padding and dilation holes: the reducer's identity |
+|   | when it is one associative opcode, else the init value) |
 | `pad` | size 1, padding `low_high`, base dilation `interior + 1` (the pad value fills) |
 | `slice` | size 1, stride, padding `-start` / `limit - size` (never reads padding) |
 | `concatenate` (concat dim) | operand k: size 1, padding `offset_k` / the rest; only its own |
@@ -33,13 +34,17 @@ import numpy as np
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
-from gspmdc.ir.attributes import KeyValueList, PadDim, SliceDim, Window
-from gspmdc.ir.module import Instruction
+from gspmdc.ir.attributes import KeyValueList, PadDim, SliceDim, Window, WindowDim
+from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, windowed_input
 from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .prefix_scan import (
+    associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
+    scan_opcode,
+)
 from .tiling import Tiling, cdiv
 
 #: the frontend attribute holding the halo plan of an instruction
@@ -72,6 +77,19 @@ class WindowRule(OpRule):
         """The window of `dim` when its operand is tiled into `shards`."""
         return replace(window, shards=shards)
 
+    def scan_dims(self, inst: Instruction, module: Module | None = None) -> list[int]:
+        """Windowed dims computed without a halo (`prefix_scan.py`); without `module` (when
+        planning), the dims that may be."""
+        return []
+
+    def scan_cost(self, inst: Instruction, tiling: Tiling) -> float:
+        """Bytes each partition sends for the scan dims under the operand `tiling`."""
+        return 0.0
+
+    def halo_description(self, inst: Instruction, num_devices: int, module: Module) -> str:
+        """The plan recorded by the halo-exchange pass and checked by lowering."""
+        return describe_plans(self.halo_plans(inst, num_devices, module))
+
     def local_op(self, inst: Instruction, ctx: LowerContext, inputs: list[Instruction],
                  plans: list[dict[int, HaloPlan]]) -> Instruction:
         raise NotImplementedError
@@ -98,11 +116,12 @@ class WindowRule(OpRule):
                     shardings.append(replicated)
                     continue
                 shardings.append(operand_tiling.to_sharding())
-                plans = self._plans(inst, window, operand_tiling)
+                plans = self._plans(inst, window, operand_tiling, self.scan_dims(inst))
                 if plans:
                     local = operand_tiling.shard_dims(operand.shape.dims)
                     cost += halo_bytes(plans, local,
                                        dtypes.byte_width(operand.shape.element_type))
+            cost += self.scan_cost(inst, operand_tiling)
             result = tiling.to_sharding()
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
@@ -130,21 +149,23 @@ class WindowRule(OpRule):
 
     # ---- lowering -----------------------------------------------------------------------------
 
-    def halo_plans(self, inst: Instruction, num_devices: int) -> list[dict[int, HaloPlan]]:
+    def halo_plans(self, inst: Instruction, num_devices: int,
+                   module: Module | None = None) -> list[dict[int, HaloPlan]]:
         """Per operand, the non-trivial halo plans of its tiled dims under its (planned)
-        sharding."""
+        sharding (`module`: see `scan_dims`)."""
+        scans = self.scan_dims(inst, module)
         result = []
         for operand, window in zip(inst.operands, self.windows(inst)):
             if window is None or not operand.sharding.is_tiled:
                 result.append({})
                 continue
             tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, num_devices)
-            result.append(self._plans(inst, window, tiling))
+            result.append(self._plans(inst, window, tiling, scans))
         return result
 
-    def _plans(self, inst: Instruction, window: dict[int, WindowedDim],
-               tiling: Tiling) -> dict[int, HaloPlan]:
-        windowed = set(self.windowed_dims(inst))
+    def _plans(self, inst: Instruction, window: dict[int, WindowedDim], tiling: Tiling,
+               scans: list[int]) -> dict[int, HaloPlan]:
+        windowed = set(self.windowed_dims(inst)) - set(scans)
         plans = {}
         for d, wd in window.items():
             n = tiling.counts[d]
@@ -155,11 +176,12 @@ class WindowRule(OpRule):
         return plans
 
     def lower(self, inst, ctx: LowerContext):
-        plans = self.halo_plans(inst, ctx.num_devices)
+        plans = self.halo_plans(inst, ctx.num_devices, ctx.module)
         recorded = _recorded_plan(inst)
-        if recorded is not None and recorded != describe_plans(plans):
+        expected = self.halo_description(inst, ctx.num_devices, ctx.module)
+        if recorded is not None and recorded != expected:
             raise GspmdcError(f"{inst.name}: the halo plan in the module ({recorded!r}) is not "
-                              f"the one its shardings give ({describe_plans(plans)!r})")
+                              f"the one its shardings give ({expected!r})")
         pads = self.pad_values(inst, ctx)
         inputs = []
         for k, operand in enumerate(inst.operands):
@@ -222,18 +244,55 @@ class ReduceWindowRule(WindowRule):
         return result + [None] * count
 
     def pad_values(self, inst, ctx):
+        """The reducer's identity where it is known (exact whatever the init value: the local
+        reduce-window combines the init once per window), else the init value."""
         count = len(inst.operands) // 2
-        inits = [ctx.local[i] for i in inst.operands[count:]]
-        return inits + [None] * count
+        opcode = associative_reducer(inst, ctx.module) if count == 1 else None
+        if opcode is not None:
+            t = inst.operands[1].shape.element_type
+            with ctx.builder.scope(None):
+                return [ctx.builder.constant(identity(opcode, t), t), None]
+        return [ctx.local[i] for i in inst.operands[count:]] + [None] * count
+
+    def scan_dims(self, inst, module=None):
+        if module is not None and scan_opcode(inst, module) is None:
+            return []
+        return cumulative_dims(inst)
+
+    def scan_cost(self, inst, tiling):
+        operand = inst.operands[0]
+        dims = [d for d in self.scan_dims(inst) if tiling.counts[d] > 1]
+        return scan_bytes(tiling.shard_dims(operand.shape.dims), tiling, dims,
+                          dtypes.byte_width(operand.shape.element_type))
+
+    def halo_description(self, inst, num_devices, module):
+        text = super().halo_description(inst, num_devices, module)
+        tiling = _tiling(inst.operands[0], num_devices)
+        scans = [f"operand 0 dim {d}: {describe_scan(tiling, d)}"
+                 for d in self._tiled_scans(inst, module, tiling)]
+        return "; ".join(([text] if text else []) + scans)
+
+    def _tiled_scans(self, inst, module, tiling):
+        if tiling is None:
+            return []
+        return [d for d in self.scan_dims(inst, module) if tiling.counts[d] > 1]
 
     def local_op(self, inst, ctx, inputs, plans):
         exchanged = {d for p in plans for d in p}
+        tiling = _tiling(inst.operands[0], ctx.num_devices)
+        scans = self._tiled_scans(inst, ctx.module, tiling)
         window = inst.attr("window")
         local = clone(inst, ctx, operands=inputs)
+        shard = inputs[0].shape.dims
         local.attrs["window"] = Window(tuple(
+            WindowDim(shard[d], padding_low=shard[d] - 1) if d in scans else
             replace(w, padding_low=0, padding_high=0, base_dilation=1) if d in exchanged else w
             for d, w in enumerate(window.dims)))
-        return local
+        if not scans:
+            return local
+        with ctx.builder.scope(_scan_metadata(inst, scans)):
+            return emit_prefix_scan(ctx, local, tiling, scans, ctx.local[inst.operands[1]],
+                                    scan_opcode(inst, ctx.module))
 
 
 @op_rule("pad")
@@ -330,6 +389,20 @@ class ReverseRule(WindowRule):
 
     def local_op(self, inst, ctx, inputs, plans):
         return clone(inst, ctx, operands=inputs)
+
+
+def _tiling(operand: Instruction, num_devices: int) -> Tiling | None:
+    if not operand.sharding.is_tiled:
+        return None
+    return Tiling.from_sharding(operand.sharding, operand.shape.rank, num_devices)
+
+
+def _scan_metadata(inst: Instruction, dims: list[int]) -> KeyValueList:
+    return KeyValueList((("op_type", "prefix-scan"), ("op_name", inst.name),
+                         ("spmd_value", inst.operands[0].name),
+                         ("spmd_reason", f"{inst.opcode} covers the whole prefix of tiled dims "
+                                         f"{dims}: local scans combined with the scan of the "
+                                         "shard totals")))
 
 
 def _tiled_dims(operand: Instruction, ctx: LowerContext) -> set[int]:
