@@ -9,8 +9,9 @@
    at 1 MiB and 64 MiB (all-reduce: operand size; all-gather: result size). Efficiency = raw time
    / backend time (medians of interleaved repetitions, each the slowest rank's time). N=4 on a
    2-core machine waits politely under `auto`; it is also run with blocking waits.
-3. Startup: the wall time of `gspmdc run` on a trivial SPMD program for N = 2, 4, 8 ranks, next to
-   `mpiexec` starting Python ranks that only import mpi4py.
+3. Startup: for N = 2, 4, 8 ranks, the time from the start of `gspmdc run` to the first instruction
+   (`--profile`'s start-up line, slowest rank) and the wall time of the whole run of a trivial SPMD
+   program, next to `mpiexec` starting Python ranks that only import mpi4py.
 
     python bench/bench_runtime.py            (or `make bench`, which calls run())
 """
@@ -196,21 +197,25 @@ ENTRY main {{
 """
 
 
-def startup_seconds(n: int, repeat: int = 3) -> tuple[float, float]:
-    """(median wall of `gspmdc run` on a trivial program, of bare mpiexec + mpi4py import)."""
+def startup_seconds(n: int, repeat: int = 3) -> tuple[float, float, float]:
+    """Medians of: `gspmdc run` start to first instruction, the wall of `gspmdc run` on a trivial
+    program, and the wall of bare mpiexec + mpi4py import."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trivial.hlo"
         path.write_text(TRIVIAL.format(n=n))
-        ours, bare = [], []
+        first, ours, bare = [], [], []
         for _ in range(repeat):
             start = time.perf_counter()
-            subprocess.run([GSPMDC, "run", str(path), "-q"], check=True, timeout=300)
+            out = subprocess.run([GSPMDC, "run", str(path), "-q", "--profile"], check=True,
+                                 timeout=300, capture_output=True, text=True)
             ours.append(time.perf_counter() - start)
+            line = next(x for x in out.stdout.splitlines() if x.startswith("start-up:"))
+            first.append(float(line.split()[1]))
             start = time.perf_counter()
             subprocess.run([MPIEXEC, "-n", str(n), PYTHON, "-c", "from mpi4py import MPI"],
                            check=True, timeout=300)
             bare.append(time.perf_counter() - start)
-    return statistics.median(ours), statistics.median(bare)
+    return statistics.median(first), statistics.median(ours), statistics.median(bare)
 
 
 def run() -> None:
@@ -235,11 +240,12 @@ def run() -> None:
                 print(f"{n:>3} {label:<9} {size >> 20:>4} MiB {op:<11} {1e3 * ours:>11.2f} "
                       f"{1e3 * raw:>8.2f} {raw / ours:>10.2f}")
     print()
-    print("startup (wall of a whole `gspmdc run` of a trivial program vs bare mpiexec + mpi4py):")
-    print(f"{'N':>3} {'gspmdc run(s)':>13} {'bare(s)':>8}")
+    print("startup: `gspmdc run` to the first instruction, the whole run of a trivial program, "
+          "bare mpiexec + mpi4py import:")
+    print(f"{'N':>3} {'to 1st instruction(s)':>21} {'gspmdc run(s)':>13} {'bare(s)':>8}")
     for n in (2, 4, 8):
-        ours, bare = startup_seconds(n)
-        print(f"{n:>3} {ours:>13.2f} {bare:>8.2f}")
+        first, ours, bare = startup_seconds(n)
+        print(f"{n:>3} {first:>21.2f} {ours:>13.2f} {bare:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,8 @@ class Job:
     reference_text: str | None
     num_partitions: int
     options: RunOptions
+    #: wall-clock time (`time.time()`) the run started, for --profile's start-up figure
+    started_at: float | None = None
 
     def spmd_module(self) -> Module:
         from gspmdc.ir.parser import parse_module
@@ -100,9 +102,12 @@ def devices_named_by_shardings(module) -> int:
     return largest + 1
 
 
-def prepare_job(path: str, options: RunOptions) -> Job:
+def prepare_job(path: str, options: RunOptions, started_at: float | None = None) -> Job:
     """Read, partition (when needed) and check a program for `gspmdc run` (see the module
-    docstring). Raises GspmdcError (exit 2) for anything that would make the run fail early."""
+    docstring); `started_at` is when the run started (default: now). Raises GspmdcError (exit 2)
+    for anything that would make the run fail early."""
+    import time
+    started_at = time.time() if started_at is None else started_at
     from gspmdc import api
     if options.padding not in PADDINGS:
         raise GspmdcError(f"padding must be one of {PADDINGS}, got {options.padding!r}")
@@ -139,7 +144,7 @@ def prepare_job(path: str, options: RunOptions) -> Job:
     signature.check_global_io()
     if options.inputs is not None:
         check_input_file(options.inputs, signature)
-    return Job(spmd_text, reference_text, n, options)
+    return Job(spmd_text, reference_text, n, options, started_at)
 
 
 def _output_sharding(text: str, module: Module, path: str):
@@ -278,7 +283,8 @@ def execute_local(job: Job) -> int:
     inputs = input_sources(job, signature)
     per_partition = split_inputs(signature, inputs, padding=job.options.padding)
     n = job.num_partitions
-    recorders = [ProfileRecorder(p, n) for p in range(n)] if job.options.profile else None
+    recorders = [ProfileRecorder(p, n, job.started_at) for p in range(n)] \
+        if job.options.profile else None
     results = run_local(module, per_partition, n, recorders=recorders,
                         timeout=job.options.timeout)
     profiles = [r.profile() for r in recorders] if recorders is not None else None

@@ -266,15 +266,16 @@ def _is_our_rank(pid: int) -> bool:
 
 # ================================================================================== rank side
 
-def run_in_place(path: str, options: RunOptions) -> int:
+def run_in_place(path: str, options: RunOptions, started_at: float | None = None) -> int:
     """This process is one rank of an MPI job started by the user: rank 0 prepares the job, every
-    rank runs it. Returns the exit code (the same on every rank)."""
+    rank runs it (`started_at`: when rank 0's `gspmdc run` started). Returns the exit code (the
+    same on every rank)."""
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     job, error = None, None
     if comm.Get_rank() == 0:
         try:
-            job = prepare_job(path, _with_world_size(options, comm.Get_size()))
+            job = prepare_job(path, _with_world_size(options, comm.Get_size()), started_at)
             if job.num_partitions != comm.Get_size():
                 raise GspmdcError(f"the program has {job.num_partitions} partitions but the MPI "
                                   f"job has {comm.Get_size()} ranks (run mpiexec -n "
@@ -352,7 +353,7 @@ def _run_partition(job: Job, comm, module, backend, board: PositionBoard) -> int
     sources = input_sources(job, signature)
     args = [shard_value(a, v, p, n, padding=job.options.padding)
             for a, v in zip(sources, signature.parameters)]
-    recorder = ProfileRecorder(p, n) if job.options.profile else None
+    recorder = ProfileRecorder(p, n, job.started_at) if job.options.profile else None
     enter = board.tracker(module)
     if recorder is not None:
         value = recorder.timed(lambda: evaluate(module, args, backend=backend,

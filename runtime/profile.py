@@ -15,12 +15,16 @@ size: all-gather `(G-1) b`, all-reduce `2 (G-1)/G b`, reduce-scatter and all-to-
 collective-permute `b` when the partition sends to another one. The model is what XLA's cost
 estimates use; the bytes an MPI library really moves depend on its algorithm.
 
+`recorder.timed(fn)` measures the evaluation's wall time; given `started_at` (the wall-clock time
+`gspmdc run` started), it also records the start-up: the seconds from then until the evaluation
+began (the first instruction).
+
 `recorder.profile()` gives a picklable `RankProfile`; `format_profiles` prints a table of them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from time import perf_counter
+from time import perf_counter, time
 from typing import Callable, Sequence
 
 from gspmdc.ir.module import Instruction
@@ -51,6 +55,7 @@ class RankProfile:
 
     partition: int
     wall: float = 0.0
+    startup: float | None = None
     kernel_seconds: float = 0.0
     collective_seconds: float = 0.0
     collectives: dict[str, CollectiveStats] = field(default_factory=dict)
@@ -67,8 +72,9 @@ class RankProfile:
 class ProfileRecorder:
     """The step hook of one partition's evaluation; `timed(fn)` measures the wall time."""
 
-    def __init__(self, partition: int, num_partitions: int):
+    def __init__(self, partition: int, num_partitions: int, started_at: float | None = None):
         self._profile = RankProfile(partition)
+        self._started_at = started_at
         self._num_partitions = num_partitions
         self._models: dict[int, tuple[CollectiveStats, int]] = {}
 
@@ -84,7 +90,10 @@ class ProfileRecorder:
             self._profile.kernel_seconds += seconds
 
     def timed(self, fn: Callable[[], object]) -> object:
-        """Call `fn()` and add its duration to the wall time."""
+        """Call `fn()` and add its duration to the wall time (the first call records the
+        start-up)."""
+        if self._started_at is not None and self._profile.startup is None:
+            self._profile.startup = time() - self._started_at
         start = perf_counter()
         try:
             return fn()
@@ -120,8 +129,9 @@ class ProfileRecorder:
 
 
 def format_profiles(profiles: Sequence[RankProfile]) -> str:
-    """A per-partition time table, then one line per collective instruction (calls, group size,
-    bytes sent per partition per call and in total, the slowest partition's time)."""
+    """A per-partition time table, the start-up of the slowest partition when recorded, then one
+    line per collective instruction (calls, group size, bytes sent per partition per call and in
+    total, the slowest partition's time)."""
     lines = ["partition     wall(s)  kernels(s)  collectives(s)  interpretation(s)  interp%  "
              "bytes sent"]
     for p in profiles:
@@ -129,6 +139,10 @@ def format_profiles(profiles: Sequence[RankProfile]) -> str:
         lines.append(f"{p.partition:>9}  {p.wall:>10.4f}  {p.kernel_seconds:>10.4f}  "
                      f"{p.collective_seconds:>14.4f}  {p.interpretation_seconds:>17.4f}  "
                      f"{share:>6.1f}%  {_bytes(p.bytes_sent):>10}")
+    startups = [p.startup for p in profiles if p.startup is not None]
+    if startups:
+        lines.append(f"start-up: {max(startups):.3f} s from the start of `gspmdc run` to the "
+                     "first instruction (slowest partition)")
     names = sorted({name for p in profiles for name in p.collectives})
     if names:
         lines.append("")

@@ -9,6 +9,7 @@ All cases of one partition count run in one `mpiexec` launch to keep the file fa
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -300,10 +301,13 @@ def test_run_command_takes_the_waiting_policy(tmp_path, wait):
     program = tmp_path / "matmul.hlo"
     program.write_text(MATMUL2)
     proc = subprocess.run([str(MPIEXEC.with_name("gspmdc")), "run", str(program),
-                           "--mpi-wait", wait, "--check", "-q"],
+                           "--mpi-wait", wait, "--check", "--profile", "-q"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "check out0" in proc.stdout and " ok" in proc.stdout
+    startup = re.search(r"^start-up: ([0-9.]+) s from the start of `gspmdc run` to the first "
+                        r"instruction \(slowest partition\)$", proc.stdout, re.M)
+    assert startup and 0 < float(startup.group(1)) < 120
 
 
 def test_the_waiting_policy_travels_with_the_job(tmp_path, monkeypatch):

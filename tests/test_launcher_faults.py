@@ -68,6 +68,7 @@ def job(tmp_path):
         path.write_text(PROGRAM.replace("TARGET", target))
         return path
     yield program, env, tmp_path / "out.npz"
+    wait_gone(tag, 10.0)
     assert tagged_processes(tag) == [], "processes left behind"
 
 
@@ -205,8 +206,8 @@ def test_in_place_launch_reports_the_failing_rank(job):
     proc = subprocess.run([str(MPIEXEC), "-n", "4", str(GSPMDC), "run",
                            str(program("fail_on_partition_1"))], env=env, capture_output=True,
                           text=True, timeout=60)
-    assert proc.returncode == 3
-    assert "rank 1 (partition 1): main/c: custom-call failed" in proc.stderr
+    assert proc.returncode == 3, proc.stderr
+    assert "rank 1 (partition 1): main/c: custom-call failed" in proc.stderr, proc.stderr
     wait_gone(env["GSPMDC_TEST_TAG"])
 
 

@@ -12,8 +12,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     partitioning it. Inputs come from --inputs (global arrays arg0, arg1, ...) or are random
     (--seed); rank 0 assembles the global outputs (out0, ...) and writes --outputs atomically.
     --check compares them with the unpartitioned program run on one device."""
+    import time
     from gspmdc.runtime import launcher
     from gspmdc.runtime.job import RunOptions, execute_local, prepare_job
+    started_at = time.time()
     if args.timeout is not None and args.timeout <= 0:
         raise GspmdcError(f"--timeout must be positive, got {args.timeout:g}")
     if args.num_partitions is not None and args.num_partitions < 1:
@@ -25,9 +27,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
                          output_sharding=args.output_sharding, quiet=args.quiet)
     if args.backend == "mpi" and launcher.under_mpi():
-        return launcher.run_in_place(args.file, options)
+        return launcher.run_in_place(args.file, options, started_at)
     mpiexec = launcher.find_mpiexec(args.mpiexec) if args.backend == "mpi" else None
-    job = prepare_job(args.file, options)
+    job = prepare_job(args.file, options, started_at)
     if args.backend == "local":
         return execute_local(job)
     return launcher.launch(job, mpiexec)
