@@ -272,3 +272,104 @@ def test_loop_sharding_for_more_devices_is_rejected_cleanly():
                          "sharding={{replicated}, {devices=[8,1]<=[8]}, {replicated}}\n  ROOT")
     with pytest.raises(GspmdcError):
         partition(text, 4)
+
+
+def test_nested_loops_and_a_branch_inside_a_loop_keep_their_shardings():
+    # the outer loop carries a row-sharded matrix; its body runs an inner loop on the same
+    # state and a conditional on the iteration's parity: no collective anywhere
+    text = """
+inner_cond {
+  p = (s32[], f32[8,4]) parameter(0)
+  j = s32[] get-tuple-element(p), index=0
+  two = s32[] constant(2)
+  ROOT lt = pred[] compare(j, two), direction=LT
+}
+
+inner_body {
+  p = (s32[], f32[8,4]) parameter(0)
+  j = s32[] get-tuple-element(p), index=0
+  x = f32[8,4] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  j1 = s32[] add(j, one)
+  y = f32[8,4] cosine(x)
+  ROOT t = (s32[], f32[8,4]) tuple(j1, y)
+}
+
+Square {
+  x = f32[8,4] parameter(0)
+  ROOT y = f32[8,4] multiply(x, x)
+}
+
+Halve {
+  x = f32[8,4] parameter(0)
+  half = f32[] constant(0.5)
+  h = f32[8,4] broadcast(half), dimensions={}
+  ROOT y = f32[8,4] multiply(x, h)
+}
+
+outer_cond {
+  p = (s32[], f32[8,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(i, three), direction=LT
+}
+
+outer_body {
+  p = (s32[], f32[8,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[8,4] get-tuple-element(p), index=1
+  zero = s32[] constant(0)
+  t0 = (s32[], f32[8,4]) tuple(zero, x)
+  l = (s32[], f32[8,4]) while(t0), condition=inner_cond, body=inner_body
+  y = f32[8,4] get-tuple-element(l), index=1
+  one = s32[] constant(1)
+  parity = s32[] and(i, one)
+  z = f32[8,4] conditional(parity, y, y), branch_computations={Square, Halve}
+  i1 = s32[] add(i, one)
+  ROOT t = (s32[], f32[8,4]) tuple(i1, z)
+}
+
+ENTRY e {
+  a = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  zero = s32[] constant(0)
+  t = (s32[], f32[8,4]) tuple(zero, a)
+  l = (s32[], f32[8,4]) while(t), condition=outer_cond, body=outer_body
+  ROOT r = f32[8,4] get-tuple-element(l), index=1, sharding={devices=[2,1]<=[2]}
+}
+"""
+    spmd = check_equivalent(text, 2, propagate=True)
+    for comp in spmd.computations.values():
+        assert _collective_opcodes(comp) == [], comp.name
+    assert _computation(spmd, "inner_body").parameters[0].shape.elements[1].dims == (4, 4)
+    assert _computation(spmd, "Square").parameters[0].shape.dims == (4, 4)
+
+
+def test_loop_body_also_mapped_over_elements_is_copied_for_the_loop():
+    # `inc` is both a while body (partitioned: its parameter is the loop state) and the
+    # function `map` applies to every element (run unchanged on scalars)
+    text = """
+inc {
+  x = f32[] parameter(0)
+  one = f32[] constant(1)
+  ROOT y = f32[] add(x, one)
+}
+
+cond {
+  p = f32[] parameter(0)
+  limit = f32[] constant(3)
+  ROOT lt = pred[] compare(p, limit), direction=LT
+}
+
+ENTRY e {
+  a = f32[8] parameter(0), sharding={devices=[2]<=[2]}
+  m = f32[8] map(a), dimensions={0}, to_apply=inc, sharding={devices=[2]<=[2]}
+  zero = f32[] constant(0)
+  l = f32[] while(zero), condition=cond, body=inc
+  b = f32[8] broadcast(l), dimensions={}, sharding={devices=[2]<=[2]}
+  ROOT r = f32[8] add(m, b), sharding={devices=[2]<=[2]}
+}
+"""
+    spmd = check_equivalent(text, 2)
+    loop = next(i for i in spmd.entry.instructions if i.opcode == "while")
+    mapped = next(i for i in spmd.entry.instructions if i.opcode == "map")
+    assert loop.attr("body").name != mapped.attr("to_apply").name

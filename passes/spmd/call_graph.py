@@ -7,8 +7,9 @@ its call site's shardings at its boundary (reference §4.1 steps 3 and 5). Compu
 elements or windows (reducers, comparators, scatter combiners, `map`) run unchanged on local
 values and are not partitioned.
 
-A control-flow callee used by more than one call site is cloned per site (`unshare_callees`), so
-every partitioned computation has one caller and one set of boundary shardings.
+A control-flow callee used by more than one call site (or also applied to elements elsewhere) is
+cloned per site (`unshare_callees`), so every partitioned computation has one caller and one set
+of boundary shardings.
 """
 from __future__ import annotations
 
@@ -57,7 +58,11 @@ def unshare_callees(module: Module) -> None:
     """Give every control-flow call site its own callee: a computation already reached from
     another site is cloned (with its nested control-flow callees) under a new name."""
     names = NameUniquer(module.computations)
-    reached: set[str] = {module.entry_name}
+    # computations applied to elements (reducers, comparators) stay as they are: a control-flow
+    # site naming one of them gets its own copy
+    reached: set[str] = {module.entry_name} | {
+        name for _, inst in module.all_instructions()
+        for name in set(inst.called_computation_names()) - set(control_flow_callees(inst))}
     added: list[Computation] = []
 
     def visit(comp: Computation) -> None:
