@@ -99,8 +99,9 @@ def _parse_profile(text: str):
     for line in text.splitlines():
         fields = line.split()
         if len(fields) >= 6 and fields[0].isdigit() and fields[5].endswith("%"):
-            rows.append(RankProfile(int(fields[0]), float(fields[1]), float(fields[2]),
-                                    float(fields[3])))
+            rows.append(RankProfile(int(fields[0]), wall=float(fields[1]),
+                                    kernel_seconds=float(fields[2]),
+                                    collective_seconds=float(fields[3])))
     return rows
 
 

@@ -55,10 +55,11 @@ class RankProfile:
 
     partition: int
     wall: float = 0.0
-    startup: float | None = None
     kernel_seconds: float = 0.0
     collective_seconds: float = 0.0
     collectives: dict[str, CollectiveStats] = field(default_factory=dict)
+    #: seconds from the start of `gspmdc run` to this partition's first instruction
+    startup: float | None = None
 
     @property
     def interpretation_seconds(self) -> float:
