@@ -1,12 +1,14 @@
-"""MPI and local backends agree on XLA's partitioner test cases, partitioned by gspmdc.
+"""MPI and local backends agree on the bundled examples and on XLA's partitioner test cases,
+partitioned by gspmdc.
 
 A spread sample of the small cases of `../shared/conformance/xla-partitioner.json` on 2, 4 or 8
 devices runs exactly as the conformance scorer runs them (`gspmdc run --check --seed 0
 --garbage-padding` on the local backend); the cases it marks equivalent (at least 50 must be) are
 then run on MPI, one `mpiexec` launch per device count running all of that count's cases
 (`mpi_worker.py`, `launcher.execute_on_mpi` as `gspmdc run` does), with `--check` against the
-unpartitioned reference. Each MPI run must pass its check and its outputs must equal the local
-backend's: integers and predicates exactly, floats within the check's tolerance."""
+unpartitioned reference. The bundled examples (`gspmdc/examples/*.hlo`) join them and must pass
+locally too. Each MPI run must pass its check and its outputs must equal the local backend's:
+integers and predicates exactly, floats within the check's tolerance."""
 from __future__ import annotations
 
 import contextlib
@@ -31,6 +33,7 @@ from gspmdc.runtime.job import RunOptions, execute_local, prepare_job, why_no_re
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CORPUS = SHARED / "conformance" / "xla-partitioner.json"
+EXAMPLES = Path(__file__).resolve().parents[1] / "gspmdc" / "examples"
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 WORKER = Path(__file__).with_name("mpi_worker.py")
 #: one mpiexec launch per device count
@@ -80,23 +83,34 @@ def sampled_cases() -> list[dict]:
     return [small[i] for i in picks]
 
 
+def run_locally(path: Path, num_devices: int | None, folder: Path):
+    """(job, exit code, outputs) of `gspmdc run PATH --backend local --check --seed 0
+    --garbage-padding`."""
+    options = RunOptions(num_partitions=num_devices, seed=0, check=True, padding="garbage",
+                         quiet=True, outputs=str(folder / f"{path.stem}.local.npz"))
+    job = prepare_job(str(path), options)
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = execute_local(job)
+    return job, code, load_outputs(options.outputs, output_types(job.reference_module()))
+
+
 def equivalent_jobs(folder: Path):
-    """{name: (job, local outputs)} of the sampled cases the scorer's command passes."""
+    """{name: (job, local outputs)} of the bundled examples and of the sampled cases the
+    scorer's command passes."""
     jobs = {}
+    for example in sorted(EXAMPLES.glob("*.hlo")):
+        job, code, outputs = run_locally(example, None, folder)
+        assert code == 0, f"{example.name} fails its check on the local backend"
+        jobs[f"example_{example.stem}"] = (job, outputs)
     for case in sampled_cases():
-        name = f"{case['name']}_{case['line']}"
-        path = folder / f"{name}.hlo"
+        path = folder / f"{case['name']}_{case['line']}.hlo"
         path.write_text(case["hlo"])
-        options = RunOptions(num_partitions=case["num_devices"], seed=0, check=True,
-                             padding="garbage", quiet=True, outputs=str(folder / f"{name}.local.npz"))
         try:
-            job = prepare_job(str(path), options)
-            with contextlib.redirect_stdout(io.StringIO()):
-                if execute_local(job) != 0:
-                    continue
+            job, code, outputs = run_locally(path, case["num_devices"], folder)
         except GspmdcError:
             continue
-        jobs[name] = (job, load_outputs(options.outputs, output_types(job.reference_module())))
+        if code == 0:
+            jobs[path.stem] = (job, outputs)
     return jobs
 
 
@@ -128,7 +142,8 @@ def corpus_runs(tmp_path_factory):
 
 def test_enough_cases_and_device_counts(corpus_runs):
     local, runs = corpus_runs
-    assert len(local) >= MIN_EQUIVALENT
+    assert len([name for name in local if not name.startswith("example_")]) >= MIN_EQUIVALENT
+    assert {f"example_{p.stem}" for p in EXAMPLES.glob("*.hlo")} <= set(local)
     assert set(runs) == set(local)
     counts = {job.num_partitions for job, _ in local.values()}
     assert counts == set(DEVICE_COUNTS)
