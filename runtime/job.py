@@ -58,6 +58,8 @@ class RunOptions:
     mpi_wait: str = "auto"
     output_sharding: str | None = None
     quiet: bool = False
+    #: partitioning: dots at least this big (bytes) run as windowed einsums (None: never)
+    windowed_einsum_threshold: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,9 @@ def prepare_job(path: str, options: RunOptions, started_at: float | None = None)
                               "an unpartitioned one)")
         if options.check:
             _check_reference(module, path)
-        spmd, reference_text = _partition(api.parse(text, path), module, n, path), \
-            api.to_text(module)
+        spmd = _partition(api.parse(text, path), module, n, path,
+                          options.windowed_einsum_threshold)
+        reference_text = api.to_text(module)
     spmd_text = api.to_text(spmd)
     spmd = api.parse(spmd_text, f"{path} (partitioned)", verify=False)
     check_executable(spmd)
@@ -169,14 +172,15 @@ def _read_text(path: str) -> str:
         raise GspmdcError(f"{path}: cannot read: {e}") from None
 
 
-def _partition(module: Module, original: Module, n: int, path: str) -> Module:
+def _partition(module: Module, original: Module, n: int, path: str,
+               windowed_einsum_threshold: int | None = None) -> Module:
     try:
         from gspmdc.passes.spmd import compile_spmd
     except ImportError:
         raise GspmdcError(f"{path} is not partitioned (no partition-id or collectives) and "
                           "partitioning is not available in this installation "
                           "(gspmdc.passes.spmd.compile_spmd)") from None
-    spmd = compile_spmd(module, n)
+    spmd = compile_spmd(module, n, windowed_einsum_threshold=windowed_einsum_threshold)
     if GLOBAL_SIGNATURE_ATTR not in spmd.attrs:
         params = ", ".join(str(p.shape.without_layout()) for p in original.entry.parameters)
         spmd.attrs[GLOBAL_SIGNATURE_ATTR] = RawAttr(

@@ -164,7 +164,7 @@ ENTRY main {
 }
 """)
 
-    def bad_partition(module, original, n, path):
+    def bad_partition(module, original, n, path, windowed_einsum_threshold=None):
         """A partitioner bug in miniature: the program copies x instead of negating it."""
         return parse_module("""HloModule m, num_partitions=2, spmd_global_signature={(f32[4,2])->f32[4,2]}
 

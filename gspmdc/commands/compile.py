@@ -10,14 +10,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Partition FILE for N partitions: sharding propagation (unless --no-propagate), explicit
     reshards, padding masks, lowering to per-partition shapes with partition-id tables and
     collectives. Writes the SPMD module as HLO text (stdout, or -o atomically); --dump-dir writes
-    the module after every pass (NNN.<pass>.hlo); --time-passes prints each pass's wall time."""
+    the module after every pass (NNN.<pass>.hlo); --time-passes prints each pass's wall time;
+    --windowed-einsum-threshold BYTES turns big dots into windowed einsums."""
     from gspmdc import api
     from gspmdc.passes.spmd import compile_spmd
     if args.num_partitions < 1:
         raise GspmdcError(f"-n must be positive, got {args.num_partitions}")
     module = api.load(args.file)
     spmd = compile_spmd(module, args.num_partitions, dump_dir=args.dump_dir,
-                        time_passes=args.time_passes, propagate=not args.no_propagate)
+                        time_passes=args.time_passes, propagate=not args.no_propagate,
+                        windowed_einsum_threshold=args.windowed_einsum_threshold)
     api.write_text(api.to_text(spmd), args.output)
     return EXIT_OK
 
@@ -35,4 +37,8 @@ def register(sub) -> None:
                    help="print each pass's wall time to stderr")
     p.add_argument("--no-propagate", action="store_true",
                    help="skip sharding propagation: unsharded instructions are replicated")
+    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+                   help="run dots whose all-gathered operand or reduce-scattered result "
+                        "has at least BYTES bytes as windowed einsums (loops of partial "
+                        "dots and collective-permutes; default: never)")
     p.set_defaults(run=cmd_compile)

@@ -25,7 +25,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          profile=args.profile, timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
-                         output_sharding=args.output_sharding, quiet=args.quiet)
+                         output_sharding=args.output_sharding, quiet=args.quiet,
+                         windowed_einsum_threshold=args.windowed_einsum_threshold)
     if args.backend == "mpi" and launcher.under_mpi():
         return launcher.run_in_place(args.file, options, started_at)
     mpiexec = launcher.find_mpiexec(args.mpiexec) if args.backend == "mpi" else None
@@ -79,5 +80,9 @@ def register(sub) -> None:
     p.add_argument("--garbage-padding", action="store_true",
                    help="pad uneven input shards with NaN / the integer maximum instead of zeros "
                         "(shows programs that read padding)")
+    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+                   help="run dots whose all-gathered operand or reduce-scattered result "
+                        "has at least BYTES bytes as windowed einsums (loops of partial "
+                        "dots and collective-permutes; default: never)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
     p.set_defaults(run=cmd_run)

@@ -10,6 +10,7 @@ Pipeline (each a registered pass; `--dump-dir` writes the module after each):
 | `inline-calls`    | inline `call`s of the entry (as XLA does before propagation)          |
 | `propagate`       | complete the shardings (optional; see `passes/propagation`)           |
 | `insert-reshards` | choose each op's strategy; make every reshard an explicit node        |
+| `windowed-einsum` | (with a threshold) big dots as loops of partial dots and permutes     |
 | `pad-uneven`      | mask padding before reductions and contractions over uneven dims      |
 | `halo-exchange`   | record on windowed ops the halos each partition receives (`halo=`)    |
 | `lower-spmd`      | the per-partition program: local shapes, partition-id tables, collectives |
@@ -49,25 +50,32 @@ from .inline_calls import InlineCalls
 from .insert_reshards import InsertReshards
 from .lower_spmd import GLOBAL_SIGNATURE, LowerSpmd
 from .pad_uneven import PadUneven
+from .windowed_einsum import WindowedEinsum
 
 
-def spmd_pipeline(num_partitions: int, *, propagate: bool = True) -> list[ModulePass]:
-    """The partitioner's passes, in order."""
+def spmd_pipeline(num_partitions: int, *, propagate: bool = True,
+                  windowed_einsum_threshold: int | None = None) -> list[ModulePass]:
+    """The partitioner's passes, in order (`windowed-einsum` only with a threshold)."""
     passes: list[ModulePass] = [InlineCalls()]
     if propagate:
         import gspmdc.passes.propagation  # noqa: F401  (registers "propagate")
         passes.append(get_pass("propagate"))
-    passes += [InsertReshards(num_partitions), PadUneven(), HaloExchange(num_partitions),
+    passes.append(InsertReshards(num_partitions))
+    if windowed_einsum_threshold is not None:
+        passes.append(WindowedEinsum(num_partitions, windowed_einsum_threshold))
+    passes += [PadUneven(), HaloExchange(num_partitions),
                LowerSpmd(num_partitions), Cleanup()]
     return passes
 
 
 def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_passes: bool = False,
-                 propagate: bool = True) -> Module:
+                 propagate: bool = True, windowed_einsum_threshold: int | None = None) -> Module:
     """Partition `module` (rewritten in place and returned) into the SPMD program for
     `num_partitions` partitions. `dump_dir`: write `000.input.hlo` and `NNN.<pass>.hlo` after
     every pass there; `time_passes`: print each pass's wall time to stderr; `propagate`: run
-    sharding propagation first (unsharded instructions are otherwise replicated).
+    sharding propagation first (unsharded instructions are otherwise replicated);
+    `windowed_einsum_threshold`: run dots whose gathered operand or reduce-scattered result
+    has at least that many bytes as windowed einsums (default: never).
     Raises GspmdcError (ShardingError, UnsupportedError) for inputs it cannot partition."""
     if num_partitions < 1:
         raise GspmdcError(f"the number of partitions must be positive, got {num_partitions}")
@@ -75,6 +83,9 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
     if declared not in (None, 1, num_partitions):
         raise GspmdcError(f"module {module.name} declares num_partitions={declared}, "
                           f"but {num_partitions} partitions were requested")
+    if windowed_einsum_threshold is not None and windowed_einsum_threshold < 0:
+        raise GspmdcError(f"the windowed einsum threshold must not be negative, got "
+                          f"{windowed_einsum_threshold}")
     module.attrs["num_partitions"] = num_partitions
     directory = None if dump_dir is None else Path(dump_dir)
     if directory is not None:
@@ -87,7 +98,9 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
         if directory is not None:
             _dump(directory / f"{index + 1:03d}.{pass_.name}.hlo", result)
 
-    return run_pipeline(module, spmd_pipeline(num_partitions, propagate=propagate), after)
+    pipeline = spmd_pipeline(num_partitions, propagate=propagate,
+                             windowed_einsum_threshold=windowed_einsum_threshold)
+    return run_pipeline(module, pipeline, after)
 
 
 def _dump(path: Path, module: Module) -> None:

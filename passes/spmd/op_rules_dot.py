@@ -19,6 +19,10 @@ then by local work:
    rhs's own free-dim tiling when it merges), and the mirror image;
 3. both operands derived from the output sharding (batch and free dims; contracting whole);
 4. both replicated.
+
+A dot marked by the `windowed-einsum` pass (`windowed_einsum.py`, off by default) is lowered as a
+loop of partial dots with collective-permutes instead of a dot after an all-gather, or before a
+reduce-scatter.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import numpy as np
 from gspmdc.ir import sharding_ops
 from gspmdc.ir.sharding import HloSharding
 
-from .op_rules import OpPlan, OpRule, op_rule, without_partials
+from .op_rules import OpPlan, OpRule, clone, op_rule, without_partials
 from .tiling import Tiling
 
 
@@ -173,6 +177,12 @@ class DotRule(OpRule):
             if result is not None:
                 candidates.append(OpPlan((a, b), result.to_sharding(), reason))
         return ctx.choose(inst, candidates, lambda p: _local_work(inst, p))
+
+    def lower(self, inst, ctx):
+        # imported here: the windowed einsum builds on this module's DotDims
+        from .windowed_einsum import Windowing, lower_windowed
+        windowing = Windowing.of(inst)
+        return clone(inst, ctx) if windowing is None else lower_windowed(inst, ctx, windowing)
 
 
 def _inverse(mapping: list[int], rank: int) -> list[int]:
