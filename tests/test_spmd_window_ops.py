@@ -26,6 +26,12 @@ max {
   ROOT r = f32[] maximum(a, b)
 }
 
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=GE
+}
+
 argmax {
   a = f32[] parameter(0)
   i = s32[] parameter(1)

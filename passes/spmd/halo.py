@@ -227,6 +227,56 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
     return value
 
 
+def return_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
+                plan: HaloPlan, fill: Instruction) -> Instruction:
+    """The transpose of `exchange_halo` for additive results: `value` holds, on dim `dim`, one
+    value per position of this partition's window input (`plan.window_input`, `fill` = 0 where
+    nothing landed); the parts lying on neighbours' shards are sent back to them by the reverse
+    permutes and added to theirs. Returns this shard's `plan.input_shard` elements (no base
+    dilation)."""
+    if plan.identity:
+        return value
+    b = ctx.builder
+    dims = list(value.shape.dims)
+    length = plan.pad_left + plan.from_left + plan.input_shard + plan.from_right + plan.pad_right
+    dims[dim] = length
+    buffer = b.broadcast(fill, dims)
+    starts = [ctx.tables.zero()] * value.shape.rank
+    starts[dim] = ctx.tables.lookup(plan.offsets[tiling.coordinates()[:, dim]],
+                                    f"halo.offset.{dim}")
+    buffer = b.add("dynamic-update-slice", buffer.shape.with_dims(dims), [buffer, value, *starts])
+    at = plan.pad_left
+    lefts = list(reversed(list(enumerate(plan.hops(plan.from_left), 1))))
+    own_at = at + plan.from_left
+    own = _slice_dim(b, buffer, dim, own_at, own_at + plan.input_shard)
+    pieces = []
+    for h, size in lefts:        # belongs to the last `size` elements of shard i - h
+        piece = _slice_dim(b, buffer, dim, at, at + size)
+        pieces.append((_send(ctx, piece, dim, tiling, h, toward_left=True), size, True))
+        at += size
+    at = own_at + plan.input_shard
+    for h, size in enumerate(plan.hops(plan.from_right), 1):   # the first `size` of shard i + h
+        piece = _slice_dim(b, buffer, dim, at, at + size)
+        pieces.append((_send(ctx, piece, dim, tiling, h, toward_left=False), size, False))
+        at += size
+    for received, size, at_end in pieces:
+        low, high = (plan.input_shard - size, 0) if at_end else (0, plan.input_shard - size)
+        if low or high:
+            received = _pad_dim(b, received, dim, low, high, fill)
+        own = b.binary("add", own, received)
+    return own
+
+
+def _send(ctx: EmitContext, piece: Instruction, dim: int, tiling: Tiling, hop: int,
+          toward_left: bool) -> Instruction:
+    """Each shard sends `piece` to the shard `hop` positions to its left / right."""
+    n = tiling.counts[dim]
+    low = np.take(tiling.devices, np.arange(0, n - hop), axis=dim).ravel()
+    high = np.take(tiling.devices, np.arange(hop, n), axis=dim).ravel()
+    pairs = np.stack([high, low], axis=1) if toward_left else np.stack([low, high], axis=1)
+    return ctx.builder.collective_permute(piece, pairs, ctx.channels())
+
+
 def _need(pad_value: Instruction | None) -> Instruction:
     if pad_value is None:
         raise ValueError("this halo plan masks or dilates: it needs a pad value")
@@ -293,4 +343,4 @@ def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid:
 
 
 __all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "windowed_input",
-           "exchange_halo"]
+           "exchange_halo", "return_halo"]

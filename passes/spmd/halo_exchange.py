@@ -1,8 +1,9 @@
 """The halo-exchange pass: record on every windowed op the halo exchange lower-spmd will emit.
 
-After insert-reshards the operands of `reduce-window`, `pad`, `slice`, `concatenate` and
-`reverse` carry the shardings their rules chose (`op_rules_window.py`); where one of them keeps a
-windowed dim tiled, each partition needs its neighbours' elements. Other rules with halos (e.g.
+After insert-reshards the operands of `reduce-window`, `pad`, `slice`, `concatenate`,
+`reverse` and `select-and-scatter` carry the shardings their rules chose
+(`op_rules_window.py`); where one of them keeps a windowed dim tiled, each partition needs its
+neighbours' elements. Other rules with halos (e.g.
 convolution) take part by offering `halo_plans(inst, num_partitions)` (per operand, dim →
 `HaloPlan`). This pass writes the plan as
 
@@ -41,7 +42,7 @@ class HaloExchange(ModulePass):
         for inst in module.entry.instructions:
             rule = RULES.get(inst.opcode)
             if isinstance(rule, WindowRule):
-                text = rule.halo_description(inst, self.num_partitions, module)
+                text = rule.halo_description(inst, self.num_partitions, module.computations)
             elif hasattr(rule, "halo_plans"):
                 text = describe_plans(rule.halo_plans(inst, self.num_partitions))
             else:

@@ -13,6 +13,8 @@ Every op here reads, for each result dim, a window of the same dim of its array 
 |   | output range matters; the local pieces are merged by output position |
 | `reverse` (reversed dims) | the operand takes the result's tiling in reversed device order; |
 |   | uneven dims shift their padding to the front (size 1, padding `n*I - S` / 0) |
+| `select-and-scatter` | its window on the operand; the source takes the same tiling; the |
+|   | scattered result's halo goes back to its owners (`SelectAndScatterRule`) |
 
 Candidates (the fewest bytes moved wins, halo bytes counted by `OpPlan.cost`): the annotated
 result tiling and the first operand's tiling carried through, each either *kept* on windowed dims
@@ -24,7 +26,8 @@ Lowering (lower-spmd) computes each operand's `HaloPlan`s from its planned shard
 `halo_plans` — the same function the `halo-exchange` pass uses to record them in
 `frontend_attributes={halo="..."}` — replaces each exchanged dim by the shard's window input
 (`halo.windowed_input`) and runs the op locally with that dim's padding and base dilation
-removed (they are materialised by the exchange).
+removed (they are materialised by the exchange). A reduce-window whose window covers the whole
+prefix of a tiled dim (a cumulative sum) is a prefix scan instead (`prefix_scan.py`).
 """
 from __future__ import annotations
 
@@ -35,11 +38,11 @@ import numpy as np
 from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import KeyValueList, PadDim, SliceDim, Window, WindowDim
-from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
-from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, windowed_input
+from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, return_halo, windowed_input
 from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
@@ -49,6 +52,8 @@ from .tiling import Tiling, cdiv
 
 #: the frontend attribute holding the halo plan of an instruction
 HALO_ATTRIBUTE = "halo"
+
+Computations = dict[str, Computation]
 
 
 class WindowRule(OpRule):
@@ -77,18 +82,22 @@ class WindowRule(OpRule):
         """The window of `dim` when its operand is tiled into `shards`."""
         return replace(window, shards=shards)
 
-    def scan_dims(self, inst: Instruction, module: Module | None = None) -> list[int]:
-        """Windowed dims computed without a halo (`prefix_scan.py`); without `module` (when
-        planning), the dims that may be."""
+    def supports_halo(self, inst: Instruction, computations: Computations) -> bool:
+        """Whether the op can run on halo-extended shards (else windowed dims are gathered)."""
+        return True
+
+    def scan_dims(self, inst: Instruction, computations: Computations) -> list[int]:
+        """Windowed dims computed without a halo (`prefix_scan.py`)."""
         return []
 
-    def scan_cost(self, inst: Instruction, tiling: Tiling) -> float:
-        """Bytes each partition sends for the scan dims under the operand `tiling`."""
+    def extra_cost(self, inst: Instruction, tiling: Tiling, computations: Computations) -> float:
+        """Bytes each partition sends besides the operand halos, under the operand `tiling`."""
         return 0.0
 
-    def halo_description(self, inst: Instruction, num_devices: int, module: Module) -> str:
+    def halo_description(self, inst: Instruction, num_devices: int,
+                         computations: Computations) -> str:
         """The plan recorded by the halo-exchange pass and checked by lowering."""
-        return describe_plans(self.halo_plans(inst, num_devices, module))
+        return describe_plans(self.halo_plans(inst, num_devices, computations))
 
     def local_op(self, inst: Instruction, ctx: LowerContext, inputs: list[Instruction],
                  plans: list[dict[int, HaloPlan]]) -> Instruction:
@@ -116,12 +125,12 @@ class WindowRule(OpRule):
                     shardings.append(replicated)
                     continue
                 shardings.append(operand_tiling.to_sharding())
-                plans = self._plans(inst, window, operand_tiling, self.scan_dims(inst))
+                plans = self._plans(inst, window, operand_tiling, scans)
                 if plans:
                     local = operand_tiling.shard_dims(operand.shape.dims)
                     cost += halo_bytes(plans, local,
                                        dtypes.byte_width(operand.shape.element_type))
-            cost += self.scan_cost(inst, operand_tiling)
+            cost += self.extra_cost(inst, operand_tiling, ctx.computations)
             result = tiling.to_sharding()
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
@@ -134,9 +143,11 @@ class WindowRule(OpRule):
             carried = self.operand_tiling(inst, ctx.tiling(first.sharding, rank))
             bases.append((carried, "its operand's tiling"))
         windowed = self.windowed_dims(inst)
+        scans = self.scan_dims(inst, ctx.computations)
+        halo = self.supports_halo(inst, ctx.computations)
         candidates = []
         for tiling, source in bases:
-            if any(tiling.counts[d] > 1 for d in windowed):
+            if halo and any(tiling.counts[d] > 1 for d in windowed):
                 candidates.append(candidate(tiling, f"{inst.opcode} keeps {source} and "
                                                     "exchanges halos on its windowed dims"))
             candidates.append(candidate(tiling.fold_dims(windowed, "replicated"),
@@ -150,10 +161,10 @@ class WindowRule(OpRule):
     # ---- lowering -----------------------------------------------------------------------------
 
     def halo_plans(self, inst: Instruction, num_devices: int,
-                   module: Module | None = None) -> list[dict[int, HaloPlan]]:
+                   computations: Computations | None = None) -> list[dict[int, HaloPlan]]:
         """Per operand, the non-trivial halo plans of its tiled dims under its (planned)
-        sharding (`module`: see `scan_dims`)."""
-        scans = self.scan_dims(inst, module)
+        sharding (the module's `computations` tell scans apart)."""
+        scans = self.scan_dims(inst, computations or {})
         result = []
         for operand, window in zip(inst.operands, self.windows(inst)):
             if window is None or not operand.sharding.is_tiled:
@@ -176,9 +187,10 @@ class WindowRule(OpRule):
         return plans
 
     def lower(self, inst, ctx: LowerContext):
-        plans = self.halo_plans(inst, ctx.num_devices, ctx.module)
+        computations = ctx.module.computations
+        plans = self.halo_plans(inst, ctx.num_devices, computations)
         recorded = _recorded_plan(inst)
-        expected = self.halo_description(inst, ctx.num_devices, ctx.module)
+        expected = self.halo_description(inst, ctx.num_devices, computations)
         if recorded is not None and recorded != expected:
             raise GspmdcError(f"{inst.name}: the halo plan in the module ({recorded!r}) is not "
                               f"the one its shardings give ({expected!r})")
@@ -247,40 +259,38 @@ class ReduceWindowRule(WindowRule):
         """The reducer's identity where it is known (exact whatever the init value: the local
         reduce-window combines the init once per window), else the init value."""
         count = len(inst.operands) // 2
-        opcode = associative_reducer(inst, ctx.module) if count == 1 else None
+        opcode = associative_reducer(inst, ctx.module.computations) if count == 1 else None
         if opcode is not None:
             t = inst.operands[1].shape.element_type
             with ctx.builder.scope(None):
                 return [ctx.builder.constant(identity(opcode, t), t), None]
         return [ctx.local[i] for i in inst.operands[count:]] + [None] * count
 
-    def scan_dims(self, inst, module=None):
-        if module is not None and scan_opcode(inst, module) is None:
-            return []
-        return cumulative_dims(inst)
+    def scan_dims(self, inst, computations):
+        return cumulative_dims(inst) if scan_opcode(inst, computations) else []
 
-    def scan_cost(self, inst, tiling):
+    def extra_cost(self, inst, tiling, computations):
         operand = inst.operands[0]
-        dims = [d for d in self.scan_dims(inst) if tiling.counts[d] > 1]
+        dims = [d for d in self.scan_dims(inst, computations) if tiling.counts[d] > 1]
         return scan_bytes(tiling.shard_dims(operand.shape.dims), tiling, dims,
                           dtypes.byte_width(operand.shape.element_type))
 
-    def halo_description(self, inst, num_devices, module):
-        text = super().halo_description(inst, num_devices, module)
+    def halo_description(self, inst, num_devices, computations):
+        text = super().halo_description(inst, num_devices, computations)
         tiling = _tiling(inst.operands[0], num_devices)
         scans = [f"operand 0 dim {d}: {describe_scan(tiling, d)}"
-                 for d in self._tiled_scans(inst, module, tiling)]
+                 for d in self._tiled_scans(inst, computations, tiling)]
         return "; ".join(([text] if text else []) + scans)
 
-    def _tiled_scans(self, inst, module, tiling):
+    def _tiled_scans(self, inst, computations, tiling):
         if tiling is None:
             return []
-        return [d for d in self.scan_dims(inst, module) if tiling.counts[d] > 1]
+        return [d for d in self.scan_dims(inst, computations) if tiling.counts[d] > 1]
 
     def local_op(self, inst, ctx, inputs, plans):
         exchanged = {d for p in plans for d in p}
         tiling = _tiling(inst.operands[0], ctx.num_devices)
-        scans = self._tiled_scans(inst, ctx.module, tiling)
+        scans = self._tiled_scans(inst, ctx.module.computations, tiling)
         window = inst.attr("window")
         local = clone(inst, ctx, operands=inputs)
         shard = inputs[0].shape.dims
@@ -292,7 +302,7 @@ class ReduceWindowRule(WindowRule):
             return local
         with ctx.builder.scope(_scan_metadata(inst, scans)):
             return emit_prefix_scan(ctx, local, tiling, scans, ctx.local[inst.operands[1]],
-                                    scan_opcode(inst, ctx.module))
+                                    scan_opcode(inst, ctx.module.computations))
 
 
 @op_rule("pad")
@@ -389,6 +399,101 @@ class ReverseRule(WindowRule):
 
     def local_op(self, inst, ctx, inputs, plans):
         return clone(inst, ctx, operands=inputs)
+
+
+@op_rule("select-and-scatter")
+class SelectAndScatterRule(WindowRule):
+    """Each partition runs the windows of its own `source` elements on its operand's window
+    input (halo-exchanged; padding masked with a value the `select` never prefers: the lowest
+    value for `GE`/`GT`, the highest for `LE`/`LT`; `source` elements of no real window masked
+    with 0), scattering into zeros; the parts of that result lying on neighbours' shards go back
+    by the reverse permutes and are added (`halo.return_halo`); the init value is added last.
+    Needs `select` = `compare(a, b)` and `scatter` = `add` (max/min-pool gradients)."""
+
+    def windows(self, inst):
+        operand, source = inst.operands[:2]
+        window = inst.attr("window")
+        return [{d: WindowedDim(size, 1, w.size, w.stride, w.padding_low, w.padding_high,
+                                w.base_dilation, w.window_dilation)
+                 for d, (size, w) in enumerate(zip(operand.shape.dims, window.dims))},
+                _dims(source.shape), None]
+
+    def supports_halo(self, inst, computations):
+        return _select_direction(inst, computations) is not None and \
+            associative_reducer(inst, computations, "scatter") == "add" and \
+            all((w.base_dilation, w.window_dilation) == (1, 1) for w in inst.attr("window").dims)
+
+    def extra_cost(self, inst, tiling, computations):
+        operand = inst.operands[0]
+        plans = self._plans(inst, self.windows(inst)[0], tiling, [])
+        return halo_bytes(plans, tiling.shard_dims(operand.shape.dims),
+                          dtypes.byte_width(operand.shape.element_type)) if plans else 0.0
+
+    def pad_values(self, inst, ctx):
+        t = inst.operands[0].shape.element_type
+        direction = _select_direction(inst, ctx.module.computations)
+        limits = np.finfo if dtypes.is_float(t) else np.iinfo
+        dtype = dtypes.numpy_dtype(t)
+        if dtypes.is_float(t):
+            value = -np.inf if direction in ("GE", "GT") else np.inf
+        else:
+            value = limits(dtype).min if direction in ("GE", "GT") else limits(dtype).max
+        with ctx.builder.scope(None):
+            return [ctx.builder.constant(value, t), None, None]
+
+    def local_op(self, inst, ctx, inputs, plans):
+        if not plans[0]:
+            return clone(inst, ctx, operands=inputs)
+        b = ctx.builder
+        operand, source = inst.operands[:2]
+        t = operand.shape.element_type
+        tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices)
+        with b.scope(_metadata(inst, 0, plans[0])):
+            zero = b.zero(t)
+            values = _mask_outputs(ctx, inputs[1], source, tiling, zero)
+            window = inst.attr("window")
+            local = clone(inst, ctx, operands=[inputs[0], values, zero],
+                          shape=inputs[0].shape)
+            local.attrs["window"] = Window(tuple(
+                replace(w, padding_low=0, padding_high=0) if d in plans[0] else w
+                for d, w in enumerate(window.dims)))
+            result = local
+            for d in sorted(plans[0], reverse=True):
+                result = return_halo(ctx, result, d, tiling, plans[0][d], zero)
+            init = ctx.local[inst.operands[2]]
+            return b.binary("add", result, b.broadcast(init, result.shape.dims))
+
+
+def _select_direction(inst: Instruction, computations: Computations) -> str | None:
+    """`GE`/`GT`/`LE`/`LT` when `select` is `compare(first, second)` in that direction."""
+    comp = computations.get(inst.attr("select").name)
+    if comp is None or len(comp.instructions) != 3:
+        return None
+    root, params = comp.root, comp.parameters
+    direction = root.attr("direction")
+    if root.opcode != "compare" or root.operands != params or direction is None:
+        return None
+    name = getattr(direction, "name", str(direction))
+    return name if name in ("GE", "GT", "LE", "LT") else None
+
+
+def _mask_outputs(ctx: LowerContext, values: Instruction, global_value: Instruction,
+                  tiling: Tiling, fill: Instruction) -> Instruction:
+    """`values` (the local shard of `global_value` under `tiling`) with the padding of uneven
+    tiled dims replaced by `fill`."""
+    b = ctx.builder
+    dims = values.shape.dims
+    sizes = global_value.shape.dims
+    offsets = tiling.offsets(sizes)
+    valid = None
+    for d, (size, n) in enumerate(zip(sizes, tiling.counts)):
+        if n == 1 or size % n == 0:
+            continue
+        index = b.binary("add", b.iota("s32", dims, d),
+                         b.broadcast(ctx.tables.lookup(offsets[:, d], f"offset.{d}"), dims))
+        inside = b.compare(index, b.broadcast(b.constant(size, "s32"), dims), "LT")
+        valid = inside if valid is None else b.binary("and", valid, inside)
+    return values if valid is None else b.select(valid, values, b.broadcast(fill, dims))
 
 
 def _tiling(operand: Instruction, num_devices: int) -> Tiling | None:

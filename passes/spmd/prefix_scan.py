@@ -23,7 +23,7 @@ import numpy as np
 
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import SliceDim, Window, WindowDim
-from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.module import Computation, Instruction
 
 from .op_rules import LowerContext
 from .tiling import Tiling
@@ -54,10 +54,13 @@ def cumulative_dims(inst: Instruction) -> list[int]:
                              w.window_dilation) == (size, 1, size - 1, 0, 1, 1)]
 
 
-def associative_reducer(inst: Instruction, module: Module) -> str | None:
-    """The opcode of `inst`'s `to_apply` when it is one re-associable binary opcode of its two
-    parameters, else None."""
-    comp = module.computations[inst.attr("to_apply").name]
+def associative_reducer(inst: Instruction, computations: dict[str, Computation],
+                        attr: str = "to_apply") -> str | None:
+    """The opcode of `inst`'s computation `attr` when it is one re-associable binary opcode of
+    its two parameters, else None."""
+    comp = computations.get(inst.attr(attr).name)
+    if comp is None:
+        return None
     root, params = comp.root, comp.parameters
     if len(comp.instructions) != 3 or root.opcode not in _IDENTITIES or len(params) != 2 or \
             set(root.operands) != set(params):
@@ -71,10 +74,10 @@ def identity(opcode: str, element_type: str) -> np.ndarray:
                       dtype=dtypes.numpy_dtype(element_type))
 
 
-def scan_opcode(inst: Instruction, module: Module) -> str | None:
+def scan_opcode(inst: Instruction, computations: dict[str, Computation]) -> str | None:
     """The reducer's opcode when `inst` may be scanned (an associative reducer and a constant
     init equal to its identity), else None."""
-    opcode = associative_reducer(inst, module)
+    opcode = associative_reducer(inst, computations)
     init = inst.operands[1]
     if opcode is None or init.opcode != "constant" or init.literal is None or \
             init.literal.value is None:
