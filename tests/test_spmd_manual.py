@@ -208,3 +208,34 @@ ENTRY entry {
 """
     with pytest.raises(UnsupportedError):
         partition(text, 2)
+
+
+def test_shard_map_form_with_sharding_annotations_inside_the_region():
+    # JAX's shard_map: Sharding annotations around the boundaries, {manual} inside
+    text = """
+HloModule shard_map
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  s0 = f32[8,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  m0 = f32[2,4] custom-call(s0), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  y = f32[2,4] multiply(m0, m0), sharding={manual}
+  r = f32[2,4] all-reduce(y), to_apply=sum, replica_groups={{0,1,2,3}}, channel_id=1,
+    use_global_device_ids=true, sharding={manual}
+  s1 = f32[2,4] custom-call(r), custom_call_target="Sharding", sharding={manual}
+  ROOT out = f32[8,4] custom-call(s1), custom_call_target="SPMDShardToFullShape",
+    sharding={devices=[4,1]<=[4]}
+}
+"""
+    spmd = partition(text, 4)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    squares = (x.reshape(4, 2, 4) ** 2).sum(axis=0)
+    np.testing.assert_array_equal(run_global(spmd, [x], 4), np.tile(squares, (4, 1)))
+    assert [i.opcode for i in spmd.entry.instructions] == \
+        ["parameter", "copy", "multiply", "all-reduce", "copy", "copy"]

@@ -11,7 +11,7 @@ shape is the shard shape of its data dims.
   becomes this device's shard of the result's sharding, again a local `copy`. Each checks that
   the shard shapes agree (ShardingError otherwise).
 - An instruction with a manual sharding is cloned on local operands (XLA partitions it "as if on
-  device 0": no resharding). Manual operands are used as they are; a non-manual operand (a
+  device 0": no resharding); a `Sharding` annotation inside a region is a local `copy`. Manual operands are used as they are; a non-manual operand (a
   constant feeding manual code) is first made replicated (fully manual) or laid out like the
   result's data dims (partially manual, same rank; scalars replicated).
 - Inside a fully manual region the ops whose meaning depends on the partition (`partition-id`,
@@ -32,8 +32,8 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, compatible
 
 from .op_rules import (
-    MANUAL_RULE_KEY, UNPARTITIONABLE, LowerContext, OpPlan, OpRule, has_manual_leaf, op_rule,
-    replicated_for,
+    MANUAL_RULE_KEY, UNPARTITIONABLE, LowerContext, OpPlan, OpRule, clone, has_manual_leaf,
+    op_rule, replicated_for,
 )
 
 
@@ -75,6 +75,11 @@ class ManualRule(OpRule):
                     f"partially manual region {sharding.to_text(False)} is not supported")
         return OpPlan(tuple(needs), sharding, "manual region: the op runs per device unchanged")
 
+    def lower(self, inst, ctx):
+        if inst.opcode == "custom-call" and inst.attr("custom_call_target") == "Sharding":
+            return _local_copy(inst, ctx)      # a manual annotation: the value as it is
+        return clone(inst, ctx)
+
 
 def _same_local_layout(operand: Instruction, inst: Instruction) -> bool:
     """Whether `operand` is a scalar or laid out with `inst`'s (partially manual) sharding (the
@@ -101,10 +106,15 @@ class _BoundaryRule(OpRule):
                       f"{inst.attr('custom_call_target')}: the shards are the per-device values")
 
     def lower(self, inst: Instruction, ctx: LowerContext) -> Instruction:
-        attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
-        return ctx.builder.append(Instruction(
-            inst.name, "copy", inst.sharding.shard_shape(inst.shape), ctx.operands(inst), attrs,
-            sharding=inst.sharding))
+        return _local_copy(inst, ctx)
+
+
+def _local_copy(inst: Instruction, ctx: LowerContext) -> Instruction:
+    """`copy` of the operand's local value, named and sharded like `inst`."""
+    attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
+    return ctx.builder.append(Instruction(
+        inst.name, "copy", inst.sharding.shard_shape(inst.shape), ctx.operands(inst), attrs,
+        sharding=inst.sharding))
 
 
 op_rule("custom-call:SPMDFullToShardShape", "custom-call:xla.sdy.GlobalToLocalShape",
