@@ -7,7 +7,7 @@ Pipeline (each a registered pass; `--dump-dir` writes the module after each):
 
 | pass              | what it does                                                          |
 |-------------------|-----------------------------------------------------------------------|
-| `inline-calls`    | inline `call`s of the entry (as XLA does before propagation)          |
+| `inline-calls`    | inline `call`s of the entry, loop bodies and branches (as XLA does)   |
 | `propagate`       | complete the shardings (optional; see `passes/propagation`)           |
 | `insert-reshards` | choose each op's strategy; make every reshard an explicit node        |
 | `windowed-einsum` | (with a threshold) big dots as loops of partial dots and permutes     |
@@ -19,9 +19,10 @@ Pipeline (each a registered pass; `--dump-dir` writes the module after each):
 Up to `halo-exchange` the IR is the ordinary global program (global shapes, shardings, reshard
 nodes as `Sharding` custom-calls, masks as identity ops), so every dump re-parses and evaluates to
 the original result; `lower-spmd` rewrites shapes to per-partition ones. Windowed ops keep
-their windowed dims tiled and exchange halos with their neighbours (`halo.py`);
-pure ops without a rule (gather, scatter, control flow) run replicated (the default action), and
-manual regions are rejected.
+their windowed dims tiled and exchange halos with their neighbours (`halo.py`). Loop bodies,
+conditions, branches and called computations are partitioned with their call sites' shardings at
+their boundary (`call_graph.py`, `op_rules_control.py`); manual regions run per device unchanged
+(`op_rules_manual.py`); pure ops without a rule run replicated (the default action).
 """
 from __future__ import annotations
 
