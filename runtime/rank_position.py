@@ -13,6 +13,7 @@ inputs, building communicators) and `FINISHING` (after the last: assembling the 
 from __future__ import annotations
 
 import mmap
+from array import array
 from pathlib import Path
 from typing import Callable
 
@@ -20,19 +21,19 @@ from gspmdc.ir.module import Instruction, Module
 
 STARTING = -1
 FINISHING = -2
+#: a slot: a native int64 (`array`/`memoryview` type code)
+_SLOT_TYPE = "q"
 _SLOT_BYTES = 8
 
 
 def create_board_file(path: Path, num_ranks: int) -> None:
-    """A board file for `num_ranks` ranks, every slot `STARTING`."""
-    path.write_bytes(STARTING.to_bytes(_SLOT_BYTES, "little", signed=True) * num_ranks)
+    """A board file for `num_ranks` ranks, every slot `STARTING` (native int64, as mapped)."""
+    path.write_bytes(array(_SLOT_TYPE, [STARTING] * num_ranks).tobytes())
 
 
 def read_board_file(path: Path) -> list[int]:
     """Every rank's slot of a board file (works after the ranks died)."""
-    data = path.read_bytes()
-    return [int.from_bytes(data[i:i + _SLOT_BYTES], "little", signed=True)
-            for i in range(0, len(data), _SLOT_BYTES)]
+    return memoryview(path.read_bytes()).cast(_SLOT_TYPE).tolist()
 
 
 class PositionBoard:
@@ -41,14 +42,12 @@ class PositionBoard:
 
     def __init__(self, path: Path | None, rank: int, num_ranks: int):
         if path is None:
-            self._slots = memoryview(bytearray(_SLOT_BYTES * num_ranks)).cast("q")
+            self._slots = memoryview(array(_SLOT_TYPE, [STARTING] * num_ranks))
             self._shared = False
-            for r in range(num_ranks):
-                self._slots[r] = STARTING
         else:
             with open(path, "r+b") as f:
                 self._map = mmap.mmap(f.fileno(), _SLOT_BYTES * num_ranks)
-            self._slots = memoryview(self._map).cast("q")
+            self._slots = memoryview(self._map).cast(_SLOT_TYPE)
             self._shared = True
         self.rank = rank
 
