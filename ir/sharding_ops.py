@@ -266,8 +266,8 @@ def _reshape_tile_counts(source: Sequence[int], target: Sequence[int], counts: S
             break
         if ss == ts:
             if not ts_fresh and ss % st != 0:
-                out[j] *= gcd(ss, st)
-                break
+                break       # an uneven minor part of a merged dim: no grouping of its shards
+                # fills whole tiles of the merged dim (that needs cdiv(ss, st) * st == ss)
             out[j] *= st
             advance_i()
             advance_j()

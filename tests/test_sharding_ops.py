@@ -465,3 +465,13 @@ def test_ungroup_replicated_inner_and_rerank():
     assert gm.sharding == iota([2, 2])
     reshaped = gm.with_sharding(ops.reshape_sharding(gm.sharding, [4, 6], [4, 2, 3]), data_rank=3)
     assert ops.ungroup(reshaped) == ops.reshape_sharding(manual, [4, 6], [4, 2, 3])
+
+
+def test_reshape_merging_an_uneven_minor_dim_keeps_only_nested_tiles():
+    """[1,4,6] tiled [1,4,4] (the 6 in shards of 2, the last empty) merged into [1,24]: shards
+    [2,4) straddle any split of the 6 in two, so only the major dim's 4 tiles can follow
+    (found by the property test below)."""
+    s = iota([1, 4, 4])
+    for out in (ops.reshape_sharding(s, [1, 4, 6], [1, 24]),
+                ops.propagate_through_reshape(s, [1, 4, 6], [1, 24])):
+        assert out.tile_counts_for_rank(2) == (1, 4)
