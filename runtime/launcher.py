@@ -68,6 +68,8 @@ _BANNER = re.compile(r"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STR
                      r"This typically refers to a problem with your application\.|"
                      r"Please see the FAQ page for debugging suggestions|"
                      r"Abort\(\d+\) on node \d+.*)$")
+#: the line of MPICH's termination banner naming the process that ended the job
+_REPORTED_PID = re.compile(r"^=   PID (\d+) RUNNING AT ")
 
 
 def under_mpi() -> bool:
@@ -108,7 +110,8 @@ class _RankMonitor:
     `rank pid`; it says `done` before a normal exit and `failed` before aborting after reporting
     its own error. A connection that closes without either is a rank that died (killed, crashed):
     the kernel closes its socket the moment it dies, before MPI's launcher stops the other ranks,
-    so the first such connection names the culprit."""
+    so the first such connection names the culprit (`died`). When the parent was not scheduled
+    before several closed, `unannounced` holds them all and `culprit` asks MPICH's report."""
 
     def __init__(self, path: Path):
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -122,6 +125,7 @@ class _RankMonitor:
         self._ended: set[socket.socket] = set()
         self.pids: dict[int, int] = {}
         self.died: tuple[int, int] | None = None
+        self.unannounced: list[tuple[int, int]] = []
         self.failed = False
 
     def __enter__(self) -> "_RankMonitor":
@@ -150,9 +154,16 @@ class _RankMonitor:
                 closed.append(key.fileobj)
         for conn in closed:
             self._selector.unregister(conn)
-            if conn not in self._ended and conn in self._ranks and self.died is None \
-                    and not self.failed:
-                self.died = self._ranks[conn]
+        if self.died is None and not self.failed:
+            self.unannounced = [self._ranks[conn] for conn in closed
+                                if conn not in self._ended and conn in self._ranks]
+            self.died = self.unannounced[0] if self.unannounced else None
+
+    def culprit(self, reported_pids: set[int]) -> tuple[int, int]:
+        """(rank, pid) of the rank that died first: of the ranks that closed at once, the one
+        whose pid MPICH's termination report names, else the first seen."""
+        return next((rank_pid for rank_pid in self.unannounced if rank_pid[1] in reported_pids),
+                    self.died)
 
     def _read(self, conn: socket.socket) -> bool:
         """Read what `conn` sent; False when it is closed."""
@@ -182,12 +193,17 @@ def _rank_environment(n: int) -> dict[str, str]:
     return env
 
 
-def _relay(stream, target) -> threading.Thread:
+def _relay(stream, target, reported_pids: set[int]) -> threading.Thread:
     """Copy a stream of `mpiexec` to ours line by line, without MPICH's termination banner and
-    MPI_Abort notices (gspmdc prints its own message)."""
+    MPI_Abort notices (gspmdc prints its own message); the pids the banner names (`PID 4711
+    RUNNING AT host`) go to `reported_pids`."""
     def copy():
         for line in stream:
-            if not _BANNER.match(line.rstrip("\n")):
+            line_text = line.rstrip("\n")
+            reported = _REPORTED_PID.match(line_text)
+            if reported:
+                reported_pids.add(int(reported.group(1)))
+            elif not _BANNER.match(line_text):
                 target.write(line)
                 target.flush()
     thread = threading.Thread(target=copy, daemon=True)
@@ -199,7 +215,9 @@ def _supervise(command: list[str], monitor: _RankMonitor, job: Job, positions: P
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=_rank_environment(job.num_partitions))
-    relays = [_relay(proc.stdout, sys.stdout), _relay(proc.stderr, sys.stderr)]
+    reported_pids: set[int] = set()
+    relays = [_relay(proc.stdout, sys.stdout, reported_pids),
+              _relay(proc.stderr, sys.stderr, reported_pids)]
     timeout = job.options.timeout
     deadline = None if timeout is None else time.monotonic() + timeout + BACKSTOP_SECONDS
     try:
@@ -222,9 +240,9 @@ def _supervise(command: list[str], monitor: _RankMonitor, job: Job, positions: P
         monitor.poll(0)             # mpiexec may end before the dead rank's socket was read
     if monitor.died is not None:
         _stop(proc, monitor)
-        rank, pid = monitor.died
         for relay in relays:
             relay.join(timeout=5)
+        rank, pid = monitor.culprit(reported_pids)
         where = describe(job.spmd_module(), read_board_file(positions)[rank])
         print(f"gspmdc: error: rank {rank} (pid {pid}) terminated unexpectedly (killed or "
               f"crashed) while {where}; the job was stopped", file=sys.stderr)

@@ -222,3 +222,32 @@ def test_local_backend_failure_and_timeout(job):
                          "1", "--outputs", out], env)
     assert proc.returncode == 3 and "timed out after 1 s" in proc.stderr
     assert seconds < 10 and not out.exists()
+
+
+def test_of_ranks_that_closed_at_once_the_culprit_is_the_one_mpich_names(tmp_path):
+    """When the parent runs only after several ranks' connections closed (a busy machine), the
+    pid in MPICH's termination banner decides; the banner itself is not passed through."""
+    import io
+    import socket
+    from gspmdc.runtime.launcher import _RankMonitor, _relay
+    banner = ("=" * 83 + "\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+              "=   PID 202 RUNNING AT vm\n=   EXIT CODE: 9\nrank output\n")
+    shown, reported = io.StringIO(), set()
+    _relay(io.StringIO(banner), shown, reported).join(timeout=5)
+    assert reported == {202} and shown.getvalue() == "rank output\n"
+    with _RankMonitor(tmp_path / "ranks.sock") as monitor:
+        clients = []
+        for rank, pid in [(0, 100), (2, 202), (3, 303)]:
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(str(tmp_path / "ranks.sock"))
+            client.sendall(f"{rank} {pid}\n".encode())
+            clients.append(client)
+        deadline = time.monotonic() + 10
+        while len(monitor.pids) < 3 and time.monotonic() < deadline:
+            monitor.poll(0.05)
+        for client in clients:
+            client.close()
+        monitor.poll(1.0)
+        assert sorted(monitor.unannounced) == [(0, 100), (2, 202), (3, 303)]
+        assert monitor.culprit(reported) == (2, 202)
+        assert monitor.culprit(set()) == monitor.died
