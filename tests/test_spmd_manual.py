@@ -106,8 +106,13 @@ ENTRY entry {
 """
 
 
-def test_manual_region_between_boundaries_uses_global_partition_ids():
-    spmd = partition(BOUNDARIES, 2)
+@pytest.mark.parametrize("enter, leave", [
+    ("SPMDFullToShardShape", "SPMDShardToFullShape"),
+    ("xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"),
+])
+def test_manual_region_between_boundaries_uses_global_partition_ids(enter, leave):
+    text = BOUNDARIES.replace("SPMDFullToShardShape", enter).replace("SPMDShardToFullShape", leave)
+    spmd = partition(text, 2)
     x = np.arange(16, dtype=np.float32).reshape(8, 2)
     got = run_global(spmd, [x], 2)
     halves = x[:4] + x[4:]                       # the user's all-reduce over both devices
