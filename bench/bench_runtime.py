@@ -159,7 +159,7 @@ def collectives_worker(sizes: list[int], repeat: int, wait: str) -> None:
             "all-gather raw": lambda: raw(ag, "Allgather", y, out),
         }
         samples = {name: [] for name in timings}
-        for _ in range(repeat if size > (8 << 20) else 5 * repeat):
+        for _ in range(repeat if size > (8 << 20) else 20 * repeat):
             for name, fn in timings.items():      # interleaved, so drift hits all alike
                 comm.Barrier()
                 start = time.perf_counter()
