@@ -209,3 +209,45 @@ def test_conv_spatial_program_moves_no_more_bytes_than_xla():
     want = np.load(folder / "outputs.npz")
     for key in want.files:
         np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=1e-5)
+
+
+# ---- the weight-gradient case: input and kernel tiled alike on a spatial dim ----------------
+
+GRADIENT = [
+    # (input rows, kernel rows, window attribute of dim 0, output rows by hand, up to how many
+    # partitions the halos are smaller than a gather: the kernel spans most of the input, as
+    # in XLA's tests; else the bytes choose the gather)
+    (8, 8, "size=8 pad=1_1", 3, 4),                      # (8 + 2 - 8) + 1
+    (16, 8, "size=8 pad=3_2 rhs_dilate=2", 7, 4),        # (16 + 5 - 15) + 1
+    (10, 8, "size=8 pad=1_1", 5, 4),                     # uneven input rows on 4
+    (6, 8, "size=8 lhs_dilate=2 pad=1_0", 5, 2),         # (11 + 1 - 8) + 1
+    (9, 4, "size=4 stride=2 pad=0_1", 4, 0),             # (9 + 1 - 4) // 2 + 1
+]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("rows,taps,window,out,halo", GRADIENT)
+def test_weight_gradient_exchanges_input_halos_and_all_reduces_partial_sums(n, rows, taps,
+                                                                            window, out, halo):
+    """XLA's ConvolutionLhsTiledRhsTiled form (dim_labels f0b_i0o->0bf): each partition
+    convolves its kernel shard's taps with the input window they read (a halo from the
+    neighbours), and one all-reduce sums the partial outputs; nothing is gathered."""
+    if taps % n:
+        pytest.skip("kernel tiles must be even")
+    text = module(f"""
+  x = f32[3,{rows},2] parameter(0), sharding={tiled(n, 3, 1)}
+  k = f32[3,{taps},4] parameter(1), sharding={tiled(n, 3, 1)}
+  ROOT c = f32[{out},2,4] convolution(x, k), window={{{window}}}, dim_labels=f0b_i0o->0bf, sharding={{replicated}}""")
+    spmd = check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+    if n <= halo:
+        assert "all-gather" not in kinds(spmd) and kinds(spmd).count("all-reduce") == 1
+
+
+def test_xla_weight_gradient_cases_are_equivalent_without_gathers():
+    path = SHARED / "conformance" / "xla-partitioner.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    cases = {c["name"]: c for c in json.loads(path.read_text())["cases"]}
+    case = cases["ConvolutionLhsTiledRhsTiledWithPadding_HaloOnLhs"]
+    spmd = compile_spmd(api.parse(case["hlo"]), case["num_devices"], propagate=False)
+    assert sorted(set(kinds(spmd))) == ["all-reduce", "collective-permute"]

@@ -25,8 +25,13 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   padding or dilation) that is all; otherwise each partition first receives the halo its output
   block's windows read from its neighbours (`halo.windowed_input`: collective-permutes, a
   (dynamic-)slice, padding and garbage masked with 0, lhs dilation done locally) and runs the
-  convolution with that dim's padding and lhs dilation removed. The rhs spatial dims stay whole
-  (the weight-gradient case, both operands tiled spatially, gathers the kernel's).
+  convolution with that dim's padding and lhs dilation removed;
+- kernel spatial dims tiled like the input's (the weight-gradient case, §4.6.1 strategy 2; not
+  with window reversal): the spatial dims are contracted like features — each partition holds
+  kernel taps `[R*i, R*(i+1))` (the tile count must divide the kernel size), receives the input
+  window those taps read by the same halo exchange (a window of the output's size sliding by
+  the window dilation per tap) and convolves it with its taps into a partial sum of the whole
+  output; the result's reshard adds the partial sums. Other kernel spatial tilings are gathered.
 
 Candidates: the operands as they are, one operand aligned to the other on batch/contracting dims,
 both derived from the output's tiling, everything replicated — each also with its windowed dims
@@ -56,17 +61,26 @@ class ConvDims:
     """A convolution seen as a dot (see the module docstring): `dot` classifies the dims that
     may be tiled, `out_of` names the output dim of each position of the dot's result (batch,
     lhs free, rhs free), `rhs_whole` the kernel dims that must stay whole, `groups`
-    the group count the tiles of the "batch" class must divide (1: none), and `windows` the
-    lhs spatial dims with a non-trivial window (lhs dim -> `halo.WindowedDim`, one shard)."""
+    the group count the tiles of the "batch" class must divide (1: none), `windows` the
+    lhs spatial dims with a non-trivial window (lhs dim -> `halo.WindowedDim`, one shard), and
+    `kernel_tiled` the kernel spatial dims tiled like the input's (rhs dim -> its size, which
+    the tile count must divide).
+
+    `gradient`: the window dims whose kernel dim is tiled (the weight-gradient case, §4.6.1
+    strategy 2): input and kernel spatial dims are contracted like features (partial sums), and
+    the input's window is the kernel shard's: shard `i` of the kernel holds taps
+    `[R*i, R*(i+1))`, which read input positions `o*stride - pad_low + k*dilation` — a window of
+    `out` positions (dilation: the stride) sliding by `dilation` per tap, one output per tap."""
 
     dot: DotDims
     out_of: tuple[int, ...]
     rhs_whole: tuple[int, ...]
     groups: int
     windows: dict
+    kernel_tiled: dict
 
     @classmethod
-    def of(cls, inst: Instruction) -> "ConvDims":
+    def of(cls, inst: Instruction, gradient: frozenset = frozenset()) -> "ConvDims":
         labels = inst.attr("dim_labels")
         window = inst.attr("window")
         fgc = inst.attr("feature_group_count", 1)
@@ -74,20 +88,41 @@ class ConvDims:
         lb, lf, ls = labels.lhs_batch, labels.lhs_feature, labels.lhs_spatial
         ri, ro, rs = labels.rhs_input_feature, labels.rhs_output_feature, labels.rhs_spatial
         ob, of, os_ = labels.out_batch, labels.out_feature, labels.out_spatial
-        lhs = inst.operands[0].shape
-        windows = {d: WindowedDim(lhs.dims[d], 1, w.size, w.stride, w.padding_low,
-                                  w.padding_high, w.base_dilation, w.window_dilation)
-                   for d, w in zip(ls, window.dims if window is not None else ())
-                   if not _trivial(w)}
-        ls, os_ = tuple(ls), tuple(os_)
+        lhs, rhs, out = inst.operands[0].shape, inst.operands[1].shape, inst.shape
+        windows, kernel_tiled = {}, {}
+        for k, w in enumerate(window.dims if window is not None else ()):
+            d = ls[k]
+            if k in gradient:
+                size, taps, outputs = lhs.dims[d], rhs.dims[rs[k]], out.dims[os_[k]]
+                high = (taps - 1) * w.window_dilation + (outputs - 1) * w.stride + 1 - \
+                    (w.base_dilation * (size - 1) + 1) - w.padding_low
+                windows[d] = WindowedDim(size, 1, outputs, w.window_dilation, w.padding_low,
+                                         high, w.base_dilation, w.stride)
+                kernel_tiled[rs[k]] = taps
+            elif not _trivial(w):
+                windows[d] = WindowedDim(lhs.dims[d], 1, w.size, w.stride, w.padding_low,
+                                         w.padding_high, w.base_dilation, w.window_dilation)
+        free = [k for k in range(len(ls)) if k not in gradient]
+        lc = tuple(ls[k] for k in sorted(gradient))
+        rc = tuple(rs[k] for k in sorted(gradient))
+        whole = tuple(rs[k] for k in free)
+        ls, os_ = tuple(ls[k] for k in free), tuple(os_[k] for k in free)
         if fgc > 1:
-            dot = DotDims((lf,), (ro,), (), (), (lb,) + ls, ())
-            return cls(dot, (of, ob) + os_, (ri,) + tuple(rs), fgc, windows)
+            dot = DotDims((lf,), (ro,), lc, rc, (lb,) + ls, ())
+            return cls(dot, (of, ob) + os_, (ri,) + whole, fgc, windows, kernel_tiled)
         if bgc > 1:
-            dot = DotDims((lb,), (ro,), (lf,), (ri,), ls, ())
-            return cls(dot, (of,) + os_, tuple(rs), bgc, windows)
-        dot = DotDims((), (), (lf,), (ri,), (lb,) + ls, (ro,))
-        return cls(dot, (ob,) + os_ + (of,), tuple(rs), 1, windows)
+            dot = DotDims((lb,), (ro,), (lf,) + lc, (ri,) + rc, ls, ())
+            return cls(dot, (of,) + os_, whole, bgc, windows, kernel_tiled)
+        dot = DotDims((), (), (lf,) + lc, (ri,) + rc, (lb,) + ls, (ro,))
+        return cls(dot, (ob,) + os_ + (of,), whole, 1, windows, kernel_tiled)
+
+    @classmethod
+    def planned(cls, inst: Instruction, rhs: Tiling) -> "ConvDims":
+        """The dims of `inst` whose kernel has the tiling `rhs` (kernel-tiled spatial dims are
+        weight-gradient dims)."""
+        labels, window = inst.attr("dim_labels"), inst.attr("window")
+        return cls.of(inst, frozenset(k for k, d in enumerate(labels.rhs_spatial)
+                                      if rhs.counts[d] > 1 and not window.dims[k].window_reversal))
 
     def halo_plans(self, lhs: Tiling) -> dict[int, HaloPlan]:
         """The halo exchanges of the lhs's tiled windowed dims under `lhs`."""
@@ -124,7 +159,8 @@ def _trivial(w) -> bool:
 def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling | None:
     """The output tiling of the local convolution of shards of `lhs` and `rhs` (partial sums
     over tiled input features as `unreduced`), or None when the pair cannot run locally."""
-    if any(rhs.counts[d] > 1 for d in cd.rhs_whole):
+    if any(rhs.counts[d] > 1 for d in cd.rhs_whole) or \
+            any(size % rhs.counts[d] for d, size in cd.kernel_tiled.items()):
         return None
     if cd.groups > 1 and any(cd.groups % lhs.counts[d] for d in cd.dot.lhs_batch):
         return None
@@ -141,65 +177,33 @@ def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling
 class ConvolutionRule(OpRule):
     def plan(self, inst, ctx: PlanContext):
         lhs_op, rhs_op = inst.operands
-        cd = ConvDims.of(inst)
-        lr, rr, out_rank = lhs_op.shape.rank, rhs_op.shape.rank, inst.shape.rank
+        lr, rr = lhs_op.shape.rank, rhs_op.shape.rank
         target = without_partials(inst.sharding)
         if target.kind == "maximal":
             return OpPlan((target, target), target, "convolution on one device")
 
-        def usable(sharding: HloSharding, rank: int, whole) -> Tiling | None:
-            """The tiling of `sharding` with the dims that must stay whole gathered."""
+        def usable(sharding: HloSharding, rank: int) -> Tiling | None:
             if sharding.kind not in ("tiled", "replicated") or \
                     sharding != without_partials(sharding):
                 return None
-            return ctx.tiling(sharding, rank).fold_dims(whole, "replicated")
+            return ctx.tiling(sharding, rank)
 
-        pairs: list[tuple[Tiling, Tiling, str]] = []
-        lt = usable(lhs_op.sharding, lr, ())
-        rt = usable(rhs_op.sharding, rr, cd.rhs_whole)
-        if lt is not None and rt is not None:
-            pairs.append((lt, rt, "convolution operands are compatible"))
-        if lt is not None:
-            aligned = lt.remap(cd.dot.lhs_to_rhs(lr), rr)
-            pairs.append((lt, aligned, "kernel aligned to the input's batch/feature tiles"))
-            if rt is not None:
-                merged = _merge_free(rt.to_sharding(), aligned.to_sharding(), cd.dot.rhs_free)
-                if merged is not None:
-                    pairs.append((lt, ctx.tiling(merged, rr), "kernel aligned to the input, "
-                                                              "keeping its output-feature tiling"))
-        if rt is not None:
-            aligned = rt.remap(cd.dot.rhs_to_lhs(rr), lr)
-            pairs.append((aligned, rt, "input aligned to the kernel's feature tiles"))
-            if lt is not None:
-                merged = _merge_free(lt.to_sharding(), aligned.to_sharding(), cd.dot.lhs_free)
-                if merged is not None:
-                    pairs.append((ctx.tiling(merged, lr), rt, "input aligned to the kernel, "
-                                                              "keeping its batch/spatial tiling"))
-        out = ctx.tiling(target, out_rank)
-        pairs.append((out.remap(_inverse(cd.lhs_to_output(lr), out_rank), lr),
-                      out.remap(_inverse(cd.rhs_to_output(rr), out_rank), rr),
-                      "convolution operands follow the output's tiling"))
-        pairs.append((Tiling.replicated(lr, ctx.num_devices),
-                      Tiling.replicated(rr, ctx.num_devices), "convolution runs replicated"))
-        windowed = list(cd.windows)
-        with_gathers = []
-        for a, b, reason in pairs:
-            if any(a.counts[d] > 1 for d in windowed):
-                with_gathers.append((a, b, reason + ", exchanging halos on its windowed dims"))
-                reason += ", its windowed dims gathered"
-            with_gathers.append((a.fold_dims(windowed, "replicated"), b, reason))
-
+        lt, rt = usable(lhs_op.sharding, lr), usable(rhs_op.sharding, rr)
+        variants = [ConvDims.of(inst)]
+        if rt is not None and ConvDims.planned(inst, rt).kernel_tiled:
+            variants.append(ConvDims.planned(inst, rt))
         candidates, seen = [], set()
         width = dtypes.byte_width(lhs_op.shape.element_type)
-        for a, b, reason in with_gathers:
-            key = (a.to_sharding(), b.to_sharding())
-            if key in seen:
-                continue
-            seen.add(key)
-            result = conv_result(a, b, cd, out_rank)
-            if result is not None:
-                halo = halo_bytes(cd.halo_plans(a), a.shard_dims(lhs_op.shape.dims), width)
-                candidates.append(OpPlan(key, result.to_sharding(), reason, halo))
+        for cd in variants:
+            for a, b, reason in _pairs(inst, cd, ctx, target, lt, rt):
+                key = (a.to_sharding(), b.to_sharding())
+                if key in seen:
+                    continue
+                seen.add(key)
+                result = conv_result(a, b, cd, inst.shape.rank)
+                if result is not None:
+                    halo = halo_bytes(cd.halo_plans(a), a.shard_dims(lhs_op.shape.dims), width)
+                    candidates.append(OpPlan(key, result.to_sharding(), reason, halo))
         # on equal bytes one gather beats several permutes, then the least local work
         return ctx.choose(inst, candidates, lambda p: (p.cost, _local_work(inst, p)))
 
@@ -210,14 +214,16 @@ class ConvolutionRule(OpRule):
         if not lhs.sharding.is_tiled:
             return [{}, {}]
         tiling = Tiling.from_sharding(lhs.sharding, lhs.shape.rank, num_devices)
-        return [ConvDims.of(inst).halo_plans(tiling), {}]
+        rhs = inst.operands[1]
+        kernel = Tiling.from_sharding(rhs.sharding, rhs.shape.rank, num_devices)
+        return [ConvDims.planned(inst, kernel).halo_plans(tiling), {}]
 
     def lower(self, inst, ctx: LowerContext):
         lhs_op, rhs_op = inst.operands
         lhs, rhs = ctx.operands(inst)
-        cd = ConvDims.of(inst)
         lt = Tiling.from_sharding(lhs_op.sharding, lhs_op.shape.rank, ctx.num_devices)
         rt = Tiling.from_sharding(rhs_op.sharding, rhs_op.shape.rank, ctx.num_devices)
+        cd = ConvDims.planned(inst, rt)
         lhs = _mask_uneven(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
         rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting)
         plans = cd.halo_plans(lt)
@@ -228,15 +234,60 @@ class ConvolutionRule(OpRule):
         local = clone(inst, ctx, [lhs, rhs])
         if plans:
             labels = inst.attr("dim_labels")
-            exchanged = {k for k, d in enumerate(labels.lhs_spatial) if d in plans}
-            local.attrs["window"] = Window(tuple(
-                replace(w, padding_low=0, padding_high=0, base_dilation=1) if k in exchanged
-                else w for k, w in enumerate(inst.attr("window").dims)))
+            window = list(inst.attr("window").dims)
+            for k, (d, r) in enumerate(zip(labels.lhs_spatial, labels.rhs_spatial)):
+                if d in plans:
+                    window[k] = replace(window[k], padding_low=0, padding_high=0,
+                                        base_dilation=1)
+                if r in cd.kernel_tiled:                 # the kernel shard's taps
+                    window[k] = replace(window[k], size=rhs.shape.dims[r])
+            local.attrs["window"] = Window(tuple(window))
         if cd.groups > 1:
             key = "feature_group_count" if inst.attr("feature_group_count", 1) > 1 else \
                 "batch_group_count"
             local.attrs[key] = cd.groups // prod(lt.counts[d] for d in cd.dot.lhs_batch)
         return local
+
+
+def _pairs(inst: Instruction, cd: ConvDims, ctx: PlanContext, target: HloSharding,
+           lhs: Tiling | None, rhs: Tiling | None) -> list[tuple[Tiling, Tiling, str]]:
+    """Candidate operand tilings (see the module docstring) for the dim classes `cd`, each
+    also with the input's windowed dims gathered."""
+    lr, rr, out_rank = inst.operands[0].shape.rank, inst.operands[1].shape.rank, inst.shape.rank
+    rt = None if rhs is None else rhs.fold_dims(cd.rhs_whole, "replicated")
+    pairs: list[tuple[Tiling, Tiling, str]] = []
+    if lhs is not None and rt is not None:
+        pairs.append((lhs, rt, "convolution operands are compatible"))
+    if lhs is not None:
+        aligned = lhs.remap(cd.dot.lhs_to_rhs(lr), rr)
+        pairs.append((lhs, aligned, "kernel aligned to the input's batch/feature tiles"))
+        if rt is not None:
+            merged = _merge_free(rt.to_sharding(), aligned.to_sharding(), cd.dot.rhs_free)
+            if merged is not None:
+                pairs.append((lhs, ctx.tiling(merged, rr), "kernel aligned to the input, "
+                                                           "keeping its output-feature tiling"))
+    if rt is not None:
+        aligned = rt.remap(cd.dot.rhs_to_lhs(rr), lr)
+        pairs.append((aligned, rt, "input aligned to the kernel's feature tiles"))
+        if lhs is not None:
+            merged = _merge_free(lhs.to_sharding(), aligned.to_sharding(), cd.dot.lhs_free)
+            if merged is not None:
+                pairs.append((ctx.tiling(merged, lr), rt, "input aligned to the kernel, "
+                                                          "keeping its batch/spatial tiling"))
+    out = ctx.tiling(target, out_rank)
+    pairs.append((out.remap(_inverse(cd.lhs_to_output(lr), out_rank), lr),
+                  out.remap(_inverse(cd.rhs_to_output(rr), out_rank), rr),
+                  "convolution operands follow the output's tiling"))
+    pairs.append((Tiling.replicated(lr, ctx.num_devices), Tiling.replicated(rr, ctx.num_devices),
+                  "convolution runs replicated"))
+    windowed = [d for d in cd.windows if d not in cd.dot.lhs_contracting]
+    result = []
+    for a, b, reason in pairs:
+        if any(a.counts[d] > 1 for d in windowed):
+            result.append((a, b, reason + ", exchanging halos on its windowed dims"))
+            reason += ", its windowed dims gathered"
+        result.append((a.fold_dims(windowed, "replicated"), b, reason))
+    return result
 
 
 def _mask_uneven(ctx: LowerContext, value: Instruction, shape: ArrayShape, tiling: Tiling,
