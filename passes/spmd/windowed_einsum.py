@@ -224,7 +224,7 @@ def lower_windowed(inst: Instruction, ctx: LowerContext, windowing: Windowing) -
     ordinal = partial.coordinates()[:, partial.rank]
     ring = _ring(partial.devices, partial.rank)
     step = _ContractingStep(inst, 1 - k, e, shard, out)
-    return _loop(ctx, inst, step, ordinal, t, ring, circulating=_zeros(ctx.builder, out),
+    return _loop(ctx, inst, step, ordinal, t, ring, circulating=None,
                  fixed=(local[1 - k], local[k]), acc=None, peel="first")
 
 
@@ -270,7 +270,7 @@ class _FreeStep(_Step):
 
 class _ContractingStep(_Step):
     """AG over a contracting dim, or RS: the other operand (`fixed`) is sliced at block `q` on
-    its dim `dim`; the dot is added to the accumulator."""
+    its dim `dim`; the dot is added to the accumulator (None: the dot is the first value)."""
 
     def __init__(self, inst, k, dim, shard, out: ArrayShape):
         super().__init__(inst, k, dim, shard)
@@ -281,16 +281,17 @@ class _ContractingStep(_Step):
         sizes[self.dim] = self.shard
         piece = b.dynamic_slice(fixed, self.starts(b, q, fixed.shape.rank), sizes)
         lhs, rhs = (block, piece) if self.k == 0 else (piece, block)
-        return b.binary("add", acc, self.dot(b, lhs, rhs, self.out))
+        product = self.dot(b, lhs, rhs, self.out)
+        return product if acc is None else b.binary("add", acc, product)
 
 
 def _loop(ctx: LowerContext, inst: Instruction, step, ordinal: np.ndarray, t: int,
           ring: np.ndarray, circulating: Instruction, fixed, acc, peel: str) -> Instruction:
     """Emit the steps as a `while` loop. AG (`peel="last"`): `circulating` is the block, step
     `i` uses block `(o + i) mod t` then passes it on; the last step follows the loop. RS
-    (`peel="first"`, `fixed` = (block operand, sliced operand), `circulating` = zero
-    accumulator): step 0 precedes the loop, step `i` adds block `(o + i + 1) mod t` to the
-    received accumulator."""
+    (`peel="first"`, `fixed` = (block operand, sliced operand), `circulating` = None): step 0
+    precedes the loop and starts the accumulator, step `i` adds block `(o + i + 1) mod t` to
+    the received one."""
     b = ctx.builder
     metadata = KeyValueList((("op_type", "windowed-einsum"), ("op_name", inst.name),
                              ("spmd_reason", f"dot as a {t}-step windowed einsum "
