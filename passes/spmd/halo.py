@@ -8,9 +8,10 @@ need elements owned by its neighbours: the *halo*.
 
 Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over shards):
 
-- the base is dilated locally first (each shard pads itself with `b - 1` holes after every
-  element, holes = the pad value), so every quantity below is in *local base* units with shard
-  `Ib = b * I` and real data at base positions `[0, valid)`, `valid = b*(S-1) + 1`;
+- quantities are in *local base* units: the base as if each shard were dilated locally (`b - 1`
+  holes after every element, holes = the pad value), shard `Ib = b * I`, real data at base
+  positions `[0, valid)`, `valid = b*(S-1) + 1`; only whole undilated elements travel and the
+  concatenation is dilated after the exchange;
 - shard `i`'s local window input covers base positions `[start(i), start(i) + window_input)`,
   `start(i) = stride*W*i - pad_low`, `window_input = stride*(W-1) + (window-1)*dilation + 1`;
 - `left(i) = Ib*i - start(i)` and `right(i) = start(i) + window_input - Ib*(i+1)`: the elements
@@ -26,9 +27,9 @@ Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over sha
   padding garbage, zeros from missing neighbours): those are replaced by the pad value.
 
 Emission (`exchange_halo`, in lower-spmd): `[left hops..., own shard, right hops...]` is
-concatenated, padded to cover every shard's window, cut with a (dynamic-)slice at
-`from_left - left(i)` and masked; running the op on the result with padding 0 and no base
-dilation on this dim yields exactly the shard's `W` outputs. Several dims are exchanged one after
+concatenated, dilated (base dilation), padded to cover every shard's window, cut with a
+(dynamic-)slice at `from_left - left(i)` and masked; running the op on the result with padding 0
+and no base dilation on this dim yields exactly the shard's `W` outputs. Several dims are exchanged one after
 another (`windowed_input`): corners arrive through the second exchange.
 """
 from __future__ import annotations
@@ -107,13 +108,15 @@ class HaloPlan:
 
     @property
     def exchanged(self) -> int:
-        """Elements of this dim each partition sends (and receives)."""
-        return self.from_left + self.from_right
+        """Elements of this dim each partition sends (and receives), undilated."""
+        return (self.from_left + self.from_right) // self.dim.base_dilation
 
     def hops(self, amount: int) -> list[int]:
-        """Sizes of the pieces received from distance 1, 2, ... for a halo of `amount`."""
-        full, rest = divmod(amount, self.input_shard)
-        return [self.input_shard] * full + ([rest] if rest else [])
+        """Sizes of the pieces received from distance 1, 2, ... for a halo of `amount` local
+        base elements, in undilated elements (whole shards, then the rest)."""
+        shard = self.input_shard // self.dim.base_dilation
+        full, rest = divmod(amount // self.dim.base_dilation, shard)
+        return [shard] * full + ([rest] if rest else [])
 
     def describe(self) -> str:
         """`left=1,right=1,from_left=1,from_right=1,mask` (tables as `[..]` when per shard)."""
@@ -151,7 +154,9 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
     reads_data = real & (data_lo < data_hi)
     need_left = np.where(reads_data, np.maximum(ib * i - data_lo, 0), 0)
     need_right = np.where(reads_data, np.maximum(data_hi - ib * (i + 1), 0), 0)
-    from_left, from_right = int(need_left.max(initial=0)), int(need_right.max(initial=0))
+    # whole elements travel (their holes are rebuilt locally): round up to multiples of b
+    from_left = b * cdiv(int(need_left.max(initial=0)), b)
+    from_right = b * cdiv(int(need_right.max(initial=0)), b)
     mask = bool((real & ((need_lo < 0) | (need_hi > valid))).any())
     offsets = from_left - left
     pad_left = int(max(0, -offsets[real].min(initial=0)))
@@ -193,22 +198,22 @@ def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
 def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
                   plan: HaloPlan, pad_value: Instruction | None) -> Instruction:
     """Dim `dim` of the local `value` (tiled `plan.dim.shards` ways on `dim` by `tiling`)
-    replaced by this partition's window input of `plan.window_input` elements: dilation,
-    collective-permutes per hop, concatenation, (dynamic-)slice and mask."""
+    replaced by this partition's window input of `plan.window_input` elements: collective-permutes
+    per hop, concatenation, dilation, (dynamic-)slice and mask."""
     if tiling.counts[dim] != plan.dim.shards:
         raise ValueError(f"halo plan for {plan.dim.shards} shards on a dim tiled "
                          f"{tiling.counts[dim]} ways")
     if plan.identity:
         return value
     b = ctx.builder
-    if plan.dim.base_dilation > 1:
-        value = _dilate(b, value, dim, plan.dim.base_dilation, _need(pad_value))
     pieces = [_receive(ctx, value, dim, tiling, h, size, from_left=True)
               for h, size in reversed(list(enumerate(plan.hops(plan.from_left), 1)))]
     pieces.append(value)
     pieces += [_receive(ctx, value, dim, tiling, h, size, from_left=False)
                for h, size in enumerate(plan.hops(plan.from_right), 1)]
     value = _concatenate(b, pieces, dim)
+    if plan.dim.base_dilation > 1:
+        value = _dilate(b, value, dim, plan.dim.base_dilation, _need(pad_value))
     if plan.pad_left or plan.pad_right:
         fill = pad_value if pad_value is not None else b.zero(value.shape.element_type)
         value = _pad_dim(b, value, dim, plan.pad_left, plan.pad_right, fill)
