@@ -854,10 +854,14 @@ _tiled_sharding = functools.lru_cache(maxsize=1024)(HloSharding.tiled)
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    """The compiled grammar (built once per process; about 0.1 s)."""
+    """The compiled grammar, built once per process. lark keeps the LALR tables in a file of
+    the temporary directory keyed by the grammar's hash (`cache=True`): loading them takes a
+    quarter of building them, which every MPI rank's start-up saves; an unreadable cache file
+    is rebuilt."""
     grammar = resources.files(__package__).joinpath("grammar.lark").read_text()
     return Lark(grammar, parser="lalr", lexer="contextual", transformer=_Records(),
-                start=["start", "shape_text", "sharding_text"], maybe_placeholders=False)
+                start=["start", "shape_text", "sharding_text"], maybe_placeholders=False,
+                cache=True)
 
 
 def _parse(text: str, filename: str, start: str):
