@@ -197,20 +197,28 @@ def _check_reference(module: Module, path: str) -> None:
 
 def why_no_reference(module: Module) -> str | None:
     """Why sharded == unsharded is undefined for `module` (so `run --check` refuses it), or
-    None: I/O instructions (their data does not come from the input file) and entry parameters
-    with manual shardings (per-device data, which one global input cannot describe)."""
+    None: I/O instructions (their data does not come from the input file), and entry
+    parameters or a result with manual shardings (per-device data, which one global array
+    cannot describe)."""
     io_ops = sorted({inst.opcode for _, inst in module.all_instructions()
                      if inst.opcode in IO_OPCODES})
     if io_ops:
         return (f"a program with I/O instructions ({', '.join(io_ops)}): their data does not "
                 "come from the input file")
     for p in module.entry.parameters:
-        if p.sharding is not None and any(leaf.kind == "manual" or leaf.has_manual_subgroup
-                                          for leaf in p.sharding.leaves()):
+        if p.sharding is not None and any(_is_manual(leaf) for leaf in p.sharding.leaves()):
             return (f"entry parameter {p.parameter_number} ({p.name}), which has a manual "
                     "sharding: its value is per-device data, which one global input cannot "
                     "describe")
+    root = module.entry.root
+    if root.sharding is not None and any(_is_manual(leaf) for leaf in root.sharding.leaves()):
+        return (f"a result ({root.name}) with a manual sharding: its value is per-device data, "
+                "which one global output cannot describe")
     return None
+
+
+def _is_manual(sharding) -> bool:
+    return sharding.kind == "manual" or sharding.has_manual_subgroup
 
 
 def check_executable(module: Module) -> None:

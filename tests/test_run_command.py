@@ -143,8 +143,18 @@ ENTRY main {
 """
 
 
+MANUAL_RESULT_PROGRAM = """HloModule m, num_partitions=4
+ENTRY main {
+  c = f32[] constant(1), sharding={replicated}
+  b = f32[2,2] broadcast(c), dimensions={}, sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT r = f32[2,2] add(b, b), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+}
+"""
+
+
 @pytest.mark.parametrize("text, message", [
     (IO_PROGRAM, "I/O instructions (outfeed)"),
+    (MANUAL_RESULT_PROGRAM, "a result (r) with a manual sharding"),
     (MANUAL_PROGRAM, "entry parameter 0 (x), which has a manual sharding"),
 ])
 def test_check_refuses_io_and_manual_parameters(tmp_path, capsys, text, message):
