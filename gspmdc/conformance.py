@@ -75,10 +75,12 @@ def run_isolated(limits: MachineLimits, fn, *args):
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         try:
             connection.send(("ok", fn(*args)))
-        except MemoryError:
-            connection.send(("memory", None))
         except BaseException as e:  # noqa: BLE001 - reported to the parent
-            connection.send(("error", (type(e).__name__, str(e), isinstance(e, GspmdcError))))
+            if _caused_by_memory(e):
+                connection.send(("memory", None))
+            else:
+                connection.send(("error", (type(e).__name__, str(e),
+                                           isinstance(e, GspmdcError))))
         finally:
             connection.close()
 
@@ -106,6 +108,17 @@ def run_isolated(limits: MachineLimits, fn, *args):
     if status == "error":
         raise ChildFailed(*value)
     return value
+
+
+def _caused_by_memory(error: BaseException | None) -> bool:
+    """Whether `error` or an exception it was raised from is a MemoryError (kernels' failures
+    reach the caller wrapped, e.g. as a partition's RuntimeFailure)."""
+    seen = 0
+    while error is not None and seen < 16:
+        if isinstance(error, MemoryError):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 class CaseTimeout(Exception):

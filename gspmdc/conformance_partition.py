@@ -94,65 +94,69 @@ def run_command(hlo: str, num_devices: int, timeout: float) -> tuple[int, str, b
     return code, mismatch, "no partitioning rule" in job.spmd_text
 
 
-def score(shared_dir: Path, limits: MachineLimits, verbose: bool = False) -> int:
-    """Score every case; print the buckets and the figure; exit code 1 when a case mismatches
-    or crashes."""
+BUCKETS = ("equivalent", "mismatch", "cleanly rejected", "crashed", "excluded: no reference",
+           "excluded: too large here")
+
+
+def classify(case: dict, limits: MachineLimits) -> tuple[str, str | None, bool]:
+    """(bucket, reason, used the default action) of one case (see the module docstring)."""
     from gspmdc import api
+    name = f"{case['name']}:{case['line']}"
+    try:
+        module = api.parse(case["hlo"], name)
+    except GspmdcError as e:
+        return "cleanly rejected", _one_line(e), False
+    reason = why_no_reference(module)
+    if reason is not None:
+        return "excluded: no reference", reason, False
+    reason = limits.too_large(module)
+    if reason is not None:
+        return "excluded: too large here", reason, False
+    try:
+        code, problem, used_default = run_isolated(limits, run_command, case["hlo"],
+                                                   case["num_devices"], limits.timeout_seconds)
+    except ChildFailed as e:
+        return (("cleanly rejected" if e.clean else "crashed"),
+                ("(expected) " if case.get("expects_error") else "") + _one_line(e), False)
+    except (CaseTimeout, CaseOutOfMemory) as e:
+        return "excluded: too large here", str(e), False
+    except ChildDied as e:
+        return "crashed", str(e), False
+    if code == 0:
+        return "equivalent", None, used_default
+    return "mismatch", problem or f"exit code {code}", False
+
+
+def score(shared_dir: Path, limits: MachineLimits, verbose: bool = False) -> int:
+    """Score every case; print the buckets and the figure (with `verbose`, every case as it
+    finishes and every reason); exit code 1 when a case mismatches or crashes."""
+    import sys
+    import time
     path = Path(shared_dir) / "conformance" / "xla-partitioner.json"
     cases = json.loads(path.read_text())["cases"]
-    equivalent = Tally("equivalent", counts_only=True)
+    tallies = {bucket: Tally(bucket, counts_only=True) for bucket in BUCKETS}
     default = Tally("  of which use the default action", counts_only=True)
-    mismatch = Tally("mismatch", counts_only=True)
-    rejected = Tally("cleanly rejected", counts_only=True)
-    crashed = Tally("crashed", counts_only=True)
-    undefined = Tally("excluded: no reference", counts_only=True)
-    too_large = Tally("excluded: too large here", counts_only=True)
-    for case in cases:
+    for index, case in enumerate(cases, 1):
         name = f"{case['name']}:{case['line']}"
-        try:
-            module = api.parse(case["hlo"], name)
-        except GspmdcError as e:
-            rejected.record(name, _one_line(e))
-            continue
-        reason = why_no_reference(module)
-        if reason is not None:
-            undefined.record(name, reason)
-            continue
-        reason = limits.too_large(module)
-        if reason is not None:
-            too_large.record(name, reason)
-            continue
-        try:
-            code, problem, used_default = run_isolated(limits, run_command, case["hlo"],
-                                                       case["num_devices"],
-                                                       limits.timeout_seconds)
-        except ChildFailed as e:
-            bucket = rejected if e.clean else crashed
-            bucket.record(name, ("(expected) " if case.get("expects_error") else "") +
-                          _one_line(e))
-            continue
-        except (CaseTimeout, CaseOutOfMemory) as e:
-            too_large.record(name, str(e))
-            continue
-        except ChildDied as e:
-            crashed.record(name, str(e))
-            continue
-        if code == 0:
-            equivalent.record(name, None)
-            if used_default:
-                default.record(name, None)
-        else:
-            mismatch.record(name, problem or f"exit code {code}")
+        start = time.perf_counter()
+        bucket, reason, used_default = classify(case, limits)
+        tallies[bucket].record(name, reason)
+        if bucket == "equivalent" and used_default:
+            default.record(name, None)
+        if verbose:
+            print(f"[{index}/{len(cases)}] {name}: {bucket} "
+                  f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
+    ordered = [tallies["equivalent"], default] + [tallies[b] for b in BUCKETS[1:]]
     _report("xla-partitioner.json (gspmdc run --backend local --check --seed 0 "
-            "--garbage-padding):",
-            [equivalent, default, mismatch, rejected, crashed, undefined, too_large], verbose)
-    counted = len(cases) - undefined.attempted
-    runnable = counted - too_large.attempted
-    print(f"  figure: {equivalent.attempted} / {counted} cases with a reference equivalent "
-          f"({100.0 * equivalent.attempted / max(counted, 1):.1f}%); "
-          f"{equivalent.attempted} / {runnable} of those this machine can run "
-          f"({100.0 * equivalent.attempted / max(runnable, 1):.1f}%)")
-    return 1 if mismatch.attempted or crashed.attempted else 0
+            "--garbage-padding):", ordered, verbose)
+    equivalent = tallies["equivalent"].attempted
+    counted = len(cases) - tallies["excluded: no reference"].attempted
+    runnable = counted - tallies["excluded: too large here"].attempted
+    print(f"  figure: {equivalent} / {counted} cases with a reference equivalent "
+          f"({100.0 * equivalent / max(counted, 1):.1f}%); "
+          f"{equivalent} / {runnable} of those this machine can run "
+          f"({100.0 * equivalent / max(runnable, 1):.1f}%)")
+    return 1 if tallies["mismatch"].attempted or tallies["crashed"].attempted else 0
 
 
-__all__ = ["score", "run_case", "run_command"]
+__all__ = ["score", "classify", "run_case", "run_command"]
