@@ -48,6 +48,7 @@ from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
     scan_opcode,
 )
+from .reshard_nodes import is_inserted_reshard
 from .tiling import Tiling, cdiv
 
 #: the frontend attribute holding the halo plan of an instruction
@@ -144,7 +145,8 @@ class WindowRule(OpRule):
             bases.append((carried, "its operand's tiling"))
         windowed = self.windowed_dims(inst)
         scans = self.scan_dims(inst, ctx.computations)
-        halo = self.supports_halo(inst, ctx.computations)
+        halo = self.supports_halo(inst, ctx.computations) and not any(
+            _whole_for_free(o) for o, w in zip(inst.operands, windows) if w is not None)
         candidates = []
         for tiling, source in bases:
             if halo and any(tiling.counts[d] > 1 for d in windowed):
@@ -494,6 +496,14 @@ def _mask_outputs(ctx: LowerContext, values: Instruction, global_value: Instruct
         inside = b.compare(index, b.broadcast(b.constant(size, "s32"), dims), "LT")
         valid = inside if valid is None else b.binary("and", valid, inside)
     return values if valid is None else b.select(valid, values, b.broadcast(fill, dims))
+
+
+def _whole_for_free(operand: Instruction) -> bool:
+    """A constant, or a value just resharded from a replicated one: taking it whole costs
+    nothing (whatever the reshard cost says), so its halos are never worth exchanging."""
+    return operand.opcode == "constant" or (
+        is_inserted_reshard(operand) and operand.operands[0].sharding is not None and
+        operand.operands[0].sharding.is_replicated)
 
 
 def _tiling(operand: Instruction, num_devices: int) -> Tiling | None:
