@@ -239,3 +239,21 @@ def test_a_non_identity_init_is_combined_once_per_window():
   ROOT r = f32[10,8] reduce-window(x, z), window={size=3x1 pad=1_1x0_0}, to_apply=add,
     sharding={devices=[4,1]<=[4]}"""), 4)
     halo_only(spmd)
+
+
+def test_lowering_refuses_a_dump_whose_halo_plan_was_edited(tmp_path):
+    """lower-spmd executes the recorded plan only if it is the one the shardings give."""
+    from gspmdc.errors import GspmdcError
+    from gspmdc.passes.spmd.lower_spmd import LowerSpmd
+
+    text = module("""
+  x = f32[10,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(0)
+  ROOT r = f32[10,4] reduce-window(x, z), window={size=3x1 pad=1_1x0_0}, to_apply=add,
+    sharding={devices=[4,1]<=[4]}""")
+    compile_spmd(api.parse(text), 4, dump_dir=tmp_path, propagate=False)
+    (dump,) = tmp_path.glob("*.halo-exchange.hlo")
+    edited = dump.read_text().replace("from_right=1", "from_right=2")
+    with pytest.raises(GspmdcError, match="halo plan in the module"):
+        LowerSpmd(4).apply(api.parse(edited))
+    LowerSpmd(4).apply(api.parse(dump.read_text()))
