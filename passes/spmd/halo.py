@@ -29,8 +29,8 @@ Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over sha
 Emission (`exchange_halo`, in lower-spmd): `[left hops..., own shard, right hops...]` is
 concatenated, dilated (base dilation), padded to cover every shard's window, cut with a
 (dynamic-)slice at `from_left - left(i)` and masked; running the op on the result with padding 0
-and no base dilation on this dim yields exactly the shard's `W` outputs. Several dims are exchanged one after
-another (`windowed_input`): corners arrive through the second exchange.
+and no base dilation on this dim yields exactly the shard's `W` outputs. Several dims are
+exchanged one after another (`windowed_input`): corners arrive through the second exchange.
 """
 from __future__ import annotations
 

@@ -129,5 +129,5 @@ def emit_prefix_scan(ctx: LowerContext, local: Instruction, tiling: Tiling, dims
     return value
 
 
-__all__ = ["cumulative_dims", "associative_reducer", "identity", "scan_opcode", "scan_bytes", "describe_scan",
-           "emit_prefix_scan"]
+__all__ = ["cumulative_dims", "associative_reducer", "identity", "scan_opcode", "scan_bytes",
+           "describe_scan", "emit_prefix_scan"]
