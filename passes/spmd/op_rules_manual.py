@@ -11,9 +11,10 @@ shape is the shard shape of its data dims.
   becomes this device's shard of the result's sharding, again a local `copy`. Each checks that
   the shard shapes agree (ShardingError otherwise).
 - An instruction with a manual sharding is cloned on local operands (XLA partitions it "as if on
-  device 0": no resharding); a `Sharding` annotation inside a region is a local `copy`. Manual operands are used as they are; a non-manual operand (a
-  constant feeding manual code) is first made replicated (fully manual) or laid out like the
-  result's data dims (partially manual, same rank; scalars replicated).
+  device 0": no resharding); a `Sharding` annotation inside a region is a local `copy`. Manual
+  operands are used as they are; a non-manual operand (a constant feeding manual code) is first
+  made replicated (fully manual) or laid out like the result's data dims (partially manual, same
+  rank; scalars replicated).
 - Inside a fully manual region the ops whose meaning depends on the partition (`partition-id`,
   collectives written by the user) run unchanged: their partition ids are the global ones.
   Partially manual regions support ops needing no communication between the devices of a manual
