@@ -166,7 +166,7 @@ class ReplicaGroups:
     @classmethod
     def from_array(cls, array: np.ndarray) -> "ReplicaGroups":
         """From a `[num_groups, group_size]` integer array."""
-        return cls(tuple(tuple(int(x) for x in row) for row in np.asarray(array)))
+        return cls(tuple(map(tuple, np.asarray(array, dtype=np.int64).tolist())))
 
     @property
     def is_all(self) -> bool:

@@ -51,6 +51,17 @@ class PlanContext:
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
+        self._plans: dict = {}
+
+    def memoized(self, key, plan: Callable[[], OpPlan]) -> OpPlan:
+        """`plan()` once per `key`: rules whose plan is a function of shapes, shardings and
+        attributes alone pass those as the key, so the repeated layers of a model are planned
+        once (the planning arithmetic works on device arrays: this keeps compile time flat in
+        the device count)."""
+        found = self._plans.get(key)
+        if found is None:
+            found = self._plans[key] = plan()
+        return found
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""

@@ -128,6 +128,12 @@ def _flat(columns, counts, n) -> np.ndarray:
 class DotRule(OpRule):
     def plan(self, inst, ctx):
         lhs_op, rhs_op = inst.operands
+        key = ("dot", DotDims.of(inst), inst.shape, inst.sharding, lhs_op.shape,
+               lhs_op.sharding, rhs_op.shape, rhs_op.sharding)
+        return ctx.memoized(key, lambda: self._plan(inst, ctx))
+
+    def _plan(self, inst, ctx):
+        lhs_op, rhs_op = inst.operands
         dn = DotDims.of(inst)
         lr, rr, out_rank = lhs_op.shape.rank, rhs_op.shape.rank, inst.shape.rank
         target = without_partials(inst.sharding)
