@@ -125,6 +125,31 @@ def test_explain_names_the_conflict_and_the_annotations_behind_it():
     assert "w2's sharding comes from" in text and "user annotation" in text
 
 
+def test_explain_a_halo_exchange_permute():
+    """Collectives the op rules emit (here a reduce-window's halo) explain themselves too."""
+    text = """HloModule m, num_partitions=4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[16] parameter(0), sharding={devices=[4]<=[4]}
+  z = f32[] constant(0)
+  ROOT w = f32[16] reduce-window(x, z), window={size=3 pad=1_1}, to_apply=add,
+    sharding={devices=[4]<=[4]}
+}
+"""
+    spmd = api.parse(api.to_text(compile_spmd(api.parse(text), 4)))
+    permutes = [i for i in spmd.entry.instructions if i.opcode == "collective-permute"]
+    assert permutes
+    for permute in permutes:
+        lines = explain_collective(spmd, permute.name)
+        assert lines[1].startswith("why: ") and "neighbours" in lines[1]
+        assert lines[2] == "  part of the halo-exchange of w"
+        assert "not created by the partitioner" not in "\n".join(lines)
+
+
 def test_time_passes_prints_every_pass(capsys):
     compile_spmd(api.parse(MLP), 4, time_passes=True)
     err = capsys.readouterr().err

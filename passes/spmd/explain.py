@@ -93,7 +93,7 @@ def explain_collective(module: Module, name: str) -> list[str]:
     lines = [_describe(inst, n)]
     metadata = inst.attr("metadata")
     op_type = metadata.get("op_type") if metadata is not None else None
-    if op_type not in ("reshard", "pad-mask"):
+    if not _partitioner_made(inst):
         lines.append("an instruction of the program (not created by the partitioner)")
         if inst.sharding is not None:
             lines.append(f"where {inst.name}'s sharding comes from:")
@@ -108,6 +108,8 @@ def explain_collective(module: Module, name: str) -> list[str]:
     elif op_type == "reshard":
         lines.append(f"  {user} needs its {role} {value} as {metadata.get('spmd_to')}; "
                      f"{value} is {metadata.get('spmd_from')}")
+    elif op_type != "pad-mask":
+        lines.append(f"  part of the {op_type} of {user}")
     step = metadata.get("spmd_step")
     if step:
         lines.append(f"  step {step}")
@@ -135,12 +137,17 @@ def _original(comp: Computation, inst: Instruction | None) -> Instruction | None
     seen = set()
     while inst is not None and inst.name not in seen:
         seen.add(inst.name)
-        metadata = inst.attr("metadata")
-        kind = metadata.get("op_type") if metadata is not None else None
-        if kind not in ("reshard", "pad-mask"):
+        if not _partitioner_made(inst):
             return inst
-        inst = _by_name(comp, metadata.get("spmd_value"))
+        inst = _by_name(comp, inst.attr("metadata").get("spmd_value"))
     return None
+
+
+def _partitioner_made(inst: Instruction) -> bool:
+    """Instructions the partitioner creates (reshards, padding masks, halo exchanges, prefix
+    scans, windowed-einsum loops, ...) record their reason as `spmd_reason` metadata."""
+    metadata = inst.attr("metadata")
+    return metadata is not None and metadata.get("spmd_reason") is not None
 
 
 def sharding_origin(module: Module, inst: Instruction) -> list[str]:
