@@ -298,13 +298,24 @@ def _masked_slice(inst: Instruction, ctx: LowerContext, tiling: Tiling,
                   tiled: list[int]) -> Instruction:
     """This partition's addend of a dynamic-slice of an operand tiled on the sliced dims
     `tiled`: the window over its own range, zero elsewhere (see the module docstring)."""
-    b = ctx.builder
     local_operand, *starts = ctx.operands(inst)
+    starts = [ctx.builder.convert(s, "s32") for s in starts]
+    return masked_window(inst, ctx, local_operand, starts, inst.attr("dynamic_slice_sizes"),
+                         tiling, tiled)
+
+
+def masked_window(inst: Instruction, ctx: LowerContext, local_operand: Instruction,
+                  starts: list[Instruction], sizes, tiling: Tiling,
+                  tiled: list[int]) -> Instruction:
+    """The window `[starts, starts + sizes)` of the global operand of `inst` (tiled by
+    `tiling`; `local_operand` is this partition's shard) as this partition's addend: on the
+    tiled dims `tiled` the elements of its own range, zero elsewhere, so that the sum over the
+    partitions of those tiles is the window. Starts are s32 scalars, clamped into range as
+    dynamic-slice does. The result keeps `inst`'s name and (partial) sharding."""
+    b = ctx.builder
     dims = inst.operands[0].shape.dims
-    sizes = inst.attr("dynamic_slice_sizes")
     shard = tiling.shard_dims(dims)
     offsets = ctx.tables.offsets(tiling, dims)
-    starts = [b.convert(s, "s32") for s in starts]
     zero = b.constant(0, "s32")
     clamped = {d: b.add("clamp", ArrayShape("s32", ()),
                         [zero, starts[d], b.constant(dims[d] - sizes[d], "s32")])
@@ -396,4 +407,4 @@ def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
                                 [mask, written, local_operand], attrs, sharding=inst.sharding))
 
 
-__all__ = ["SortRule", "TopKRule", "DynamicSliceRule", "DynamicUpdateSliceRule"]
+__all__ = ["SortRule", "TopKRule", "DynamicSliceRule", "DynamicUpdateSliceRule", "masked_window"]
