@@ -44,6 +44,7 @@ from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, return_halo, windowed_input
 from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .op_rules_indexed import masked_window
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
     scan_opcode,
@@ -343,6 +344,56 @@ class SliceRule(WindowRule):
             SliceDim(0, inputs[0].shape.dims[d], s.stride) if d in tiled else s
             for d, s in enumerate(inst.attr("slice")))
         return local
+
+    # A third strategy beside halos and gathering (XLA's for a stage read in pipelining): the
+    # operand stays tiled on the sliced dims, each partition cuts the part of the slice in its
+    # own range (zero elsewhere), and the result is a partial value the reshard sums. It moves
+    # about twice the result instead of the whole sliced dims.
+
+    def plan(self, inst, ctx):
+        chosen = super().plan(inst, ctx)
+        operand = inst.operands[0]
+        source = operand.sharding
+        if not source.is_tiled or source != without_partials(source):
+            return chosen
+        tiling = ctx.tiling(source, operand.shape.rank)
+        sliced = _sliced_tiled_dims(inst, tiling)
+        if not sliced or any(inst.attr("slice")[d].stride != 1 for d in sliced):
+            return chosen
+        masked = OpPlan((source,), tiling.fold_dims(sliced, "unreduced").to_sharding(),
+                        "slice keeps its operand tiled on sliced dims: each partition cuts "
+                        "its part, the parts are summed")
+        return ctx.choose(inst, [chosen, masked], tie_break=lambda plan: plan.cost)
+
+    def halo_plans(self, inst, num_devices, computations=None):
+        if _partial(inst):
+            return [{}]
+        return super().halo_plans(inst, num_devices, computations)
+
+    def lower(self, inst, ctx: LowerContext):
+        if not _partial(inst):
+            return super().lower(inst, ctx)
+        operand = inst.operands[0]
+        tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices)
+        slices = inst.attr("slice")
+        starts = [ctx.builder.constant(s.start, "s32") for s in slices]
+        return masked_window(inst, ctx, ctx.local[operand], starts,
+                             [s.limit - s.start for s in slices], tiling,
+                             _sliced_tiled_dims(inst, tiling))
+
+
+def _sliced_tiled_dims(inst: Instruction, tiling: Tiling) -> list[int]:
+    """The dims a slice cuts (not the whole dim) that `tiling` tiles."""
+    dims = inst.operands[0].shape.dims
+    return [d for d, s in enumerate(inst.attr("slice"))
+            if tiling.counts[d] > 1 and (s.start, s.limit, s.stride) != (0, dims[d], 1)]
+
+
+def _partial(inst: Instruction) -> bool:
+    """Whether the planned result of `inst` is a partial value (the masked strategy)."""
+    sharding = inst.sharding
+    return sharding.kind == "unreduced" or (sharding.is_tiled and
+                                            "unreduced" in sharding.subgroup_types)
 
 
 @op_rule("concatenate")
