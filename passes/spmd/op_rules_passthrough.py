@@ -5,14 +5,13 @@ on every index, with the same size in the result and in the operands that have t
 |---|---|
 | `cholesky`, `triangular-solve`, `fft` | batch dims (all but the last two / the transformed ones) |
 
-The result takes a tiling of its pass-through dims only (the others whole); each operand takes
-that tiling mapped to its own dims, replicated over result dims it does not have (the
-convolution has a rule of its own); scalar operands (init and pad values, dynamic indices)
-are replicated. Candidates: the annotated result sharding restricted to pass-through dims, the
-first operand's sharding carried through, and everything replicated (the default action); the
-fewest bytes moved wins. Padding of uneven pass-through dims only ever meets padding. Windowed
-and indexed dims that are tiled need halo exchange or index arithmetic, which these rules leave to
-resharding: such dims are simply gathered.
+The result takes a tiling of its pass-through dims only (the others whole); each operand takes that
+tiling mapped to its own dims, replicated over result dims it does not have; scalar operands (init
+and pad values, dynamic indices) are replicated. Candidates: the annotated result sharding
+restricted to pass-through dims, the first operand's sharding carried through, and everything
+replicated (the default action); the fewest bytes moved wins. Padding of uneven pass-through dims
+only ever meets padding. Windowed and indexed dims that are tiled need halo exchange or index
+arithmetic, which these rules leave to resharding: such dims are simply gathered.
 """
 from __future__ import annotations
 
