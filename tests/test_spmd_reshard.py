@@ -176,3 +176,24 @@ ENTRY e {
     assert "select" in opcodes(spmd)
     value = np.arange(32, dtype=np.float32).reshape(8, 4)
     np.testing.assert_array_equal(run_global(spmd, [value], 4), value)
+
+
+def test_plan_cost_counts_a_value_resharded_twice_the_same_way_once():
+    """insert-reshards reshards `p` once for `concatenate(p, p)`: the plan's cost is one
+    all-gather of p, not two."""
+    from gspmdc import api
+    from gspmdc.ir.sharding import HloSharding
+    from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext
+    module = api.parse("""HloModule m
+ENTRY e {
+  p = f32[256] parameter(0), sharding={devices=[4]<=[4]}
+  ROOT c = f32[512] concatenate(p, p), dimensions={0}, sharding={replicated}
+}
+""")
+    concat = module.entry.root
+    ctx = PlanContext(4)
+    replicated = HloSharding.replicate()
+    gather = ctx.cost(concat.operands[0].shape, concat.operands[0].sharding, replicated)
+    assert gather > 0
+    plan = OpPlan((replicated, replicated), replicated, "test")
+    assert ctx.plan_cost(concat, plan) == gather

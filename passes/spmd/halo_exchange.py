@@ -26,6 +26,7 @@ from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Module
 from gspmdc.passes.pass_manager import ModulePass, register_pass
 
+from .call_graph import partitioned_computations
 from .op_rules import RULES
 from .op_rules_window import HALO_ATTRIBUTE, WindowRule, describe_plans
 
@@ -33,13 +34,14 @@ from .op_rules_window import HALO_ATTRIBUTE, WindowRule, describe_plans
 @register_pass
 @dataclass(frozen=True)
 class HaloExchange(ModulePass):
-    """Annotate windowed ops of the entry with their halo plans (see the module docstring)."""
+    """Annotate windowed ops of the partitioned computations (the entry, loop bodies,
+    branches) with their halo plans (see the module docstring)."""
 
     name = "halo-exchange"
     num_partitions: int = 1
 
     def apply(self, module: Module) -> Module:
-        for inst in module.entry.instructions:
+        for inst in (i for comp in partitioned_computations(module) for i in comp.instructions):
             rule = RULES.get(inst.opcode)
             if isinstance(rule, WindowRule):
                 text = rule.halo_description(inst, self.num_partitions, module.computations)

@@ -72,8 +72,10 @@ class PlanContext:
                    zip(leaves, source.leaf_shardings(shape), target.leaf_shardings(shape)))
 
     def plan_cost(self, inst: Instruction, plan: OpPlan) -> float:
+        """Bytes per device of `plan`: its own traffic, each distinct operand reshard once
+        (insert-reshards reshards a value used twice the same way once) and the result's."""
         total = plan.cost + self.cost(inst.shape, plan.result, inst.sharding)
-        for operand, need in zip(inst.operands, plan.operands):
+        for operand, need in dict.fromkeys(zip(inst.operands, plan.operands)):
             total += self.cost(operand.shape, operand.sharding, need)
         return total
 
