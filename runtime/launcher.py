@@ -212,15 +212,16 @@ def _relay(stream, target, reported_pids: set[int]) -> threading.Thread:
 
 
 def _supervise(command: list[str], monitor: _RankMonitor, job: Job, positions: Path) -> int:
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=_rank_environment(job.num_partitions))
+    proc = None
     reported_pids: set[int] = set()
-    relays = [_relay(proc.stdout, sys.stdout, reported_pids),
-              _relay(proc.stderr, sys.stderr, reported_pids)]
     timeout = job.options.timeout
     deadline = None if timeout is None else time.monotonic() + timeout + BACKSTOP_SECONDS
-    try:
+    try:                # a Ctrl-C from the moment mpiexec exists stops it and every rank
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env=_rank_environment(job.num_partitions))
+        relays = [_relay(proc.stdout, sys.stdout, reported_pids),
+                  _relay(proc.stderr, sys.stderr, reported_pids)]
         while proc.poll() is None:
             monitor.poll(0.05)
             if monitor.died is not None:
@@ -234,7 +235,8 @@ def _supervise(command: list[str], monitor: _RankMonitor, job: Job, positions: P
                       file=sys.stderr)
                 return EXIT_RUNTIME
     except KeyboardInterrupt:
-        _stop(proc, monitor)
+        if proc is not None:
+            _stop(proc, monitor)
         raise
     if monitor.died is None and proc.returncode not in (0, 1, 2, 3):
         monitor.poll(0)             # mpiexec may end before the dead rank's socket was read
@@ -266,6 +268,7 @@ def _stop(proc: subprocess.Popen, monitor: _RankMonitor) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    monitor.poll(0)                 # ranks that announced themselves meanwhile
     for pid in monitor.pids.values():
         if _is_our_rank(pid):
             try:

@@ -187,9 +187,12 @@ def test_ctrl_c_stops_every_rank(job):
                              "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(rank_processes(tag)) < 4 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        asleep = Path(env["GSPMDC_TEST_DIR"], "asleep")
+        while not asleep.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert asleep.exists(), "the ranks did not start"
+        assert len(rank_processes(tag)) == 4
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
