@@ -141,9 +141,12 @@ def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, vict
     """Rank 1 sleeps in the custom-call; the others wait for it in the all-reduce."""
     program, env, out = job
     tag = env["GSPMDC_TEST_TAG"]
+    # a shell starting the test suite in the background makes SIGINT ignored, and ignored
+    # signals are inherited: give gspmdc the default handling a terminal's Ctrl-C meets
     proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
                              "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         asleep = Path(env["GSPMDC_TEST_DIR"], "asleep")
@@ -183,9 +186,12 @@ def test_timeout_stops_every_rank(job):
 def test_ctrl_c_stops_every_rank(job):
     program, env, out = job
     tag = env["GSPMDC_TEST_TAG"]
+    # a shell starting the test suite in the background makes SIGINT ignored, and ignored
+    # signals are inherited: give gspmdc the default handling a terminal's Ctrl-C meets
     proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
                              "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         asleep = Path(env["GSPMDC_TEST_DIR"], "asleep")
