@@ -28,8 +28,11 @@ value; a maximal leaf gives its device the whole value and everybody else paddin
 
 Assembling (`assemble_value`) reads, per tile, the piece of the first device of its replication
 group (`source_partitions`), stacks the tiles and drops the padding; a replicated leaf is partition
-0's value, a maximal one its device's. `manual`, `unknown` and `unreduced` values (and tiled
-shardings with manual/unreduced subgroups) are per-device data with no global array: they raise
+0's value, a maximal one its device's. A result with `unreduced` devices (a `{unreduced}` leaf, or
+an `unreduced` subgroup) holds partial values whose sum is the global value (the meaning of
+unreduced in Shardy and in the partitioner's partial dots): every unreduced member of a tile is
+read and the pieces are added. `manual` and `unknown` values (and tiled shardings with manual
+subgroups), and unreduced inputs, are per-device data with no global array: they raise
 UnsupportedError. Everything is sliced or reshaped numpy, no per-element loops.
 """
 from __future__ import annotations
@@ -60,12 +63,14 @@ class ShardedLeaf:
     local_shape: ArrayShape
     sharding: HloSharding
 
-    def check_global_io(self, what: str) -> None:
-        """Raise UnsupportedError unless a global array can be split into / assembled from this
-        leaf's per-partition values."""
+    def check_global_io(self, what: str, output: bool = False) -> None:
+        """Raise UnsupportedError unless a global array can be split into (`output=False`) or
+        assembled from (`output=True`: unreduced parts are summed) this leaf's per-partition
+        values."""
         s = self.sharding
-        if s.kind in ("manual", "unknown", "unreduced") or \
-                (s.kind == "tiled" and set(s.subgroup_types) - {"replicated"}):
+        allowed = {"replicated", "unreduced"} if output else {"replicated"}
+        if s.kind in ("manual", "unknown") or (s.kind == "unreduced" and not output) or \
+                (s.kind == "tiled" and set(s.subgroup_types) - allowed):
             raise UnsupportedError(
                 f"{what} has sharding {s.to_text(include_metadata=False)}: its per-partition "
                 "values are per-device data, not pieces of one global array, so it cannot be "
@@ -96,7 +101,7 @@ class SpmdSignature:
             for leaf in param.leaves:
                 leaf.check_global_io(f"entry parameter {i}")
         for leaf in self.output.leaves:
-            leaf.check_global_io("the result")
+            leaf.check_global_io("the result", output=True)
 
 
 def spmd_signature(module: Module, num_partitions: int | None = None, *,
@@ -338,22 +343,32 @@ def split_inputs(signature: SpmdSignature, global_args: Sequence[Any], *,
 # ============================================================================ assembling
 
 def source_partitions(leaf: ShardedLeaf, num_partitions: int) -> np.ndarray:
-    """The partitions whose pieces `assemble_leaf` reads, one per tile in row-major tile order:
-    the first device of each tile's replication group (partition 0 for replicated values, the
-    device of a maximal one)."""
-    leaf.check_global_io("the value")
+    """The partitions whose pieces `assemble_leaf` reads, in row-major tile order: per tile the
+    first device of its replication group, or all its unreduced members in subgroup order
+    (partition 0 for replicated values, the device of a maximal one, every partition for an
+    `{unreduced}` value)."""
+    leaf.check_global_io("the value", output=True)
     s = leaf.sharding
     if s.kind == "maximal":
         return np.asarray([s.device])
+    if s.kind == "unreduced":
+        return np.arange(num_partitions)
     if s.kind != "tiled":
         return np.asarray([0])
-    return s.tile_assignment.array.reshape(s.num_tiles, -1)[:, 0]
+    members = s.tile_assignment.array.reshape((s.num_tiles,) + s.tile_assignment.array.shape[
+        len(s.tile_assignment.array.shape) - len(s.subgroup_types):])
+    pick = tuple(slice(None) if kind == "unreduced" else 0 for kind in s.subgroup_types)
+    return members[(slice(None),) + pick].reshape(-1)
 
 
 def assemble_tiles(tiles: np.ndarray, leaf: ShardedLeaf) -> np.ndarray:
     """The global array from `tiles` = the source partitions' pieces stacked on a leading axis (in
-    `source_partitions` order), without the padding."""
+    `source_partitions` order; unreduced members' pieces are added), without the padding."""
     s = leaf.sharding
+    if s.kind == "unreduced" or (s.kind == "tiled" and "unreduced" in s.subgroup_types):
+        parts = len(tiles) // (s.num_tiles if s.kind == "tiled" else 1)
+        tiles = tiles.reshape((len(tiles) // parts, parts) + tiles.shape[1:]) \
+            .sum(axis=1, dtype=tiles.dtype)
     if s.kind != "tiled":
         return tiles[0]
     counts, shard = s.tile_counts, leaf.local_shape.dims

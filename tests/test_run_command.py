@@ -164,6 +164,27 @@ def test_check_refuses_io_and_manual_parameters(tmp_path, capsys, text, message)
     assert message in capsys.readouterr().err
 
 
+UNREDUCED_RESULT_PROGRAM = """HloModule m, num_partitions=4
+ENTRY e {
+  a = f32[8,6] parameter(0), sharding={devices=[2,2]<=[4]}
+  b = f32[6,5] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  ROOT d = f32[8,5] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_an_unreduced_result_is_assembled_by_summing_its_parts(tmp_path, capsys, backend):
+    """XLA's SubgroupUnreducedAndReplicated form: each partition returns its partial dot."""
+    if backend == "mpi" and not MPIEXEC.exists():
+        pytest.skip("mpiexec not installed in the venv")
+    program = tmp_path / "p.hlo"
+    program.write_text(UNREDUCED_RESULT_PROGRAM)
+    assert run_cli(program, "--backend", backend, "--check", "--garbage-padding", "-q") == 0
+    assert "out0" in capsys.readouterr().out
+
+
 def test_check_reports_a_mismatch_with_exit_1(tmp_path, capsys, monkeypatch):
     program = tmp_path / "p.hlo"
     program.write_text("""HloModule m, num_partitions=2

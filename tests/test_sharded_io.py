@@ -84,6 +84,28 @@ def test_per_device_shardings_cannot_be_split(text):
         assemble_leaf([np.zeros(lf.local_shape.dims, np.float32)] * 4, lf)
 
 
+def test_unreduced_results_are_the_sum_of_their_parts():
+    """`{devices=[2,1,2]<=[4] last_tile_dims={unreduced}}`: row tile 0 is the sum of the parts
+    of partitions 0 and 1, row tile 1 of partitions 2 and 3."""
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    lf = leaf("f32[4,2]", "{devices=[2,1,2]<=[4] last_tile_dims={unreduced}}")
+    assert source_partitions(lf, 4).tolist() == [0, 1, 2, 3]
+    parts = [x[:2] - 1, np.ones((2, 2), np.float32), x[2:] + 5, np.full((2, 2), -5, np.float32)]
+    np.testing.assert_array_equal(assemble_leaf(parts, lf), x)
+    # unreduced and replicated subgroups: one replica of each unreduced member is read
+    lf = leaf("f32[2]", "{devices=[2,2,2]<=[8] last_tile_dims={unreduced, replicated}}")
+    assert source_partitions(lf, 8).tolist() == [0, 2, 4, 6]
+    pieces = [np.array([1.0], np.float32), None, np.array([2.0], np.float32), None,
+              np.array([10.0], np.float32), None, np.array([20.0], np.float32), None]
+    np.testing.assert_array_equal(assemble_leaf(pieces, lf), [3.0, 30.0])
+    whole = leaf("f32[3]", "{unreduced}")
+    assert source_partitions(whole, 3).tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(
+        assemble_leaf([np.full(3, k, np.float32) for k in (1, 2, 4)], whole), [7, 7, 7])
+    with pytest.raises(UnsupportedError, match="per-device data"):     # not as an input
+        split_leaf(x, leaf("f32[4,2]", "{devices=[2,1,2]<=[4] last_tile_dims={unreduced}}"), 4)
+
+
 CASES = [
     ("f32[7,5]", "{devices=[2,3]<=[6]}"),
     ("f32[7,5]", "{devices=[3,1,2]<=[2,3]T(1,0) last_tile_dim_replicate}"),
