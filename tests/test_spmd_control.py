@@ -373,3 +373,35 @@ ENTRY e {
     loop = next(i for i in spmd.entry.instructions if i.opcode == "while")
     mapped = next(i for i in spmd.entry.instructions if i.opcode == "map")
     assert loop.attr("body").name != mapped.attr("to_apply").name
+
+
+ASYNC_CALL = """HloModule m, num_partitions=2
+
+called_computation {
+  p0 = s32[8] parameter(0)
+  p1 = s32[8] parameter(1)
+  ROOT add = s32[8] add(p0, p1)
+}, execution_thread="thread_1"
+
+ENTRY entry_computation {
+  p0 = s32[8] parameter(0), sharding=SHARDING
+  p1 = s32[8] parameter(1), sharding=SHARDING
+  async-start = ((s32[8], s32[8]), s32[8], u32[]) call-start(p0, p1),
+    async_execution_thread="thread_1", to_apply=called_computation
+  ROOT async-done = s32[8] call-done(async-start), sharding=SHARDING
+}, execution_thread="thread_0"
+"""
+
+
+def test_an_async_call_is_partitioned_like_a_call():
+    """XLA's call-start/call-done form (the propagation corpus's AsyncInstruction cases): made
+    synchronous and inlined, so the callee's add runs on the shards, with no gather."""
+    spmd = check_equivalent(ASYNC_CALL.replace("SHARDING", "{devices=[2]<=[2]}"), 2,
+                            propagate=True)
+    assert [i.opcode for i in spmd.entry.instructions] == ["parameter", "parameter", "add"]
+
+
+def test_an_async_call_on_manual_values_runs_per_device():
+    spmd = partition(ASYNC_CALL.replace("SHARDING", "{manual}"), 2, propagate=True)
+    assert [i.opcode for i in spmd.entry.instructions] == ["parameter", "parameter", "add"]
+    assert spmd.entry.root.shape.dims == (8,)

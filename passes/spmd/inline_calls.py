@@ -1,6 +1,7 @@
 """The inline-calls pass: replace every `call` in the entry computation and in the computations
 its control flow runs (while bodies and conditions, branches) by the body of its callee (XLA's
-CallInliner, which its SPMD pipeline runs before sharding propagation).
+CallInliner, which its SPMD pipeline runs before sharding propagation). An asynchronous call
+(`call-done(call-start(...))`) is made synchronous first and inlined the same way.
 
 JAX wraps small functions (`relu`, `_where`, ...) in `call`s; inlining them lets propagation and
 partitioning see through them. Callee instructions are copied with their attributes and
@@ -29,10 +30,40 @@ class InlineCalls(ModulePass):
 
     def apply(self, module: Module) -> Module:
         for comp in partitioned_computations(module):
+            _synchronous_calls(comp)
             while any(i.opcode == "call" for i in comp.instructions):
                 _inline_once(module, comp)
         _drop_unreachable(module)
         return module
+
+
+def _synchronous_calls(comp: Computation) -> None:
+    """`call-done(call-start(args))` becomes `call(args)` (named and sharded like the
+    call-done) when the call-done is the call-start's only user: an asynchronous call's value
+    is its callee's on its operands, only the schedule differs. The call is then inlined."""
+    users: dict[Instruction, list[Instruction]] = {}
+    for inst in comp.instructions:
+        for operand in inst.operands:
+            users.setdefault(operand, []).append(inst)
+
+    def wrapped(start: Instruction) -> bool:
+        return start.opcode == "call-start" and \
+            [u.opcode for u in users.get(start, [])] == ["call-done"] and start is not comp.root
+    replacement: dict[Instruction, Instruction] = {}
+    kept = []
+    for inst in comp.instructions:
+        inst.operands = [replacement.get(o, o) for o in inst.operands]
+        if wrapped(inst):
+            continue                                    # replaced at its call-done
+        if inst.opcode == "call-done" and wrapped(inst.operands[0]):
+            start = inst.operands[0]
+            call = Instruction(inst.name, "call", inst.shape, list(start.operands),
+                               {"to_apply": start.attr("to_apply")}, sharding=inst.sharding)
+            replacement[inst] = call
+            inst = call
+        kept.append(inst)
+    comp.instructions = kept
+    comp.root = replacement.get(comp.root, comp.root)
 
 
 def _inline_once(module: Module, comp: Computation) -> None:
