@@ -337,6 +337,16 @@ class HloSharding:
         return "manual" in self.subgroup_types
 
     @property
+    def has_unreduced(self) -> bool:
+        """A leaf holding partial values: `{unreduced}`, or tiled with an unreduced subgroup."""
+        return self.kind == "unreduced" or "unreduced" in self.subgroup_types
+
+    @property
+    def has_manual_leaf(self) -> bool:
+        """Some leaf is `{manual}` or has a manual subgroup (per-device data)."""
+        return any(leaf.kind == "manual" or leaf.has_manual_subgroup for leaf in self.leaves())
+
+    @property
     def has_partial_replication(self) -> bool:
         """Tiled with a replicated subgroup dim (each tile on a group of devices)."""
         return "replicated" in self.subgroup_types

@@ -206,19 +206,16 @@ def why_no_reference(module: Module) -> str | None:
         return (f"a program with I/O instructions ({', '.join(io_ops)}): their data does not "
                 "come from the input file")
     for p in module.entry.parameters:
-        if p.sharding is not None and any(_is_manual(leaf) for leaf in p.sharding.leaves()):
+        if p.sharding is not None and p.sharding.has_manual_leaf:
             return (f"entry parameter {p.parameter_number} ({p.name}), which has a manual "
                     "sharding: its value is per-device data, which one global input cannot "
                     "describe")
     root = module.entry.root
-    if root.sharding is not None and any(_is_manual(leaf) for leaf in root.sharding.leaves()):
+    if root.sharding is not None and root.sharding.has_manual_leaf:
         return (f"a result ({root.name}) with a manual sharding: its value is per-device data, "
                 "which one global output cannot describe")
     return None
 
-
-def _is_manual(sharding) -> bool:
-    return sharding.kind == "manual" or sharding.has_manual_subgroup
 
 
 def check_executable(module: Module) -> None:

@@ -355,8 +355,8 @@ def source_partitions(leaf: ShardedLeaf, num_partitions: int) -> np.ndarray:
         return np.arange(num_partitions)
     if s.kind != "tiled":
         return np.asarray([0])
-    members = s.tile_assignment.array.reshape((s.num_tiles,) + s.tile_assignment.array.shape[
-        len(s.tile_assignment.array.shape) - len(s.subgroup_types):])
+    array = s.tile_assignment.array
+    members = array.reshape((s.num_tiles,) + array.shape[array.ndim - len(s.subgroup_types):])
     pick = tuple(slice(None) if kind == "unreduced" else 0 for kind in s.subgroup_types)
     return members[(slice(None),) + pick].reshape(-1)
 
@@ -365,7 +365,7 @@ def assemble_tiles(tiles: np.ndarray, leaf: ShardedLeaf) -> np.ndarray:
     """The global array from `tiles` = the source partitions' pieces stacked on a leading axis (in
     `source_partitions` order; unreduced members' pieces are added), without the padding."""
     s = leaf.sharding
-    if s.kind == "unreduced" or (s.kind == "tiled" and "unreduced" in s.subgroup_types):
+    if s.has_unreduced:
         parts = len(tiles) // (s.num_tiles if s.kind == "tiled" else 1)
         tiles = tiles.reshape((len(tiles) // parts, parts) + tiles.shape[1:]) \
             .sum(axis=1, dtype=tiles.dtype)

@@ -240,14 +240,7 @@ def test_convolution_in_im2col_chunks(monkeypatch, case, budget):
     """A small IM2COL_BYTES loops over one or both kernel dims; the result is unchanged."""
     from gspmdc.runtime.kernels import contraction
     monkeypatch.setattr(contraction, "IM2COL_BYTES", budget)
-    p = CONV_CASES[case]
-    lhs, rhs = normal(2, 3, 6, 7), normal(4, 3, 3, 2)
-    expected = conv_by_definition(lhs, rhs, **p)
-    out = run("convolution", "f32", expected.shape, [lhs, rhs],
-              window=window([3, 2], p["strides"], p["pads"], p["lhs_dil"], p["rhs_dil"],
-                            p["reversal"]),
-              dim_labels=ConvDimLabels("bf01", "oi01", "bf01"))
-    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    test_convolution_window_attributes(case)
 
 
 def test_convolution_odd_dim_labels():

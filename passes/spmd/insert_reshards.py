@@ -195,10 +195,7 @@ class _Rewriter:
 
 
 def _result_reason(inst: Instruction, plan) -> str:
-    partial = any(leaf.kind == "unreduced" or
-                  (leaf.kind == "tiled" and "unreduced" in leaf.subgroup_types)
-                  for leaf in plan.result.leaves())
-    if partial:
+    if any(leaf.has_unreduced for leaf in plan.result.leaves()):
         dims = "contracting" if inst.opcode == "dot" else "reduced"
         return f"the local {inst.opcode} leaves partial results over its tiled {dims} dims " \
                f"({plan.reason})"

@@ -234,8 +234,7 @@ def rule_for(inst: Instruction, module_computations: dict[str, Computation]) -> 
 
 def has_manual_leaf(sharding: HloSharding | None) -> bool:
     """Whether some leaf of `sharding` is manual or has a manual subgroup (per-device data)."""
-    return sharding is not None and \
-        any(leaf.kind == "manual" or leaf.has_manual_subgroup for leaf in sharding.leaves())
+    return sharding is not None and sharding.has_manual_leaf
 
 
 def _check_callee(inst: Instruction, computations: dict[str, Computation], name: str,

@@ -188,14 +188,7 @@ class DynamicSliceRule(_KeptDimsRule):
         return candidates
 
     def lower(self, inst, ctx: LowerContext):
-        operand = inst.operands[0]
-        sharding = operand.sharding
-        rank = operand.shape.rank
-        tiling = Tiling.from_sharding(sharding, rank, ctx.num_devices) if sharding.is_tiled \
-            else None
-        kept = _kept_dims(inst)
-        tiled = [d for d in range(rank)
-                 if d not in kept and tiling is not None and tiling.counts[d] > 1]
+        tiling, tiled = _tiled_sliced_dims(inst, ctx)
         if tiled:
             return _masked_slice(inst, ctx, tiling, tiled)
         local = clone(inst, ctx)
@@ -223,17 +216,21 @@ class DynamicUpdateSliceRule(_KeptDimsRule):
         return candidates
 
     def lower(self, inst, ctx: LowerContext):
-        operand = inst.operands[0]
-        sharding = operand.sharding
-        rank = operand.shape.rank
-        tiling = Tiling.from_sharding(sharding, rank, ctx.num_devices) if sharding.is_tiled \
-            else None
-        kept = _kept_dims(inst)
-        tiled = [d for d in range(rank)
-                 if d not in kept and tiling is not None and tiling.counts[d] > 1]
+        tiling, tiled = _tiled_sliced_dims(inst, ctx)
         if not tiled:
             return clone(inst, ctx)
         return _masked_update(inst, ctx, tiling, tiled)
+
+
+def _tiled_sliced_dims(inst: Instruction, ctx: LowerContext) -> tuple[Tiling | None, list[int]]:
+    """The (planned) tiling of `inst`'s operand and the dims it slices that this tiling tiles."""
+    operand = inst.operands[0]
+    if not operand.sharding.is_tiled:
+        return None, []
+    tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices)
+    kept = _kept_dims(inst)
+    return tiling, [d for d in range(operand.shape.rank)
+                    if d not in kept and tiling.counts[d] > 1]
 
 
 def _top_k_of_shards(inst: Instruction, ctx: LowerContext, tiling: Tiling) -> Instruction:

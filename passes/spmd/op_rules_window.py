@@ -391,9 +391,7 @@ def _sliced_tiled_dims(inst: Instruction, tiling: Tiling) -> list[int]:
 
 def _partial(inst: Instruction) -> bool:
     """Whether the planned result of `inst` is a partial value (the masked strategy)."""
-    sharding = inst.sharding
-    return sharding.kind == "unreduced" or (sharding.is_tiled and
-                                            "unreduced" in sharding.subgroup_types)
+    return inst.sharding.has_unreduced
 
 
 @op_rule("concatenate")

@@ -160,9 +160,7 @@ def _all_gather(inst: Instruction, n: int, threshold: int) -> Windowing | None:
 def _reduce_scatter(inst: Instruction, users, n: int, threshold: int):
     """The RS windowing of `inst` and the reshard it replaces, or `(None, None)`."""
     sharding = inst.sharding
-    partial_sums = sharding.kind == "unreduced" or \
-        (sharding.kind == "tiled" and "unreduced" in sharding.subgroup_types)
-    if not partial_sums or _bytes(inst.shape) < threshold or len(users[inst]) != 1:
+    if not sharding.has_unreduced or _bytes(inst.shape) < threshold or len(users[inst]) != 1:
         return None, None
     reshard = users[inst][0]
     if not is_inserted_reshard(reshard) or not _plain(reshard.sharding):
