@@ -4,7 +4,8 @@
 `TOKEN`) and returns the root's value. Each computation is compiled once per evaluation into a plan
 (kernel, instruction, operand slots, slots to release) that calls, while loops and conditionals reuse.
 Instructions run in program order; a value is released right after its last use, so memory holds only
-live values. Values are immutable: kernels never write into their operands, and a result may alias
+live values. One fusion: a `pad` read only by a `dynamic-slice` is not evaluated, the slice reads its
+window from the pad's operand (`_windows_of_pads`; the hooks see the dynamic-slice only). Values are immutable: kernels never write into their operands, and a result may alias
 an operand (a view). Kernels run under `np.errstate(all="ignore")`: HLO arithmetic has no traps.
 
 The same interpreter runs the unpartitioned program on one device and each partition of an SPMD
@@ -25,6 +26,7 @@ from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from .collectives import CollectiveBackend, SinglePartitionBackend
 from .kernels import KERNELS, TOKEN, Token
+from .kernels.indexing import dynamic_slice_of_pad
 
 
 def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
@@ -123,9 +125,12 @@ class _Plan:
         self.num_slots = len(comp.instructions)
         self.param_slots = [slot[p] for p in comp.parameters]
         self.root_slot = slot[comp.root]
+        fused = _windows_of_pads(comp)
+        operands = {inst: (inst.operands[0].operands + inst.operands[1:] if inst in fused.values()
+                           else inst.operands) for inst in comp.instructions}
         last_use = {i: i for i in range(self.num_slots)}
         for i, inst in enumerate(comp.instructions):
-            for op in inst.operands:
+            for op in operands[inst]:
                 last_use[slot[op]] = i
         last_use[self.root_slot] = self.num_slots
         releases: dict[int, list[int]] = {}
@@ -133,15 +138,15 @@ class _Plan:
             releases.setdefault(at, []).append(s)
         steps = []
         for i, inst in enumerate(comp.instructions):
-            if inst.opcode == "parameter":
+            if inst.opcode == "parameter" or inst in fused:
                 continue
-            kernel = KERNELS.get(inst.opcode)
+            kernel = dynamic_slice_of_pad if inst in fused.values() else KERNELS.get(inst.opcode)
             if kernel is None:
                 raise UnsupportedError(f"opcode {inst.opcode} is not supported by the interpreter "
                                        f"(instruction {inst.name} in computation {comp.name})")
             shape = inst.shape
             array = isinstance(shape, ArrayShape) and not shape.is_token
-            steps.append((kernel, inst, tuple(slot[op] for op in inst.operands), i,
+            steps.append((kernel, inst, tuple(slot[op] for op in operands[inst]), i,
                           tuple(s for s in releases.get(i, ()) if s != self.root_slot),
                           shape.dims if array else None,
                           dtypes.numpy_dtype(shape.element_type) if array else None))
@@ -182,6 +187,20 @@ class _Plan:
                 for s in release:
                     values[s] = None
         return values[self.root_slot]
+
+
+def _windows_of_pads(comp: Computation) -> dict[Instruction, Instruction]:
+    """The fusion of `_Plan`: `{pad: dynamic-slice}` for every pad (no interior padding, not the
+    root) whose only user is a dynamic-slice of it. The pad is not evaluated; the dynamic-slice
+    reads its window from the pad's operand (`dynamic_slice_of_pad`), so the padded array, which
+    the partitioner's replicated-to-tiled reshards of uneven dimensions make whole on every
+    partition, never exists."""
+    users = comp.users()
+    return {inst: users[inst][0] for inst in comp.instructions
+            if inst.opcode == "pad" and inst is not comp.root and len(users[inst]) == 1
+            and users[inst][0].opcode == "dynamic-slice" and users[inst][0].operands[0] is inst
+            and inst not in users[inst][0].operands[1:]
+            and all(p.interior == 0 for p in inst.attrs["padding"])}
 
 
 def _as_array(value: Any, comp: Computation, inst: Instruction) -> np.ndarray:

@@ -7,7 +7,9 @@ directory, renamed into place once complete, so a failed run never leaves a part
 """
 from __future__ import annotations
 
+import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -16,6 +18,8 @@ from gspmdc.errors import GspmdcError, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
+
+from . import spill
 
 #: operand positions that are indices into another operand, per opcode: (index operands, indexed
 #: operand). Random integer inputs that flow into them are kept inside the indexed dimensions.
@@ -117,36 +121,71 @@ def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> 
         np.savez(f, **arrays)
 
 
+#: random inputs are drawn in blocks of this many elements (see `random_inputs`)
+RANDOM_BLOCK = 1 << 20
+
+
 def random_inputs(module: Module, seed: int) -> list:
-    """Random entry arguments that keep the program meaningful: floats ~ N(0, 1); integers uniform in
-    [0, bound) where bound is the smallest size of a dimension the value (after index-preserving ops)
-    indexes, or 8 when it is not used as an index; predicates fair coins. Tuple parameters get a
-    tuple of such arrays."""
-    rng = np.random.default_rng(seed)
+    """Random entry arguments that keep the program meaningful: floats uniform in [-1, 1) (drawn
+    as f32, then converted; complex: real and imaginary parts alike); integers uniform in
+    [0, bound) where bound is the smallest size of a dimension the value (after index-preserving
+    ops) indexes, or 8 when it is not used as an index; predicates fair coins. Tuple parameters get
+    a tuple of such arrays.
+
+    Array leaf `j` (parameters by number, tuple leaves in order) is drawn in row-major blocks of
+    `RANDOM_BLOCK` elements, block `k` from its own generator `default_rng([seed, j, k])`: the
+    values do not depend on how the work is split, the blocks are drawn by a thread per core, and
+    arrays too large for memory are written block by block into file-backed arrays
+    (`runtime/spill.py`)."""
     bounds = _index_bounds(module.entry, module)
-    return [_random_value(rng, p, p.shape, bounds.get(p, 8)) for p in module.entry.parameters]
+    leaves = []
+
+    def draw(param: Instruction, shape: Shape):
+        if isinstance(shape, TupleShape):
+            return tuple(draw(param, e) for e in shape.elements)
+        if shape.is_token:
+            raise UnsupportedError(f"parameter {param.name} has shape {param.shape}; random "
+                                   "inputs exist only for arrays and tuples of arrays")
+        out = spill.zeros(shape.dims, dtypes.numpy_dtype(shape.element_type))
+        leaves.append((out.reshape(-1), shape.element_type, bounds.get(param, 8)))
+        return out
+
+    values = [draw(p, p.shape) for p in module.entry.parameters]
+    blocks = [(seed, j, k) for j, (flat, _, _) in enumerate(leaves)
+              for k in range(-(-flat.size // RANDOM_BLOCK))]
+    fill = functools.partial(_fill_block, leaves)
+    if len(blocks) > 1:
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            list(pool.map(fill, blocks))
+    else:
+        list(map(fill, blocks))
+    return values
 
 
-def _random_value(rng: np.random.Generator, param: Instruction, shape: Shape, bound: int):
-    if isinstance(shape, TupleShape):
-        return tuple(_random_value(rng, param, e, bound) for e in shape.elements)
-    if shape.is_token:
-        raise UnsupportedError(f"parameter {param.name} has shape {param.shape}; random inputs "
-                               "exist only for arrays and tuples of arrays")
-    return _random_array(rng, shape, bound)
+def _fill_block(leaves: list, block: tuple[int, int, int]) -> None:
+    """Draw block `k` of leaf `j` (see `random_inputs`)."""
+    seed, j, k = block
+    flat, element_type, bound = leaves[j]
+    out = flat[k * RANDOM_BLOCK:(k + 1) * RANDOM_BLOCK]
+    rng = np.random.default_rng(block)
+    if element_type == "pred":
+        out[...] = rng.integers(0, 2, size=out.size, dtype=np.uint8)
+    elif dtypes.is_integer(element_type):
+        out[...] = rng.integers(0, max(bound, 1), size=out.size)
+    elif dtypes.is_complex(element_type):
+        out.real, out.imag = _uniform(rng, out.size), _uniform(rng, out.size)
+    elif out.dtype == np.float32:
+        _uniform(rng, out.size, out)
+    else:
+        out[...] = _uniform(rng, out.size)
 
 
-def _random_array(rng: np.random.Generator, shape: ArrayShape, bound: int) -> np.ndarray:
-    t = shape.element_type
-    dtype = dtypes.numpy_dtype(t)
-    if t == "pred":
-        return rng.integers(0, 2, size=shape.dims).astype(np.bool_)
-    if dtypes.is_integer(t):
-        return rng.integers(0, max(bound, 1), size=shape.dims).astype(dtype)
-    if dtypes.is_complex(t):
-        real = rng.standard_normal(shape.dims, dtype=np.float32)
-        return (real + 1j * rng.standard_normal(shape.dims, dtype=np.float32)).astype(dtype)
-    return rng.standard_normal(shape.dims, dtype=np.float32).astype(dtype, copy=False)
+def _uniform(rng: np.random.Generator, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """`size` f32 values uniform in [-1, 1) (into `out` when given)."""
+    out = rng.random(size, dtype=np.float32, out=out)
+    out *= 2
+    out -= 1
+    return out
 
 
 def _index_bounds(comp: Computation, module: Module) -> dict[Instruction, int]:

@@ -7,7 +7,8 @@
   operand at its start index is SKIPPED (XLA's evaluator and ScatterExpander). Updates to the same
   element are combined in order (scatter index major, window index minor). `indices_are_sorted`
   and `unique_indices` are hints and ignored.
-- dynamic-slice / dynamic-update-slice: start indices are clamped into `[0, dim - size]`.
+- dynamic-slice / dynamic-update-slice: start indices are clamped into `[0, dim - size]`; a
+  dynamic-slice is a view of its operand.
 
 All index arithmetic is vectorised: broadcast index arrays for numpy fancy indexing. The only loop
 over data is the scatter fallback for a combiner that is not a plain ufunc, which runs one
@@ -20,6 +21,7 @@ import numpy as np
 from gspmdc.ir import dtypes
 
 from . import kernel
+from .. import spill
 from ..computation_patterns import apply_scalar_computation, reducer_ufunc
 
 
@@ -177,11 +179,33 @@ def _clamped_starts(starts, operand_shape, sizes) -> list[int]:
 
 @kernel("dynamic-slice")
 def dynamic_slice(inst, args, ctx):
-    """`dynamic-slice(operand, start...)`, `dynamic_slice_sizes` per dim, starts clamped."""
+    """`dynamic-slice(operand, start...)`, `dynamic_slice_sizes` per dim, starts clamped; a view
+    of the operand."""
     operand, *starts = args
     sizes = _dims(inst, "dynamic_slice_sizes")
     begin = _clamped_starts(starts, operand.shape, sizes)
-    return operand[tuple(slice(b, b + s) for b, s in zip(begin, sizes))].copy()
+    return operand[tuple(slice(b, b + s) for b, s in zip(begin, sizes))]
+
+
+def dynamic_slice_of_pad(inst, args, ctx):
+    """`dynamic-slice(pad(x, value), start...)` without the padded array (the interpreter's
+    fusion, see `runtime/interpreter.py`): `inst` is the dynamic-slice, whose operand is a pad
+    without interior padding; `args` are `x`, `value` and the starts. The window is a view of `x`
+    when it lies inside it, else a fresh array (`spill.full`) of `value` with `x`'s part copied
+    in."""
+    x, value, *starts = args
+    pads = inst.operands[0].attrs["padding"]
+    sizes = _dims(inst, "dynamic_slice_sizes")
+    padded = [p.low + n + p.high for n, p in zip(x.shape, pads)]
+    begin = [b - p.low for b, p in zip(_clamped_starts(starts, padded, sizes), pads)]
+    inside = [(max(b, 0), min(b + s, n)) for b, s, n in zip(begin, sizes, x.shape)]
+    if all(lo == b and hi == b + s for (lo, hi), b, s in zip(inside, begin, sizes)):
+        return x[tuple(slice(b, b + s) for b, s in zip(begin, sizes))]
+    out = spill.full(sizes, value, x.dtype)
+    if all(lo < hi for lo, hi in inside):
+        out[tuple(slice(lo - b, hi - b) for (lo, hi), b in zip(inside, begin))] = \
+            x[tuple(slice(lo, hi) for lo, hi in inside)]
+    return out
 
 
 @kernel("dynamic-update-slice")

@@ -27,6 +27,7 @@ from gspmdc.ir import dtypes
 from gspmdc.ir.shapes import ArrayShape
 
 from . import TOKEN, kernel
+from .. import spill
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -149,7 +150,7 @@ def pad_array(x: np.ndarray, value, pads) -> np.ndarray:
         return x[tuple(slice(-p.low, n + p.high) for n, p in zip(x.shape, pads))]
     core = [n + max(n - 1, 0) * p.interior for n, p in zip(x.shape, pads)]
     full = [max(p.low, 0) + c + max(p.high, 0) for c, p in zip(core, pads)]
-    out = np.full(full, value, dtype=x.dtype)
+    out = spill.full(full, value, x.dtype)
     out[tuple(slice(max(p.low, 0), max(p.low, 0) + c, p.interior + 1)
               for c, p in zip(core, pads))] = x
     return out[tuple(slice(max(-p.low, 0), f - max(-p.high, 0)) for f, p in zip(full, pads))]
