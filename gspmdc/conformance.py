@@ -28,35 +28,42 @@ from gspmdc.errors import GspmdcError
 from gspmdc.runtime.compare import compare_outputs
 
 IO_OPCODES = frozenset({"infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
-CASE_TIMEOUT_SECONDS = 300
+CASE_TIMEOUT_SECONDS = 600
 
 
 @dataclass(frozen=True)
 class MachineLimits:
     """What one case may use on this machine. Each evaluated case runs in a child process whose
-    address space is capped at `memory_bytes` (so an oversized case fails alone with a
-    MemoryError instead of waking the kernel's OOM killer) and which is killed after
-    `timeout_seconds`. Cases whose largest value exceeds a quarter of the cap (the inputs, the
-    reference run and the partitioned run each hold it) or whose dots and convolutions need more
-    than `max_multiply_adds` are not attempted: several XLA test modules hold tensors of tens of
-    GiB, meant only for compilation."""
+    memory is capped at `memory_bytes` (RLIMIT_DATA: the heap and private mappings, so an
+    oversized case fails alone with a MemoryError instead of waking the kernel's OOM killer;
+    the file-backed arrays of `runtime/spill.py` do not count) and which is killed after
+    `timeout_seconds`. Cases are not attempted when their largest value exceeds half of
+    `storage_bytes` (the memory cap plus the free space of the temporary directory, where the
+    runtime spills large arrays; the input and a partition's padded copy of it are both held) or
+    when their dots and convolutions need more than `max_multiply_adds`: several XLA test modules
+    hold tensors of tens of GiB, or do 1e17 multiply-adds, meant only for compilation."""
 
     memory_bytes: int
+    storage_bytes: int
     timeout_seconds: int = CASE_TIMEOUT_SECONDS
     max_multiply_adds: float = 3e12
 
     @classmethod
     def of_this_machine(cls) -> "MachineLimits":
-        """Three quarters of the physical memory."""
+        """Three quarters of the physical memory; that plus the temporary directory's free
+        space."""
         import os
-        return cls(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4)
+        import shutil
+        import tempfile
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+        return cls(memory, memory + shutil.disk_usage(tempfile.gettempdir()).free)
 
     def too_large(self, module) -> str | None:
         """Why `module` is not attempted here, or None."""
         largest, work = largest_value_bytes(module), multiply_adds(module)
-        if largest > self.memory_bytes // 4:
+        if largest > self.storage_bytes // 2:
             return (f"too large for this machine: a value of {largest / 2**30:.1f} GiB "
-                    f"(limit {self.memory_bytes / 4 / 2**30:.1f} GiB)")
+                    f"(limit {self.storage_bytes / 2 / 2**30:.1f} GiB)")
         if work > self.max_multiply_adds:
             return (f"too large for this machine: {work:.2g} multiply-adds "
                     f"(limit {self.max_multiply_adds:.2g})")
@@ -72,7 +79,7 @@ def run_isolated(limits: MachineLimits, fn, *args):
     import resource
 
     def child(connection):
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
         try:
             connection.send(("ok", fn(*args)))
         except BaseException as e:  # noqa: BLE001 - reported to the parent

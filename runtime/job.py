@@ -10,7 +10,9 @@ their inputs from `input_sources` and end with `finish` (profile table, `--check
 reference, atomic output file, printed outputs).
 
 A module counts as SPMD (already partitioned) when it has `partition-id` or collective
-instructions, or the `spmd_global_signature` header attribute gspmdc's partitioner writes.
+instructions (other than a cross-replica all-reduce, which has no `channel_id` and combines
+replicas, not partitions), or the `spmd_global_signature` header attribute gspmdc's partitioner
+writes.
 """
 from __future__ import annotations
 
@@ -86,8 +88,14 @@ class Job:
 
 def is_spmd(module: Module) -> bool:
     """The module is already an SPMD program (see the module docstring)."""
-    return GLOBAL_SIGNATURE_ATTR in module.attrs or \
-        any(inst.opcode in SPMD_OPCODES for _, inst in module.all_instructions())
+    return GLOBAL_SIGNATURE_ATTR in module.attrs or any(
+        inst.opcode in SPMD_OPCODES and not _cross_replica_all_reduce(inst)
+        for _, inst in module.all_instructions())
+
+
+def _cross_replica_all_reduce(inst: Instruction) -> bool:
+    """An all-reduce without `channel_id`: it combines replicas, not partitions."""
+    return inst.opcode == "all-reduce" and inst.attr("channel_id") is None
 
 
 def devices_named_by_shardings(module) -> int:

@@ -2,9 +2,10 @@
 
 `zeros(shape, dtype)` returns a plain, writable, C-ordered `np.ndarray` of zeros: in memory when it
 is smaller than `SPILL_BYTES`, otherwise backed by a file in the temporary directory
-(`tempfile.gettempdir()`), mapped shared and unlinked at once, so the operating system pages it to
-and from disk as needed and its space is freed when the last array viewing it goes, even when the
-process is killed. Either way the zeros cost nothing until written (fresh pages, a sparse file).
+(`tempfile.gettempdir()`), its disk space reserved up front (a full disk raises MemoryError here,
+not a bus error later), mapped shared and unlinked at once, so the operating system pages it to and
+from disk as needed and its space is freed when the last array viewing it goes, even when the
+process is killed. Either way the zeros cost nothing until written (fresh pages, unwritten extents).
 `full(shape, value, dtype)` is the same, filled.
 
 The runtime allocates through here where values of any size are made: the random inputs, shard
@@ -31,7 +32,11 @@ def zeros(shape, dtype) -> np.ndarray:
     if nbytes < SPILL_BYTES:
         return np.zeros(shape, dtype)
     with tempfile.TemporaryFile(prefix="gspmdc-spill-") as backing:
-        backing.truncate(nbytes)
+        try:
+            os.posix_fallocate(backing.fileno(), 0, nbytes)
+        except OSError as e:
+            raise MemoryError(f"no room for a {nbytes / 2**30:.1f} GiB array in memory or in "
+                              f"{tempfile.gettempdir()} ({e.strerror})") from None
         mapped = mmap.mmap(backing.fileno(), nbytes)
     return np.frombuffer(mapped, dtype).reshape(shape)
 

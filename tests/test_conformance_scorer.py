@@ -7,7 +7,7 @@ import pytest
 from gspmdc.conformance import MachineLimits
 from gspmdc.conformance_partition import classify
 
-LIMITS = MachineLimits(memory_bytes=4 << 30, timeout_seconds=60)
+LIMITS = MachineLimits(memory_bytes=4 << 30, storage_bytes=8 << 30, timeout_seconds=60)
 
 
 def case(hlo: str, n: int = 2, **extra) -> dict:
@@ -53,14 +53,15 @@ def test_buckets(hlo, bucket, reason):
 
 
 def test_out_of_memory_in_the_child_is_too_large():
-    """A case needing more than the child's address-space cap stops alone, as too large."""
+    """A case needing more than the child's memory cap stops alone, as too large."""
     hlo = """HloModule m
 ENTRY e {
-  x = f32[64,1048576] parameter(0), sharding={devices=[2,1]<=[2]}
-  ROOT n = f32[64,1048576] negate(x), sharding={devices=[2,1]<=[2]}
+  x = f32[64,2097152] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT n = f32[64,2097152] negate(x), sharding={devices=[2,1]<=[2]}
 }
 """
-    got, why, _ = classify(case(hlo), MachineLimits(memory_bytes=2 << 30, timeout_seconds=60))
+    got, why, _ = classify(case(hlo), MachineLimits(memory_bytes=512 << 20,
+                                                    storage_bytes=8 << 30, timeout_seconds=60))
     assert got == "excluded: too large here" and "out of memory" in why
 
 

@@ -9,7 +9,9 @@ import pytest
 
 from gspmdc.errors import ShardingError, UnsupportedError
 
-from spmd_partition_helpers import check_equivalent, collectives, opcodes, partition
+from spmd_partition_helpers import (
+    COLLECTIVES, check_equivalent, collectives, opcodes, partition,
+)
 
 REDUCERS = """
 add {
@@ -236,6 +238,20 @@ def test_dot_uneven_contracting_masks_both_operands():
     assert opcodes(spmd).count("select") == 2
 
 
+@pytest.mark.parametrize("size, n, selects", [
+    (13, 4, 1),     # tiles of 4: every tile starts inside the dim; the whole weight pads with 0
+    (9, 4, 2),      # tiles of 3: the fourth is wholly padding, given a clamped window of data
+])
+def test_dot_does_not_mask_a_replicated_operand_resharded_with_zero_padding(size, n, selects):
+    spmd = check_equivalent(module(f"""
+  a = f32[5,{size}] parameter(0), sharding={{devices=[1,{n}]<=[{n}]}}
+  b = f32[{size},3] parameter(1), sharding={{replicated}}
+  c = f32[{size},3] copy(b), sharding={{devices=[{n},1]<=[{n}]}}
+  ROOT d = f32[5,3] dot(a, c), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}},
+    sharding={{replicated}}"""), n, rtol=1e-4)
+    assert opcodes(spmd).count("select") == selects
+
+
 def test_dot_non_contracting_partitioned_output_follows_the_lhs():
     spmd = check_equivalent(module("""
   a = f32[12,8] parameter(0), sharding={devices=[4,1]<=[4]}
@@ -428,6 +444,23 @@ def test_partition_dependent_ops_are_rejected():
     with pytest.raises(UnsupportedError, match="rng-get-and-update-state"):
         partition(module("""
   ROOT r = u64[2] rng-get-and-update-state(), delta=4"""), 2)
+    with pytest.raises(UnsupportedError, match="across partitions"):
+        partition(module("""
+  x = f32[8] parameter(0), sharding={devices=[2]<=[2]}
+  ROOT r = f32[8] all-reduce(x), channel_id=1, replica_groups={}, use_global_device_ids=true,
+    to_apply=add, sharding={devices=[2]<=[2]}"""), 2)
+
+
+def test_a_cross_replica_all_reduce_is_elementwise():
+    """No channel_id: it sums over the replicas (one here), partition by partition (XLA's
+    HandleAllReduce); it stays in the program and moves nothing between partitions."""
+    spmd = check_equivalent(module("""
+  x = f32[8,5] parameter(0), sharding={devices=[2,1]<=[2]}
+  r = f32[8,5] all-reduce(x), to_apply=add, sharding={devices=[2,1]<=[2]}
+  ROOT n = f32[8,5] negate(r), sharding={devices=[2,1]<=[2]}"""), 2)
+    (reduce,) = [i for i in spmd.entry.instructions if i.opcode in COLLECTIVES]
+    assert reduce.opcode == "all-reduce" and reduce.attr("channel_id") is None
+    assert str(reduce.shape) == "f32[4,5]"
 
 
 def test_resharding_a_manual_value_is_rejected():

@@ -168,6 +168,7 @@ def maximal_for(shape: Shape, device: int) -> HloSharding:
 # ---- the default action ------------------------------------------------------------------------
 
 #: opcodes whose result depends on the partition or which talk to the host or other partitions
+#: (except a cross-replica all-reduce, which has a rule: `op_rules_elementwise.py`)
 UNPARTITIONABLE = frozenset({
     "infeed", "outfeed", "send", "send-done", "recv", "recv-done",
     "rng-get-and-update-state", "partition-id", "replica-id", "all-reduce", "all-gather",
@@ -220,7 +221,7 @@ def rule_for(inst: Instruction, module_computations: dict[str, Computation]) -> 
         if inst.attr("custom_call_has_side_effect", False):
             raise UnsupportedError(f"{inst.name}: side-effecting custom-call {target!r} cannot "
                                    "be partitioned")
-    if opcode in UNPARTITIONABLE:
+    if opcode in UNPARTITIONABLE and opcode not in RULES:
         raise UnsupportedError(f"{inst.name}: {opcode} cannot be partitioned (its result "
                                "depends on the partition or it talks to the host)")
     rule = RULES.get(opcode if opcode != "custom-call" else

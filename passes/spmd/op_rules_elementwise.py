@@ -1,6 +1,10 @@
 """Partitioning of elementwise ops (reference §4.7.1): `copy`, `convert`, `compare`, `select`,
 `clamp`, every unary and binary arithmetic/logical op, `map`, and `bitcast-convert` between
-types of one width (one that changes the width changes the rank and runs replicated).
+types of one width (one that changes the width changes the rank and runs replicated), and a
+cross-replica `all-reduce` of one array (no `channel_id`: it combines the values of the same
+partition on every replica, so it is elementwise across partitions, as in XLA's HandleAllReduce;
+with one replica it returns its operand). An all-reduce with a `channel_id` talks across
+partitions: an input program holding one is rejected.
 
 The op runs on equally sharded operands and produces that sharding; padding stays padding (its
 values are unspecified and never read as data). Candidates: the annotated result sharding, and
@@ -9,6 +13,7 @@ operands already agree). Scalar operands of a non-scalar op (`clamp`'s bounds) a
 """
 from __future__ import annotations
 
+from gspmdc.errors import UnsupportedError
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
@@ -53,6 +58,17 @@ class ElementwiseRule(OpRule):
         plans = [OpPlan(tuple(replicated if s else c for s in scalar), c,
                         "elementwise operands share the result's sharding") for c in candidates]
         return ctx.choose(inst, plans)
+
+
+@op_rule("all-reduce")
+class CrossReplicaAllReduceRule(OpRule):
+    def plan(self, inst, ctx):
+        if inst.attr("channel_id") is not None or len(inst.operands) != 1 or \
+                isinstance(inst.shape, TupleShape):
+            raise UnsupportedError(f"{inst.name}: an all-reduce across partitions (channel_id) "
+                                   "or of several operands cannot be partitioned (its result "
+                                   "depends on the partition)")
+        return ElementwiseRule().plan(inst, ctx)
 
 
 def _width_change_plan(inst, ctx):

@@ -7,7 +7,9 @@ in padding). It is harmful where a padding element flows into a real one:
 
 - `reduce` over a tiled uneven dim: the input is masked with the reduce's init value;
 - `dot` (and `ragged-dot`) contracting over a tiled uneven dim: *both* operands are masked
-  with 0 (a masked lhs alone would still give `0 * NaN`).
+  with 0 (a masked lhs alone would still give `0 * NaN`), except an operand whose padding is
+  zeros already (`zero_padded`: a replicated value resharded into tiles, e.g. a weight that
+  arrives whole), which a mask would copy for nothing.
 
 The mask is written in the global IR as ops that are the identity on the global program:
 
@@ -32,6 +34,7 @@ from gspmdc.passes.pass_manager import ModulePass, register_pass
 
 from .builder import Builder, NameUniquer
 from .call_graph import partitioned_computations
+from .reshard_nodes import is_reshard
 
 
 @register_pass
@@ -66,11 +69,10 @@ def _mask_computation(comp: Computation) -> None:
             rc = inst.attr("rhs_contracting_dims", ())
             lu, ru = uneven_dims(lhs, lc), uneven_dims(rhs, rc)
             if lu or ru:
-                zero = _zero(b, lhs.shape.element_type)
-                inst.operands[0] = mask_padding(b, lhs, lu, zero, inst, "zero")
-                zero = zero if rhs.shape.element_type == lhs.shape.element_type else \
-                    _zero(b, rhs.shape.element_type)
-                inst.operands[1] = mask_padding(b, rhs, ru, zero, inst, "zero")
+                for position, x, dims in ((0, lhs, lu), (1, rhs, ru)):
+                    if not zero_padded(x):
+                        inst.operands[position] = mask_padding(
+                            b, x, dims, _zero(b, x.shape.element_type), inst, "zero")
         b.append(inst)
     comp.instructions = b.instructions
 
@@ -82,6 +84,23 @@ def uneven_dims(x: Instruction, dims) -> list[int]:
         return []
     counts = sharding.tile_counts
     return [d for d in sorted(dims) if counts[d] > 1 and x.shape.dims[d] % counts[d]]
+
+
+def zero_padded(x: Instruction) -> bool:
+    """Whether the padding of `x`'s shards is known to be zeros: `x` is (a copy of) a reshard of
+    a replicated value into tiles none of which lies wholly past the end of its dim. lower-spmd
+    makes such a reshard by padding the whole value with zeros and slicing every partition's
+    window out of it (`reshard._slice`); a tile wholly in the padding would instead be given a
+    clamped window of real data."""
+    sharding = x.sharding
+    while x.opcode == "copy" and x.operands[0].sharding == sharding:
+        x = x.operands[0]
+    if not is_reshard(x) or sharding is None or not sharding.is_tiled or \
+            any(t != "replicated" for t in sharding.subgroup_types):
+        return False
+    source = x.operands[0].sharding
+    return source is not None and source.is_replicated and all(
+        -(-n // t) * (t - 1) < n for n, t in zip(x.shape.dims, sharding.tile_counts))
 
 
 def _zero(b: Builder, element_type: str) -> Instruction:
@@ -123,4 +142,4 @@ def mask_padding(b: Builder, x: Instruction, dims: list[int], fill: Instruction,
                      name=f"{x.name}.masked", sharding=sharding)
 
 
-__all__ = ["PadUneven", "uneven_dims", "mask_padding"]
+__all__ = ["PadUneven", "uneven_dims", "mask_padding", "zero_padded"]
