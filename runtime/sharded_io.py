@@ -50,6 +50,8 @@ from gspmdc.ir.parser import parse_shape
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
+from . import spill
+
 GLOBAL_SIGNATURE_ATTR = "spmd_global_signature"
 PADDINGS = ("zeros", "garbage")
 
@@ -276,7 +278,7 @@ def shard_leaf(array: np.ndarray, leaf: ShardedLeaf, partition: int, num_partiti
                                                                 limit[partition]))])
     if piece.shape == local:
         return np.array(piece)
-    out = np.full(local, fill, array.dtype)
+    out = spill.full(local, fill, array.dtype)
     out[tuple(slice(0, k) for k in piece.shape)] = piece
     return out
 
@@ -284,7 +286,8 @@ def shard_leaf(array: np.ndarray, leaf: ShardedLeaf, partition: int, num_partiti
 def split_leaf(array: np.ndarray, leaf: ShardedLeaf, num_partitions: int, *,
                padding: str = "zeros") -> list[np.ndarray]:
     """Every partition's shard of the global `array` (partition order), computed at once: pad to
-    whole tiles, expose tiles as an array axis, index it by the partitions' tile indices."""
+    whole tiles (when the tiles overhang it), expose tiles as an array axis, take each
+    partition's tile of it (views of the padded array)."""
     _check_global_array(array, leaf)
     leaf.check_global_io("the value")
     s, n = leaf.sharding, num_partitions
@@ -295,13 +298,16 @@ def split_leaf(array: np.ndarray, leaf: ShardedLeaf, num_partitions: int, *,
     if s.kind != "tiled":
         return [array] * n
     counts, shard = s.tile_counts, leaf.local_shape.dims
-    padded = np.full(tuple(t * k for t, k in zip(counts, shard)), fill, array.dtype)
-    padded[tuple(slice(0, d) for d in array.shape)] = array
+    whole = tuple(t * k for t, k in zip(counts, shard))
+    if whole == array.shape:
+        padded = array
+    else:
+        padded = spill.full(whole, fill, array.dtype)
+        padded[tuple(slice(0, d) for d in array.shape)] = array
     rank = len(shard)
     interleaved = padded.reshape([x for t, k in zip(counts, shard) for x in (t, k)])
     tiles = interleaved.transpose(list(range(0, 2 * rank, 2)) + list(range(1, 2 * rank, 2)))
-    index = s.tile_indices()[:n]
-    return list(tiles[tuple(index.T)])
+    return [tiles[tuple(i)] for i in s.tile_indices()[:n].tolist()]     # views, no copies
 
 
 def _check_global_array(array: np.ndarray, leaf: ShardedLeaf) -> None:
