@@ -1,6 +1,7 @@
 """Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
 
     python -m gspmdc.conformance parse|propagate|partition [--shared DIR] [--verbose]
+                                 [--cases NAME ...]
 
 `parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
 modules parsed, round-tripped (`parse(print(parse(t)))` identical to `parse(t)`), verified, and
@@ -326,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", type=Path, default=None,
                         help="the shared corpora folder (default: ../shared beside the repo)")
     parser.add_argument("--verbose", action="store_true", help="list every failure")
+    parser.add_argument("--cases", metavar="NAME", nargs="+", default=None,
+                        help="partition: score only the cases with these names (a re-check; "
+                             "the figure then covers those cases only)")
     args = parser.parse_args(argv)
     shared = args.shared or default_shared_dir()
     if not shared.is_dir():
@@ -337,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     limits = MachineLimits.of_this_machine()
     if args.stage == "partition":
         from gspmdc.conformance_partition import score
-        return score(shared, limits, args.verbose)
+        return score(shared, limits, args.verbose, args.cases)
     for corpus in ("xla-propagation.json", "xla-partitioner.json"):
         _report(f"{corpus}:", score_parse_corpus(shared / "conformance" / corpus, limits),
                 args.verbose)

@@ -127,13 +127,17 @@ def classify(case: dict, limits: MachineLimits) -> tuple[str, str | None, bool]:
     return "mismatch", problem or f"exit code {code}", False
 
 
-def score(shared_dir: Path, limits: MachineLimits, verbose: bool = False) -> int:
-    """Score every case; print the buckets and the figure (with `verbose`, every case as it
-    finishes and every reason); exit code 1 when a case mismatches or crashes."""
+def score(shared_dir: Path, limits: MachineLimits, verbose: bool = False,
+          names: list[str] | None = None) -> int:
+    """Score every case (or those named in `names`); print the buckets and the figure (with
+    `verbose`, every case as it finishes and every reason); exit code 1 when a case mismatches
+    or crashes."""
     import sys
     import time
     path = Path(shared_dir) / "conformance" / "xla-partitioner.json"
     cases = json.loads(path.read_text())["cases"]
+    if names is not None:
+        cases = [c for c in cases if c["name"] in names]
     tallies = {bucket: Tally(bucket, counts_only=True) for bucket in BUCKETS}
     default = Tally("  of which use the default action", counts_only=True)
     for index, case in enumerate(cases, 1):
