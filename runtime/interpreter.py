@@ -5,8 +5,8 @@
 (kernel, instruction, operand slots, slots to release) that calls, while loops and conditionals reuse.
 Instructions run in program order; a value is released right after its last use, so memory holds only
 live values. One fusion: a `pad` read only by a `dynamic-slice` is not evaluated, the slice reads its
-window from the pad's operand (`_windows_of_pads`; the hooks see the dynamic-slice only). Values are immutable: kernels never write into their operands, and a result may alias
-an operand (a view). Kernels run under `np.errstate(all="ignore")`: HLO arithmetic has no traps.
+window from the pad's operand (`_windows_of_pads`; the hooks see the dynamic-slice only). Values are
+immutable: kernels never write into their operands, and a result may alias an operand (a view). Kernels run under `np.errstate(all="ignore")`: HLO arithmetic has no traps.
 
 The same interpreter runs the unpartitioned program on one device and each partition of an SPMD
 program; collectives go through `ctx.backend` (a `CollectiveBackend`), `partition-id` reads
