@@ -4,11 +4,14 @@
    gspmdc): `(wall - kernels - collectives) / wall` from `--profile`'s bookkeeping, on the local
    backend (threads) and on MPI ranks.
 2. Collective efficiency: the MPI backend's all-reduce (f32 sum) and all-gather against the same
-   MPI call made with raw mpi4py on the backend's communicator, into one preallocated buffer,
-   waiting the way the backend waits (blocking calls, or nonblocking ones completed politely),
-   at 1 MiB and 64 MiB (all-reduce: operand size; all-gather: result size). Efficiency = raw time
-   / backend time (medians of interleaved repetitions, each the slowest rank's time). N=4 on a
-   2-core machine waits politely under `auto`; it is also run with blocking waits.
+   MPI call made with raw mpi4py (bound once) on the backend's communicator, from the same
+   operand, into one preallocated buffer, waiting the way the backend waits (blocking calls, or
+   nonblocking ones completed politely), at 1 MiB and 64 MiB (all-reduce: operand size;
+   all-gather: result size). Each sample is the time per call of a batch of calls between
+   barriers (8 MiB per batch; the slowest rank's time), so that the barrier's and the clock's
+   noise is spread over several calls; the two sides alternate round by round, each going first
+   in every other round, after one warm-up round. Efficiency = raw time / backend time (medians).
+   N=4 on a 2-core machine waits politely under `auto`; it is also run with blocking waits.
 3. Startup: for N = 2, 4, 8 ranks, the time from the start of `gspmdc run` to the first instruction
    (`--profile`'s start-up line, slowest rank) and the wall time of the whole run of a trivial SPMD
    program, next to `mpiexec` starting Python ranks that only import mpi4py.
@@ -125,8 +128,9 @@ ENTRY main {{
 """
 
 
-def collectives_worker(sizes: list[int], repeat: int, wait: str) -> None:
-    """Run by every rank: time backend vs raw mpi4py; rank 0 prints one JSON line."""
+def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
+    """Run by every rank: time backend vs raw mpi4py; rank 0 prints one JSON line of
+    (size, name, median seconds per call)."""
     from mpi4py import MPI
     from gspmdc.ir.parser import parse_module
     from gspmdc.runtime.backends.mpi import MpiBackend, wait as wait_politely
@@ -145,36 +149,49 @@ def collectives_worker(sizes: list[int], repeat: int, wait: str) -> None:
         out = np.empty(count, np.float32)
         add = Reduction(np.add, np.add)
 
-        def raw(instruction, name, *args):
-            """The call the backend makes, on its communicator, waiting the way it waits."""
+        def raw(instruction, name):
+            """The MPI call the backend makes, bound to its communicator, waiting its way."""
             group = backend.group_communicator(instruction)
-            if backend.polite:
-                wait_politely(getattr(group, "I" + name.lower())(*args))
-            else:
-                getattr(group, name)(*args)
-        timings = {
-            "all-reduce backend": lambda: backend.all_reduce(ar, [x], add),
-            "all-reduce raw": lambda: raw(ar, "Allreduce", x, out, MPI.SUM),
-            "all-gather backend": lambda: backend.all_gather(ag, [y], 0),
-            "all-gather raw": lambda: raw(ag, "Allgather", y, out),
+            if not backend.polite:
+                return getattr(group, name)
+            start = getattr(group, "I" + name.lower())
+            return lambda *args: wait_politely(start(*args))
+        raw_allreduce, raw_allgather = raw(ar, "Allreduce"), raw(ag, "Allgather")
+        pairs = {   # (backend, raw) of each collective, same operands
+            "all-reduce": (lambda: backend.all_reduce(ar, [x], add),
+                           lambda: raw_allreduce(x, out, MPI.SUM)),
+            "all-gather": (lambda: backend.all_gather(ag, [y], 0), lambda: raw_allgather(y, out)),
         }
-        samples = {name: [] for name in timings}
-        for _ in range(repeat if size > (8 << 20) else 20 * repeat):
-            for name, fn in timings.items():      # interleaved, so drift hits all alike
-                comm.Barrier()
-                start = time.perf_counter()
+        calls = max(1, (8 << 20) // size)      # per batch: a batch is several milliseconds
+
+        def batch(fn) -> float:
+            """Seconds per call of a batch of `calls` calls between barriers, slowest rank."""
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(calls):
                 fn()
-                samples[name].append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+            return comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX)
+        samples = {f"{op} {side}": [] for op in pairs for side in ("backend", "raw")}
+        for r in range(rounds + 1):            # round 0 warms up (first touch of the buffers)
+            for op, (ours, theirs) in pairs.items():
+                # interleaved, alternating which side goes first, so drift hits both alike
+                order = ((ours, "backend"), (theirs, "raw"))
+                for fn, side in order if r % 2 else order[::-1]:
+                    t = batch(fn)
+                    if r:
+                        samples[f"{op} {side}"].append(t)
         results += [(size, name, statistics.median(t)) for name, t in samples.items()]
         backend.close()
     if comm.Get_rank() == 0:
         print(json.dumps(results))
 
 
-def collective_efficiency(n: int, sizes=(1 << 20, 64 << 20), repeat: int = 7,
+def collective_efficiency(n: int, sizes=(1 << 20, 64 << 20), rounds: int = 21,
                           wait: str = "auto"):
+    """[(size, "<collective> backend" or "<collective> raw", median seconds per call)] on n
+    ranks (`collectives_worker`)."""
     out = subprocess.run([MPIEXEC, "-n", str(n), PYTHON, __file__, "--collectives-worker",
-                          ",".join(map(str, sizes)), str(repeat), wait],
+                          ",".join(map(str, sizes)), str(rounds), wait],
                          capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
