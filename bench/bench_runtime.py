@@ -7,10 +7,12 @@
    MPI call made with raw mpi4py (bound once) on the backend's communicator, from the same
    operand, into one preallocated buffer, waiting the way the backend waits (blocking calls, or
    nonblocking ones completed politely), at 1 MiB and 64 MiB (all-reduce: operand size;
-   all-gather: result size). Each sample is the time per call of a batch of calls between
-   barriers (8 MiB per batch; the slowest rank's time), so that the barrier's and the clock's
-   noise is spread over several calls; the two sides alternate round by round, each going first
-   in every other round, after one warm-up round. Efficiency = raw time / backend time (medians).
+   all-gather: result size). A sample is the time per call of a batch of calls between
+   barriers (2 MiB of calls per batch; the slowest rank's time), so that the barrier's and the
+   clock's noise is spread over several calls; in each round the two sides run back to back,
+   each going first in every other round, after one warm-up round (21 rounds at 64 MiB, 210 at
+   1 MiB). Efficiency = the median over the rounds of raw time / backend time: the paired ratio
+   cancels the machine's drift between rounds; the times shown are medians.
    N=4 on a 2-core machine waits politely under `auto`; it is also run with blocking waits.
 3. Startup: for N = 2, 4, 8 ranks, the time from the start of `gspmdc run` to the first instruction
    (`--profile`'s start-up line, slowest rank) and the wall time of the whole run of a trivial SPMD
@@ -130,7 +132,8 @@ ENTRY main {{
 
 def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
     """Run by every rank: time backend vs raw mpi4py; rank 0 prints one JSON line of
-    (size, name, median seconds per call)."""
+    (size, collective, backend seconds per call, raw seconds per call, efficiency): the times
+    are medians over the rounds, the efficiency is the median of the rounds' raw / backend."""
     from mpi4py import MPI
     from gspmdc.ir.parser import parse_module
     from gspmdc.runtime.backends.mpi import MpiBackend, wait as wait_politely
@@ -162,7 +165,7 @@ def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
                            lambda: raw_allreduce(x, out, MPI.SUM)),
             "all-gather": (lambda: backend.all_gather(ag, [y], 0), lambda: raw_allgather(y, out)),
         }
-        calls = max(1, (8 << 20) // size)      # per batch: a batch is several milliseconds
+        calls = max(1, (2 << 20) // size)      # per batch: 2 MiB of calls
 
         def batch(fn) -> float:
             """Seconds per call of a batch of `calls` calls between barriers, slowest rank."""
@@ -171,16 +174,20 @@ def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
             for _ in range(calls):
                 fn()
             return comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX)
-        samples = {f"{op} {side}": [] for op in pairs for side in ("backend", "raw")}
-        for r in range(rounds + 1):            # round 0 warms up (first touch of the buffers)
+        samples = {(op, side): [] for op in pairs for side in ("backend", "raw")}
+        many = rounds if size > (8 << 20) else 10 * rounds     # small batches are quick
+        for r in range(many + 1):              # round 0 warms up (first touch of the buffers)
             for op, (ours, theirs) in pairs.items():
                 # interleaved, alternating which side goes first, so drift hits both alike
                 order = ((ours, "backend"), (theirs, "raw"))
                 for fn, side in order if r % 2 else order[::-1]:
                     t = batch(fn)
                     if r:
-                        samples[f"{op} {side}"].append(t)
-        results += [(size, name, statistics.median(t)) for name, t in samples.items()]
+                        samples[op, side].append(t)
+        for op in pairs:
+            ours, theirs = samples[op, "backend"], samples[op, "raw"]
+            results.append((size, op, statistics.median(ours), statistics.median(theirs),
+                            statistics.median(t / o for t, o in zip(theirs, ours))))
         backend.close()
     if comm.Get_rank() == 0:
         print(json.dumps(results))
@@ -188,8 +195,8 @@ def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
 
 def collective_efficiency(n: int, sizes=(1 << 20, 64 << 20), rounds: int = 21,
                           wait: str = "auto"):
-    """[(size, "<collective> backend" or "<collective> raw", median seconds per call)] on n
-    ranks (`collectives_worker`)."""
+    """[(size, collective, backend seconds per call, raw seconds per call, efficiency)] on n
+    ranks (`collectives_worker`; `rounds` at sizes above 8 MiB, ten times as many below)."""
     out = subprocess.run([MPIEXEC, "-n", str(n), PYTHON, __file__, "--collectives-worker",
                           ",".join(map(str, sizes)), str(rounds), wait],
                          capture_output=True, text=True, timeout=900)
@@ -245,18 +252,16 @@ def run() -> None:
             print(f"{n:>3} {backend:<8} {wall:>8.3f} {kernels:>10.3f} {collectives:>11.3f} "
                   f"{100 * overhead:>7.2f}%")
     print()
-    print("collective efficiency (raw mpi4py time / MPI backend time, median):")
+    print("collective efficiency (raw mpi4py time / MPI backend time, median of interleaved "
+          "rounds):")
     print(f"{'N':>3} {'waiting':<9} {'size':>7} {'collective':<11} {'backend(ms)':>11} "
           f"{'raw(ms)':>8} {'efficiency':>10}")
     for n, wait in ((2, "auto"), (4, "auto"), (4, "blocking")):
         label = wait if wait != "auto" else \
             ("polite" if n > len(os.sched_getaffinity(0)) else "blocking")
-        table = {(size, name): t for size, name, t in collective_efficiency(n, wait=wait)}
-        for size in sorted({s for s, _ in table}):
-            for op in ("all-reduce", "all-gather"):
-                ours, raw = table[size, f"{op} backend"], table[size, f"{op} raw"]
-                print(f"{n:>3} {label:<9} {size >> 20:>4} MiB {op:<11} {1e3 * ours:>11.2f} "
-                      f"{1e3 * raw:>8.2f} {raw / ours:>10.2f}")
+        for size, op, ours, raw, efficiency in collective_efficiency(n, wait=wait):
+            print(f"{n:>3} {label:<9} {size >> 20:>4} MiB {op:<11} {1e3 * ours:>11.2f} "
+                  f"{1e3 * raw:>8.2f} {efficiency:>10.2f}")
     print()
     print("startup: `gspmdc run` to the first instruction, the whole run of a trivial program, "
           "bare mpiexec + mpi4py import:")
