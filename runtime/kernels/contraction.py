@@ -17,6 +17,7 @@ from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import Window
 
 from . import kernel
+from .. import spill
 
 #: the largest im2col patch array a convolution builds at once (see `convolution`)
 IM2COL_BYTES = 256 << 20
@@ -186,7 +187,7 @@ def _dilate_and_pad(x: np.ndarray, axes, window: Window) -> np.ndarray:
         placed[axis] = slice(lo, lo + dilated, w.base_dilation)
         stop = shape[axis] - max(-w.padding_high, 0)
         crop[axis] = slice(max(-w.padding_low, 0), max(stop, max(-w.padding_low, 0)))
-    out = np.zeros(shape, x.dtype)
+    out = spill.zeros(shape, x.dtype)
     out[tuple(placed)] = x
     return out[tuple(crop)]
 
@@ -217,7 +218,8 @@ def convolution(inst, args, ctx):
     negative). Computed as im2col: pad/dilate the input, take strided sliding windows, and
     contract each group with one batched matmul; when the patches would exceed
     `IM2COL_BYTES`, the leading kernel dims are looped over and the partial products summed,
-    so memory stays near the size of the input and output."""
+    so memory stays near the size of the input and output. The input is padded in its own type
+    and each chunk of patches converted to the accumulation type (f32 for bf16)."""
     lhs, rhs = args
     labels = inst.attr("dim_labels")
     window = inst.attr("window") or Window(())
@@ -230,7 +232,7 @@ def convolution(inst, args, ctx):
     x = _to_canonical(lhs, [labels.lhs_batch, labels.lhs_feature, *labels.lhs_spatial])
     w = _to_canonical(rhs, [labels.rhs_output_feature, labels.rhs_input_feature,
                             *labels.rhs_spatial])
-    x, w = x.astype(acc, copy=False), w.astype(acc, copy=False)
+    w = w.astype(acc, copy=False)
     nsp = x.ndim - 2
     if len(window.dims) != nsp:
         raise VerificationError(f"{inst.name}: window has {len(window.dims)} dims, "
@@ -269,7 +271,7 @@ def convolution(inst, args, ctx):
             p_axes = list(range(4, 4 + nsp))
             k_axes = list(range(4 + nsp, 4 + 2 * nsp - looped))
             rest = prod(kernel_sizes[looped:])
-            patches = part.transpose([0, 2, 1, *p_axes, 3, *k_axes]).reshape(
+            patches = part.transpose([0, 2, 1, *p_axes, 3, *k_axes]).astype(acc).reshape(
                 groups, out_batch * prod(positions), i * rest)
             kernel = filters[(Ellipsis, *tap) + (slice(None),) * (nsp - looped)]
             y += np.matmul(patches, kernel.reshape(groups, o // groups, i * rest)
