@@ -124,6 +124,30 @@ def test_check_refuses_an_already_partitioned_program(tmp_path, capsys):
     assert "already partitioned" in capsys.readouterr().err
 
 
+CROSS_REPLICA = """HloModule cross_replica, num_partitions=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[6,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  s = f32[6,4] all-reduce(x), to_apply=add, sharding={devices=[2,1]<=[2]}
+  ROOT r = f32[6,4] multiply(s, s), sharding={devices=[2,1]<=[2]}
+}
+"""
+
+
+def test_a_cross_replica_all_reduce_does_not_make_a_program_partitioned(tmp_path, capsys):
+    """No channel_id: it combines replicas (one here), so the program has a reference."""
+    program = tmp_path / "cross_replica.hlo"
+    program.write_text(CROSS_REPLICA)
+    assert run_cli(program, "--backend", "local", "--check", "-q") == 0
+    assert "ok" in capsys.readouterr().out
+
+
 IO_PROGRAM = """HloModule io, num_partitions=2
 
 ENTRY main {
