@@ -17,8 +17,9 @@ this machine's limits (`MachineLimits`) and lands in one bucket:
 - crashed: anything else (a bug);
 - excluded: sharded == unsharded is undefined for the case (I/O ops, or entry parameters with
   manual shardings, i.e. per-device data: `run --check` refuses them with exit 2, see
-  `runtime.job.why_no_reference`), or it is too large for this machine (its values exceed a
-  quarter of the memory limit, or it runs out of memory or time).
+  `runtime.job.why_no_reference`), or it is too large for this machine (`MachineLimits.too_large`:
+  a value beyond half of memory plus free temporary disk, or too many multiply-adds; or it runs
+  out of memory or time).
 
 The figure is equivalent cases over all cases less those without a reference. Equivalent cases where some
 op had no partitioning rule of its own (it ran replicated, the default action) are counted
