@@ -314,9 +314,7 @@ def masked_window(inst: Instruction, ctx: LowerContext, local_operand: Instructi
     shard = tiling.shard_dims(dims)
     offsets = ctx.tables.offsets(tiling, dims)
     zero = b.constant(0, "s32")
-    clamped = {d: b.add("clamp", ArrayShape("s32", ()),
-                        [zero, starts[d], b.constant(dims[d] - sizes[d], "s32")])
-               for d in tiled}
+    clamped = _clamped_starts(b, zero, starts, dims, sizes, tiled)
     local = local_operand.shape
     padded = b.add("pad", local.with_dims([n + 2 * sizes[d] if d in tiled else n
                                            for d, n in enumerate(local.dims)]),
@@ -336,21 +334,42 @@ def masked_window(inst: Instruction, ctx: LowerContext, local_operand: Instructi
             window_starts.append(starts[d])
             window_sizes.append(sizes[d])
     window = b.dynamic_slice(padded, window_starts, window_sizes)
-    shape = window.shape
+    dims_of_window = window.shape.dims
+    mask = _inside(b, dims_of_window, tiled, clamped, offsets, shard)
+    fill = b.broadcast(b.zero(local.element_type), dims_of_window)
+    return _select_as(inst, b, mask, window, fill)
+
+
+def _clamped_starts(b, zero: Instruction, starts: list[Instruction], dims, sizes,
+                    tiled: list[int]) -> dict[int, Instruction]:
+    """The starts of the dims `tiled`, clamped into `[0, dim - size]` as dynamic-slice and
+    dynamic-update-slice clamp them (`zero`: an s32 0)."""
+    return {d: b.add("clamp", ArrayShape("s32", ()),
+                     [zero, starts[d], b.constant(dims[d] - sizes[d], "s32")])
+            for d in tiled}
+
+
+def _inside(b, dims, tiled: list[int], position: dict, start: dict, size) -> Instruction:
+    """`pred[dims]`: true where, on every dim d of `tiled`, the global index `position[d] +
+    iota` lies in `[start[d], start[d] + size[d])` (`position`, `start`: s32 scalars)."""
     mask = None
     for d in tiled:
-        index = b.binary("add", b.iota("s32", shape.dims, d),
-                         b.broadcast(clamped[d], shape.dims))
-        low = b.broadcast(offsets[d], shape.dims)
-        high = b.broadcast(b.binary("add", offsets[d], b.constant(shard[d], "s32")),
-                           shape.dims)
-        inside = b.add("and", ArrayShape("pred", shape.dims),
+        index = b.binary("add", b.iota("s32", dims, d), b.broadcast(position[d], dims))
+        low = b.broadcast(start[d], dims)
+        high = b.broadcast(b.binary("add", start[d], b.constant(size[d], "s32")), dims)
+        inside = b.add("and", ArrayShape("pred", dims),
                        [b.compare(index, low, "GE"), b.compare(index, high, "LT")])
         mask = inside if mask is None else b.add("and", inside.shape, [mask, inside])
+    return mask
+
+
+def _select_as(inst: Instruction, b, mask: Instruction, on_true: Instruction,
+               on_false: Instruction) -> Instruction:
+    """`select(mask, on_true, on_false)` standing for `inst`: its name, metadata and sharding."""
     attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
-    fill = b.broadcast(b.zero(local.element_type), shape.dims)
+    shape = on_true.shape
     return b.append(Instruction(inst.name, "select", shape.with_dims(shape.dims),
-                                [mask, window, fill], attrs, sharding=inst.sharding))
+                                [mask, on_true, on_false], attrs, sharding=inst.sharding))
 
 
 def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
@@ -365,9 +384,7 @@ def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
     offsets = ctx.tables.offsets(tiling, operand_dims)
     starts = [b.convert(s, "s32") for s in starts]
     zero = b.constant(0, "s32")
-    clamped = {d: b.add("clamp", ArrayShape("s32", ()),
-                        [zero, starts[d], b.constant(operand_dims[d] - update_dims[d], "s32")])
-               for d in tiled}
+    clamped = _clamped_starts(b, zero, starts, operand_dims, update_dims, tiled)
     padding = tuple(PadDim(shard[d], shard[d]) if d in tiled else PadDim(0, 0)
                     for d in range(len(operand_dims)))
     padded_dims = [n + 2 * shard[d] if d in tiled else n
@@ -389,19 +406,8 @@ def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
     local_shape = local_operand.shape
     written = b.add("dynamic-update-slice", local_shape.with_dims(local_shape.dims),
                     [local_operand, window, *update_starts])
-    mask = None
-    for d in tiled:
-        index = b.binary("add", b.iota("s32", local_shape.dims, d),
-                         b.broadcast(offsets[d], local_shape.dims))
-        low = b.broadcast(clamped[d], local_shape.dims)
-        high = b.broadcast(b.binary("add", clamped[d], b.constant(update_dims[d], "s32")),
-                           local_shape.dims)
-        inside = b.add("and", ArrayShape("pred", local_shape.dims),
-                       [b.compare(index, low, "GE"), b.compare(index, high, "LT")])
-        mask = inside if mask is None else b.add("and", inside.shape, [mask, inside])
-    attrs = {"metadata": inst.attrs["metadata"]} if "metadata" in inst.attrs else {}
-    return b.append(Instruction(inst.name, "select", local_shape.with_dims(local_shape.dims),
-                                [mask, written, local_operand], attrs, sharding=inst.sharding))
+    mask = _inside(b, local_shape.dims, tiled, offsets, clamped, update_dims)
+    return _select_as(inst, b, mask, written, local_operand)
 
 
 __all__ = ["SortRule", "TopKRule", "DynamicSliceRule", "DynamicUpdateSliceRule", "masked_window"]
