@@ -136,7 +136,7 @@ def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
     are medians over the rounds, the efficiency is the median of the rounds' raw / backend."""
     from mpi4py import MPI
     from gspmdc.ir.parser import parse_module
-    from gspmdc.runtime.backends.mpi import MpiBackend, wait as wait_politely
+    from gspmdc.runtime.backends.mpi import MpiBackend, bound_call
     from gspmdc.runtime.collectives import Reduction
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
@@ -154,11 +154,7 @@ def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
 
         def raw(instruction, name):
             """The MPI call the backend makes, bound to its communicator, waiting its way."""
-            group = backend.group_communicator(instruction)
-            if not backend.polite:
-                return getattr(group, name)
-            start = getattr(group, "I" + name.lower())
-            return lambda *args: wait_politely(start(*args))
+            return bound_call(backend.group_communicator(instruction), name, backend.polite)
         raw_allreduce, raw_allgather = raw(ar, "Allreduce"), raw(ag, "Allgather")
         pairs = {   # (backend, raw) of each collective, same operands
             "all-reduce": (lambda: backend.all_reduce(ar, [x], add),

@@ -106,7 +106,7 @@ def wait(request) -> None:
         pause = min(pause * 2, _MAX_SLEEP_SECONDS)
 
 
-def _bound_call(comm, name: str, polite: bool):
+def bound_call(comm, name: str, polite: bool):
     """`comm.<name>` (a blocking buffer method such as `Allgather`), or, when `polite`, a function
     starting its nonblocking form (`Iallgather`) and completing it with `wait`."""
     if not polite:
@@ -186,7 +186,7 @@ def _moveaxis(x: np.ndarray, source: int, destination: int) -> np.ndarray:
 class _Group:
     """A collective's group as seen by this rank: the communicator (None for a group of one),
     the group size, this partition's position and, with a communicator, its buffer methods bound
-    to it, waiting the backend's way (`_bound_call`): `allreduce`, `allgather`,
+    to it, waiting the backend's way (`bound_call`): `allreduce`, `allgather`,
     `reduce_scatter_block`, `alltoall`."""
 
     __slots__ = ("comm", "size", "position", "allreduce", "allgather", "reduce_scatter_block",
@@ -195,10 +195,10 @@ class _Group:
     def __init__(self, comm, size: int, position: int, polite: bool = False):
         self.comm, self.size, self.position = comm, size, position
         if comm is not None:
-            self.allreduce = _bound_call(comm, "Allreduce", polite)
-            self.allgather = _bound_call(comm, "Allgather", polite)
-            self.reduce_scatter_block = _bound_call(comm, "Reduce_scatter_block", polite)
-            self.alltoall = _bound_call(comm, "Alltoall", polite)
+            self.allreduce = bound_call(comm, "Allreduce", polite)
+            self.allgather = bound_call(comm, "Allgather", polite)
+            self.reduce_scatter_block = bound_call(comm, "Reduce_scatter_block", polite)
+            self.alltoall = bound_call(comm, "Alltoall", polite)
 
 
 class MpiBackend(CollectiveBackend):
