@@ -15,14 +15,11 @@ from gspmdc.passes.spmd.traffic import collective_traffic
 from gspmdc.runtime import io
 
 from spmd_partition_helpers import check_equivalent, collectives, run_global
+from spmd_partition_helpers import hlo_module as module
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 DEVICES = [2, 3, 4, 8]
-
-
-def module(body: str) -> str:
-    return f"HloModule m\n\nENTRY e {{\n{body}\n}}\n"
 
 
 def tiled(n: int, rank: int, dim: int, replicate: int = 1) -> str:

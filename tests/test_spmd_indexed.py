@@ -7,26 +7,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spmd_partition_helpers import check_equivalent, collectives
+from spmd_partition_helpers import check_equivalent, collectives, hlo_module
 
 DEVICES = [2, 3, 4, 8]
 #: start indices below 0, inside, near the end and beyond (HLO clamps them into range)
 STARTS = [-7, 0, 3, 11, 30, 36, 90]
 
 
-def module(body: str) -> str:
-    return f"""HloModule m
-
-less {{
+LESS = """
+less {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT r = pred[] compare(a, b), direction=LT
-}}
-
-ENTRY e {{
-{body}
-}}
+}
 """
+
+
+def module(body: str) -> str:
+    return hlo_module(body, LESS)
 
 
 def values(*dims: int) -> np.ndarray:

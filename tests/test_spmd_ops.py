@@ -10,7 +10,7 @@ import pytest
 from gspmdc.errors import ShardingError, UnsupportedError
 
 from spmd_partition_helpers import (
-    COLLECTIVES, check_equivalent, collectives, opcodes, partition,
+    COLLECTIVES, check_equivalent, collectives, hlo_module, opcodes, partition,
 )
 
 REDUCERS = """
@@ -62,7 +62,7 @@ argmax {
 
 
 def module(body: str) -> str:
-    return f"HloModule m\n{REDUCERS}\nENTRY e {{\n{body}\n}}\n"
+    return hlo_module(body, REDUCERS)
 
 
 # ---- elementwise ---------------------------------------------------------------------------------

@@ -8,11 +8,8 @@ import numpy as np
 import pytest
 
 from spmd_partition_helpers import collectives, partition, reference, run_global
+from spmd_partition_helpers import hlo_module as module
 from test_kernels_random import KEY, XLA_GOLDEN
-
-
-def module(body: str) -> str:
-    return f"HloModule m\n\nENTRY e {{\n{body}\n}}\n"
 
 
 def bits_of(value):

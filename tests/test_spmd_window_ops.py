@@ -10,7 +10,7 @@ from gspmdc import api
 from gspmdc.passes.spmd import compile_spmd
 
 from spmd_partition_helpers import (
-    assert_close, check_equivalent, collectives, inputs_for, reference,
+    assert_close, check_equivalent, collectives, hlo_module, inputs_for, reference,
 )
 
 REDUCERS = """
@@ -46,7 +46,7 @@ argmax {
 
 
 def module(body: str) -> str:
-    return f"HloModule m\n{REDUCERS}\nENTRY e {{\n{body}\n}}\n"
+    return hlo_module(body, REDUCERS)
 
 
 def tiled(n: int, rank: int, dim: int) -> str:
