@@ -61,14 +61,14 @@ class ElementwiseRule(OpRule):
 
 
 @op_rule("all-reduce")
-class CrossReplicaAllReduceRule(OpRule):
+class CrossReplicaAllReduceRule(ElementwiseRule):
     def plan(self, inst, ctx):
         if inst.attr("channel_id") is not None or len(inst.operands) != 1 or \
                 isinstance(inst.shape, TupleShape):
             raise UnsupportedError(f"{inst.name}: an all-reduce across partitions (channel_id) "
                                    "or of several operands cannot be partitioned (its result "
                                    "depends on the partition)")
-        return ElementwiseRule().plan(inst, ctx)
+        return super().plan(inst, ctx)
 
 
 def _width_change_plan(inst, ctx):
