@@ -5,7 +5,7 @@ it with `passes.spmd.compile_spmd`; it checks everything that can be checked bef
 starts (the program is executable, inputs and outputs can be split/assembled, the input file has
 the right arrays, `--check` has a reference) and returns a picklable `Job` holding the SPMD
 program's text, the reference program's text and the options. Backends then execute the job:
-`execute_local` here (threads), `launcher.execute_on_mpi` (one MPI rank per partition). Both get
+`execute_local` here (threads), `rank.execute_on_mpi` (one MPI rank per partition). Both get
 their inputs from `input_sources` and end with `finish` (profile table, `--check` against the
 reference, atomic output file, printed outputs).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -309,9 +309,11 @@ def execute_local(job: Job) -> int:
 
 
 def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
-           profiles: Sequence[RankProfile] | None) -> int:
+           profiles: Sequence[RankProfile] | None,
+           write_outputs: Callable[[dict[str, np.ndarray]], None] | None = None) -> int:
     """After the run: print the profile, check against the reference, write and print the
-    outputs. Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
+    outputs (`write_outputs(arrays)` when given, else `io.write_npz_atomic` to `--outputs`).
+    Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
     from gspmdc.commands.basic import describe
     from .compare import check_tolerance, compare_output_arrays, reduction_length
     from .interpreter import evaluate
@@ -320,7 +322,10 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
     if profiles is not None:
         print(format_profiles(profiles))
     if options.outputs is not None:
-        io.write_npz_atomic(options.outputs, named)
+        if write_outputs is not None:
+            write_outputs(named)
+        else:
+            io.write_npz_atomic(options.outputs, named)
     if not options.quiet:
         for name, value in named.items():
             print(f"{name}: {describe(value)}")

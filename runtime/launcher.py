@@ -1,35 +1,35 @@
-"""Running a `gspmdc run` job on MPI: starting `mpiexec`, the work of each rank, and failures.
+"""`gspmdc run --backend mpi` from a plain process: start `mpiexec`, supervise the ranks, stop the
+whole job on any failure, and leave nothing behind.
 
-Two ways in:
+`launch(job, mpiexec, hostfile)`:
 
-- `launch(job)`, from a plain process (`gspmdc run --backend mpi`): writes the prepared job to a
-  private run directory, starts `mpiexec -n N python -m gspmdc.runtime.launcher JOB` in its own
-  session and supervises it: rank output is passed through live (without MPICH's termination
-  banners); every rank keeps a connection to the parent (a Unix socket in the run directory), so a
-  rank killed from outside is named, with the instruction it was executing (read from the ranks'
-  position board in the run directory, `rank_position.py`), and the job stopped; the job is
-  stopped after `--timeout`
-  (plus a grace period, as a backstop to the ranks' own watchdogs), and Ctrl-C stops every rank.
-  The run directory is removed afterwards.
-- `run_in_place(path, options)`, when the process already is an MPI rank (the user ran
-  `mpiexec ... gspmdc run`, e.g. across hosts with a hostfile): rank 0 prepares the job and
-  broadcasts it; if preparation fails every rank exits with its exit code.
+- makes a private run directory (the ranks' position board, `rank_position.py`; the Unix socket;
+  the output being received) and starts the *reaper* (`reaper.py`), which cleans up if this
+  process is killed;
+- starts `mpiexec -n N [-f HOSTFILE] python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own
+  session; the kernel kills `mpiexec` if this process dies (`prctl(PR_SET_PDEATHSIG)`), and
+  MPICH's proxies then kill their ranks;
+- accepts each rank's connection (`rank_link.py`; a Unix socket, or TCP when a hostfile puts
+  ranks on other hosts), learns its pid and host, and sends it the job;
+- passes rank output through live (without MPICH's termination banners);
+- stops the job (every process of it on this machine killed at once; ranks elsewhere exit when
+  their connection closes) when a rank's connection closes without `done`/`failed` (named with
+  its host, pid and the instruction it was executing), at `--timeout` (naming where every rank
+  was), or on SIGTERM, SIGINT or SIGHUP;
+- receives the outputs from rank 0 and writes the output file (atomically) only after every rank
+  finished: an output never appears after `gspmdc run` returned;
+- removes MPICH shared-memory segments that a job which failed during `MPI_Init` left behind, and
+  the run directory.
 
-`execute_on_mpi(job)` is the same on every rank: parse the SPMD program, build the MPI backend,
-read this partition's shard of every input (memory-mapped slices of the input file, or the seeded
-random inputs), evaluate, send the pieces rank 0 needs for each output (`Igatherv` of raw bytes
-from the source partitions of each tile only), and on rank 0 assemble, check, write and print
-(`job.finish`). Every rank records the instruction it starts on its slot of the position board.
-Any exception on any rank prints `gspmdc: error: rank r (partition p): ...` naming the computation
-and instruction and calls `MPI_Abort`, which stops every rank at once; `--timeout` arms a watchdog
-on every rank that does the same (rank 0 reports where each rank was). Exit codes: 0 success,
-1 check mismatch, 2 bad input, 3 runtime failure (also for a killed rank or a timeout).
+Exit codes: those of the ranks (0 success, 1 check mismatch, 2 bad input, 3 runtime failure), and
+3 for a killed rank, a timeout, a signal, or `mpiexec` failing.
 """
 from __future__ import annotations
 
 import os
 import pickle
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -39,30 +39,24 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 
-from gspmdc.errors import EXIT_OK, EXIT_RUNTIME, GspmdcError
-
-from .backends.mpi import wait
-from .job import Job, RunOptions, finish, input_sources, prepare_job
-from .rank_position import (
-    FINISHING, PositionBoard, create_board_file, describe, describe_ranks, read_board_file,
-)
+from . import mpi_processes, rank_link
+from .job import Job
+from .rank_position import create_board_file, describe, describe_ranks, read_board_file
 
 #: environment variables that MPI launchers set in every rank
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-#: how long after `--timeout` the parent stops a job whose ranks did not stop themselves
-BACKSTOP_SECONDS = 10.0
-#: how long `mpiexec` gets to stop its ranks after SIGTERM before it is killed
-_TERM_GRACE_SECONDS = 3.0
-#: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
-_WATCHDOG_STAGGER_SECONDS = 1.0
-#: the rank status socket in the run directory
-_STATUS_SOCKET = "ranks.sock"
-#: the ranks' position board in the run directory (`rank_position.py`)
-_POSITIONS = "positions"
+#: how often the launcher looks at its ranks, mpiexec, the clock and signals
+_POLL_SECONDS = 0.05
+#: after mpiexec ended, how long the ranks' connections may take to close
+_DRAIN_SECONDS = 5.0
+#: signals that stop the job (exit 3)
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 _BANNER = re.compile(r"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING.*|"
                      r"This typically refers to a problem with your application\.|"
@@ -87,101 +81,402 @@ def find_mpiexec(override: str | None = None) -> str:
     return str(path)
 
 
-# ================================================================================ parent side
-
-def launch(job: Job, mpiexec: str) -> int:
-    """Run `job` on `job.num_partitions` MPI ranks and return the exit code (see the module
-    docstring). KeyboardInterrupt stops all ranks and propagates."""
-    run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))
+def hostfile_hosts(path: str) -> list[str]:
+    """The host names of an MPICH hostfile (`host[:count]` per line, `#` comments)."""
     try:
-        job_file = run_dir / "job.pickle"
-        job_file.write_bytes(pickle.dumps(job))
-        create_board_file(run_dir / _POSITIONS, job.num_partitions)
-        command = [mpiexec, "-n", str(job.num_partitions), sys.executable, "-m",
-                   "gspmdc.runtime.launcher", str(job_file)]
-        with _RankMonitor(run_dir / _STATUS_SOCKET) as monitor:
-            return _supervise(command, monitor, job, run_dir / _POSITIONS)
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise GspmdcError(f"--hostfile {path}: cannot read: {e}") from None
+    hosts = [line.split("#")[0].strip().split(":")[0] for line in lines]
+    hosts = [host for host in hosts if host]
+    if not hosts:
+        raise GspmdcError(f"--hostfile {path}: names no host")
+    return hosts
+
+
+def address_towards(host: str) -> str:
+    """The address of this machine on the route to `host` (what ranks there connect back to)."""
+    try:
+        target = socket.getaddrinfo(host, 9, socket.AF_INET, socket.SOCK_DGRAM)[0][4]
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.connect(target)           # a UDP connect sends nothing: it picks the route
+            return probe.getsockname()[0]
+        finally:
+            probe.close()
+    except OSError as e:
+        raise GspmdcError(f"--hostfile: cannot find a route to host {host}: {e}") from None
+
+
+# ====================================================================================== launch
+
+def launch(job: Job, mpiexec: str, hostfile: str | None = None) -> int:
+    """Run `job` on `job.num_partitions` MPI ranks and return the exit code (see the module
+    docstring)."""
+    started = time.time()
+    address_host = address_towards(hostfile_hosts(hostfile)[0]) if hostfile else None
+    signals = _SignalRecorder()
+    run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))
+    reaper = subprocess.Popen([sys.executable, "-m", "gspmdc.runtime.reaper", str(run_dir),
+                               repr(started)], stdin=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    session = None
+    try:
+        create_board_file(run_dir / "positions", job.num_partitions)
+        listener, address = rank_link.listen(address_host, str(run_dir / "ranks.sock"))
+        token = secrets.token_hex(16)
+        command = [mpiexec, "-n", str(job.num_partitions)] + \
+            (["-f", hostfile] if hostfile else []) + \
+            [sys.executable, "-m", "gspmdc.runtime.rank", address, token]
+        session = _Session(job, run_dir, listener, token, reaper, started)
+        return session.run(command, signals)
     finally:
+        if session is not None:
+            session.close()
+        signals.restore()
         shutil.rmtree(run_dir, ignore_errors=True)
+        _tell(reaper, "done")
+        reaper.stdin.close()
+        reaper.wait()
 
 
-class _RankMonitor:
-    """The parent's end of the rank status socket. Each rank connects at start and says
-    `rank pid`; it says `done` before a normal exit and `failed` before aborting after reporting
-    its own error. A connection that closes without either is a rank that died (killed, crashed):
-    the kernel closes its socket the moment it dies, before MPI's launcher stops the other ranks,
-    so the first such connection names the culprit (`died`). When the parent was not scheduled
-    before several closed, `unannounced` holds them all and `culprit` asks MPICH's report."""
+def _tell(reaper: subprocess.Popen, line: str) -> None:
+    try:
+        reaper.stdin.write(line + "\n")
+        reaper.stdin.flush()
+    except (BrokenPipeError, ValueError):
+        pass
 
-    def __init__(self, path: Path):
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(path))
-        self._listener.listen(128)
-        self._listener.setblocking(False)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ)
-        self._buffers: dict[socket.socket, bytes] = {}
-        self._ranks: dict[socket.socket, tuple[int, int]] = {}
-        self._ended: set[socket.socket] = set()
-        self.pids: dict[int, int] = {}
-        self.died: tuple[int, int] | None = None
-        self.unannounced: list[tuple[int, int]] = []
-        self.failed = False
 
-    def __enter__(self) -> "_RankMonitor":
-        return self
+class _SignalRecorder:
+    """Records SIGTERM, SIGINT and SIGHUP instead of dying of them (the launcher polls `caught`
+    and stops the job); `restore()` puts the previous handlers back."""
 
-    def __exit__(self, *exc) -> None:
-        for conn in list(self._buffers):
-            conn.close()
-        self._selector.close()
-        self._listener.close()
+    def __init__(self):
+        self.caught: int | None = None
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in _STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._record)
 
+    def _record(self, signum, frame) -> None:
+        if self.caught is None:
+            self.caught = signum
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class _Rank:
+    """What the launcher knows of a connected rank."""
+
+    number: int
+    pid: int
+    host: str
+    local: bool
+    ready: bool = False
+    #: `done` or `failed` once the rank said so
+    ended: str | None = None
+
+    def name(self) -> str:
+        where = "" if self.local else f" on {self.host}"
+        return f"rank {self.number} (pid {self.pid}{where})"
+
+
+class _Session:
+    """One running job: mpiexec, the ranks' connections, the output being received."""
+
+    def __init__(self, job: Job, run_dir: Path, listener: socket.socket, token: str,
+                 reaper: subprocess.Popen, started: float):
+        self.job = job
+        self.started = started
+        self.run_dir = run_dir
+        self.identity = mpi_processes.host_identity()
+        self.listener = listener
+        self.token = token
+        self.reaper = reaper
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ)
+        self.buffers: dict[socket.socket, bytearray] = {}
+        self.ranks: dict[socket.socket, _Rank] = {}
+        self.closed: list[_Rank] = []         # ranks whose connection closed, in order
+        self.output = _OutputReceiver(run_dir / "outputs.npz") \
+            if job.options.outputs is not None else None
+        self.proc: subprocess.Popen | None = None
+        self.reported_pids: set[int] = set()
+        self.relays: list[threading.Thread] = []
+
+    # ---------------------------------------------------------------------------- supervising
+    def run(self, command: list[str], signals: _SignalRecorder) -> int:
+        timeout = self.job.options.timeout
+        deadline = None if timeout is None else self.started + timeout
+        try:
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                env=_rank_environment(self.job.num_partitions),
+                preexec_fn=mpi_processes.die_with_parent)
+        except OSError as e:
+            raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
+        _tell(self.reaper, f"pid {self.proc.pid}")
+        self.relays = [_relay(self.proc.stdout, sys.stdout, self.reported_pids),
+                       _relay(self.proc.stderr, sys.stderr, self.reported_pids)]
+        while True:
+            self.poll(_POLL_SECONDS)
+            if signals.caught is not None:
+                self.stop()
+                name = signal.Signals(signals.caught).name
+                what = "interrupted" if signals.caught == signal.SIGINT else "stopped"
+                return self._fail(f"{what} by {name}; all ranks were stopped")
+            dead = self._died()
+            if dead is not None:
+                self.stop()
+                return self._fail(f"{dead.name()} terminated unexpectedly (killed or crashed) "
+                                  f"while {self._position(dead)}; the job was stopped")
+            if self.proc.poll() is not None:
+                return self._ended()
+            if deadline is not None and time.time() > deadline:
+                where = self._where_everyone()
+                self.stop()
+                return self._fail(f"the run timed out after {timeout:g} s: {where}; all ranks "
+                                  "were stopped")
+
+    def _ended(self) -> int:
+        """mpiexec exited: wait for the ranks' connections to close, then judge."""
+        for relay in self.relays:
+            relay.join(timeout=_DRAIN_SECONDS)
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        while self.buffers and time.monotonic() < deadline:
+            self.poll(_POLL_SECONDS)
+        dead = self._died()
+        code = self.proc.returncode
+        if dead is not None:
+            return self._fail(f"{dead.name()} terminated unexpectedly (killed or crashed) while "
+                              f"{self._position(dead)}; the job was stopped")
+        if any(r.ended == "failed" for r in self._everyone()):
+            return code if code in (2, 3) else EXIT_RUNTIME     # the rank printed its error
+        if code in (0, 1) and self._all_done():
+            if self.output is not None:
+                self.output.commit(self.job.options.outputs)
+            return code
+        status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        missing = self._never_connected()
+        if missing:
+            who = ", ".join(str(r) for r in missing)
+            return self._fail(f"rank{'s' if len(missing) > 1 else ''} {who} terminated during "
+                              f"start-up, before connecting to gspmdc (mpiexec: {status})")
+        return self._fail(f"mpiexec failed ({status})")
+
+    def _fail(self, message: str) -> int:
+        sys.stdout.flush()
+        print(f"gspmdc: error: {message}", file=sys.stderr, flush=True)
+        return EXIT_RUNTIME
+
+    def _everyone(self) -> list[_Rank]:
+        return self.closed + list(self.ranks.values())
+
+    def _all_done(self) -> bool:
+        everyone = self._everyone()
+        return len(everyone) == self.job.num_partitions and \
+            all(r.ended == "done" for r in everyone)
+
+    def _never_connected(self) -> list[int]:
+        seen = {r.number for r in self._everyone()}
+        return [r for r in range(self.job.num_partitions) if r not in seen]
+
+    def _died(self) -> _Rank | None:
+        """The rank that died first: of the ranks whose connection closed unannounced (unless a
+        rank reported its own failure, which stops the others), the one MPICH's termination
+        report names, else the first seen."""
+        if any(r.ended == "failed" for r in self._everyone()):
+            return None
+        dead = [r for r in self.closed if r.ended is None]
+        if not dead:
+            return None
+        return next((r for r in dead if r.pid in self.reported_pids), dead[0])
+
+    def _position(self, rank: _Rank) -> str:
+        if not rank.local:
+            return "running on another host"
+        board = read_board_file(self.run_dir / "positions")
+        return describe(self._module(), board[rank.number])
+
+    def _where_everyone(self) -> str:
+        board = read_board_file(self.run_dir / "positions")
+        remote = {r.number: r for r in self.ranks.values() if not r.local}
+        local = {n: code for n, code in enumerate(board) if n not in remote}
+        parts = [describe_ranks(self._module(), local)] if local else []
+        parts += [f"rank {n} running on {remote[n].host}" for n in sorted(remote)]
+        return "; ".join(parts)
+
+    def _module(self):
+        try:
+            return self.job.spmd_module()
+        except GspmdcError:
+            return None
+
+    # ---------------------------------------------------------------------------- connections
     def poll(self, seconds: float) -> None:
-        """Handle connections and messages for up to `seconds`. A rank that closes its
-        connection unannounced is recorded in `died`, unless some rank reported its own failure
-        (its report precedes its abort, which stops the others)."""
-        closed = []
-        for key, _ in self._selector.select(seconds):
-            if key.fileobj is self._listener:
-                try:
-                    conn, _ = self._listener.accept()
-                except BlockingIOError:
-                    continue
-                self._buffers[conn] = b""
-                self._selector.register(conn, selectors.EVENT_READ)
+        """Accept connections and read what ranks sent, for up to `seconds`."""
+        for key, _ in self.selector.select(seconds):
+            if key.fileobj is self.listener:
+                self._accept()
             elif not self._read(key.fileobj):
-                closed.append(key.fileobj)
-        for conn in closed:
-            self._selector.unregister(conn)
-        if self.died is None and not self.failed:
-            self.unannounced = [self._ranks[conn] for conn in closed
-                                if conn not in self._ended and conn in self._ranks]
-            self.died = self.unannounced[0] if self.unannounced else None
+                self._close(key.fileobj)
 
-    def culprit(self, reported_pids: set[int]) -> tuple[int, int]:
-        """(rank, pid) of the rank that died first: of the ranks that closed at once, the one
-        whose pid MPICH's termination report names, else the first seen."""
-        return next((rank_pid for rank_pid in self.unannounced if rank_pid[1] in reported_pids),
-                    self.died)
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        conn.setblocking(True)
+        self.buffers[conn] = bytearray()
+        self.selector.register(conn, selectors.EVENT_READ)
+
+    def _close(self, conn: socket.socket) -> None:
+        self.selector.unregister(conn)
+        self.buffers.pop(conn, None)
+        rank = self.ranks.pop(conn, None)
+        if rank is not None:
+            self.closed.append(rank)
+        conn.close()
 
     def _read(self, conn: socket.socket) -> bool:
-        """Read what `conn` sent; False when it is closed."""
-        data = conn.recv(4096)
+        """Read what `conn` sent; False when it is closed (or spoke out of turn)."""
+        try:
+            data = conn.recv(1 << 20)
+        except OSError:
+            return False
         if not data:
             return False
-        self._buffers[conn] += data
-        *lines, self._buffers[conn] = self._buffers[conn].split(b"\n")
-        for line in lines:
-            words = line.split()
-            if len(words) == 2 and conn not in self._ranks:
-                rank, pid = int(words[0]), int(words[1])
-                self._ranks[conn] = (rank, pid)
-                self.pids[rank] = pid
-            elif words and words[0] in (b"done", b"failed"):
-                self._ended.add(conn)
-                self.failed = self.failed or words[0] == b"failed"
+        buffer = self.buffers[conn]
+        buffer += data
+        while buffer:
+            if self.output is not None and self.output.receiving:
+                taken = self.output.write(buffer)
+                del buffer[:taken]
+                continue
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buffer[:end]).decode(errors="replace").split()
+            del buffer[:end + 1]
+            if not self._message(conn, line):
+                return False
         return True
+
+    def _message(self, conn: socket.socket, words: list[str]) -> bool:
+        rank = self.ranks.get(conn)
+        if rank is None:
+            return self._hello(conn, words)
+        if words == ["ready"]:
+            rank.ready = True
+        elif words and words[0] in ("done", "failed"):
+            rank.ended = words[0]
+        elif len(words) == 3 and words[0] == "output" and self.output is not None \
+                and rank.number == 0:
+            self.output.begin(words[1], int(words[2]))
+        return True
+
+    def _hello(self, conn: socket.socket, words: list[str]) -> bool:
+        if len(words) != 6 or words[0] != "hello" or words[5] != self.token:
+            return False
+        number, pid, host, identity = int(words[1]), int(words[2]), words[3], words[4]
+        rank = _Rank(number, pid, host, identity == self.identity)
+        self.ranks[conn] = rank
+        if rank.local:
+            _tell(self.reaper, f"pid {pid}")
+        board = str(self.run_dir / "positions") if rank.local else None
+        payload = pickle.dumps((self.job, board))
+        try:
+            conn.sendall(f"job {len(payload)}\n".encode() + payload)
+        except OSError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------------------- stopping
+    def stop(self) -> None:
+        """Kill every process of the job on this machine at once (mpiexec, its proxies, the local
+        ranks); ranks on other hosts exit when their connection closes (`close`) or their proxy
+        dies."""
+        roots = [self.proc.pid] if self.proc is not None else []
+        roots += [r.pid for r in self.ranks.values() if r.local]
+        mpi_processes.kill_tree(roots)
+        if self.proc is not None:
+            self.proc.wait()
+            for relay in self.relays:
+                relay.join(timeout=_DRAIN_SECONDS)
+
+    def close(self) -> None:
+        """Stop what is left, close every connection, remove what a failed start-up left."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop()
+        for conn in list(self.buffers):
+            self.selector.unregister(conn)
+            conn.close()
+        self.selector.close()
+        self.listener.close()
+        if self.output is not None:
+            self.output.discard()
+        everyone = self._everyone()
+        if len(everyone) < self.job.num_partitions or not all(r.ready for r in everyone):
+            mpi_processes.sweep_orphan_segments(self.started)
+
+
+class _OutputReceiver:
+    """The output file as rank 0 sends it, member by member (`output NAME NBYTES` + the `.npy`
+    bytes), into a zip file in the run directory; `commit(target)` writes it to `target`
+    atomically once the job has finished."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._zip: zipfile.ZipFile | None = None
+        self._member = None
+        self._left = 0
+
+    @property
+    def receiving(self) -> bool:
+        return self._member is not None
+
+    def begin(self, name: str, nbytes: int) -> None:
+        if self._zip is None:
+            self._zip = zipfile.ZipFile(self.path, "w", allowZip64=True)
+        self._member = self._zip.open(name + ".npy", "w", force_zip64=True)
+        self._left = nbytes
+        if nbytes == 0:
+            self._end_member()
+
+    def write(self, data: bytearray) -> int:
+        """Write what of `data` belongs to the current member; returns how much was taken."""
+        taken = min(self._left, len(data))
+        with memoryview(data) as view, view[:taken] as part:
+            self._member.write(part)
+        self._left -= taken
+        if self._left == 0:
+            self._end_member()
+        return taken
+
+    def _end_member(self) -> None:
+        self._member.close()
+        self._member = None
+
+    def commit(self, target: str) -> None:
+        from gspmdc.atomic import atomic_output
+        if self._zip is None:
+            self._zip = zipfile.ZipFile(self.path, "w")
+        self._zip.close()
+        with open(self.path, "rb") as source, atomic_output(target) as f:
+            shutil.copyfileobj(source, f, 1 << 22)
+
+    def discard(self) -> None:
+        if self._member is not None:
+            self._member.close()
+            self._member = None
+        if self._zip is not None and self._zip.fp is not None:
+            self._zip.close()
+        self.path.unlink(missing_ok=True)
 
 
 def _rank_environment(n: int) -> dict[str, str]:
@@ -204,292 +499,11 @@ def _relay(stream, target, reported_pids: set[int]) -> threading.Thread:
             if reported:
                 reported_pids.add(int(reported.group(1)))
             elif not _BANNER.match(line_text):
-                target.write(line)
-                target.flush()
+                try:
+                    target.write(line)
+                    target.flush()
+                except (OSError, ValueError):
+                    pass
     thread = threading.Thread(target=copy, daemon=True)
     thread.start()
     return thread
-
-
-def _supervise(command: list[str], monitor: _RankMonitor, job: Job, positions: Path) -> int:
-    proc = None
-    reported_pids: set[int] = set()
-    timeout = job.options.timeout
-    deadline = None if timeout is None else time.monotonic() + timeout + BACKSTOP_SECONDS
-    try:                # a Ctrl-C from the moment mpiexec exists stops it and every rank
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                env=_rank_environment(job.num_partitions))
-        relays = [_relay(proc.stdout, sys.stdout, reported_pids),
-                  _relay(proc.stderr, sys.stderr, reported_pids)]
-        while proc.poll() is None:
-            monitor.poll(0.05)
-            if monitor.died is not None:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                _stop(proc, monitor)
-                where = describe_ranks(job.spmd_module(),
-                                       dict(enumerate(read_board_file(positions))))
-                print(f"gspmdc: error: the job did not stop within {timeout:g} s (+"
-                      f"{BACKSTOP_SECONDS:g} s grace): {where}; all ranks were stopped",
-                      file=sys.stderr)
-                return EXIT_RUNTIME
-    except KeyboardInterrupt:
-        if proc is not None:
-            _stop(proc, monitor)
-        raise
-    if monitor.died is None and proc.returncode not in (0, 1, 2, 3):
-        monitor.poll(0)             # mpiexec may end before the dead rank's socket was read
-    if monitor.died is not None:
-        _stop(proc, monitor)
-        for relay in relays:
-            relay.join(timeout=5)
-        rank, pid = monitor.culprit(reported_pids)
-        where = describe(job.spmd_module(), read_board_file(positions)[rank])
-        print(f"gspmdc: error: rank {rank} (pid {pid}) terminated unexpectedly (killed or "
-              f"crashed) while {where}; the job was stopped", file=sys.stderr)
-        return EXIT_RUNTIME
-    for relay in relays:
-        relay.join(timeout=5)
-    code = proc.returncode
-    if code in (0, 1, 2, 3):
-        return code
-    status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-    print(f"gspmdc: error: mpiexec failed ({status})", file=sys.stderr)
-    return EXIT_RUNTIME
-
-
-def _stop(proc: subprocess.Popen, monitor: _RankMonitor) -> None:
-    """Stop mpiexec (which stops its ranks); kill it and any rank left over if it does not."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(_TERM_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    monitor.poll(0)                 # ranks that announced themselves meanwhile
-    for pid in monitor.pids.values():
-        if _is_our_rank(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def _is_our_rank(pid: int) -> bool:
-    """`pid` is still a rank process of a gspmdc job (guards against reused pids)."""
-    try:
-        return b"gspmdc.runtime.launcher" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-# ================================================================================== rank side
-
-def run_in_place(path: str, options: RunOptions, started_at: float | None = None) -> int:
-    """This process is one rank of an MPI job started by the user: rank 0 prepares the job, every
-    rank runs it (`started_at`: when rank 0's `gspmdc run` started). Returns the exit code (the
-    same on every rank)."""
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    job, error = None, None
-    if comm.Get_rank() == 0:
-        try:
-            job = prepare_job(path, _with_world_size(options, comm.Get_size()), started_at)
-            if job.num_partitions != comm.Get_size():
-                raise GspmdcError(f"the program has {job.num_partitions} partitions but the MPI "
-                                  f"job has {comm.Get_size()} ranks (run mpiexec -n "
-                                  f"{job.num_partitions})")
-        except GspmdcError as e:
-            error = (str(e), e.exit_code)
-    wait(comm.Ibarrier())           # the other ranks sleep while rank 0 prepares
-    job, error = comm.bcast((job, error), root=0)
-    if error is not None:
-        if comm.Get_rank() == 0:
-            print(f"gspmdc: error: {error[0]}", file=sys.stderr)
-        return error[1]
-    return execute_on_mpi(job)
-
-
-def _with_world_size(options: RunOptions, size: int) -> RunOptions:
-    """Without -n, an MPI job of `size` ranks runs `size` partitions."""
-    if options.num_partitions is not None:
-        return options
-    from dataclasses import replace
-    return replace(options, num_partitions=size)
-
-
-def execute_on_mpi(job: Job, run_dir: Path | None = None) -> int:
-    """This rank's part of the job (see the module docstring); the exit code, or the process
-    ends through MPI_Abort when anything fails on any rank."""
-    from mpi4py import MPI
-    from .backends.mpi import MpiBackend
-    comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
-    status = _StatusLine(run_dir / _STATUS_SOCKET, rank) if run_dir is not None else None
-    board = PositionBoard(run_dir / _POSITIONS if run_dir is not None else None, rank,
-                          comm.Get_size())
-    parsed: list = []               # the module once parsed, for the watchdog's report
-    watchdog = _arm_watchdog(comm, job.options.timeout, status, board,
-                             lambda: parsed[0] if parsed else None)
-    partition = None
-    try:
-        module = job.spmd_module()
-        parsed.append(module)
-        backend = MpiBackend(module, comm, deterministic=job.options.deterministic,
-                             wait=job.options.mpi_wait)
-        partition = backend.partition_id()
-        code = _run_partition(job, comm, module, backend, board)
-        if status is not None:
-            status.say("done")
-        return code
-    except BaseException as e:  # noqa: BLE001 - every failure stops the whole job
-        _abort(comm, rank, partition, e, status,
-               describe(parsed[0] if parsed else None, board.get(rank)))
-    finally:
-        if watchdog is not None:
-            watchdog.cancel()
-
-
-class _StatusLine:
-    """A rank's connection to the parent's `_RankMonitor` (kept open for the process's life)."""
-
-    def __init__(self, path: Path, rank: int):
-        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._socket.connect(str(path))
-        self.say(f"{rank} {os.getpid()}")
-
-    def say(self, message: str) -> None:
-        self._socket.sendall(message.encode() + b"\n")
-
-
-def _run_partition(job: Job, comm, module, backend, board: PositionBoard) -> int:
-    from .interpreter import evaluate
-    from .profile import ProfileRecorder
-    from .sharded_io import shard_value, spmd_signature
-    n = job.num_partitions
-    p = backend.partition_id()
-    signature = spmd_signature(module, n)
-    sources = input_sources(job, signature)
-    args = [shard_value(a, v, p, n, padding=job.options.padding)
-            for a, v in zip(sources, signature.parameters)]
-    recorder = ProfileRecorder(p, n, job.started_at) if job.options.profile else None
-    enter = board.tracker(module)
-    if recorder is not None:
-        value = recorder.timed(lambda: evaluate(module, args, backend=backend,
-                                                on_step=recorder.on_step, on_enter=enter))
-    else:
-        value = evaluate(module, args, backend=backend, on_enter=enter)
-    board.set(FINISHING)
-    outputs = _gather_outputs(value, signature, module, comm)
-    profiles = comm.gather(recorder.profile() if recorder is not None else None, root=0)
-    backend.close()
-    code = EXIT_OK
-    if comm.Get_rank() == 0:
-        code = finish(job, module, outputs, sources, profiles if recorder is not None else None)
-        sys.stdout.flush()
-    wait(comm.Ibarrier())           # the other ranks sleep while rank 0 checks and writes
-    return comm.bcast(code, root=0)
-
-
-def _gather_outputs(value, signature, module, comm):
-    """Rank 0 gets the global result; the others None. Each leaf travels once per tile: the source
-    partition of each tile sends its raw bytes, straight into place in rank 0's tile buffer."""
-    from mpi4py import MPI
-    from gspmdc.ir import dtypes
-    from .backends.mpi import rank_of_partition
-    from .sharded_io import assemble_tiles, flatten_value, source_partitions, unflatten_value
-    n = signature.num_partitions
-    ranks = np.asarray(rank_of_partition(module, n))
-    me = comm.Get_rank()
-    leaves = flatten_value(value, signature.output.local_shape)
-    assembled = []
-    for piece, leaf in zip(leaves, signature.output.leaves):
-        sources = source_partitions(leaf, n)
-        nbytes = int(np.prod(leaf.local_shape.dims)) * \
-            dtypes.numpy_dtype(leaf.local_shape.element_type).itemsize
-        senders = ranks[sources]
-        counts = np.zeros(n, np.int64)
-        counts[senders] = nbytes
-        displacements = np.zeros(n, np.int64)
-        displacements[senders] = np.arange(len(sources)) * nbytes
-        mine = np.ascontiguousarray(piece).reshape(-1).view(np.uint8) if counts[me] \
-            else np.empty(0, np.uint8)
-        if me == 0:
-            tiles = np.empty(len(sources) * nbytes, np.uint8)
-            wait(comm.Igatherv(mine, [tiles, counts, displacements, MPI.BYTE], root=0))
-            dtype = dtypes.numpy_dtype(leaf.local_shape.element_type)
-            shaped = tiles.view(dtype).reshape((len(sources),) + leaf.local_shape.dims)
-            assembled.append(assemble_tiles(shaped, leaf))
-        else:
-            wait(comm.Igatherv(mine, None, root=0))
-    return unflatten_value(assembled, signature.output.global_shape) if me == 0 else None
-
-
-def _abort(comm, rank: int, partition: int | None, error: BaseException,
-           status: _StatusLine | None, position: str) -> None:
-    """Report `error` (with where this rank was, unless the message names the instruction
-    already) and stop the job."""
-    where = f"rank {rank}" + (f" (partition {partition})" if partition is not None else "")
-    if isinstance(error, KeyboardInterrupt):
-        message = "interrupted"
-    elif isinstance(error, GspmdcError):
-        message = str(error)
-    else:
-        message = f"internal error: {type(error).__name__}: {error}"
-    named = position.startswith("executing ") and \
-        message.startswith(position.split()[1] + ":")
-    if not named:
-        message = f"{message} (while {position})"
-    sys.stdout.flush()
-    print(f"gspmdc: error: {where}: {message}", file=sys.stderr, flush=True)
-    if status is not None:
-        status.say("failed")
-    _abort_job(comm)
-
-
-def _abort_job(comm) -> None:
-    """Stop every rank of the job with exit code 3 (MPICH's MPI_Abort may return: exit anyway)."""
-    comm.Abort(EXIT_RUNTIME)
-    os._exit(EXIT_RUNTIME)
-
-
-def _arm_watchdog(comm, timeout: float | None, status: _StatusLine | None,
-                  board: PositionBoard, module_now):
-    """A timer that ends the whole job when `timeout` seconds pass. Rank 0 reports it with where
-    every rank was (only itself when the board is private); `module_now()` gives the module
-    (None while it is being parsed)."""
-    if timeout is None:
-        return None
-    rank = comm.Get_rank()
-
-    def expire():
-        if rank == 0:
-            ranks = range(comm.Get_size()) if board.shared else [rank]
-            where = describe_ranks(module_now(), {r: board.get(r) for r in ranks})
-            print(f"gspmdc: error: the run timed out after {timeout:g} s: {where}",
-                  file=sys.stderr, flush=True)
-        if status is not None:
-            status.say("failed")
-        _abort_job(comm)
-    timer = threading.Timer(timeout + (0 if rank == 0 else _WATCHDOG_STAGGER_SECONDS), expire)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Rank entry point of `launch`: `python -m gspmdc.runtime.launcher JOB_FILE`."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m gspmdc.runtime.launcher JOB_FILE (started by gspmdc run)",
-              file=sys.stderr)
-        return 2
-    job_file = Path(args[0])
-    job = pickle.loads(job_file.read_bytes())
-    return execute_on_mpi(job, job_file.parent)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ Two kinds of SPEC:
   SPMD module with the MPI backend and write `{out}/{name}.p{partition}.npz` with the result's
   array leaves `leaf0, leaf1, ...` in pre-order;
 - jobs: {"jobs": [[name, pickled `runtime.job.Job` file], ...], "out": directory}: run each job as
-  `gspmdc run` does on every rank (`launcher.execute_on_mpi`: inputs sharded from the seed or the
+  `gspmdc run` does on every rank (`rank.execute_on_mpi`: inputs sharded from the seed or the
   input file, outputs assembled and written by rank 0, `--check` when the job asks) and write
   `{out}/codes.json`: {name: [exit code, what rank 0 printed]}.
 """
@@ -29,7 +29,7 @@ from gspmdc.ir import dtypes
 from gspmdc.ir.parser import parse_module
 from gspmdc.runtime.backends.mpi import MpiBackend
 from gspmdc.runtime.interpreter import evaluate
-from gspmdc.runtime.launcher import execute_on_mpi
+from gspmdc.runtime.rank import execute_on_mpi
 
 
 def leaves(value) -> list:

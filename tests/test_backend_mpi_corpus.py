@@ -5,7 +5,7 @@ A spread sample of the small cases of `../shared/conformance/xla-partitioner.jso
 devices runs exactly as the conformance scorer runs them (`gspmdc run --check --seed 0
 --garbage-padding` on the local backend); the cases it marks equivalent (at least 50 must be) are
 then run on MPI, one `mpiexec` launch per device count running all of that count's cases
-(`mpi_worker.py`, `launcher.execute_on_mpi` as `gspmdc run` does), with `--check` against the
+(`mpi_worker.py`, `rank.execute_on_mpi` as `gspmdc run` does), with `--check` against the
 unpartitioned reference. The bundled examples (`gspmdc/examples/*.hlo`) join them and must pass
 locally too. Each MPI run must pass its check and its outputs must equal the local backend's:
 integers and predicates exactly, floats within the check's tolerance."""

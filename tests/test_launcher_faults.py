@@ -104,7 +104,7 @@ def rank_processes(tag: str) -> dict[int, int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"gspmdc.runtime.launcher" not in cmdline or b"mpiexec" in cmdline.split(b"\0")[0]:
+        if b"gspmdc.runtime.rank" not in cmdline or b"mpiexec" in cmdline.split(b"\0")[0]:
             continue
         for item in environ:
             if item.startswith(b"PMI_RANK="):

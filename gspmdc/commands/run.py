@@ -13,7 +13,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     (--seed); rank 0 assembles the global outputs (out0, ...) and writes --outputs atomically.
     --check compares them with the unpartitioned program run on one device."""
     import time
-    from gspmdc.runtime import launcher
+    from gspmdc.runtime import launcher, rank
     from gspmdc.runtime.job import RunOptions, execute_local, prepare_job
     started_at = time.time()
     if args.timeout is not None and args.timeout <= 0:
@@ -27,13 +27,21 @@ def cmd_run(args: argparse.Namespace) -> int:
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
                          output_sharding=args.output_sharding, quiet=args.quiet,
                          windowed_einsum_threshold=args.windowed_einsum_threshold)
+    if args.hostfile is not None and args.backend != "mpi":
+        raise GspmdcError("--hostfile places MPI ranks: it needs --backend mpi")
     if args.backend == "mpi" and launcher.under_mpi():
-        return launcher.run_in_place(args.file, options, started_at)
+        if args.hostfile is not None:
+            raise GspmdcError("--hostfile: this process already is a rank of an MPI job (the "
+                              "hosts are those of the mpiexec that started it)")
+        return rank.run_in_place(args.file, options, started_at)
     mpiexec = launcher.find_mpiexec(args.mpiexec) if args.backend == "mpi" else None
+    hostfile = _absolute(args.hostfile)
+    if hostfile is not None:
+        launcher.hostfile_hosts(hostfile)
     job = prepare_job(args.file, options, started_at)
     if args.backend == "local":
         return execute_local(job)
-    return launcher.launch(job, mpiexec)
+    return launcher.launch(job, mpiexec, hostfile)
 
 
 def _absolute(path: str | None) -> str | None:
@@ -64,6 +72,10 @@ def register(sub) -> None:
                         "and the bytes each collective sends")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="stop the whole job after S seconds (exit 3)")
+    p.add_argument("--hostfile", metavar="FILE",
+                   help="run the ranks on these hosts (MPICH hostfile: 'host:count' per line; "
+                        "passed to mpiexec -f); every host needs this gspmdc installation at "
+                        "the same path and the input file")
     p.add_argument("--mpiexec", metavar="PATH",
                    help="the mpiexec to start (default: the one beside this Python)")
     p.add_argument("--deterministic", action="store_true",

@@ -1,0 +1,178 @@
+"""The operating-system side of an MPI job: which processes and shared-memory segments belong to
+it, and how to remove them all (Linux `/proc`; elsewhere these do nothing).
+
+- `die_with_parent(signal)`: `prctl(PR_SET_PDEATHSIG)`, so the kernel sends `signal` to this
+  process the moment its parent dies (`mpiexec` is started with SIGKILL: a launcher killed with
+  SIGKILL takes `mpiexec`, whose proxies then kill their ranks).
+- `host_identity()`: this machine and network namespace (boot id + network namespace inode); two
+  processes with the same identity can share files in `/tmp`, Unix sockets and shared memory.
+- MPICH's shared memory: each node's ranks share a segment `/dev/shm/mpich_shm_<job>_<node>`
+  (and `mpich_vci_...`) that MPICH removes in `MPI_Finalize` only, so every rank that is killed,
+  aborts or is stopped by `mpiexec` leaves it behind (4-8 MB each). `mapped_mpich_segments()` are
+  the ones this process maps; once every rank of the node is past `MPI_Init`, unlinking their
+  names (`unlink_segments`) loses nothing (the mappings stay valid; MPI_Finalize tolerates the
+  missing name) and leaves nothing to clean up however the job ends. Segments of a job that failed
+  inside `MPI_Init` are found by `sweep_orphan_segments`: MPICH segments of this user created since
+  the job started that no live process maps.
+- `kill_tree(pids)`: SIGKILL the processes and all their descendants, stopping them first so none
+  can start a new child or react while the tree is collected.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from pathlib import Path
+
+_SHM_DIR = Path("/dev/shm")
+_MPICH_PREFIXES = ("mpich_shm_", "mpich_vci_")
+_PR_SET_PDEATHSIG = 1
+#: an orphan segment must be unmapped at two looks this far apart (a starting job maps its
+#: segment right after creating it)
+_SWEEP_RECHECK_SECONDS = 0.2
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send `sig` to this process when its parent exits (Linux; else nothing).
+    Called in the child between fork and exec, or first thing in a process."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def host_identity() -> str:
+    """`boot-id/netns-inode`: equal for processes on the same machine and network namespace."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        net = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        import socket
+        return socket.gethostname()
+    return f"{boot}/{net}"
+
+
+def mapped_mpich_segments(pid: int | str = "self") -> set[str]:
+    """Paths of the MPICH shared-memory segments process `pid` maps that still have a name."""
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith(str(_SHM_DIR) + "/mpich_") \
+                and not fields[5].endswith("(deleted)"):
+            found.add(fields[5])
+    return found
+
+
+def unlink_segments(paths) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def sweep_orphan_segments(since: float) -> list[str]:
+    """Remove MPICH segments of this user created at or after `since` (a `time.time()`) that no
+    live process maps (at two looks `_SWEEP_RECHECK_SECONDS` apart); returns their paths."""
+    candidates = _segments_created_since(since)
+    if not candidates:
+        return []
+    candidates -= _all_mapped_segments()
+    if not candidates:
+        return []
+    time.sleep(_SWEEP_RECHECK_SECONDS)
+    orphans = sorted(candidates - _all_mapped_segments())
+    unlink_segments(orphans)
+    return orphans
+
+
+def _segments_created_since(since: float) -> set[str]:
+    try:
+        entries = list(os.scandir(_SHM_DIR))
+    except OSError:
+        return set()
+    found = set()
+    for entry in entries:
+        if not entry.name.startswith(_MPICH_PREFIXES):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if info.st_uid == os.getuid() and info.st_ctime >= since - 1.0:
+            found.add(entry.path)
+    return found
+
+
+def _all_mapped_segments() -> set[str]:
+    mapped = set()
+    for pid in _pids():
+        mapped |= mapped_mpich_segments(pid)
+    return mapped
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def _parent_and_state(pid: int) -> tuple[int, str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[1]), fields[0]
+
+
+def alive(pid: int) -> bool:
+    """`pid` exists and is not a zombie."""
+    info = _parent_and_state(pid)
+    return info is not None and info[1] != "Z"
+
+
+def descendants(roots) -> set[int]:
+    """The live processes among `roots` and all their descendants."""
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        info = _parent_and_state(pid)
+        if info is not None and info[1] != "Z":
+            children.setdefault(info[0], []).append(pid)
+    found, todo = set(), [pid for pid in roots if alive(pid)]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def kill_tree(roots) -> None:
+    """SIGKILL `roots` and their descendants: stop them all (collected again until no new one
+    appears), then kill them."""
+    stopped: set[int] = set()
+    while True:
+        tree = descendants(set(roots) | stopped)
+        new = tree - stopped
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= new
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,266 @@
+"""One MPI rank of a `gspmdc run` job.
+
+Two ways in:
+
+- `main`: `python -m gspmdc.runtime.rank ADDRESS TOKEN`, started by the launcher's `mpiexec`
+  (`launcher.py`). First thing, before importing anything heavy or starting MPI, the rank asks
+  the kernel to kill it when its parent (MPICH's proxy) dies, connects to the launcher
+  (`rank_link.py`) and receives the job; from then on the launcher knows its pid and host and
+  names it if it dies, and the rank exits (3) if the launcher's connection closes. Then MPI
+  starts; once every rank is past `MPI_Init`, the names of MPICH's shared-memory segments are
+  removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0
+  sends the outputs to the launcher, which writes the file once every rank has finished.
+  Timeouts are the launcher's.
+- `run_in_place(path, options)`, when the process already is an MPI rank (the user ran
+  `mpiexec ... gspmdc run`, or `srun`): rank 0 prepares the job and broadcasts it; if
+  preparation fails every rank exits with its exit code. Rank 0 writes the outputs (atomically);
+  `--timeout` arms a watchdog on every rank.
+
+`execute_on_mpi(job)` is the same on every rank: parse the SPMD program, build the MPI backend,
+read this partition's shard of every input (memory-mapped slices of the input file, or the seeded
+random inputs), evaluate, send the pieces rank 0 needs for each output (`Igatherv` of raw bytes
+from the source partitions of each tile only), and on rank 0 assemble, check, write and print
+(`job.finish`). Every rank records the instruction it starts on its slot of the position board.
+Any exception on any rank prints `gspmdc: error: rank r (partition p): ...` naming the computation
+and instruction and calls `MPI_Abort`, which stops every rank at once. Exit codes: 0 success,
+1 check mismatch, 2 bad input, 3 runtime failure.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from . import mpi_processes
+from .rank_link import RankLink, rank_from_environment
+
+EXIT_RUNTIME = 3
+#: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
+_WATCHDOG_STAGGER_SECONDS = 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rank entry point of `launcher.launch` (see the module docstring)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m gspmdc.runtime.rank ADDRESS TOKEN (started by gspmdc run)",
+              file=sys.stderr)
+        return 2
+    mpi_processes.die_with_parent(signal.SIGKILL)
+    try:
+        link = RankLink(args[0], args[1], rank_from_environment(), socket.gethostname(),
+                        mpi_processes.host_identity())
+        job, board_path = link.receive_job()
+        link.watch_launcher(_launcher_lost)
+    except (OSError, ConnectionError) as e:
+        print(f"gspmdc: error: rank {rank_from_environment()}: cannot reach the launcher: {e}",
+              file=sys.stderr)
+        return EXIT_RUNTIME
+    from mpi4py import MPI
+    from .backends.mpi import wait
+    wait(MPI.COMM_WORLD.Ibarrier())     # every rank of every node is past MPI_Init
+    mpi_processes.unlink_segments(mpi_processes.mapped_mpich_segments())
+    link.say("ready")
+    return execute_on_mpi(job, link, Path(board_path) if board_path is not None else None)
+
+
+def _launcher_lost() -> None:
+    """The launcher died or stopped the job: leave nothing behind and exit."""
+    mpi_processes.unlink_segments(mpi_processes.mapped_mpich_segments())
+    os._exit(EXIT_RUNTIME)
+
+
+def run_in_place(path: str, options, started_at: float | None = None) -> int:
+    """This process is one rank of an MPI job started by the user: rank 0 prepares the job, every
+    rank runs it (`started_at`: when rank 0's `gspmdc run` started). Returns the exit code (the
+    same on every rank)."""
+    from mpi4py import MPI
+    from gspmdc.errors import GspmdcError
+    from .backends.mpi import wait
+    from .job import prepare_job
+    comm = MPI.COMM_WORLD
+    job, error = None, None
+    if comm.Get_rank() == 0:
+        try:
+            job = prepare_job(path, _with_world_size(options, comm.Get_size()), started_at)
+            if job.num_partitions != comm.Get_size():
+                raise GspmdcError(f"the program has {job.num_partitions} partitions but the MPI "
+                                  f"job has {comm.Get_size()} ranks (run mpiexec -n "
+                                  f"{job.num_partitions})")
+        except GspmdcError as e:
+            error = (str(e), e.exit_code)
+    wait(comm.Ibarrier())           # the other ranks sleep while rank 0 prepares
+    mpi_processes.unlink_segments(mpi_processes.mapped_mpich_segments())
+    job, error = comm.bcast((job, error), root=0)
+    if error is not None:
+        if comm.Get_rank() == 0:
+            print(f"gspmdc: error: {error[0]}", file=sys.stderr)
+        return error[1]
+    return execute_on_mpi(job)
+
+
+def _with_world_size(options, size: int):
+    """Without -n, an MPI job of `size` ranks runs `size` partitions."""
+    if options.num_partitions is not None:
+        return options
+    from dataclasses import replace
+    return replace(options, num_partitions=size)
+
+
+def execute_on_mpi(job, link: RankLink | None = None, board_path: Path | None = None) -> int:
+    """This rank's part of the job (see the module docstring); the exit code, or the process
+    ends through MPI_Abort when anything fails on any rank. With a `link` (started by the
+    launcher) rank 0 sends the outputs to the launcher, and the launcher handles timeouts;
+    without, rank 0 writes them and `--timeout` arms a watchdog here."""
+    from mpi4py import MPI
+    from .backends.mpi import MpiBackend
+    from .rank_position import PositionBoard, describe
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    board = PositionBoard(board_path, rank, comm.Get_size())
+    parsed: list = []               # the module once parsed, for the watchdog's report
+    watchdog = _arm_watchdog(comm, job.options.timeout, board,
+                             lambda: parsed[0] if parsed else None) if link is None else None
+    partition = None
+    try:
+        module = job.spmd_module()
+        parsed.append(module)
+        backend = MpiBackend(module, comm, deterministic=job.options.deterministic,
+                             wait=job.options.mpi_wait)
+        partition = backend.partition_id()
+        code = _run_partition(job, comm, module, backend, board, link)
+        if link is not None:
+            link.finish("done")
+        return code
+    except BaseException as e:  # noqa: BLE001 - every failure stops the whole job
+        _abort(comm, rank, partition, e, link,
+               describe(parsed[0] if parsed else None, board.get(rank)))
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> int:
+    from gspmdc.errors import EXIT_OK
+    from .backends.mpi import wait
+    from .interpreter import evaluate
+    from .job import finish, input_sources
+    from .profile import ProfileRecorder
+    from .rank_position import FINISHING
+    from .sharded_io import shard_value, spmd_signature
+    n = job.num_partitions
+    p = backend.partition_id()
+    signature = spmd_signature(module, n)
+    sources = input_sources(job, signature)
+    args = [shard_value(a, v, p, n, padding=job.options.padding)
+            for a, v in zip(sources, signature.parameters)]
+    recorder = ProfileRecorder(p, n, job.started_at) if job.options.profile else None
+    enter = board.tracker(module)
+    if recorder is not None:
+        value = recorder.timed(lambda: evaluate(module, args, backend=backend,
+                                                on_step=recorder.on_step, on_enter=enter))
+    else:
+        value = evaluate(module, args, backend=backend, on_enter=enter)
+    board.set(FINISHING)
+    outputs = _gather_outputs(value, signature, module, comm)
+    profiles = comm.gather(recorder.profile() if recorder is not None else None, root=0)
+    backend.close()
+    code = EXIT_OK
+    if comm.Get_rank() == 0:
+        write = link.send_outputs if link is not None else None
+        code = finish(job, module, outputs, sources, profiles if recorder is not None else None,
+                      write_outputs=write)
+        sys.stdout.flush()
+    wait(comm.Ibarrier())           # the other ranks sleep while rank 0 checks and writes
+    return comm.bcast(code, root=0)
+
+
+def _gather_outputs(value, signature, module, comm):
+    """Rank 0 gets the global result; the others None. Each leaf travels once per tile: the source
+    partition of each tile sends its raw bytes, straight into place in rank 0's tile buffer."""
+    import numpy as np
+    from mpi4py import MPI
+    from gspmdc.ir import dtypes
+    from .backends.mpi import rank_of_partition, wait
+    from .sharded_io import assemble_tiles, flatten_value, source_partitions, unflatten_value
+    n = signature.num_partitions
+    ranks = np.asarray(rank_of_partition(module, n))
+    me = comm.Get_rank()
+    leaves = flatten_value(value, signature.output.local_shape)
+    assembled = []
+    for piece, leaf in zip(leaves, signature.output.leaves):
+        sources = source_partitions(leaf, n)
+        nbytes = int(np.prod(leaf.local_shape.dims)) * \
+            dtypes.numpy_dtype(leaf.local_shape.element_type).itemsize
+        senders = ranks[sources]
+        counts = np.zeros(n, np.int64)
+        counts[senders] = nbytes
+        displacements = np.zeros(n, np.int64)
+        displacements[senders] = np.arange(len(sources)) * nbytes
+        mine = np.ascontiguousarray(piece).reshape(-1).view(np.uint8) if counts[me] \
+            else np.empty(0, np.uint8)
+        if me == 0:
+            tiles = np.empty(len(sources) * nbytes, np.uint8)
+            wait(comm.Igatherv(mine, [tiles, counts, displacements, MPI.BYTE], root=0))
+            dtype = dtypes.numpy_dtype(leaf.local_shape.element_type)
+            shaped = tiles.view(dtype).reshape((len(sources),) + leaf.local_shape.dims)
+            assembled.append(assemble_tiles(shaped, leaf))
+        else:
+            wait(comm.Igatherv(mine, None, root=0))
+    return unflatten_value(assembled, signature.output.global_shape) if me == 0 else None
+
+
+def _abort(comm, rank: int, partition: int | None, error: BaseException,
+           link: RankLink | None, position: str) -> None:
+    """Report `error` (with where this rank was, unless the message names the instruction
+    already) and stop the job."""
+    from gspmdc.errors import GspmdcError
+    where = f"rank {rank}" + (f" (partition {partition})" if partition is not None else "")
+    if isinstance(error, KeyboardInterrupt):
+        message = "interrupted"
+    elif isinstance(error, GspmdcError):
+        message = str(error)
+    else:
+        message = f"internal error: {type(error).__name__}: {error}"
+    named = position.startswith("executing ") and \
+        message.startswith(position.split()[1] + ":")
+    if not named:
+        message = f"{message} (while {position})"
+    sys.stdout.flush()
+    print(f"gspmdc: error: {where}: {message}", file=sys.stderr, flush=True)
+    if link is not None:
+        link.finish("failed")
+    _abort_job(comm)
+
+
+def _abort_job(comm) -> None:
+    """Stop every rank of the job with exit code 3 (MPICH's MPI_Abort may return: exit anyway)."""
+    comm.Abort(EXIT_RUNTIME)
+    os._exit(EXIT_RUNTIME)
+
+
+def _arm_watchdog(comm, timeout: float | None, board, module_now):
+    """A timer that ends the whole job when `timeout` seconds pass. Rank 0 reports it with where
+    it was; `module_now()` gives the module (None while it is being parsed)."""
+    if timeout is None:
+        return None
+    from .rank_position import describe_ranks
+    rank = comm.Get_rank()
+
+    def expire():
+        if rank == 0:
+            where = describe_ranks(module_now(), {rank: board.get(rank)})
+            print(f"gspmdc: error: the run timed out after {timeout:g} s: {where}",
+                  file=sys.stderr, flush=True)
+        _abort_job(comm)
+    timer = threading.Timer(timeout + (0 if rank == 0 else _WATCHDOG_STAGGER_SECONDS), expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The connection between `gspmdc run` (the launcher) and each of its MPI ranks.
+
+A rank connects first thing, before MPI starts, to the launcher's address: `unix:PATH` (a socket
+in the launcher's private run directory) or `tcp:HOST:PORT` (ranks on other hosts), and speaks in
+lines:
+
+    rank -> launcher                          launcher -> rank
+    hello RANK PID HOST IDENTITY TOKEN
+                                              job NBYTES, then the pickled (Job, board path or
+                                              None): the board is shared with ranks on the
+                                              launcher's machine (same `host_identity`)
+    ready                (MPI started, its shared-memory names removed)
+    output NAME NBYTES, then NBYTES bytes: one `.npy` member of the output file (rank 0)
+    done | failed        (before a normal exit | after reporting its own error)
+
+The connection stays open for the rank's life. Its closing is how each side learns the other died:
+the kernel closes a killed process's socket at once. The launcher names a rank whose connection
+closed without `done`/`failed`; a rank whose launcher's connection closed (the launcher was killed,
+or stopped the job) removes the MPICH segments it maps and exits (`watch_launcher`).
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import socket
+import threading
+
+
+def listen(address_host: str | None, unix_path: str) -> tuple[socket.socket, str]:
+    """A listening socket and its address for the ranks: a Unix socket at `unix_path`, or TCP on
+    `address_host` (any free port) when ranks run on other hosts."""
+    if address_host is None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(unix_path)
+        address = f"unix:{unix_path}"
+    else:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((address_host, 0))
+        address = f"tcp:{address_host}:{listener.getsockname()[1]}"
+    listener.listen(1024)
+    listener.setblocking(False)
+    return listener, address
+
+
+def connect(address: str, timeout: float = 30.0) -> socket.socket:
+    kind, _, rest = address.partition(":")
+    if kind == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.connect(rest)
+    else:
+        host, _, port = rest.rpartition(":")
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+    sock.settimeout(None)
+    return sock
+
+
+class RankLink:
+    """A rank's end of the connection (see the module docstring)."""
+
+    def __init__(self, address: str, token: str, rank: int, host: str, identity: str):
+        self._socket = connect(address)
+        self._lock = threading.Lock()
+        self.finished = False
+        self.say(f"hello {rank} {os.getpid()} {host} {identity} {token}")
+
+    def say(self, message: str) -> None:
+        with self._lock:
+            self._socket.sendall(message.encode() + b"\n")
+
+    def receive_job(self):
+        """(Job, board path or None), as the launcher sends them after `hello`."""
+        header = self._read_line()
+        word, _, size = header.partition(" ")
+        if word != "job":
+            raise ConnectionError(f"expected the job from the launcher, got {header!r}")
+        return pickle.loads(self._read_exactly(int(size)))
+
+    def send_outputs(self, arrays: dict) -> None:
+        """Send each array as a `.npy` member (header, then the raw bytes)."""
+        import numpy as np
+        for name, array in arrays.items():
+            array = np.ascontiguousarray(array)
+            header = io.BytesIO()
+            info = np.lib.format.header_data_from_array_1_0(array)
+            try:
+                np.lib.format.write_array_header_1_0(header, info)
+            except ValueError:
+                header = io.BytesIO()
+                np.lib.format.write_array_header_2_0(header, info)
+            head = header.getvalue()
+            with self._lock:
+                self._socket.sendall(f"output {name} {len(head) + array.nbytes}\n".encode())
+                self._socket.sendall(head)
+                if array.nbytes:
+                    self._socket.sendall(memoryview(array.reshape(-1).view(np.uint8)))
+
+    def finish(self, word: str) -> None:
+        """Say `done` or `failed`; the launcher's closing is expected from now on."""
+        self.finished = True
+        self.say(word)
+
+    def watch_launcher(self, on_lost) -> None:
+        """Call `on_lost()` from a daemon thread when the launcher's side closes before this rank
+        finished."""
+        def watch():
+            while True:
+                try:
+                    data = self._socket.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+            if not self.finished:
+                on_lost()
+        threading.Thread(target=watch, daemon=True, name="gspmdc-launcher-watch").start()
+
+    def _read_line(self) -> str:
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = self._socket.recv(1)
+            if not chunk:
+                raise ConnectionError("the launcher closed the connection")
+            data += chunk
+        return data.decode().strip()
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            chunk = self._socket.recv(min(1 << 20, size - len(data)))
+            if not chunk:
+                raise ConnectionError("the launcher closed the connection")
+            data += chunk
+        return bytes(data)
+
+
+def rank_from_environment() -> int:
+    """This process's rank as MPI launchers announce it before MPI starts (-1 if none does)."""
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if name in os.environ:
+            try:
+                return int(os.environ[name])
+            except ValueError:
+                pass
+    return -1
