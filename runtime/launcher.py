@@ -42,6 +42,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 
@@ -128,7 +129,8 @@ def launch(job: Job, mpiexec: str, hostfile: str | None = None) -> int:
         command = [mpiexec, "-n", str(job.num_partitions)] + \
             (["-f", hostfile] if hostfile else []) + \
             [sys.executable, "-m", "gspmdc.runtime.rank", address, token]
-        session = _Session(job, run_dir, listener, token, reaper, started)
+        session = _Session(job, run_dir, listener, token, started,
+                           on_local_pid=lambda pid: _tell(reaper, f"pid {pid}"))
         return session.run(command, signals)
     finally:
         if session is not None:
@@ -189,14 +191,14 @@ class _Session:
     """One running job: mpiexec, the ranks' connections, the output being received."""
 
     def __init__(self, job: Job, run_dir: Path, listener: socket.socket, token: str,
-                 reaper: subprocess.Popen, started: float):
+                 started: float, on_local_pid: Callable[[int], None]):
         self.job = job
         self.started = started
+        self.on_local_pid = on_local_pid
         self.run_dir = run_dir
         self.identity = mpi_processes.host_identity()
         self.listener = listener
         self.token = token
-        self.reaper = reaper
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ)
         self.buffers: dict[socket.socket, bytearray] = {}
@@ -220,7 +222,7 @@ class _Session:
                 preexec_fn=mpi_processes.die_with_parent)
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
-        _tell(self.reaper, f"pid {self.proc.pid}")
+        self.on_local_pid(self.proc.pid)
         self.relays = [_relay(self.proc.stdout, sys.stdout, self.reported_pids),
                        _relay(self.proc.stderr, sys.stderr, self.reported_pids)]
         while True:
@@ -387,7 +389,7 @@ class _Session:
         rank = _Rank(number, pid, host, identity == self.identity)
         self.ranks[conn] = rank
         if rank.local:
-            _tell(self.reaper, f"pid {pid}")
+            self.on_local_pid(pid)
         board = str(self.run_dir / "positions") if rank.local else None
         payload = pickle.dumps((self.job, board))
         try:

@@ -173,12 +173,14 @@ def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, vict
 @needs_mpi
 def test_timeout_stops_every_rank(job):
     program, env, out = job
-    proc, seconds = run([program("sleep_on_partition_1"), "--timeout", "2", "--outputs", out],
+    # the timeout counts from the start of `gspmdc run`: long enough for 4 ranks to start on a
+    # loaded machine, so that they are at their instructions when it expires
+    proc, seconds = run([program("sleep_on_partition_1"), "--timeout", "12", "--outputs", out],
                         env)
     assert proc.returncode == 3, proc.stderr
-    assert "the run timed out after 2 s: rank 1 executing main/c (custom-call); ranks 0, 2, 3 " \
+    assert "the run timed out after 12 s: rank 1 executing main/c (custom-call); ranks 0, 2, 3 " \
         "executing main/r (all-reduce)" in proc.stderr
-    assert seconds < 12 and not out.exists()
+    assert seconds < 12 + 3 and not out.exists()
     wait_gone(env["GSPMDC_TEST_TAG"])
 
 
@@ -234,29 +236,43 @@ def test_local_backend_failure_and_timeout(job):
 
 
 def test_of_ranks_that_closed_at_once_the_culprit_is_the_one_mpich_names(tmp_path):
-    """When the parent runs only after several ranks' connections closed (a busy machine), the
+    """When the launcher runs only after several ranks' connections closed (a busy machine), the
     pid in MPICH's termination banner decides; the banner itself is not passed through."""
     import io
-    import socket
-    from gspmdc.runtime.launcher import _RankMonitor, _relay
+    from gspmdc.runtime import rank_link
+    from gspmdc.runtime.job import Job, RunOptions
+    from gspmdc.runtime.launcher import _relay, _Session
+    from gspmdc.runtime.mpi_processes import host_identity
     banner = ("=" * 83 + "\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
               "=   PID 202 RUNNING AT vm\n=   EXIT CODE: 9\nrank output\n")
     shown, reported = io.StringIO(), set()
     _relay(io.StringIO(banner), shown, reported).join(timeout=5)
     assert reported == {202} and shown.getvalue() == "rank output\n"
-    with _RankMonitor(tmp_path / "ranks.sock") as monitor:
-        clients = []
-        for rank, pid in [(0, 100), (2, 202), (3, 303)]:
-            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            client.connect(str(tmp_path / "ranks.sock"))
-            client.sendall(f"{rank} {pid}\n".encode())
-            clients.append(client)
-        deadline = time.monotonic() + 10
-        while len(monitor.pids) < 3 and time.monotonic() < deadline:
-            monitor.poll(0.05)
-        for client in clients:
-            client.close()
-        monitor.poll(1.0)
-        assert sorted(monitor.unannounced) == [(0, 100), (2, 202), (3, 303)]
-        assert monitor.culprit(reported) == (2, 202)
-        assert monitor.culprit(set()) == monitor.died
+    listener, address = rank_link.listen(None, str(tmp_path / "ranks.sock"))
+    told = []
+    session = _Session(Job("", None, 4, RunOptions()), tmp_path, listener, "secret", time.time(),
+                       on_local_pid=told.append)
+    clients = []
+    for rank, pid in [(0, 100), (2, 202), (3, 303)]:
+        client = rank_link.connect(address)
+        client.sendall(f"hello {rank} {pid} vm {host_identity()} secret\n".encode())
+        clients.append(client)
+    intruder = rank_link.connect(address)
+    intruder.sendall(b"hello 1 101 vm x wrong-token\n")
+    deadline = time.monotonic() + 10
+    while len(session.ranks) < 3 and time.monotonic() < deadline:
+        session.poll(0.05)
+    assert sorted(r.number for r in session.ranks.values()) == [0, 2, 3]
+    assert sorted(told) == [100, 202, 303]
+    for client in clients:
+        assert client.recv(4).startswith(b"job ")      # each got the job
+        client.close()
+    deadline = time.monotonic() + 10
+    while len(session.closed) < 3 and time.monotonic() < deadline:
+        session.poll(0.05)
+    session.reported_pids = reported
+    assert session._died().number == 2
+    session.reported_pids = set()
+    assert session._died() is session.closed[0]
+    assert session._never_connected() == [1]
+    session.close()
