@@ -114,7 +114,7 @@ def address_towards(host: str) -> str:
 def launch(job: Job, mpiexec: str, hostfile: str | None = None) -> int:
     """Run `job` on `job.num_partitions` MPI ranks and return the exit code (see the module
     docstring)."""
-    started = time.time()
+    started = job.started_at if job.started_at is not None else time.time()
     address_host = address_towards(hostfile_hosts(hostfile)[0]) if hostfile else None
     signals = _SignalRecorder()
     run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))

@@ -149,7 +149,7 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
     from .interpreter import evaluate
     from .job import finish, input_sources
     from .profile import ProfileRecorder
-    from .rank_position import FINISHING
+    from .rank_position import FINISHING, WRITING
     from .sharded_io import shard_value, spmd_signature
     n = job.num_partitions
     p = backend.partition_id()
@@ -170,6 +170,7 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
     backend.close()
     code = EXIT_OK
     if comm.Get_rank() == 0:
+        board.set(WRITING)
         write = link.send_outputs if link is not None else None
         code = finish(job, module, outputs, sources, profiles if recorder is not None else None,
                       write_outputs=write)
