@@ -265,6 +265,8 @@ class _Session:
             return code
         status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
         missing = self._never_connected()
+        if len(missing) == self.job.num_partitions:
+            return self._fail(f"mpiexec failed ({status}) before any rank started")
         if missing:
             who = ", ".join(str(r) for r in missing)
             return self._fail(f"rank{'s' if len(missing) > 1 else ''} {who} terminated during "

@@ -61,10 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUNTIME
     from mpi4py import MPI
     from .backends.mpi import wait
+    from .rank_position import STARTING, WAITING, PositionBoard
+    board = PositionBoard(Path(board_path) if board_path is not None else None,
+                          MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
+    board.set(WAITING)
     wait(MPI.COMM_WORLD.Ibarrier())     # every rank of every node is past MPI_Init
+    board.set(STARTING)
     mpi_processes.unlink_segments(mpi_processes.mapped_mpich_segments())
     link.say("ready")
-    return execute_on_mpi(job, link, Path(board_path) if board_path is not None else None)
+    return execute_on_mpi(job, link, board)
 
 
 def _launcher_lost() -> None:
@@ -110,17 +115,19 @@ def _with_world_size(options, size: int):
     return replace(options, num_partitions=size)
 
 
-def execute_on_mpi(job, link: RankLink | None = None, board_path: Path | None = None) -> int:
+def execute_on_mpi(job, link: RankLink | None = None, board=None) -> int:
     """This rank's part of the job (see the module docstring); the exit code, or the process
     ends through MPI_Abort when anything fails on any rank. With a `link` (started by the
     launcher) rank 0 sends the outputs to the launcher, and the launcher handles timeouts;
-    without, rank 0 writes them and `--timeout` arms a watchdog here."""
+    without, rank 0 writes them and `--timeout` arms a watchdog here. `board`: this rank's
+    position board (a private one when None)."""
     from mpi4py import MPI
     from .backends.mpi import MpiBackend
     from .rank_position import PositionBoard, describe
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    board = PositionBoard(board_path, rank, comm.Get_size())
+    if board is None:
+        board = PositionBoard(None, rank, comm.Get_size())
     parsed: list = []               # the module once parsed, for the watchdog's report
     watchdog = _arm_watchdog(comm, job.options.timeout, board,
                              lambda: parsed[0] if parsed else None) if link is None else None

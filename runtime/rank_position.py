@@ -8,8 +8,9 @@ the interpreter's `on_enter` hook (`PositionBoard.tracker`) stores the instructi
 index in `module.all_instructions()`, into the rank's slot: a store into mapped memory, no system
 call on the data path. The number names the same instruction in every parse of the job's text
 (`describe`). Negative values are phases: `STARTING` (before the first instruction: reading
-inputs, building communicators), `FINISHING` (after the last: assembling the outputs) and `WRITING`
-(rank 0 checking, writing or sending the outputs).
+inputs, building communicators), `WAITING` (MPI started, waiting for the other ranks to start),
+`FINISHING` (after the last: assembling the outputs) and `WRITING` (rank 0 checking, writing or
+sending the outputs).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from gspmdc.ir.module import Instruction, Module
 STARTING = -1
 FINISHING = -2
 WRITING = -3
+WAITING = -4
 #: a slot: a native int64 (`array`/`memoryview` type code)
 _SLOT_TYPE = "q"
 _SLOT_BYTES = 8
@@ -59,7 +61,8 @@ class PositionBoard:
         return self._shared
 
     def set(self, code: int) -> None:
-        """Record a phase (`STARTING`, `FINISHING`, `WRITING`) or an instruction number."""
+        """Record a phase (`STARTING`, `WAITING`, `FINISHING`, `WRITING`) or an instruction
+        number."""
         self._slots[self.rank] = code
 
     def get(self, rank: int) -> int:
@@ -82,6 +85,8 @@ def describe(module: Module | None, code: int) -> str:
         return "setting up (before the first instruction)"
     if code == FINISHING:
         return "assembling the outputs (after the last instruction)"
+    if code == WAITING:
+        return "waiting for the other ranks to start"
     if code == WRITING:
         return "writing the outputs (after the last instruction)"
     if module is None:

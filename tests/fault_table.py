@@ -100,7 +100,8 @@ if PHASE is not None:
 #: per phase: the rank that pauses, the rank a rank fault hits, what the timeout must name
 _PAUSER = {"start-up": 1, "compute": 1, "collective": 1, "output": 0}
 _VICTIM = {"start-up": 1, "compute": 1, "collective": 0, "output": 0}
-HUNG = {"start-up": "rank 1 setting up (before the first instruction)",
+HUNG = {"start-up": "rank 0 waiting for the other ranks to start; rank 1 setting up (before the "
+                    "first instruction)",
         "compute": "rank 1 executing main/c (custom-call)",
         "collective": "rank 0 executing main/r (all-reduce)",
         "output": "rank 0 writing the outputs (after the last instruction); rank 1 assembling "
