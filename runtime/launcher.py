@@ -114,13 +114,13 @@ def address_towards(host: str) -> str:
 def launch(job: Job, mpiexec: str, hostfile: str | None = None) -> int:
     """Run `job` on `job.num_partitions` MPI ranks and return the exit code (see the module
     docstring)."""
-    started = job.started_at if job.started_at is not None else time.time()
+    started = mpi_processes.process_started_at()        # --timeout counts from here
     address_host = address_towards(hostfile_hosts(hostfile)[0]) if hostfile else None
     signals = _SignalRecorder()
     run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))
     reaper = subprocess.Popen([sys.executable, "-m", "gspmdc.runtime.reaper", str(run_dir),
-                               repr(started)], stdin=subprocess.PIPE, text=True,
-                              start_new_session=True)
+                               repr(started)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     session = None
     try:
         create_board_file(run_dir / "positions", job.num_partitions)
@@ -137,9 +137,8 @@ def launch(job: Job, mpiexec: str, hostfile: str | None = None) -> int:
             session.close()
         signals.restore()
         shutil.rmtree(run_dir, ignore_errors=True)
-        _tell(reaper, "done")
+        _tell(reaper, "done")           # it exits on its own: no need to wait for it
         reaper.stdin.close()
-        reaper.wait()
 
 
 def _tell(reaper: subprocess.Popen, line: str) -> None:
@@ -385,7 +384,8 @@ class _Session:
         return True
 
     def _hello(self, conn: socket.socket, words: list[str]) -> bool:
-        if len(words) != 6 or words[0] != "hello" or words[5] != self.token:
+        if len(words) != 6 or words[0] != "hello" or words[5] != self.token \
+                or not (words[1].lstrip("-").isdigit() and words[2].isdigit()):
             return False
         number, pid, host, identity = int(words[1]), int(words[2]), words[3], words[4]
         rank = _Rank(number, pid, host, identity == self.identity)

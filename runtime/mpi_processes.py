@@ -133,6 +133,26 @@ def _parent_and_state(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[0]
 
 
+def process_started_at() -> float:
+    """When this process started, as a `time.time()` (now, where `/proc` does not tell)."""
+    try:
+        ticks = start_time(os.getpid())
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError):
+        return time.time()
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), to tell it from a later process that
+    reuses the pid; None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
 def alive(pid: int) -> bool:
     """`pid` exists and is not a zombie."""
     info = _parent_and_state(pid)

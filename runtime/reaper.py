@@ -4,7 +4,8 @@
 (so a signal to the launcher's process group does not reach it) and writes to its standard input,
 one line each:
 
-- `pid N`: a process of the job on this machine (`mpiexec`, each local rank);
+- `pid N`: a process of the job on this machine (`mpiexec`, each local rank; recorded with its
+  start time, so that a later process reusing the pid is spared);
 - `file PATH`: a file to remove (the output being received);
 - `done`: the launcher cleaned up itself; the reaper exits.
 
@@ -19,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .mpi_processes import kill_tree, sweep_orphan_segments, unlink_segments
+from .mpi_processes import kill_tree, start_time, sweep_orphan_segments, unlink_segments
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,17 +30,17 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     run_dir, started_at = Path(args[0]), float(args[1])
-    pids: set[int] = set()
+    started: dict[int, int | None] = {}     # pid -> its start time, when it was announced
     files: list[str] = []
     for line in sys.stdin:
         word, _, value = line.strip().partition(" ")
         if word == "done":
             return 0
         if word == "pid":
-            pids.add(int(value))
+            started[int(value)] = start_time(int(value))
         elif word == "file":
             files.append(value)
-    kill_tree(pids)
+    kill_tree([pid for pid, at in started.items() if at is not None and start_time(pid) == at])
     sweep_orphan_segments(started_at)
     unlink_segments(files)
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -314,7 +314,7 @@ def test_the_waiting_policy_travels_with_the_job(tmp_path, monkeypatch):
     from gspmdc.cli import main
     from gspmdc.runtime import launcher
     jobs = []
-    monkeypatch.setattr(launcher, "launch", lambda job, mpiexec: jobs.append(job) or 0)
+    monkeypatch.setattr(launcher, "launch", lambda job, mpiexec, hostfile: jobs.append(job) or 0)
     program = tmp_path / "matmul.hlo"
     program.write_text(MATMUL2)
     assert main(["run", str(program), "--mpi-wait", "polite"]) == 0
