@@ -276,3 +276,13 @@ def test_of_ranks_that_closed_at_once_the_culprit_is_the_one_mpich_names(tmp_pat
     assert session._died() is session.closed[0]
     assert session._never_connected() == [1]
     session.close()
+
+
+@needs_mpi
+def test_an_mpiexec_that_fails_before_starting_ranks_is_a_runtime_failure(job):
+    program, env, out = job
+    proc, _ = run([program("fail_on_partition_1"), "--mpiexec", "/bin/false", "--outputs", out],
+                  env)
+    assert proc.returncode == 3
+    assert "mpiexec failed (exit status 1) before any rank started" in proc.stderr
+    assert not out.exists()
