@@ -34,10 +34,11 @@ import sys
 import threading
 from pathlib import Path
 
+from gspmdc.errors import EXIT_RUNTIME
+
 from . import mpi_processes
 from .rank_link import RankLink, rank_from_environment
 
-EXIT_RUNTIME = 3
 #: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
 _WATCHDOG_STAGGER_SECONDS = 1.0
 
