@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_propagation import layers_for, transformer  # noqa: E402
 
 from gspmdc.ir.parser import parse_module  # noqa: E402
-from gspmdc.passes.pass_manager import run_pipeline  # noqa: E402
+from gspmdc.passes.pass_manager import PassContext, run_pipeline  # noqa: E402
+from gspmdc.passes.pipeline import partitioner_pipeline  # noqa: E402
 from gspmdc.passes.propagation.sharding_algebra import clear_memos  # noqa: E402
-from gspmdc.passes.spmd import spmd_pipeline  # noqa: E402
 
 REPEAT = 3
 MESHES = ((2, 4), (64, 64))
@@ -38,7 +38,7 @@ def compile_times(text: str, devices: int) -> tuple[int, dict[str, float]]:
 
         def after(index, pass_, result, seconds):
             samples.setdefault(pass_.name, []).append(seconds)
-        run_pipeline(module, spmd_pipeline(devices), after)
+        run_pipeline(PassContext(devices), module, partitioner_pipeline(), after)
     return count, {name: statistics.median(times) for name, times in samples.items()}
 
 

@@ -64,7 +64,7 @@ def mlp_module(n: int) -> str:
 def interpreter_overhead(n: int) -> list[tuple[str, float, float, float, float]]:
     """(backend, wall, kernels, collectives, overhead share) averaged over ranks."""
     from gspmdc import api
-    from gspmdc.passes.spmd import compile_spmd
+    from gspmdc.passes.pipeline import compile_spmd
     from gspmdc.runtime import io
     from gspmdc.runtime.backends.local import run_local
     from gspmdc.runtime.profile import ProfileRecorder

@@ -52,7 +52,7 @@ def run_case(hlo: str, num_devices: int, name: str = "<case>") -> tuple[list[str
     some op ran replicated for lack of a rule. Raises GspmdcError when partitioning or running
     stops cleanly."""
     from gspmdc import api
-    from gspmdc.passes.spmd import compile_spmd
+    from gspmdc.passes.pipeline import compile_spmd
     from gspmdc.runtime import io
     from gspmdc.runtime.backends.local import run_local
     from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length

@@ -89,12 +89,9 @@ class Computation:
 
 
 class Module:
-    """An HLO module: header attributes, computations (text order), an entry computation.
+    """An HLO module: header attributes, computations (text order), an entry computation."""
 
-    `provenance` is optional pass data: sharding propagation attaches the origin of every
-    sharding it inferred there (not part of the text, not compared by `difference`)."""
-
-    __slots__ = ("name", "attrs", "computations", "entry_name", "provenance")
+    __slots__ = ("name", "attrs", "computations", "entry_name")
 
     def __init__(self, name: str, computations: list[Computation], entry_name: str,
                  attrs: dict[str, Any] | None = None):
@@ -102,7 +99,6 @@ class Module:
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.computations: dict[str, Computation] = {c.name: c for c in computations}
         self.entry_name = entry_name
-        self.provenance = None
 
     @property
     def entry(self) -> Computation:

@@ -316,6 +316,10 @@ class _Records(Transformer):
     def header_mesh(self, children):
         return children[0], "mesh", children[1]
 
+    def header_kv(self, children):
+        token, value = children
+        return token, "frontend_attributes", value
+
     def header_generic(self, children):
         token, value = children
         return token, token.value[:-1], value
@@ -953,6 +957,11 @@ class _ModuleBuilder:
                 raise _at(token, f"header attribute '{name}' given twice")
             if name == "mesh":
                 self.mesh = attrs[name] = value
+                continue
+            if name == "frontend_attributes":
+                items, separator = value
+                attrs[name] = KeyValueList(tuple((k, self.raw(v) if isinstance(v, _Span) else v)
+                                                 for k, v in items), separator or ", ")
                 continue
             typed = value.typed
             if name in _HEADER_INTS:

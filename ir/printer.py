@@ -50,7 +50,8 @@ _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 def print_module(module: Module) -> str:
     """The whole module as HLO text (ends with a newline)."""
     header = "HloModule " + module.name
-    for name, value in module.attrs.items():
+    # XLA's order: frontend attributes last
+    for name, value in sorted(module.attrs.items(), key=lambda kv: kv[0] == "frontend_attributes"):
         if name != STACK_FRAME_INDEX:
             header += f", {name}={_header_value(value)}"
     parts = [header]

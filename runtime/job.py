@@ -183,7 +183,7 @@ def _read_text(path: str) -> str:
 def _partition(module: Module, original: Module, n: int, path: str,
                windowed_einsum_threshold: int | None = None) -> Module:
     try:
-        from gspmdc.passes.spmd import compile_spmd
+        from gspmdc.passes.pipeline import compile_spmd
     except ImportError:
         raise GspmdcError(f"{path} is not partitioned (no partition-id or collectives) and "
                           "partitioning is not available in this installation "

@@ -7,7 +7,7 @@ import numpy as np
 
 from gspmdc import api
 from gspmdc.ir.module import Module
-from gspmdc.passes.spmd import compile_spmd
+from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.runtime import io
 from gspmdc.runtime.backends.local import run_local
 from gspmdc.runtime.sharded_io import assemble_outputs, spmd_signature, split_inputs

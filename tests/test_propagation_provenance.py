@@ -5,7 +5,8 @@ import pytest
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.parser import parse_module
 from gspmdc.ir.printer import print_module
-from gspmdc.passes.propagation import explain, propagate
+from gspmdc.passes.pass_manager import PassContext, run_pipeline
+from gspmdc.passes.propagation import ShardingPropagation, explain, propagate
 
 from propagation_helpers import find
 
@@ -49,13 +50,14 @@ def test_max_steps():
 
 
 def test_chain_survives_printing_and_parsing():
-    module = propagated()
+    module = parse_module(TEXT, "<test>")
+    ctx = PassContext()
+    run_pipeline(ctx, module, [ShardingPropagation()])
     text = print_module(module)
     assert 'sharding_origin="' in text
     again = parse_module(text, "<printed>")
-    assert again.provenance is None
     for name in ("b", "m", "t", "k", "callee:y", "a"):
-        assert explain(again, name) == explain(module, name)
+        assert explain(again, name) == explain(module, name, provenance=ctx.provenance["propagate"])
 
 
 def test_unsharded_and_unknown_instructions():
@@ -66,9 +68,11 @@ def test_unsharded_and_unknown_instructions():
 
 
 def test_origins_can_stay_out_of_the_text():
-    module = propagate(parse_module(TEXT, "<test>"), record_origins=False)
+    module = parse_module(TEXT, "<test>")
+    ctx = PassContext()
+    run_pipeline(ctx, module, [ShardingPropagation(record_origins=False)])
     assert "sharding_origin" not in print_module(module)
-    assert len(explain(module, "b")) == 8
+    assert len(explain(module, "b", provenance=ctx.provenance["propagate"])) == 8
 
 
 def test_malformed_origin_attribute_is_a_clear_error():

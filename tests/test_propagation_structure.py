@@ -5,6 +5,7 @@ import pytest
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.parser import parse_module
 from gspmdc.passes import pass_manager
+from gspmdc.passes.pass_table import make_pass
 from gspmdc.passes.propagation import PropagationError, driver, parse_flags, propagate
 
 from propagation_helpers import expect, find, run, sharding_of
@@ -304,15 +305,16 @@ ENTRY e {
 }""")
 
 
-def test_registered_pass_and_flag_parsing():
+def test_pass_from_the_table_and_flag_parsing():
     module = parse_module("""
 HloModule m
 ENTRY e {
   p = f32[8] parameter(0), sharding={devices=[2]<=[2]}
   ROOT a = f32[8] negate(p)
 }""")
-    pass_ = pass_manager.get_pass("propagate", propagate_to_output=(True,))
-    out = pass_manager.run_pipeline(module, [pass_])
+    pass_ = make_pass("propagate", {"propagate_to_output": "true"})
+    assert pass_.propagate_to_output == (True,)
+    out = pass_manager.run_pipeline(pass_manager.PassContext(2), module, [pass_])
     assert sharding_of(out, "a").is_tiled
     assert parse_flags("true") == (True,)
     assert parse_flags("false, TRUE") == (False, True)

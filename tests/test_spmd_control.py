@@ -240,8 +240,8 @@ ENTRY e {
 
 def test_call_that_is_not_inlined_runs_on_its_operands_shardings():
     from gspmdc import api
-    from gspmdc.passes.pass_manager import run_pipeline
-    from gspmdc.passes.spmd import Cleanup, InsertReshards, LowerSpmd, PadUneven
+    from gspmdc.passes.pass_manager import PassContext, run_pipeline
+    from gspmdc.passes.spmd import Cleanup, HaloExchange, InsertReshards, LowerSpmd, PadUneven
     from spmd_partition_helpers import assert_close, inputs_for, reference, run_global
     text = """
 f {
@@ -257,7 +257,8 @@ ENTRY e {
 }
 """
     module = api.parse(text)
-    spmd = run_pipeline(module, [InsertReshards(2), PadUneven(), LowerSpmd(2), Cleanup()])
+    spmd = run_pipeline(PassContext(2), module, [InsertReshards(), PadUneven(), HaloExchange(),
+                                                 LowerSpmd(), Cleanup()])
     spmd = api.parse(api.to_text(spmd))
     inputs = inputs_for(text)
     assert_close(run_global(spmd, inputs, 2), reference(text, inputs))

@@ -18,7 +18,7 @@ from gspmdc import api
 from gspmdc.conformance import largest_value_bytes, multiply_adds
 from gspmdc.conformance_partition import run_case
 from gspmdc.errors import GspmdcError
-from gspmdc.passes.spmd import compile_spmd
+from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.traffic import collective_traffic
 from gspmdc.runtime import io
 

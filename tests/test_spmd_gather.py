@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gspmdc import api
-from gspmdc.passes.spmd import compile_spmd
+from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.traffic import collective_traffic
 from gspmdc.runtime import io
 

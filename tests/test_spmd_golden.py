@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gspmdc import api
-from gspmdc.passes.spmd import compile_spmd
+from gspmdc.passes.pipeline import compile_spmd
 
 from spmd_partition_helpers import check_equivalent
 

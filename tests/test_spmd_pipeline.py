@@ -11,7 +11,9 @@ import pytest
 
 from gspmdc import api
 from gspmdc.cli import main
-from gspmdc.passes.spmd import compile_spmd, explain_collective
+from gspmdc.passes.pass_manager import PassContext, run_pipeline
+from gspmdc.passes.pipeline import compile_spmd
+from gspmdc.passes.spmd import explain_collective
 from gspmdc.passes.spmd.cleanup import Cleanup
 from gspmdc.passes.spmd.lower_spmd import LowerSpmd
 
@@ -59,11 +61,12 @@ def test_dumps_after_every_pass_reparse_and_global_ones_evaluate_to_the_referenc
         assert_close(api.evaluate(module, inputs), want, rtol=1e-5, atol=1e-5)
 
 
-def test_lower_spmd_needs_nothing_but_the_pad_uneven_dump(tmp_path):
+def test_lower_spmd_needs_nothing_but_the_halo_exchange_dump(tmp_path):
     """The global IR carries every decision: lowering a re-parsed dump gives a correct program."""
     compile_spmd(api.parse(MLP), 4, dump_dir=tmp_path)
-    module = api.load(tmp_path / "004.pad-uneven.hlo")
-    spmd = api.parse(api.to_text(Cleanup().apply(LowerSpmd(4).apply(module))))
+    module = api.load(tmp_path / "005.halo-exchange.hlo")
+    spmd = run_pipeline(PassContext(4), module, [LowerSpmd(), Cleanup()])
+    spmd = api.parse(api.to_text(spmd))
     inputs = inputs_for(MLP)
     assert_close(run_global(spmd, inputs, 4), reference(MLP, inputs), rtol=1e-5, atol=1e-5)
 

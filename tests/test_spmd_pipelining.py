@@ -10,7 +10,7 @@ import numpy as np
 
 from gspmdc import api
 from gspmdc.cli import main
-from gspmdc.passes.spmd import compile_spmd
+from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.traffic import collective_traffic
 
 from spmd_partition_helpers import COLLECTIVES, run_global

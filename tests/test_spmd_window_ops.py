@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gspmdc import api
-from gspmdc.passes.spmd import compile_spmd
+from gspmdc.passes.pipeline import compile_spmd
 
 from spmd_partition_helpers import (
     assert_close, check_equivalent, collectives, hlo_module, inputs_for, reference,
@@ -244,6 +244,7 @@ def test_a_non_identity_init_is_combined_once_per_window():
 def test_lowering_refuses_a_dump_whose_halo_plan_was_edited(tmp_path):
     """lower-spmd executes the recorded plan only if it is the one the shardings give."""
     from gspmdc.errors import GspmdcError
+    from gspmdc.passes.pass_manager import PassContext, run_pipeline
     from gspmdc.passes.spmd.lower_spmd import LowerSpmd
 
     text = module("""
@@ -255,5 +256,5 @@ def test_lowering_refuses_a_dump_whose_halo_plan_was_edited(tmp_path):
     (dump,) = tmp_path.glob("*.halo-exchange.hlo")
     edited = dump.read_text().replace("from_right=1", "from_right=2")
     with pytest.raises(GspmdcError, match="halo plan in the module"):
-        LowerSpmd(4).apply(api.parse(edited))
-    LowerSpmd(4).apply(api.parse(dump.read_text()))
+        run_pipeline(PassContext(4), api.parse(edited), [LowerSpmd()])
+    run_pipeline(PassContext(4), api.parse(dump.read_text()), [LowerSpmd()])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gspmdc import api
-from gspmdc.passes.spmd import compile_spmd
+from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.traffic import collective_traffic
 
 from spmd_partition_helpers import assert_close, inputs_for, reference, run_global

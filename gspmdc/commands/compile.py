@@ -13,7 +13,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     the module after every pass (NNN.<pass>.hlo); --time-passes prints each pass's wall time;
     --windowed-einsum-threshold BYTES turns big dots into windowed einsums."""
     from gspmdc import api
-    from gspmdc.passes.spmd import compile_spmd
+    from gspmdc.passes.pipeline import compile_spmd
     if args.num_partitions < 1:
         raise GspmdcError(f"-n must be positive, got {args.num_partitions}")
     module = api.load(args.file)

@@ -20,7 +20,8 @@ from typing import Sequence
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.ir.stage import Stage
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .driver import PropagationError, PropagationOptions, propagate_module
 from .provenance import Provenance
@@ -51,35 +52,45 @@ def propagate(module: Module, *, propagate_to_output: bool | Sequence[bool] = Fa
               cse_prevention_only: bool = False,
               execution_threads: Sequence[str] | None = None,
               record_origins: bool = True) -> Module:
-    """Propagate shardings through `module` in place and return it.
+    """Propagate shardings through `module` in place and return it (the `propagate` pass run
+    alone, without a pipeline: no stage check, no stage recorded).
 
     `propagate_to_output` / `propagate_to_parameters`: whether propagation may set the entry
     root's sharding (one flag, or one per output tuple element) and the entry parameters'
     shardings (one flag, or one per parameter); where it may not, the input's sharding is kept.
     `record_origins`: store each inferred sharding's origin chain in the text as the frontend
-    attribute `sharding_origin` (the chain is always kept in `module.provenance`)."""
-    options = PropagationOptions(
+    attribute `sharding_origin` (the `ShardingPropagation` pass also leaves it in its context's
+    provenance)."""
+    propagate_module(module, _options(propagate_to_output, propagate_to_parameters, is_spmd,
+                                      cse_prevention_only, execution_threads, record_origins))
+    return module
+
+
+def _options(propagate_to_output, propagate_to_parameters, is_spmd, cse_prevention_only,
+             execution_threads, record_origins) -> PropagationOptions:
+    return PropagationOptions(
         is_spmd=is_spmd, propagate_to_output=_flags(propagate_to_output),
         propagate_to_parameters=_flags(propagate_to_parameters),
         cse_prevention_only=cse_prevention_only,
         execution_threads=None if execution_threads is None else tuple(execution_threads),
         record_origins=record_origins)
-    propagate_module(module, options)
-    return module
 
 
-def explain(module: Module, instruction_name: str, max_steps: int | None = None) -> list[str]:
+def explain(module: Module, instruction_name: str, max_steps: int | None = None,
+            provenance: Provenance | None = None) -> list[str]:
     """The origin chain of an instruction's sharding, one step a line, newest first:
     `name  sharding  ← how from source via rule (level k)`, ending at a user annotation.
 
     `instruction_name` is a name, or `computation:name` when names repeat across computations
-    (an entry-computation instruction is preferred otherwise). Works on a propagated module or on
-    a module parsed from text written after propagation (origins read from `sharding_origin`)."""
+    (an entry-computation instruction is preferred otherwise). The origins come from
+    `provenance` (what the `propagate` pass left in its context's `provenance["propagate"]`) or,
+    without it, from the module's `sharding_origin` attributes (a module propagated with
+    `record_origins`, or parsed from text written after propagation)."""
     if max_steps is not None and max_steps < 1:
         raise GspmdcError(f"explain: the number of steps must be positive, got {max_steps}")
     key = _find(module, instruction_name)
-    provenance = module.provenance if isinstance(module.provenance, Provenance) \
-        else Provenance.from_module(module)
+    if provenance is None:
+        provenance = Provenance.from_module(module)
     return provenance.chain(module, key, max_steps)
 
 
@@ -97,12 +108,14 @@ def _find(module: Module, name: str) -> tuple[str, str]:
     return (entry or matches)[0]
 
 
-@register_pass
 @dataclass(frozen=True)
 class ShardingPropagation(ModulePass):
-    """The `propagate` pass (options as in `propagate`)."""
+    """The `propagate` pass (options as in `propagate`); leaves the origins of the shardings
+    in `ctx.provenance["propagate"]`."""
 
     name = "propagate"
+    accepts = frozenset({Stage.GLOBAL, Stage.PROPAGATED})
+    produces = Stage.PROPAGATED
     propagate_to_output: tuple[bool, ...] = (False,)
     propagate_to_parameters: tuple[bool, ...] = (False,)
     is_spmd: bool = True
@@ -110,9 +123,8 @@ class ShardingPropagation(ModulePass):
     execution_threads: tuple[str, ...] | None = None
     record_origins: bool = True
 
-    def apply(self, module: Module) -> Module:
-        return propagate(module, propagate_to_output=self.propagate_to_output,
-                         propagate_to_parameters=self.propagate_to_parameters,
-                         is_spmd=self.is_spmd, cse_prevention_only=self.cse_prevention_only,
-                         execution_threads=self.execution_threads,
-                         record_origins=self.record_origins)
+    def apply(self, ctx: PassContext, module: Module) -> Module:
+        ctx.provenance[self.name] = propagate_module(module, _options(
+            self.propagate_to_output, self.propagate_to_parameters, self.is_spmd,
+            self.cse_prevention_only, self.execution_threads, self.record_origins))
+        return module

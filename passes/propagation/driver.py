@@ -119,7 +119,6 @@ class Driver:
                 inst.sharding = s          # keep the user's object (and its metadata)
         if self.options.record_origins:
             self.provenance.write_attributes(self.module)
-        self.module.provenance = self.provenance
         return changed
 
     # ---- set-up -----------------------------------------------------------------------------
@@ -404,5 +403,9 @@ def _even(shape: Shape, s: HloSharding) -> bool:
     return all(d % t == 0 for d, t in zip(shape.dims, s.tile_counts))
 
 
-def propagate_module(module: Module, options: PropagationOptions) -> bool:
-    return Driver(module, options).run()
+def propagate_module(module: Module, options: PropagationOptions) -> Provenance:
+    """Propagate in place; the origins of the shardings (also written into the module as
+    `sharding_origin` attributes when `options.record_origins`)."""
+    driver = Driver(module, options)
+    driver.run()
+    return driver.provenance

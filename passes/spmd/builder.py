@@ -38,19 +38,6 @@ class NameUniquer:
         return name
 
 
-class ChannelIds:
-    """Channel ids for the collectives of one module (above any already in it)."""
-
-    def __init__(self, module: Module):
-        used = [i.attrs.get("channel_id", 0) for _, i in module.all_instructions()]
-        self.next = max([0] + [c for c in used if isinstance(c, int)]) + 1
-
-    def __call__(self) -> int:
-        value = self.next
-        self.next += 1
-        return value
-
-
 class Builder:
     """Appends instructions to `instructions` (program order). `scope(metadata)` attaches
     `metadata=` to everything created inside it."""
@@ -220,4 +207,4 @@ def _is_scalar_op(comp: Computation, opcode: str, element_type: str) -> bool:
         root.operands == params and root.shape == ArrayShape(element_type, ())
 
 
-__all__ = ["NameUniquer", "ChannelIds", "Builder", "scalar_reducer"]
+__all__ = ["NameUniquer", "Builder", "scalar_reducer"]

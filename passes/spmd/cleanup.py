@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspmdc.ir.module import Computation, Instruction, Module
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .call_graph import partitioned_computations
 
@@ -25,7 +25,6 @@ _KEEP = frozenset({"parameter", "rng", "rng-bit-generator", "rng-get-and-update-
 _IGNORED_ATTRS = ("channel_id", "metadata")
 
 
-@register_pass
 @dataclass(frozen=True)
 class Cleanup(ModulePass):
     """Tuple simplification, CSE and DCE of the entry computation and its control-flow
@@ -33,7 +32,7 @@ class Cleanup(ModulePass):
 
     name = "cleanup"
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, ctx: PassContext, module: Module) -> Module:
         for comp in partitioned_computations(module):
             simplify_tuples(comp)
             eliminate_common_subexpressions(comp)

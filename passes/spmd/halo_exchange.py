@@ -24,29 +24,30 @@ from dataclasses import dataclass
 
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Module
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.ir.stage import Stage
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .call_graph import partitioned_computations
 from .op_rules import RULES
 from .op_rules_window import HALO_ATTRIBUTE, WindowRule, describe_plans
 
 
-@register_pass
 @dataclass(frozen=True)
 class HaloExchange(ModulePass):
     """Annotate windowed ops of the partitioned computations (the entry, loop bodies,
     branches) with their halo plans (see the module docstring)."""
 
     name = "halo-exchange"
-    num_partitions: int = 1
+    accepts = frozenset({Stage.PADDED})
+    produces = Stage.HALO_PLANNED
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, ctx: PassContext, module: Module) -> Module:
         for inst in (i for comp in partitioned_computations(module) for i in comp.instructions):
             rule = RULES.get(inst.opcode)
             if isinstance(rule, WindowRule):
-                text = rule.halo_description(inst, self.num_partitions, module.computations)
+                text = rule.halo_description(inst, ctx.num_partitions, module.computations)
             elif hasattr(rule, "halo_plans"):
-                text = describe_plans(rule.halo_plans(inst, self.num_partitions))
+                text = describe_plans(rule.halo_plans(inst, ctx.num_partitions))
             else:
                 continue
             attrs = inst.attrs.get("frontend_attributes")

@@ -15,20 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspmdc.ir.module import Computation, Instruction, Module
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.ir.stage import Stage
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import partitioned_computations
 
 
-@register_pass
 @dataclass(frozen=True)
 class InlineCalls(ModulePass):
     """Inline the calls of the entry and of its control-flow callees (recursively)."""
 
     name = "inline-calls"
+    accepts = frozenset({Stage.GLOBAL, Stage.PROPAGATED})
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, ctx: PassContext, module: Module) -> Module:
         for comp in partitioned_computations(module):
             _synchronous_calls(comp)
             while any(i.opcode == "call" for i in comp.instructions):

@@ -39,7 +39,8 @@ from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import TupleShape
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.ir.stage import Stage
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
@@ -49,42 +50,38 @@ from .reshard_nodes import RESHARD_TARGET, is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
 
 
-@register_pass
 @dataclass(frozen=True)
 class InsertReshards(ModulePass):
     """Make every resharding of the entry computation explicit (see the module docstring)."""
 
     name = "insert-reshards"
-    num_partitions: int = 1
+    accepts = frozenset({Stage.GLOBAL, Stage.PROPAGATED})
+    produces = Stage.RESHARDED
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, ctx: PassContext, module: Module) -> Module:
         unshare_callees(module)
-        self._partition(module, module.entry, {}, None)
+        _partition(module, module.entry, {}, None, ctx.num_partitions)
+        module.attrs["num_partitions"] = ctx.num_partitions
         return module
 
-    def _partition(self, module: Module, comp: Computation,
-                   arrivals: dict[Instruction, HloSharding],
-                   root_sharding: HloSharding | None) -> None:
-        """Rewrite `comp`, then its control-flow callees with the boundary shardings their
-        call sites planned (`op_rules_control.boundary_shardings`)."""
-        prepare_computation(comp, self.num_partitions)
-        _Rewriter(module, comp, self.num_partitions, arrivals, root_sharding).run()
-        for inst in comp.instructions:
-            for name in control_flow_callees(inst):
-                callee = module.computations[name]
-                params, root = boundary_shardings(inst, callee)
-                parameters = sorted(callee.parameters, key=lambda p: p.parameter_number)
-                for parameter, sharding in zip(parameters, params):
-                    # loop state: one sharding throughout; other callees reshard a parameter
-                    # inside when its own annotation differs from the operand's
-                    if inst.opcode == "while" or parameter.sharding is None:
-                        parameter.sharding = sharding
-                self._partition(module, callee, dict(zip(parameters, params)), root)
 
-
-def prepare_shardings(module: Module, num_partitions: int) -> None:
-    """`prepare_computation` of the entry computation."""
-    prepare_computation(module.entry, num_partitions)
+def _partition(module: Module, comp: Computation, arrivals: dict[Instruction, HloSharding],
+               root_sharding: HloSharding | None, num_partitions: int) -> None:
+    """Rewrite `comp`, then its control-flow callees with the boundary shardings their call
+    sites planned (`op_rules_control.boundary_shardings`)."""
+    prepare_computation(comp, num_partitions)
+    _Rewriter(module, comp, num_partitions, arrivals, root_sharding).run()
+    for inst in comp.instructions:
+        for name in control_flow_callees(inst):
+            callee = module.computations[name]
+            params, root = boundary_shardings(inst, callee)
+            parameters = sorted(callee.parameters, key=lambda p: p.parameter_number)
+            for parameter, sharding in zip(parameters, params):
+                # loop state: one sharding throughout; other callees reshard a parameter
+                # inside when its own annotation differs from the operand's
+                if inst.opcode == "while" or parameter.sharding is None:
+                    parameter.sharding = sharding
+            _partition(module, callee, dict(zip(parameters, params)), root, num_partitions)
 
 
 def prepare_computation(comp: Computation, num_partitions: int) -> None:
@@ -237,4 +234,4 @@ def _remove_dead(comp: Computation, created: set[Instruction]) -> None:
         comp.instructions = [i for i in comp.instructions if i not in dead]
 
 
-__all__ = ["InsertReshards", "prepare_shardings", "prepare_computation"]
+__all__ = ["InsertReshards", "prepare_computation"]

@@ -24,9 +24,10 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir.attributes import RawAttr
 from gspmdc.ir.module import Computation, Module
 from gspmdc.ir.shapes import compatible
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.ir.stage import Stage
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
-from .builder import Builder, ChannelIds, NameUniquer
+from .builder import Builder, NameUniquer
 from .call_graph import partitioned_computations
 from .op_rules import LowerContext, rule_for
 from .partition_ids import PartitionTables
@@ -34,46 +35,46 @@ from .partition_ids import PartitionTables
 GLOBAL_SIGNATURE = "spmd_global_signature"
 
 
-@register_pass
 @dataclass(frozen=True)
 class LowerSpmd(ModulePass):
     """Emit the per-partition module (see the module docstring)."""
 
     name = "lower-spmd"
-    num_partitions: int = 1
+    accepts = frozenset({Stage.HALO_PLANNED})
+    produces = Stage.PARTITIONED
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, ctx: PassContext, module: Module) -> Module:
         signature = global_signature(module)
-        channels = ChannelIds(module)
         partitioned = partitioned_computations(module)
         for comp in partitioned:
-            self._lower(module, comp, channels)
+            _lower(module, comp, ctx)
         for other in module.computations.values():
             if all(other is not comp for comp in partitioned):
                 for inst in other.instructions:
                     inst.sharding = None
-        module.attrs["num_partitions"] = self.num_partitions
+        module.attrs["num_partitions"] = ctx.num_partitions
         if "entry_computation_layout" in module.attrs:
             module.attrs["entry_computation_layout"] = RawAttr(_layout_text(module))
         module.attrs[GLOBAL_SIGNATURE] = RawAttr(signature)
         return module
 
-    def _lower(self, module: Module, comp: Computation, channels: ChannelIds) -> None:
-        """Replace `comp`'s instructions by their local forms (own partition tables)."""
-        b = Builder(NameUniquer(i.name for i in comp.instructions))
-        ctx = LowerContext(b, PartitionTables(b, self.num_partitions), module, channels,
-                           local={})
-        for inst in comp.instructions:
-            local = rule_for(inst, module.computations).lower(inst, ctx)
-            expected = inst.sharding.shard_shape(inst.shape)
-            if not compatible(local.shape, expected):
-                raise GspmdcError(f"internal error: lowering {inst.name} ({inst.opcode}) gave "
-                                  f"{local.shape}, expected the shard shape {expected}")
-            ctx.local[inst] = local
-        comp.instructions = b.instructions
-        root_sharding = comp.root.sharding
-        comp.root = ctx.local[comp.root]
-        comp.root.sharding = root_sharding
+
+def _lower(module: Module, comp: Computation, pass_ctx: PassContext) -> None:
+    """Replace `comp`'s instructions by their local forms (own partition tables)."""
+    b = Builder(NameUniquer(i.name for i in comp.instructions))
+    ctx = LowerContext(b, PartitionTables(b, pass_ctx.num_partitions), module,
+                       pass_ctx.channel_ids, local={})
+    for inst in comp.instructions:
+        local = rule_for(inst, module.computations).lower(inst, ctx)
+        expected = inst.sharding.shard_shape(inst.shape)
+        if not compatible(local.shape, expected):
+            raise GspmdcError(f"internal error: lowering {inst.name} ({inst.opcode}) gave "
+                              f"{local.shape}, expected the shard shape {expected}")
+        ctx.local[inst] = local
+    comp.instructions = b.instructions
+    root_sharding = comp.root.sharding
+    comp.root = ctx.local[comp.root]
+    comp.root.sharding = root_sharding
 
 
 def global_signature(module: Module) -> str:

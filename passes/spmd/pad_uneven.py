@@ -30,21 +30,23 @@ from gspmdc.ir.attributes import Ident, KeyValueList
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.ir.stage import Stage
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import partitioned_computations
 from .reshard_nodes import is_reshard
 
 
-@register_pass
 @dataclass(frozen=True)
 class PadUneven(ModulePass):
     """Mask padding before reductions and contractions over uneven tiled dims."""
 
     name = "pad-uneven"
+    accepts = frozenset({Stage.RESHARDED})
+    produces = Stage.PADDED
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, ctx: PassContext, module: Module) -> Module:
         for comp in partitioned_computations(module):
             _mask_computation(comp)
         return module

@@ -32,8 +32,9 @@ import numpy as np
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.shapes import ArrayShape
+from gspmdc.passes.pass_manager import ChannelIds
 
-from .builder import Builder, ChannelIds, scalar_reducer
+from .builder import Builder, scalar_reducer
 from .partition_ids import PartitionTables
 from .reshard_plan import (
     AllGather, AllReduce, AllToAll, BroadcastFromDevice, Permute, ReduceScatter, ReshardPlan,

@@ -42,12 +42,14 @@ from math import prod
 
 import numpy as np
 
+from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import ComputationRef, KeyValueList
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
-from gspmdc.passes.pass_manager import ModulePass, register_pass
+from gspmdc.ir.stage import Stage
+from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import partitioned_computations
@@ -83,19 +85,23 @@ class Windowing:
         return cls(kind, int(operand), int(dim))
 
 
-@register_pass
 @dataclass(frozen=True)
 class WindowedEinsum(ModulePass):
     """Mark dots that run as windowed einsums (see the module docstring); `threshold`: the
     global bytes the gathered operand (AG) or the result (RS) must reach."""
 
     name = "windowed-einsum"
-    num_partitions: int = 1
+    accepts = frozenset({Stage.RESHARDED})
     threshold: int = 0
 
-    def apply(self, module: Module) -> Module:
+    def __post_init__(self):
+        if self.threshold < 0:
+            raise GspmdcError(f"the windowed einsum threshold must not be negative, got "
+                              f"{self.threshold}")
+
+    def apply(self, ctx: PassContext, module: Module) -> Module:
         for comp in partitioned_computations(module):
-            _rewrite(comp, self.num_partitions, self.threshold)
+            _rewrite(comp, ctx.num_partitions, self.threshold)
         return module
 
 

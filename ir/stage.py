@@ -1,0 +1,138 @@
+"""A module's stage: how far through gspmdc's partitioning pipeline it is.
+
+The stage is recorded in the module header as a frontend attribute, which XLA's own parser
+accepts and keeps:
+
+    HloModule m, frontend_attributes={gspmdc.stage="resharded"}
+
+Each pass of the pipeline writes the stage it leaves the module at, and refuses a module at a
+stage it cannot take (`passes/pass_manager.py`). The stages, in pipeline order:
+
+| stage         | the module is                                                          |
+|---------------|------------------------------------------------------------------------|
+| `global`      | a global program with sharding annotations (manual regions allowed)    |
+| `propagated`  | a global program whose shardings propagation completed                  |
+| `resharded`   | a global program with every reshard explicit (after insert-reshards)   |
+| `padded`      | ... with the padding of uneven shards masked (after pad-uneven)        |
+| `halo-planned`| ... with the halo exchange of every windowed op recorded (halo-exchange) |
+| `partitioned` | one SPMD program per partition (after lower-spmd): local shapes       |
+
+Every stage but `partitioned` is a global program: it runs on global inputs and evaluates to
+the result of the original program.
+
+A module without the attribute (written by hand, by JAX, by XLA) gets its stage from one rule
+(`inferred_stage`): it is `partitioned` when it is evidently an SPMD program — it has a
+`partition-id` or a collective across partitions — and nothing in it belongs to a global program:
+no manual sharding and no manual-region boundary (`SPMDFullToShardShape` /
+`SPMDShardToFullShape`, which XLA's partitioner removes). Otherwise it is `global`. So a JAX
+`shard_map` program, whose collectives sit inside manual regions, is a global program, and
+XLA's partitioned output (`xla_spmd.hlo`) is a partitioned one.
+"""
+from __future__ import annotations
+
+import enum
+
+from gspmdc.errors import GspmdcError
+
+from .attributes import KeyValueList
+from .module import Instruction, Module
+
+#: the key of the stage in the module's header `frontend_attributes`
+STAGE_KEY = "gspmdc.stage"
+
+#: custom-call targets that delimit a manual region in a global program
+MANUAL_BOUNDARY_TARGETS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape"})
+
+#: opcodes that only an SPMD program (or a manual region) holds
+_PARTITION_OPCODES = frozenset({
+    "partition-id", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+    "collective-permute", "all-reduce-start", "all-reduce-done", "all-gather-start",
+    "all-gather-done", "collective-permute-start", "collective-permute-done",
+    "collective-broadcast", "ragged-all-to-all",
+})
+
+
+class Stage(enum.Enum):
+    """The stages of a module, in pipeline order (see the module docstring)."""
+
+    GLOBAL = "global"
+    PROPAGATED = "propagated"
+    RESHARDED = "resharded"
+    PADDED = "padded"
+    HALO_PLANNED = "halo-planned"
+    PARTITIONED = "partitioned"
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+    @property
+    def is_global(self) -> bool:
+        """Whether a module at this stage is a global program (runs on global inputs)."""
+        return self is not Stage.PARTITIONED
+
+
+_DESCRIPTIONS = {
+    Stage.GLOBAL: "a global program",
+    Stage.PROPAGATED: "after propagate",
+    Stage.RESHARDED: "after insert-reshards",
+    Stage.PADDED: "after pad-uneven",
+    Stage.HALO_PLANNED: "after halo-exchange",
+    Stage.PARTITIONED: "after lower-spmd: one program per partition",
+}
+
+
+def module_stage(module: Module) -> Stage:
+    """The module's recorded stage, else the one `inferred_stage` gives. GspmdcError for a
+    recorded stage gspmdc does not know."""
+    recorded = recorded_stage(module)
+    return recorded if recorded is not None else inferred_stage(module)
+
+
+def recorded_stage(module: Module) -> Stage | None:
+    """The stage in the header's frontend attributes, or None."""
+    attrs = module.attrs.get("frontend_attributes")
+    text = attrs.get(STAGE_KEY) if isinstance(attrs, KeyValueList) else None
+    if text is None:
+        return None
+    try:
+        return Stage(text)
+    except ValueError:
+        known = ", ".join(s.value for s in Stage)
+        raise GspmdcError(f"module {module.name}: unknown {STAGE_KEY}={text!r} "
+                          f"(known stages: {known})") from None
+
+
+def set_stage(module: Module, stage: Stage) -> None:
+    """Record `stage` in the header (other frontend attributes are kept, in order)."""
+    attrs = module.attrs.get("frontend_attributes")
+    items = tuple(kv for kv in (attrs.items if isinstance(attrs, KeyValueList) else ())
+                  if kv[0] != STAGE_KEY)
+    module.attrs["frontend_attributes"] = KeyValueList(items + ((STAGE_KEY, stage.value),), ", ")
+
+
+def inferred_stage(module: Module) -> Stage:
+    """The stage of a module without a recorded one (see the module docstring)."""
+    partition_ops = False
+    for _, inst in module.all_instructions():
+        if _in_global_program_only(inst):
+            return Stage.GLOBAL
+        if inst.opcode in _PARTITION_OPCODES and not _cross_replica(inst):
+            partition_ops = True
+    return Stage.PARTITIONED if partition_ops else Stage.GLOBAL
+
+
+def _in_global_program_only(inst: Instruction) -> bool:
+    """A manual sharding or a manual-region boundary: what XLA's partitioner removes."""
+    if inst.opcode == "custom-call" and inst.attr("custom_call_target") in MANUAL_BOUNDARY_TARGETS:
+        return True
+    return inst.sharding is not None and inst.sharding.has_manual_leaf
+
+
+def _cross_replica(inst: Instruction) -> bool:
+    """An all-reduce without `channel_id`: it combines replicas, not partitions."""
+    return inst.opcode == "all-reduce" and inst.attr("channel_id") is None
+
+
+__all__ = ["Stage", "STAGE_KEY", "MANUAL_BOUNDARY_TARGETS", "module_stage", "recorded_stage",
+           "set_stage", "inferred_stage"]
