@@ -17,7 +17,7 @@ this machine's limits (`MachineLimits`) and lands in one bucket:
 - crashed: anything else (a bug);
 - excluded: sharded == unsharded is undefined for the case (I/O ops, or entry parameters with
   manual shardings, i.e. per-device data: `run --check` refuses them with exit 2, see
-  `runtime.job.why_no_reference`), or it is too large for this machine (`MachineLimits.too_large`:
+  `prepare.why_no_reference`), or it is too large for this machine (`MachineLimits.too_large`:
   a value beyond half of memory plus free temporary disk, or too many multiply-adds; or it runs
   out of memory or time).
 
@@ -41,7 +41,7 @@ from gspmdc.conformance import (
     _one_line, _report, run_isolated,
 )
 from gspmdc.errors import GspmdcError
-from gspmdc.runtime.job import why_no_reference
+from gspmdc.prepare import why_no_reference
 
 CASE_TIMEOUT_SECONDS = 120
 
@@ -80,7 +80,8 @@ def run_command(hlo: str, num_devices: int, timeout: float) -> tuple[int, str, b
     """`gspmdc run` on `hlo` (see the module docstring): the exit code, the first mismatch
     line (exit 1) and whether some op ran replicated for lack of a rule. GspmdcError
     propagates (a clean rejection)."""
-    from gspmdc.runtime.job import RunOptions, execute_local, prepare_job
+    from gspmdc.prepare import prepare_job
+    from gspmdc.runtime.job import RunOptions, execute_local
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "case.hlo"
         path.write_text(hlo)

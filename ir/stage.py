@@ -22,7 +22,9 @@ the result of the original program.
 
 A module without the attribute (written by hand, by JAX, by XLA) gets its stage from one rule
 (`inferred_stage`): it is `partitioned` when it is evidently an SPMD program — it has a
-`partition-id` or a collective across partitions — and nothing in it belongs to a global program:
+`partition-id`, a collective across partitions (a `channel_id`: an all-reduce without one
+combines replicas) or gspmdc's `spmd_global_signature` header — and nothing in it belongs to a
+global program:
 no manual sharding and no manual-region boundary (`SPMDFullToShardShape` /
 `SPMDShardToFullShape`, which XLA's partitioner removes). Otherwise it is `global`. So a JAX
 `shard_map` program, whose collectives sit inside manual regions, is a global program, and
@@ -39,6 +41,10 @@ from .module import Instruction, Module
 
 #: the key of the stage in the module's header `frontend_attributes`
 STAGE_KEY = "gspmdc.stage"
+
+#: the header attribute of a partitioned module giving its entry's global shapes,
+#: `{(global parameter shapes)->global result shape}` (written by lower-spmd, read by `run`)
+GLOBAL_SIGNATURE_KEY = "spmd_global_signature"
 
 #: custom-call targets that delimit a manual region in a global program
 MANUAL_BOUNDARY_TARGETS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape"})
@@ -113,7 +119,7 @@ def set_stage(module: Module, stage: Stage) -> None:
 
 def inferred_stage(module: Module) -> Stage:
     """The stage of a module without a recorded one (see the module docstring)."""
-    partition_ops = False
+    partition_ops = GLOBAL_SIGNATURE_KEY in module.attrs
     for _, inst in module.all_instructions():
         if _in_global_program_only(inst):
             return Stage.GLOBAL
@@ -134,5 +140,5 @@ def _cross_replica(inst: Instruction) -> bool:
     return inst.opcode == "all-reduce" and inst.attr("channel_id") is None
 
 
-__all__ = ["Stage", "STAGE_KEY", "MANUAL_BOUNDARY_TARGETS", "module_stage", "recorded_stage",
+__all__ = ["Stage", "STAGE_KEY", "GLOBAL_SIGNATURE_KEY", "MANUAL_BOUNDARY_TARGETS", "module_stage", "recorded_stage",
            "set_stage", "inferred_stage"]

@@ -77,7 +77,7 @@ def format_pipeline(passes: list[ModulePass]) -> str:
     """The textual pipeline of `passes`, with the options that differ from their defaults."""
     items = []
     for pass_ in passes:
-        changed = [f"{f.name}={_text(getattr(pass_, f.name))}" for f in fields(pass_)
+        changed = [f"{f.name}={format_option(getattr(pass_, f.name))}" for f in fields(pass_)
                    if getattr(pass_, f.name) != f.default]
         items.append(pass_.name + ("{" + ",".join(changed) + "}" if changed else ""))
     return ",".join(items)
@@ -127,12 +127,12 @@ def _scalar(name: str, key: str, text: str, kind: type) -> Any:
     return text
 
 
-def _text(value: Any) -> str:
+def format_option(value: Any) -> str:
     if isinstance(value, tuple):
-        return "[" + ",".join(_text(v) for v in value) + "]"
+        return "[" + ",".join(format_option(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-__all__ = ["PASSES", "parse_pipeline", "make_pass", "format_pipeline"]
+__all__ = ["PASSES", "parse_pipeline", "make_pass", "format_pipeline", "format_option"]

@@ -26,28 +26,37 @@ from gspmdc.atomic import atomic_output
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 from gspmdc.ir.printer import print_module
-from gspmdc.passes.pass_manager import ModulePass, PassContext, PipelineCallback, run_pipeline
+from gspmdc.ir.stage import Stage, module_stage
+from gspmdc.passes.pass_manager import (
+    ModulePass, PassContext, PipelineCallback, PipelineError, run_pipeline,
+)
 from gspmdc.passes.pass_table import PASSES
 from gspmdc.passes.spmd.windowed_einsum import WindowedEinsum
 
 
-def partitioner_pipeline(*, propagate: bool = True,
-                         windowed_einsum_threshold: int | None = None) -> list[ModulePass]:
+def partitioner_pipeline(*, propagate: bool = True, windowed_einsum_threshold: int | None = None,
+                         start: Stage = Stage.GLOBAL) -> list[ModulePass]:
     """The passes of `gspmdc compile`, in order (`propagate` unless told not to;
-    `windowed-einsum` only with a threshold)."""
+    `windowed-einsum` only with a threshold), for a module at stage `start`: the passes that
+    brought a module to `start` are left out (from `resharded`: pad-uneven onwards, with
+    windowed-einsum first when asked for)."""
     names = ["inline-calls"] + (["propagate"] if propagate else []) + ["insert-reshards"]
     passes = [PASSES[name]() for name in names]
     if windowed_einsum_threshold is not None:
         passes.append(WindowedEinsum(threshold=windowed_einsum_threshold))
-    return passes + [PASSES[name]() for name in
-                     ("pad-uneven", "halo-exchange", "lower-spmd", "cleanup")]
+    passes += [PASSES[name]() for name in ("pad-uneven", "halo-exchange", "lower-spmd", "cleanup")]
+    order = list(Stage)
+    return [p for p in passes
+            if (order.index(p.produces) > order.index(start) if p.produces is not None
+                else max(order.index(s) for s in p.accepts) >= order.index(start))]
 
 
 def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_passes: bool = False,
                  propagate: bool = True, windowed_einsum_threshold: int | None = None,
                  verify_each: bool = False) -> Module:
     """Partition `module` (rewritten in place and returned) into the SPMD program for
-    `num_partitions` partitions. `dump_dir`: write `000.input.hlo` and `NNN.<pass>.hlo` after
+    `num_partitions` partitions; a module at a later stage than `global` (a dump) runs the rest
+    of the pipeline only. `dump_dir`: write `000.input.hlo` and `NNN.<pass>.hlo` after
     every pass there; `time_passes`: print each pass's wall time to stderr; `propagate`: run
     sharding propagation first (unsharded instructions are otherwise replicated);
     `windowed_einsum_threshold`: run dots whose gathered operand or reduce-scattered result
@@ -57,8 +66,13 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
     partition."""
     if num_partitions < 1:
         raise GspmdcError(f"the number of partitions must be positive, got {num_partitions}")
+    stage = module_stage(module)
+    if stage is Stage.PARTITIONED:
+        raise PipelineError(f"module {module.name} is already partitioned (stage "
+                            f"{stage.value}); compile takes a global program")
     pipeline = partitioner_pipeline(propagate=propagate,
-                                    windowed_einsum_threshold=windowed_einsum_threshold)
+                                    windowed_einsum_threshold=windowed_einsum_threshold,
+                                    start=stage)
     ctx = PassContext(num_partitions, verify_each=verify_each)
     return run_pipeline(ctx, module, pipeline, dump_callback(dump_dir, time_passes, module))
 

@@ -115,6 +115,17 @@ def _flatten(prefix: str, shape: Shape, value, into: dict[str, np.ndarray]) -> N
         into[prefix] = np.asarray(value)
 
 
+def describe_value(value: np.ndarray) -> str:
+    """A one-value summary for printing an output: `f32[2, 3] [[...]]` (numpy's abbreviated
+    form, at most 8 elements shown in full)."""
+    text = f"{dtypes.element_type_of(value.dtype)}{list(value.shape)}"
+    if value.size == 0:
+        return text + " (empty)"
+    with np.printoptions(precision=6, threshold=8, edgeitems=3, linewidth=100):
+        return text + " " + np.array2string(value.astype(np.float64) if value.dtype.kind == "V"
+                                             else value, separator=", ")
+
+
 def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     """Write `arrays` to `path` atomically (no partial file on failure)."""
     with atomic_output(path) as f:

@@ -11,7 +11,7 @@ Two ways in:
   removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0
   sends the outputs to the launcher, which writes the file once every rank has finished.
   Timeouts are the launcher's.
-- `run_in_place(path, options)`, when the process already is an MPI rank (the user ran
+- `run_in_place(prepare, options)`, when the process already is an MPI rank (the user ran
   `mpiexec ... gspmdc run`, or `srun`): rank 0 prepares the job and broadcasts it; if
   preparation fails every rank exits with its exit code. Rank 0 writes the outputs (atomically);
   `--timeout` arms a watchdog on every rank.
@@ -79,19 +79,18 @@ def _launcher_lost() -> None:
     os._exit(EXIT_RUNTIME)
 
 
-def run_in_place(path: str, options, started_at: float | None = None) -> int:
-    """This process is one rank of an MPI job started by the user: rank 0 prepares the job, every
-    rank runs it (`started_at`: when rank 0's `gspmdc run` started). Returns the exit code (the
-    same on every rank)."""
+def run_in_place(prepare, options) -> int:
+    """This process is one rank of an MPI job started by the user: rank 0 prepares the job
+    (`prepare(options)`: the driver compiles the program into a `Job`), every rank runs it.
+    Returns the exit code (the same on every rank)."""
     from mpi4py import MPI
     from gspmdc.errors import GspmdcError
     from .backends.mpi import wait
-    from .job import prepare_job
     comm = MPI.COMM_WORLD
     job, error = None, None
     if comm.Get_rank() == 0:
         try:
-            job = prepare_job(path, _with_world_size(options, comm.Get_size()), started_at)
+            job = prepare(_with_world_size(options, comm.Get_size()))
             if job.num_partitions != comm.Get_size():
                 raise GspmdcError(f"the program has {job.num_partitions} partitions but the MPI "
                                   f"job has {comm.Get_size()} ranks (run mpiexec -n "

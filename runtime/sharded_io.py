@@ -48,11 +48,11 @@ from gspmdc.ir.attributes import RawAttr
 from gspmdc.ir.module import Module
 from gspmdc.ir.parser import parse_shape
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.stage import GLOBAL_SIGNATURE_KEY
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from . import spill
 
-GLOBAL_SIGNATURE_ATTR = "spmd_global_signature"
 PADDINGS = ("zeros", "garbage")
 
 
@@ -117,7 +117,7 @@ def spmd_signature(module: Module, num_partitions: int | None = None, *,
     n = num_partitions or module.num_partitions or 1
     entry = module.entry
     params = entry.parameters
-    recorded = _signature_attr(module, GLOBAL_SIGNATURE_ATTR, len(params))
+    recorded = _signature_attr(module, GLOBAL_SIGNATURE_KEY, len(params))
     layout = _signature_attr(module, "entry_computation_layout", len(params))
     if layout is not None and _same_dims(layout[0], [p.shape for p in params]) and \
             _same_dims([layout[1]], [entry.root.shape]):
@@ -198,7 +198,7 @@ def _sharded_value(local: Shape, sharding: HloSharding, n: int, what: str,
         raise GspmdcError(f"{what}: {e}") from None
     if recorded is not None:
         if not _agrees(recorded, local, sharding):
-            raise GspmdcError(f"{what}: {GLOBAL_SIGNATURE_ATTR} gives the global shape "
+            raise GspmdcError(f"{what}: {GLOBAL_SIGNATURE_KEY} gives the global shape "
                               f"{recorded}, which sharding {sharding.to_text(False)} does not "
                               f"split into the partitioned shape {local}")
         global_shape = recorded

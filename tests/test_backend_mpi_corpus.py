@@ -29,7 +29,8 @@ from gspmdc.ir import dtypes
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.runtime.io import leaf_keys
 from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
-from gspmdc.runtime.job import RunOptions, execute_local, prepare_job, why_no_reference
+from gspmdc.prepare import prepare_job, why_no_reference
+from gspmdc.runtime.job import RunOptions, execute_local
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CORPUS = SHARED / "conformance" / "xla-partitioner.json"

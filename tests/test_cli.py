@@ -160,7 +160,7 @@ def test_run_takes_the_partition_count_from_the_shardings(tmp_path, capsys):
     assert "num_partitions" not in text
     module = tmp_path / "mlp.hlo"
     module.write_text(text)
-    from gspmdc.runtime.job import devices_named_by_shardings
+    from gspmdc.prepare import devices_named_by_shardings
     assert devices_named_by_shardings(parse_module(text)) == 8
     assert main(["run", str(module), "--backend", "local", "--check", "-q"]) == 0
     assert "ok" in capsys.readouterr().out

@@ -13,7 +13,7 @@ import pytest
 
 from gspmdc.cli import main
 from gspmdc.ir.parser import parse_module
-from gspmdc.runtime import job as job_module
+from gspmdc import prepare
 from gspmdc.runtime.compare import (
     check_tolerance, compare_output_arrays, compare_outputs, reduction_length,
 )
@@ -219,7 +219,7 @@ ENTRY main {
 }
 """)
 
-    def bad_partition(module, original, n, path, windowed_einsum_threshold=None):
+    def bad_partition(module, n, windowed_einsum_threshold):
         """A partitioner bug in miniature: the program copies x instead of negating it."""
         return parse_module("""HloModule m, num_partitions=2, spmd_global_signature={(f32[4,2])->f32[4,2]}
 
@@ -228,17 +228,11 @@ ENTRY main {
   ROOT c = f32[2,2] copy(x), sharding={devices=[2,1]<=[2]}
 }
 """)
-    monkeypatch.setattr(job_module, "_partition", bad_partition)
+    monkeypatch.setattr(prepare, "_partition", bad_partition)
     assert run_cli(program, "--backend", "local", "--check", "-q") == 1
     captured = capsys.readouterr()
     assert "check out0: max abs error" in captured.out and "MISMATCH" in captured.out
     assert "differ from the unpartitioned reference" in captured.err
-
-
-def test_partitioning_unavailable_is_exit_2(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "gspmdc.passes.spmd", None)
-    assert run_cli(MLP, "--backend", "local") == 2
-    assert "partitioning is not available" in capsys.readouterr().err
 
 
 def test_partition_count_must_match_a_partitioned_program(tmp_path, capsys):

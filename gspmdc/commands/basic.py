@@ -28,19 +28,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         io.write_npz_atomic(args.outputs, outputs)
     if not args.quiet:
         for name, value in outputs.items():
-            print(f"{name}: {describe(value)}")
+            print(f"{name}: {io.describe_value(value)}")
     return EXIT_OK
-
-
-def describe(value) -> str:
-    import numpy as np
-    from gspmdc.ir import dtypes
-    text = f"{dtypes.element_type_of(value.dtype)}{list(value.shape)}"
-    if value.size == 0:
-        return text + " (empty)"
-    with np.printoptions(precision=6, threshold=8, edgeitems=3, linewidth=100):
-        return text + " " + np.array2string(value.astype(np.float64) if value.dtype.kind == "V"
-                                             else value, separator=", ")
 
 
 def register(sub) -> None:

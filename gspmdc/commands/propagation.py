@@ -9,41 +9,42 @@ from gspmdc.errors import EXIT_OK
 
 def cmd_propagate(args: argparse.Namespace) -> int:
     """Give every instruction that can be partitioned a sharding (XLA's sharding propagation) and
-    write the module, one instruction per line, names unchanged."""
+    write the module, one instruction per line, names unchanged, at stage `propagated`."""
     from gspmdc import api
-    from gspmdc.passes.propagation import parse_flags, propagate
+    from gspmdc.passes.pass_manager import PassContext, run_pipeline
+    from gspmdc.passes.propagation import ShardingPropagation, parse_flags
     module = api.load(args.file)
-    propagate(module, propagate_to_output=parse_flags(args.propagate_to_output),
-              propagate_to_parameters=parse_flags(args.propagate_to_parameters))
+    pass_ = ShardingPropagation(propagate_to_output=parse_flags(args.propagate_to_output),
+                                propagate_to_parameters=parse_flags(args.propagate_to_parameters))
+    run_pipeline(PassContext(module.num_partitions or 1), module, [pass_])
     api.write_text(api.to_text(module), args.output)
     return EXIT_OK
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    """Say why an instruction is there and has its sharding. In a module written by `gspmdc
-    compile`: why a collective (or any instruction the partitioner made) exists, what it sends, and
-    the chain back to user annotations. In any other module: the chain of rules and instructions
-    that gave the instruction its sharding (propagating first when the file is not propagated)."""
+    """Say why an instruction is there and has its sharding. In a partitioned module (written by
+    `gspmdc compile`): why a collective (or any instruction the partitioner made) exists, what it
+    sends, and the chain back to user annotations. In a global program: the chain of rules and
+    instructions that gave the instruction its sharding (propagating first when the module's
+    stage is `global`)."""
     from gspmdc import api
-    from gspmdc.passes.propagation import explain, propagate
-    from gspmdc.passes.spmd import GLOBAL_SIGNATURE, explain_collective
+    from gspmdc.ir.stage import Stage, module_stage
+    from gspmdc.passes.pass_manager import PassContext, run_pipeline
+    from gspmdc.passes.propagation import ShardingPropagation, explain
+    from gspmdc.passes.spmd import explain_collective
     module = api.load(args.file)
-    if GLOBAL_SIGNATURE in module.attrs:
+    stage = module_stage(module)
+    if stage is Stage.PARTITIONED:
         lines = explain_collective(module, args.instruction)
+    elif stage is Stage.GLOBAL:
+        ctx = PassContext(module.num_partitions or 1)
+        run_pipeline(ctx, module, [ShardingPropagation()])
+        lines = explain(module, args.instruction, args.n, ctx.provenance["propagate"])
     else:
-        if not _is_propagated(module):
-            propagate(module)
         lines = explain(module, args.instruction, args.n)
     for line in lines[:args.n] if args.n else lines:
         print(line)
     return EXIT_OK
-
-
-def _is_propagated(module) -> bool:
-    """A module written by `gspmdc propagate` carries `sharding_origin` frontend attributes."""
-    return any(inst.attrs.get("frontend_attributes") is not None
-               and inst.attrs["frontend_attributes"].get("sharding_origin") is not None
-               for _, inst in module.all_instructions())
 
 
 def register(sub) -> None:

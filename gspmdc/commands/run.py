@@ -8,13 +8,18 @@ from gspmdc.runtime.backends.mpi import WAIT_MODES
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run a module on N partitions: an SPMD program as it is, any other module after
-    partitioning it. Inputs come from --inputs (global arrays arg0, arg1, ...) or are random
+    """Run a module on N partitions: a partitioned (SPMD) program as it is, a global program
+    after partitioning it. Inputs come from --inputs (global arrays arg0, arg1, ...) or are random
     (--seed); rank 0 assembles the global outputs (out0, ...) and writes --outputs atomically.
-    --check compares them with the unpartitioned program run on one device."""
+    --check compares them with the global program run on one device (a program with manual
+    regions: partitioned at their boundaries only, on N threads). A module's stage comes from
+    its header (gspmdc.stage), else from its contents (partition-id or collectives outside
+    manual regions: partitioned); --global / --partitioned say it for a module that records
+    none."""
     import time
+    from gspmdc.prepare import CompileOptions, prepare_job
     from gspmdc.runtime import launcher, rank
-    from gspmdc.runtime.job import RunOptions, execute_local, prepare_job
+    from gspmdc.runtime.job import RunOptions, execute_local
     started_at = time.time()
     if args.timeout is not None and args.timeout <= 0:
         raise GspmdcError(f"--timeout must be positive, got {args.timeout:g}")
@@ -25,20 +30,23 @@ def cmd_run(args: argparse.Namespace) -> int:
                          profile=args.profile, timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
-                         output_sharding=args.output_sharding, quiet=args.quiet,
-                         windowed_einsum_threshold=args.windowed_einsum_threshold)
+                         output_sharding=args.output_sharding, quiet=args.quiet)
+    compile_options = CompileOptions(args.windowed_einsum_threshold, args.stage)
+
+    def prepare(options: RunOptions):
+        return prepare_job(args.file, options, started_at, compile_options)
     if args.hostfile is not None and args.backend != "mpi":
         raise GspmdcError("--hostfile places MPI ranks: it needs --backend mpi")
     if args.backend == "mpi" and launcher.under_mpi():
         if args.hostfile is not None:
             raise GspmdcError("--hostfile: this process already is a rank of an MPI job (the "
                               "hosts are those of the mpiexec that started it)")
-        return rank.run_in_place(args.file, options, started_at)
+        return rank.run_in_place(prepare, options)
     mpiexec = launcher.find_mpiexec(args.mpiexec) if args.backend == "mpi" else None
     hostfile = _absolute(args.hostfile)
     if hostfile is not None:
         launcher.hostfile_hosts(hostfile)
-    job = prepare_job(args.file, options, started_at)
+    job = prepare(options)
     if args.backend == "local":
         return execute_local(job)
     return launcher.launch(job, mpiexec, hostfile)
@@ -96,5 +104,10 @@ def register(sub) -> None:
                    help="run dots whose all-gathered operand or reduce-scattered result "
                         "has at least BYTES bytes as windowed einsums (loops of partial "
                         "dots and collective-permutes; default: never)")
+    stage = p.add_mutually_exclusive_group()
+    stage.add_argument("--global", dest="stage", action="store_const", const="global",
+                       help="the module is a global program (to partition), whatever it holds")
+    stage.add_argument("--partitioned", dest="stage", action="store_const", const="partitioned",
+                       help="the module is already partitioned (one SPMD program)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
     p.set_defaults(run=cmd_run)

@@ -110,8 +110,10 @@ def _find(module: Module, name: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ShardingPropagation(ModulePass):
-    """The `propagate` pass (options as in `propagate`); leaves the origins of the shardings
-    in `ctx.provenance["propagate"]`."""
+    """Complete the shardings (XLA's sharding propagation).
+
+    Options as in `propagate`; leaves the origins of the shardings in
+    `ctx.provenance["propagate"]`."""
 
     name = "propagate"
     accepts = frozenset({Stage.GLOBAL, Stage.PROPAGATED})

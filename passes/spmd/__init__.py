@@ -26,10 +26,10 @@ from .explain import collective_result_bytes, collective_sent_bytes, explain_col
 from .halo_exchange import HaloExchange
 from .inline_calls import InlineCalls
 from .insert_reshards import InsertReshards
-from .lower_spmd import GLOBAL_SIGNATURE, LowerSpmd
+from .lower_spmd import LowerSpmd
 from .pad_uneven import PadUneven
 from .windowed_einsum import WindowedEinsum
 
 __all__ = ["Cleanup", "HaloExchange", "InlineCalls", "InsertReshards", "LowerSpmd", "PadUneven",
            "WindowedEinsum", "explain_collective", "collective_sent_bytes",
-           "collective_result_bytes", "GLOBAL_SIGNATURE"]
+           "collective_result_bytes"]

@@ -27,8 +27,7 @@ _IGNORED_ATTRS = ("channel_id", "metadata")
 
 @dataclass(frozen=True)
 class Cleanup(ModulePass):
-    """Tuple simplification, CSE and DCE of the entry computation and its control-flow
-    callees."""
+    """Tuple simplification, CSE and DCE of the entry computation and its control-flow callees."""
 
     name = "cleanup"
 

@@ -34,7 +34,9 @@ from .op_rules_window import HALO_ATTRIBUTE, WindowRule, describe_plans
 
 @dataclass(frozen=True)
 class HaloExchange(ModulePass):
-    """Annotate windowed ops of the partitioned computations (the entry, loop bodies,
+    """Record on windowed ops the halo exchange of each partition (`halo=`).
+
+    Annotates the windowed ops of the partitioned computations (the entry, loop bodies,
     branches) with their halo plans (see the module docstring)."""
 
     name = "halo-exchange"

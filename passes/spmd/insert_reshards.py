@@ -52,7 +52,7 @@ from .reshard_plan import plan_reshard
 
 @dataclass(frozen=True)
 class InsertReshards(ModulePass):
-    """Make every resharding of the entry computation explicit (see the module docstring)."""
+    """Choose each instruction's strategy and make every reshard an explicit node."""
 
     name = "insert-reshards"
     accepts = frozenset({Stage.GLOBAL, Stage.PROPAGATED})

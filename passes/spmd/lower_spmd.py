@@ -24,7 +24,7 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir.attributes import RawAttr
 from gspmdc.ir.module import Computation, Module
 from gspmdc.ir.shapes import compatible
-from gspmdc.ir.stage import Stage
+from gspmdc.ir.stage import GLOBAL_SIGNATURE_KEY, Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
@@ -32,12 +32,10 @@ from .call_graph import partitioned_computations
 from .op_rules import LowerContext, rule_for
 from .partition_ids import PartitionTables
 
-GLOBAL_SIGNATURE = "spmd_global_signature"
-
 
 @dataclass(frozen=True)
 class LowerSpmd(ModulePass):
-    """Emit the per-partition module (see the module docstring)."""
+    """Emit the per-partition program: local shapes, partition-id tables, collectives."""
 
     name = "lower-spmd"
     accepts = frozenset({Stage.HALO_PLANNED})
@@ -55,7 +53,7 @@ class LowerSpmd(ModulePass):
         module.attrs["num_partitions"] = ctx.num_partitions
         if "entry_computation_layout" in module.attrs:
             module.attrs["entry_computation_layout"] = RawAttr(_layout_text(module))
-        module.attrs[GLOBAL_SIGNATURE] = RawAttr(signature)
+        module.attrs[GLOBAL_SIGNATURE_KEY] = RawAttr(signature)
         return module
 
 
@@ -90,4 +88,4 @@ def _layout_text(module: Module) -> str:
     return "{(" + params + ")->" + str(entry.root.shape) + "}"
 
 
-__all__ = ["LowerSpmd", "global_signature", "GLOBAL_SIGNATURE"]
+__all__ = ["LowerSpmd", "global_signature"]

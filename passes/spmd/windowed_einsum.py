@@ -87,8 +87,10 @@ class Windowing:
 
 @dataclass(frozen=True)
 class WindowedEinsum(ModulePass):
-    """Mark dots that run as windowed einsums (see the module docstring); `threshold`: the
-    global bytes the gathered operand (AG) or the result (RS) must reach."""
+    """Mark big dots to run as windowed einsums (loops of partial dots and permutes).
+
+    `threshold`: the global bytes the gathered operand (AG) or the result (RS) must reach (see
+    the module docstring)."""
 
     name = "windowed-einsum"
     accepts = frozenset({Stage.RESHARDED})
