@@ -2,7 +2,7 @@
 bit for bit.
 
 Both generators are counter-based on *global* element indices: an element's value depends only on
-the generator state, the global shape and its global position (see runtime/kernels/random.py).
+the generator state, the global shape and its global position (see runtime/kernels/random.py and ir/random_shards.py).
 So a partition computes exactly its shard, with no communication:
 
 - `rng-bit-generator(state)`, result bits tiled: the state is replicated and each partition runs
@@ -32,7 +32,9 @@ from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
-from gspmdc.runtime.kernels.random import GLOBAL_DIMS_KEY, rng_state_delta
+from gspmdc.ir.random_shards import (
+    GLOBAL_DIMS_KEY, RNG_BIT_GENERATOR_SHARD, RNG_SHARD, rng_state_delta,
+)
 
 from .op_rules import LowerContext, OpPlan, OpRule, clone, maximal_for, op_rule, without_partials
 from .tiling import Tiling
@@ -88,7 +90,7 @@ class RngBitGeneratorRule(OpRule):
         local = inst.sharding.shard_shape(inst.shape)
         return ctx.builder.append(Instruction(
             inst.name, "custom-call", local, [state, *_offsets(inst, bits, ctx)],
-            _shard_attrs(inst, "gspmdc.RngBitGeneratorShard", "algorithm"),
+            _shard_attrs(inst, RNG_BIT_GENERATOR_SHARD, "algorithm"),
             sharding=inst.sharding))
 
 
@@ -118,7 +120,7 @@ class RngRule(OpRule):
         return b.append(Instruction(
             inst.name, "custom-call", inst.sharding.shard_shape(shape),
             [a, high, state, *_offsets(inst, inst.sharding, ctx)],
-            _shard_attrs(inst, "gspmdc.RngShard", "distribution"), sharding=inst.sharding))
+            _shard_attrs(inst, RNG_SHARD, "distribution"), sharding=inst.sharding))
 
 
 __all__ = ["RngRule", "RngBitGeneratorRule"]

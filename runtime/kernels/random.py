@@ -44,6 +44,10 @@ import numpy as np
 
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
+from gspmdc.ir.random_shards import (
+    RNG_BIT_GENERATOR_SHARD, RNG_SHARD, draw_plan, global_dims_of, random_bit_width,
+    rng_state_delta,
+)
 from gspmdc.ir.shapes import TupleShape
 
 from . import kernel
@@ -209,20 +213,13 @@ def _bits_as(bits: np.ndarray, element_type: str, dims) -> np.ndarray:
     return bits.view(dtypes.numpy_dtype(element_type)).reshape(dims)
 
 
-def _width(element_type: str) -> int:
-    width = dtypes.bit_width(element_type)
-    if element_type == "pred" or dtypes.is_complex(element_type) or width not in (8, 16, 32, 64):
-        raise UnsupportedError(f"random bits of type {element_type} are not supported")
-    return width
-
-
 def generate_bits(algorithm: str, state: np.ndarray, element_type: str, dims: tuple[int, ...],
                   coords: tuple | None = None, name: str = "rng-bit-generator"):
     """rng-bit-generator on a result of global shape `element_type[dims]`: `(new state, bits)`.
     `coords`: one int64 array per dim (all of one shape) selecting the elements to generate (the
     bits then have that shape); None: the whole result."""
     words = [int(w) for w in np.asarray(state, np.uint64).reshape(-1)]
-    width = _width(element_type)
+    width = random_bit_width(element_type)
     count = int(np.prod(dims))
     if algorithm in ("rng_default", "rng_philox"):
         if len(words) not in (2, 3):
@@ -284,24 +281,10 @@ _MANTISSA_BITS = {"bf16": 7, "f16": 10, "f32": 23, "f64": 52}
 
 def _uniform_unit(bits: np.ndarray, element_type: str) -> np.ndarray:
     """XLA's ConvertRandomBitsToUniformFloatingPoint on [0, 1): the top mantissa-width bits."""
-    width, mantissa = _width(element_type), _MANTISSA_BITS[element_type]
+    width, mantissa = random_bit_width(element_type), _MANTISSA_BITS[element_type]
     top = bits >> np.array(width - mantissa, bits.dtype)
     dtype = dtypes.numpy_dtype(element_type)
     return top.astype(dtype) * dtype.type(np.ldexp(1.0, -mantissa))
-
-
-def _draw_plan(distribution: str, element_type: str, count: int) -> tuple[int, int]:
-    """(Philox values drawn, their width) for an `rng` of `count` elements."""
-    if distribution == "rng_normal" and dtypes.is_float(element_type):
-        return 2 * -(-count // 2), 64 if element_type == "f64" else 32
-    return count, _width(element_type)
-
-
-def rng_state_delta(distribution: str, element_type: str, count: int) -> int:
-    """The Philox blocks an `rng` of `count` elements draws: how far it advances the global
-    state."""
-    values, width = _draw_plan(distribution, element_type, count)
-    return -(-values * (2 if width == 64 else 1) // 4)
 
 
 @kernel("rng")
@@ -324,7 +307,7 @@ def rng_values(name: str, distribution: str, element_type: str, count: int, inde
     a, b = np.asarray(a), np.asarray(b)
     t = element_type
     dtype = dtypes.numpy_dtype(t)
-    values, width = _draw_plan(distribution, t, count)
+    values, width = draw_plan(distribution, t, count)
 
     def draw(at):
         return philox_bits_at(0, state, at, width)
@@ -357,19 +340,6 @@ def rng_values(name: str, distribution: str, element_type: str, count: int, inde
 
 
 # ---- shards of random results (the partitioner's local forms) ----------------------------------
-
-GLOBAL_DIMS_KEY = "global_dims"
-
-
-def global_dims_of(inst) -> tuple[int, ...]:
-    """The global dims a shard custom-call names in `frontend_attributes={global_dims="a,b"}`."""
-    attrs = inst.attr("frontend_attributes")
-    text = attrs.get(GLOBAL_DIMS_KEY) if attrs is not None else None
-    if text is None:
-        raise VerificationError(f"{inst.name}: {inst.attr('custom_call_target')} needs "
-                                f'frontend_attributes={{{GLOBAL_DIMS_KEY}="..."}}')
-    return tuple(int(d) for d in text.split(",") if d.strip())
-
 
 def shard_coordinates(local_dims: tuple[int, ...], offsets, dims: tuple[int, ...]) -> tuple:
     """Per dim, the global coordinate of every element of a shard of shape `local_dims` starting
@@ -409,5 +379,5 @@ def _rng_shard(inst, args, ctx):
                       int(np.prod(dims)), np.asarray(index), (int(words[0]), int(words[1])), a, b)
 
 
-CUSTOM_CALL_TARGETS["gspmdc.RngBitGeneratorShard"] = _rng_bit_generator_shard
-CUSTOM_CALL_TARGETS["gspmdc.RngShard"] = _rng_shard
+CUSTOM_CALL_TARGETS[RNG_BIT_GENERATOR_SHARD] = _rng_bit_generator_shard
+CUSTOM_CALL_TARGETS[RNG_SHARD] = _rng_shard
