@@ -10,7 +10,7 @@ from gspmdc import api
 from gspmdc.passes.pipeline import compile_spmd
 
 from spmd_partition_helpers import (
-    assert_close, check_equivalent, collectives, hlo_module, inputs_for, reference,
+    assert_close, check_equivalent, collectives, hlo_module, inputs_for, reference, run_global,
 )
 
 REDUCERS = """
@@ -207,8 +207,10 @@ def test_the_halo_exchange_dump_records_the_plan_and_evaluates_unchanged(tmp_pat
     compile_spmd(api.parse(text), 4, dump_dir=tmp_path, propagate=False)
     (dump,) = tmp_path.glob("*.halo-exchange.hlo")
     dumped = dump.read_text()
+    # shards of I=3, W=2 outputs each reading a window of 5: the plan lower-spmd executes
     assert 'halo="operand 0 dim 0: left=[1,0,-1,-2],right=[1,2,3,4],from_left=0,' \
-           'from_right=2,mask"' in dumped
+           'from_right=2,mask,shards=4,input=3,output=2,window=5,valid=10,' \
+           'offsets=[0,1,2,2],pad=1_1"' in dumped
     inputs = inputs_for(text)
     assert_close(api.evaluate(api.parse(dumped), inputs), reference(text, inputs))
 
@@ -241,20 +243,45 @@ def test_a_non_identity_init_is_combined_once_per_window():
     halo_only(spmd)
 
 
-def test_lowering_refuses_a_dump_whose_halo_plan_was_edited(tmp_path):
-    """lower-spmd executes the recorded plan only if it is the one the shardings give."""
+def test_lowering_executes_the_recorded_plan_and_refuses_one_that_does_not_fit(tmp_path):
+    """lower-spmd emits the plan the halo-exchange dump records (it does not compute it
+    again): a plan receiving more than it needs still gives the right values, with more bytes;
+    a plan for another shard count or a malformed one is a clear error."""
     from gspmdc.errors import GspmdcError
     from gspmdc.passes.pass_manager import PassContext, run_pipeline
+    from gspmdc.passes.spmd.cleanup import Cleanup
     from gspmdc.passes.spmd.lower_spmd import LowerSpmd
 
     text = module("""
-  x = f32[10,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  x = f32[12,4] parameter(0), sharding={devices=[4,1]<=[4]}
   z = f32[] constant(0)
-  ROOT r = f32[10,4] reduce-window(x, z), window={size=3x1 pad=1_1x0_0}, to_apply=add,
+  ROOT r = f32[12,4] reduce-window(x, z), window={size=3x1 pad=1_1x0_0}, to_apply=add,
     sharding={devices=[4,1]<=[4]}""")
     compile_spmd(api.parse(text), 4, dump_dir=tmp_path, propagate=False)
     (dump,) = tmp_path.glob("*.halo-exchange.hlo")
-    edited = dump.read_text().replace("from_right=1", "from_right=2")
-    with pytest.raises(GspmdcError, match="halo plan in the module"):
-        run_pipeline(PassContext(4), api.parse(edited), [LowerSpmd()])
-    run_pipeline(PassContext(4), api.parse(dump.read_text()), [LowerSpmd()])
+    recorded = dump.read_text()
+    plan = "left=1,right=1,from_left=1,from_right=1,mask,shards=4,input=3,output=3,window=5," \
+           "valid=12,offsets=0"
+    assert plan in recorded
+
+    def lowered(edited: str):
+        return api.parse(api.to_text(run_pipeline(PassContext(4), api.parse(edited),
+                                                  [LowerSpmd(), Cleanup()])))
+
+    def permuted_rows(spmd) -> list[int]:
+        return sorted(i.shape.dims[0] for i in spmd.entry.instructions
+                      if i.opcode == "collective-permute")
+    assert permuted_rows(lowered(recorded)) == [1, 1]
+    # two rows from the left, the window cut one further in: the same window input
+    wider = recorded.replace(plan, plan.replace("from_left=1,", "from_left=2,")
+                             .replace("offsets=0", "offsets=1"))
+    spmd = lowered(wider)
+    assert permuted_rows(spmd) == [1, 2]           # two rows come from the left neighbour
+    inputs = inputs_for(text)
+    assert_close(run_global(spmd, inputs, 4), reference(text, inputs))
+    with pytest.raises(GspmdcError, match="is for 2 shards of 3, but x has 4 shards of 3"):
+        lowered(recorded.replace("shards=4", "shards=2"))
+    with pytest.raises(GspmdcError, match="malformed halo plan of operand 0 dim 0: missing"):
+        lowered(recorded.replace(",valid=12", ""))
+    with pytest.raises(GspmdcError, match="right does not agree"):
+        lowered(recorded.replace("right=1", "right=2"))

@@ -34,11 +34,13 @@ exchanged one after another (`windowed_input`): corners arrive through the secon
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from gspmdc.errors import GspmdcError
 from gspmdc.ir.attributes import PadDim, SliceDim
 from gspmdc.ir.module import Instruction
 
@@ -76,10 +78,12 @@ class WindowedDim:
 
 @dataclass(frozen=True, eq=False)
 class HaloPlan:
-    """The halo exchange of one `WindowedDim` (see the module docstring); arrays are indexed by
-    shard ordinal."""
+    """The halo exchange of one `WindowedDim` tiled `shards` ways (see the module docstring);
+    arrays are indexed by shard ordinal. `to_text` / `from_text`: the whole plan as the text
+    the halo-exchange pass records and lower-spmd reads."""
 
-    dim: WindowedDim
+    shards: int
+    base_dilation: int
     input_shard: int          # Ib: local base elements per shard (after local dilation)
     output_shard: int         # W
     window_input: int         # local window input length
@@ -103,31 +107,102 @@ class HaloPlan:
     def identity(self) -> bool:
         """Whether each shard's own data is already its window input (nothing to do)."""
         return self.from_left == self.from_right == 0 and not self.mask and \
-            self.dim.base_dilation == 1 and self.window_input == self.input_shard and \
+            self.base_dilation == 1 and self.window_input == self.input_shard and \
             self.pad_left == self.pad_right == 0 and not self.offsets.any()
 
     @property
     def exchanged(self) -> int:
         """Elements of this dim each partition sends (and receives), undilated."""
-        return (self.from_left + self.from_right) // self.dim.base_dilation
+        return (self.from_left + self.from_right) // self.base_dilation
 
     def hops(self, amount: int) -> list[int]:
         """Sizes of the pieces received from distance 1, 2, ... for a halo of `amount` local
         base elements, in undilated elements (whole shards, then the rest)."""
-        shard = self.input_shard // self.dim.base_dilation
-        full, rest = divmod(amount // self.dim.base_dilation, shard)
+        shard = self.input_shard // self.base_dilation
+        full, rest = divmod(amount // self.base_dilation, shard)
         return [shard] * full + ([rest] if rest else [])
 
     def describe(self) -> str:
         """`left=1,right=1,from_left=1,from_right=1,mask` (tables as `[..]` when per shard)."""
-        def table(values):
-            return str(int(values[0])) if (values == values[0]).all() else \
-                "[" + ",".join(str(int(v)) for v in values) + "]"
-        text = f"left={table(self.left)},right={table(self.right)}," \
+        text = f"left={_table(self.left)},right={_table(self.right)}," \
                f"from_left={self.from_left},from_right={self.from_right}"
-        if self.dim.base_dilation > 1:
-            text += f",dilate={self.dim.base_dilation}"
+        if self.base_dilation > 1:
+            text += f",dilate={self.base_dilation}"
         return text + (",mask" if self.mask else "")
+
+    def to_text(self) -> str:
+        """`describe()` followed by the rest of the plan: `shards=n,input=Ib,output=W,
+        window=window_input,valid=v,offsets=..` and `pad=low_high` when there is padding."""
+        text = f"{self.describe()},shards={self.shards},input={self.input_shard}," \
+               f"output={self.output_shard},window={self.window_input},valid={self.valid}," \
+               f"offsets={_table(self.offsets)}"
+        return text + (f",pad={self.pad_left}_{self.pad_right}"
+                       if self.pad_left or self.pad_right else "")
+
+    @classmethod
+    def from_text(cls, text: str) -> "HaloPlan":
+        """The plan `to_text` wrote (ValueError naming what is wrong otherwise); `start` comes
+        from `left` and is checked against `right`."""
+        fields: dict[str, str] = {}
+        for match in _FIELD.finditer(text):
+            if match.group(1) in fields:
+                raise ValueError(f"{match.group(1)} given twice")
+            fields[match.group(1)] = match.group(2)
+        if _FIELD.sub("", text).strip(", "):
+            raise ValueError(f"cannot read {text!r}")
+        missing = [k for k in _REQUIRED if k not in fields]
+        unknown = sorted(set(fields) - set(_REQUIRED) - {"dilate", "mask", "pad"})
+        if missing or unknown:
+            raise ValueError(f"missing {missing}" if missing else f"unknown {unknown}")
+        n = _int(fields, "shards")
+        number = {k: _int(fields, k) for k in ("input", "output", "window", "valid",
+                                               "from_left", "from_right")}
+        left, right, offsets = (_array(fields[k], n, k) for k in ("left", "right", "offsets"))
+        dilation = _int(fields, "dilate") if "dilate" in fields else 1
+        low, _, high = fields.get("pad", "0_0").partition("_")
+        if fields.get("mask", "") or n < 1 or dilation < 1:
+            raise ValueError(f"cannot read {text!r}")
+        ib, window = number["input"], number["window"]
+        start = ib * np.arange(n, dtype=np.int64) - left
+        if (start + window - ib * (np.arange(n) + 1) != right).any():
+            raise ValueError("right does not agree with left, input and window")
+        try:
+            pad_left, pad_right = int(low), int(high)
+        except ValueError:
+            raise ValueError(f"pad={fields['pad']} is not low_high") from None
+        return cls(n, dilation, ib, number["output"], window, number["valid"], start, left,
+                   right, number["from_left"], number["from_right"], "mask" in fields, offsets,
+                   pad_left, pad_right)
+
+
+_FIELD = re.compile(r"([a-z_]+)(?:=(\[[-0-9,]*\]|-?\d+(?:_-?\d+)?))?(?=,|$)")
+_REQUIRED = ("left", "right", "from_left", "from_right", "shards", "input", "output", "window",
+             "valid", "offsets")
+
+
+def _table(values: np.ndarray) -> str:
+    """One number when all shards agree, else `[a,b,...]`."""
+    return str(int(values[0])) if (values == values[0]).all() else \
+        "[" + ",".join(str(int(v)) for v in values) + "]"
+
+
+def _int(fields: dict[str, str], key: str) -> int:
+    try:
+        return int(fields[key])
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}={fields[key]} is not an integer") from None
+
+
+def _array(text: str | None, n: int, key: str) -> np.ndarray:
+    try:
+        values = [int(v) for v in text.strip("[]").split(",")] if text else []
+    except ValueError:
+        raise ValueError(f"{key}={text} is not a table of integers") from None
+    if len(values) == 1:
+        values *= n
+    if len(values) != n:
+        raise ValueError(f"{key} has {len(values)} entries for {n} shards")
+    return np.array(values, dtype=np.int64)
 
 
 def plan_halo(dim: WindowedDim) -> HaloPlan:
@@ -165,7 +240,7 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
     pad_right = int(max(0, max(int((offsets[real] + window_input).max(initial=0)),
                                window_input) - length))
     offsets = np.where(real, offsets, np.clip(offsets, 0, length + pad_right - window_input))
-    return HaloPlan(dim, ib, w, window_input, valid, start, left, right, from_left, from_right,
+    return HaloPlan(n, b, ib, w, window_input, valid, start, left, right, from_left, from_right,
                     mask, offsets, pad_left, pad_right)
 
 
@@ -183,6 +258,57 @@ def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: 
     return total
 
 
+# ---- the plans of an instruction, as the halo-exchange pass records them ----------------------
+
+#: the frontend attribute holding the halo plans of an instruction
+HALO_ATTRIBUTE = "halo"
+
+
+def describe_plans(plans: list[dict[int, HaloPlan]]) -> str:
+    """`operand 0 dim 1: left=...; ...` ("" when nothing is exchanged): each plan's
+    `HaloPlan.to_text`."""
+    return "; ".join(f"operand {k} dim {d}: {plan.to_text()}"
+                     for k, by_dim in enumerate(plans) for d, plan in sorted(by_dim.items()))
+
+
+def recorded_plans(inst: Instruction, num_devices: int) -> list[dict[int, HaloPlan]]:
+    """Per operand, the halo plans the halo-exchange pass recorded on `inst` (none without
+    the attribute; a prefix scan's entry is not a halo plan). GspmdcError for a plan that
+    does not parse or does not fit its operand's tiling."""
+    plans: list[dict[int, HaloPlan]] = [{} for _ in inst.operands]
+    attrs = inst.attrs.get("frontend_attributes")
+    text = None if attrs is None else attrs.get(HALO_ATTRIBUTE)
+    for entry in filter(None, (e.strip() for e in (text or "").split(";"))):
+        match = _ENTRY.fullmatch(entry)
+        if match is None:
+            raise GspmdcError(f"{inst.name}: cannot read the halo plan {entry!r} "
+                              "(expected 'operand K dim D: ...')")
+        k, d, body = int(match.group(1)), int(match.group(2)), match.group(3)
+        if body.startswith("prefix scan"):
+            continue
+        if k >= len(inst.operands) or d >= inst.operands[k].shape.rank:
+            raise GspmdcError(f"{inst.name}: the halo plan names operand {k} dim {d}, which "
+                              f"{inst.opcode} does not have")
+        operand = inst.operands[k]
+        try:
+            plan = HaloPlan.from_text(body)
+        except ValueError as e:
+            raise GspmdcError(f"{inst.name}: malformed halo plan of operand {k} dim {d}: "
+                              f"{e}") from None
+        tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, num_devices)
+        local = tiling.shard_dims(operand.shape.dims)[d]
+        if plan.shards != tiling.counts[d] or plan.input_shard != plan.base_dilation * local:
+            raise GspmdcError(f"{inst.name}: the halo plan of operand {k} dim {d} is for "
+                              f"{plan.shards} shards of {plan.input_shard // plan.base_dilation}"
+                              f", but {operand.name} has {tiling.counts[d]} shards of {local} "
+                              "there")
+        plans[k][d] = plan
+    return plans
+
+
+_ENTRY = re.compile(r"operand (\d+) dim (\d+): (.*)")
+
+
 # ---- emission ---------------------------------------------------------------------------------
 
 def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
@@ -197,11 +323,11 @@ def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
 
 def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
                   plan: HaloPlan, pad_value: Instruction | None) -> Instruction:
-    """Dim `dim` of the local `value` (tiled `plan.dim.shards` ways on `dim` by `tiling`)
+    """Dim `dim` of the local `value` (tiled `plan.shards` ways on `dim` by `tiling`)
     replaced by this partition's window input of `plan.window_input` elements: collective-permutes
     per hop, concatenation, dilation, (dynamic-)slice and mask."""
-    if tiling.counts[dim] != plan.dim.shards:
-        raise ValueError(f"halo plan for {plan.dim.shards} shards on a dim tiled "
+    if tiling.counts[dim] != plan.shards:
+        raise ValueError(f"halo plan for {plan.shards} shards on a dim tiled "
                          f"{tiling.counts[dim]} ways")
     if plan.identity:
         return value
@@ -212,8 +338,8 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
     pieces += [_receive(ctx, value, dim, tiling, h, size, from_left=False)
                for h, size in enumerate(plan.hops(plan.from_right), 1)]
     value = _concatenate(b, pieces, dim)
-    if plan.dim.base_dilation > 1:
-        value = _dilate(b, value, dim, plan.dim.base_dilation, _need(pad_value))
+    if plan.base_dilation > 1:
+        value = _dilate(b, value, dim, plan.base_dilation, _need(pad_value))
     if plan.pad_left or plan.pad_right:
         fill = pad_value if pad_value is not None else b.zero(value.shape.element_type)
         value = _pad_dim(b, value, dim, plan.pad_left, plan.pad_right, fill)
@@ -347,5 +473,5 @@ def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid:
     return b.select(inside, x, b.broadcast(fill, dims))
 
 
-__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "windowed_input",
-           "exchange_halo", "return_halo"]
+__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "HALO_ATTRIBUTE",
+           "describe_plans", "recorded_plans", "windowed_input", "exchange_halo", "return_halo"]

@@ -7,16 +7,22 @@ neighbours' elements. Other rules with halos (e.g.
 convolution) take part by offering `halo_plans(inst, num_partitions)` (per operand, dim →
 `HaloPlan`). This pass writes the plan as
 
-    frontend_attributes={halo="operand 0 dim 1: left=1,right=1,from_left=1,from_right=1,mask"}
+    frontend_attributes={halo="operand 0 dim 1: left=1,right=1,from_left=1,from_right=1,mask,
+                                  shards=4,input=3,output=3,window=5,valid=10,offsets=0"}
 
 per operand and dim: `left`/`right` are the elements before/after its own shard each partition's
 window covers (one number when all shards agree, else a per-shard `[..]` table indexed by the
 shard's position), `from_left`/`from_right` the elements received from the partitions on each
 side (one `collective-permute` per shard-sized hop), `dilate=b` a local base dilation first, and
-`mask` that positions outside the data are replaced by the op's pad/init value; a cumulative
-reduce-window records `prefix scan over n shards ...` instead (`prefix_scan.py`). The program is
-otherwise unchanged (it still evaluates to the same result); lower-spmd recomputes the plan from
-the shardings and refuses a module whose recorded plan differs.
+`mask` that positions outside the data are replaced by the op's pad/init value; then the rest
+of the plan (`HaloPlan.to_text`): `shards`, the local base elements of a shard (`input`), the
+outputs of a shard (`output`), the window input each shard computes on (`window`), the real
+base positions (`valid`), where each shard's window starts in the concatenation of received
+and own elements (`offsets`) and the padding of that concatenation (`pad=low_high`, when
+any). A cumulative reduce-window records `prefix scan over n shards ...` instead
+(`prefix_scan.py`). The program is otherwise unchanged (it still evaluates to the same result).
+lower-spmd reads the plans back (`halo.recorded_plans`) and emits exactly them, without
+computing them again.
 """
 from __future__ import annotations
 
@@ -28,8 +34,9 @@ from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .call_graph import partitioned_computations
+from .halo import HALO_ATTRIBUTE, describe_plans
 from .op_rules import RULES
-from .op_rules_window import HALO_ATTRIBUTE, WindowRule, describe_plans
+from .op_rules_window import WindowRule
 
 
 @dataclass(frozen=True)

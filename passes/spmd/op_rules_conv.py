@@ -50,7 +50,7 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.sharding import HloSharding
 
-from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, windowed_input
+from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, recorded_plans, windowed_input
 from .op_rules import LowerContext, OpPlan, OpRule, PlanContext, clone, op_rule, without_partials
 from .op_rules_dot import DotDims, _inverse, _merge_free, dot_result
 from .tiling import Tiling
@@ -226,7 +226,7 @@ class ConvolutionRule(OpRule):
         cd = ConvDims.planned(inst, rt)
         lhs = _mask_uneven(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
         rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting)
-        plans = cd.halo_plans(lt)
+        plans = recorded_plans(inst, ctx.num_devices)[0]
         if plans:
             with ctx.builder.scope(_halo_metadata(inst, plans)):
                 lhs = windowed_input(ctx, lhs, lt, plans,
