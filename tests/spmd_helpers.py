@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hlo_text import reducer
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 #: the three spellings of the same kind of replica groups on 8 partitions, with the groups they
@@ -19,55 +21,10 @@ GROUP_FORMS = {
              [[0, 1, 2, 3], [4, 5, 6, 7]]),
 }
 
-REDUCERS = """
-add {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT r = s32[] add(a, b)
-}
-
-max {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT r = s32[] maximum(a, b)
-}
-
-addf {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
-maxf {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] maximum(a, b)
-}
-
-addbf {
-  a = bf16[] parameter(0)
-  b = bf16[] parameter(1)
-  ROOT r = bf16[] add(a, b)
-}
-
-addc {
-  a = c64[] parameter(0)
-  b = c64[] parameter(1)
-  ROOT r = c64[] add(a, b)
-}
-
-orp {
-  a = pred[] parameter(0)
-  b = pred[] parameter(1)
-  ROOT r = pred[] or(a, b)
-}
-
-andp {
-  a = pred[] parameter(0)
-  b = pred[] parameter(1)
-  ROOT r = pred[] and(a, b)
-}
-
+REDUCERS = reducer("add", element_type="s32") + reducer("max", element_type="s32") + \
+    reducer("addf", "add") + reducer("maxf", "maximum") + reducer("addbf", "add", "bf16") + \
+    reducer("addc", "add", "c64") + reducer("orp", "or", "pred") + \
+    reducer("andp", "and", "pred") + """
 shift_add {
   a = s32[] parameter(0)
   b = s32[] parameter(1)

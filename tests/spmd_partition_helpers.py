@@ -15,16 +15,10 @@ from gspmdc.runtime.sharded_io import assemble_outputs, spmd_signature, split_in
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
-def hlo_module(body: str, computations: str = "") -> str:
-    """The text of a module `m`: the scalar `computations` (HLO text) and an entry computation
-    `e` whose instructions are `body`."""
-    return f"HloModule m\n{computations}\nENTRY e {{\n{body}\n}}\n"
-
-
 def partition(text: str, n: int, *, propagate: bool = False) -> Module:
-    """The SPMD module of `text` on `n` partitions, printed and parsed back (so the text form is
-    what is tested, and the verifier checks it)."""
-    spmd = compile_spmd(api.parse(text), n, propagate=propagate)
+    """The SPMD module of `text` on `n` partitions, verified after every pass, printed and
+    parsed back (so the text form is what is tested, and the verifier checks it)."""
+    spmd = compile_spmd(api.parse(text), n, propagate=propagate, verify_each=True)
     return api.parse(api.to_text(spmd))
 
 

@@ -8,16 +8,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from hlo_text import reducer
 from interpreter_helpers import run_hlo
 
 RNG = np.random.default_rng(3)
 
-ADD = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}"""
+ADD = reducer("add")
 MAX = """
 max {
   a = f32[] parameter(0)

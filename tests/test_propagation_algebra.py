@@ -168,51 +168,6 @@ def split_shardings(draw):
         ops.replicate_all_except(c, [d for d in range(rank) if d != first])
 
 
-# ---- merging -----------------------------------------------------------------------------
-
-def test_merge_example_from_the_reference():
-    dst = S("{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}")
-    to_merge = S("{devices=[1,2,2]0,1,2,3 last_tile_dim_replicate}")
-    assert alg.merge_if_compatible(to_merge, dst, 3) == S("{devices=[2,2]0,2,1,3}")
-
-
-def test_merge_fails_when_no_device_holds_both_tiles():
-    # rows on {0,1}/{2,3} x 2, columns on {0,1}/{2,3}: tile (0,1) would need a device in both
-    a = S("{devices=[2,1,2]<=[4] last_tile_dim_replicate}")
-    b = S("{devices=[1,2,2]<=[4] last_tile_dim_replicate}")
-    assert alg.merge_if_compatible(b, a) is None
-
-
-def mesh_sharding(mesh: np.ndarray, dim_axes: list[list[int]]) -> HloSharding:
-    """The sharding that cuts data dim k along mesh axes `dim_axes[k]` (major to minor) and
-    replicates over the unused axes (§2.8)."""
-    used = [a for axes in dim_axes for a in axes]
-    unused = [a for a in range(mesh.ndim) if a not in used]
-    tiles = [prod(mesh.shape[a] for a in axes) for axes in dim_axes]
-    t = mesh.transpose(used + unused).reshape(tiles + [prod(mesh.shape[a] for a in unused)])
-    return HloSharding.tiled(TileAssignment.from_array(t), ["replicated"])
-
-
-@st.composite
-def partial_pairs(draw):
-    """Two partially replicated shardings of one rank over the same devices, built from one mesh
-    (so that they often merge): each mesh axis cuts a dim of the first, of the second, of both,
-    or of neither."""
-    rank = draw(st.integers(1, 3))
-    axes = draw(st.lists(st.sampled_from([2, 3]), min_size=2, max_size=4))
-    n = prod(axes)
-    mesh = np.array(draw(st.permutations(range(n)))).reshape(axes)
-    a_axes, b_axes = [[] for _ in range(rank)], [[] for _ in range(rank)]
-    for axis in range(len(axes)):
-        role = draw(st.sampled_from(["a", "b", "both", "none"]))
-        dim = draw(st.integers(0, rank - 1))
-        if role in ("a", "both"):
-            a_axes[dim].append(axis)
-        if role in ("b", "both"):
-            b_axes[dim].append(axis)
-    return rank, mesh_sharding(mesh, a_axes), mesh_sharding(mesh, b_axes)
-
-
 @settings(max_examples=150, deadline=None)
 @given(partial_pairs())
 def test_merge_fast_path_agrees_with_device_set_construction(pair):

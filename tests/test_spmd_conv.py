@@ -14,8 +14,8 @@ from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.traffic import collective_traffic
 from gspmdc.runtime import io
 
+from hlo_text import hlo_module as module
 from spmd_partition_helpers import check_equivalent, collectives, run_global
-from spmd_partition_helpers import hlo_module as module
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

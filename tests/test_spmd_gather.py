@@ -14,8 +14,8 @@ from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.traffic import collective_traffic
 from gspmdc.runtime import io
 
+from hlo_text import hlo_module as module, reducer
 from spmd_partition_helpers import check_equivalent, collectives, run_global
-from spmd_partition_helpers import hlo_module as module
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -147,22 +147,10 @@ def test_embedding_gather_moves_no_more_bytes_than_xla():
 
 # ---- scatter ---------------------------------------------------------------------------------
 
-COMBINERS = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
+COMBINERS = reducer("add") + reducer("max") + """
 assign {
   a = f32[] parameter(0)
   ROOT b = f32[] parameter(1)
-}
-
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] maximum(a, b)
 }
 
 add_pair {
@@ -178,7 +166,7 @@ add_pair {
 
 
 def scatter_module(body: str) -> str:
-    return f"HloModule m\n{COMBINERS}\nENTRY e {{\n{body}\n}}\n"
+    return module(body, COMBINERS)
 
 
 #: scatter indices with duplicates (3 twice) and out-of-range rows (skipped by HLO)

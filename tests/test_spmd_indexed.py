@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spmd_partition_helpers import check_equivalent, collectives, hlo_module
+from hlo_text import hlo_module
+from spmd_partition_helpers import check_equivalent, collectives
 
 DEVICES = [2, 3, 4, 8]
 #: start indices below 0, inside, near the end and beyond (HLO clamps them into range)

@@ -9,41 +9,13 @@ import pytest
 
 from gspmdc.errors import ShardingError, UnsupportedError
 
+from hlo_text import hlo_module, reducer
 from spmd_partition_helpers import (
-    COLLECTIVES, check_equivalent, collectives, hlo_module, opcodes, partition,
+    COLLECTIVES, check_equivalent, collectives, opcodes, partition,
 )
 
-REDUCERS = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] maximum(a, b)
-}
-
-min_s32 {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT r = s32[] minimum(a, b)
-}
-
-mul_s32 {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT r = s32[] multiply(a, b)
-}
-
-or {
-  a = pred[] parameter(0)
-  b = pred[] parameter(1)
-  ROOT r = pred[] or(a, b)
-}
-
+REDUCERS = reducer("add") + reducer("max") + reducer("min_s32", "minimum", "s32") + \
+    reducer("mul_s32", "multiply", "s32") + reducer("or", element_type="pred") + """
 argmax {
   v0 = f32[] parameter(0)
   i0 = s32[] parameter(1)

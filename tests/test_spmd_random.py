@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hlo_text import hlo_module as module
 from spmd_partition_helpers import collectives, partition, reference, run_global
-from spmd_partition_helpers import hlo_module as module
 from test_kernels_random import KEY, XLA_GOLDEN
 
 

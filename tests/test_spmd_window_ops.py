@@ -9,23 +9,12 @@ import pytest
 from gspmdc import api
 from gspmdc.passes.pipeline import compile_spmd
 
+from hlo_text import hlo_module, reducer
 from spmd_partition_helpers import (
-    assert_close, check_equivalent, collectives, hlo_module, inputs_for, reference, run_global,
+    assert_close, check_equivalent, collectives, inputs_for, reference, run_global,
 )
 
-REDUCERS = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] maximum(a, b)
-}
-
+REDUCERS = reducer("add") + reducer("max") + """
 ge {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
