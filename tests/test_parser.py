@@ -64,7 +64,8 @@ def test_header_attributes_typed_and_verbatim():
         "allow_spmd_sharding_propagation_to_parameters": (True, False),
         "allow_spmd_sharding_propagation_to_output": True,
         "input_output_alias": RawAttr("{ {0}: (0, {}, may-alias) }"),
-        "frontend_attributes": RawAttr('{xla.sdy.meshes={mesh = #sdy.mesh<["x"=2, "y"=4]>}}'),
+        "frontend_attributes": KeyValueList(
+            (("xla.sdy.meshes", RawAttr('{mesh = #sdy.mesh<["x"=2, "y"=4]>}')),), ", "),
     }
     assert list(m.attrs)[0] == "is_scheduled"       # input order kept
     assert m.num_partitions == 8

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gspmdc.errors import ShardingError, UnsupportedError
+from gspmdc.errors import GspmdcError, ShardingError, UnsupportedError
 
 from hlo_text import hlo_module, reducer
 from spmd_partition_helpers import (
@@ -416,11 +416,16 @@ def test_partition_dependent_ops_are_rejected():
     with pytest.raises(UnsupportedError, match="rng-get-and-update-state"):
         partition(module("""
   ROOT r = u64[2] rng-get-and-update-state(), delta=4"""), 2)
-    with pytest.raises(UnsupportedError, match="across partitions"):
-        partition(module("""
+    cross_partition = module("""
   x = f32[8] parameter(0), sharding={devices=[2]<=[2]}
   ROOT r = f32[8] all-reduce(x), channel_id=1, replica_groups={}, use_global_device_ids=true,
-    to_apply=add, sharding={devices=[2]<=[2]}"""), 2)
+    to_apply=add, sharding={devices=[2]<=[2]}""")
+    # without a recorded stage, such a module is taken for a partitioned one
+    with pytest.raises(GspmdcError, match="already partitioned"):
+        partition(cross_partition, 2)
+    with pytest.raises(UnsupportedError, match="across partitions"):
+        partition(cross_partition.replace(
+            "HloModule m", 'HloModule m, frontend_attributes={gspmdc.stage="global"}'), 2)
 
 
 def test_a_cross_replica_all_reduce_is_elementwise():
