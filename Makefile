@@ -11,7 +11,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=68" wheel
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,xla]'
 	touch $@
 
 test: install

@@ -1,0 +1,265 @@
+"""One case against XLA: gspmdc and XLA each propagate and partition the same tagged module, and
+the two are compared three ways (see `run_case`).
+
+    result = run_case(case, oracle, seed=0)
+    result.status, result.shardings, result.our_bytes, result.xla_bytes, result.values
+"""
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gspmdc import api
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.module import Module
+
+from .correspondence import ShardingVerdict, compare_shardings
+from .oracle import XlaOracle
+
+#: cases whose values are not compared: larger than this many bytes in one value, or more
+#: multiply-adds than this (the reference interpreter runs them on one core)
+VALUE_LIMIT_BYTES = 16 << 20
+VALUE_LIMIT_MULTIPLY_ADDS = 2e8
+#: opcodes whose values depend on more than the inputs (I/O, random numbers drawn differently)
+NONDETERMINISTIC = frozenset({"infeed", "outfeed", "send", "send-done", "recv", "recv-done",
+                              "rng"})
+RUN_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """A module with its partition count and the two propagation options (the generator's
+    record has these fields)."""
+
+    name: str
+    text: str
+    num_partitions: int
+    propagate_to_output: bool = False
+    propagate_to_parameters: bool = False
+
+
+@dataclass
+class CaseResult:
+    """What one case showed. `status`:
+    - "compared": both compilers partitioned it (shardings and bytes compared; values too unless
+      `values` is "not run: ...");
+    - "xla-rejected": XLA refused the module (the case is not counted);
+    - "gspmdc-rejected": XLA partitioned it, gspmdc stopped with a clear error (a divergence);
+    - "gspmdc-crashed": gspmdc failed with an internal error (a divergence);
+    - "xla-crashed": XLA's process died or timed out (the case is not counted).
+    `values`: "agree", "differ", or "not run: <why>"; `value_detail` names what differs."""
+
+    case: Case
+    status: str
+    detail: str = ""
+    shardings: list[ShardingVerdict] = field(default_factory=list)
+    our_bytes: float | None = None
+    xla_bytes: float | None = None
+    values: str = "not run"
+    value_detail: str = ""
+    before: str | None = None
+    our_spmd: Module | None = None
+    xla_spmd: Module | None = None
+    propagated: Module | None = None
+
+    @property
+    def compared_shardings(self) -> list[ShardingVerdict]:
+        return [v for v in self.shardings if v.compared]
+
+    @property
+    def shardings_agree(self) -> bool:
+        return all(v.agrees for v in self.compared_shardings)
+
+    @property
+    def bytes_compared(self) -> bool:
+        return self.our_bytes is not None and self.xla_bytes is not None
+
+
+def collective_bytes(spmd_text: str, num_partitions: int) -> float | None:
+    """Bytes each device sends in collectives in one run of the partitioned program `spmd_text`
+    (gspmdc's or XLA's), by gspmdc's cost model (`passes/spmd/traffic.py`: ring costs per
+    collective times executions); None when some loop's trip count is not static."""
+    from gspmdc.passes.spmd.traffic import collective_traffic
+    module = api.parse(spmd_text, "<spmd>", verify=False)
+    total = 0.0
+    for t in collective_traffic(module, num_partitions):
+        if t.total_sent_bytes is None:
+            return None
+        total += t.total_sent_bytes
+    return total
+
+
+def _gspmdc_compile(text: str, case: Case) -> tuple[str | None, Module]:
+    """gspmdc's pipeline with the case's propagation options: the module text right after the
+    `propagate` pass (None if it did not get there) and the SPMD module."""
+    from gspmdc.passes.pass_manager import run_pipeline
+    from gspmdc.passes.spmd import spmd_pipeline
+    module = api.parse(text, case.name)
+    module.attrs["num_partitions"] = case.num_partitions
+    passes = [dataclasses.replace(p, propagate_to_output=(case.propagate_to_output,),
+                                  propagate_to_parameters=(case.propagate_to_parameters,),
+                                  record_origins=False)
+              if p.name == "propagate" else p for p in spmd_pipeline(case.num_partitions)]
+    propagated: list[str] = []
+
+    def after(index, pass_, result, seconds):
+        if pass_.name == "propagate":
+            propagated.append(api.to_text(result))
+
+    try:
+        spmd = run_pipeline(module, passes, after)
+    except Exception as e:
+        e.propagated_text = propagated[0] if propagated else None
+        raise
+    return propagated[0], spmd
+
+
+def _values_skipped(module: Module) -> str | None:
+    from gspmdc.conformance import largest_value_bytes, multiply_adds
+    from gspmdc.runtime.job import why_no_reference
+    reason = why_no_reference(module)
+    if reason is not None:
+        return reason
+    odd = sorted({i.opcode for _, i in module.all_instructions() if i.opcode in NONDETERMINISTIC})
+    if odd:
+        return f"nondeterministic opcodes ({', '.join(odd)})"
+    if largest_value_bytes(module) > VALUE_LIMIT_BYTES:
+        return "a value larger than 16 MiB"
+    if multiply_adds(module) > VALUE_LIMIT_MULTIPLY_ADDS:
+        return "too many multiply-adds"
+    if any(leaf.is_token for p in module.entry.parameters for leaf in p.shape.leaves()) or \
+            any(leaf.is_token for leaf in module.entry.root.shape.leaves()):
+        return "token parameters or results"
+    return None
+
+
+def _leaves(value, shape) -> list:
+    from gspmdc.runtime.sharded_io import flatten_value
+    return [np.asarray(v) for v in flatten_value(value, shape)]
+
+
+def _run_gspmdc(spmd: Module, inputs: list, n: int) -> list:
+    from gspmdc.runtime.backends.local import run_local
+    from gspmdc.runtime.sharded_io import assemble_outputs, spmd_signature, split_inputs
+    spmd = api.parse(api.to_text(spmd), "<gspmdc spmd>")   # what runs is what prints
+    signature = spmd_signature(spmd, n)
+    results = run_local(spmd, split_inputs(signature, inputs, padding="garbage"), n,
+                        timeout=RUN_TIMEOUT_SECONDS)
+    return _leaves(assemble_outputs(signature, results), signature.output.global_shape)
+
+
+def _compare_values(want: list, got: dict[str, list | None], reference: Module) -> tuple[str, str]:
+    from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
+    tolerance = check_tolerance(reduction_length(reference))
+    expected = {f"out{i}": np.atleast_1d(v) for i, v in enumerate(want)}
+    problems = []
+    for who, leaves in got.items():
+        if leaves is None:
+            continue
+        actual = {f"out{i}": np.atleast_1d(v) for i, v in enumerate(leaves)}
+        bad = [c.line() for c in compare_output_arrays(actual, expected, tolerance) if not c.ok]
+        if bad:
+            problems.append(f"{who} vs reference: {bad[0]}")
+    return ("differ", "; ".join(problems)) if problems else ("agree", "")
+
+
+def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = True) -> CaseResult:
+    """Run `case` through XLA and gspmdc and compare (1) the sharding of every instruction after
+    propagation (`correspondence.py`), (2) the bytes each device sends in collectives in the two
+    partitioned programs (`collective_bytes`, the same function on both texts) and (3) with
+    `values`, the outputs of gspmdc's partitioned program on the local backend, of XLA's
+    partitioned program on N host devices and of gspmdc's reference interpreter, all from the
+    same random inputs (`seed`).
+
+    gspmdc is given `before`, the module XLA's propagation pass starts from: XLA's import
+    (HLO -> StableHLO -> HLO) renames instructions, flattens tuple parameters and folds tuples,
+    and its call inliner runs before propagation; starting both compilers from the same module
+    makes the instructions correspond one to one by name and keeps those rewrites (semantics-
+    preserving) out of the comparison. gspmdc parsing the case's own text is checked first."""
+    n = case.num_partitions
+    try:
+        original = api.parse(case.text, case.name)
+    except GspmdcError as e:
+        return CaseResult(case, "gspmdc-rejected", f"parse: {_line(e)}")
+    skipped = _values_skipped(original) if values else "values not requested"
+    inputs = output_shapes = None
+    if skipped is None:
+        from gspmdc.runtime.io import random_inputs
+        try:
+            inputs = [leaf for p, v in zip(original.entry.parameters,
+                                           random_inputs(original, seed))
+                      for leaf in _leaves(v, p.shape)]
+        except GspmdcError as e:
+            skipped = f"no random inputs: {_line(e)}"
+        else:
+            output_shapes = [leaf.dims for leaf in original.entry.root.shape.leaves()]
+    xla = oracle.partition(case.text, n, to_output=case.propagate_to_output,
+                           to_parameters=case.propagate_to_parameters,
+                           inputs=inputs, output_shapes=output_shapes)
+    if not xla.ok and xla.stage in ("crash", "timeout"):
+        return CaseResult(case, "xla-crashed", xla.error)
+    if not xla.ok and xla.stage == "compile":
+        return CaseResult(case, "xla-rejected", xla.error)
+    result = CaseResult(case, "compared", before=xla.before)
+    try:
+        before = api.parse(xla.before, case.name)
+        propagated_text, spmd = _gspmdc_compile(xla.before, case)
+    except GspmdcError as e:
+        result.status, result.detail = "gspmdc-rejected", _line(e)
+        propagated_text, spmd = getattr(e, "propagated_text", None), None
+    except Exception as e:  # noqa: BLE001 - an internal error is a finding, not a stop
+        result.status, result.detail = "gspmdc-crashed", _crash_line(e)
+        propagated_text, spmd = getattr(e, "propagated_text", None), None
+    if propagated_text is not None:
+        result.propagated = api.parse(propagated_text, "<gspmdc propagated>", verify=False)
+        result.shardings = compare_shardings(
+            before, result.propagated, api.parse(xla.propagated, "<xla propagated>",
+                                                 verify=False))
+    result.xla_spmd = api.parse(xla.spmd, "<xla spmd>", verify=False)
+    if spmd is None:
+        return result
+    result.our_spmd = spmd
+    result.our_bytes = collective_bytes(api.to_text(spmd), n)
+    result.xla_bytes = collective_bytes(xla.spmd, n)
+    if skipped is None and not _same_leaves(before, original):
+        skipped = "XLA's import changed the entry signature"
+    if skipped is not None:
+        result.values = f"not run: {skipped}"
+        return result
+    if not xla.ok:
+        result.values, result.value_detail = "differ", f"XLA's run failed: {xla.error}"
+        return result
+    from gspmdc.runtime.interpreter import evaluate
+    want = _leaves(evaluate(before, inputs), before.entry.root.shape)
+    try:
+        ours = _run_gspmdc(spmd, inputs, n)
+    except GspmdcError as e:
+        result.values, result.value_detail = "differ", f"gspmdc's run failed: {_line(e)}"
+        return result
+    result.values, result.value_detail = _compare_values(
+        want, {"gspmdc": ours, "XLA": list(xla.outputs)}, before)
+    return result
+
+
+def _same_leaves(before: Module, original: Module) -> bool:
+    """`before` takes the array leaves of `original`'s parameters as its parameters and returns
+    the leaves of `original`'s result."""
+    from gspmdc.ir.shapes import compatible
+    ours = [leaf for p in original.entry.parameters for leaf in p.shape.leaves()]
+    theirs = [p.shape for p in before.entry.parameters]
+    out_ours = list(original.entry.root.shape.leaves())
+    out_theirs = list(before.entry.root.shape.leaves())
+    return len(ours) == len(theirs) and all(map(compatible, ours, theirs)) and \
+        len(out_ours) == len(out_theirs) and all(map(compatible, out_ours, out_theirs))
+
+
+def _line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+
+
+def _crash_line(e: BaseException) -> str:
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    return f"{type(e).__name__}: {_line(e)} (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"

@@ -1,0 +1,184 @@
+"""The XLA side of the oracle, run in a worker process (`python -m ... xla_worker N`): XLA's own
+sharding propagation and SPMD partitioner (jax/jaxlib 0.10.2, CPU) on annotated HLO text, and
+XLA's partitioned program run on N host devices.
+
+jax fixes its device count when it is first imported, so one worker serves one N for its whole
+life. The worker reads requests from standard input and writes answers to its original standard
+output, both as pickled dicts (pickle frames are self-delimiting); whatever XLA prints goes to
+standard error. A request is
+
+    {"text": str, "to_output": bool, "to_parameters": bool, "inputs": list | None,
+     "output_shapes": list}
+
+(`inputs`: the global arrays of the entry parameters' array leaves, in order, or None for no run;
+`output_shapes`: the global dims of the result's array leaves, in order)
+and the answer is
+
+    {"ok": True, "before": str, "propagated": str, "spmd": str, "outputs": list | None}
+    {"ok": False, "stage": "compile" | "run", "error": str}
+
+`before` is the module XLA's sharding-propagation pass starts from (after its import and the
+passes before it: call inlining, conditional canonicalization), `propagated` the module after
+that pass and `spmd` after its spmd-partitioning pass, as XLA dumps them; `outputs` are the global arrays of the result's leaves
+computed by the compiled (partitioned, optimized) executable. A C++ check failure kills the
+worker; the client (`oracle.py`) sees the pipe close and starts a new one.
+
+Compile path: XLA's HLO text parser, HLO -> StableHLO import, then the PJRT CPU client with
+`num_partitions=N`, `use_spmd_partitioning`, GSPMD (not Shardy) and the two propagation options
+`allow_spmd_sharding_propagation_to_output` / `_to_parameters` of the executable build options.
+The import flattens tuple-shaped entry parameters into one parameter per leaf, folds tuples and
+get-tuple-elements and renames instructions, which is why gspmdc is given `before` (see
+`differential.py`).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import tempfile
+import traceback
+
+DUMP_PASSES = "sharding-propagation|spmd-partitioning"
+BEFORE_DUMP = ".before_sharding-propagation.txt"
+PROPAGATED_DUMP = ".before_spmd-partitioning.txt"
+SPMD_DUMP = ".after_spmd-partitioning."
+
+
+def configure(num_devices: int) -> None:
+    """Set XLA's flags before jax is imported: N host devices, bf16 rounded after every op (as
+    gspmdc's interpreter does), the CPU platform."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith(("--xla_force_host_platform_device_count",
+                                  "--xla_allow_excess_precision"))]
+    flags += [f"--xla_force_host_platform_device_count={num_devices}",
+              "--xla_allow_excess_precision=false"]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+class XlaCompiler:
+    """Compiles and runs annotated HLO text on this process's N host devices."""
+
+    def __init__(self, num_devices: int):
+        import jax
+        jax.config.update("jax_use_shardy_partitioner", False)
+        self.jax = jax
+        self.num_devices = num_devices
+        self.devices = jax.devices()[:num_devices]
+        if len(self.devices) != num_devices:
+            raise RuntimeError(f"jax sees {len(jax.devices())} devices, wanted {num_devices}")
+
+    def compile(self, text: str, to_output: bool, to_parameters: bool, dump_dir: str):
+        import numpy as np
+        from jax._src import xla_bridge
+        from jax._src.lib import _jax, xla_client as xc
+        from jaxlib import _hlo
+        module = _hlo.hlo_module_from_text(text)
+        stablehlo = _jax.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
+        options = xc.CompileOptions()
+        build = options.executable_build_options
+        build.num_replicas = 1
+        build.num_partitions = self.num_devices
+        build.use_spmd_partitioning = True
+        build.use_shardy_partitioner = False
+        build.allow_spmd_sharding_propagation_to_output = [to_output]
+        build.allow_spmd_sharding_propagation_to_parameters = [to_parameters]
+        build.device_assignment = xc.DeviceAssignment.create(
+            np.arange(self.num_devices).reshape(1, self.num_devices))
+        debug = build.debug_options
+        debug.xla_dump_to = dump_dir
+        debug.xla_dump_hlo_pass_re = DUMP_PASSES
+        debug.xla_dump_hlo_pipeline_re = "spmd-partitioner"
+        debug.xla_dump_hlo_as_text = True
+        debug.xla_cpu_enable_fast_math = False
+        devices = xc.DeviceList(tuple(self.devices))
+        return xla_bridge.get_backend("cpu").compile_and_load(stablehlo, devices, options)
+
+    def run(self, executable, inputs: list, output_shapes: list) -> list:
+        """The executable on global `inputs` placed by its parameter shardings; the global
+        outputs (of `output_shapes`, the result's leaves) assembled by its output shardings."""
+        import numpy as np
+        from jax._src.sharding_impls import GSPMDSharding
+        jax = self.jax
+        shardings = executable.get_parameter_shardings()
+        if len(shardings) != len(inputs):
+            raise RuntimeError(f"XLA's executable takes {len(shardings)} arguments, "
+                               f"{len(inputs)} given")
+        arrays = []
+        for value, sharding in zip(inputs, shardings):
+            value = np.asarray(value)
+            placed = GSPMDSharding(self.devices, sharding)
+            arrays.append(jax.make_array_from_callback(value.shape, placed,
+                                                       lambda index, v=value: v[index]))
+        results = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
+        out_shardings = executable.get_output_shardings()
+        outputs = []
+        for pieces, sharding, shape in zip(results, out_shardings, output_shapes):
+            placed = GSPMDSharding(self.devices, sharding)
+            outputs.append(np.asarray(jax.make_array_from_single_device_arrays(
+                tuple(shape), placed, pieces)))
+        return outputs
+
+    def answer(self, request: dict) -> dict:
+        with tempfile.TemporaryDirectory(prefix="xla-oracle-") as dump_dir:
+            try:
+                executable = self.compile(request["text"], request["to_output"],
+                                          request["to_parameters"], dump_dir)
+                before, propagated, spmd = _read_dumps(dump_dir)
+            except Exception as e:  # XLA's errors arrive as XlaRuntimeError/ValueError
+                return {"ok": False, "stage": "compile", "error": _first_line(e)}
+        outputs = None
+        if request.get("inputs") is not None:
+            try:
+                outputs = self.run(executable, request["inputs"], request["output_shapes"])
+            except Exception as e:
+                return {"ok": False, "stage": "run", "error": _first_line(e),
+                        "before": before, "propagated": propagated, "spmd": spmd}
+        return {"ok": True, "before": before, "propagated": propagated, "spmd": spmd,
+                "outputs": outputs}
+
+
+def _read_dumps(dump_dir: str) -> tuple[str, str, str]:
+    files = sorted(os.listdir(dump_dir))
+
+    def pick(tag: str) -> str:
+        hits = [f for f in files if tag in f and f.endswith(".txt")]
+        if not hits:
+            raise RuntimeError(f"XLA dumped no module matching {tag!r}: {files}")
+        with open(os.path.join(dump_dir, hits[-1])) as f:
+            return f.read()
+
+    return pick(BEFORE_DUMP), pick(PROPAGATED_DUMP), pick(SPMD_DUMP)
+
+
+def _first_line(e: BaseException) -> str:
+    """The error's first three lines (XLA's parser puts the position on the second)."""
+    text = str(e).strip() or type(e).__name__
+    return f"{type(e).__name__}: " + " | ".join(text.splitlines()[:3])[:600]
+
+
+def serve(num_devices: int) -> None:
+    """Answer requests on stdin until it closes (see the module docstring)."""
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)                      # anything XLA or jax prints goes to stderr
+    configure(num_devices)
+    try:
+        compiler = XlaCompiler(num_devices)
+    except Exception:
+        pickle.dump({"ok": False, "stage": "start", "error": traceback.format_exc()}, answers)
+        answers.flush()
+        return
+    pickle.dump({"ok": True, "ready": num_devices}, answers)
+    answers.flush()
+    requests = sys.stdin.buffer
+    while True:
+        try:
+            request = pickle.load(requests)
+        except EOFError:
+            return
+        pickle.dump(compiler.answer(request), answers)
+        answers.flush()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
