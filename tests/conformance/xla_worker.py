@@ -96,7 +96,11 @@ class XlaCompiler:
 
     def run(self, executable, inputs: list, output_shapes: list) -> list:
         """The executable on global `inputs` placed by its parameter shardings; the global
-        outputs (of `output_shapes`, the result's leaves) assembled by its output shardings."""
+        outputs (of `output_shapes`, the result's leaves) assembled by its output shardings.
+
+        An unevenly sharded value is held by XLA as equal padded shards (each dim rounded up to
+        a multiple of its tile count): inputs are padded with `GARBAGE` (the partitioned program
+        must not read padding; gspmdc's runs pad the same way) and outputs cut back."""
         import numpy as np
         from jax._src.sharding_impls import GSPMDSharding
         jax = self.jax
@@ -107,16 +111,18 @@ class XlaCompiler:
         arrays = []
         for value, sharding in zip(inputs, shardings):
             value = np.asarray(value)
+            padded = _pad(value, _padded_dims(value.shape, sharding))
             placed = GSPMDSharding(self.devices, sharding)
-            arrays.append(jax.make_array_from_callback(value.shape, placed,
-                                                       lambda index, v=value: v[index]))
+            arrays.append(jax.make_array_from_callback(padded.shape, placed,
+                                                       lambda index, v=padded: v[index]))
         results = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
-        out_shardings = executable.get_output_shardings()
         outputs = []
-        for pieces, sharding, shape in zip(results, out_shardings, output_shapes):
+        for pieces, sharding, shape in zip(results, executable.get_output_shardings(),
+                                           output_shapes):
             placed = GSPMDSharding(self.devices, sharding)
-            outputs.append(np.asarray(jax.make_array_from_single_device_arrays(
-                tuple(shape), placed, pieces)))
+            whole = np.asarray(jax.make_array_from_single_device_arrays(
+                _padded_dims(shape, sharding), placed, pieces))
+            outputs.append(whole[tuple(slice(0, d) for d in shape)])
         return outputs
 
     def answer(self, request: dict) -> dict:
@@ -136,6 +142,36 @@ class XlaCompiler:
                         "before": before, "propagated": propagated, "spmd": spmd}
         return {"ok": True, "before": before, "propagated": propagated, "spmd": spmd,
                 "outputs": outputs}
+
+
+def _padded_dims(dims, sharding) -> tuple:
+    """`dims` rounded up to multiples of the tile counts of `sharding` (an XLA OpSharding)."""
+    from jax._src.lib import xla_client as xc
+    sharding = xc.HloSharding.from_proto(sharding)
+    if not sharding.is_tiled() or \
+            sharding.tuple_elements():
+        return tuple(dims)
+    tiles = sharding.tile_assignment_dimensions()
+    return tuple(-(-d // t) * t for d, t in zip(dims, tiles))
+
+
+def _pad(value, dims):
+    import numpy as np
+    if tuple(value.shape) == tuple(dims):
+        return value
+    out = np.full(dims, _garbage(value.dtype), dtype=value.dtype)
+    out[tuple(slice(0, d) for d in value.shape)] = value
+    return out
+
+
+def _garbage(dtype):
+    """What padding holds: NaN for floats, the largest value for integers, True for pred."""
+    import numpy as np
+    if dtype.kind in "fc" or dtype.name in ("bfloat16",) or "float" in dtype.name:
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    return np.iinfo(dtype).max
 
 
 def _read_dumps(dump_dir: str) -> tuple[str, str, str]:

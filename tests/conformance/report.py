@@ -1,0 +1,163 @@
+"""Agreement figures over many cases, and divergence classes.
+
+A divergence class names what differs, coarsely enough that one fix removes the whole class:
+- ("sharding", opcode): an instruction of that opcode is sharded differently;
+- ("bytes", opcode): gspmdc sends more collective bytes than XLA, most of the excess in
+  collectives made for instructions of that opcode (each partitioner records the instruction
+  a collective serves in its metadata: gspmdc its name, XLA its op_name);
+- ("values", who): outputs differ from the reference interpreter's ("gspmdc", "XLA", or a run
+  that failed);
+- ("rejected", message) / ("crashed", message): gspmdc refused or failed on a module XLA
+  partitions (the message with names and numbers blanked).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gspmdc.ir.module import Module
+
+from .differential import CaseResult
+
+
+def _message_class(detail: str) -> str:
+    text = re.sub(r"%?[A-Za-z_][\w.\-]*\.\d+", "<name>", detail)
+    text = re.sub(r"\d+", "N", text)
+    return text[:90]
+
+
+def _origin_opcodes(before: Module) -> dict[str, str]:
+    """What a collective's metadata op_name may say (an instruction's name, for gspmdc, or the
+    op_name it carried, for XLA) -> the opcode of that instruction of `before`."""
+    found = {}
+    for _, inst in before.all_instructions():
+        found[inst.name] = inst.opcode
+        metadata = inst.attr("metadata")
+        if metadata is not None and isinstance(metadata.get("op_name"), str):
+            found.setdefault(metadata.get("op_name"), inst.opcode)
+    return found
+
+
+def _bytes_by_opcode(spmd: Module, origins: dict[str, str], n: int) -> Counter:
+    from gspmdc.passes.spmd.traffic import collective_traffic
+    by_name = {(c.name, i.name): i for c, i in spmd.all_instructions()}
+    totals: Counter = Counter()
+    for t in collective_traffic(spmd, n):
+        metadata = by_name[(t.computation, t.name)].attr("metadata")
+        op_name = metadata.get("op_name") if metadata is not None else None
+        totals[origins.get(op_name, "?")] += t.total_sent_bytes or 0.0
+    return totals
+
+
+def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
+    """The divergence classes `result` shows (see the module docstring), most specific first."""
+    classes = []
+    if result.status == "gspmdc-rejected":
+        classes.append(("rejected", _message_class(result.detail)))
+    elif result.status == "gspmdc-crashed":
+        classes.append(("crashed", _message_class(result.detail)))
+    for v in result.shardings:
+        if v.compared and not v.agrees and ("sharding", v.opcode) not in classes:
+            classes.append(("sharding", v.opcode))
+    if result.bytes_compared and result.our_bytes > result.xla_bytes:
+        from gspmdc import api
+        origins = _origin_opcodes(api.parse(result.before, "<before>", verify=False))
+        n = result.case.num_partitions
+        excess = _bytes_by_opcode(result.our_spmd, origins, n)
+        excess.subtract(_bytes_by_opcode(result.xla_spmd, origins, n))
+        classes.append(("bytes", max(excess, key=excess.get) if excess else "?"))
+    if result.values == "differ":
+        who = result.value_detail.split(" vs ")[0].split("'s run")[0]
+        classes.append(("values", who if " vs " in result.value_detail else
+                        _message_class(result.value_detail)))
+    return classes
+
+
+@dataclass
+class Figures:
+    """Counts over the cases of one option setting."""
+
+    cases: int = 0
+    status: Counter = field(default_factory=Counter)
+    instructions: int = 0
+    instructions_agreeing: int = 0
+    instructions_absent: int = 0
+    modules_compared: int = 0
+    modules_agreeing: int = 0
+    bytes_compared: int = 0
+    bytes_equal: int = 0
+    bytes_fewer: int = 0
+    bytes_more: int = 0
+    bytes_unknown: int = 0
+    values_compared: int = 0
+    values_agreeing: int = 0
+    values_skipped: Counter = field(default_factory=Counter)
+    classes: Counter = field(default_factory=Counter)
+
+    def add(self, r: CaseResult) -> None:
+        self.cases += 1
+        self.status[r.status] += 1
+        if r.status in ("xla-rejected", "xla-crashed"):
+            return
+        compared = r.compared_shardings
+        self.instructions += len(compared)
+        self.instructions_agreeing += sum(v.agrees for v in compared)
+        self.instructions_absent += len(r.shardings) - len(compared)
+        if r.shardings:
+            self.modules_compared += 1
+            self.modules_agreeing += r.shardings_agree
+        if r.bytes_compared:
+            self.bytes_compared += 1
+            self.bytes_equal += r.our_bytes == r.xla_bytes
+            self.bytes_fewer += r.our_bytes < r.xla_bytes
+            self.bytes_more += r.our_bytes > r.xla_bytes
+        elif r.our_spmd is not None:
+            self.bytes_unknown += 1
+        if r.values in ("agree", "differ"):
+            self.values_compared += 1
+            self.values_agreeing += r.values == "agree"
+        elif r.values.startswith("not run: "):
+            self.values_skipped[r.values[len("not run: "):].split(":")[0][:60]] += 1
+        for c in set(divergence_classes(r)):
+            self.classes[c] += 1
+
+    @property
+    def gspmdc_partitioned(self) -> int:
+        """Cases XLA partitioned."""
+        return self.cases - self.status["xla-rejected"] - self.status["xla-crashed"]
+
+    def percent(self, part: int, whole: int) -> str:
+        return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
+
+    @property
+    def instruction_agreement(self) -> float:
+        return self.instructions_agreeing / self.instructions if self.instructions else 1.0
+
+    @property
+    def module_agreement(self) -> float:
+        return self.modules_agreeing / self.modules_compared if self.modules_compared else 1.0
+
+    @property
+    def value_agreement(self) -> float:
+        return self.values_agreeing / self.values_compared if self.values_compared else 1.0
+
+    def lines(self) -> list[str]:
+        s = self.status
+        return [
+            f"cases: {self.cases}; XLA partitioned {self.gspmdc_partitioned} "
+            f"(rejected {s['xla-rejected']}, crashed {s['xla-crashed']}); of those gspmdc "
+            f"rejected {s['gspmdc-rejected']}, crashed {s['gspmdc-crashed']}",
+            f"shardings: {self.percent(self.instructions_agreeing, self.instructions)} of "
+            f"{self.instructions} instructions agree; "
+            f"{self.percent(self.modules_agreeing, self.modules_compared)} of "
+            f"{self.modules_compared} modules agree fully "
+            f"({self.instructions_absent} instructions absent on one side, not compared)",
+            f"bytes: {self.bytes_compared} modules compared: gspmdc <= XLA on "
+            f"{self.bytes_equal + self.bytes_fewer} (equal {self.bytes_equal}, fewer "
+            f"{self.bytes_fewer}), more on {self.bytes_more}; unknown trip count "
+            f"{self.bytes_unknown}",
+            f"values: {self.percent(self.values_agreeing, self.values_compared)} of "
+            f"{self.values_compared} modules agree (gspmdc, XLA and the reference); not run: "
+            + (", ".join(f"{k} {v}" for k, v in self.values_skipped.most_common()) or "none"),
+        ]

@@ -1,0 +1,54 @@
+"""Where cases come from: the team's corpora beside the repository (`../shared`): XLA's
+propagation and partitioner test modules and the JAX-exported programs, each under both option
+settings. (The random generator of `tests/fuzz` is the other source, see `xla.py`.)"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from .differential import Case
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+#: the two propagation option settings every module is tried under: (to_output, to_parameters)
+SETTINGS = ((False, False), (True, True))
+
+
+def _devices_named(text: str) -> int:
+    from gspmdc import api
+    from gspmdc.errors import GspmdcError
+    from gspmdc.runtime.job import devices_named_by_shardings
+    try:
+        return devices_named_by_shardings(api.parse(text, verify=False))
+    except GspmdcError:
+        return 1
+
+
+def corpus_modules(shared: Path = SHARED) -> list[tuple[str, str, int]]:
+    """(name, text, partitions) of every corpus module with at least two partitions."""
+    found = []
+    conformance = shared / "conformance"
+    if (conformance / "xla-partitioner.json").exists():
+        for c in json.loads((conformance / "xla-partitioner.json").read_text())["cases"]:
+            if c.get("num_devices", 1) > 1 and not c.get("expects_error"):
+                found.append((f"partitioner/{c['name']}", c["hlo"], c["num_devices"]))
+    if (conformance / "xla-propagation.json").exists():
+        for c in json.loads((conformance / "xla-propagation.json").read_text())["cases"]:
+            n = _devices_named(c["hlo"])
+            if n > 1:
+                found.append((f"propagation/{c['name']}", c["hlo"], n))
+    programs = shared / "jax-programs"
+    if (programs / "index.json").exists():
+        for p in json.loads((programs / "index.json").read_text())["programs"]:
+            found.append((f"jax/{p['name']}", (programs / p["dir"] / "program.hlo").read_text(),
+                          p["num_partitions"]))
+    return found
+
+
+def corpus_cases(count: int, seed: int, shared: Path = SHARED) -> list[Case]:
+    """`count` corpus modules drawn by `seed` (all of them when `count` is larger), each under
+    both option settings."""
+    modules = corpus_modules(shared)
+    random.Random(seed).shuffle(modules)
+    return [Case(f"{name} [{'on' if out else 'off'}]", text, n, out, params)
+            for name, text, n in modules[:count] for out, params in SETTINGS]
