@@ -50,7 +50,8 @@ class CaseResult:
     - "gspmdc-rejected": XLA partitioned it, gspmdc stopped with a clear error (a divergence);
     - "gspmdc-crashed": gspmdc failed with an internal error (a divergence);
     - "xla-crashed": XLA's process died or timed out (the case is not counted).
-    `values`: "agree", "differ", or "not run: <why>"; `value_detail` names what differs."""
+    `values`: "compared" or "not run: <why>"; `value_mismatch` maps "gspmdc" and "XLA" to what
+    differs from the reference interpreter (or why its run failed) where it does."""
 
     case: Case
     status: str
@@ -59,7 +60,7 @@ class CaseResult:
     our_bytes: float | None = None
     xla_bytes: float | None = None
     values: str = "not run"
-    value_detail: str = ""
+    value_mismatch: dict[str, str] = field(default_factory=dict)
     before: str | None = None
     our_spmd: Module | None = None
     xla_spmd: Module | None = None
@@ -126,6 +127,14 @@ def _values_skipped(module: Module) -> str | None:
     odd = sorted({i.opcode for _, i in module.all_instructions() if i.opcode in NONDETERMINISTIC})
     if odd:
         return f"nondeterministic opcodes ({', '.join(odd)})"
+    io = [leaf for p in module.entry.parameters if p.sharding is not None
+          for leaf in p.sharding.leaves()]
+    if module.entry.root.sharding is not None:
+        io += list(module.entry.root.sharding.leaves())
+    if any(leaf.has_unreduced for leaf in io):
+        return "unreduced parameters or result (no global value)"
+    if any(i.literal is not None and i.literal.elided for _, i in module.all_instructions()):
+        return "elided constants ({...})"
     if largest_value_bytes(module) > VALUE_LIMIT_BYTES:
         return "a value larger than 16 MiB"
     if multiply_adds(module) > VALUE_LIMIT_MULTIPLY_ADDS:
@@ -151,19 +160,14 @@ def _run_gspmdc(spmd: Module, inputs: list, n: int) -> list:
     return _leaves(assemble_outputs(signature, results), signature.output.global_shape)
 
 
-def _compare_values(want: list, got: dict[str, list | None], reference: Module) -> tuple[str, str]:
+def _value_mismatch(want: list, got: list, reference: Module) -> str | None:
+    """The first output of `got` outside `run --check`'s tolerance of the reference's, or None."""
     from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
-    tolerance = check_tolerance(reduction_length(reference))
     expected = {f"out{i}": np.atleast_1d(v) for i, v in enumerate(want)}
-    problems = []
-    for who, leaves in got.items():
-        if leaves is None:
-            continue
-        actual = {f"out{i}": np.atleast_1d(v) for i, v in enumerate(leaves)}
-        bad = [c.line() for c in compare_output_arrays(actual, expected, tolerance) if not c.ok]
-        if bad:
-            problems.append(f"{who} vs reference: {bad[0]}")
-    return ("differ", "; ".join(problems)) if problems else ("agree", "")
+    actual = {f"out{i}": np.atleast_1d(v) for i, v in enumerate(got)}
+    bad = [c.line() for c in compare_output_arrays(
+        actual, expected, check_tolerance(reduction_length(reference))) if not c.ok]
+    return bad[0] if bad else None
 
 
 def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = True) -> CaseResult:
@@ -229,18 +233,23 @@ def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = Tru
     if skipped is not None:
         result.values = f"not run: {skipped}"
         return result
-    if not xla.ok:
-        result.values, result.value_detail = "differ", f"XLA's run failed: {xla.error}"
-        return result
     from gspmdc.runtime.interpreter import evaluate
-    want = _leaves(evaluate(before, inputs), before.entry.root.shape)
     try:
-        ours = _run_gspmdc(spmd, inputs, n)
+        want = _leaves(evaluate(before, inputs), before.entry.root.shape)
     except GspmdcError as e:
-        result.values, result.value_detail = "differ", f"gspmdc's run failed: {_line(e)}"
+        result.values = f"not run: the reference interpreter stopped: {_line(e)}"
         return result
-    result.values, result.value_detail = _compare_values(
-        want, {"gspmdc": ours, "XLA": list(xla.outputs)}, before)
+    result.values = "compared"
+    try:
+        problem = _value_mismatch(want, _run_gspmdc(spmd, inputs, n), before)
+    except GspmdcError as e:
+        problem = f"run failed: {_line(e)}"
+    if problem is not None:
+        result.value_mismatch["gspmdc"] = problem
+    problem = _value_mismatch(want, xla.outputs, before) if xla.ok else \
+        f"run failed: {xla.error}"
+    if problem is not None:
+        result.value_mismatch["XLA"] = problem
     return result
 
 

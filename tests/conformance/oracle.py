@@ -15,7 +15,6 @@ this module loads without it, and `xla_available()` says whether the workers can
 from __future__ import annotations
 
 import importlib.util
-import os
 import pickle
 import select
 import subprocess
@@ -48,13 +47,12 @@ class XlaAnswer:
 
 
 class _Worker:
-    def __init__(self, num_devices: int, nice: int):
+    def __init__(self, num_devices: int):
         self.num_devices = num_devices
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, str(WORKER), str(num_devices)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self.log,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+            stdout=subprocess.PIPE, stderr=self.log)
         ready = self._receive(START_TIMEOUT)
         if not ready.get("ok"):
             self.close()
@@ -106,11 +104,10 @@ class _Worker:
 
 class XlaOracle:
     """XLA's propagation, partitioner and runtime on HLO text, one worker per device count.
-    `nice`: niceness added to the workers; `timeout`: seconds one request may take."""
+    `timeout`: seconds one request may take."""
 
-    def __init__(self, *, timeout: float = 300.0, nice: int = 0):
+    def __init__(self, *, timeout: float = 300.0):
         self.timeout = timeout
-        self.nice = nice
         self._workers: dict[int, _Worker] = {}
 
     def partition(self, text: str, num_devices: int, *, to_output: bool, to_parameters: bool,
@@ -134,7 +131,7 @@ class XlaOracle:
     def _worker(self, num_devices: int) -> _Worker:
         worker = self._workers.get(num_devices)
         if worker is None or not worker.alive:
-            worker = self._workers[num_devices] = _Worker(num_devices, self.nice)
+            worker = self._workers[num_devices] = _Worker(num_devices)
         return worker
 
     def close(self) -> None:

@@ -5,8 +5,8 @@ A divergence class names what differs, coarsely enough that one fix removes the 
 - ("bytes", opcode): gspmdc sends more collective bytes than XLA, most of the excess in
   collectives made for instructions of that opcode (each partitioner records the instruction
   a collective serves in its metadata: gspmdc its name, XLA its op_name);
-- ("values", who): outputs differ from the reference interpreter's ("gspmdc", "XLA", or a run
-  that failed);
+- ("values", who): the outputs of "gspmdc"'s or "XLA"'s partitioned program differ from the
+  reference interpreter's, or its run failed;
 - ("rejected", message) / ("crashed", message): gspmdc refused or failed on a module XLA
   partitions (the message with names and numbers blanked).
 """
@@ -67,10 +67,8 @@ def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
         excess = _bytes_by_opcode(result.our_spmd, origins, n)
         excess.subtract(_bytes_by_opcode(result.xla_spmd, origins, n))
         classes.append(("bytes", max(excess, key=excess.get) if excess else "?"))
-    if result.values == "differ":
-        who = result.value_detail.split(" vs ")[0].split("'s run")[0]
-        classes.append(("values", who if " vs " in result.value_detail else
-                        _message_class(result.value_detail)))
+    for who in result.value_mismatch:
+        classes.append(("values", who))
     return classes
 
 
@@ -92,6 +90,8 @@ class Figures:
     bytes_unknown: int = 0
     values_compared: int = 0
     values_agreeing: int = 0
+    values_gspmdc_agreeing: int = 0
+    values_xla_agreeing: int = 0
     values_skipped: Counter = field(default_factory=Counter)
     classes: Counter = field(default_factory=Counter)
 
@@ -114,9 +114,11 @@ class Figures:
             self.bytes_more += r.our_bytes > r.xla_bytes
         elif r.our_spmd is not None:
             self.bytes_unknown += 1
-        if r.values in ("agree", "differ"):
+        if r.values == "compared":
             self.values_compared += 1
-            self.values_agreeing += r.values == "agree"
+            self.values_agreeing += not r.value_mismatch
+            self.values_gspmdc_agreeing += "gspmdc" not in r.value_mismatch
+            self.values_xla_agreeing += "XLA" not in r.value_mismatch
         elif r.values.startswith("not run: "):
             self.values_skipped[r.values[len("not run: "):].split(":")[0][:60]] += 1
         for c in set(divergence_classes(r)):
@@ -139,8 +141,10 @@ class Figures:
         return self.modules_agreeing / self.modules_compared if self.modules_compared else 1.0
 
     @property
-    def value_agreement(self) -> float:
-        return self.values_agreeing / self.values_compared if self.values_compared else 1.0
+    def gspmdc_value_agreement(self) -> float:
+        """gspmdc's partitioned program agrees with the reference interpreter."""
+        return self.values_gspmdc_agreeing / self.values_compared if self.values_compared \
+            else 1.0
 
     def lines(self) -> list[str]:
         s = self.status
@@ -157,7 +161,10 @@ class Figures:
             f"{self.bytes_equal + self.bytes_fewer} (equal {self.bytes_equal}, fewer "
             f"{self.bytes_fewer}), more on {self.bytes_more}; unknown trip count "
             f"{self.bytes_unknown}",
-            f"values: {self.percent(self.values_agreeing, self.values_compared)} of "
-            f"{self.values_compared} modules agree (gspmdc, XLA and the reference); not run: "
-            + (", ".join(f"{k} {v}" for k, v in self.values_skipped.most_common()) or "none"),
+            f"values: {self.values_compared} modules run: gspmdc agrees with the reference on "
+            f"{self.percent(self.values_gspmdc_agreeing, self.values_compared)}, XLA on "
+            f"{self.percent(self.values_xla_agreeing, self.values_compared)}, all three on "
+            f"{self.percent(self.values_agreeing, self.values_compared)}",
+            "values not run: " + (", ".join(f"{k} {v}" for k, v in
+                                             self.values_skipped.most_common()) or "none"),
         ]

@@ -103,7 +103,7 @@ def _print_evidence(r: CaseResult, target: tuple[str, str], out) -> None:
     elif kind == "bytes":
         print(f"  bytes each device sends: gspmdc {r.our_bytes:g}, XLA {r.xla_bytes:g}", file=out)
     elif kind == "values":
-        print(f"  {r.value_detail}", file=out)
+        print(f"  {what} vs reference: {r.value_mismatch[what]}", file=out)
 
 
 def main(argv: list[str] | None = None) -> int:

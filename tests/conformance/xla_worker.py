@@ -98,9 +98,10 @@ class XlaCompiler:
         """The executable on global `inputs` placed by its parameter shardings; the global
         outputs (of `output_shapes`, the result's leaves) assembled by its output shardings.
 
-        An unevenly sharded value is held by XLA as equal padded shards (each dim rounded up to
-        a multiple of its tile count): inputs are padded with `GARBAGE` (the partitioned program
-        must not read padding; gspmdc's runs pad the same way) and outputs cut back."""
+        XLA takes an unevenly sharded parameter as equal padded shards (each dim rounded up to
+        a multiple of its tile count): inputs are padded with garbage (`_garbage`: the
+        partitioned program must not read padding; gspmdc's runs pad the same way). Its uneven
+        outputs come back unpadded, the last tiles shorter."""
         import numpy as np
         from jax._src.sharding_impls import GSPMDSharding
         jax = self.jax
@@ -116,14 +117,31 @@ class XlaCompiler:
             arrays.append(jax.make_array_from_callback(padded.shape, placed,
                                                        lambda index, v=padded: v[index]))
         results = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
-        outputs = []
-        for pieces, sharding, shape in zip(results, executable.get_output_shardings(),
-                                           output_shapes):
-            placed = GSPMDSharding(self.devices, sharding)
-            whole = np.asarray(jax.make_array_from_single_device_arrays(
-                _padded_dims(shape, sharding), placed, pieces))
-            outputs.append(whole[tuple(slice(0, d) for d in shape)])
-        return outputs
+        return [self._assemble(pieces, sharding, shape) for pieces, sharding, shape
+                in zip(results, executable.get_output_shardings(), output_shapes)]
+
+    def _assemble(self, pieces, op_sharding, dims):
+        """The global output from its per-device pieces: each piece at the place of its tile in
+        the padded value (`_padded_dims`), cut to `dims` (the last tiles of an uneven dim come
+        back shorter)."""
+        import numpy as np
+        from jax._src.lib import xla_client as xc
+        from jax._src.sharding_impls import GSPMDSharding
+        sharding = xc.HloSharding.from_proto(op_sharding)
+        by_device = {next(iter(p.devices())): np.asarray(p) for p in pieces}
+        if not sharding.is_tiled():
+            maximal = sharding.is_maximal() and not sharding.is_replicated()
+            device = self.devices[sharding.tile_assignment_devices()[0] if maximal else 0]
+            return by_device[device]
+        places = GSPMDSharding(self.devices, op_sharding).devices_indices_map(
+            _padded_dims(dims, op_sharding))
+        out = np.empty(dims, dtype=next(iter(by_device.values())).dtype)
+        for device, index in places.items():
+            window = tuple(slice(s.start or 0, min(s.stop if s.stop is not None else d, d))
+                           for s, d in zip(index, dims))
+            out[window] = by_device[device][tuple(slice(0, max(0, w.stop - w.start))
+                                                  for w in window)]
+        return out
 
     def answer(self, request: dict) -> dict:
         with tempfile.TemporaryDirectory(prefix="xla-oracle-") as dump_dir:

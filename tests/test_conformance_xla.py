@@ -1,0 +1,155 @@
+"""gspmdc against XLA itself (`tests/conformance`): the pieces that need no XLA are checked
+against hand-computed answers; with the `[xla]` extra installed, the oracle is checked against
+numpy and a CI-sized sample of cases runs through the whole comparison, with today's agreement
+figures as lower bounds (a ratchet: raise them as divergences get fixed)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gspmdc import api
+from gspmdc.ir.parser import parse_sharding
+
+from conformance.correspondence import ABSENT, canonical, compare_shardings
+from conformance.differential import Case, collective_bytes
+from conformance.oracle import xla_available
+from conformance.shrink import shrink, size
+
+needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
+
+SPMD = """HloModule spmd, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[2,8] parameter(0)
+  g = f32[8,8] all-gather(x), dimensions={0}, replica_groups={{0,1,2,3}}
+  r = f32[8,8] all-reduce(g), replica_groups={{0,1},{2,3}}, to_apply=add
+  ROOT p = f32[8,8] collective-permute(r), source_target_pairs={{0,1},{1,0},{2,2}}
+}
+"""
+
+
+def test_collective_bytes_follow_the_ring_costs():
+    # all-gather: 3 other devices each receive my 64-byte piece once: 3 * 64;
+    # all-reduce in pairs of 2 on 256 bytes: 2 * (2-1)/2 * 256; permute: 256 (some pair moves)
+    assert collective_bytes(SPMD, 4) == 3 * 64 + 256 + 256
+
+
+PROPAGATED = """HloModule m, num_partitions=4
+
+ENTRY main {
+  x = f32[8,4] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  y = f32[8,4] negate(x), sharding={devices=[4,1]<=[4]}
+  z = f32[8,4] exponential(y), sharding={devices=[1,1,4]<=[4] last_tile_dim_replicate}
+  ROOT t = (f32[8,4], f32[8,4]) tuple(y, z), sharding={replicated}
+}
+"""
+
+
+def test_canonical_shardings_compare_meaning_not_spelling():
+    shape = api.parse(PROPAGATED).entry.root.shape
+    assert canonical(parse_sharding("{replicated}"), shape) == \
+        canonical(parse_sharding("{{replicated}, {replicated}}"), shape)
+    leaf = shape.elements[0]
+    assert canonical(parse_sharding("{devices=[4,1]0,1,2,3}"), leaf) == \
+        canonical(parse_sharding("{devices=[4,1]<=[4]}"), leaf)
+    assert canonical(parse_sharding("{devices=[1,1,4]<=[4] last_tile_dim_replicate}"), leaf) == \
+        canonical(parse_sharding("{replicated}"), leaf)
+    assert canonical(None, leaf) != canonical(parse_sharding("{replicated}"), leaf)
+
+
+def test_correspondence_is_by_name_and_counts_what_one_side_lost():
+    before = api.parse(PROPAGATED.replace(", sharding={devices=[4,1]<=[4]}", "")
+                       .replace(", sharding={devices=[1,1,4]<=[4] last_tile_dim_replicate}", ""))
+    ours = api.parse(PROPAGATED)
+    theirs = api.parse(PROPAGATED.replace("exponential(y), sharding={devices=[1,1,4]<=[4] "
+                                          "last_tile_dim_replicate}",
+                                          "exponential(y), sharding={devices=[2,2]<=[4]}"))
+    verdicts = {v.name: v for v in compare_shardings(before, ours, theirs)}
+    assert verdicts["x"].agrees and verdicts["y"].agrees and verdicts["t"].agrees
+    assert verdicts["z"].compared and not verdicts["z"].agrees
+    theirs.entry.instructions.remove(theirs.entry.instruction("y"))
+    lost = {v.name: v for v in compare_shardings(before, ours, theirs)}["y"]
+    assert lost.xla == ABSENT and not lost.compared
+
+
+BIG = """HloModule big, num_partitions=2
+
+ENTRY main {
+  a = f32[4,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  b = f32[4,4] parameter(1)
+  c = f32[4,4] add(a, b)
+  d = f32[4,4] dot(c, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[4,4] negate(d)
+  f = f32[4,4] multiply(e, a)
+  ROOT g = f32[4,4] subtract(f, c)
+}
+"""
+
+
+def test_shrink_keeps_the_divergence_and_drops_the_rest():
+    def has_dot(text: str) -> bool:
+        return any(i.opcode == "dot" for _, i in api.parse(text).all_instructions())
+    small = shrink(BIG, has_dot)
+    assert has_dot(small)
+    # the dot alone, on two parameters, is all that is left
+    assert size(small) == 3, small
+    assert "sharding" not in small
+
+
+def test_shrink_returns_the_module_when_nothing_smaller_diverges():
+    assert shrink(BIG, lambda text: text == BIG) == BIG
+
+
+# ---- with XLA ----------------------------------------------------------------------------------
+
+@needs_xla
+def test_oracle_propagates_partitions_and_runs_like_numpy():
+    from conformance.oracle import XlaOracle
+    text = """HloModule m
+
+ENTRY main {
+  x = f32[8,16] parameter(0), sharding={devices=[2,1]<=[2]}
+  w = f32[16,6] parameter(1), sharding={replicated}
+  ROOT d = f32[8,6] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((8, 16), np.float32), rng.standard_normal((16, 6), np.float32)
+    with XlaOracle() as xla:
+        answer = xla.partition(text, 2, to_output=True, to_parameters=False, inputs=[x, w],
+                               output_shapes=[(8, 6)])
+        assert answer.ok, answer.error
+        root = api.parse(answer.propagated, verify=False).entry.root
+        assert root.sharding == parse_sharding("{devices=[2,1]<=[2]}")
+        assert "f32[4,16]" in answer.spmd               # per-partition shapes
+        np.testing.assert_allclose(answer.outputs[0], x @ w, rtol=1e-5, atol=1e-5)
+        bad = xla.partition("HloModule bad\nENTRY e {\n ROOT x = f32[] parametr(0)\n}\n", 2,
+                            to_output=False, to_parameters=False)
+        assert not bad.ok and bad.stage == "compile"
+
+
+@needs_xla
+def test_an_xla_crash_is_reported_and_the_worker_replaced():
+    from conformance.oracle import XlaOracle
+    # XLA 0.10.2 fails an internal check on a tuple sharding of an outfeed's token
+    crash = """HloModule crash
+
+ENTRY main {
+  p = f32[4,8] parameter(0)
+  t = (f32[4,8]) tuple(p)
+  a = token[] after-all()
+  ROOT of = token[] outfeed(t, a), outfeed_shape=(f32[4,8]), sharding={{devices=[2,1]0,1}, {maximal device=0}}
+}
+"""
+    ok = "HloModule ok\n\nENTRY main {\n  ROOT p = f32[4] parameter(0), sharding={replicated}\n}\n"
+    with XlaOracle() as xla:
+        answer = xla.partition(crash, 2, to_output=False, to_parameters=False)
+        assert not answer.ok and answer.stage == "crash", answer
+        assert "Check failed" in answer.error
+        assert xla.partition(ok, 2, to_output=False, to_parameters=False).ok
