@@ -17,7 +17,7 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 
 from .correspondence import ShardingVerdict, compare_shardings
-from .oracle import XlaOracle
+from .oracle import XlaAnswer, XlaOracle
 
 #: cases whose values are not compared: larger than this many bytes in one value, or more
 #: multiply-adds than this (the reference interpreter runs them on one core)
@@ -62,8 +62,8 @@ class CaseResult:
     values: str = "not run"
     value_mismatch: dict[str, str] = field(default_factory=dict)
     before: str | None = None
-    our_spmd: Module | None = None
-    xla_spmd: Module | None = None
+    our_spmd: str | None = None
+    xla_spmd: str | None = None
     propagated: Module | None = None
 
     @property
@@ -150,10 +150,10 @@ def _leaves(value, shape) -> list:
     return [np.asarray(v) for v in flatten_value(value, shape)]
 
 
-def _run_gspmdc(spmd: Module, inputs: list, n: int) -> list:
+def _run_gspmdc(text: str, inputs: list, n: int) -> list:
     from gspmdc.runtime.backends.local import run_local
     from gspmdc.runtime.sharded_io import assemble_outputs, spmd_signature, split_inputs
-    spmd = api.parse(api.to_text(spmd), "<gspmdc spmd>")   # what runs is what prints
+    spmd = api.parse(text, "<gspmdc spmd>")             # what runs is what prints
     signature = spmd_signature(spmd, n)
     results = run_local(spmd, split_inputs(signature, inputs, padding="garbage"), n,
                         timeout=RUN_TIMEOUT_SECONDS)
@@ -170,20 +170,41 @@ def _value_mismatch(want: list, got: list, reference: Module) -> str | None:
     return bad[0] if bad else None
 
 
+@dataclass
+class Prepared:
+    """A case ready for XLA: gspmdc's parse of it, the inputs (array leaves of the entry
+    parameters, or None with the reason in `skipped`) and the result leaves' dims."""
+
+    case: Case
+    original: Module
+    inputs: list | None
+    output_shapes: list | None
+    skipped: str | None
+
+    def send(self, oracle: XlaOracle) -> None:
+        oracle.send(self.case.text, self.case.num_partitions,
+                    to_output=self.case.propagate_to_output,
+                    to_parameters=self.case.propagate_to_parameters,
+                    inputs=self.inputs, output_shapes=self.output_shapes)
+
+
 def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = True) -> CaseResult:
     """Run `case` through XLA and gspmdc and compare (1) the sharding of every instruction after
     propagation (`correspondence.py`), (2) the bytes each device sends in collectives in the two
     partitioned programs (`collective_bytes`, the same function on both texts) and (3) with
     `values`, the outputs of gspmdc's partitioned program on the local backend, of XLA's
     partitioned program on N host devices and of gspmdc's reference interpreter, all from the
-    same random inputs (`seed`).
+    same random inputs (`seed`). (`prepare`, XLA, then `finish`.)"""
+    prepared = prepare(case, seed, values=values)
+    if isinstance(prepared, CaseResult):
+        return prepared
+    prepared.send(oracle)
+    return finish(prepared, oracle.receive())
 
-    gspmdc is given `before`, the module XLA's propagation pass starts from: XLA's import
-    (HLO -> StableHLO -> HLO) renames instructions, flattens tuple parameters and folds tuples,
-    and its call inliner runs before propagation; starting both compilers from the same module
-    makes the instructions correspond one to one by name and keeps those rewrites (semantics-
-    preserving) out of the comparison. gspmdc parsing the case's own text is checked first."""
-    n = case.num_partitions
+
+def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | CaseResult:
+    """gspmdc's parse of the case and its random inputs (`seed`); a CaseResult when gspmdc
+    cannot parse it."""
     try:
         original = api.parse(case.text, case.name)
     except GspmdcError as e:
@@ -200,9 +221,20 @@ def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = Tru
             skipped = f"no random inputs: {_line(e)}"
         else:
             output_shapes = [leaf.dims for leaf in original.entry.root.shape.leaves()]
-    xla = oracle.partition(case.text, n, to_output=case.propagate_to_output,
-                           to_parameters=case.propagate_to_parameters,
-                           inputs=inputs, output_shapes=output_shapes)
+    return Prepared(case, original, inputs, output_shapes, skipped)
+
+
+def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
+    """gspmdc's side of the case given XLA's answer, and the comparisons (see `run_case`).
+
+    gspmdc is given `before`, the module XLA's propagation pass starts from: XLA's import
+    (HLO -> StableHLO -> HLO) renames instructions, flattens tuple parameters and folds tuples,
+    and its call inliner runs before propagation; starting both compilers from the same module
+    makes the instructions correspond one to one by name and keeps those rewrites (semantics-
+    preserving) out of the comparison."""
+    case, original, inputs, skipped = (prepared.case, prepared.original, prepared.inputs,
+                                       prepared.skipped)
+    n = case.num_partitions
     if not xla.ok and xla.stage in ("crash", "timeout"):
         return CaseResult(case, "xla-crashed", xla.error)
     if not xla.ok and xla.stage == "compile":
@@ -222,11 +254,11 @@ def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = Tru
         result.shardings = compare_shardings(
             before, result.propagated, api.parse(xla.propagated, "<xla propagated>",
                                                  verify=False))
-    result.xla_spmd = api.parse(xla.spmd, "<xla spmd>", verify=False)
+    result.xla_spmd = xla.spmd
     if spmd is None:
         return result
-    result.our_spmd = spmd
-    result.our_bytes = collective_bytes(api.to_text(spmd), n)
+    result.our_spmd = api.to_text(spmd)
+    result.our_bytes = collective_bytes(result.our_spmd, n)
     result.xla_bytes = collective_bytes(xla.spmd, n)
     if skipped is None and not _same_leaves(before, original):
         skipped = "XLA's import changed the entry signature"
@@ -241,7 +273,7 @@ def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = Tru
         return result
     result.values = "compared"
     try:
-        problem = _value_mismatch(want, _run_gspmdc(spmd, inputs, n), before)
+        problem = _value_mismatch(want, _run_gspmdc(result.our_spmd, inputs, n), before)
     except GspmdcError as e:
         problem = f"run failed: {_line(e)}"
     if problem is not None:

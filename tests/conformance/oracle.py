@@ -53,21 +53,22 @@ class _Worker:
         self.process = subprocess.Popen(
             [sys.executable, str(WORKER), str(num_devices)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log)
-        ready = self._receive(START_TIMEOUT)
+        ready = self.receive(START_TIMEOUT)
         if not ready.get("ok"):
             self.close()
             raise RuntimeError(f"the XLA worker for {num_devices} devices did not start: "
                                f"{ready.get('error')}")
 
-    def ask(self, request: dict, timeout: float) -> dict:
+    def send(self, request: dict) -> dict | None:
+        """Send `request`; None, or the failure answer when the worker is gone."""
         try:
             pickle.dump(request, self.process.stdin)
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
             return {"ok": False, "stage": "crash", "error": self._death()}
-        return self._receive(timeout)
+        return None
 
-    def _receive(self, timeout: float) -> dict:
+    def receive(self, timeout: float) -> dict:
         readable, _, _ = select.select([self.process.stdout], [], [], timeout)
         if not readable:
             self.close()
@@ -109,19 +110,40 @@ class XlaOracle:
     def __init__(self, *, timeout: float = 300.0):
         self.timeout = timeout
         self._workers: dict[int, _Worker] = {}
+        self._in_flight: tuple[_Worker, dict | None] | None = None
 
     def partition(self, text: str, num_devices: int, *, to_output: bool, to_parameters: bool,
                   inputs: list | None = None, output_shapes: list | None = None) -> XlaAnswer:
-        """XLA's input to propagation, propagated and partitioned modules for `text` on `num_devices` partitions (with
-        the two propagation options), and with `inputs` (global arrays of the entry parameters'
-        array leaves) the global outputs of its partitioned program (`output_shapes`: the dims
-        of the result's array leaves)."""
+        """XLA's input to propagation, its propagated and its partitioned module for `text` on
+        `num_devices` partitions (with the two propagation options), and with `inputs` (global
+        arrays of the entry parameters' array leaves) the global outputs of its partitioned
+        program (`output_shapes`: the dims of the result's array leaves)."""
+        self.send(text, num_devices, to_output=to_output, to_parameters=to_parameters,
+                  inputs=inputs, output_shapes=output_shapes)
+        return self.receive()
+
+    def send(self, text: str, num_devices: int, *, to_output: bool, to_parameters: bool,
+             inputs: list | None = None, output_shapes: list | None = None) -> None:
+        """Start `partition` without waiting: XLA works on it while the caller does something
+        else; `receive` gives the answer. One request is in flight at a time."""
+        if self._in_flight is not None:
+            raise RuntimeError("receive the answer of the request in flight first")
         worker = self._worker(num_devices)
-        reply = worker.ask({"text": text, "to_output": to_output, "to_parameters": to_parameters,
-                            "inputs": inputs, "output_shapes": output_shapes}, self.timeout)
+        failed = worker.send({"text": text, "to_output": to_output,
+                              "to_parameters": to_parameters, "inputs": inputs,
+                              "output_shapes": output_shapes})
+        self._in_flight = (worker, failed)
+
+    def receive(self) -> XlaAnswer:
+        """The answer to the request `send` started."""
+        if self._in_flight is None:
+            raise RuntimeError("no request in flight")
+        worker, failed = self._in_flight
+        self._in_flight = None
+        reply = failed or worker.receive(self.timeout)
         if not worker.alive:
             worker.close()
-            del self._workers[num_devices]
+            del self._workers[worker.num_devices]
         if reply.get("ok"):
             return XlaAnswer(True, reply["before"], reply["propagated"], reply["spmd"],
                              reply["outputs"])
@@ -135,6 +157,7 @@ class XlaOracle:
         return worker
 
     def close(self) -> None:
+        self._in_flight = None
         for worker in self._workers.values():
             worker.close()
         self._workers.clear()

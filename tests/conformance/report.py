@@ -64,8 +64,8 @@ def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
         from gspmdc import api
         origins = _origin_opcodes(api.parse(result.before, "<before>", verify=False))
         n = result.case.num_partitions
-        excess = _bytes_by_opcode(result.our_spmd, origins, n)
-        excess.subtract(_bytes_by_opcode(result.xla_spmd, origins, n))
+        excess = _bytes_by_opcode(api.parse(result.our_spmd, verify=False), origins, n)
+        excess.subtract(_bytes_by_opcode(api.parse(result.xla_spmd, verify=False), origins, n))
         classes.append(("bytes", max(excess, key=excess.get) if excess else "?"))
     for who in result.value_mismatch:
         classes.append(("values", who))

@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 
-from .differential import Case, CaseResult, run_case
+from .differential import Case, CaseResult, finish, prepare, run_case
 from .oracle import XlaOracle, xla_available
 from .report import Figures, divergence_classes
 from .shrink import shrink, size
@@ -30,11 +30,29 @@ def cases_from(source: str, count: int, seed: int) -> list[Case]:
 
 
 def run_all(cases: list[Case], oracle: XlaOracle, seed: int, progress=None) -> list[CaseResult]:
-    results = []
-    for i, case in enumerate(cases):
-        results.append(run_case(case, oracle, seed))
+    """Every case, XLA working on the next case while gspmdc works on the current one."""
+    results: list[CaseResult | None] = [None] * len(cases)
+    in_flight = None                                    # (index, Prepared) XLA is working on
+
+    def done(index: int, result: CaseResult) -> None:
+        results[index] = result
         if progress is not None:
-            progress(i + 1, len(cases), results[-1])
+            progress(sum(r is not None for r in results), len(cases), result)
+
+    for index, case in enumerate(cases + [None]):
+        answered = None
+        if in_flight is not None:
+            answered = (*in_flight, oracle.receive())
+            in_flight = None
+        if case is not None:
+            prepared = prepare(case, seed)
+            if isinstance(prepared, CaseResult):
+                done(index, prepared)
+            else:
+                prepared.send(oracle)
+                in_flight = (index, prepared)
+        if answered is not None:
+            done(answered[0], finish(answered[1], answered[2]))
     return results
 
 

@@ -91,6 +91,8 @@ class XlaCompiler:
         debug.xla_dump_hlo_pipeline_re = "spmd-partitioner"
         debug.xla_dump_hlo_as_text = True
         debug.xla_cpu_enable_fast_math = False
+        debug.xla_backend_optimization_level = 0
+        debug.xla_llvm_disable_expensive_passes = True
         devices = xc.DeviceList(tuple(self.devices))
         return xla_bridge.get_backend("cpu").compile_and_load(stablehlo, devices, options)
 
