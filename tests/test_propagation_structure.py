@@ -320,3 +320,22 @@ ENTRY e {
     assert parse_flags("false, TRUE") == (False, True)
     with pytest.raises(GspmdcError):
         parse_flags("yes")
+
+
+@pytest.mark.parametrize("to_output", [False, True])
+def test_one_sharding_on_a_tuple_means_the_same_as_one_per_leaf(to_output):
+    # found by fuzzing: `sharding={maximal device=1}` on a tuple-shaped instruction made the
+    # tuple rule index past an empty leaf list (IndexError), and the entry policy rebuild the
+    # root's sharding as `sharding={}`; it must propagate exactly as its per-leaf spelling
+    text = """
+HloModule m
+ENTRY e {
+  p = f32[4] parameter(0), sharding={devices=[2]<=[2]}
+  q = s32[3] parameter(1)
+  ROOT t = (f32[4], s32[3]) tuple(p, q), sharding=SHARDING
+}"""
+    one = run(text.replace("SHARDING", "{maximal device=1}"), propagate_to_output=to_output)
+    per_leaf = run(text.replace("SHARDING", "{{maximal device=1}, {maximal device=1}}"),
+                   propagate_to_output=to_output)
+    assert sharding_of(one, "t") == sharding_of(per_leaf, "t")
+    assert len(sharding_of(one, "t").elements) == 2

@@ -2,7 +2,8 @@
 ShardingPropagation::Run).
 
 1. CSE-prevention shardings left by an earlier `cse_prevention_only` run are dropped (or, in that
-   mode, every original sharding is remembered for restoring).
+   mode, every original sharding is remembered for restoring); one sharding written for a whole
+   tuple (`sharding={replicated}` on a tuple-shaped instruction) becomes one per leaf.
 2. `Sharding` custom-calls become `copy` instructions (same name) carrying the constraint; their
    `unspecified_dims=[...]` are recorded; a fully specified constraint is also pushed onto an
    unsharded operand.
@@ -23,6 +24,7 @@ from gspmdc.ir.sharding import HloSharding
 
 from .graph import ModuleGraph
 from .opclass import SHARDING, target
+from .sharding_algebra import for_shape
 
 CSE_PREVENTION = "_sharding_propagation_cse_prevention"
 _UNSPECIFIED = re.compile(r"unspecified_dims=\[([0-9,\s]*)\]")
@@ -86,6 +88,10 @@ def preprocess(module: Module, graph: ModuleGraph, *, cse_prevention_only: bool)
             for inst in comp.instructions:
                 if inst.sharding is not None and is_cse_prevention(inst.sharding):
                     inst.sharding = None
+    for comp in graph.computations:
+        for inst in comp.instructions:
+            if inst.sharding is not None:
+                inst.sharding = for_shape(inst.sharding, inst.shape)
     for comp in graph.computations:
         for inst in reversed(graph.post_order(comp)):
             if target(inst) == SHARDING:
