@@ -653,7 +653,7 @@ def _brace_list(items: list):
     for item in items:
         if expect_item:
             value = item.typed if isinstance(item, _Value) else \
-                _word(item.value) if item.type == "WORD" else None
+                _word(item.value) if item.type in ("WORD", "NAME") else None
             if value is None:
                 return None
             values.append(value)

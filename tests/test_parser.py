@@ -15,6 +15,7 @@ from gspmdc.ir.attributes import (
 )
 from gspmdc.ir.mesh import Mesh
 from gspmdc.ir.parser import STACK_FRAME_INDEX, parse_file, parse_module, parse_shape, parse_sharding
+from gspmdc.ir.printer import print_module
 from gspmdc.ir.sharding import HloSharding, ShardGroup
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.tile_assignment import TileAssignment
@@ -567,3 +568,23 @@ def test_any_unknown_attribute_value_parses_verbatim():
              "  p = f32[2] parameter(0)")
     assert x.attrs == {"a": RawAttr("x:y"), "b": RawAttr("-inf"), "c": RawAttr("1.5e3x"), "d": RawAttr("<q>"),
                        "e": RawAttr("[1,{2}](3)"), "f": RawAttr("p/q"), "g": RawAttr('#t<["s"]>')}
+
+
+@pytest.mark.parametrize("attribute", [
+    'domain={kind="sharding", entry={devices=[2,2]<=[4] last_tile_dim_replicate}, '
+    'exit={replicated}}',
+    "foo={x=[2] abc}",
+    "foo={[1,2] replicated, (3) maximal}",
+])
+def test_a_word_after_a_nested_group_in_an_attribute_value(attribute):
+    # found by fuzzing: right after a nested group the lexer took a word for an instruction
+    # name, so XLA's own domain attribute (`entry={devices=[2,2]<=[4] last_tile_dim_replicate}`)
+    # failed to parse
+    text = f"""HloModule m
+ENTRY e {{
+  p = f32[4] parameter(0)
+  ROOT d = f32[4] domain(p), {attribute}
+}}"""
+    module = parse_module(text)
+    assert print_module(module).count(attribute) == 1
+    assert parse_module(print_module(module)).difference(module) is None
