@@ -645,6 +645,10 @@ def _kv_item(key: str, text: str, start: int) -> tuple:
     return key, value
 
 
+#: the token types of a plain word inside a `{...}` attribute value (the grammar's group_word)
+_GROUP_WORDS = frozenset({"WORD", "NAME", "INT", "ROOT", "ENTRY", "FRAME_SECTION"})
+
+
 def _brace_list(items: list):
     """The typed tuple for the inside of `{...}` when it is `a, b, ...` of ints, bools and names or
     nested such lists; None when it is anything else."""
@@ -653,7 +657,7 @@ def _brace_list(items: list):
     for item in items:
         if expect_item:
             value = item.typed if isinstance(item, _Value) else \
-                _word(item.value) if item.type in ("WORD", "NAME") else None
+                _word(item.value) if item.type in _GROUP_WORDS else None
             if value is None:
                 return None
             values.append(value)

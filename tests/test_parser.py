@@ -575,11 +575,12 @@ def test_any_unknown_attribute_value_parses_verbatim():
     'exit={replicated}}',
     "foo={x=[2] abc}",
     "foo={[1,2] replicated, (3) maximal}",
+    "foo={d=[2]1,0 ROOT ENTRY FileNames 7}",
 ])
 def test_a_word_after_a_nested_group_in_an_attribute_value(attribute):
     # found by fuzzing: right after a nested group the lexer took a word for an instruction
     # name, so XLA's own domain attribute (`entry={devices=[2,2]<=[4] last_tile_dim_replicate}`)
-    # failed to parse
+    # failed to parse, as did an integer there (`devices=[2,2]1,0,3,2`)
     text = f"""HloModule m
 ENTRY e {{
   p = f32[4] parameter(0)
