@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from . import ops_data, ops_elementwise
+from . import (ops_annotation, ops_contraction, ops_control, ops_data, ops_elementwise,
+               ops_indexing, ops_random, ops_reduce)
 from .program import Comp, ModuleBuilder
 from .shardings import sharding as random_sharding
 from .source import Source
@@ -18,6 +19,12 @@ Generator = Callable[[Comp], "Value | None"]
 TABLE: list[tuple[Generator, float]] = [
     *ops_elementwise.GENERATORS,
     *ops_data.GENERATORS,
+    *ops_contraction.GENERATORS,
+    *ops_reduce.GENERATORS,
+    *ops_indexing.GENERATORS,
+    *ops_random.GENERATORS,
+    *ops_control.GENERATORS,
+    *ops_annotation.GENERATORS,
 ]
 
 

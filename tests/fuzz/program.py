@@ -71,10 +71,11 @@ class Comp:
         line = f"  {name} = {shape.text()} {opcode}({inner})" + (f", {attrs}" if attrs else "") + \
             (f", sharding={annotation}" if annotation else "")
         ref = line
-        if full is not None:
+        if full is not None or ref_opcode is not None:
             r_attrs = attrs if ref_attrs is None else ref_attrs
-            ref = f"  {name} = {full.text()} {ref_opcode or opcode}({inner})" + \
-                (f", {r_attrs}" if r_attrs else "")
+            r_sharding = f", sharding={annotation}" if annotation and full is None else ""
+            ref = f"  {name} = {(full or shape).text()} {ref_opcode or opcode}({inner})" + \
+                (f", {r_attrs}" if r_attrs else "") + r_sharding
         self.lines.append((line, ref))
         self.used.update(o.name for o in operands)
         self.mb.count += 1
