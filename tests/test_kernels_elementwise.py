@@ -318,3 +318,38 @@ def test_float_division_by_zero_follows_ieee(x, y):
         assert np.isnan(out)
     else:
         assert out == math.copysign(math.inf, y)
+
+
+# --------------------------------------------------------------------------- reduce-precision
+
+def reduce_precision(x, exponent_bits, mantissa_bits):
+    from gspmdc.ir.dtypes import element_type_of
+    return single_op("reduce-precision", (element_type_of(x.dtype), x.shape), [x],
+                     exponent_bits=exponent_bits, mantissa_bits=mantissa_bits)
+
+
+@pytest.mark.parametrize("target, exponent_bits, mantissa_bits", [
+    (BF16, 8, 7), (np.float16, 5, 10)])
+def test_reduce_precision_rounds_as_the_narrower_format_does(target, exponent_bits,
+                                                            mantissa_bits):
+    # in the narrower format's normal range, rounding to it and back is the same as a cast
+    # (round to nearest, ties to even), ties included
+    info = ml_dtypes.finfo(target)
+    x = normal(4096) * np.float32(8)
+    x = np.concatenate([x, np.float32([1 + 2.0 ** -(mantissa_bits + 1),      # tie, rounds down
+                                       1 + 3 * 2.0 ** -(mantissa_bits + 1),  # tie, rounds up
+                                       float(info.max), -float(info.tiny)])])
+    x = x[np.abs(x) >= float(info.tiny)]
+    got = reduce_precision(x.astype(np.float32), exponent_bits, mantissa_bits)
+    np.testing.assert_array_equal(got, x.astype(target).astype(np.float32))
+
+
+def test_reduce_precision_overflows_to_inf_flushes_small_values_and_keeps_nan():
+    x = np.float32([70000.0, -70000.0, 1e-6, -1e-6, np.nan, np.inf, 0.0])
+    got = reduce_precision(x, 5, 10)
+    np.testing.assert_array_equal(got[:4], np.float32([np.inf, -np.inf, 0.0, -0.0]))
+    assert np.signbit(got[3]) and np.isnan(got[4]) and got[5] == np.inf and got[6] == 0
+    # f64 and a format wider than the input (nothing to do)
+    y = np.float64([1 / 3, 1e300])
+    np.testing.assert_array_equal(reduce_precision(y, 8, 23), [float(np.float32(1 / 3)), np.inf])
+    np.testing.assert_array_equal(reduce_precision(x[:4], 11, 52), x[:4])
