@@ -15,6 +15,9 @@ class GspmdcError(Exception):
     """Base class: an error the CLI reports as one clear message (no traceback)."""
 
     exit_code = EXIT_BAD_INPUT
+    #: the IR instruction a semantic error is about, when there is one (the parser uses it to
+    #: add the instruction's file:line:col)
+    instruction = None
 
 
 class HloSyntaxError(GspmdcError):

@@ -883,15 +883,40 @@ def _parse(text: str, filename: str, start: str):
         raise _error(problem, text, filename) from None
 
 
-def parse_module(text: str, filename: str = "<string>") -> Module:
+def parse_module(text: str, filename: str = "<string>", *, verify: bool = False) -> Module:
     """Parse HLO module text. Raises HloSyntaxError (file:line:col, the line and a caret) for
     malformed text and for semantic errors found while building (undefined names, shape
-    mismatches, invalid shardings, uninferable shapes, ...)."""
+    mismatches, invalid shardings, uninferable shapes, ...). `verify`: also run the verifier
+    (`verifier.verify_module`); its error about an instruction then starts with the
+    instruction's file:line:col and shows the line."""
     records = _parse(text, filename, "start")
+    builder = _ModuleBuilder(text)
     try:
-        return _ModuleBuilder(text).build(records)
+        module = builder.build(records)
     except _Problem as problem:
         raise _error(problem, text, filename) from None
+    if verify:
+        from .verifier import verify_module
+        try:
+            verify_module(module)
+        except GspmdcError as e:
+            record = builder.texts.get(id(e.instruction))
+            if record is None:
+                raise
+            raise _located(e, record.name, text, filename) from None
+    return module
+
+
+def _located(error: GspmdcError, token: Token, text: str, filename: str) -> GspmdcError:
+    """`error` (same class) with `file:line:col:` of `token`, the line and a caret."""
+    lines = text.splitlines()
+    message = f"{filename}:{token.line}:{token.column}: {error}"
+    if 0 < token.line <= len(lines):
+        message += "\n" + lines[token.line - 1].rstrip("\n") + "\n" + \
+            " " * max(token.column - 1, 0) + "^"
+    located = type(error)(message)
+    located.instruction = error.instruction
+    return located
 
 
 def parse_file(path) -> Module:

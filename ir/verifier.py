@@ -14,7 +14,8 @@ every problem as a list of messages (empty when the module is valid). Checks:
   `num_partitions` devices (`HloSharding.validate`; an outfeed's sharding describes its data).
 
 Messages read `computation main, instruction add.3: result shape f32[4] is incompatible with
-inferred f32[8]`.
+inferred f32[8]`; a raised error about one instruction names it in its `instruction` attribute
+(the parser then adds the instruction's place in the text: `parse_module(..., verify=True)`).
 """
 from __future__ import annotations
 
@@ -34,9 +35,13 @@ class _Problems:
         self.collect = collect
         self.messages: list[str] = []
 
-    def add(self, message: str, error: type[GspmdcError] = VerificationError) -> None:
+    def add(self, message: str, error: type[GspmdcError] = VerificationError,
+            instruction: Instruction | None = None) -> None:
+        """Record `message`, or raise it (as `error`, naming the `instruction` it is about)."""
         if not self.collect:
-            raise error(message)
+            problem = error(message)
+            problem.instruction = instruction
+            raise problem
         self.messages.append(message)
 
 
@@ -136,28 +141,29 @@ def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
             continue
         structural = False
         if id(operand) in members:
-            problems.add(f"{where}: operand {i} ({operand.name}) is used before its definition")
+            problems.add(f"{where}: operand {i} ({operand.name}) is used before its definition",
+                         instruction=inst)
         else:
             problems.add(f"{where}: operand {i} ({operand.name}) is not an instruction of the "
-                         "computation")
+                         "computation", instruction=inst)
     if any(operand.shape is None for operand in inst.operands):
         structural = False  # the operand's own missing shape is reported where it is defined
     for name in inst.called_computation_names():
         if name not in module.computations:
             structural = False
-            problems.add(f"{where}: calls unknown computation {name}")
+            problems.add(f"{where}: calls unknown computation {name}", instruction=inst)
     if inst.shape is None:
-        problems.add(f"{where}: no result shape")
+        problems.add(f"{where}: no result shape", instruction=inst)
         return
     if structural:
         try:
             check_shape(inst, module)
         except UnsupportedError as e:
-            problems.add(f"computation {comp.name}, {e}", UnsupportedError)
+            problems.add(f"computation {comp.name}, {e}", UnsupportedError, inst)
         except VerificationError as e:
-            problems.add(f"computation {comp.name}, {e}")
+            problems.add(f"computation {comp.name}, {e}", instruction=inst)
     if inst.sharding is not None:
         try:
             inst.sharding.validate(_sharded_shape(inst), module.num_partitions)
         except (GspmdcError, ValueError) as e:
-            problems.add(f"{where}: invalid sharding: {e}")
+            problems.add(f"{where}: invalid sharding: {e}", instruction=inst)

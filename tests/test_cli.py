@@ -61,6 +61,24 @@ def test_parse_error_reports_position_caret_and_exit_2(tmp_path, capsys):
     assert err.rstrip().endswith("^") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("line, problem", [
+    ("  ROOT r = f32[5] negate(p)", "result shape f32[5] is incompatible"),
+    ("  ROOT r = f32[4] negate(p), sharding={devices=[3]<=[3]}", "invalid sharding"),
+    ("  ROOT r = f32[4] fft(p)", "missing attribute fft_type"),
+])
+def test_a_verifier_error_gives_the_instruction_position(tmp_path, capsys, line, problem):
+    # found by fuzzing: shape, attribute and sharding problems the verifier finds named the
+    # computation and instruction but not where they are in the file
+    src = tmp_path / "bad.hlo"
+    src.write_text(f"HloModule m, num_partitions=2\nENTRY e {{\n  p = f32[4] parameter(0)\n"
+                   f"{line}\n}}\n")
+    assert main(["parse", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gspmdc: error: {src}:4:8: computation e, instruction r: ")
+    assert problem in err and err.rstrip().endswith("^")
+    assert err.splitlines()[1] == line
+
+
 def test_missing_file_is_a_clear_error(capsys):
     code, _, err = run(capsys, "parse", "/nonexistent/x.hlo")
     assert code == 2 and "cannot read" in err
