@@ -110,15 +110,21 @@ def _verify_computation(module: Module, comp: Computation, problems: _Problems) 
 
 
 def _verify_parameters(comp: Computation, problems: _Problems) -> None:
+    """Parameter numbers are 0..n-1, each once (a raised problem names the first parameter
+    in the way: the second use of a number, or the first number out of range)."""
     where = f"computation {comp.name}"
-    numbers = [p.parameter_number for p in comp.instructions if p.opcode == "parameter"]
+    params = [p for p in comp.instructions if p.opcode == "parameter"]
+    numbers = [p.parameter_number for p in params]
     if any(not isinstance(n, int) for n in numbers):
         problems.add(f"{where}: a parameter instruction has no parameter number")
         return
     for n in sorted(n for n, count in Counter(numbers).items() if count > 1):
-        problems.add(f"{where}: parameter number {n} is used more than once")
-    if sorted(set(numbers)) != list(range(len(set(numbers)))):
-        problems.add(f"{where}: parameter numbers {sorted(set(numbers))} are not 0..n-1")
+        second = [p for p in params if p.parameter_number == n][1]
+        problems.add(f"{where}: parameter number {n} is used more than once", instruction=second)
+    distinct = sorted(set(numbers))
+    if distinct != list(range(len(distinct))):
+        outside = next(p for p in params if not 0 <= p.parameter_number < len(distinct))
+        problems.add(f"{where}: parameter numbers {distinct} are not 0..n-1", instruction=outside)
 
 
 def _sharded_shape(inst: Instruction) -> Shape:

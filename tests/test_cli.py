@@ -203,3 +203,13 @@ def test_failures_outside_gspmdc_errors_are_one_message(monkeypatch, capsys, tmp
     assert cli.main(["parse", str(program)]) == code
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_parameter_numbering_error_points_at_the_parameter(tmp_path, capsys):
+    src = tmp_path / "bad.hlo"
+    src.write_text("HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n"
+                   "  q = f32[4] parameter(2)\n  ROOT r = f32[4] add(p, q)\n}\n")
+    assert main(["parse", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gspmdc: error: {src}:4:3: computation e: parameter numbers [0, 2] "
+                          "are not 0..n-1")
