@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from gspmdc.atomic import atomic_output
-from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 
 
@@ -25,13 +23,8 @@ def parse(text: str, filename: str = "<string>", *, verify: bool = True) -> Modu
 
 def load(path: str | os.PathLike, *, verify: bool = True) -> Module:
     """Parse (and verify) an HLO text file; `-` reads standard input."""
-    if str(path) == "-":
-        return parse(sys.stdin.read(), "<stdin>", verify=verify)
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise GspmdcError(f"{path}: cannot read: {e}") from None
-    return parse(text, str(path), verify=verify)
+    from gspmdc.ir.parser import read_source
+    return parse(read_source(path), "<stdin>" if str(path) == "-" else str(path), verify=verify)
 
 
 def to_text(module: Module) -> str:

@@ -18,7 +18,6 @@ none, where the rule of `ir/stage.py` would guess wrong.
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 
@@ -157,13 +156,8 @@ def _output_sharding(text: str, module: Module, path: str):
 
 
 def _read_text(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path) as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise GspmdcError(f"{path}: cannot read: {e}") from None
+    from gspmdc.ir.parser import read_source
+    return read_source(path)
 
 
 def _partition(module: Module, n: int, windowed_einsum_threshold: int | None) -> Module:

@@ -921,8 +921,28 @@ def _located(error: GspmdcError, token: Token, text: str, filename: str) -> Gspm
 
 def parse_file(path) -> Module:
     """Parse an HLO text file (errors name the file)."""
-    path = Path(path)
-    return parse_module(path.read_text(), str(path))
+    return parse_module(read_source(path), str(path))
+
+
+def read_source(path) -> str:
+    """The text of an HLO file (`-`: standard input), which must be UTF-8: a byte that is not
+    is an HloSyntaxError at its line and column; an unreadable file a GspmdcError."""
+    import sys
+    name = "<stdin>" if str(path) == "-" else str(path)
+    try:
+        data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+    except OSError as e:
+        raise GspmdcError(f"{name}: cannot read: {e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[:e.start]
+        line = before.count(b"\n") + 1
+        column = len(before[before.rfind(b"\n") + 1:].decode("utf-8", "replace")) + 1
+        text = data.decode("utf-8", "replace")
+        source = text.splitlines()[line - 1] if text.splitlines() else None
+        raise HloSyntaxError(f"not UTF-8 text: byte 0x{data[e.start]:02x}", filename=name,
+                             line=line, column=column, source_line=source) from None
 
 
 def parse_shape(text: str) -> Shape:

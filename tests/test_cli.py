@@ -213,3 +213,13 @@ def test_a_parameter_numbering_error_points_at_the_parameter(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"gspmdc: error: {src}:4:3: computation e: parameter numbers [0, 2] "
                           "are not 0..n-1")
+
+
+@pytest.mark.parametrize("command", [["parse"], ["run", "--backend", "local"]])
+def test_a_byte_that_is_not_utf8_is_located(tmp_path, capsys, command):
+    # found by fuzzing: the error gave a byte offset ("position 38") instead of a place
+    src = tmp_path / "bad.hlo"
+    src.write_bytes(b"HloModule m\nENTRY e {\n  p = f32[4] par\xffameter(0)\n}\n")
+    assert main([*command, str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gspmdc: error: {src}:3:17: not UTF-8 text: byte 0xff")
