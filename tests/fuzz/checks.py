@@ -7,7 +7,8 @@ inputs takes that path, as a user's shell would).
 Outcome classes:
 - `ok`: exit 0 (for a valid program: every command succeeded and values matched);
 - `error`: exit 2 with one clean message (for a broken text: with `file:line:col` where the
-  message is about a place in the text) — for a generated valid program this is a failure;
+  message is about a place in the text; `unlocated` when it is not) — for a generated valid
+  program this is a failure, `rejected`;
 - `mismatch`: exit 1, or values differing from the reference program;
 - `internal`: exit 3, an `internal error`, a traceback, an exit 2 without a clean message or
   a syntax message without its location;
@@ -28,10 +29,11 @@ from typing import Sequence
 
 import numpy as np
 
-OUTCOMES = ("ok", "error", "mismatch", "internal", "hang")
-FAILURES = ("mismatch", "internal", "hang")
+#: outcome classes of valid generated programs, and of broken texts
+PROGRAM_OUTCOMES = ("ok", "rejected", "mismatch", "internal", "hang")
+TEXT_OUTCOMES = ("ok", "error", "unlocated", "internal", "hang")
 #: a location `file:line:col:` at the start of a message
-LOCATION = re.compile(r"gspmdc: error: (?:[^\n]*?):(\d+):(\d+): ")
+LOCATION = re.compile(r"gspmdc: error: [^\n]*?:(\d+):(\d+): ")
 
 
 class Hang(BaseException):
@@ -92,14 +94,11 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_cli(argv: Sequence[str], timeout: float = 20.0, stdin: str | None = None) -> Result:
+def run_cli(argv: Sequence[str], timeout: float = 20.0) -> Result:
     """`gspmdc ARGV` in this process; a Result (code None when it ran out of time)."""
     from gspmdc.cli import main
     out, err = io.StringIO(), io.StringIO()
-    saved_stdin = sys.stdin
     try:
-        if stdin is not None:
-            sys.stdin = io.StringIO(stdin)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 time_limit(timeout):
             try:
@@ -110,8 +109,6 @@ def run_cli(argv: Sequence[str], timeout: float = 20.0, stdin: str | None = None
         code = None
     except RecursionError as e:         # escaped the CLI's own handling: an internal error
         code, err = 3, io.StringIO(f"Traceback (escaped the CLI): RecursionError: {e}")
-    finally:
-        sys.stdin = saved_stdin
     return Result(tuple(argv), code, out.getvalue(), err.getvalue())
 
 
@@ -196,10 +193,17 @@ def compare_files(got_path: Path, want_path: Path, reference_text: str) -> Verdi
     from gspmdc import api
     from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
     with np.load(got_path) as g, np.load(want_path) as w:
-        got, want = dict(g), dict(w)
+        got, want = _typed(dict(g)), _typed(dict(w))
     tolerance = check_tolerance(reduction_length(api.parse(reference_text)))
     bad = [r.line() for r in compare_output_arrays(got, want, tolerance) if not r.ok]
     return Verdict("mismatch", "; ".join(bad)) if bad else Verdict("ok")
+
+
+def _typed(arrays: dict) -> dict:
+    """bf16 arrays read back from an npz file (raw 2-byte voids) as bf16."""
+    import ml_dtypes
+    return {k: v.view(ml_dtypes.bfloat16) if v.dtype.kind == "V" and v.dtype.itemsize == 2 else v
+            for k, v in arrays.items()}
 
 
 def _verdict(result: Result) -> Verdict:
@@ -213,27 +217,35 @@ def _verdict(result: Result) -> Verdict:
     return Verdict("rejected" if outcome == "error" else outcome, detail)
 
 
-def check_text(text: str, *, timeout: float = 10.0, filename: str = "input.hlo",
+#: clean errors that are about no one place in the text (so they have no file:line:col)
+PLACELESS = (
+    re.compile(r"gspmdc: error: [^\n]*: cannot read: "),              # not UTF-8, unreadable
+    re.compile(r"gspmdc: error: computation \S+: recursive call chain "),
+    re.compile(r"gspmdc: error: module \S+: entry computation "),
+)
+
+
+def check_text(text: str | bytes, *, timeout: float = 10.0, filename: str = "input.hlo",
                workdir: str | Path | None = None, subprocess_cli: bool = False) -> Verdict:
-    """One (possibly broken) text through `gspmdc parse`: ok, a clean error with a location
-    when it is about a place in the text, or a failure (internal, hang)."""
+    """One (possibly broken) text through `gspmdc parse`: `ok`; `error` (exit 2 with one clean
+    message starting with file:line:col, or one of the PLACELESS kinds); else a failure:
+    `unlocated` (a clean message that should say where), `internal`, `hang`."""
     if workdir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return check_text(text, timeout=timeout, filename=filename, workdir=tmp,
                               subprocess_cli=subprocess_cli)
     path = Path(workdir) / filename
-    path.write_text(text)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
     run = run_subprocess if subprocess_cli else run_cli
     result = run(["parse", str(path), "-o", str(Path(workdir) / "out.hlo")], timeout)
     outcome = result.outcome
-    if outcome == "error" and _is_syntax_message(result.stderr, str(path)) and \
-            not LOCATION.match(result.stderr):
-        return Verdict("internal", "a syntax error without file:line:col: " + result.stderr)
+    if outcome == "error" and not result.stderr.startswith(f"gspmdc: error: {path}:") \
+            or outcome == "error" and not LOCATION.match(result.stderr):
+        if not any(p.match(result.stderr) for p in PLACELESS):
+            return Verdict("unlocated", result.stderr.strip())
     if outcome in ("ok", "error"):
         return Verdict(outcome)
     return Verdict(outcome, f"exit {result.code}: {result.stderr.strip()}")
-
-
-def _is_syntax_message(stderr: str, path: str) -> bool:
-    """A message about the text itself (the parser's), rather than about the module's meaning."""
-    return stderr.startswith(f"gspmdc: error: {path}:")

@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from . import (ops_annotation, ops_contraction, ops_control, ops_data, ops_elementwise,
                ops_indexing, ops_random, ops_reduce)
-from .program import Comp, ModuleBuilder
+from .program import Comp, ModuleBuilder, TooLarge
 from .shardings import sharding as random_sharding
 from .source import Source
 from .values import Arr, Tup, Value
@@ -51,7 +51,10 @@ def grow(c: Comp, steps: int, table: Sequence[tuple[Generator, float]] = TABLE) 
         if c.mb.budget <= 1:
             return
         generate_one = c.src.weighted(list(table))
-        generate_one(c)
+        try:
+            generate_one(c)
+        except TooLarge:
+            pass
 
 
 def outputs(c: Comp) -> list[Value]:

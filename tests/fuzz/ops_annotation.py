@@ -12,10 +12,16 @@ from .ops_elementwise import BINARY, UNARY
 from .program import Comp
 from .values import MAX_BOUND, Arr, Value
 
-#: identity annotations the runtime executes; the partitioner runs them replicated
-OTHER_TARGETS = ["LayoutConstraint", "MoveToHost", "MoveToDevice", "annotate_device_placement",
-                 "xla.sdy.FuncResultSharding", "xla.sdy.ShardingConstraint",
-                 "xla.sdy.PropagationBarrier"]
+
+
+def other_targets() -> list[str]:
+    """The identity annotations the runtime executes besides sharding constraints and barriers
+    (the partitioner runs them replicated), from the runtime's own table."""
+    from gspmdc.runtime.kernels.custom_call import ANNOTATION_TARGETS
+    from .coverage import NOT_GENERATED
+    made_elsewhere = {"Sharding", "ShardBarrierFrom", "ShardBarrierTo"}
+    return sorted(t for t in ANNOTATION_TARGETS
+                  if t not in made_elsewhere and f"custom-call:{t}" not in NOT_GENERATED)
 
 
 def sharding_constraint(c: Comp) -> Value | None:
@@ -41,7 +47,7 @@ def barrier(c: Comp) -> Value | None:
 
 def other_annotation(c: Comp) -> Value | None:
     x = choices.operand(c, c.src.weighted([("float", 3), ("int", 1)]))
-    target = c.src.choice(OTHER_TARGETS)
+    target = c.src.choice(other_targets())
     return c.emit("custom-call", x.shape, "custom-call", [x], f'custom_call_target="{target}"',
                   exact=x.exact, bound=x.bound)
 
@@ -115,5 +121,5 @@ def _region_op(c: Comp, inside: list[Value], local: Arr, full: Arr) -> Value | N
                   bound=bound if bound <= MAX_BOUND else float("inf"))
 
 
-GENERATORS = [(sharding_constraint, 3), (barrier, 1), (other_annotation, 1),
-              (manual_region, 2)]
+GENERATORS = [(sharding_constraint, 3), (barrier, 2), (other_annotation, 3),
+              (manual_region, 3)]

@@ -284,6 +284,6 @@ def chain(c: Comp) -> Value | None:
 
 
 GENERATORS = [
-    (unary, 6), (binary, 6), (compare, 2), (select, 2), (clamp, 1), (convert, 2),
+    (unary, 10), (binary, 7), (compare, 2), (select, 2), (clamp, 1), (convert, 2),
     (bitcast_convert, 1), (map_op, 1), (chain, 3),
 ]

@@ -19,8 +19,13 @@ AUTO = "auto"
 #: annotation probability per instruction kind: entry parameters, entry ops, ops in callees
 ANNOTATE = {"param": 0.6, "entry": 0.25, "callee": 0.06}
 MAX_PARAMS = 6
-#: the largest array the generator makes (elements)
+#: the largest array the generator makes (elements) and its largest dim
 MAX_ELEMENTS = 1024
+MAX_DIM = 16
+
+
+class TooLarge(Exception):
+    """An op would make an array beyond MAX_DIM / MAX_ELEMENTS: the generator drops it."""
 
 
 class Comp:
@@ -63,6 +68,7 @@ class Comp:
         value (added to the pool unless `keep` is False). `full`: the instruction is in a manual
         region and this is its global shape; the reference line then uses `full`,
         `ref_opcode`/`ref_attrs` if given, and no sharding."""
+        _check_size(shape)
         name = self.mb.fresh(stem)
         inner = payload if payload is not None else ", ".join(o.name for o in operands)
         if full is not None:
@@ -86,6 +92,7 @@ class Comp:
 
     def param(self, shape: Shape, *, exact: bool = True, bound: float = 1.0,
               sharding: str | None = AUTO, parts: Sequence[Value] = ()) -> Value:
+        _check_size(shape)
         number = len(self.params)
         name = self.mb.fresh("param" if self.kind == "entry" else "p")
         if sharding == AUTO:
@@ -195,6 +202,12 @@ class Comp:
         head = "ENTRY " if self.kind == "entry" else ""
         body = "\n".join(ref if reference else main for main, ref in self.lines)
         return f"{head}{self.name} {{\n{body}\n}}\n"
+
+
+def _check_size(shape: Shape) -> None:
+    for leaf in shape.leaves():
+        if leaf.size > MAX_ELEMENTS or any(d > MAX_DIM for d in leaf.dims):
+            raise TooLarge(shape.text())
 
 
 class ModuleBuilder:

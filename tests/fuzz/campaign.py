@@ -1,0 +1,161 @@
+"""Long fuzzing campaigns (`make fuzz`): generated valid programs through every command, and
+mutated texts through the parser; counts per outcome class, each failing input saved.
+
+Inputs are numbered: program `i` is `case(seed + i)`, text `i` is `mutant(corpus, seed, i)`,
+so a campaign split over worker processes checks the same inputs as one run, and any failure
+is reproduced from its number alone (the saved files also hold it)."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import case
+from .checks import PROGRAM_OUTCOMES, TEXT_OUTCOMES, check_case, check_text, run_cli
+from .mutate import corpus_texts, mutant
+
+
+@dataclass
+class Tally:
+    """Counts per outcome class, and the failing inputs' numbers per class."""
+
+    kind: str
+    counts: Counter = field(default_factory=Counter)
+    failures: dict = field(default_factory=dict)     # outcome -> [index]
+
+    def add(self, index: int, outcome: str) -> None:
+        self.counts[outcome] += 1
+        if outcome not in ("ok", "error"):
+            self.failures.setdefault(outcome, []).append(index)
+
+    @property
+    def failed(self) -> int:
+        return sum(len(v) for v in self.failures.values())
+
+    def report(self, outcomes) -> str:
+        total = sum(self.counts.values())
+        cells = ", ".join(f"{o} {self.counts[o]}" for o in outcomes)
+        line = f"{self.kind}: {total} inputs: {cells}"
+        for outcome, indices in sorted(self.failures.items()):
+            shown = ", ".join(map(str, indices[:10])) + (" ..." if len(indices) > 10 else "")
+            line += f"\n  {outcome}: inputs {shown}"
+        return line
+
+
+# ---- one input ---------------------------------------------------------------------------------
+
+def _save(out: Path, outcome: str, name: str, files: dict[str, str | bytes]) -> None:
+    directory = out / outcome
+    directory.mkdir(parents=True, exist_ok=True)
+    for suffix, content in files.items():
+        path = directory / f"{name}{suffix}"
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def check_program(index: int, seed: int, out: Path, backend: str, timeout: float) -> str:
+    c = case(seed + index)
+    garbage = index % 2 == 1
+    with tempfile.TemporaryDirectory(prefix="gspmdc-fuzz-") as tmp:
+        verdict = check_case(c, tmp, backend=backend, garbage=garbage, seed=index,
+                             timeout=timeout, subprocess_cli=backend == "mpi")
+    if verdict.outcome != "ok":
+        options = (f"--propagate-to-output {str(c.propagate_to_output).lower()} "
+                   f"--propagate-to-parameters {str(c.propagate_to_parameters).lower()}")
+        note = (f"program {index}: case({seed + index}), {c.num_partitions} partitions, "
+                f"backend {backend}{', garbage padding' if garbage else ''}, run seed {index}\n"
+                f"options: {options}\n\n{verdict.detail}\n")
+        files = {".hlo": c.text, ".txt": note}
+        if c.reference_text is not None:
+            files[".reference.hlo"] = c.reference_text
+        _save(out, verdict.outcome, f"program-{seed + index}", files)
+    return verdict.outcome
+
+
+#: the corpus of the worker process (built once per process)
+_CORPUS: list[str] = []
+
+
+def check_mutant(index: int, seed: int, out: Path, timeout: float, deep: bool) -> str:
+    text, names = mutant(_CORPUS, seed, index)
+    with tempfile.TemporaryDirectory(prefix="gspmdc-fuzz-") as tmp:
+        verdict = check_text(text, timeout=timeout, workdir=tmp)
+        if verdict.outcome == "ok" and deep:
+            verdict = _deeper(Path(tmp) / "input.hlo", timeout)
+    if verdict.outcome not in ("ok", "error"):
+        _save(out, verdict.outcome, f"text-{seed}-{index}",
+              {".hlo": text, ".txt": f"text {index} of seed {seed}: mutations "
+                                     f"{', '.join(names)}\n\n{verdict.detail}\n"})
+    return verdict.outcome
+
+
+def _deeper(path: Path, timeout: float):
+    """A mutant that parses: propagate and compile it too (a clean refusal is fine)."""
+    from .checks import Verdict
+    for argv in (["propagate", str(path), "-o", os.devnull],
+                 ["compile", str(path), "-n", "2", "-o", os.devnull]):
+        result = run_cli(argv, timeout)
+        if result.outcome not in ("ok", "error"):
+            return Verdict(result.outcome, f"gspmdc {' '.join(argv)} -> exit {result.code}\n"
+                                           f"{result.stderr.strip()}")
+    return Verdict("ok")
+
+
+# ---- campaigns ---------------------------------------------------------------------------------
+
+def _init_worker(shared: str | None, generated: int) -> None:
+    global _CORPUS
+    os.nice(0)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    _CORPUS = corpus_texts(generated=generated,
+                           shared=Path(shared) if shared and Path(shared).is_dir() else None)
+
+
+def _program_job(args):
+    index, seed, out, backend, timeout = args
+    return index, check_program(index, seed, Path(out), backend, timeout)
+
+
+def _text_job(args):
+    index, seed, out, timeout, deep = args
+    return index, check_mutant(index, seed, Path(out), timeout, deep)
+
+
+def run(kind: str, jobs_args: list, job, jobs: int, init_args: tuple, outcomes,
+        progress_every: float = 30.0) -> Tally:
+    tally = Tally(kind)
+    started = last = time.time()
+    context = multiprocessing.get_context("fork")
+    with context.Pool(jobs, initializer=_init_worker, initargs=init_args,
+                      maxtasksperchild=2000) as pool:
+        for index, outcome in pool.imap_unordered(job, jobs_args, chunksize=4):
+            tally.add(index, outcome)
+            now = time.time()
+            if now - last >= progress_every:
+                last = now
+                done = sum(tally.counts.values())
+                print(f"  {kind}: {done}/{len(jobs_args)} in {now - started:.0f} s "
+                      f"({dict(tally.counts)})", file=sys.stderr, flush=True)
+    for v in tally.failures.values():
+        v.sort()
+    return tally
+
+
+def programs(count: int, seed: int, out: Path, *, jobs: int, timeout: float,
+             mpi_every: int) -> Tally:
+    args = [(i, seed, str(out), "mpi" if mpi_every and i % mpi_every == mpi_every - 1
+             else "local", timeout) for i in range(count)]
+    return run("programs", args, _program_job, jobs, (None, 0), PROGRAM_OUTCOMES)
+
+
+def texts(count: int, seed: int, out: Path, *, jobs: int, timeout: float, shared: str | None,
+          deep: bool) -> Tally:
+    args = [(i, seed, str(out), timeout, deep) for i in range(count)]
+    return run("texts", args, _text_job, jobs, (shared, 200), TEXT_OUTCOMES)

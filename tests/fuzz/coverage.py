@@ -1,0 +1,47 @@
+"""Which operations the partitioner supports (read from the product's own tables, so a new
+opcode or custom-call target shows up here by itself) and which ones a module uses.
+
+Names are opcodes, and `custom-call:<target>` for custom-calls."""
+from __future__ import annotations
+
+#: supported names the generator does not make, each with the reason
+NOT_GENERATED = {
+    "parameter": "every module has parameters; not an operation to cover",
+    "custom-call:xla.sdy.ShardingGroup": "Shardy's sharding groups are the Shardy import's work "
+                                         "(side-effecting: the partitioner refuses it)",
+}
+
+
+def supported_operations() -> frozenset[str]:
+    """Everything the partitioner handles: opcodes and custom-call targets with a partitioning
+    rule of their own, and the pure opcodes and custom-call targets the runtime executes that
+    its default action runs unpartitioned (replicated), less partition-dependent ones and
+    gspmdc's own per-partition forms (`gspmdc.*` targets)."""
+    import gspmdc.passes.spmd  # noqa: F401  (registers the partitioning rules)
+    import gspmdc.runtime.kernels  # noqa: F401  (registers the kernels)
+    from gspmdc.ir.shape_inference import SHAPE_RULES
+    from gspmdc.passes.spmd.op_rules import MANUAL_RULE_KEY, RULES, UNPARTITIONABLE
+    from gspmdc.runtime.kernels import KERNELS
+    from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
+    ruled = {name for name in RULES if name != MANUAL_RULE_KEY}
+    default = (set(SHAPE_RULES) & set(KERNELS)) - set(UNPARTITIONABLE) - {"custom-call"}
+    targets = {f"custom-call:{t}" for t in CUSTOM_CALL_TARGETS if not t.startswith("gspmdc.")}
+    return frozenset(ruled | default | targets)
+
+
+def required_operations() -> frozenset[str]:
+    """The supported operations the generator must make."""
+    return supported_operations() - set(NOT_GENERATED)
+
+
+def operations_in(text: str) -> frozenset[str]:
+    """The operations a module's text uses (parsed, not verified)."""
+    from gspmdc import api
+    module = api.parse(text, verify=False)
+    names = set()
+    for _, inst in module.all_instructions():
+        if inst.opcode == "custom-call":
+            names.add(f"custom-call:{inst.attr('custom_call_target')}")
+        else:
+            names.add(inst.opcode)
+    return frozenset(names)
