@@ -31,14 +31,17 @@ RUN_TIMEOUT_SECONDS = 120.0
 
 @dataclass(frozen=True)
 class Case:
-    """A module with its partition count and the two propagation options (the generator's
-    record has these fields)."""
+    """A module with its partition count and the two propagation options (as the generator's
+    record, `tests/fuzz`). `reference_text`: for a module with manual regions (which mean
+    something only per device), a module without them computing the same outputs, which the
+    reference interpreter runs instead."""
 
     name: str
     text: str
     num_partitions: int
     propagate_to_output: bool = False
     propagate_to_parameters: bool = False
+    reference_text: str | None = None
 
 
 @dataclass
@@ -172,11 +175,13 @@ def _value_mismatch(want: list, got: list, reference: Module) -> str | None:
 
 @dataclass
 class Prepared:
-    """A case ready for XLA: gspmdc's parse of it, the inputs (array leaves of the entry
-    parameters, or None with the reason in `skipped`) and the result leaves' dims."""
+    """A case ready for XLA: gspmdc's parse of it, its random arguments and their array leaves
+    (`inputs`; None, with the reason in `skipped`, when values are not compared) and the result
+    leaves' dims."""
 
     case: Case
     original: Module
+    arguments: list | None
     inputs: list | None
     output_shapes: list | None
     skipped: str | None
@@ -210,18 +215,18 @@ def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | Cas
     except GspmdcError as e:
         return CaseResult(case, "gspmdc-rejected", f"parse: {_line(e)}")
     skipped = _values_skipped(original) if values else "values not requested"
-    inputs = output_shapes = None
+    arguments = inputs = output_shapes = None
     if skipped is None:
         from gspmdc.runtime.io import random_inputs
         try:
-            inputs = [leaf for p, v in zip(original.entry.parameters,
-                                           random_inputs(original, seed))
-                      for leaf in _leaves(v, p.shape)]
+            arguments = random_inputs(original, seed)
         except GspmdcError as e:
             skipped = f"no random inputs: {_line(e)}"
         else:
+            inputs = [leaf for p, v in zip(original.entry.parameters, arguments)
+                      for leaf in _leaves(v, p.shape)]
             output_shapes = [leaf.dims for leaf in original.entry.root.shape.leaves()]
-    return Prepared(case, original, inputs, output_shapes, skipped)
+    return Prepared(case, original, arguments, inputs, output_shapes, skipped)
 
 
 def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
@@ -266,19 +271,21 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
         result.values = f"not run: {skipped}"
         return result
     from gspmdc.runtime.interpreter import evaluate
+    reference = original if case.reference_text is None else \
+        api.parse(case.reference_text, f"{case.name} (reference)")
     try:
-        want = _leaves(evaluate(before, inputs), before.entry.root.shape)
+        want = _leaves(evaluate(reference, prepared.arguments), reference.entry.root.shape)
     except GspmdcError as e:
         result.values = f"not run: the reference interpreter stopped: {_line(e)}"
         return result
     result.values = "compared"
     try:
-        problem = _value_mismatch(want, _run_gspmdc(result.our_spmd, inputs, n), before)
+        problem = _value_mismatch(want, _run_gspmdc(result.our_spmd, inputs, n), reference)
     except GspmdcError as e:
         problem = f"run failed: {_line(e)}"
     if problem is not None:
         result.value_mismatch["gspmdc"] = problem
-    problem = _value_mismatch(want, xla.outputs, before) if xla.ok else \
+    problem = _value_mismatch(want, xla.outputs, reference) if xla.ok else \
         f"run failed: {xla.error}"
     if problem is not None:
         result.value_mismatch["XLA"] = problem

@@ -1,6 +1,7 @@
-"""Where cases come from: the team's corpora beside the repository (`../shared`): XLA's
-propagation and partitioner test modules and the JAX-exported programs, each under both option
-settings. (The random generator of `tests/fuzz` is the other source, see `xla.py`.)"""
+"""Where cases come from, each module under both option settings (`SETTINGS`):
+- "fuzz": the random module x sharding generator of `tests/fuzz` (`fuzz.case(seed)`);
+- "corpus": the team's corpora beside the repository (`../shared`): XLA's propagation and
+  partitioner test modules and the JAX-exported programs."""
 from __future__ import annotations
 
 import json
@@ -42,6 +43,24 @@ def corpus_modules(shared: Path = SHARED) -> list[tuple[str, str, int]]:
         for p in json.loads((programs / "index.json").read_text())["programs"]:
             found.append((f"jax/{p['name']}", (programs / p["dir"] / "program.hlo").read_text(),
                           p["num_partitions"]))
+    return found
+
+
+#: run `seed` draws generator seeds seed * SEED_STRIDE + i, so that runs with different seeds
+#: do not share modules
+SEED_STRIDE = 1_000_000
+
+
+def fuzz_cases(count: int, seed: int) -> list[Case]:
+    """`count` generated modules from run seed `seed`, each under both option settings (the
+    generator's own choice of options is replaced by the two settings)."""
+    from fuzz import case
+    found = []
+    for i in range(count):
+        generated = case(seed * SEED_STRIDE + i)
+        found += [Case(f"fuzz/{generated.seed} [{'on' if out else 'off'}]", generated.text,
+                       generated.num_partitions, out, params, generated.reference_text)
+                  for out, params in SETTINGS]
     return found
 
 

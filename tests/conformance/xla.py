@@ -1,6 +1,6 @@
 """`make conformance-xla`: gspmdc against XLA itself on many cases.
 
-    python -m tests.conformance.xla --cases 200 --seed 0 [--source corpus] [--show 5]
+    cd tests && python -m conformance.xla --cases 200 --seed 0 [--source fuzz|corpus] [--show 5]
 
 Runs the cases (each module under both propagation option settings: to-output and
 to-parameters both off, both on), prints per setting the agreement figures (per-instruction
@@ -19,14 +19,15 @@ from .differential import Case, CaseResult, finish, prepare, run_case
 from .oracle import XlaOracle, xla_available
 from .report import Figures, divergence_classes
 from .shrink import shrink, size
-from .sources import corpus_cases
+from .sources import corpus_cases, fuzz_cases
 
 
 def cases_from(source: str, count: int, seed: int) -> list[Case]:
-    """`count` modules from `source` ("corpus": the team's corpora), under both settings."""
+    """`count` modules from `source` ("fuzz" or "corpus", see `sources.py`), under both
+    settings."""
     if source == "corpus":
         return corpus_cases(count, seed)
-    raise ValueError(f"unknown case source {source!r}")
+    return fuzz_cases(count, seed)
 
 
 def run_all(cases: list[Case], oracle: XlaOracle, seed: int, progress=None) -> list[CaseResult]:
@@ -68,10 +69,13 @@ def minimal_module(result: CaseResult, target: tuple[str, str], oracle: XlaOracl
     """The case of `result` shrunk while it still shows divergence class `target`."""
     case = result.case
     values = target[0] == "values"
+    if values and case.reference_text is not None:
+        raise ValueError("a module with manual regions is compared with its own reference "
+                         "program, which shrinking would leave behind")
 
     def still_diverges(text: str) -> bool:
         smaller = Case(case.name, text, case.num_partitions, case.propagate_to_output,
-                       case.propagate_to_parameters)
+                       case.propagate_to_parameters, case.reference_text)
         return target in divergence_classes(run_case(smaller, oracle, seed, values=values))
 
     start = result.before if result.before is not None else case.text
@@ -125,12 +129,13 @@ def _print_evidence(r: CaseResult, target: tuple[str, str], out) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.conformance.xla",
+    parser = argparse.ArgumentParser(prog="python -m conformance.xla",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=100, help="modules to run (each twice)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the case draw and inputs")
-    parser.add_argument("--source", choices=["corpus"], default="corpus",
-                        help="where the modules come from")
+    parser.add_argument("--source", choices=["fuzz", "corpus"], default="fuzz",
+                        help="where the modules come from: the random generator (tests/fuzz) "
+                             "or the team's corpora (../shared)")
     parser.add_argument("--show", type=int, default=5,
                         help="shrink and print the first case of this many classes")
     parser.add_argument("--shrink-budget", type=int, default=150,

@@ -39,6 +39,7 @@ import tempfile
 import traceback
 
 DUMP_PASSES = "sharding-propagation|spmd-partitioning"
+IMPORTED_DUMP = ".before_optimizations.txt"
 BEFORE_DUMP = ".before_sharding-propagation.txt"
 PROPAGATED_DUMP = ".before_spmd-partitioning.txt"
 SPMD_DUMP = ".after_spmd-partitioning."
@@ -62,6 +63,7 @@ class XlaCompiler:
     def __init__(self, num_devices: int):
         import jax
         jax.config.update("jax_use_shardy_partitioner", False)
+        jax.config.update("jax_enable_x64", True)      # 64-bit inputs stay 64-bit
         self.jax = jax
         self.num_devices = num_devices
         self.devices = jax.devices()[:num_devices]
@@ -195,16 +197,26 @@ def _garbage(dtype):
 
 
 def _read_dumps(dump_dir: str) -> tuple[str, str, str]:
+    """`before`, `propagated` and `spmd` from XLA's dumps. XLA skips its spmd-partitioner
+    pipeline for a module without any sharding (every device runs the whole program): then the
+    module as imported (`before_optimizations`) is all three."""
     files = sorted(os.listdir(dump_dir))
 
-    def pick(tag: str) -> str:
+    def pick(tag: str) -> str | None:
         hits = [f for f in files if tag in f and f.endswith(".txt")]
         if not hits:
-            raise RuntimeError(f"XLA dumped no module matching {tag!r}: {files}")
+            return None
         with open(os.path.join(dump_dir, hits[-1])) as f:
             return f.read()
 
-    return pick(BEFORE_DUMP), pick(PROPAGATED_DUMP), pick(SPMD_DUMP)
+    before, propagated, spmd = pick(BEFORE_DUMP), pick(PROPAGATED_DUMP), pick(SPMD_DUMP)
+    if before is None and propagated is None and spmd is None:
+        imported = pick(IMPORTED_DUMP)
+        if imported is not None:
+            return imported, imported, imported
+    if before is None or propagated is None or spmd is None:
+        raise RuntimeError(f"XLA's dumps lack a module before or after propagation: {files}")
+    return before, propagated, spmd
 
 
 def _first_line(e: BaseException) -> str:
