@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 GSPMDC  = $(VENV)/bin/gspmdc
 
-.PHONY: install test demo bench conformance clean
+.PHONY: install test demo bench conformance conformance-xla clean
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,13 @@ conformance: install
 	$(PY) -m gspmdc.conformance parse
 	$(PY) -m gspmdc.conformance propagate
 	$(PY) -m gspmdc.conformance partition
+
+# gspmdc against XLA itself (needs the [xla] extra, which install brings): CASES random modules from
+# SEED, each under both propagation option settings; figures, divergence classes, shrunk examples
+CASES ?= 200
+SEED  ?= 0
+conformance-xla: install
+	cd tests && nice ../$(PY) -m conformance.xla --cases $(CASES) --seed $(SEED)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

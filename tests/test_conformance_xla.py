@@ -153,3 +153,45 @@ ENTRY main {
         assert not answer.ok and answer.stage == "crash", answer
         assert "Check failed" in answer.error
         assert xla.partition(ok, 2, to_output=False, to_parameters=False).ok
+
+
+# ---- the CI sample: generated modules against XLA, today's figures as lower bounds -----------
+
+SAMPLE_MODULES = 100            # each under both option settings
+SAMPLE_SEED = 0
+#: today's figures per setting ("off": propagation to outputs/parameters off, "on": on); raise
+#: them as divergences get fixed (a ratchet). gspmdc's values must always agree.
+FLOORS = {
+    "off": {"instruction_agreement": 0.0, "module_agreement": 0.0, "bytes_not_more": 0.0},
+    "on": {"instruction_agreement": 0.0, "module_agreement": 0.0, "bytes_not_more": 0.0},
+}
+
+
+@pytest.fixture(scope="module")
+def sample_figures():
+    if not xla_available():
+        pytest.skip("needs the [xla] extra (jax, jaxlib)")
+    from conformance.oracle import XlaOracle
+    from conformance.sources import fuzz_cases
+    from conformance.xla import figures_by_setting, run_all
+    with XlaOracle() as xla:
+        results = run_all(fuzz_cases(SAMPLE_MODULES, SAMPLE_SEED), xla, SAMPLE_SEED)
+    return figures_by_setting(results)
+
+
+@pytest.mark.parametrize("setting", ["off", "on"])
+def test_sample_against_xla(sample_figures, setting, capsys):
+    figures = sample_figures[setting]
+    with capsys.disabled():
+        print(f"\nconformance-xla sample ({SAMPLE_MODULES} modules, seed {SAMPLE_SEED}), "
+              f"propagation to outputs/parameters {setting}:")
+        for line in figures.lines():
+            print("  " + line)
+    floors = FLOORS[setting]
+    assert figures.gspmdc_partitioned >= SAMPLE_MODULES // 2, "XLA partitioned too few modules"
+    assert figures.status["gspmdc-crashed"] == 0, figures.lines()
+    assert figures.values_compared > 0 and figures.gspmdc_value_agreement == 1.0, figures.lines()
+    assert figures.instruction_agreement >= floors["instruction_agreement"], figures.lines()
+    assert figures.module_agreement >= floors["module_agreement"], figures.lines()
+    not_more = 1 - figures.bytes_more / figures.bytes_compared if figures.bytes_compared else 1.0
+    assert not_more >= floors["bytes_not_more"], figures.lines()

@@ -47,12 +47,14 @@ SPMD_DUMP = ".after_spmd-partitioning."
 
 def configure(num_devices: int) -> None:
     """Set XLA's flags before jax is imported: N host devices, bf16 rounded after every op (as
-    gspmdc's interpreter does), the CPU platform."""
+    gspmdc's interpreter does), large constants written out in dumps, the CPU platform."""
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith(("--xla_force_host_platform_device_count",
-                                  "--xla_allow_excess_precision"))]
+                                  "--xla_allow_excess_precision",
+                                  "--xla_dump_large_constants"))]
     flags += [f"--xla_force_host_platform_device_count={num_devices}",
-              "--xla_allow_excess_precision=false"]
+              "--xla_allow_excess_precision=false",
+              "--xla_dump_large_constants=true"]      # `before` must keep every literal
     os.environ["XLA_FLAGS"] = " ".join(flags)
     os.environ["JAX_PLATFORMS"] = "cpu"
 
@@ -99,8 +101,8 @@ class XlaCompiler:
         return xla_bridge.get_backend("cpu").compile_and_load(stablehlo, devices, options)
 
     def run(self, executable, inputs: list, output_shapes: list) -> list:
-        """The executable on global `inputs` placed by its parameter shardings; the global
-        outputs (of `output_shapes`, the result's leaves) assembled by its output shardings.
+        """The executable on global `inputs` placed by its parameter shardings (replicated when it
+        has none: XLA did not partition a module without shardings); the global outputs (of `output_shapes`, the result's leaves) assembled by its output shardings.
 
         XLA takes an unevenly sharded parameter as equal padded shards (each dim rounded up to
         a multiple of its tile count): inputs are padded with garbage (`_garbage`: the
@@ -109,7 +111,7 @@ class XlaCompiler:
         import numpy as np
         from jax._src.sharding_impls import GSPMDSharding
         jax = self.jax
-        shardings = executable.get_parameter_shardings()
+        shardings = executable.get_parameter_shardings() or [_replicated()] * len(inputs)
         if len(shardings) != len(inputs):
             raise RuntimeError(f"XLA's executable takes {len(shardings)} arguments, "
                                f"{len(inputs)} given")
@@ -122,7 +124,8 @@ class XlaCompiler:
                                                        lambda index, v=padded: v[index]))
         results = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
         return [self._assemble(pieces, sharding, shape) for pieces, sharding, shape
-                in zip(results, executable.get_output_shardings(), output_shapes)]
+                in zip(results, executable.get_output_shardings() or [_replicated()] * len(results),
+                       output_shapes)]
 
     def _assemble(self, pieces, op_sharding, dims):
         """The global output from its per-device pieces: each piece at the place of its tile in
@@ -164,6 +167,11 @@ class XlaCompiler:
                         "before": before, "propagated": propagated, "spmd": spmd}
         return {"ok": True, "before": before, "propagated": propagated, "spmd": spmd,
                 "outputs": outputs}
+
+
+def _replicated():
+    from jax._src.lib import xla_client as xc
+    return xc.HloSharding.replicate().to_proto()
 
 
 def _padded_dims(dims, sharding) -> tuple:
