@@ -189,7 +189,7 @@ def test_sample_against_xla(sample_figures, setting, capsys):
         for line in figures.lines():
             print("  " + line)
     floors = FLOORS[setting]
-    assert figures.gspmdc_partitioned >= SAMPLE_MODULES // 2, "XLA partitioned too few modules"
+    assert figures.xla_partitioned >= SAMPLE_MODULES // 2, "XLA partitioned too few modules"
     assert figures.status["gspmdc-crashed"] == 0, figures.lines()
     assert figures.values_compared > 0 and figures.gspmdc_value_agreement == 1.0, figures.lines()
     assert figures.instruction_agreement >= floors["instruction_agreement"], figures.lines()

@@ -52,7 +52,8 @@ class CaseResult:
     - "xla-rejected": XLA refused the module (the case is not counted);
     - "gspmdc-rejected": XLA partitioned it, gspmdc stopped with a clear error (a divergence);
     - "gspmdc-crashed": gspmdc failed with an internal error (a divergence);
-    - "xla-crashed": XLA's process died or timed out (the case is not counted).
+    - "xla-crashed": XLA's process died or timed out (the case is not counted);
+    - "skipped": one partition: XLA neither propagates nor partitions (not counted).
     `values`: "compared" or "not run: <why>"; `value_mismatch` maps "gspmdc" and "XLA" to what
     differs from the reference interpreter (or why its run failed) where it does."""
 
@@ -209,7 +210,9 @@ def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = Tru
 
 def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | CaseResult:
     """gspmdc's parse of the case and its random inputs (`seed`); a CaseResult when gspmdc
-    cannot parse it."""
+    cannot parse it or there is nothing to compare."""
+    if case.num_partitions < 2:
+        return CaseResult(case, "skipped", "one partition: XLA neither propagates nor partitions")
     try:
         original = api.parse(case.text, case.name)
     except GspmdcError as e:

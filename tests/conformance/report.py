@@ -98,7 +98,7 @@ class Figures:
     def add(self, r: CaseResult) -> None:
         self.cases += 1
         self.status[r.status] += 1
-        if r.status in ("xla-rejected", "xla-crashed"):
+        if r.status in ("xla-rejected", "xla-crashed", "skipped"):
             return
         compared = r.compared_shardings
         self.instructions += len(compared)
@@ -125,9 +125,10 @@ class Figures:
             self.classes[c] += 1
 
     @property
-    def gspmdc_partitioned(self) -> int:
+    def xla_partitioned(self) -> int:
         """Cases XLA partitioned."""
-        return self.cases - self.status["xla-rejected"] - self.status["xla-crashed"]
+        return self.cases - self.status["xla-rejected"] - self.status["xla-crashed"] - \
+            self.status["skipped"]
 
     def percent(self, part: int, whole: int) -> str:
         return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
@@ -149,8 +150,9 @@ class Figures:
     def lines(self) -> list[str]:
         s = self.status
         return [
-            f"cases: {self.cases}; XLA partitioned {self.gspmdc_partitioned} "
-            f"(rejected {s['xla-rejected']}, crashed {s['xla-crashed']}); of those gspmdc "
+            f"cases: {self.cases} ({s['skipped']} with one partition skipped); XLA partitioned "
+            f"{self.xla_partitioned} (rejected {s['xla-rejected']}, crashed "
+            f"{s['xla-crashed']}); of those gspmdc "
             f"rejected {s['gspmdc-rejected']}, crashed {s['gspmdc-crashed']}",
             f"shardings: {self.percent(self.instructions_agreeing, self.instructions)} of "
             f"{self.instructions} instructions agree; "
