@@ -98,16 +98,16 @@ def collective_bytes(spmd_text: str, num_partitions: int) -> float | None:
 
 
 def _gspmdc_compile(text: str, case: Case) -> tuple[str | None, Module]:
-    """gspmdc's pipeline with the case's propagation options: the module text right after the
-    `propagate` pass (None if it did not get there) and the SPMD module."""
-    from gspmdc.passes.pass_manager import run_pipeline
-    from gspmdc.passes.spmd import spmd_pipeline
+    """gspmdc's partitioner pipeline (`gspmdc compile`'s) with the case's propagation options:
+    the module text right after the `propagate` pass (None if it did not get there) and the SPMD
+    module."""
+    from gspmdc.passes.pass_manager import PassContext, run_pipeline
+    from gspmdc.passes.pipeline import partitioner_pipeline
     module = api.parse(text, case.name)
-    module.attrs["num_partitions"] = case.num_partitions
     passes = [dataclasses.replace(p, propagate_to_output=(case.propagate_to_output,),
                                   propagate_to_parameters=(case.propagate_to_parameters,),
                                   record_origins=False)
-              if p.name == "propagate" else p for p in spmd_pipeline(case.num_partitions)]
+              if p.name == "propagate" else p for p in partitioner_pipeline()]
     propagated: list[str] = []
 
     def after(index, pass_, result, seconds):
@@ -115,7 +115,7 @@ def _gspmdc_compile(text: str, case: Case) -> tuple[str | None, Module]:
             propagated.append(api.to_text(result))
 
     try:
-        spmd = run_pipeline(module, passes, after)
+        spmd = run_pipeline(PassContext(case.num_partitions), module, passes, after)
     except Exception as e:
         e.propagated_text = propagated[0] if propagated else None
         raise
@@ -124,7 +124,7 @@ def _gspmdc_compile(text: str, case: Case) -> tuple[str | None, Module]:
 
 def _values_skipped(module: Module) -> str | None:
     from gspmdc.conformance import largest_value_bytes, multiply_adds
-    from gspmdc.runtime.job import why_no_reference
+    from gspmdc.prepare import why_no_reference
     reason = why_no_reference(module)
     if reason is not None:
         return reason

@@ -18,7 +18,7 @@ SETTINGS = ((False, False), (True, True))
 def _devices_named(text: str) -> int:
     from gspmdc import api
     from gspmdc.errors import GspmdcError
-    from gspmdc.runtime.job import devices_named_by_shardings
+    from gspmdc.prepare import devices_named_by_shardings
     try:
         return devices_named_by_shardings(api.parse(text, verify=False))
     except GspmdcError:
