@@ -162,9 +162,9 @@ SAMPLE_SEED = 0
 #: today's figures per setting ("off": propagation to outputs/parameters off, "on": on), rounded
 #: down; raise them as divergences get fixed (a ratchet), re-measure them when the generator
 #: changes the sample. gspmdc's values must always agree with the reference.
-FLOORS = {   # measured: off 99.3% / 92.4% / 73 of 77; on 92.1% / 35.4% / 65 of 76
-    "off": {"instruction_agreement": 0.992, "module_agreement": 0.92, "bytes_not_more": 0.94},
-    "on": {"instruction_agreement": 0.92, "module_agreement": 0.35, "bytes_not_more": 0.85},
+FLOORS = {   # measured: off 99.4% / 94.7% / 70 of 74; on 92.1% / 34.7% / 62 of 73
+    "off": {"instruction_agreement": 0.993, "module_agreement": 0.94, "bytes_not_more": 0.94},
+    "on": {"instruction_agreement": 0.92, "module_agreement": 0.34, "bytes_not_more": 0.84},
 }
 
 
