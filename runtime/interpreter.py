@@ -33,7 +33,9 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
              partition_id: int | None = None, on_step: StepHook | None = None,
              on_enter: EnterHook | None = None) -> Any:
     """Evaluate the entry computation of `module` on `args` (one value per entry parameter, in
-    parameter-number order) and return the root's value.
+    parameter-number order) and return the root's value. An array argument may be an ndarray
+    subclass (a memory map of an input file): it is taken as a plain ndarray view, the only kind
+    of array value kernels see and must return.
 
     `backend` performs collectives (default: a `SinglePartitionBackend`); `partition_id`, when
     given, must equal the backend's. `on_step`, when given, is called after every instruction (in
@@ -181,7 +183,7 @@ class _Plan:
                         value = _as_array(value, comp, inst)
                     if value.shape != dims or value.dtype != dtype:
                         _raise_mismatch(value, comp, inst)
-                elif not _conforms(value, inst.shape):
+                elif _difference(value, inst.shape) is not None:
                     _raise_mismatch(value, comp, inst)
                 values[out] = value
                 for s in release:
@@ -209,19 +211,45 @@ def _as_array(value: Any, comp: Computation, inst: Instruction) -> np.ndarray:
     _raise_mismatch(value, comp, inst)
 
 
-def _conforms(value: Any, shape: Shape) -> bool:
+def _difference(value: Any, shape: Shape) -> str | None:
+    """How a kernel's result `value` differs from a value of `shape` (None: it conforms). Array
+    results are plain `np.ndarray`s: the kernels and the backends count on numpy's own operators
+    and memory, which subclasses (memory maps, masked arrays, matrices) change."""
     if isinstance(shape, TupleShape):
-        return (isinstance(value, tuple) and len(value) == len(shape.elements)
-                and all(_conforms(v, s) for v, s in zip(value, shape.elements)))
+        if not isinstance(value, tuple):
+            return f"{_describe(value)} instead of a tuple"
+        if len(value) != len(shape.elements):
+            return f"a tuple of {len(value)} elements instead of {len(shape.elements)}"
+        for i, (v, s) in enumerate(zip(value, shape.elements)):
+            inner = _difference(v, s)
+            if inner is not None:
+                return f"{inner} in tuple element {i}"
+        return None
     if shape.is_token:
-        return isinstance(value, Token)
-    return (type(value) is np.ndarray and value.shape == shape.dims
-            and value.dtype == dtypes.numpy_dtype(shape.element_type))
+        return None if isinstance(value, Token) else f"{_describe(value)} instead of a token"
+    if not isinstance(value, np.ndarray):
+        return f"a {type(value).__name__} instead of an array"
+    if type(value) is not np.ndarray:
+        return f"a {type(value).__name__} (an ndarray subclass) instead of a numpy.ndarray"
+    if value.shape != shape.dims:
+        return f"shape {list(value.shape)} instead of {list(shape.dims)}"
+    want = dtypes.numpy_dtype(shape.element_type)
+    if value.dtype != want:
+        return f"element type {_element_type_name(value.dtype)} instead of {shape.element_type}"
+    return None
 
 
 def _raise_mismatch(value: Any, comp: Computation, inst: Instruction):
     raise RuntimeFailure(f"{comp.name}/{inst.name}: the {inst.opcode} kernel produced "
-                         f"{_describe(value)}, the instruction's shape is {inst.shape}")
+                         f"{_difference(value, inst.shape)} (the instruction's shape is "
+                         f"{inst.shape})")
+
+
+def _element_type_name(dtype: np.dtype) -> str:
+    try:
+        return dtypes.element_type_of(dtype)
+    except KeyError:
+        return str(dtype)
 
 
 def _describe(value: Any) -> str:
@@ -230,11 +258,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, Token):
         return "token[]"
     if isinstance(value, (np.ndarray, np.generic)):
-        try:
-            name = dtypes.element_type_of(value.dtype)
-        except KeyError:
-            name = str(value.dtype)
-        return f"{name}[{','.join(map(str, np.shape(value)))}]"
+        return f"{_element_type_name(value.dtype)}[{','.join(map(str, np.shape(value)))}]"
     return f"a {type(value).__name__}"
 
 
@@ -262,4 +286,4 @@ def _check_argument(value: Any, shape: Shape, where: str) -> Any:
     if (not isinstance(value, np.ndarray) or value.shape != shape.dims
             or value.dtype != dtypes.numpy_dtype(shape.element_type)):
         raise GspmdcError(f"{where}: expected {shape.without_layout()}, got {_describe(value)}")
-    return value
+    return np.asarray(value)        # a plain ndarray view of a subclass (a memory map, ...)

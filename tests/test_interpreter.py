@@ -63,7 +63,8 @@ def test_kernel_failures_become_runtime_failures_naming_the_instruction():
 
 
 def test_results_that_contradict_the_instruction_shape_are_reported():
-    with pytest.raises(RuntimeFailure, match=r"produced s32\[2\], the instruction's shape is s32\[3\]"):
+    with pytest.raises(RuntimeFailure, match=r"slice kernel produced shape \[2\] instead of "
+                                             r"\[3\] \(the instruction's shape is s32\[3\]\)"):
         single_op("slice", ("s32", (3,)), [np.arange(6, dtype=np.int32)], slice=(SliceDim(0, 2),))
 
 
