@@ -10,7 +10,10 @@ import sys
 
 from gspmdc import __version__
 from gspmdc.commands import COMMANDS
-from gspmdc.errors import EXIT_OK, EXIT_RUNTIME, GspmdcError
+from gspmdc.errors import EXIT_OK, EXIT_RUNTIME, GspmdcError, InternalError
+
+#: how an internal error ends: the user can do nothing about it but report it
+_BUG_HINT = "(this is a bug in gspmdc; rerun with --traceback for details)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
+    except InternalError as e:
+        if args.traceback:
+            raise
+        print(f"gspmdc: internal error: {e}\n{_BUG_HINT}", file=sys.stderr)
+        return e.exit_code
     except GspmdcError as e:
         print(f"gspmdc: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -48,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # an internal bug: report it as one message, not a traceback
         if args.traceback:
             raise
-        print(f"gspmdc: internal error: {type(e).__name__}: {e}\n"
-              "(this is a bug in gspmdc; rerun with --traceback for details)", file=sys.stderr)
+        print(f"gspmdc: internal error: {type(e).__name__}: {e}\n{_BUG_HINT}", file=sys.stderr)
         return EXIT_RUNTIME
 
 

@@ -46,6 +46,13 @@ class UnsupportedError(GspmdcError):
     """A valid HLO feature that gspmdc does not implement (I/O ops, elided constants, ...)."""
 
 
+class InternalError(GspmdcError):
+    """An inconsistency inside gspmdc (a bug, whatever the input): reported as an internal
+    error, exit code 3, never as bad input."""
+
+    exit_code = EXIT_RUNTIME
+
+
 class RuntimeFailure(GspmdcError):
     """Execution failed (a kernel raised, a rank died, a timeout)."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspmdc.errors import GspmdcError
+from gspmdc.errors import InternalError
 from gspmdc.ir.attributes import RawAttr
 from gspmdc.ir.module import Computation, Module
 from gspmdc.ir.shapes import compatible
@@ -66,8 +66,8 @@ def _lower(module: Module, comp: Computation, pass_ctx: PassContext) -> None:
         local = rule_for(inst, module.computations).lower(inst, ctx)
         expected = inst.sharding.shard_shape(inst.shape)
         if not compatible(local.shape, expected):
-            raise GspmdcError(f"internal error: lowering {inst.name} ({inst.opcode}) gave "
-                              f"{local.shape}, expected the shard shape {expected}")
+            raise InternalError(f"lowering {inst.name} ({inst.opcode}) gave {local.shape}, "
+                                f"expected the shard shape {expected}")
         ctx.local[inst] = local
     comp.instructions = b.instructions
     root_sharding = comp.root.sharding

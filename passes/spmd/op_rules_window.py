@@ -358,12 +358,23 @@ class SliceRule(WindowRule):
     def lower(self, inst, ctx: LowerContext):
         if not _partial(inst):
             return super().lower(inst, ctx)
+        # the dims the tiling leaves whole are sliced locally first (with their strides: the
+        # masked window cuts contiguous ranges only); the window then takes them whole
+        b = ctx.builder
         operand = inst.operands[0]
         tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices)
         slices = inst.attr("slice")
-        starts = [ctx.builder.constant(s.start, "s32") for s in slices]
-        return masked_window(inst, ctx, ctx.local[operand], starts,
-                             [s.limit - s.start for s in slices], tiling,
+        whole = [tiling.counts[d] == 1 for d in range(len(slices))]
+        local = ctx.local[operand]
+        if any(w and (s.start, s.limit, s.stride) != (0, n, 1)
+               for w, s, n in zip(whole, slices, operand.shape.dims)):
+            cut = tuple(s if w else SliceDim(0, n)
+                        for w, s, n in zip(whole, slices, local.shape.dims))
+            local = b.add("slice", local.shape.with_dims([len(range(c.start, c.limit, c.stride))
+                                                          for c in cut]), [local], {"slice": cut})
+        starts = [b.constant(0 if w else s.start, "s32") for w, s in zip(whole, slices)]
+        sizes = [n if w else s.limit - s.start for w, s, n in zip(whole, slices, local.shape.dims)]
+        return masked_window(inst, ctx, local, starts, sizes, tiling,
                              _sliced_tiled_dims(inst, tiling))
 
 
