@@ -219,6 +219,8 @@ class ConvolutionRule(OpRule):
         return [ConvDims.planned(inst, kernel).halo_plans(tiling), {}]
 
     def lower(self, inst, ctx: LowerContext):
+        if inst.sharding.kind == "maximal":           # whole operands on one device
+            return clone(inst, ctx)
         lhs_op, rhs_op = inst.operands
         lhs, rhs = ctx.operands(inst)
         lt = Tiling.from_sharding(lhs_op.sharding, lhs_op.shape.rank, ctx.num_devices)
