@@ -62,3 +62,27 @@ def test_explain_a_collective_of_a_compiled_module(tmp_path, capsys):
     assert lines[1].startswith("why: the local dot leaves partial results")
     assert "w2  {devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}  ← user annotation" in \
         [line.strip() for line in lines]
+
+
+DEAD_SOURCE = """HloModule m, num_partitions=2
+ENTRY e {
+  p = f32[8,4] parameter(0)
+  n = f32[8,4] negate(p)
+  dead = f32[8,4] copy(n), sharding={devices=[2,1]<=[2]}
+  ROOT r = f32[8,4] add(n, n), sharding={replicated}
+}
+"""
+
+
+def test_explain_a_collective_whose_origin_chain_passes_a_removed_instruction(tmp_path, capsys):
+    """`n` takes its sharding from the unused `dead`, which the partitioner's cleanup removes:
+    the chain says what happened to it instead of failing."""
+    source, out = tmp_path / "dead.hlo", tmp_path / "spmd.hlo"
+    source.write_text(DEAD_SOURCE)
+    assert main(["compile", str(source), "-n", "2", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(out), "all-gather"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    at = lines.index("n  {devices=[2,1]<=[2]}  ← backward from dead via elementwise (level 0)")
+    assert lines[at + 1].startswith("dead  ← no longer in the module: it was removed after "
+                                    "propagation")

@@ -87,3 +87,29 @@ def test_existing_frontend_attributes_are_kept():
         "b = f32[4,8] copy(q)", 'b = f32[4,8] copy(q), frontend_attributes={keep="1"}'), "<t>"))
     attrs = find(module, "b").attrs["frontend_attributes"]
     assert attrs.get("keep") == "1" and attrs.get("sharding_origin")
+
+
+def test_a_source_or_computation_no_longer_in_the_module_ends_the_chain():
+    module = parse_module("""HloModule m
+ENTRY e {
+  p = f32[8] parameter(0), sharding={devices=[2]<=[2]}
+  a = f32[8] negate(p), sharding={devices=[2]<=[2]}, frontend_attributes={sharding_origin="forward|elementwise|gone@0|0|"}
+  b = f32[8] negate(p), sharding={devices=[2]<=[2]}, frontend_attributes={sharding_origin="forward|call|inlined:x@1|0|"}
+  ROOT r = (f32[8], f32[8]) tuple(a, b)
+}""")
+    assert explain(module, "a")[1].startswith("gone  ← no longer in the module: it was removed")
+    assert explain(module, "b")[1].startswith("x  ← no longer in the module: its computation "
+                                              "inlined was removed")
+
+
+def test_recorded_origins_that_loop_end_the_chain():
+    """Hand-edited attributes whose sources lead back to each other: the chain ends (no hang)."""
+    module = parse_module("""HloModule m
+ENTRY e {
+  p = f32[8] parameter(0)
+  a = f32[8] negate(p), sharding={devices=[2]<=[2]}, frontend_attributes={sharding_origin="forward|elementwise|b@0|0|"}
+  ROOT b = f32[8] negate(a), sharding={devices=[2]<=[2]}, frontend_attributes={sharding_origin="forward|elementwise|a@0|0|"}
+}""")
+    lines = explain(module, "a")
+    assert [line.split()[0] for line in lines] == ["a", "b", "a"]
+    assert lines[-1].endswith("(the recorded origins lead back here: a cycle)")

@@ -87,12 +87,19 @@ class Provenance:
     # ---- explaining -----------------------------------------------------------------------
 
     def chain(self, module: Module, key: Key, max_steps: int | None = None) -> list[str]:
-        """The origin chain of `key`'s current sharding, one step a line."""
+        """The origin chain of `key`'s current sharding, one step a line. The chain stops at a
+        user annotation, at a source that is no longer in the module (the partitioner removes
+        instructions after propagation: the line says so), and where a hand-edited
+        `sharding_origin` would lead back to a step already shown."""
         lines: list[str] = []
         version: int | None = None
+        seen: set[tuple[Key, int]] = set()
         while max_steps is None or len(lines) < max_steps:
             comp, name = key
-            inst = module.computations[comp].instruction(name)
+            inst = _instruction(module, comp, name)
+            if inst is None:
+                lines.append(f"{name}  ← {_removed(module, comp)}")
+                break
             steps = self.history.get(key)
             if not steps:
                 if inst.sharding is None:
@@ -101,6 +108,10 @@ class Provenance:
                     lines.append(f"{name}  {_text(inst.sharding)}  ← user annotation")
                 break
             index = len(steps) - 1 if version is None else min(version, len(steps) - 1)
+            if (key, index) in seen:
+                lines.append(f"{name}  ← (the recorded origins lead back here: a cycle)")
+                break
+            seen.add((key, index))
             step = steps[index]
             sharding = step.sharding if index < len(steps) - 1 or step.sharding is not None \
                 else inst.sharding
@@ -109,6 +120,21 @@ class Provenance:
                 break
             key, version = step.sources[0]
         return lines
+
+
+def _instruction(module: Module, comp: str, name: str) -> Instruction | None:
+    computation = module.computations.get(comp)
+    if computation is None:
+        return None
+    return next((inst for inst in computation.instructions if inst.name == name), None)
+
+
+def _removed(module: Module, comp: str) -> str:
+    """What the chain says of a source that is gone."""
+    where = "it" if comp in module.computations else f"its computation {comp}"
+    return (f"no longer in the module: {where} was removed after propagation (the partitioner "
+            "folds instructions into equal or simpler ones and drops unused ones), so its own "
+            "origin is not recorded here")
 
 
 def _text(s: HloSharding | None) -> str:
