@@ -5,6 +5,8 @@ import argparse
 
 from gspmdc.errors import EXIT_OK
 
+from .arguments import non_negative_int, output_file
+
 
 def cmd_parse(args: argparse.Namespace) -> int:
     """Parse, verify and print a module canonically."""
@@ -36,7 +38,8 @@ def register(sub) -> None:
     p = sub.add_parser("parse", help="check a module and print it in canonical HLO text",
                        description=cmd_parse.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-o", "--output", help="write the canonical text here instead of stdout")
+    p.add_argument("-o", "--output", type=output_file,
+                   help="write the canonical text here instead of stdout")
     p.add_argument("--no-verify", action="store_true", help="skip the shape/sharding verifier")
     p.set_defaults(run=cmd_parse)
 
@@ -44,8 +47,9 @@ def register(sub) -> None:
                        description=cmd_eval.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
     p.add_argument("--inputs", help="npz file with arg0, arg1, ... (by parameter number)")
-    p.add_argument("--outputs", help="write out0, out1, ... (one per tuple element of the root) here")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--outputs", type=output_file,
+                   help="write out0, out1, ... (one per tuple element of the root) here")
+    p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed for random inputs when --inputs is not given (default 0)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
     p.set_defaults(run=cmd_eval)

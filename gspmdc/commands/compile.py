@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from gspmdc.errors import EXIT_OK, GspmdcError
+from gspmdc.errors import EXIT_OK
+
+from .arguments import non_negative_int, output_directory, output_file, positive_int
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -14,8 +16,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     --windowed-einsum-threshold BYTES turns big dots into windowed einsums."""
     from gspmdc import api
     from gspmdc.passes.pipeline import compile_spmd
-    if args.num_partitions < 1:
-        raise GspmdcError(f"-n must be positive, got {args.num_partitions}")
     module = api.load(args.file)
     spmd = compile_spmd(module, args.num_partitions, dump_dir=args.dump_dir,
                         time_passes=args.time_passes, propagate=not args.no_propagate,
@@ -28,16 +28,18 @@ def register(sub) -> None:
     p = sub.add_parser("compile", help="partition a module into one SPMD program for N partitions",
                        description=cmd_compile.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-n", "--num-partitions", type=int, required=True, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=positive_int, required=True, metavar="N",
                    help="number of partitions")
-    p.add_argument("-o", "--output", help="write the SPMD module here instead of stdout")
-    p.add_argument("--dump-dir", metavar="DIR",
+    p.add_argument("-o", "--output", type=output_file,
+                   help="write the SPMD module here instead of stdout")
+    p.add_argument("--dump-dir", metavar="DIR", type=output_directory,
                    help="write the module after every pass to DIR/NNN.<pass>.hlo")
     p.add_argument("--time-passes", action="store_true",
                    help="print each pass's wall time to stderr")
     p.add_argument("--no-propagate", action="store_true",
                    help="skip sharding propagation: unsharded instructions are replicated")
-    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
+                   metavar="BYTES",
                    help="run dots whose all-gathered operand or reduce-scattered result "
                         "has at least BYTES bytes as windowed einsums (loops of partial "
                         "dots and collective-permutes; default: never)")

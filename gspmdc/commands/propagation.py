@@ -6,6 +6,8 @@ import argparse
 
 from gspmdc.errors import EXIT_OK
 
+from .arguments import output_file, positive_int
+
 
 def cmd_propagate(args: argparse.Namespace) -> int:
     """Give every instruction that can be partitioned a sharding (XLA's sharding propagation) and
@@ -51,7 +53,8 @@ def register(sub) -> None:
     p = sub.add_parser("propagate", help="complete the shardings of a module (XLA's propagation)",
                        description=cmd_propagate.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-o", "--output", help="write the propagated module here instead of stdout")
+    p.add_argument("-o", "--output", type=output_file,
+                   help="write the propagated module here instead of stdout")
     p.add_argument("--propagate-to-output", default="false", metavar="LIST",
                    help="may propagation set the entry's output sharding: true/false, or one per "
                         "output tuple element, comma-separated (default false)")
@@ -64,5 +67,6 @@ def register(sub) -> None:
                        description=cmd_explain.__doc__)
     p.add_argument("file", help="HLO text file: original, propagated, or compiled (SPMD)")
     p.add_argument("instruction", help="instruction name (computation:name when names repeat)")
-    p.add_argument("-n", type=int, default=None, metavar="N", help="show at most N lines")
+    p.add_argument("-n", type=positive_int, default=None, metavar="N",
+                   help="show at most N lines")
     p.set_defaults(run=cmd_explain)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from gspmdc.errors import GspmdcError
 from gspmdc.runtime.backends.mpi import WAIT_MODES
+
+from .arguments import non_negative_int, output_file, positive_float, positive_int
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -21,10 +22,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gspmdc.runtime import launcher, rank
     from gspmdc.runtime.job import RunOptions, execute_local
     started_at = time.time()
-    if args.timeout is not None and args.timeout <= 0:
-        raise GspmdcError(f"--timeout must be positive, got {args.timeout:g}")
-    if args.num_partitions is not None and args.num_partitions < 1:
-        raise GspmdcError(f"-n must be positive, got {args.num_partitions}")
     options = RunOptions(num_partitions=args.num_partitions, inputs=_absolute(args.inputs),
                          seed=args.seed, outputs=_absolute(args.outputs), check=args.check,
                          profile=args.profile, timeout=args.timeout,
@@ -62,15 +59,16 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a program on N partitions (MPI ranks or local threads)",
                        description=cmd_run.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
     p.add_argument("--backend", choices=("mpi", "local"), default="mpi",
                    help="mpi: one MPI rank per partition, started with mpiexec unless already "
                         "running under MPI (default); local: one thread per partition")
     p.add_argument("--inputs", help="npz file with the global inputs arg0, arg1, ...")
-    p.add_argument("--outputs", help="write the global outputs out0, out1, ... here")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--outputs", type=output_file,
+                   help="write the global outputs out0, out1, ... here")
+    p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the random inputs when --inputs is not given (default 0)")
     p.add_argument("--check", action="store_true",
                    help="compare the outputs with the unpartitioned program on one device "
@@ -78,7 +76,7 @@ def register(sub) -> None:
     p.add_argument("--profile", action="store_true",
                    help="print per-partition time in kernels, collectives and interpretation, "
                         "and the bytes each collective sends")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the whole job after S seconds (exit 3)")
     p.add_argument("--hostfile", metavar="FILE",
                    help="run the ranks on these hosts (MPICH hostfile: 'host:count' per line; "
@@ -100,7 +98,8 @@ def register(sub) -> None:
     p.add_argument("--garbage-padding", action="store_true",
                    help="pad uneven input shards with NaN / the integer maximum instead of zeros "
                         "(shows programs that read padding)")
-    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
+                   metavar="BYTES",
                    help="run dots whose all-gathered operand or reduce-scattered result "
                         "has at least BYTES bytes as windowed einsums (loops of partial "
                         "dots and collective-permutes; default: never)")

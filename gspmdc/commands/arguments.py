@@ -1,0 +1,88 @@
+"""Argument types of the subcommands: values checked while the command line is parsed, so a bad
+one is an argparse error (`gspmdc run: error: argument --seed: ...`, exit code 2) before any
+work starts.
+
+Numbers: `positive_int` (-n, counts), `non_negative_int` (--seed, byte thresholds),
+`positive_float` (--timeout). Paths: `output_file` (-o, --outputs: not a directory, in a
+directory that exists or can be created, writable) and `output_directory` (--dump-dir: a
+directory or a path where one can be created).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def output_file(text: str) -> str:
+    """A file gspmdc may create or replace: not a directory, and its directory (the nearest
+    one that exists, when the rest is to be created) is a directory gspmdc may write in.
+    Special files (`/dev/null`, `/dev/stdout`, a named pipe) are written in place."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give the name of a file")
+    if path.exists() and not path.is_file():
+        if not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(f"{text}: permission denied")
+        return text
+    _check_creatable(path.parent, text)
+    return text
+
+
+def output_directory(text: str) -> str:
+    """A directory gspmdc may write files in: one that exists, or a path where one can be
+    created."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    _check_creatable(path, text)
+    return text
+
+
+def _check_creatable(directory: Path, text: str) -> None:
+    """`directory` exists and is writable, or can be created (its nearest existing ancestor is
+    a writable directory)."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: cannot write in {existing} (permission "
+                                         "denied)")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+__all__ = ["positive_int", "non_negative_int", "positive_float", "output_file",
+           "output_directory"]
