@@ -82,7 +82,14 @@ def dump_callback(dump_dir, time_passes: bool, module: Module) -> PipelineCallba
     `000.input.hlo` (the module as given) at once."""
     directory = None if dump_dir is None else Path(dump_dir)
     if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise GspmdcError(f"the dump directory {directory} exists and is not a "
+                              "directory") from None
+        except OSError as e:
+            raise GspmdcError(f"cannot create the dump directory {directory}: "
+                              f"{e.strerror}") from None
         _dump(directory / "000.input.hlo", module)
 
     def after(index, pass_, result, seconds):
