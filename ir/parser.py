@@ -33,7 +33,7 @@ from lark.parsers.lalr_analysis import Shift
 
 from gspmdc.errors import GspmdcError, HloSyntaxError, ShardingError
 
-from . import dtypes
+from . import dtypes, limits
 from .attributes import (
     COMPUTATION_ATTRIBUTES, ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList,
     Literal, PadDim, RawAttr, ReplicaGroups, SliceDim, Window, WindowDim,
@@ -409,7 +409,11 @@ class _Records(Transformer):
             raise _Problem(e.message, *_position(token, e.offset)) from None
 
     def tuple_shape(self, children):
-        return TupleShape(tuple(children))
+        shape = TupleShape(tuple(children[1:]))
+        problem = _nesting_problem(shape)
+        if problem is not None:
+            raise _at(children[0], problem)
+        return shape
 
     # ---- literals -----------------------------------------------------------------------------
 
@@ -690,13 +694,36 @@ def _array_shape(text: str) -> ArrayShape:
             word = part.strip()
             if word.isascii() and word.isdigit():
                 dims.append(int(word))
+                if dims[-1] > limits.MAX_SIZE:
+                    raise _ShapeTextError(f"dimension size {word} is more than the largest "
+                                          f"size, 2^63-1", offset + part.index(word))
             else:
                 at = offset + part.index(word) if word else offset
                 if word.startswith("<=") or word == "?":
                     raise _ShapeTextError(f"dynamic dimension '{word}' is not supported", at)
                 raise _ShapeTextError(f"expected a dimension size, found '{word}'", at)
             offset += len(part) + 1
+    problem = limits.size_problem(tuple(dims), dtypes.byte_width(element_type))
+    if problem is not None:
+        raise _ShapeTextError(f"{text.split('{')[0]}: {problem}", 0)
     return ArrayShape(element_type, tuple(dims), layout)
+
+
+def _nesting_problem(shape: Shape) -> str | None:
+    depth = shape.tuple_depth
+    if depth <= limits.MAX_TUPLE_DEPTH:
+        return None
+    return (f"tuple shapes nest {depth} levels deep here; gspmdc accepts at most "
+            f"{limits.MAX_TUPLE_DEPTH}")
+
+
+def _shape_problem(shape: Shape) -> str | None:
+    """Why an inferred shape is beyond the limits of `limits.py`, or None."""
+    problem = _nesting_problem(shape)
+    for leaf in shape.leaves():
+        if problem is None:
+            problem = limits.size_problem(leaf.dims, dtypes.byte_width(leaf.element_type))
+    return problem
 
 
 def _position(token: Token, offset: int) -> tuple[int, int]:
@@ -748,6 +775,8 @@ def _replica_groups(spec) -> ReplicaGroups:
     """Materialise explicit / iota / mesh-axes replica groups (§1.9) as explicit groups."""
     kind = spec[0]
     if kind == "explicit":
+        if any(not 0 <= i <= limits.MAX_SIZE for group in spec[1] for i in group):
+            raise ValueError("ids must be integers in [0, 2^63-1]")
         return ReplicaGroups(spec[1])
     if kind == "iota":
         _, dims, reshape_dims, perm = spec
@@ -1014,8 +1043,9 @@ class _ModuleBuilder:
                 continue
             typed = value.typed
             if name in _HEADER_INTS:
-                if type(typed) is not int or typed < 1:
-                    raise _at(value.token, f"{name} must be a positive integer")
+                if type(typed) is not int or not 1 <= typed <= limits.MAX_SIZE:
+                    raise _at(value.token, f"{name} must be a positive integer (at most "
+                                           f"2^63-1)")
             elif name in _HEADER_BOOLS:
                 if type(typed) is not bool:
                     raise _at(value.token, f"{name} must be true or false")
@@ -1155,31 +1185,59 @@ class _ModuleBuilder:
         # imported here: shape inference pulls in every shape rule, needed only for omitted shapes
         from .shape_inference import infer_shape
         try:
-            return infer_shape(inst, module)
+            shape = infer_shape(inst, module)
         except GspmdcError as e:
             raise _at(text.opcode, f"cannot infer the shape of '{inst.name}' (give it "
                                    f"explicitly): {e}") from None
+        problem = _shape_problem(shape)
+        if problem is not None:
+            raise _at(text.opcode, f"cannot use the shape inferred for '{inst.name}': {problem}")
+        return shape
 
     def callee_first(self, module: Module) -> list[Computation]:
-        order, state = [], {}
-
-        def visit(comp: Computation, via: Token | None):
-            if state.get(comp.name) == "done":
-                return
-            if state.get(comp.name) == "active":
-                raise _at(via, f"computation '{comp.name}' calls itself")
-            state[comp.name] = "active"
-            for inst in comp.instructions:
-                for name, value in inst.attrs.items():
-                    if name in COMPUTATION_ATTRIBUTES:
-                        for ref in (value if isinstance(value, tuple) else (value,)):
-                            visit(module.computations[ref.name], self.attr_token(inst, name))
-            state[comp.name] = "done"
-            order.append(comp)
-
-        for comp in module.computations.values():
-            visit(comp, None)
+        """The computations, each after those it calls (a depth-first walk with an explicit
+        stack). Raises at the call site for a computation that calls itself, and where
+        computations nest deeper than `limits.MAX_COMPUTATION_DEPTH` levels."""
+        order: list[Computation] = []
+        height: dict[str, int] = {}          # levels nested in a computation, itself included
+        active: set[str] = set()
+        for start in module.computations.values():
+            if start.name in height:
+                continue
+            active.add(start.name)
+            stack = [(start, iter(self.calls(start)))]
+            while stack:
+                comp, pending = stack[-1]
+                step = next(pending, None)
+                if step is None:
+                    stack.pop()
+                    active.discard(comp.name)
+                    height[comp.name] = 1 + max((height[callee] for _, callee in
+                                                 self.calls(comp)), default=0)
+                    order.append(comp)
+                    continue
+                via, callee = step
+                if callee in active:
+                    raise _at(via, f"computation '{callee}' calls itself")
+                below = height.get(callee, 1)
+                if len(stack) + below > limits.MAX_COMPUTATION_DEPTH:
+                    raise _at(via, f"calling '{callee}' here nests computations more than "
+                                   f"{limits.MAX_COMPUTATION_DEPTH} levels deep (counting "
+                                   f"'{start.name}' and every computation down to the "
+                                   f"deepest); gspmdc accepts at most "
+                                   f"{limits.MAX_COMPUTATION_DEPTH}")
+                if callee not in height:
+                    active.add(callee)
+                    stack.append((module.computations[callee],
+                                  iter(self.calls(module.computations[callee]))))
         return order
+
+    def calls(self, comp: Computation) -> list[tuple[Token, str]]:
+        """(attribute token, callee name) of every computation `comp` calls."""
+        return [(self.attr_token(inst, name), ref.name)
+                for inst in comp.instructions for name, value in inst.attrs.items()
+                if name in COMPUTATION_ATTRIBUTES
+                for ref in (value if isinstance(value, tuple) else (value,))]
 
 
 def _computation_refs(typed, token: Token):

@@ -6,7 +6,7 @@ it while `==` (IR identity) does not.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Iterator, Union
 
@@ -41,6 +41,10 @@ class ArrayShape:
     def is_token(self) -> bool:
         return self.element_type == "token"
 
+    @property
+    def tuple_depth(self) -> int:
+        return 0
+
     def with_dims(self, dims) -> "ArrayShape":
         """Same element type, new dims, layout dropped (a derived shape has no layout of its own)."""
         return ArrayShape(self.element_type, tuple(int(d) for d in dims))
@@ -63,9 +67,15 @@ class ArrayShape:
 
 @dataclass(frozen=True, slots=True)
 class TupleShape:
-    """A tuple `(f32[2], (s32[], pred[]))`; `()` is the empty tuple."""
+    """A tuple `(f32[2], (s32[], pred[]))`; `()` is the empty tuple. `tuple_depth` is how many
+    tuple levels it nests (`((f32[2]))`: 2), known from construction."""
 
     elements: tuple["Shape", ...]
+    tuple_depth: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "tuple_depth",
+                           1 + max((e.tuple_depth for e in self.elements), default=0))
 
     @property
     def is_tuple(self) -> bool:
@@ -85,7 +95,9 @@ class TupleShape:
             yield from e.leaves()
 
     def without_layout(self) -> "TupleShape":
-        return TupleShape(tuple(e.without_layout() for e in self.elements))
+        elements = tuple(e.without_layout() for e in self.elements)
+        return self if all(a is b for a, b in zip(elements, self.elements)) else \
+            TupleShape(elements)
 
     def __str__(self) -> str:
         return "(" + ", ".join(str(e) for e in self.elements) + ")"

@@ -155,11 +155,17 @@ def _signature_attr(module: Module, name: str, num_params: int):
     if arrow < 0:
         raise GspmdcError(f"header attribute {name}: expected {{(parameter shapes)->result "
                           f"shape}}, got {text}")
-    params, result = parse_shape(body[:arrow].strip()), parse_shape(body[arrow + 2:].strip())
-    if not isinstance(params, TupleShape) or len(params.elements) != num_params:
-        raise GspmdcError(f"header attribute {name} lists {_count(params)} parameters, the entry "
+    listed = body[:arrow].strip()
+    if not (listed.startswith("(") and listed.endswith(")")):
+        raise GspmdcError(f"header attribute {name}: expected a (parenthesised) list of "
+                          f"parameter shapes, got {listed}")
+    # each parameter on its own: the list is no tuple value, and must not count as one more
+    # level of tuple nesting
+    params = [parse_shape(part) for part in _top_level_parts(listed[1:-1])]
+    if len(params) != num_params:
+        raise GspmdcError(f"header attribute {name} lists {len(params)} parameters, the entry "
                           f"computation has {num_params}")
-    return list(params.elements), result
+    return params, parse_shape(body[arrow + 2:].strip())
 
 
 def _same_dims(shapes: Sequence[Shape], others: Sequence[Shape]) -> bool:
@@ -179,8 +185,19 @@ def _top_level_arrow(text: str) -> int:
     return -1
 
 
-def _count(shape: Shape) -> int:
-    return len(shape.elements) if isinstance(shape, TupleShape) else 1
+def _top_level_parts(text: str) -> list[str]:
+    """`text` split at the commas outside brackets (no parts for blank text)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [] if len(parts) == 1 and not parts[0].strip() else [p.strip() for p in parts]
 
 
 def _array_if_singleton(shape: Shape, local: Shape) -> Shape:

@@ -41,17 +41,19 @@ def test_a_negative_seed_is_refused(program, capsys, command, seed):
     assert f"argument --seed: must be a non-negative integer, got {seed}" in err
 
 
+POSITIVE = "must be a positive integer (at most 2^63-1)"
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["compile", "{p}", "-n", "0"], "argument -n/--num-partitions: must be a positive integer, "
-                                    "got 0"),
-    (["run", "{p}", "-n", "-2"], "argument -n/--num-partitions: must be a positive integer, "
-                                 "got -2"),
+    (["compile", "{p}", "-n", "0"], f"argument -n/--num-partitions: {POSITIVE}, got 0"),
+    (["run", "{p}", "-n", "-2"], f"argument -n/--num-partitions: {POSITIVE}, got -2"),
+    (["run", "{p}", "-n", str(10**23)], f"argument -n/--num-partitions: {POSITIVE}, got 10"),
     (["run", "{p}", "--timeout", "0"], "argument --timeout: must be a positive number, got 0"),
     (["run", "{p}", "--timeout", "nan"], "argument --timeout: must be a positive number, got nan"),
     (["run", "{p}", "--timeout", "soon"], "argument --timeout: expected a number, got 'soon'"),
     (["compile", "{p}", "-n", "2", "--windowed-einsum-threshold", "-1"],
      "argument --windowed-einsum-threshold: must be a non-negative integer, got -1"),
-    (["explain", "{p}", "n", "-n", "0"], "argument -n: must be a positive integer, got 0"),
+    (["explain", "{p}", "n", "-n", "0"], f"argument -n: {POSITIVE}, got 0"),
     (["eval", "{p}", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
 ])
 def test_numbers_out_of_range(program, capsys, argv, message):

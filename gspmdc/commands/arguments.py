@@ -14,11 +14,16 @@ import math
 import os
 from pathlib import Path
 
+#: the largest count an option takes (XLA's counts are int64)
+MAX_COUNT = 2**63 - 1
+
 
 def positive_int(text: str) -> int:
+    """1 to 2^63-1 (XLA's counts are int64)."""
     value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (at most 2^63-1), "
+                                         f"got {text}")
     return value
 
 

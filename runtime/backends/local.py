@@ -200,8 +200,16 @@ def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
 
     threads = [threading.Thread(target=partition_main, args=(p,), daemon=True,
                                 name=f"gspmdc-partition-{p}") for p in range(n)]
-    for t in threads:
-        t.start()
+    for p, t in enumerate(threads):
+        try:
+            t.start()
+        except RuntimeError as e:              # the system's limit on threads
+            board.abort()
+            for started in threads[:p]:
+                started.join(_STOP_GRACE_SECONDS)
+            raise RuntimeFailure(f"cannot start the thread of partition {p} ({e}): the local "
+                                 f"backend runs one thread per partition, and {n} are too "
+                                 "many for this system; use --backend mpi") from None
     deadline = None if timeout is None else monotonic() + timeout
     with done:
         while finished[0] < n and not failures:
