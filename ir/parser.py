@@ -187,11 +187,13 @@ class _Span:
 @dataclass(frozen=True, slots=True)
 class _Value:
     """A generic attribute value: `typed` is the Python value when the text is a plain scalar or a
-    brace list of them (None otherwise); `span` covers the value's text."""
+    brace list of them nested at most `limits.MAX_TUPLE_DEPTH` levels (None otherwise: the value
+    stays verbatim); `span` covers the value's text; `depth` is its brace nesting."""
 
     typed: Any
     span: _Span
     token: Token
+    depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,14 +436,17 @@ class _Records(Transformer):
         end = last.span.end if isinstance(last, _Value) else last.end_pos
         if isinstance(head, _Value):
             span = _Span(head.span.start, end)
-            return _Value(head.typed if len(children) == 1 else None, span, head.token)
+            return _Value(head.typed if len(children) == 1 else None, span, head.token,
+                          head.depth)
         typed = _scalar(head) if len(children) == 1 else None
         return _Value(typed, _Span(head.start_pos, end), head)
 
     def group(self, children):
         opening, closing = children[0], children[-1]
-        typed = _brace_list(children[1:-1]) if opening.value == "{" else None
-        return _Value(typed, _Span(opening.start_pos, closing.end_pos), opening)
+        depth = 1 + max((c.depth for c in children if isinstance(c, _Value)), default=0)
+        typed = _brace_list(children[1:-1]) \
+            if opening.value == "{" and depth <= limits.MAX_TUPLE_DEPTH else None
+        return _Value(typed, _Span(opening.start_pos, closing.end_pos), opening, depth)
 
     def int_list(self, children):
         return tuple(int(t) for t in children)

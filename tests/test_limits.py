@@ -212,3 +212,33 @@ def test_too_many_partitions_for_threads_is_a_runtime_failure(monkeypatch):
     with pytest.raises(RuntimeFailure, match="cannot start the thread of partition 2 .* one "
                                              "thread per partition, and 4 are too many"):
         run_local(module, [[np.zeros(2, np.float32)]] * 4, 4)
+
+
+# ---- nesting elsewhere in the text ------------------------------------------------------------
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("where, text", [
+    ("array literal", "ROOT c = f32[1] constant(" + "{" * DEEP + "1" + "}" * DEEP + ")"),
+    ("tuple literal", "ROOT c = (f32[]) constant(" + "(" * DEEP + "1" + ")" * DEEP + ")"),
+    ("sharding", "ROOT p = f32[2] parameter(0), sharding=" + "{" * DEEP + "replicated" +
+     "}" * DEEP),
+    ("operand shape", "p = (f32[2]) parameter(0)\n  ROOT g = f32[2] get-tuple-element(" +
+     "(" * DEEP + "f32[2]" + ")" * DEEP + " p), index=0"),
+])
+def test_deep_nesting_in_other_places_is_refused_cleanly(tmp_path, capsys, where, text):
+    for command in (["parse"], ["compile", "-n", "2"]):
+        refused(capsys, tmp_path, f"HloModule m\nENTRY e {{\n  {text}\n}}\n", command)
+
+
+@pytest.mark.parametrize("depth", [limits.MAX_TUPLE_DEPTH, limits.MAX_TUPLE_DEPTH + 1, DEEP])
+def test_a_deeply_nested_attribute_value_is_kept_verbatim(tmp_path, capsys, depth):
+    """Unknown attributes are printed back as written; nesting beyond the limit keeps the value
+    as text instead of a nested Python value."""
+    value = "{" * depth + "x" + "}" * depth
+    path = tmp_path / "p.hlo"
+    path.write_text(f"HloModule m\nENTRY e {{\n  ROOT p = f32[2] parameter(0), foo={value}\n}}\n")
+    for command in (["parse"], ["compile", "-n", "2"], ["propagate"]):
+        assert main([*command, str(path)]) == 0
+        assert f"foo={value}" in capsys.readouterr().out
