@@ -79,7 +79,7 @@ def find_mpiexec(override: str | None = None) -> str:
         raise GspmdcError(f"mpiexec not found at {path}; install the MPI extra "
                           "(pip install 'gspmdc[mpi]'), pass --mpiexec PATH, or use "
                           "--backend local")
-    return str(path)
+    return str(path.absolute())     # a relative path is not looked up in $PATH
 
 
 def hostfile_hosts(path: str) -> list[str]:
@@ -265,7 +265,8 @@ class _Session:
         status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
         missing = self._never_connected()
         if len(missing) == self.job.num_partitions:
-            return self._fail(f"mpiexec failed ({status}) before any rank started")
+            return self._fail(f"mpiexec failed ({status}) before any rank started; the launcher "
+                              f"was {self.proc.args[0]}")
         if missing:
             who = ", ".join(str(r) for r in missing)
             return self._fail(f"rank{'s' if len(missing) > 1 else ''} {who} terminated during "
