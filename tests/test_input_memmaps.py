@@ -1,5 +1,6 @@
 """Inputs read from an uncompressed npz (`np.savez`) are memory maps (`np.memmap`, an ndarray
-subclass); pass-through kernels (copy, slice, reshape, transpose, reverse, dynamic-slice, ...)
+subclass); pass-through kernels (copy, slice, reshape, transpose, reverse, dynamic-slice,
+convert to the same type, optimization-barrier, Sharding, get-tuple-element, ...)
 return their operand or a view of it. The interpreter takes every argument as a plain ndarray
 view, so such programs run on both backends and give numpy's answer; its own check of a kernel's
 result names what differs (the type, the shape or the element type)."""
@@ -29,6 +30,7 @@ ENTRY e {
   p = f32[4,6] parameter(0)
   q = f32[4,6] parameter(1), sharding={devices=[2,1]<=[2]}
   i = s32[] parameter(2)
+  tp = (f32[4,6]) parameter(3)
   c = f32[4,6] copy(p)
   s = f32[2,6] slice(p), slice={[1:3], [0:6]}
   r = f32[24] reshape(p)
@@ -37,7 +39,11 @@ ENTRY e {
   d = f32[2,6] dynamic-slice(p, i, i), dynamic_slice_sizes={2,6}
   cq = f32[4,6] copy(q), sharding={devices=[2,1]<=[2]}
   rq = f32[4,6] reshape(q), sharding={devices=[2,1]<=[2]}
-  ROOT out = (f32[4,6], f32[2,6], f32[24], f32[6,4], f32[4,6], f32[2,6], f32[4,6], f32[4,6]) tuple(c, s, r, t, v, d, cq, rq)
+  cv = f32[4,6] convert(p)
+  ob = f32[4,6] optimization-barrier(p)
+  sh = f32[4,6] custom-call(p), custom_call_target="Sharding", sharding={replicated}
+  g = f32[4,6] get-tuple-element(tp), index=0
+  ROOT out = (f32[4,6], f32[2,6], f32[24], f32[6,4], f32[4,6], f32[2,6], f32[4,6], f32[4,6], f32[4,6], f32[4,6], f32[4,6], f32[4,6]) tuple(c, s, r, t, v, d, cq, rq, cv, ob, sh, g)
 }
 """
 
@@ -47,14 +53,14 @@ def _inputs(tmp_path: Path):
     q = -p - 1
     i = np.int32(1)
     path = tmp_path / "in.npz"
-    np.savez(path, arg0=p, arg1=q, arg2=i)               # uncompressed: members are mapped
-    want = [p, p[1:3], p.reshape(24), p.T, p[::-1], p[1:3], q, q]
+    np.savez(path, **{"arg0": p, "arg1": q, "arg2": i, "arg3.0": p * 2})  # uncompressed: mapped
+    want = [p, p[1:3], p.reshape(24), p.T, p[::-1], p[1:3], q, q, p, p, p, p * 2]
     return path, want
 
 
 def _check_outputs(path: Path, want) -> None:
     with np.load(path) as data:
-        assert sorted(data.files) == [f"out{k}" for k in range(len(want))]
+        assert sorted(data.files) == sorted(f"out{k}" for k in range(len(want)))
         for k, w in enumerate(want):
             np.testing.assert_array_equal(data[f"out{k}"], w)
 
@@ -90,7 +96,7 @@ def test_evaluate_takes_memory_mapped_arguments(tmp_path):
     np.save(tmp_path / "p.npy", p)
     mapped = np.load(tmp_path / "p.npy", mmap_mode="r")
     assert type(mapped) is np.memmap
-    got = evaluate(module, [mapped, mapped, np.int32(0)])
+    got = evaluate(module, [mapped, mapped, np.int32(0), (mapped,)])
     np.testing.assert_array_equal(got[3], p.T)
     assert all(type(v) is np.ndarray for v in got)
 
