@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from gspmdc.errors import GspmdcError
 from gspmdc.runtime.backends.mpi import WAIT_MODES
 
 from .arguments import non_negative_int, output_file, positive_float, positive_int
