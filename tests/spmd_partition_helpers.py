@@ -46,8 +46,8 @@ def assert_close(got, want, rtol: float = 1e-5, atol: float = 1e-5) -> None:
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
     if want.dtype.kind in "fc":
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
-                                   rtol=rtol, atol=atol)
+        wide = np.complex128 if want.dtype.kind == "c" else np.float64
+        np.testing.assert_allclose(got.astype(wide), want.astype(wide), rtol=rtol, atol=atol)
     else:
         np.testing.assert_array_equal(got, want)
 
