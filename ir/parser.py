@@ -724,11 +724,9 @@ def _nesting_problem(shape: Shape) -> str | None:
 
 def _shape_problem(shape: Shape) -> str | None:
     """Why an inferred shape is beyond the limits of `limits.py`, or None."""
-    problem = _nesting_problem(shape)
-    for leaf in shape.leaves():
-        if problem is None:
-            problem = limits.size_problem(leaf.dims, dtypes.byte_width(leaf.element_type))
-    return problem
+    problems = (limits.size_problem(leaf.dims, dtypes.byte_width(leaf.element_type))
+                for leaf in shape.leaves())
+    return _nesting_problem(shape) or next((p for p in problems if p is not None), None)
 
 
 def _position(token: Token, offset: int) -> tuple[int, int]:

@@ -86,3 +86,19 @@ def test_explain_a_collective_whose_origin_chain_passes_a_removed_instruction(tm
     at = lines.index("n  {devices=[2,1]<=[2]}  ← backward from dead via elementwise (level 0)")
     assert lines[at + 1].startswith("dead  ← no longer in the module: it was removed after "
                                     "propagation")
+
+
+def test_explain_a_sharding_barrier_that_propagation_removes(tmp_path, capsys):
+    source = tmp_path / "barrier.hlo"
+    source.write_text("HloModule m, num_partitions=2\nENTRY e {\n"
+                      "  p = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}\n"
+                      "  b = f32[8,4] custom-call(p), custom_call_target=\"ShardBarrierTo\"\n"
+                      "  ROOT n = f32[8,4] negate(b)\n}\n")
+    assert main(["explain", str(source), "b"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ['b  ← a sharding barrier (custom-call "ShardBarrierTo"): propagation stops '
+                     'shardings from crossing it, then removes it, so it has no sharding of its '
+                     'own; its operand p:',
+                     "p  {devices=[2,1]<=[2]}  ← user annotation"]
+    assert main(["explain", str(source), "e:b", "-n", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1

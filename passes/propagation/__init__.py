@@ -85,13 +85,38 @@ def explain(module: Module, instruction_name: str, max_steps: int | None = None,
     (an entry-computation instruction is preferred otherwise). The origins come from
     `provenance` (what the `propagate` pass left in its context's `provenance["propagate"]`) or,
     without it, from the module's `sharding_origin` attributes (a module propagated with
-    `record_origins`, or parsed from text written after propagation)."""
+    `record_origins`, or parsed from text written after propagation). A sharding barrier
+    (`ShardBarrierFrom`/`ShardBarrierTo`, which propagation removes) is said to be one, followed
+    by the chain of its operand (known from `provenance` only: a propagated file has no trace of
+    its barriers)."""
     if max_steps is not None and max_steps < 1:
         raise GspmdcError(f"explain: the number of steps must be positive, got {max_steps}")
-    key = _find(module, instruction_name)
     if provenance is None:
         provenance = Provenance.from_module(module)
+    try:
+        key = _find(module, instruction_name)
+    except GspmdcError:
+        barrier = _removed_barrier(provenance, instruction_name)
+        if barrier is None:
+            raise
+        (_, name), (kind, operand) = barrier
+        head = (f"{name}  ← a sharding barrier (custom-call \"{kind}\"): propagation stops "
+                f"shardings from crossing it, then removes it, so it has no sharding of its own; "
+                f"its operand {operand[1]}:")
+        if max_steps == 1:
+            return [head]
+        return [head] + provenance.chain(module, operand,
+                                         None if max_steps is None else max_steps - 1)
     return provenance.chain(module, key, max_steps)
+
+
+def _removed_barrier(provenance: Provenance, name: str):
+    """`(key, (target, operand key))` of the barrier named `name` (or `computation:name`) that
+    propagation removed, if any."""
+    for key, removed in provenance.removed_barriers.items():
+        if name in (key[1], f"{key[0]}:{key[1]}"):
+            return key, removed
+    return None
 
 
 def _find(module: Module, name: str) -> tuple[str, str]:

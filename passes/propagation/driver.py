@@ -321,6 +321,8 @@ class Driver:
             for inst in list(comp.instructions):
                 if is_barrier(inst):
                     self.provenance.forget(self._key(inst))
+                    self.provenance.removed_barriers[self._key(inst)] = \
+                        (target(inst), self._key(inst.operands[0]))
                     self.graph.remove(inst)
                     self.structural_change = True
 

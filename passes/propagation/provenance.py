@@ -44,6 +44,8 @@ class Provenance:
 
     def __init__(self):
         self.history: dict[Key, list[Step]] = {}
+        #: sharding barriers propagation removed: key -> (custom-call target, operand key)
+        self.removed_barriers: dict[Key, tuple[str, Key]] = {}
 
     # ---- recording -----------------------------------------------------------------------
 
