@@ -54,6 +54,8 @@ POSITIVE = "must be a positive integer (at most 2^63-1)"
     (["compile", "{p}", "-n", "2", "--windowed-einsum-threshold", "-1"],
      "argument --windowed-einsum-threshold: must be a non-negative integer, got -1"),
     (["explain", "{p}", "n", "-n", "0"], f"argument -n: {POSITIVE}, got 0"),
+    (["opt", "{p}", "-p", "propagate", "-n", "0"],
+     f"argument -n/--num-partitions: {POSITIVE}, got 0"),
     (["eval", "{p}", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
 ])
 def test_numbers_out_of_range(program, capsys, argv, message):
@@ -64,6 +66,7 @@ def test_numbers_out_of_range(program, capsys, argv, message):
     ["parse", "{p}", "-o", "{d}"],
     ["compile", "{p}", "-n", "2", "-o", "{d}"],
     ["propagate", "{p}", "-o", "{d}"],
+    ["opt", "{p}", "-p", "propagate", "-o", "{d}"],
     ["eval", "{p}", "--outputs", "{d}"],
     ["run", "{p}", "--backend", "local", "--outputs", "{d}"],
 ])
@@ -89,11 +92,12 @@ def test_an_output_file_in_a_new_directory_is_created(program, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("under", [False, True])
-def test_a_dump_dir_naming_a_file_is_refused(program, tmp_path, capsys, under):
+@pytest.mark.parametrize("command", [["compile", "-n", "2"], ["opt", "-p", "propagate"]])
+def test_a_dump_dir_naming_a_file_is_refused(program, tmp_path, capsys, under, command):
     blocker = tmp_path / "file.txt"
     blocker.write_text("x")
     dump = blocker / "dumps" if under else blocker
-    err = usage_error(capsys, ["compile", program, "-n", "2", "--dump-dir", dump])
+    err = usage_error(capsys, [command[0], program, *command[1:], "--dump-dir", dump])
     assert "argument --dump-dir" in err and "is not a directory" in err
     assert blocker.read_text() == "x"
 

@@ -69,12 +69,12 @@ def test_a_check_mismatch_on_mpi_is_still_exit_1(tmp_path, capsys, monkeypatch):
     miniature, the program copies p instead of negating it."""
     from gspmdc.cli import main
     from gspmdc.ir.parser import parse_module
-    from gspmdc.runtime import job as job_module
+    from gspmdc import prepare
     program = tmp_path / "p.hlo"
     program.write_text(PROGRAM)
     wrong = parse_module("HloModule m, num_partitions=2, spmd_global_signature={(f32[4])->f32[4]}"
                          "\nENTRY e {\n  p = f32[2] parameter(0), sharding={devices=[2]<=[2]}\n"
                          "  ROOT c = f32[2] copy(p), sharding={devices=[2]<=[2]}\n}\n")
-    monkeypatch.setattr(job_module, "_partition", lambda *args, **kwargs: wrong)
+    monkeypatch.setattr(prepare, "_partition", lambda *args, **kwargs: wrong)
     assert main(["run", str(program), "-q", "--check"]) == 1
     assert "differ from the unpartitioned reference" in capsys.readouterr().err

@@ -35,12 +35,13 @@ def commands(program: Path, out: Path) -> dict[str, list[str]]:
         "parse": ["parse", str(program), "-o", str(out)],
         "propagate": ["propagate", str(program), "-o", str(out)],
         "compile": ["compile", str(program), "-n", "2", "-o", str(out)],
+        "opt": ["opt", str(program), "-p", "propagate", "-o", str(out)],
         "eval": ["eval", str(program), "-q", "--outputs", str(out)],
         "run": ["run", str(program), "--backend", "local", "-q", "--outputs", str(out)],
     }
 
 
-@pytest.mark.parametrize("command", ["parse", "propagate", "compile", "eval", "run"])
+@pytest.mark.parametrize("command", ["parse", "propagate", "compile", "opt", "eval", "run"])
 @pytest.mark.parametrize("mask", [0o022, 0o002])
 def test_new_outputs_honour_the_umask(program, tmp_path, capsys, command, mask):
     out = tmp_path / "out"
@@ -52,7 +53,7 @@ def test_new_outputs_honour_the_umask(program, tmp_path, capsys, command, mask):
     assert _mode(out) == 0o666 & ~mask
 
 
-@pytest.mark.parametrize("command", ["parse", "propagate", "compile", "eval", "run"])
+@pytest.mark.parametrize("command", ["parse", "propagate", "compile", "opt", "eval", "run"])
 def test_an_existing_output_keeps_its_mode(program, tmp_path, capsys, command):
     out = tmp_path / "out"
     out.write_bytes(b"old")
@@ -84,7 +85,7 @@ def test_mpi_ranks_write_with_the_umask_of_the_run(program, tmp_path):
 def test_compile_spmd_refuses_a_dump_dir_that_is_a_file(program, tmp_path):
     from gspmdc import api
     from gspmdc.errors import GspmdcError
-    from gspmdc.passes.spmd import compile_spmd
+    from gspmdc.passes.pipeline import compile_spmd
     blocker = tmp_path / "file.txt"
     blocker.write_text("x")
     with pytest.raises(GspmdcError, match="exists and is not a directory"):

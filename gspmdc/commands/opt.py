@@ -5,6 +5,8 @@ import argparse
 
 from gspmdc.errors import EXIT_OK, GspmdcError
 
+from .arguments import output_directory, output_file, positive_int
+
 
 def cmd_opt(args: argparse.Namespace) -> int:
     """Run the passes of a textual pipeline on FILE and write the result, e.g.
@@ -26,8 +28,6 @@ def cmd_opt(args: argparse.Namespace) -> int:
     if args.file is None or args.passes is None:
         raise GspmdcError("opt needs FILE and -p PIPELINE (or --list)")
     passes = parse_pipeline(args.passes)
-    if args.num_partitions is not None and args.num_partitions < 1:
-        raise GspmdcError(f"-n must be positive, got {args.num_partitions}")
     module = api.load(args.file)
     n = args.num_partitions or module.num_partitions or devices_named_by_shardings(module)
     ctx = PassContext(n, verify_each=args.verify_each)
@@ -52,11 +52,12 @@ def register(sub) -> None:
     p.add_argument("file", nargs="?", help="HLO text file ('-' for standard input)")
     p.add_argument("-p", "--passes", metavar="PIPELINE",
                    help="comma-separated passes, each with optional {option=value,...}")
-    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
-    p.add_argument("-o", "--output", help="write the module here instead of stdout")
-    p.add_argument("--dump-dir", metavar="DIR",
+    p.add_argument("-o", "--output", type=output_file,
+                   help="write the module here instead of stdout")
+    p.add_argument("--dump-dir", metavar="DIR", type=output_directory,
                    help="write the module after every pass to DIR/NNN.<pass>.hlo")
     p.add_argument("--time-passes", action="store_true",
                    help="print each pass's wall time to stderr")
