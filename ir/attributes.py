@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .ops import CALLED_COMPUTATION_ATTRIBUTES
+
 
 class Ident(str):
     """A bare identifier value (`GT`, `TOTALORDER`, `rng_uniform`, `kLoop`); printed unquoted."""
@@ -217,11 +219,8 @@ class Literal:
     __hash__ = None  # mutable container semantics
 
 
-#: attribute names whose values are computation references
-COMPUTATION_ATTRIBUTES = frozenset({
-    "to_apply", "condition", "body", "true_computation", "false_computation",
-    "branch_computations", "select", "scatter", "calls", "called_computations",
-})
+#: attribute names whose values are computation references (the catalogue's `calls`)
+COMPUTATION_ATTRIBUTES = CALLED_COMPUTATION_ATTRIBUTES
 
 
 def called_computation_names(value: Any) -> list[str]:

@@ -330,7 +330,7 @@ def refusal(opcode: str, layer: Layer) -> str | None:
     """Why `layer` refuses `opcode` by the catalogue's own account, else None (the layer must
     then support it: with a rule, or by its default)."""
     if opcode not in CATALOGUE:
-        return f"{opcode} is not an HLO opcode gspmdc knows"
+        return f"unknown opcode {opcode} (not in gspmdc's opcode catalogue)"
     if layer is Layer.PARTITION and opcode in PARTITION_DEPENDENT:
         return (f"{opcode} cannot be partitioned (its result depends on the partition or it "
                 "talks to the host)")

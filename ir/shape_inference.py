@@ -1,9 +1,9 @@
-"""Shape inference: the per-opcode table of shape rules and the two entry points.
+"""Shape inference: the shape layer of the opcode catalogue and its two entry points.
 
-`SHAPE_RULES` maps each opcode to an `OpRule` (accepted operand counts + rule function); the
-`shape_rules_*` modules fill it, one family each (elementwise, data movement, contractions,
-reductions, gather/scatter, control flow, collectives, side effects). Adding an op means adding
-one `@shape_rule` function.
+The catalogue's `SHAPE_RULES` (`ir/ops.py`) maps each opcode to its rule; the `shape_rules_*`
+modules fill it, one family each (elementwise, data movement, contractions, reductions,
+gather/scatter, control flow, collectives, side effects). The operand count an opcode accepts is
+the catalogue's; typed elementwise ops take their rule from their catalogue entry.
 
 - `infer_shape(inst, module)`: the result shape from the operands' shapes and the typed attributes
   (HLO semantics as in XLA's shape inference). For ops whose result is not determined by them
@@ -14,8 +14,8 @@ one `@shape_rule` function.
   what the op allows.
 
 Called computations are looked up by name in `module.computations`, so the parser may call these
-while it builds the module. Errors are `VerificationError`s naming the instruction; opcodes without
-a rule raise `UnsupportedError`.
+while it builds the module. Errors are `VerificationError`s naming the instruction; an opcode the
+catalogue does not know raises `UnsupportedError`.
 """
 from __future__ import annotations
 
@@ -26,32 +26,27 @@ from . import (  # noqa: F401  (each module registers its rules)
     shape_rules_effects, shape_rules_elementwise, shape_rules_indexing, shape_rules_reduction,
 )
 from .module import Instruction, Module
-from .shape_rules_common import SHAPE_RULES, OpRule, ShapeRuleError
+from .ops import CATALOGUE, SHAPE_RULES
+from .shape_rules_common import ShapeRuleError
 from .shapes import Shape, compatible
 
-__all__ = ["SHAPE_RULES", "OpRule", "infer_shape", "check_shape"]
-
-
-def _operand_count(rule: OpRule) -> str:
-    if rule.max_operands is None:
-        return f"at least {rule.min_operands}"
-    if rule.max_operands == rule.min_operands:
-        return str(rule.min_operands)
-    return f"{rule.min_operands} to {rule.max_operands}"
+__all__ = ["infer_shape", "check_shape"]
 
 
 def infer_shape(inst: Instruction, module: Module) -> Shape:
     """The result shape of `inst` (without layout); raises VerificationError on invalid operands or
-    attributes and UnsupportedError for an opcode without a shape rule."""
-    rule = SHAPE_RULES.get(inst.opcode)
-    if rule is None:
-        raise UnsupportedError(f"instruction {inst.name}: no shape rule for opcode {inst.opcode}")
-    count = len(inst.operands)
-    if count < rule.min_operands or (rule.max_operands is not None and count > rule.max_operands):
-        raise VerificationError(f"instruction {inst.name}: {inst.opcode} takes "
-                                f"{_operand_count(rule)} operands, found {count}")
+    attributes and UnsupportedError for an opcode the catalogue does not know."""
     try:
-        return rule.infer(inst, module)
+        rule = SHAPE_RULES.lookup(inst.opcode)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"instruction {inst.name}: {e}") from None
+    op = CATALOGUE[inst.opcode]
+    count = len(inst.operands)
+    if count < op.min_operands or (op.max_operands is not None and count > op.max_operands):
+        raise VerificationError(f"instruction {inst.name}: {inst.opcode} takes "
+                                f"{op.describe_operands()} operands, found {count}")
+    try:
+        return rule(inst, module)
     except ShapeRuleError as e:
         raise VerificationError(f"instruction {inst.name}: {e}") from None
 

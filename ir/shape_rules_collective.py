@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from .attributes import ReplicaGroups
 from .module import Instruction, Module
+from .ops import SHAPE_RULES
 from .shape_rules_common import (
     attr_bool, attr_ints, attr_value, called, check_dimension_list, check_reducer, given_shape,
-    operand_array, require, require_same_element_type, shape_rule, strip, tuple_or_single,
+    operand_array, require, require_same_element_type, strip, tuple_or_single,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
@@ -93,7 +94,7 @@ def _check_reduction(inst: Instruction, module: Module, xs: list[ArrayShape]) ->
                       "reduction")
 
 
-@shape_rule("all-reduce", operands=(1, None))
+@SHAPE_RULES.register("all-reduce")
 def all_reduce(inst: Instruction, module: Module) -> Shape:
     """Shapes unchanged; several operands give a tuple."""
     _check_groups(inst)
@@ -142,18 +143,18 @@ def _resize(inst: Instruction, module: Module, grow: bool) -> Shape:
     return tuple_or_single(results)
 
 
-@shape_rule("all-gather", operands=(1, None))
+@SHAPE_RULES.register("all-gather")
 def all_gather(inst: Instruction, module: Module) -> Shape:
     return _resize(inst, module, grow=True)
 
 
-@shape_rule("reduce-scatter", operands=(1, None))
+@SHAPE_RULES.register("reduce-scatter")
 def reduce_scatter(inst: Instruction, module: Module) -> Shape:
     _check_reduction(inst, module, _operands(inst))
     return _resize(inst, module, grow=False)
 
 
-@shape_rule("all-to-all", operands=(1, None))
+@SHAPE_RULES.register("all-to-all")
 def all_to_all(inst: Instruction, module: Module) -> Shape:
     """Array form (`dimensions={d}`, one operand): shape unchanged, d divisible by G. Tuple form
     (no dimensions, one operand per group member): the tuple of the operand shapes."""
@@ -172,7 +173,7 @@ def all_to_all(inst: Instruction, module: Module) -> Shape:
     return TupleShape(tuple(strip(x) for x in xs))
 
 
-@shape_rule("collective-permute", operands=1)
+@SHAPE_RULES.register("collective-permute")
 def collective_permute(inst: Instruction, module: Module) -> Shape:
     """Shape unchanged; every id is at most once a source and at most once a target."""
     x = operand_array(inst, 0)
@@ -190,12 +191,12 @@ def collective_permute(inst: Instruction, module: Module) -> Shape:
     return strip(x)
 
 
-@shape_rule("collective-broadcast", operands=(1, None))
+@SHAPE_RULES.register("collective-broadcast")
 def collective_broadcast(inst: Instruction, module: Module) -> Shape:
     _check_groups(inst)
     return tuple_or_single([strip(x) for x in _operands(inst)])
 
 
-@shape_rule("partition-id", "replica-id", operands=0)
+@SHAPE_RULES.register("partition-id", "replica-id")
 def device_id(inst: Instruction, module: Module) -> Shape:
     return ArrayShape("u32", ())

@@ -1,18 +1,18 @@
 """Helpers shared by the per-opcode shape rules (`shape_rules_*.py`).
 
-A shape rule is `fn(inst, module) -> Shape`. It reads the operand shapes and typed attributes of
-`inst`, validates them against the HLO semantics of the opcode, and returns the result shape. Where
-the result cannot be derived from operands and attributes (reshape, iota, convert, ...), the rule
-validates the instruction's given shape (`inst.shape`, None when the text omitted it) and returns
-it.
+A shape rule is `fn(inst, module) -> Shape`, registered in the catalogue's `SHAPE_RULES`
+(`ir/ops.py`, which also holds each opcode's operand count, checked before the rule runs). It
+reads the operand shapes and typed attributes of `inst`, validates them against the HLO semantics
+of the opcode, and returns the result shape. Where the result cannot be derived from operands and
+attributes (reshape, iota, convert, ...), the rule validates the instruction's given shape
+(`inst.shape`, None when the text omitted it) and returns it.
 
 Rules raise `ShapeRuleError` with a message that does not name the instruction; `infer_shape` adds
 the name. Derived shapes never carry layouts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 from gspmdc.errors import VerificationError
 
@@ -21,40 +21,9 @@ from .attributes import ComputationRef, Ident, Window
 from .module import Computation, Instruction, Module
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 
-Rule = Callable[[Instruction, Module], Shape]
-
 
 class ShapeRuleError(VerificationError):
     """A rule's complaint about one instruction (message without the instruction name)."""
-
-
-@dataclass(frozen=True, slots=True)
-class OpRule:
-    """One entry of the shape-rule table: the accepted operand counts and the rule function.
-
-    `min_operands`/`max_operands` bound the operand count (`max_operands=None`: unbounded)."""
-
-    infer: Rule
-    min_operands: int
-    max_operands: int | None
-
-
-#: opcode -> rule; filled by the `shape_rules_*` modules through `@shape_rule`
-SHAPE_RULES: dict[str, OpRule] = {}
-
-
-def shape_rule(*opcodes: str, operands: int | tuple[int, int | None]):
-    """Register the decorated rule for each opcode. `operands` is the exact operand count or a
-    `(min, max)` pair (`max=None`: unbounded)."""
-    low, high = (operands, operands) if isinstance(operands, int) else operands
-
-    def register(fn: Rule) -> Rule:
-        for opcode in opcodes:
-            if opcode in SHAPE_RULES:
-                raise RuntimeError(f"two shape rules registered for opcode {opcode!r}")
-            SHAPE_RULES[opcode] = OpRule(fn, low, high)
-        return fn
-    return register
 
 
 def fail(message: str) -> NoReturn:
@@ -188,14 +157,6 @@ def check_dimension_list(dims: tuple[int, ...], rank: int, what: str, *,
 
 
 # ---- element types ------------------------------------------------------------------------------
-
-def is_numeric(t: str) -> bool:
-    return dtypes.is_float(t) or dtypes.is_complex(t) or dtypes.is_integer(t)
-
-
-def is_integral_or_pred(t: str) -> bool:
-    return dtypes.is_integer(t) or t == "pred"
-
 
 def complex_component(t: str) -> str:
     return {"c64": "f32", "c128": "f64"}[t]

@@ -10,10 +10,10 @@ from __future__ import annotations
 from . import dtypes
 from .attributes import ConvDimLabels, Window
 from .module import Instruction, Module
+from .ops import SHAPE_RULES
 from .shape_rules_common import (
     attr_bool, attr_ident, attr_int, attr_ints, attr_value, check_dimension_list,
-    given_element_type, operand_array, require, require_same_element_type, shape_rule,
-    strip, window_output_dims,
+    given_element_type, operand_array, require, require_same_element_type, strip, window_output_dims,
 )
 from .shapes import ArrayShape, Shape
 
@@ -54,14 +54,14 @@ def _dot_dims(inst: Instruction, lhs: ArrayShape, rhs: ArrayShape,
                  + [rhs.dims[d] for d in rhs_free])
 
 
-@shape_rule("dot", operands=2)
+@SHAPE_RULES.register("dot")
 def dot(inst: Instruction, module: Module) -> Shape:
     """dot_general with lhs/rhs batch and contracting dimension numbers."""
     lhs, rhs = operand_array(inst, 0), operand_array(inst, 1)
     return ArrayShape(_result_type(inst, lhs, rhs), _dot_dims(inst, lhs, rhs))
 
 
-@shape_rule("ragged-dot", operands=3)
+@SHAPE_RULES.register("ragged-dot")
 def ragged_dot(inst: Instruction, module: Module) -> Shape:
     """ragged-dot(lhs, rhs, group_sizes) with `lhs_ragged_dims={r}` (StableHLO ragged_dot):
 
@@ -104,7 +104,7 @@ def _check_labels(labels: str, rank: int, special: str, num_spatial: int, what: 
             f"with {num_spatial} spatial dimensions")
 
 
-@shape_rule("convolution", operands=2)
+@SHAPE_RULES.register("convolution")
 def convolution(inst: Instruction, module: Module) -> Shape:
     """Output batch = lhs batch / batch_group_count, output feature = rhs output feature, output
     spatial k = window output size over lhs spatial k (`window_output_dims`). Requires
@@ -156,7 +156,7 @@ def convolution(inst: Instruction, module: Module) -> Shape:
 _FFT_TYPES = frozenset({"FFT", "IFFT", "RFFT", "IRFFT"})
 
 
-@shape_rule("fft", operands=1)
+@SHAPE_RULES.register("fft")
 def fft(inst: Instruction, module: Module) -> Shape:
     """fft over the trailing len(fft_length) dims. FFT/IFFT: complex -> same shape. RFFT: real ->
     complex, last dim L//2+1. IRFFT: complex with last dim L//2+1 -> real with last dim L."""
@@ -191,7 +191,7 @@ def _square_matrices(x: ArrayShape, what: str) -> None:
             f"{what} must be (a batch of) square matrices, found {x}")
 
 
-@shape_rule("cholesky", operands=1)
+@SHAPE_RULES.register("cholesky")
 def cholesky(inst: Instruction, module: Module) -> Shape:
     x = operand_array(inst, 0)
     _square_matrices(x, "cholesky operand")
@@ -202,7 +202,7 @@ def cholesky(inst: Instruction, module: Module) -> Shape:
 _TRANSPOSE_KINDS = frozenset({"NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"})
 
 
-@shape_rule("triangular-solve", operands=2)
+@SHAPE_RULES.register("triangular-solve")
 def triangular_solve(inst: Instruction, module: Module) -> Shape:
     """Solve op(a) x = b (left_side) or x op(a) = b: a is [..., m, m], b is [..., m, n] (left) or
     [..., n, m]; the result is b's shape."""

@@ -7,9 +7,10 @@ call's result.
 from __future__ import annotations
 
 from .module import Instruction, Module
+from .ops import SHAPE_RULES
 from .shape_rules_common import (
     called, called_list, check_call_signature, given_shape, given_tuple, operand_array,
-    operand_shape, require, shape_rule, strip,
+    operand_shape, require, strip,
 )
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 
@@ -18,7 +19,7 @@ def _operand_shapes(inst: Instruction) -> list[Shape]:
     return [strip(operand_shape(inst, i)) for i in range(len(inst.operands))]
 
 
-@shape_rule("while", operands=1)
+@SHAPE_RULES.register("while")
 def while_(inst: Instruction, module: Module) -> Shape:
     """while(init): condition (state) -> pred[], body (state) -> state; the result is the state."""
     state = strip(operand_shape(inst, 0))
@@ -32,7 +33,7 @@ def while_(inst: Instruction, module: Module) -> Shape:
     return state
 
 
-@shape_rule("conditional", operands=(1, None))
+@SHAPE_RULES.register("conditional")
 def conditional(inst: Instruction, module: Module) -> Shape:
     """conditional(selector, arg_1..arg_B): pred[] selector with true_computation/false_computation
     (B = 2), or s32[] selector with branch_computations (B >= 1); branch k takes arg_(k+1); every
@@ -58,24 +59,24 @@ def conditional(inst: Instruction, module: Module) -> Shape:
     return results[0]
 
 
-@shape_rule("call", operands=(0, None))
+@SHAPE_RULES.register("call")
 def call(inst: Instruction, module: Module) -> Shape:
     return check_call_signature(called(inst, module, "to_apply"), _operand_shapes(inst), "callee")
 
 
-@shape_rule("fusion", operands=(0, None))
+@SHAPE_RULES.register("fusion")
 def fusion(inst: Instruction, module: Module) -> Shape:
     return check_call_signature(called(inst, module, "calls"), _operand_shapes(inst),
                                 "fused computation")
 
 
-@shape_rule("custom-call", operands=(0, None))
+@SHAPE_RULES.register("custom-call")
 def custom_call(inst: Instruction, module: Module) -> Shape:
     """Opaque: the shape is declared."""
     return given_shape(inst)
 
 
-@shape_rule("async-start", "call-start", operands=(0, None))
+@SHAPE_RULES.register("async-start", "call-start")
 def async_start(inst: Instruction, module: Module) -> Shape:
     """Given shape ((operands...), result, context...): element 0 is the operand tuple, element 1
     the wrapped computation's result (`calls=`, or `to_apply=` in the `call-start` spelling)."""
@@ -100,12 +101,12 @@ def _async_state(inst: Instruction) -> TupleShape:
     return state
 
 
-@shape_rule("async-update", operands=1)
+@SHAPE_RULES.register("async-update")
 def async_update(inst: Instruction, module: Module) -> Shape:
     return strip(_async_state(inst))
 
 
-@shape_rule("async-done", "call-done", operands=1)
+@SHAPE_RULES.register("async-done", "call-done")
 def async_done(inst: Instruction, module: Module) -> Shape:
     """The wrapped computation's result: element 1 of the async state."""
     return strip(_async_state(inst).elements[1])

@@ -1,28 +1,29 @@
 """Shape rules of values, tuples and data movement: parameter, constant, iota, tuple,
 get-tuple-element, copy, broadcast, reshape, transpose, bitcast, concatenate, slice, dynamic-slice,
 dynamic-update-slice, pad, reverse, get-dimension-size and the pass-through markers (domain,
-add-dependency, optimization-barrier).
+add-dependency, opt-barrier).
 """
 from __future__ import annotations
 
 from . import dtypes
 from .attributes import Literal, PadDim, SliceDim
 from .module import Instruction, Module
+from .ops import SHAPE_RULES
 from .shape_rules_common import (
     attr_int, attr_ints, attr_value, check_dimension_list, given_array, given_shape,
     operand_array, operand_scalar, operand_shape, operand_token, require,
-    require_same_element_type, shape_rule, strip,
+    require_same_element_type, strip,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
 
-@shape_rule("parameter", operands=0)
+@SHAPE_RULES.register("parameter")
 def parameter(inst: Instruction, module: Module) -> Shape:
     """The shape is declared, never inferred."""
     return given_shape(inst)
 
 
-@shape_rule("constant", operands=0)
+@SHAPE_RULES.register("constant")
 def constant(inst: Instruction, module: Module) -> Shape:
     """The declared shape, which the literal (unless elided) must fill exactly."""
     out = given_shape(inst)
@@ -48,7 +49,7 @@ def _check_literal(literal: Literal, shape: Shape) -> None:
             f"{getattr(value, 'dtype', None)} does not fill {shape}")
 
 
-@shape_rule("iota", operands=0)
+@SHAPE_RULES.register("iota")
 def iota(inst: Instruction, module: Module) -> Shape:
     """Given non-scalar array shape; iota_dimension must be one of its dimensions."""
     out = given_array(inst)
@@ -58,12 +59,12 @@ def iota(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("tuple", operands=(0, None))
+@SHAPE_RULES.register("tuple")
 def tuple_(inst: Instruction, module: Module) -> Shape:
     return TupleShape(tuple(strip(operand_shape(inst, i)) for i in range(len(inst.operands))))
 
 
-@shape_rule("get-tuple-element", operands=1)
+@SHAPE_RULES.register("get-tuple-element")
 def get_tuple_element(inst: Instruction, module: Module) -> Shape:
     t = operand_shape(inst, 0)
     require(isinstance(t, TupleShape), f"get-tuple-element needs a tuple operand, found {t}")
@@ -72,20 +73,20 @@ def get_tuple_element(inst: Instruction, module: Module) -> Shape:
     return strip(t.elements[index])
 
 
-@shape_rule("copy", "domain", "optimization-barrier", operands=1)
+@SHAPE_RULES.register("copy", "domain", "opt-barrier")
 def same_as_operand(inst: Instruction, module: Module) -> Shape:
     """The operand's shape (arrays or tuples)."""
     return strip(operand_shape(inst, 0))
 
 
-@shape_rule("add-dependency", operands=2)
+@SHAPE_RULES.register("add-dependency")
 def add_dependency(inst: Instruction, module: Module) -> Shape:
     """add-dependency(value, token): the value, ordered after the token."""
     operand_token(inst, 1)
     return strip(operand_shape(inst, 0))
 
 
-@shape_rule("get-dimension-size", operands=1)
+@SHAPE_RULES.register("get-dimension-size")
 def get_dimension_size(inst: Instruction, module: Module) -> Shape:
     x = operand_array(inst, 0)
     (d,) = _single_dimension(inst)
@@ -99,7 +100,7 @@ def _single_dimension(inst: Instruction) -> tuple[int]:
     return dims
 
 
-@shape_rule("broadcast", operands=1)
+@SHAPE_RULES.register("broadcast")
 def broadcast(inst: Instruction, module: Module) -> Shape:
     """Given result shape; operand dim i becomes result dim dimensions[i] (same size)."""
     x, out = operand_array(inst, 0), given_array(inst)
@@ -116,7 +117,7 @@ def broadcast(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("reshape", operands=1)
+@SHAPE_RULES.register("reshape")
 def reshape(inst: Instruction, module: Module) -> Shape:
     """Given result shape with the operand's element type and element count."""
     x, out = operand_array(inst, 0), given_array(inst)
@@ -127,7 +128,7 @@ def reshape(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("bitcast", operands=1)
+@SHAPE_RULES.register("bitcast")
 def bitcast(inst: Instruction, module: Module) -> Shape:
     """Given result shape with the operand's byte size (a reinterpretation of the buffer)."""
     x, out = operand_array(inst, 0), given_array(inst)
@@ -135,7 +136,7 @@ def bitcast(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("transpose", operands=1)
+@SHAPE_RULES.register("transpose")
 def transpose(inst: Instruction, module: Module) -> Shape:
     """Result dim i = operand dim dimensions[i]."""
     x = operand_array(inst, 0)
@@ -145,14 +146,14 @@ def transpose(inst: Instruction, module: Module) -> Shape:
     return x.with_dims(x.dims[p] for p in perm)
 
 
-@shape_rule("reverse", operands=1)
+@SHAPE_RULES.register("reverse")
 def reverse(inst: Instruction, module: Module) -> Shape:
     x = operand_array(inst, 0)
     check_dimension_list(attr_ints(inst, "dimensions"), x.rank, "reverse dimension")
     return strip(x)
 
 
-@shape_rule("concatenate", operands=(1, None))
+@SHAPE_RULES.register("concatenate")
 def concatenate(inst: Instruction, module: Module) -> Shape:
     """Operands equal in every dim but `dimensions={d}`; the result's d is their sum."""
     xs = [operand_array(inst, i) for i in range(len(inst.operands))]
@@ -169,7 +170,7 @@ def concatenate(inst: Instruction, module: Module) -> Shape:
     return first.with_dims(dims)
 
 
-@shape_rule("slice", operands=1)
+@SHAPE_RULES.register("slice")
 def slice_(inst: Instruction, module: Module) -> Shape:
     """Per dim `[start:limit:stride]`, 0 <= start <= limit <= size: ceil((limit - start) / stride)
     elements."""
@@ -198,7 +199,7 @@ def _start_indices(inst: Instruction, first: int, rank: int) -> None:
         require_same_element_type(indices, "start indices")
 
 
-@shape_rule("dynamic-slice", operands=(1, None))
+@SHAPE_RULES.register("dynamic-slice")
 def dynamic_slice(inst: Instruction, module: Module) -> Shape:
     """dynamic-slice(x, i0, ..., i{r-1}), dynamic_slice_sizes=S -> x's type with dims S."""
     x = operand_array(inst, 0)
@@ -211,7 +212,7 @@ def dynamic_slice(inst: Instruction, module: Module) -> Shape:
     return x.with_dims(sizes)
 
 
-@shape_rule("dynamic-update-slice", operands=(2, None))
+@SHAPE_RULES.register("dynamic-update-slice")
 def dynamic_update_slice(inst: Instruction, module: Module) -> Shape:
     """dynamic-update-slice(x, update, i0, ...): the update fits in x; the result is x's shape."""
     x, update = operand_array(inst, 0), operand_array(inst, 1)
@@ -222,7 +223,7 @@ def dynamic_update_slice(inst: Instruction, module: Module) -> Shape:
     return strip(x)
 
 
-@shape_rule("pad", operands=2)
+@SHAPE_RULES.register("pad")
 def pad(inst: Instruction, module: Module) -> Shape:
     """Per dim `low_high_interior`: low + size + (size-1)*interior + high (low/high may be
     negative, interior may not; the result may not be negative)."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from . import dtypes
 from .module import Instruction, Module
+from .ops import SHAPE_RULES
 from .shape_rules_common import (
     attr_ident, given_array, given_shape, given_tuple, operand_array, operand_scalar, operand_shape,
-    operand_token, require, require_same_element_type, shape_rule, strip,
+    operand_token, require, require_same_element_type, strip,
 )
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 
@@ -19,14 +20,14 @@ TOKEN = ArrayShape("token", ())
 _CONTEXT = ArrayShape("u32", ())
 
 
-@shape_rule("after-all", operands=(0, None))
+@SHAPE_RULES.register("after-all")
 def after_all(inst: Instruction, module: Module) -> Shape:
     for i in range(len(inst.operands)):
         operand_token(inst, i)
     return TOKEN
 
 
-@shape_rule("infeed", operands=1)
+@SHAPE_RULES.register("infeed")
 def infeed(inst: Instruction, module: Module) -> Shape:
     """infeed(token): given `(data, token[])`."""
     operand_token(inst, 0)
@@ -35,7 +36,7 @@ def infeed(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("outfeed", operands=2)
+@SHAPE_RULES.register("outfeed")
 def outfeed(inst: Instruction, module: Module) -> Shape:
     """outfeed(data, token) -> token[]; `outfeed_shape`, when typed as a shape, is the data's."""
     data = operand_shape(inst, 0)
@@ -47,7 +48,7 @@ def outfeed(inst: Instruction, module: Module) -> Shape:
     return TOKEN
 
 
-@shape_rule("send", operands=2)
+@SHAPE_RULES.register("send")
 def send(inst: Instruction, module: Module) -> Shape:
     operand_token(inst, 1)
     return TupleShape((strip(operand_shape(inst, 0)), _CONTEXT, TOKEN))
@@ -61,13 +62,13 @@ def _transfer_state(inst: Instruction) -> TupleShape:
     return state
 
 
-@shape_rule("send-done", operands=1)
+@SHAPE_RULES.register("send-done")
 def send_done(inst: Instruction, module: Module) -> Shape:
     _transfer_state(inst)
     return TOKEN
 
 
-@shape_rule("recv", operands=1)
+@SHAPE_RULES.register("recv")
 def recv(inst: Instruction, module: Module) -> Shape:
     """recv(token): given `(data, u32[], token[])`."""
     operand_token(inst, 0)
@@ -77,7 +78,7 @@ def recv(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("recv-done", operands=1)
+@SHAPE_RULES.register("recv-done")
 def recv_done(inst: Instruction, module: Module) -> Shape:
     return TupleShape((strip(_transfer_state(inst).elements[0]), TOKEN))
 
@@ -85,7 +86,7 @@ def recv_done(inst: Instruction, module: Module) -> Shape:
 _DISTRIBUTIONS = frozenset({"rng_uniform", "rng_normal"})
 
 
-@shape_rule("rng", operands=2)
+@SHAPE_RULES.register("rng")
 def rng(inst: Instruction, module: Module) -> Shape:
     """rng(a, b) uniform in [a, b) or rng(mu, sigma) normal: given array of the parameters' type."""
     a, b = operand_scalar(inst, 0), operand_scalar(inst, 1)
@@ -98,7 +99,7 @@ def rng(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("rng-bit-generator", operands=1)
+@SHAPE_RULES.register("rng-bit-generator")
 def rng_bit_generator(inst: Instruction, module: Module) -> Shape:
     """rng-bit-generator(state): given `(new state, bits)` (the state keeps its shape) or, as XLA
     also accepts, the bits array alone; the bits are an unsigned integer array."""
@@ -115,6 +116,6 @@ def rng_bit_generator(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("rng-get-and-update-state", operands=0)
+@SHAPE_RULES.register("rng-get-and-update-state")
 def rng_get_and_update_state(inst: Instruction, module: Module) -> Shape:
     return ArrayShape("u64", (2,))

@@ -9,55 +9,14 @@ from __future__ import annotations
 
 from . import dtypes
 from .module import Instruction, Module
+from .ops import (
+    CATALOGUE, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, SHAPE_RULES, TYPED_ELEMENTWISE, ResultType,
+)
 from .shape_rules_common import (
-    attr_ident, complex_component, given_array, is_integral_or_pred, is_numeric, operand_array,
-    require, require_same_element_type, shape_rule, strip,
+    attr_ident, attr_int, complex_component, given_array, operand_array, require,
+    require_same_element_type, strip,
 )
 from .shapes import ArrayShape, Shape
-
-
-def _float_or_complex(t: str) -> bool:
-    return dtypes.is_float(t) or dtypes.is_complex(t)
-
-
-def _signed_or_float(t: str) -> bool:
-    return dtypes.is_signed(t) or dtypes.is_float(t) or dtypes.is_complex(t)
-
-
-#: unary op -> (predicate on the operand element type, its description)
-_UNARY_TYPES = {
-    "negate": (is_numeric, "numeric"),
-    "abs": (_signed_or_float, "signed, floating or complex"),
-    "sign": (_signed_or_float, "signed, floating or complex"),
-    "not": (is_integral_or_pred, "integral or pred"),
-    "popcnt": (dtypes.is_integer, "integral"),
-    "count-leading-zeros": (dtypes.is_integer, "integral"),
-    "floor": (dtypes.is_float, "floating"),
-    "ceil": (dtypes.is_float, "floating"),
-    "round-nearest-afz": (dtypes.is_float, "floating"),
-    "round-nearest-even": (dtypes.is_float, "floating"),
-    "reduce-precision": (dtypes.is_float, "floating"),
-    "is-finite": (dtypes.is_float, "floating"),
-    "erf": (dtypes.is_float, "floating"),
-    "real": (_float_or_complex, "floating or complex"),
-    "imag": (_float_or_complex, "floating or complex"),
-    **{op: (_float_or_complex, "floating or complex") for op in (
-        "exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt", "cbrt",
-        "tanh", "logistic", "sine", "cosine", "tan")},
-}
-
-#: binary op -> (predicate on the operand element type, its description)
-_BINARY_TYPES = {
-    **{op: (is_numeric, "numeric") for op in (
-        "add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum")},
-    "atan2": (_float_or_complex, "floating or complex"),
-    "and": (is_integral_or_pred, "integral or pred"),
-    "or": (is_integral_or_pred, "integral or pred"),
-    "xor": (is_integral_or_pred, "integral or pred"),
-    "shift-left": (dtypes.is_integer, "integral"),
-    "shift-right-arithmetic": (dtypes.is_integer, "integral"),
-    "shift-right-logical": (dtypes.is_integer, "integral"),
-}
 
 _COMPARISON_DIRECTIONS = frozenset({"EQ", "NE", "LT", "LE", "GT", "GE"})
 _COMPARISON_TYPES = frozenset({"FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED"})
@@ -68,33 +27,51 @@ def _same_dims(shapes: list[ArrayShape], what: str) -> None:
             f"{what} must have identical dimensions, found " + ", ".join(map(str, shapes)))
 
 
-@shape_rule(*_UNARY_TYPES, operands=1)
-def unary(inst: Instruction, module: Module) -> Shape:
-    """Same shape as the operand; `is-finite` gives pred, `abs`/`real`/`imag` of complex give the
-    component type."""
-    x = operand_array(inst, 0)
-    accepts, description = _UNARY_TYPES[inst.opcode]
-    require(accepts(x.element_type),
-            f"{inst.opcode} needs a {description} operand, found {x}")
-    if inst.opcode == "is-finite":
+def _typed(inst: Instruction, x: ArrayShape) -> ArrayShape:
+    """The operand type check and result of a typed elementwise op (`ops.ElementTypes`)."""
+    types = CATALOGUE[inst.opcode].types
+    wanted = f"a {types.operands.value} operand" if len(inst.operands) == 1 \
+        else f"{types.operands.value} operands"
+    require(types.operands.accepts(x.element_type), f"{inst.opcode} needs {wanted}, found {x}")
+    if types.result is ResultType.PRED:
         return x.with_element_type("pred")
-    if inst.opcode in ("abs", "real", "imag") and dtypes.is_complex(x.element_type):
+    if types.result is ResultType.COMPONENT and dtypes.is_complex(x.element_type):
         return x.with_element_type(complex_component(x.element_type))
     return strip(x)
 
 
-@shape_rule(*_BINARY_TYPES, operands=2)
+@SHAPE_RULES.register(*(TYPED_ELEMENTWISE & ELEMENTWISE_UNARY))
+def unary(inst: Instruction, module: Module) -> Shape:
+    """Same dims as the operand; the element type as the catalogue says (`is-finite` gives pred,
+    `abs`/`real`/`imag` of complex the component type)."""
+    return _typed(inst, operand_array(inst, 0))
+
+
+@SHAPE_RULES.register(*(TYPED_ELEMENTWISE & ELEMENTWISE_BINARY))
 def binary(inst: Instruction, module: Module) -> Shape:
     """Operands of identical shape; the result is that shape."""
     a, b = operand_array(inst, 0), operand_array(inst, 1)
     _same_dims([a, b], "operands")
-    t = require_same_element_type([a, b], "operands")
-    accepts, description = _BINARY_TYPES[inst.opcode]
-    require(accepts(t), f"{inst.opcode} needs {description} operands, found {a}")
-    return strip(a)
+    require_same_element_type([a, b], "operands")
+    return _typed(inst, a)
 
 
-@shape_rule("complex", operands=2)
+@SHAPE_RULES.register("reduce-precision")
+def reduce_precision(inst: Instruction, module: Module) -> Shape:
+    """A floating operand's shape; `exponent_bits` >= 1 and `mantissa_bits` >= 0 (XLA)."""
+    x = operand_array(inst, 0)
+    require(dtypes.is_float(x.element_type),
+            f"reduce-precision needs a floating operand, found {x}")
+    require(attr_int(inst, "exponent_bits") >= 1,
+            f"reduce-precision exponent_bits must be at least 1, found "
+            f"{inst.attrs['exponent_bits']}")
+    require(attr_int(inst, "mantissa_bits") >= 0,
+            f"reduce-precision mantissa_bits must not be negative, found "
+            f"{inst.attrs['mantissa_bits']}")
+    return strip(x)
+
+
+@SHAPE_RULES.register("complex")
 def complex_(inst: Instruction, module: Module) -> Shape:
     """complex(real f32[...], imag f32[...]) -> c64[...] (f64 -> c128)."""
     a, b = operand_array(inst, 0), operand_array(inst, 1)
@@ -104,7 +81,7 @@ def complex_(inst: Instruction, module: Module) -> Shape:
     return a.with_element_type("c64" if t == "f32" else "c128")
 
 
-@shape_rule("compare", operands=2)
+@SHAPE_RULES.register("compare")
 def compare(inst: Instruction, module: Module) -> Shape:
     """compare(a, b), direction=D -> pred with the operands' dims."""
     a, b = operand_array(inst, 0), operand_array(inst, 1)
@@ -115,7 +92,7 @@ def compare(inst: Instruction, module: Module) -> Shape:
     return a.with_element_type("pred")
 
 
-@shape_rule("select", operands=3)
+@SHAPE_RULES.register("select")
 def select(inst: Instruction, module: Module) -> Shape:
     """select(pred, on_true, on_false): all three have the same dims (current XLA has no scalar
     predicate form)."""
@@ -127,7 +104,7 @@ def select(inst: Instruction, module: Module) -> Shape:
     return strip(t)
 
 
-@shape_rule("clamp", operands=3)
+@SHAPE_RULES.register("clamp")
 def clamp(inst: Instruction, module: Module) -> Shape:
     """clamp(min, x, max): min and max are scalars or have x's dims; one element type."""
     lo, x, hi = (operand_array(inst, i) for i in range(3))
@@ -138,7 +115,7 @@ def clamp(inst: Instruction, module: Module) -> Shape:
     return strip(x)
 
 
-@shape_rule("convert", operands=1)
+@SHAPE_RULES.register("convert")
 def convert(inst: Instruction, module: Module) -> Shape:
     """Given result shape: the operand's dims, any element type (complex -> real is not allowed)."""
     x, out = operand_array(inst, 0), given_array(inst)
@@ -148,7 +125,7 @@ def convert(inst: Instruction, module: Module) -> Shape:
     return out
 
 
-@shape_rule("bitcast-convert", operands=1)
+@SHAPE_RULES.register("bitcast-convert")
 def bitcast_convert(inst: Instruction, module: Module) -> Shape:
     """Reinterpret bits. Equal widths keep the dims; a narrower result type appends a minor dim of
     size (in width / out width); a wider one consumes a minor dim of size (out width / in width)."""

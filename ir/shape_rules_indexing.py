@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from . import dtypes
 from .module import Instruction, Module
+from .ops import SHAPE_RULES
 from .shape_rules_common import (
     attr_bool, attr_int, attr_ints, called, check_dimension_list, check_reducer, operand_array,
-    require, shape_rule, strip, tuple_or_single,
+    require, strip, tuple_or_single,
 )
 from .shapes import ArrayShape, Shape
 
@@ -45,7 +46,7 @@ def _check_batching(operand_dims: tuple[int, ...], op_rank: int, operand: ArrayS
                 f"{names[1]} dim {i} of {indices} differ in size")
 
 
-@shape_rule("gather", operands=2)
+@SHAPE_RULES.register("gather")
 def gather(inst: Instruction, module: Module) -> Shape:
     """Result rank = len(offset_dims) + number of index batch dims. Result dims listed in
     offset_dims take, in order, the slice sizes of the operand dims that are neither collapsed nor
@@ -86,7 +87,7 @@ def gather(inst: Instruction, module: Module) -> Shape:
     return ArrayShape(operand.element_type, tuple(dims))
 
 
-@shape_rule("scatter", operands=(3, None))
+@SHAPE_RULES.register("scatter")
 def scatter(inst: Instruction, module: Module) -> Shape:
     """scatter(operand_1..N, indices, update_1..N): the updates' dims not in update_window_dims
     equal the indices' batch dims (in order); update window dim j has at most the size of the

@@ -8,9 +8,10 @@ per operand.
 from __future__ import annotations
 
 from .module import Instruction, Module
+from .ops import SHAPE_RULES
 from .shape_rules_common import (
     attr_bool, attr_int, attr_ints, attr_value, called, check_dimension_list, check_reducer,
-    check_scalar_function, operand_array, operand_scalar, require, shape_rule, strip,
+    check_scalar_function, operand_array, operand_scalar, require, strip,
     tuple_or_single, window_output_dims,
 )
 from .shapes import ArrayShape, Shape, TupleShape
@@ -30,7 +31,7 @@ def _inputs_and_inits(inst: Instruction) -> tuple[list[ArrayShape], list[ArraySh
     return inputs, inits
 
 
-@shape_rule("reduce", operands=(2, None))
+@SHAPE_RULES.register("reduce")
 def reduce(inst: Instruction, module: Module) -> Shape:
     """reduce(x_1..x_N, init_1..init_N), dimensions=D: each result keeps the dims not in D and
     takes its init value's element type; one array for N = 1, else an N-tuple."""
@@ -43,7 +44,7 @@ def reduce(inst: Instruction, module: Module) -> Shape:
     return tuple_or_single([ArrayShape(i.element_type, kept) for i in inits])
 
 
-@shape_rule("reduce-window", operands=(2, None))
+@SHAPE_RULES.register("reduce-window")
 def reduce_window(inst: Instruction, module: Module) -> Shape:
     """reduce-window(x_1..x_N, init_1..init_N), window=W: each result has the window output dims
     over the inputs' dims and its init value's element type."""
@@ -54,7 +55,7 @@ def reduce_window(inst: Instruction, module: Module) -> Shape:
     return tuple_or_single([ArrayShape(i.element_type, dims) for i in inits])
 
 
-@shape_rule("select-and-scatter", operands=3)
+@SHAPE_RULES.register("select-and-scatter")
 def select_and_scatter(inst: Instruction, module: Module) -> Shape:
     """select-and-scatter(operand, source, init): source has the window output dims over the
     operand; `select` is (T, T) -> pred over the operand type T, `scatter` a reducer of the source
@@ -71,7 +72,7 @@ def select_and_scatter(inst: Instruction, module: Module) -> Shape:
     return strip(x)
 
 
-@shape_rule("sort", operands=(1, None))
+@SHAPE_RULES.register("sort")
 def sort(inst: Instruction, module: Module) -> Shape:
     """sort(x_1..x_N), dimensions={d}: comparator (x_1, x_1, ..., x_N, x_N scalars) -> pred[];
     the result is the operand (N = 1) or the tuple of operands."""
@@ -88,7 +89,7 @@ def sort(inst: Instruction, module: Module) -> Shape:
     return tuple_or_single([strip(x) for x in xs])
 
 
-@shape_rule("map", operands=(1, None))
+@SHAPE_RULES.register("map")
 def map_(inst: Instruction, module: Module) -> Shape:
     """map(x_1..x_N), to_apply=f: f takes one scalar per operand; the result has the operands'
     dims and f's result type."""
@@ -103,7 +104,7 @@ def map_(inst: Instruction, module: Module) -> Shape:
     return ArrayShape(result.element_type, xs[0].dims)
 
 
-@shape_rule("topk", operands=1)
+@SHAPE_RULES.register("topk")
 def top_k(inst: Instruction, module: Module) -> Shape:
     """topk(x), k=K: the K largest (or smallest) along the last dim: (values, s32 indices)."""
     x = operand_array(inst, 0)

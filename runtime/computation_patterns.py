@@ -32,7 +32,7 @@ _REDUCER_UFUNCS = {
 }
 #: ops that change only the shape, so on scalars they pass the (batched) value through
 _PASS_THROUGH = frozenset({"broadcast", "reshape", "copy", "bitcast", "transpose",
-                           "optimization-barrier"})
+                           "opt-barrier"})
 #: ops that call a computation with their operands (evaluated vectorised too)
 _CALLS = {"call": "to_apply", "fusion": "calls"}
 #: other ops whose kernels are shape-agnostic

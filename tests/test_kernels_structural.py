@@ -209,7 +209,7 @@ ENTRY main {
   t = (f32[2], u32[]) tuple(p, id)
   b = (f32[2], u32[]) opt-barrier(t)
   ROOT r = (u32[], u32[], (f32[2], u32[]), token[]) tuple(id, rid, b, tok)
-}""".replace("opt-barrier", "optimization-barrier")
+}"""
     pid, rid, (value, same_id), tok = run_hlo(text, np.array([1, 2], np.float32))
     assert pid.dtype == np.uint32 and pid == 0 and rid == 0 and same_id == 0
     np.testing.assert_array_equal(value, [1, 2])

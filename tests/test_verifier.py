@@ -195,7 +195,7 @@ def test_unknown_opcode_is_unsupported():
     module = valid_module()
     main = module.computation("main")
     main.instruction("mul").opcode = "frobnicate"
-    with pytest.raises(UnsupportedError, match="computation main, instruction mul: no shape rule"):
+    with pytest.raises(UnsupportedError, match="computation main, instruction mul: unknown opcode"):
         verify_module(module)
 
 

@@ -58,7 +58,7 @@ def _literal_value(literal, inst):
     return literal.value
 
 
-@kernel("copy", "optimization-barrier", "add-dependency")
+@kernel("copy", "opt-barrier", "add-dependency")
 def _identity(inst, args, ctx):
     return args[0]
 
