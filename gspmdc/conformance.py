@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from gspmdc.errors import GspmdcError
+from gspmdc.ir.ops import HOST_IO
 from gspmdc.runtime.compare import compare_outputs
 
-IO_OPCODES = frozenset({"infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
 CASE_TIMEOUT_SECONDS = 600
 
 
@@ -233,7 +233,7 @@ def score_parse_corpus(path: Path, limits: MachineLimits) -> list[Tally]:
             verified.record(name, problems[0] if problems else None)
         except Exception as e:  # noqa: BLE001
             verified.record(name, "CRASH " + _one_line(e))
-        if IO_OPCODES & set(case.get("opcodes", ())):
+        if HOST_IO & set(case.get("opcodes", ())):
             continue
         reason = limits.too_large(module)
         if reason is not None:

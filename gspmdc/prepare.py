@@ -24,14 +24,12 @@ from dataclasses import dataclass
 from gspmdc import api
 from gspmdc.errors import GspmdcError, UnsupportedError
 from gspmdc.ir.module import Module
+from gspmdc.ir.ops import HOST_IO
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.stage import MANUAL_BOUNDARY_TARGETS, Stage, module_stage, recorded_stage
 from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.runtime.job import Job, RunOptions, check_executable, check_input_file
 from gspmdc.runtime.sharded_io import PADDINGS, spmd_signature
-
-#: opcodes whose data does not come from the input file (no reference can be computed)
-IO_OPCODES = frozenset({"infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
 
 
 @dataclass(frozen=True)
@@ -178,7 +176,7 @@ def why_no_reference(module: Module) -> str | None:
     parameters or a result with manual shardings (per-device data, which one global array
     cannot describe)."""
     io_ops = sorted({inst.opcode for _, inst in module.all_instructions()
-                     if inst.opcode in IO_OPCODES})
+                     if inst.opcode in HOST_IO})
     if io_ops:
         return (f"a program with I/O instructions ({', '.join(io_ops)}): their data does not "
                 "come from the input file")

@@ -304,7 +304,8 @@ SIDE_EFFECTING = with_trait(Trait.SIDE_EFFECT)
 COLLECTIVES = with_trait(Trait.COLLECTIVE)
 HOST_IO = with_trait(Trait.HOST_IO)
 RNG_STATE = with_trait(Trait.RNG_STATE)
-#: opcodes that only a partitioned (SPMD) program holds: collectives and `partition-id`
+#: opcodes that only a partitioned (SPMD) program or a manual region holds: collectives and
+#: `partition-id`
 SPMD_ONLY = COLLECTIVES | opcodes("partition-id")
 #: opcodes whose meaning depends on the partition, or that talk to the host or other partitions:
 #: the partitioner refuses them outside manual regions unless a rule of its own handles them

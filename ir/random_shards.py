@@ -4,7 +4,9 @@ The partitioner computes a shard of a random result alone (`passes/spmd/op_rules
 the runtime executes those local forms (`runtime/kernels/random.py`). What the two sides must
 agree on lives here:
 
-- the custom-call targets of the shards and the frontend attribute naming their global dims
+- the operands of the shard custom-calls (their targets, `gspmdc.RngBitGeneratorShard`: state,
+  then s32 offsets per dim; `gspmdc.RngShard`: a, b, the global state value, then s32 offsets per
+  dim, are in `custom_call_targets.py`) and the frontend attribute naming their global dims
   (`frontend_attributes={global_dims="d0,d1"}`);
 - how far an `rng` advances the global rng state: the Philox blocks its whole result draws
   (`rng_state_delta`), which the partitioner writes as the `delta` of the
@@ -17,10 +19,6 @@ from gspmdc.errors import UnsupportedError, VerificationError
 from . import dtypes
 from .module import Instruction
 
-#: the shard of a `rng-bit-generator` (operands: state, s32 offsets per dim)
-RNG_BIT_GENERATOR_SHARD = "gspmdc.RngBitGeneratorShard"
-#: the shard of an `rng` (operands: a, b, the global state value, s32 offsets per dim)
-RNG_SHARD = "gspmdc.RngShard"
 #: the frontend attribute of a shard custom-call giving the global dims
 GLOBAL_DIMS_KEY = "global_dims"
 
@@ -57,5 +55,5 @@ def global_dims_of(inst: Instruction) -> tuple[int, ...]:
     return tuple(int(d) for d in text.split(",") if d.strip())
 
 
-__all__ = ["RNG_BIT_GENERATOR_SHARD", "RNG_SHARD", "GLOBAL_DIMS_KEY", "random_bit_width",
+__all__ = ["GLOBAL_DIMS_KEY", "random_bit_width",
            "draw_plan", "rng_state_delta", "global_dims_of"]

@@ -37,7 +37,9 @@ import enum
 from gspmdc.errors import GspmdcError
 
 from .attributes import KeyValueList
+from .custom_call_targets import FULL_TO_SHARD, SHARD_TO_FULL, target_of
 from .module import Instruction, Module
+from .ops import SPMD_ONLY
 
 #: the key of the stage in the module's header `frontend_attributes`
 STAGE_KEY = "gspmdc.stage"
@@ -47,15 +49,7 @@ STAGE_KEY = "gspmdc.stage"
 GLOBAL_SIGNATURE_KEY = "spmd_global_signature"
 
 #: custom-call targets that delimit a manual region in a global program
-MANUAL_BOUNDARY_TARGETS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape"})
-
-#: opcodes that only an SPMD program (or a manual region) holds
-_PARTITION_OPCODES = frozenset({
-    "partition-id", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-    "collective-permute", "all-reduce-start", "all-reduce-done", "all-gather-start",
-    "all-gather-done", "collective-permute-start", "collective-permute-done",
-    "collective-broadcast", "ragged-all-to-all",
-})
+MANUAL_BOUNDARY_TARGETS = frozenset({FULL_TO_SHARD, SHARD_TO_FULL})
 
 
 class Stage(enum.Enum):
@@ -123,14 +117,14 @@ def inferred_stage(module: Module) -> Stage:
     for _, inst in module.all_instructions():
         if _in_global_program_only(inst):
             return Stage.GLOBAL
-        if inst.opcode in _PARTITION_OPCODES and not _cross_replica(inst):
+        if inst.opcode in SPMD_ONLY and not _cross_replica(inst):
             partition_ops = True
     return Stage.PARTITIONED if partition_ops else Stage.GLOBAL
 
 
 def _in_global_program_only(inst: Instruction) -> bool:
     """A manual sharding or a manual-region boundary: what XLA's partitioner removes."""
-    if inst.opcode == "custom-call" and inst.attr("custom_call_target") in MANUAL_BOUNDARY_TARGETS:
+    if target_of(inst) in MANUAL_BOUNDARY_TARGETS:
         return True
     return inst.sharding is not None and inst.sharding.has_manual_leaf
 

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from gspmdc.errors import UnsupportedError
+from gspmdc.ir.custom_call_targets import ANNOTATIONS
 from gspmdc.ir.parser import parse_module
 from gspmdc.runtime.interpreter import evaluate
-from gspmdc.runtime.kernels.custom_call import ANNOTATION_TARGETS, top_k
+from gspmdc.runtime.kernels.custom_call import top_k
 
 
 def run(text, *args):
@@ -29,7 +30,7 @@ ENTRY e {{
 """
 
 
-@pytest.mark.parametrize("target", sorted(ANNOTATION_TARGETS - {"xla.sdy.ShardingGroup"}) + [
+@pytest.mark.parametrize("target", sorted(ANNOTATIONS - {"xla.sdy.ShardingGroup"}) + [
     "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
     "xla.sdy.LocalToGlobalShape"])
 def test_annotations_are_the_identity(target):

@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspmdc.errors import GspmdcError
-from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.frontend_attributes import (
+    SHARDING_ORIGIN, frontend_attribute, set_frontend_attribute,
+)
 from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 
-ATTRIBUTE = "sharding_origin"
 ANNOTATION = "annotation"
 
 Key = tuple[str, str]  # (computation name, instruction name)
@@ -69,11 +70,11 @@ class Provenance:
         for comp in module.computations.values():
             for inst in comp.instructions:
                 steps = self.history.get((comp.name, inst.name))
-                _set_attribute(inst, None)
+                set_frontend_attribute(inst, SHARDING_ORIGIN, None)
                 if inst.sharding is None or not steps or \
                         (len(steps) == 1 and steps[0].how == ANNOTATION):
                     continue
-                _set_attribute(inst, _encode(steps, comp.name))
+                set_frontend_attribute(inst, SHARDING_ORIGIN, _encode(steps, comp.name))
 
     @classmethod
     def from_module(cls, module: Module) -> "Provenance":
@@ -81,7 +82,7 @@ class Provenance:
         prov = cls()
         for comp in module.computations.values():
             for inst in comp.instructions:
-                text = _attribute(inst)
+                text = frontend_attribute(inst, SHARDING_ORIGIN)
                 if text is not None:
                     prov.history[(comp.name, inst.name)] = _decode(text, comp.name, inst)
         return prov
@@ -155,22 +156,6 @@ def _describe(step: Step, comp: str) -> str:
     return text
 
 
-def _attribute(inst: Instruction) -> str | None:
-    attrs = inst.attrs.get("frontend_attributes")
-    return None if attrs is None else attrs.get(ATTRIBUTE)
-
-
-def _set_attribute(inst: Instruction, value: str | None) -> None:
-    attrs = inst.attrs.get("frontend_attributes")
-    items = [(k, v) for k, v in (attrs.items if attrs is not None else ()) if k != ATTRIBUTE]
-    if value is not None:
-        items.append((ATTRIBUTE, value))
-    if items:
-        inst.attrs["frontend_attributes"] = KeyValueList(tuple(items), ", ")
-    elif attrs is not None:
-        del inst.attrs["frontend_attributes"]
-
-
 def _encode(steps: list[Step], comp: str) -> str:
     parts = []
     for i, step in enumerate(steps):
@@ -196,6 +181,6 @@ def _decode(text: str, comp: str, inst: Instruction) -> list[Step]:
             steps.append(Step(parse_sharding(sharding) if sharding else None, how, rule,
                               tuple(refs), int(level) if level else None))
     except (ValueError, GspmdcError) as e:
-        raise GspmdcError(f"instruction {inst.name}: malformed {ATTRIBUTE} attribute "
+        raise GspmdcError(f"instruction {inst.name}: malformed {SHARDING_ORIGIN} attribute "
                           f"{text!r}: {e}") from None
     return steps

@@ -42,6 +42,7 @@ import numpy as np
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.attributes import PadDim, SliceDim
+from gspmdc.ir.frontend_attributes import HALO, frontend_attribute
 from gspmdc.ir.module import Instruction
 
 from .reshard import EmitContext
@@ -258,10 +259,7 @@ def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: 
     return total
 
 
-# ---- the plans of an instruction, as the halo-exchange pass records them ----------------------
-
-#: the frontend attribute holding the halo plans of an instruction
-HALO_ATTRIBUTE = "halo"
+# ---- the plans of an instruction, as the halo-exchange pass records them (`halo=`) ------------
 
 
 def describe_plans(plans: list[dict[int, HaloPlan]]) -> str:
@@ -276,8 +274,7 @@ def recorded_plans(inst: Instruction, num_devices: int) -> list[dict[int, HaloPl
     the attribute; a prefix scan's entry is not a halo plan). GspmdcError for a plan that
     does not parse or does not fit its operand's tiling."""
     plans: list[dict[int, HaloPlan]] = [{} for _ in inst.operands]
-    attrs = inst.attrs.get("frontend_attributes")
-    text = None if attrs is None else attrs.get(HALO_ATTRIBUTE)
+    text = frontend_attribute(inst, HALO)
     for entry in filter(None, (e.strip() for e in (text or "").split(";"))):
         match = _ENTRY.fullmatch(entry)
         if match is None:
@@ -473,5 +470,5 @@ def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid:
     return b.select(inside, x, b.broadcast(fill, dims))
 
 
-__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "HALO_ATTRIBUTE",
+__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes",
            "describe_plans", "recorded_plans", "windowed_input", "exchange_halo", "return_halo"]

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.frontend_attributes import HALO, set_frontend_attribute
 from gspmdc.ir.module import Module
 from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .call_graph import partitioned_computations
-from .halo import HALO_ATTRIBUTE, describe_plans
+from .halo import describe_plans
 from .op_rules import RULES
 from .op_rules_window import WindowRule
 
@@ -59,14 +59,7 @@ class HaloExchange(ModulePass):
                 text = describe_plans(rule.halo_plans(inst, ctx.num_partitions))
             else:
                 continue
-            attrs = inst.attrs.get("frontend_attributes")
-            items = tuple(kv for kv in (attrs.items if attrs else ()) if kv[0] != HALO_ATTRIBUTE)
-            if text:
-                items += ((HALO_ATTRIBUTE, text),)
-            if items:
-                inst.attrs["frontend_attributes"] = KeyValueList(items, ", ")
-            elif attrs is not None:
-                del inst.attrs["frontend_attributes"]
+            set_frontend_attribute(inst, HALO, text or None)
         return module
 
 

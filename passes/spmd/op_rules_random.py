@@ -29,12 +29,11 @@ too when its operands are replicated (then nothing moves), or on that device's o
 from __future__ import annotations
 
 from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.custom_call_targets import RNG_BIT_GENERATOR_SHARD, RNG_SHARD
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.random_shards import GLOBAL_DIMS_KEY, rng_state_delta
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
-from gspmdc.ir.random_shards import (
-    GLOBAL_DIMS_KEY, RNG_BIT_GENERATOR_SHARD, RNG_SHARD, rng_state_delta,
-)
 
 from .op_rules import LowerContext, OpPlan, OpRule, clone, maximal_for, op_rule, without_partials
 from .tiling import Tiling

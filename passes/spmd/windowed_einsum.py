@@ -45,6 +45,9 @@ import numpy as np
 from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import ComputationRef, KeyValueList
+from gspmdc.ir.frontend_attributes import (
+    WINDOWED_EINSUM, frontend_attribute, set_frontend_attribute,
+)
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
@@ -58,9 +61,6 @@ from .op_rules_dot import DotDims, dot_result
 from .partition_ids import PartitionTables
 from .reshard_nodes import is_inserted_reshard
 from .tiling import Tiling, cdiv
-
-#: the frontend attribute marking a dot lowered as a windowed einsum
-WINDOWED_ATTRIBUTE = "windowed_einsum"
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ class Windowing:
 
     @classmethod
     def of(cls, inst: Instruction) -> "Windowing | None":
-        attrs = inst.attrs.get("frontend_attributes")
-        text = None if attrs is None else attrs.get(WINDOWED_ATTRIBUTE)
+        text = frontend_attribute(inst, WINDOWED_EINSUM)
         if text is None:
             return None
         kind, _, operand, _, dim = text.split()
@@ -121,11 +120,7 @@ def _rewrite(comp: Computation, n: int, threshold: int) -> None:
                 inst.sharding = reshard.sharding
                 replaced[reshard] = inst
         if windowing is not None:
-            attrs = inst.attrs.get("frontend_attributes")
-            items = tuple(kv for kv in (attrs.items if attrs else ())
-                          if kv[0] != WINDOWED_ATTRIBUTE)
-            inst.attrs["frontend_attributes"] = KeyValueList(
-                items + ((WINDOWED_ATTRIBUTE, windowing.describe()),), ", ")
+            set_frontend_attribute(inst, WINDOWED_EINSUM, windowing.describe())
     comp.root = replaced.get(comp.root, comp.root)
     while True:                                          # detached reshards (and their chains)
         live = {comp.root} | {o for i in comp.instructions for o in i.operands}
@@ -376,4 +371,4 @@ def _add_computation(module: Module, hint: str, instructions, root) -> Computati
     return comp
 
 
-__all__ = ["WindowedEinsum", "Windowing", "WINDOWED_ATTRIBUTE", "lower_windowed"]
+__all__ = ["WindowedEinsum", "Windowing", "lower_windowed"]

@@ -23,22 +23,13 @@ import numpy as np
 
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
+from gspmdc.ir.custom_call_targets import ANNOTATIONS, MANUAL_BOUNDARIES, TOPK
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from . import Token, kernel
 
 #: custom_call_target -> fn(inst, args, ctx)
 CUSTOM_CALL_TARGETS: dict[str, Callable[..., Any]] = {}
-
-ANNOTATION_TARGETS = frozenset({
-    "Sharding", "ShardBarrierFrom", "ShardBarrierTo", "LayoutConstraint", "MoveToHost",
-    "MoveToDevice", "PinToDevice", "annotate_device_placement", "xla.sdy.FuncResultSharding",
-    "xla.sdy.ShardingConstraint", "xla.sdy.PropagationBarrier", "xla.sdy.ShardingGroup",
-})
-MANUAL_BOUNDARY_TARGETS = frozenset({
-    "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
-    "xla.sdy.LocalToGlobalShape",
-})
 
 
 @kernel("custom-call")
@@ -75,14 +66,14 @@ def _identity(inst, args, ctx):
     if not _conforms(value, inst.shape):
         target = inst.attr("custom_call_target")
         kind = "a manual region boundary that changes the shape" \
-            if target in MANUAL_BOUNDARY_TARGETS else "an annotation that changes the shape"
+            if target in MANUAL_BOUNDARIES else "an annotation that changes the shape"
         raise UnsupportedError(
             f"{inst.name}: custom-call {target!r} maps ({_describe(args)}) to {inst.shape}: "
             f"{kind} has no single-device meaning (partition the program first)")
     return value
 
 
-CUSTOM_CALL_TARGETS.update(dict.fromkeys(ANNOTATION_TARGETS | MANUAL_BOUNDARY_TARGETS, _identity))
+CUSTOM_CALL_TARGETS.update(dict.fromkeys(ANNOTATIONS | MANUAL_BOUNDARIES, _identity))
 
 
 def _total_order_key(x: np.ndarray) -> np.ndarray:
@@ -117,7 +108,7 @@ def _top_k(inst, args, ctx):
     return top_k(x, values_shape.dims[-1], dtypes.numpy_dtype(indices_shape.element_type))
 
 
-CUSTOM_CALL_TARGETS["TopK"] = _top_k
+CUSTOM_CALL_TARGETS[TOPK] = _top_k
 
 
 @kernel("topk")

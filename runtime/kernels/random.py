@@ -44,10 +44,8 @@ import numpy as np
 
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
-from gspmdc.ir.random_shards import (
-    RNG_BIT_GENERATOR_SHARD, RNG_SHARD, draw_plan, global_dims_of, random_bit_width,
-    rng_state_delta,
-)
+from gspmdc.ir.custom_call_targets import RNG_BIT_GENERATOR_SHARD, RNG_SHARD
+from gspmdc.ir.random_shards import draw_plan, global_dims_of, random_bit_width, rng_state_delta
 from gspmdc.ir.shapes import TupleShape
 
 from . import kernel
