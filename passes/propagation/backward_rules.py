@@ -1,7 +1,7 @@
 """Backward rules: the sharding an instruction should have so that one of its users needs no
-resharding (§3.7, XLA's GetShardingFromUser). `BACKWARD_RULES` maps the *user's* opcode to a rule
-`(ctx, inst, user) -> candidate or None`; opcodes without an entry use `default_rule` (the user's
-sharding when the shapes match). `from_user` applies the checks common to every user (level
+resharding (§3.7, XLA's GetShardingFromUser). The catalogue's `BACKWARD_RULES` maps the *user's*
+opcode to a rule `(ctx, inst, user) -> candidate or None`; opcodes without an entry (custom-calls
+among them) use `default_rule` (the user's sharding when the shapes match). `from_user` applies the checks common to every user (level
 participation, the user must be sharded) and dispatches.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Callable
 
 from gspmdc.ir import sharding_ops as ops
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import BACKWARD_RULES
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.sharding import HloSharding
 
@@ -27,18 +28,9 @@ from .sharding_algebra import (
 )
 
 BackwardRule = Callable[[Context, Instruction, Instruction], "HloSharding | None"]
-BACKWARD_RULES: dict[str, BackwardRule] = {}
 
 #: the level at which lookahead reads user shardings (XLA passes INT64_MAX)
 _ANY_LEVEL = 1 << 30
-
-
-def backward(*opcodes: str):
-    def register(fn: BackwardRule) -> BackwardRule:
-        for opcode in opcodes:
-            BACKWARD_RULES[opcode] = fn
-        return fn
-    return register
 
 
 def _user_sharding(user: Instruction) -> HloSharding:
@@ -60,7 +52,7 @@ def _shapes_match(a, b) -> bool:
     return a.dims == b.dims
 
 
-@backward("broadcast")
+@BACKWARD_RULES.register("broadcast")
 def _broadcast(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """The user's sharding with broadcast-created dims replicated and removed (non-SPMD: only
     when those dims are not tiled)."""
@@ -73,7 +65,7 @@ def _broadcast(ctx: Context, inst: Instruction, user: Instruction) -> HloShardin
     return ops.remove_dims(ops.partially_replicate_on_dims(s, created), created)
 
 
-@backward("concatenate")
+@BACKWARD_RULES.register("concatenate")
 def _concatenate(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """The user's sharding (levels >= 1). Non-SPMD mode with a tiled concat dim gives each operand
     the devices its slice of the result lives on."""
@@ -100,7 +92,7 @@ def _concatenate(ctx: Context, inst: Instruction, user: Instruction) -> HloShard
     return HloSharding.tiled(TileAssignment.from_array(piece), s.subgroup_types)
 
 
-@backward("convolution")
+@BACKWARD_RULES.register("convolution")
 def _convolution(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Only dot-like convolutions (no genuine spatial dims) pass shardings to their operands."""
     dims = ctx.graph.derived("convolution", user, convolution_dims)
@@ -109,7 +101,7 @@ def _convolution(ctx: Context, inst: Instruction, user: Instruction) -> HloShard
     return _contraction_operand(user, inst, dims)
 
 
-@backward("dot")
+@BACKWARD_RULES.register("dot")
 def _dot(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     return _contraction_operand(user, inst, ctx.graph.derived("dot", user, dot_dims))
 
@@ -121,7 +113,7 @@ def _contraction_operand(user: Instruction, inst: Instruction, dims) -> HloShard
                              other.shape.rank, user.shape.rank)
 
 
-@backward("dynamic-slice", "dynamic-update-slice")
+@BACKWARD_RULES.register("dynamic-slice", "dynamic-update-slice")
 def _dynamic_slice(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Levels >= 1: the base of an update takes the user's sharding; the sliced value takes it with
     the sliced dims replicated; start indices get nothing."""
@@ -139,7 +131,7 @@ def _dynamic_slice(ctx: Context, inst: Instruction, user: Instruction) -> HloSha
     return replicate_dims(s, sliced)
 
 
-@backward("reduce-window")
+@BACKWARD_RULES.register("reduce-window")
 def _reduce_window(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     inputs = user.operands[:len(user.operands) // 2]
     if inst not in inputs:
@@ -147,22 +139,22 @@ def _reduce_window(ctx: Context, inst: Instruction, user: Instruction) -> HloSha
     return _operand_leaf(user, inputs.index(inst))
 
 
-@backward("reshape")
+@BACKWARD_RULES.register("reshape")
 def _reshape(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     return propagate_through_reshape(user.shape.dims, inst.shape.dims, user.sharding)
 
 
-@backward("pad")
+@BACKWARD_RULES.register("pad")
 def _pad(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     return user.sharding if inst is user.operands[0] else None
 
 
-@backward("slice")
+@BACKWARD_RULES.register("slice")
 def _slice(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     return user.sharding
 
 
-@backward("transpose")
+@BACKWARD_RULES.register("transpose")
 def _transpose(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     dims = user.attrs["dimensions"]
     inverse = [0] * len(dims)
@@ -171,12 +163,12 @@ def _transpose(ctx: Context, inst: Instruction, user: Instruction) -> HloShardin
     return transpose(user.sharding, tuple(inverse))
 
 
-@backward("reverse")
+@BACKWARD_RULES.register("reverse")
 def _reverse(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     return ops.reverse(user.sharding, user.attrs["dimensions"])
 
 
-@backward("tuple")
+@BACKWARD_RULES.register("tuple")
 def _tuple(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """The element sharding at the operand's position (the most specific if it appears twice)."""
     best = None
@@ -188,7 +180,7 @@ def _tuple(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | 
     return best
 
 
-@backward("get-tuple-element")
+@BACKWARD_RULES.register("get-tuple-element")
 def _get_tuple_element(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """A tuple sharding for the operand: its current one (or all data dims replicated, keeping
     manual subgroups) with the leaves at the user's index replaced by the user's sharding."""
@@ -208,7 +200,7 @@ def _get_tuple_element(ctx: Context, inst: Instruction, user: Instruction) -> Hl
     return HloSharding.tuple(leaves)
 
 
-@backward("reduce")
+@BACKWARD_RULES.register("reduce")
 def _reduce(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """The user's (leaf) sharding with size-1 tile dims re-inserted at the reduced positions,
     merged with the other inputs' shardings where compatible."""
@@ -232,12 +224,12 @@ def _reduce(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding |
     return s
 
 
-@backward("sort")
+@BACKWARD_RULES.register("sort")
 def _sort(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     return _operand_leaf(user, user.operands.index(inst))
 
 
-@backward("outfeed")
+@BACKWARD_RULES.register("outfeed")
 def _outfeed(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Operand 0 takes the outfeed's sharding for the data (the first part of its tuple)."""
     if inst is not user.operands[0]:
@@ -250,7 +242,7 @@ def _outfeed(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding 
     return HloSharding.tuple(leaves) if isinstance(inst.shape, TupleShape) else leaves[0]
 
 
-@backward("gather")
+@BACKWARD_RULES.register("gather")
 def _gather(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Indices: result batch dims -> index dims. Operand (SPMD): parallel dims and passthrough
     dims mapped back, merged."""
@@ -271,7 +263,7 @@ def _gather(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding |
     return merge_parallel_and_passthrough(parallel, operand_from_result(s, view))
 
 
-@backward("scatter")
+@BACKWARD_RULES.register("scatter")
 def _scatter(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Operands: the user's (leaf) sharding. Indices: the common sharding implied by the sharded
     updates. Updates: from the output's parallel and passthrough dims (SPMD), merged with the one
@@ -320,21 +312,19 @@ def _update_from_output(s: HloSharding, view) -> HloSharding | None:
     return None if out.is_tile_maximal else out
 
 
-@backward("custom-call")
-def _custom_call(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
-    return user.sharding if _shapes_match(inst.shape, user.shape) else None
-
-
 def default_rule(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Shape-preserving users (elementwise ops, copies, while loops, ...): the user's sharding."""
     return user.sharding if _shapes_match(inst.shape, user.shape) else None
+
+
+BACKWARD_RULES.set_default(default_rule)
 
 
 def from_user(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """XLA's GetShardingFromUser: the sharding `inst` should have for `user`, or None."""
     if not passes_at_level(user, ctx.level) or not is_spatially_partitioned(user.sharding):
         return None
-    candidate = BACKWARD_RULES.get(user.opcode, default_rule)(ctx, inst, user)
+    candidate = BACKWARD_RULES.lookup(user.opcode)(ctx, inst, user)
     return None if candidate is None else for_shape(candidate, inst.shape)
 
 
@@ -366,4 +356,4 @@ def lookahead_sharding(ctx: Context, inst: Instruction) -> HloSharding | None:
     return sharding
 
 
-__all__ = ["BACKWARD_RULES", "from_user", "lookahead_sharding"]
+__all__ = ["from_user", "lookahead_sharding"]

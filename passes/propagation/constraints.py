@@ -16,12 +16,14 @@ from __future__ import annotations
 from math import prod
 
 from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir.custom_call_targets import (
+    BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
+)
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 
 from .backward_rules import from_user
 from .context import Context, Proposal
-from .opclass import BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target
 from .preprocess import unspecified_dims
 from .sharding_algebra import is_spatially_partitioned, merge_if_compatible
 
@@ -81,14 +83,14 @@ def _boundary_after(ctx: Context, inst: Instruction, unspecified: tuple[int, ...
     """The manual boundary that is `inst`'s only user, None if there is none, False when there is
     one whose unspecified dims differ (then nothing may be refined)."""
     users = ctx.graph.users[inst]
-    if len(users) != 1 or target(users[0]) not in (FULL_TO_SHARD, SHARD_TO_FULL):
+    if len(users) != 1 or target_of(users[0]) not in (FULL_TO_SHARD, SHARD_TO_FULL):
         return None
     return users[0] if unspecified_dims(users[0]) == unspecified else False
 
 
 def _pair(inst: Instruction, boundary: Instruction) -> tuple[Instruction, Instruction]:
     """(auto-side, manual-side) members of a constraint + boundary pair."""
-    return (inst, boundary) if target(boundary) == FULL_TO_SHARD else (boundary, inst)
+    return (inst, boundary) if target_of(boundary) == FULL_TO_SHARD else (boundary, inst)
 
 
 def _refine_pair(inst: Instruction, boundary: Instruction, unspecified: tuple[int, ...],
@@ -121,7 +123,7 @@ def from_operand(ctx: Context, inst: Instruction, unspecified: tuple[int, ...]) 
     if boundary is False:
         return []
     if boundary is not None:
-        on_manual_side = target(boundary) == SHARD_TO_FULL
+        on_manual_side = target_of(boundary) == SHARD_TO_FULL
         return _refine_pair(inst, boundary, unspecified, [(op, op.sharding, on_manual_side)])
     refined = _refine(inst.sharding, op.sharding, unspecified)
     return [] if refined is None else [(inst, Proposal(refined, _RULE, (op,)))]
@@ -132,7 +134,7 @@ def from_users(ctx: Context, inst: Instruction, unspecified: tuple[int, ...]) ->
     if boundary is False:
         return []
     if boundary is not None:
-        on_manual_side = target(boundary) == FULL_TO_SHARD
+        on_manual_side = target_of(boundary) == FULL_TO_SHARD
         neighbours = []
         for user in ctx.graph.users[boundary]:
             candidate = from_user(ctx, boundary, user)
@@ -152,11 +154,11 @@ def from_users(ctx: Context, inst: Instruction, unspecified: tuple[int, ...]) ->
 
 def from_group(ctx: Context, inst: Instruction, unspecified: tuple[int, ...],
                members: list[Instruction]) -> Refinement:
-    if target(inst) == BARRIER_TO:
+    if target_of(inst) == BARRIER_TO:
         return []
     current, sources = inst.sharding, []
     for member in members:
-        if member is inst or target(member) == BARRIER_FROM:
+        if member is inst or target_of(member) == BARRIER_FROM:
             continue
         refined = _refine(current, member.sharding, unspecified)
         if refined is not None:

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.custom_call_targets import (
+    BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
+)
 from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 from gspmdc.ir.sharding import HloSharding
@@ -29,7 +32,7 @@ from .context import Context, Options, Proposal
 from .control_flow import follow_change, sync_all
 from .graph import ModuleGraph
 from .inference import infer_from_group, infer_from_operands, infer_from_users
-from .opclass import BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, is_barrier, target
+from .opclass import is_barrier
 from .preprocess import CSE_PREVENTION, Prepared, insert_root_copy, preprocess
 from .provenance import ANNOTATION, Provenance
 from .sharding_algebra import find_common_sharding, for_shape
@@ -193,7 +196,7 @@ class Driver:
         return changed
 
     def _visit(self, ctx: Context, inst: Instruction, kind: str, dirty: set[Instruction]) -> bool:
-        if kind == "backward" and target(inst) in (FULL_TO_SHARD, SHARD_TO_FULL):
+        if kind == "backward" and target_of(inst) in (FULL_TO_SHARD, SHARD_TO_FULL):
             self._mark(inst.operands[0], "backward")
         if kind == "group" and inst not in self.prep.group_of:
             dirty.discard(inst)
@@ -302,17 +305,17 @@ class Driver:
         for members in self.prep.shard_as.values():
             shardings = [m.sharding for m in members if m.sharding is not None]
             default = next((m.sharding for m in members if m.sharding is not None
-                            and target(m) != BARRIER_FROM), HloSharding.replicate())
+                            and target_of(m) != BARRIER_FROM), HloSharding.replicate())
             common = find_common_sharding(shardings, default) if shardings else default
             for m in members:
-                if target(m) == BARRIER_TO:
+                if target_of(m) == BARRIER_TO:
                     continue
                 if m.sharding != common:
                     m.sharding = for_shape(common, m.shape)
                     self._record(m, "shard group", "shard_as alignment", tuple(
                         o for o in members if o is not m and o.sharding == common)[:1])
             for m in members:
-                if target(m) == BARRIER_FROM and m.operands[0].sharding is None:
+                if target_of(m) == BARRIER_FROM and m.operands[0].sharding is None:
                     m.operands[0].sharding = m.sharding
                     self._record(m.operands[0], "shard group", "shard barrier relay", (m,))
 
@@ -322,7 +325,7 @@ class Driver:
                 if is_barrier(inst):
                     self.provenance.forget(self._key(inst))
                     self.provenance.removed_barriers[self._key(inst)] = \
-                        (target(inst), self._key(inst.operands[0]))
+                        (target_of(inst), self._key(inst.operands[0]))
                     self.graph.remove(inst)
                     self.structural_change = True
 

@@ -1,6 +1,6 @@
 """Forward rules: the sharding an instruction takes from its operands (§3.6, XLA's
-InferShardingFromOperands). `FORWARD_RULES` maps an opcode to its rule; opcodes without an entry
-use `default_rule` (elementwise merging, else the representative operand). The driver has already
+InferShardingFromOperands). The catalogue's `FORWARD_RULES` maps an opcode to its rule; opcodes
+without an entry use `default_rule` (elementwise merging, else the representative operand). The driver has already
 applied the checks common to every opcode (level participation, manual flow, whether the
 instruction may be sharded at all) before a rule runs.
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Callable
 
 from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir.custom_call_targets import BARRIER_FROM, BARRIER_TO, target_of
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import FORWARD_RULES
 from gspmdc.ir.sharding import HloSharding
 
 from .backward_rules import lookahead_sharding
@@ -25,22 +27,13 @@ from .indexing import (
     IndexedOp, along, gather_view, operand_from_result, result_from_indices, result_from_operand,
     scatter_operand_count, scatter_view,
 )
-from .opclass import BARRIER_FROM, BARRIER_TO, is_elementwise, representative_operand, target
+from .opclass import is_elementwise, representative_operand
 from .sharding_algebra import (
     for_shape, improved_sharding, is_more_specific, is_spatially_partitioned, is_subtiling_or_equal,
     merge_sharding, propagate_through_reshape, replicate_dims, single_tuple, transpose,
 )
 
 ForwardRule = Callable[[Context, Instruction], "Proposal | None"]
-FORWARD_RULES: dict[str, ForwardRule] = {}
-
-
-def forward(*opcodes: str):
-    def register(fn: ForwardRule) -> ForwardRule:
-        for opcode in opcodes:
-            FORWARD_RULES[opcode] = fn
-        return fn
-    return register
 
 
 def _partitioned(inst: Instruction) -> bool:
@@ -58,7 +51,7 @@ def _follow(ctx: Context, inst: Instruction, source: Instruction, candidate: Hlo
 
 # ---- structural ----------------------------------------------------------------------------
 
-@forward("get-tuple-element")
+@FORWARD_RULES.register("get-tuple-element")
 def _get_tuple_element(ctx: Context, inst: Instruction) -> Proposal | None:
     """The operand's sub-sharding at the index (a manual one is taken as is)."""
     op = inst.operands[0]
@@ -72,7 +65,7 @@ def _get_tuple_element(ctx: Context, inst: Instruction) -> Proposal | None:
     return _follow(ctx, inst, op, sub, "get-tuple-element")
 
 
-@forward("tuple")
+@FORWARD_RULES.register("tuple")
 def _tuple(ctx: Context, inst: Instruction) -> Proposal | None:
     """Leaf-wise: a leaf takes its operand's sharding when the tuple had none yet or when the
     operand's is more specific."""
@@ -97,7 +90,7 @@ def _tuple(ctx: Context, inst: Instruction) -> Proposal | None:
     return Proposal(new, "tuple", tuple(sources))
 
 
-@forward("while")
+@FORWARD_RULES.register("while")
 def _while(ctx: Context, inst: Instruction) -> Proposal | None:
     """The loop operand's sharding merged into the loop's current one."""
     op = inst.operands[0]
@@ -111,7 +104,7 @@ def _while(ctx: Context, inst: Instruction) -> Proposal | None:
     return acc.result("while")
 
 
-@forward("parameter")
+@FORWARD_RULES.register("parameter")
 def _parameter(ctx: Context, inst: Instruction) -> Proposal | None:
     """A branch or callee parameter follows the caller's corresponding operand."""
     comp = ctx.graph.computation_of[inst]
@@ -131,11 +124,11 @@ def _parameter(ctx: Context, inst: Instruction) -> Proposal | None:
     return acc.result("caller operand")
 
 
-@forward("custom-call")
+@FORWARD_RULES.register("custom-call")
 def _custom_call(ctx: Context, inst: Instruction) -> Proposal | None:
     """Shard barriers: a barrier-from takes nothing from its operand, a barrier-to everything;
     pass-through calls follow operand 0."""
-    name = target(inst)
+    name = target_of(inst)
     if name == BARRIER_FROM:
         return None
     op = inst.operands[0] if name == BARRIER_TO else representative_operand(inst)
@@ -146,7 +139,7 @@ def _custom_call(ctx: Context, inst: Instruction) -> Proposal | None:
 
 # ---- layout-changing ops -------------------------------------------------------------------
 
-@forward("transpose")
+@FORWARD_RULES.register("transpose")
 def _transpose(ctx: Context, inst: Instruction) -> Proposal | None:
     op = inst.operands[0]
     if not _partitioned(op):
@@ -155,7 +148,7 @@ def _transpose(ctx: Context, inst: Instruction) -> Proposal | None:
                    "transpose")
 
 
-@forward("reshape")
+@FORWARD_RULES.register("reshape")
 def _reshape(ctx: Context, inst: Instruction) -> Proposal | None:
     op = inst.operands[0]
     if not _partitioned(op):
@@ -164,7 +157,7 @@ def _reshape(ctx: Context, inst: Instruction) -> Proposal | None:
     return _follow(ctx, inst, op, candidate, "reshape")
 
 
-@forward("reverse")
+@FORWARD_RULES.register("reverse")
 def _reverse(ctx: Context, inst: Instruction) -> Proposal | None:
     op = inst.operands[0]
     if not _partitioned(op):
@@ -172,7 +165,7 @@ def _reverse(ctx: Context, inst: Instruction) -> Proposal | None:
     return _follow(ctx, inst, op, ops.reverse(op.sharding, inst.attrs["dimensions"]), "reverse")
 
 
-@forward("broadcast")
+@FORWARD_RULES.register("broadcast")
 def _broadcast(ctx: Context, inst: Instruction) -> Proposal | None:
     """Level 3 only: operand dim k's tiles go to output dim `dimensions[k]`, new dims get 1."""
     op = inst.operands[0]
@@ -187,7 +180,7 @@ def _broadcast(ctx: Context, inst: Instruction) -> Proposal | None:
     return _follow(ctx, inst, op, candidate, "broadcast")
 
 
-@forward("reduce")
+@FORWARD_RULES.register("reduce")
 def _reduce(ctx: Context, inst: Instruction) -> Proposal | None:
     """Per input: manual stays manual, replicated stays replicated, otherwise the reduced dims are
     replicated and removed (non-SPMD: reducing a sharded dim gives replicated). Every output of a
@@ -213,7 +206,7 @@ def _reduce(ctx: Context, inst: Instruction) -> Proposal | None:
     return acc.result("reduce")
 
 
-@forward("reduce-window")
+@FORWARD_RULES.register("reduce-window")
 def _reduce_window(ctx: Context, inst: Instruction) -> Proposal | None:
     """Each input's sharding (skipped with base or window dilation)."""
     if any(d.base_dilation > 1 or d.window_dilation > 1 for d in inst.attrs["window"].dims):
@@ -226,7 +219,7 @@ def _reduce_window(ctx: Context, inst: Instruction) -> Proposal | None:
     return acc.result("reduce-window")
 
 
-@forward("select-and-scatter")
+@FORWARD_RULES.register("select-and-scatter")
 def _select_and_scatter(ctx: Context, inst: Instruction) -> Proposal | None:
     op = inst.operands[0]
     if not _partitioned(op) or any(d.base_dilation > 1 for d in inst.attrs["window"].dims):
@@ -234,7 +227,7 @@ def _select_and_scatter(ctx: Context, inst: Instruction) -> Proposal | None:
     return _follow(ctx, inst, op, op.sharding, "select-and-scatter")
 
 
-@forward("sort")
+@FORWARD_RULES.register("sort")
 def _sort(ctx: Context, inst: Instruction) -> Proposal | None:
     """The representative operand's sharding on every output; tiles on the sort dim move to the
     first other dim that can absorb them, else nothing propagates."""
@@ -253,7 +246,7 @@ def _sort(ctx: Context, inst: Instruction) -> Proposal | None:
     return _follow(ctx, inst, op, single_tuple(inst.shape, s), "sort")
 
 
-@forward("concatenate")
+@FORWARD_RULES.register("concatenate")
 def _concatenate(ctx: Context, inst: Instruction) -> Proposal | None:
     """The representative operand's sharding; at level 0 only for stacked layers (every operand a
     tiled reshape of a parameter or tuple element, not tiled on the concat dim)."""
@@ -271,7 +264,7 @@ def _concatenate(ctx: Context, inst: Instruction) -> Proposal | None:
     return _follow(ctx, inst, op, op.sharding, "concatenate", aggressive=False)
 
 
-@forward("dynamic-slice", "dynamic-update-slice")
+@FORWARD_RULES.register("dynamic-slice", "dynamic-update-slice")
 def _dynamic_slice(ctx: Context, inst: Instruction) -> Proposal | None:
     """The sliced value's sharding (dynamic-slice operand, update of a dynamic-update-slice) with
     the sliced dims replicated; a dynamic-update-slice otherwise follows its operand 0."""
@@ -335,12 +328,12 @@ def _contraction(ctx: Context, inst: Instruction, dims: ContractionDims, rule: s
     return Proposal(merged, rule, (primary_op, secondary_op))
 
 
-@forward("dot")
+@FORWARD_RULES.register("dot")
 def _dot(ctx: Context, inst: Instruction) -> Proposal | None:
     return _contraction(ctx, inst, ctx.graph.derived("dot", inst, dot_dims), "dot")
 
 
-@forward("convolution")
+@FORWARD_RULES.register("convolution")
 def _convolution(ctx: Context, inst: Instruction) -> Proposal | None:
     """Dot-like convolutions use the dot rule. Otherwise only the lhs drives the output: with a
     small kernel the output follows the lhs dim for dim (unless the feature dim is sharded),
@@ -378,7 +371,7 @@ def _gather_parallel(acc: Accumulator, view: IndexedOp, pairs: list[tuple[int, i
         acc.improve(along(indices.sharding, [i for _, i in pairs], out, view.result_rank), indices)
 
 
-@forward("gather")
+@FORWARD_RULES.register("gather")
 def _gather(ctx: Context, inst: Instruction) -> Proposal | None:
     """Explicit batch dims, then index passthrough, then (SPMD) implicit parallel dims and the
     operand passthrough dims, each applied with improve."""
@@ -423,7 +416,7 @@ def _scatter_parallel(acc: Accumulator, view: IndexedOp, pairs: list[tuple[int, 
             acc.improve_leaf(k, along(update.sharding, update_dims, operand_dims, rank), update)
 
 
-@forward("scatter")
+@FORWARD_RULES.register("scatter")
 def _scatter(ctx: Context, inst: Instruction) -> Proposal | None:
     """Each output takes its operand's sharding, then parallel-dim candidates from operands,
     indices and updates, then each update's passthrough dims; non-SPMD: replicated."""
@@ -479,5 +472,8 @@ def default_rule(ctx: Context, inst: Instruction) -> Proposal | None:
                    "elementwise" if is_elementwise(inst) else inst.opcode)
 
 
+FORWARD_RULES.set_default(default_rule)
+
+
 def forward_rule(inst: Instruction) -> ForwardRule:
-    return FORWARD_RULES.get(inst.opcode, default_rule)
+    return FORWARD_RULES.lookup(inst.opcode)

@@ -10,6 +10,9 @@ when an operand is replicated (§3.5).
 """
 from __future__ import annotations
 
+from gspmdc.ir.custom_call_targets import (
+    BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
+)
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
@@ -18,8 +21,7 @@ from .backward_rules import from_user
 from .context import Context, Proposal
 from .forward_rules import forward_rule
 from .opclass import (
-    BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, has_side_effect, is_elementwise,
-    passes_at_level, supports_spatial_partitioning, target,
+    has_side_effect, is_elementwise, passes_at_level, supports_spatial_partitioning,
 )
 from .sharding_algebra import for_shape, improved_sharding, is_spatially_partitioned
 
@@ -69,7 +71,7 @@ def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
         for op in inst.operands:
             if not _is_manual(op.sharding):
                 continue
-            if target(inst) == SHARD_TO_FULL or \
+            if target_of(inst) == SHARD_TO_FULL or \
                     (ctx.level == 0 and inst.opcode in ("concatenate", "dynamic-slice")):
                 return None
             return Proposal(for_shape(HloSharding.manual(), inst.shape), "manual", (op,))
@@ -91,7 +93,7 @@ def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
 def _rule_label(user: Instruction) -> str:
     if is_elementwise(user):
         return "elementwise"
-    return target(user) or user.opcode
+    return target_of(user) or user.opcode
 
 
 def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
@@ -101,7 +103,7 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
     users = ctx.graph.users[inst]
     if inst.sharding is None or inst.sharding.is_tile_maximal:
         for user in users:
-            if user.sharding is None or target(user) == FULL_TO_SHARD:
+            if user.sharding is None or target_of(user) == FULL_TO_SHARD:
                 continue
             if isinstance(inst.shape, ArrayShape) and user.sharding.is_manual:
                 return Proposal(HloSharding.manual(), "manual", (user,))
@@ -117,7 +119,7 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
             return Proposal(for_shape(HloSharding.replicate(), inst.shape),
                             "rng-bit-generator seed", (user,))
         candidate = from_user(ctx, inst, user)
-        if candidate is not None and target(inst) == BARRIER_TO:
+        if candidate is not None and target_of(inst) == BARRIER_TO:
             candidate = for_shape(HloSharding.replicate(), inst.shape)
         if candidate is not None and acc.improve(candidate, user):
             labels.append(_rule_label(user))
@@ -126,7 +128,7 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
 
 def infer_from_group(ctx: Context, inst: Instruction, members: list[Instruction]) -> Proposal | None:
     if not passes_at_level(inst, ctx.level) or _is_manual(inst.sharding) or \
-            target(inst) == BARRIER_TO:
+            target_of(inst) == BARRIER_TO:
         return None
     if inst.sharding is None or inst.sharding.is_tile_maximal:
         for m in members:
@@ -134,7 +136,7 @@ def infer_from_group(ctx: Context, inst: Instruction, members: list[Instruction]
                 return Proposal(m.sharding, "shard group (manual)", (m,))
     acc = ctx.accumulate(inst)
     for m in members:
-        if m is inst or target(m) == BARRIER_FROM or not is_spatially_partitioned(m.sharding):
+        if m is inst or target_of(m) == BARRIER_FROM or not is_spatially_partitioned(m.sharding):
             continue
         acc.improve(m.sharding, m)
     return acc.result("shard_as/shard_like")

@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass, field
 
 from gspmdc.errors import GspmdcError
+from gspmdc.ir.custom_call_targets import SHARDING, target_of
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.sharding import HloSharding
 
 from .graph import ModuleGraph
-from .opclass import SHARDING, target
 from .sharding_algebra import for_shape
 
 CSE_PREVENTION = "_sharding_propagation_cse_prevention"
@@ -94,7 +94,7 @@ def preprocess(module: Module, graph: ModuleGraph, *, cse_prevention_only: bool)
                 inst.sharding = for_shape(inst.sharding, inst.shape)
     for comp in graph.computations:
         for inst in reversed(graph.post_order(comp)):
-            if target(inst) == SHARDING:
+            if target_of(inst) == SHARDING:
                 _constraint(inst, prep, convert=not cse_prevention_only)
             if inst.sharding is not None:
                 _shard_group(inst, prep)
