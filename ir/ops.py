@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from gspmdc.errors import UnsupportedError
 
-from . import dtypes
+from . import custom_call_targets, dtypes
 
 
 class Trait(enum.Enum):
@@ -307,10 +307,11 @@ RNG_STATE = with_trait(Trait.RNG_STATE)
 #: opcodes that only a partitioned (SPMD) program or a manual region holds: collectives and
 #: `partition-id`
 SPMD_ONLY = COLLECTIVES | opcodes("partition-id")
-#: opcodes whose meaning depends on the partition, or that talk to the host or other partitions:
-#: the partitioner refuses them outside manual regions unless a rule of its own handles them
+#: opcodes whose meaning depends on the partition, or that talk to the host or other partitions
+#: (and `rng-get-and-update-state`, which hands out the global rng state as a value): the
+#: partitioner refuses them outside manual regions unless a rule of its own handles them
 PARTITION_DEPENDENT = with_trait(Trait.COLLECTIVE, Trait.HOST_IO, Trait.DEVICE_ID, Trait.TOKEN,
-                                 Trait.ASYNC, Trait.RNG_STATE)
+                                 Trait.ASYNC) | opcodes("rng-get-and-update-state")
 #: every attribute name that refers to called computations
 CALLED_COMPUTATION_ATTRIBUTES = frozenset(a for op in _OPS for a in op.calls)
 
@@ -341,10 +342,12 @@ def refusal(opcode: str, layer: Layer) -> str | None:
 class RuleTable:
     """One layer's rules by catalogue opcode (and, for custom-calls, by target).
 
-    `register(*opcodes)` decorates a rule (a function, or a class whose instance is the rule when
-    `instance=True`); `add(rule, *opcodes)` registers a value. An opcode outside the catalogue, or
-    registered twice, raises ValueError. `lookup(opcode)` is the rule, else the layer's default
-    (`set_default`), else UnsupportedError with the catalogue's message."""
+    `register(*opcodes, targets=...)` decorates a rule (a function, or a class whose instance is
+    the rule when `instance=True`); `add(rule, *opcodes, targets=...)` registers a value;
+    `targets` are custom-call targets (`custom_call_targets.py`) with a rule of their own. An
+    opcode outside the catalogue, a target gspmdc does not know, or a key registered twice raises
+    ValueError. `lookup(opcode, target)` is the rule, else the layer's default (`set_default`),
+    else UnsupportedError with the catalogue's message."""
 
     def __init__(self, layer: Layer):
         self.layer = layer
@@ -358,6 +361,9 @@ class RuleTable:
             if table is self.rules and key not in CATALOGUE:
                 raise ValueError(f"{self.layer.value} rule for {key!r}, which is not in the "
                                  "opcode catalogue")
+            if table is self.targets and key not in custom_call_targets.KNOWN:
+                raise ValueError(f"{self.layer.value} rule for custom-call target {key!r}, "
+                                 "which custom_call_targets.py does not name")
             if key in table:
                 raise ValueError(f"two {self.layer.value} rules for {key!r}")
             table[key] = rule
@@ -384,8 +390,11 @@ class RuleTable:
     def __getitem__(self, opcode: str) -> Any:
         return self.rules[opcode]
 
-    def lookup(self, opcode: str) -> Any:
-        rule = self.rules.get(opcode)
+    def lookup(self, opcode: str, target: str | None = None) -> Any:
+        """The rule of custom-call `target` (when given and registered), else of `opcode`, else
+        the default; UnsupportedError when the layer refuses the opcode."""
+        rule = self.targets.get(target) if target is not None else None
+        rule = self.rules.get(opcode) if rule is None else rule
         if rule is not None:
             return rule
         reason = refusal(opcode, self.layer)

@@ -11,16 +11,6 @@ their boundary (`call_graph.py`, `op_rules_control.py`); manual regions run per 
 """
 from __future__ import annotations
 
-from . import (  # noqa: F401  (each module registers its rules)
-    op_rules_data, op_rules_dot, op_rules_elementwise, op_rules_passthrough, op_rules_reduce,
-)
-from . import op_rules_gather  # noqa: F401  (gather)
-from . import op_rules_random  # noqa: F401  (rng, rng-bit-generator)
-from . import op_rules_indexed  # noqa: F401  (dynamic-(update-)slice, sort, TopK)
-from . import op_rules_ragged  # noqa: F401  (ragged-dot)
-from . import op_rules_control, op_rules_manual  # noqa: F401  (control flow; manual regions)
-from . import op_rules_window  # noqa: F401  (reduce-window, pad, slice, concatenate, reverse)
-from . import op_rules_conv  # noqa: F401  (convolution)
 from .cleanup import Cleanup
 from .explain import collective_result_bytes, collective_sent_bytes, explain_collective
 from .halo_exchange import HaloExchange

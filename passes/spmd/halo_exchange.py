@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 from gspmdc.ir.frontend_attributes import HALO, set_frontend_attribute
 from gspmdc.ir.module import Module
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .call_graph import partitioned_computations
 from .halo import describe_plans
-from .op_rules import RULES
 from .op_rules_window import WindowRule
 
 
@@ -52,7 +52,7 @@ class HaloExchange(ModulePass):
 
     def apply(self, ctx: PassContext, module: Module) -> Module:
         for inst in (i for comp in partitioned_computations(module) for i in comp.instructions):
-            rule = RULES.get(inst.opcode)
+            rule = PARTITION_RULES.get(inst.opcode)
             if isinstance(rule, WindowRule):
                 text = rule.halo_description(inst, ctx.num_partitions, module.computations)
             elif hasattr(rule, "halo_plans"):

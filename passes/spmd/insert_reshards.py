@@ -44,8 +44,9 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
-from .op_rules import OpPlan, PlanContext, replicated_for, rule_for
+from .op_rules import OpPlan, PlanContext, replicated_for
 from .op_rules_control import boundary_shardings
+from .partition_rules import rule_for
 from .reshard_nodes import RESHARD_TARGET, is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
 

@@ -29,8 +29,9 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import partitioned_computations
-from .op_rules import LowerContext, rule_for
+from .op_rules import LowerContext
 from .partition_ids import PartitionTables
+from .partition_rules import rule_for
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The per-opcode partitioning rule table shared by insert-reshards and lower-spmd.
+"""The contract of the partitioning rules insert-reshards and lower-spmd share, and the default
+action. The rules live in the catalogue's `PARTITION_RULES` (`ir/ops.py`); `partition_rules.py`
+picks the rule for an instruction.
 
 A rule answers two questions about an instruction `h` of the global program:
 
@@ -12,17 +14,18 @@ A rule answers two questions about an instruction `h` of the global program:
 
 Ops without a rule of their own use the *default action* of §4.7.1 when they are pure: operands
 replicated (or on the op's single device), the op run unchanged, the result resharded. Ops whose
-meaning depends on the partition (I/O, `partition-id`, collectives written by the user) are
-rejected with UnsupportedError outside manual regions; instructions with manual shardings and the
-region boundaries use the rules of `op_rules_manual.py`.
+meaning depends on the partition (the catalogue's `PARTITION_DEPENDENT`: I/O, `partition-id`,
+collectives written by the user) are rejected with UnsupportedError outside manual regions;
+instructions with manual shardings and the region boundaries use the rules of
+`op_rules_manual.py`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from gspmdc.errors import UnsupportedError
-from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import Shape, TupleShape
 
@@ -102,30 +105,16 @@ class LowerContext(EmitContext):
         return [self.local[o] for o in inst.operands]
 
 
-class OpRule:
+class PartitionRule:
     """Base rule: subclasses implement `plan`; the default `lower` clones the instruction onto
-    its operands' local values with the shard shape of its sharding."""
+    its operands' local values with the shard shape of its sharding. Rules register in the
+    catalogue's `PARTITION_RULES` (`@PARTITION_RULES.register(opcode, ..., instance=True)`)."""
 
     def plan(self, inst: Instruction, ctx: PlanContext) -> OpPlan:
         raise NotImplementedError
 
     def lower(self, inst: Instruction, ctx: LowerContext) -> Instruction:
         return clone(inst, ctx)
-
-
-RULES: dict[str, OpRule] = {}
-
-
-def op_rule(*opcodes: str):
-    """Class decorator: register an instance of the rule for `opcodes`."""
-    def register(cls):
-        instance = cls()
-        for opcode in opcodes:
-            if opcode in RULES:
-                raise ValueError(f"two partitioning rules for {opcode}")
-            RULES[opcode] = instance
-        return cls
-    return register
 
 
 def clone(inst: Instruction, ctx: LowerContext, operands: list[Instruction] | None = None,
@@ -167,29 +156,7 @@ def maximal_for(shape: Shape, device: int) -> HloSharding:
 
 # ---- the default action ------------------------------------------------------------------------
 
-#: opcodes whose result depends on the partition or which talk to the host or other partitions
-#: (except a cross-replica all-reduce, which has a rule: `op_rules_elementwise.py`)
-UNPARTITIONABLE = frozenset({
-    "infeed", "outfeed", "send", "send-done", "recv", "recv-done",
-    "rng-get-and-update-state", "partition-id", "replica-id", "all-reduce", "all-gather",
-    "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",
-    "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done",
-    "collective-permute-start", "collective-permute-done", "async-start", "async-update",
-    "async-done", "after-all", "add-dependency",
-})
-#: custom-call targets that open or close manual regions
-MANUAL_TARGETS = frozenset({
-    "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
-    "xla.sdy.LocalToGlobalShape",
-})
-#: table key of the rule for instructions inside manual regions (`op_rules_manual.py`)
-MANUAL_RULE_KEY = "<manual>"
-#: opcodes whose rules pass leaf shardings through, manual ones included
-_STRUCTURAL = frozenset({"parameter", "tuple", "get-tuple-element", "while", "conditional",
-                         "call"})
-
-
-class DefaultRule(OpRule):
+class DefaultRule(PartitionRule):
     """Default action: every operand replicated (or on the instruction's single device), the op
     run unchanged on whole values, the result resharded."""
 
@@ -205,32 +172,7 @@ class DefaultRule(OpRule):
 
 
 DEFAULT_RULE = DefaultRule()
-
-
-def rule_for(inst: Instruction, module_computations: dict[str, Computation]) -> OpRule:
-    """The rule partitioning `inst`; UnsupportedError for partition-dependent ops."""
-    opcode = inst.opcode
-    target = inst.attr("custom_call_target") if opcode == "custom-call" else None
-    if target not in MANUAL_TARGETS and opcode not in _STRUCTURAL and \
-            MANUAL_RULE_KEY in RULES and has_manual_leaf(inst.sharding):
-        return RULES[MANUAL_RULE_KEY]
-    if opcode == "custom-call":
-        if target in MANUAL_TARGETS and f"custom-call:{target}" not in RULES:
-            raise UnsupportedError(f"{inst.name}: manual region boundary {target} has no "
-                                   "partitioning rule")
-        if inst.attr("custom_call_has_side_effect", False):
-            raise UnsupportedError(f"{inst.name}: side-effecting custom-call {target!r} cannot "
-                                   "be partitioned")
-    if opcode in UNPARTITIONABLE and opcode not in RULES:
-        raise UnsupportedError(f"{inst.name}: {opcode} cannot be partitioned (its result "
-                               "depends on the partition or it talks to the host)")
-    rule = RULES.get(opcode if opcode != "custom-call" else
-                     f"custom-call:{inst.attr('custom_call_target')}")
-    if rule is not None:
-        return rule
-    for name in inst.called_computation_names():
-        _check_callee(inst, module_computations, name)
-    return DEFAULT_RULE
+PARTITION_RULES.set_default(DEFAULT_RULE)
 
 
 def has_manual_leaf(sharding: HloSharding | None) -> bool:
@@ -238,23 +180,5 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
     return sharding is not None and sharding.has_manual_leaf
 
 
-def _check_callee(inst: Instruction, computations: dict[str, Computation], name: str,
-                  seen: set | None = None) -> None:
-    """Callees of a default-action op run unchanged on every partition: they must not contain
-    partition-dependent ops."""
-    seen = set() if seen is None else seen
-    if name in seen:
-        return
-    seen.add(name)
-    for callee_inst in computations[name].instructions:
-        if callee_inst.opcode in UNPARTITIONABLE:
-            raise UnsupportedError(f"{inst.name}: called computation {name} contains "
-                                   f"{callee_inst.opcode}, which cannot be partitioned")
-        for inner in callee_inst.called_computation_names():
-            _check_callee(inst, computations, inner, seen)
-
-
-__all__ = ["OpPlan", "PlanContext", "LowerContext", "OpRule", "RULES", "op_rule", "clone",
-           "without_partials", "replicated_for", "maximal_for", "rule_for",
-           "DEFAULT_RULE", "UNPARTITIONABLE", "MANUAL_TARGETS", "MANUAL_RULE_KEY",
-           "has_manual_leaf"]
+__all__ = ["OpPlan", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
+           "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]

@@ -21,11 +21,12 @@ Each lowers to itself on local shapes, calling the partitioned callees.
 from __future__ import annotations
 
 from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import Shape, TupleShape
 
 from .op_rules import (
-    OpPlan, OpRule, has_manual_leaf, op_rule, replicated_for, without_partials,
+    OpPlan, PartitionRule, has_manual_leaf, replicated_for, without_partials,
 )
 
 
@@ -37,16 +38,16 @@ def _whole(sharding: HloSharding, shape: Shape) -> HloSharding:
     return without_partials(sharding)
 
 
-@op_rule("while")
-class WhileRule(OpRule):
+@PARTITION_RULES.register("while", instance=True)
+class WhileRule(PartitionRule):
     def plan(self, inst, ctx):
         state = _whole(inst.sharding, inst.shape)
         return OpPlan((state,), state, "the loop state keeps the while's sharding in every "
                                        "iteration")
 
 
-@op_rule("conditional")
-class ConditionalRule(OpRule):
+@PARTITION_RULES.register("conditional", instance=True)
+class ConditionalRule(PartitionRule):
     def plan(self, inst, ctx):
         selector = inst.operands[0]
         needs = (_agreed(selector.sharding, selector.shape),) + \
@@ -55,8 +56,8 @@ class ConditionalRule(OpRule):
                       "every partition takes the same branch (replicated selector)")
 
 
-@op_rule("call")
-class CallRule(OpRule):
+@PARTITION_RULES.register("call", instance=True)
+class CallRule(PartitionRule):
     def plan(self, inst, ctx):
         return OpPlan(tuple(o.sharding for o in inst.operands),
                       _whole(inst.sharding, inst.shape),

@@ -47,11 +47,12 @@ from math import prod
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import KeyValueList, Window
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.sharding import HloSharding
 
 from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, recorded_plans, windowed_input
-from .op_rules import LowerContext, OpPlan, OpRule, PlanContext, clone, op_rule, without_partials
+from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
 from .op_rules_dot import DotDims, _inverse, _merge_free, dot_result
 from .tiling import Tiling
 
@@ -173,8 +174,8 @@ def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling
     return result.transpose([order.index(d) for d in range(out_rank)])
 
 
-@op_rule("convolution")
-class ConvolutionRule(OpRule):
+@PARTITION_RULES.register("convolution", instance=True)
+class ConvolutionRule(PartitionRule):
     def plan(self, inst, ctx: PlanContext):
         lhs_op, rhs_op = inst.operands
         lr, rr = lhs_op.shape.rank, rhs_op.shape.rank

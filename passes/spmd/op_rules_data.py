@@ -22,12 +22,14 @@ import numpy as np
 
 from gspmdc.ir import sharding_ops
 from gspmdc.ir.attributes import Literal
+from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .op_rules import (
-    LowerContext, OpPlan, OpRule, clone, op_rule, replicated_for, without_partials,
+    LowerContext, OpPlan, PartitionRule, clone, replicated_for, without_partials,
 )
 from .reshard import emit_reshard
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
@@ -35,14 +37,14 @@ from .reshard_plan import plan_reshard
 from .tiling import Tiling
 
 
-@op_rule("parameter")
-class ParameterRule(OpRule):
+@PARTITION_RULES.register("parameter", instance=True)
+class ParameterRule(PartitionRule):
     def plan(self, inst, ctx):
         return OpPlan((), inst.sharding, "parameter")
 
 
-@op_rule("constant")
-class ConstantRule(OpRule):
+@PARTITION_RULES.register("constant", instance=True)
+class ConstantRule(PartitionRule):
     def plan(self, inst, ctx):
         target = without_partials(inst.sharding)
         if target.is_tile_maximal or target.is_tuple or not _is_splat(inst):
@@ -71,8 +73,8 @@ def _is_splat(inst: Instruction) -> bool:
     return bool((raw == raw[0]).all())
 
 
-@op_rule("iota")
-class IotaRule(OpRule):
+@PARTITION_RULES.register("iota", instance=True)
+class IotaRule(PartitionRule):
     def plan(self, inst, ctx):
         return OpPlan((), without_partials(inst.sharding), "iota is computed shard-shaped")
 
@@ -93,8 +95,8 @@ class IotaRule(OpRule):
                                     sharding=sharding))
 
 
-@op_rule("broadcast")
-class BroadcastRule(OpRule):
+@PARTITION_RULES.register("broadcast", instance=True)
+class BroadcastRule(PartitionRule):
     def plan(self, inst, ctx):
         operand = inst.operands[0]
         dims = list(inst.attr("dimensions"))
@@ -119,8 +121,8 @@ class BroadcastRule(OpRule):
         return ctx.choose(inst, candidates)
 
 
-@op_rule("transpose")
-class TransposeRule(OpRule):
+@PARTITION_RULES.register("transpose", instance=True)
+class TransposeRule(PartitionRule):
     def plan(self, inst, ctx):
         perm = list(inst.attr("dimensions"))
         rank = inst.shape.rank
@@ -140,8 +142,8 @@ class TransposeRule(OpRule):
         return ctx.choose(inst, candidates)
 
 
-@op_rule("reshape")
-class ReshapeRule(OpRule):
+@PARTITION_RULES.register("reshape", instance=True)
+class ReshapeRule(PartitionRule):
     def plan(self, inst, ctx):
         operand = inst.operands[0]
         in_shape, out_shape = operand.shape, inst.shape
@@ -213,8 +215,8 @@ def _is_kept_dim(ins, outs, in_shape, out_shape, a, b) -> bool:
         all(b.tile_counts[d] == 1 for d in outs if out_shape.dims[d] == 1)
 
 
-@op_rule("tuple")
-class TupleRule(OpRule):
+@PARTITION_RULES.register("tuple", instance=True)
+class TupleRule(PartitionRule):
     def plan(self, inst, ctx):
         sharding = inst.sharding
         if not sharding.is_tuple:
@@ -223,8 +225,8 @@ class TupleRule(OpRule):
         return OpPlan(needs, sharding, "tuple elements keep their shardings")
 
 
-@op_rule("get-tuple-element")
-class GetTupleElementRule(OpRule):
+@PARTITION_RULES.register("get-tuple-element", instance=True)
+class GetTupleElementRule(PartitionRule):
     def plan(self, inst, ctx):
         operand = inst.operands[0]
         element = operand.sharding.subsharding(operand.shape, (inst.attr("index"),))
@@ -232,8 +234,8 @@ class GetTupleElementRule(OpRule):
                       "get-tuple-element keeps the element's sharding")
 
 
-@op_rule("custom-call:Sharding")
-class ShardingRule(OpRule):
+@PARTITION_RULES.register(targets=(SHARDING,), instance=True)
+class ShardingRule(PartitionRule):
     def plan(self, inst, ctx):
         if isinstance(inst.shape, TupleShape):
             return OpPlan((inst.sharding,), inst.sharding, "sharding annotation on a tuple")

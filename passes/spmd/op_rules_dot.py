@@ -32,9 +32,10 @@ from math import prod
 import numpy as np
 
 from gspmdc.ir import sharding_ops
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 
-from .op_rules import OpPlan, OpRule, clone, op_rule, without_partials
+from .op_rules import OpPlan, PartitionRule, clone, without_partials
 from .tiling import Tiling
 
 
@@ -124,8 +125,8 @@ def _flat(columns, counts, n) -> np.ndarray:
     return np.ravel_multi_index(tuple(columns), counts)
 
 
-@op_rule("dot")
-class DotRule(OpRule):
+@PARTITION_RULES.register("dot", instance=True)
+class DotRule(PartitionRule):
     def plan(self, inst, ctx):
         lhs_op, rhs_op = inst.operands
         key = ("dot", DotDims.of(inst), inst.shape, inst.sharding, lhs_op.shape,

@@ -1,6 +1,6 @@
-"""Partitioning of elementwise ops (reference §4.7.1): `copy`, `convert`, `compare`, `select`,
-`clamp`, every unary and binary arithmetic/logical op, `map`, and `bitcast-convert` between
-types of one width (one that changes the width changes the rank and runs replicated), and a
+"""Partitioning of elementwise ops (reference §4.7.1): the catalogue's `ELEMENTWISE` but `rng`
+(which has its own rule): `copy`, `convert`, `compare`, `select`, `clamp`, every unary and binary
+arithmetic/logical op, `map`, and `bitcast-convert` between types of one width (one that changes the width changes the rank and runs replicated), and a
 cross-replica `all-reduce` of one array (no `channel_id`: it combines the values of the same
 partition on every replica, so it is elementwise across partitions, as in XLA's HandleAllReduce;
 with one replica it returns its operand). An all-reduce with a `channel_id` talks across
@@ -14,27 +14,15 @@ operands already agree). Scalar operands of a non-scalar op (`clamp`'s bounds) a
 from __future__ import annotations
 
 from gspmdc.errors import UnsupportedError
+from gspmdc.ir.ops import ELEMENTWISE, PARTITION_RULES, RNG_STATE
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
-from .op_rules import DEFAULT_RULE, OpPlan, OpRule, op_rule, without_partials
-
-UNARY = (
-    "abs", "ceil", "cbrt", "count-leading-zeros", "cosine", "erf", "exponential", "exponential-minus-one",
-    "floor", "imag", "is-finite", "log", "log-plus-one", "logistic", "negate", "not", "popcnt",
-    "real", "reduce-precision", "round-nearest-afz", "round-nearest-even", "rsqrt", "sign",
-    "sine", "sqrt", "tan", "tanh", "copy", "convert", "bitcast-convert",
-)
-BINARY = (
-    "add", "atan2", "and", "complex", "divide", "maximum", "minimum", "multiply", "or", "power",
-    "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract", "xor",
-    "compare",
-)
-OTHER = ("select", "clamp", "map")
+from .op_rules import DEFAULT_RULE, OpPlan, PartitionRule, without_partials
 
 
-@op_rule(*UNARY, *BINARY, *OTHER)
-class ElementwiseRule(OpRule):
+@PARTITION_RULES.register(*(ELEMENTWISE - RNG_STATE), instance=True)
+class ElementwiseRule(PartitionRule):
     def plan(self, inst, ctx):
         if isinstance(inst.shape, TupleShape):
             if inst.opcode == "copy":                  # leaf by leaf: the copy keeps them
@@ -60,7 +48,7 @@ class ElementwiseRule(OpRule):
         return ctx.choose(inst, plans)
 
 
-@op_rule("all-reduce")
+@PARTITION_RULES.register("all-reduce", instance=True)
 class CrossReplicaAllReduceRule(ElementwiseRule):
     def plan(self, inst, ctx):
         if inst.attr("channel_id") is not None or len(inst.operands) != 1 or \
@@ -96,4 +84,4 @@ def _width_change_plan(inst, ctx):
     return ctx.choose(inst, plans)
 
 
-__all__ = ["ElementwiseRule", "UNARY", "BINARY", "OTHER"]
+__all__ = ["ElementwiseRule"]

@@ -44,10 +44,11 @@ import numpy as np
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import SliceDim
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 
-from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .tiling import Tiling
 
 
@@ -168,8 +169,8 @@ def _offset_vector(ctx, tiling: Tiling, dims, components, shape: ArrayShape,
     return b.broadcast(b.convert(vector, shape.element_type), shape.dims, (ivd,))
 
 
-@op_rule("gather")
-class GatherRule(OpRule):
+@PARTITION_RULES.register("gather", instance=True)
+class GatherRule(PartitionRule):
     def plan(self, inst, ctx):
         dims = GatherDims.of(inst)
         target = without_partials(inst.sharding)
@@ -339,8 +340,8 @@ def _identity(opcode: str, element_type: str):
     return info.min if value == "lowest" else info.max
 
 
-@op_rule("scatter")
-class ScatterRule(OpRule):
+@PARTITION_RULES.register("scatter", instance=True)
+class ScatterRule(PartitionRule):
     """Scatter (§4.7.6): the operand (and result) tiled on dims the updates cover whole (operand
     pass-through: updates tiled alike), on batching dims (explicit batch: indices and updates
     tiled alike) and on dims addressed with window size 1 (trivially sliced operand: indices and

@@ -35,11 +35,13 @@ import numpy as np
 
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import PadDim
+from gspmdc.ir.custom_call_targets import TOPK
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
-from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .tiling import Tiling
 
 
@@ -67,7 +69,7 @@ def _array_operands(inst: Instruction) -> int:
     return {"dynamic-slice": 1, "dynamic-update-slice": 2}.get(inst.opcode, len(inst.operands))
 
 
-class _KeptDimsRule(OpRule):
+class _KeptDimsRule(PartitionRule):
     """Result and array operands tiled alike on kept dims; start indices replicated."""
 
     def candidates(self, inst, ctx) -> list[OpPlan]:
@@ -109,7 +111,7 @@ class _KeptDimsRule(OpRule):
         return OpPlan(operands, result, reason)
 
 
-@op_rule("sort")
+@PARTITION_RULES.register("sort", instance=True)
 class SortRule(_KeptDimsRule):
     def candidates(self, inst, ctx):
         candidates = super().candidates(inst, ctx)
@@ -132,7 +134,7 @@ class SortRule(_KeptDimsRule):
         return candidates
 
 
-@op_rule("topk", "custom-call:TopK")
+@PARTITION_RULES.register("topk", targets=(TOPK,), instance=True)
 class TopKRule(_KeptDimsRule):
     """Besides the kept-dims candidates: when the operand tiles the last dim into `t` shards of at
     least k elements and `k * t` is below the dim, each partition takes the top k of its shard
@@ -170,7 +172,7 @@ class TopKRule(_KeptDimsRule):
                                                                 ctx.num_devices))
 
 
-@op_rule("dynamic-slice")
+@PARTITION_RULES.register("dynamic-slice", instance=True)
 class DynamicSliceRule(_KeptDimsRule):
     def candidates(self, inst, ctx):
         candidates = super().candidates(inst, ctx)
@@ -196,7 +198,7 @@ class DynamicSliceRule(_KeptDimsRule):
         return local
 
 
-@op_rule("dynamic-update-slice")
+@PARTITION_RULES.register("dynamic-update-slice", instance=True)
 class DynamicUpdateSliceRule(_KeptDimsRule):
     def candidates(self, inst, ctx):
         candidates = super().candidates(inst, ctx)

@@ -28,13 +28,14 @@ shardings through unchanged, manual ones included.
 from __future__ import annotations
 
 from gspmdc.errors import ShardingError, UnsupportedError
+from gspmdc.ir.custom_call_targets import MANUAL_BOUNDARIES, SHARDING, target_of
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_DEPENDENT, PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, compatible
 
 from .op_rules import (
-    MANUAL_RULE_KEY, UNPARTITIONABLE, LowerContext, OpPlan, OpRule, clone, has_manual_leaf,
-    op_rule, replicated_for,
+    LowerContext, OpPlan, PartitionRule, clone, has_manual_leaf, replicated_for,
 )
 
 
@@ -45,15 +46,14 @@ def auto_equivalent(sharding: HloSharding) -> HloSharding:
     return HloSharding.tiled(sharding.tile_assignment, types)
 
 
-@op_rule(MANUAL_RULE_KEY)
-class ManualRule(OpRule):
+class ManualRule(PartitionRule):
     """Instructions inside manual regions: cloned on local operands (see the module
-    docstring)."""
+    docstring). `partition_rules.rule_for` picks it for any instruction with a manual leaf."""
 
     def plan(self, inst, ctx):
         sharding = inst.sharding
         fully = all(leaf.kind == "manual" for leaf in sharding.leaves())
-        if not fully and inst.opcode in UNPARTITIONABLE:
+        if not fully and inst.opcode in PARTITION_DEPENDENT:
             raise UnsupportedError(f"{inst.name}: {inst.opcode} inside a partially manual region "
                                    f"({sharding.to_text(False)}) is not supported")
         needs = []
@@ -77,7 +77,7 @@ class ManualRule(OpRule):
         return OpPlan(tuple(needs), sharding, "manual region: the op runs per device unchanged")
 
     def lower(self, inst, ctx):
-        if inst.opcode == "custom-call" and inst.attr("custom_call_target") == "Sharding":
+        if target_of(inst) == SHARDING:
             return _local_copy(inst, ctx)      # a manual annotation: the value as it is
         return clone(inst, ctx)
 
@@ -90,7 +90,7 @@ def _same_local_layout(operand: Instruction, inst: Instruction) -> bool:
     return (isinstance(shape, ArrayShape) and shape.rank == 0) or operand.sharding == first
 
 
-class _BoundaryRule(OpRule):
+class _BoundaryRule(PartitionRule):
     """A manual region boundary: the operand keeps its sharding; locally a copy."""
 
     def plan(self, inst, ctx):
@@ -118,9 +118,7 @@ def _local_copy(inst: Instruction, ctx: LowerContext) -> Instruction:
         sharding=inst.sharding))
 
 
-op_rule("custom-call:SPMDFullToShardShape", "custom-call:xla.sdy.GlobalToLocalShape",
-        "custom-call:SPMDShardToFullShape", "custom-call:xla.sdy.LocalToGlobalShape"
-        )(_BoundaryRule)
+PARTITION_RULES.add(_BoundaryRule(), targets=tuple(sorted(MANUAL_BOUNDARIES)))
 
 
 __all__ = ["ManualRule", "auto_equivalent"]

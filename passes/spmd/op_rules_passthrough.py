@@ -16,10 +16,11 @@ arithmetic, which these rules leave to resharding: such dims are simply gathered
 from __future__ import annotations
 
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
-from .op_rules import OpPlan, OpRule, op_rule, without_partials
+from .op_rules import OpPlan, PartitionRule, without_partials
 
 #: per operand, the operand dim of each result dim (-1: none)
 DimMaps = list[list[int]]
@@ -59,13 +60,11 @@ _MAPS = {
 
 
 def _maps_for(inst: Instruction) -> DimMaps:
-    key = inst.opcode if inst.opcode != "custom-call" else \
-        f"custom-call:{inst.attr('custom_call_target')}"
-    return _MAPS[key](inst)
+    return _MAPS[inst.opcode](inst)
 
 
-@op_rule(*_MAPS)
-class PassThroughRule(OpRule):
+@PARTITION_RULES.register(*_MAPS, instance=True)
+class PassThroughRule(PartitionRule):
     def plan(self, inst, ctx):
         maps = _maps_for(inst)
         leaf = _result_leaf(inst)

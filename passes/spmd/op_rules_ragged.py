@@ -11,13 +11,14 @@ or its output entry) run replicated through the default action.
 from __future__ import annotations
 
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 
-from .op_rules import DEFAULT_RULE, RULES, OpPlan, OpRule, op_rule
+from .op_rules import DEFAULT_RULE, OpPlan, PartitionRule
 
 
-@op_rule("ragged-dot")
-class RaggedDotRule(OpRule):
+@PARTITION_RULES.register("ragged-dot", instance=True)
+class RaggedDotRule(PartitionRule):
     def plan(self, inst, ctx):
         ragged = tuple(inst.attr("lhs_ragged_dims", ()))
         if len(ragged) != 1 or ragged[0] not in tuple(inst.attr("lhs_batch_dims", ())):
@@ -25,7 +26,7 @@ class RaggedDotRule(OpRule):
         lhs, rhs, _ = inst.operands
         as_dot = Instruction(inst.name, "dot", inst.shape, [lhs, rhs], dict(inst.attrs),
                              sharding=inst.sharding)
-        plan = RULES["dot"].plan(as_dot, ctx)
+        plan = PARTITION_RULES["dot"].plan(as_dot, ctx)
         return OpPlan(plan.operands + (HloSharding.replicate(),), plan.result,
                       f"ragged-dot over a batch dim partitions as a dot: {plan.reason}")
 

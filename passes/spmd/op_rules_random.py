@@ -31,11 +31,12 @@ from __future__ import annotations
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.custom_call_targets import RNG_BIT_GENERATOR_SHARD, RNG_SHARD
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.random_shards import GLOBAL_DIMS_KEY, rng_state_delta
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
-from .op_rules import LowerContext, OpPlan, OpRule, clone, maximal_for, op_rule, without_partials
+from .op_rules import LowerContext, OpPlan, PartitionRule, clone, maximal_for, without_partials
 from .tiling import Tiling
 
 
@@ -62,8 +63,8 @@ def _offsets(inst: Instruction, sharding: HloSharding, ctx: LowerContext) -> lis
     return ctx.tables.offsets(tiling, dims)
 
 
-@op_rule("rng-bit-generator")
-class RngBitGeneratorRule(OpRule):
+@PARTITION_RULES.register("rng-bit-generator", instance=True)
+class RngBitGeneratorRule(PartitionRule):
     def plan(self, inst, ctx):
         leaves = inst.sharding.leaf_shardings(inst.shape)
         bits = without_partials(leaves[-1])
@@ -93,8 +94,8 @@ class RngBitGeneratorRule(OpRule):
             sharding=inst.sharding))
 
 
-@op_rule("rng")
-class RngRule(OpRule):
+@PARTITION_RULES.register("rng", instance=True)
+class RngRule(PartitionRule):
     def plan(self, inst, ctx):
         target = without_partials(inst.sharding)
         replicated = HloSharding.replicate()

@@ -28,14 +28,15 @@ from math import prod
 
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 
-from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .tiling import Tiling
 
 
-@op_rule("reduce")
-class ReduceRule(OpRule):
+@PARTITION_RULES.register("reduce", instance=True)
+class ReduceRule(PartitionRule):
     def plan(self, inst, ctx):
         count = len(inst.operands) // 2
         inputs = inst.operands[:count]

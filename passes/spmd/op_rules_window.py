@@ -39,6 +39,7 @@ import numpy as np
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import KeyValueList, PadDim, SliceDim, Window, WindowDim
 from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
@@ -46,7 +47,7 @@ from .halo import (
     HaloPlan, WindowedDim, describe_plans, halo_bytes, plan_halo, recorded_plans, return_halo,
     windowed_input,
 )
-from .op_rules import LowerContext, OpPlan, OpRule, clone, op_rule, without_partials
+from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .op_rules_indexed import masked_window
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
@@ -58,7 +59,7 @@ from .tiling import Tiling, cdiv
 Computations = dict[str, Computation]
 
 
-class WindowRule(OpRule):
+class WindowRule(PartitionRule):
     """Shared planning and lowering; subclasses describe their windows and local op."""
 
     def windows(self, inst: Instruction) -> list[dict[int, WindowedDim] | None]:
@@ -231,7 +232,7 @@ def _dims(shape: ArrayShape) -> dict[int, WindowedDim]:
 
 # ---- the ops ----------------------------------------------------------------------------------
 
-@op_rule("reduce-window")
+@PARTITION_RULES.register("reduce-window", instance=True)
 class ReduceWindowRule(WindowRule):
     def windows(self, inst):
         count = len(inst.operands) // 2
@@ -293,7 +294,7 @@ class ReduceWindowRule(WindowRule):
                                     scan_opcode(inst, ctx.module.computations))
 
 
-@op_rule("pad")
+@PARTITION_RULES.register("pad", instance=True)
 class PadRule(WindowRule):
     def windows(self, inst):
         operand = inst.operands[0]
@@ -315,7 +316,7 @@ class PadRule(WindowRule):
         return local
 
 
-@op_rule("slice")
+@PARTITION_RULES.register("slice", instance=True)
 class SliceRule(WindowRule):
     def windows(self, inst):
         operand = inst.operands[0]
@@ -390,7 +391,7 @@ def _partial(inst: Instruction) -> bool:
     return inst.sharding.has_unreduced
 
 
-@op_rule("concatenate")
+@PARTITION_RULES.register("concatenate", instance=True)
 class ConcatenateRule(WindowRule):
     def windows(self, inst):
         (dim,) = inst.attr("dimensions")
@@ -424,7 +425,7 @@ class ConcatenateRule(WindowRule):
         return value
 
 
-@op_rule("reverse")
+@PARTITION_RULES.register("reverse", instance=True)
 class ReverseRule(WindowRule):
     """A reversed dim needs no window, but its operand takes the result's tiling in reversed
     device order, and a tiled uneven dim first moves its padding to the front (size 1, padding
@@ -448,7 +449,7 @@ class ReverseRule(WindowRule):
         return clone(inst, ctx, operands=inputs)
 
 
-@op_rule("select-and-scatter")
+@PARTITION_RULES.register("select-and-scatter", instance=True)
 class SelectAndScatterRule(WindowRule):
     """Each partition runs the windows of its own `source` elements on its operand's window
     input (halo-exchanged; padding masked with a value the `select` never prefers: the lowest

@@ -17,14 +17,14 @@ def supported_operations() -> frozenset[str]:
     rule of their own, and the pure opcodes and custom-call targets the runtime executes that
     its default action runs unpartitioned (replicated), less partition-dependent ones and
     gspmdc's own per-partition forms (`gspmdc.*` targets)."""
+    import gspmdc.ir.shape_inference  # noqa: F401  (registers the shape rules)
     import gspmdc.passes.spmd  # noqa: F401  (registers the partitioning rules)
     import gspmdc.runtime.kernels  # noqa: F401  (registers the kernels)
-    from gspmdc.ir.shape_inference import SHAPE_RULES
-    from gspmdc.passes.spmd.op_rules import MANUAL_RULE_KEY, RULES, UNPARTITIONABLE
-    from gspmdc.runtime.kernels import KERNELS
+    from gspmdc.ir.ops import KERNELS, PARTITION_DEPENDENT, PARTITION_RULES, SHAPE_RULES
     from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
-    ruled = {name for name in RULES if name != MANUAL_RULE_KEY}
-    default = (set(SHAPE_RULES) & set(KERNELS)) - set(UNPARTITIONABLE) - {"custom-call"}
+    ruled = set(PARTITION_RULES.rules) | {f"custom-call:{t}" for t in PARTITION_RULES.targets}
+    default = (set(SHAPE_RULES.rules) & set(KERNELS.rules)) - PARTITION_DEPENDENT - \
+        {"custom-call"}
     targets = {f"custom-call:{t}" for t in CUSTOM_CALL_TARGETS if not t.startswith("gspmdc.")}
     return frozenset(ruled | default | targets)
 
