@@ -24,6 +24,7 @@ import numpy as np
 
 from gspmdc.errors import UnsupportedError
 from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.ops import CATALOGUE, ELEMENTWISE_PURE, opcodes
 from gspmdc.ir.shapes import Shape, TupleShape, compatible
 
 _REDUCER_UFUNCS = {
@@ -31,13 +32,11 @@ _REDUCER_UFUNCS = {
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
 }
 #: ops that change only the shape, so on scalars they pass the (batched) value through
-_PASS_THROUGH = frozenset({"broadcast", "reshape", "copy", "bitcast", "transpose",
-                           "opt-barrier"})
+_PASS_THROUGH = opcodes("broadcast", "reshape", "copy", "bitcast", "transpose", "opt-barrier")
 #: ops that call a computation with their operands (evaluated vectorised too)
-_CALLS = {"call": "to_apply", "fusion": "calls"}
-#: other ops whose kernels are shape-agnostic
-_SHAPE_AGNOSTIC = frozenset({"constant", "tuple", "get-tuple-element", "convert", "bitcast-convert",
-                             "partition-id", "replica-id"})
+_CALLS = {op: CATALOGUE[op].calls[0] for op in opcodes("call", "fusion")}
+#: ops besides the catalogue's `ELEMENTWISE_PURE` whose kernels are shape-agnostic
+_SHAPE_AGNOSTIC = opcodes("constant", "tuple", "get-tuple-element", "partition-id", "replica-id")
 
 
 def reducer_ufunc(computation: Computation) -> np.ufunc | None:
@@ -250,7 +249,6 @@ def _scalar_plan(comp: Computation, target: Instruction):
     instructions `target` depends on, in program order."""
     # imported here: kernel modules import this module while the kernel table loads
     from .kernels import KERNELS
-    from .kernels.elementwise import ELEMENTWISE_OPCODES
     needed = {id(target)}
     for inst in reversed(comp.instructions):
         if id(inst) in needed:
@@ -269,7 +267,7 @@ def _scalar_plan(comp: Computation, target: Instruction):
             fn = _pass_through
         elif inst.opcode in _CALLS:
             fn = _call_vectorised
-        elif inst.opcode in ELEMENTWISE_OPCODES or inst.opcode in _SHAPE_AGNOSTIC:
+        elif inst.opcode in ELEMENTWISE_PURE or inst.opcode in _SHAPE_AGNOSTIC:
             fn = KERNELS[inst.opcode]
         else:
             raise UnsupportedError(f"computation {comp.name} cannot be applied elementwise: "

@@ -55,7 +55,7 @@ def test_the_board_records_the_innermost_instruction_for_another_reader(tmp_path
     def spy(inst, args, ctx):             # what a reader of the file sees while sine runs
         seen.append(describe(module, read_board_file(path)[1]))
         return sine(inst, args, ctx)
-    monkeypatch.setitem(KERNELS, "sine", spy)
+    monkeypatch.setitem(KERNELS.rules, "sine", spy)
     result = evaluate(module, [np.zeros(2, np.float32)], on_enter=board.tracker(module))
     np.testing.assert_array_equal(result, np.sin(np.sin(np.sin(np.zeros(2, np.float32)))))
     assert seen == ["executing body/y (sine)"] * 3

@@ -1,18 +1,19 @@
-"""The kernel table: one numpy implementation per HLO opcode.
+"""The kernels: one numpy implementation per HLO opcode, in the catalogue's `KERNELS` table.
 
 A kernel is `fn(inst, args, ctx) -> value` where `inst` is the `Instruction`, `args` the operand
 values (numpy arrays for arrays, Python tuples for tuples, `TOKEN` for tokens) and `ctx` the
 `EvalContext` of the interpreter (sub-computation calls, collective backend, partition id). The
 same table serves the single-device reference interpreter and every SPMD partition.
 
-Kernel modules register themselves with `@kernel("opcode", ...)`; importing this package imports
-all of them, so `KERNELS` is complete after `import gspmdc.runtime.kernels`.
+Kernel modules register their kernels with `@KERNELS.register("opcode", ...)` (`ir/ops.py`);
+this package imports all of them, so `KERNELS` is complete after `import gspmdc.runtime.kernels`.
+The kernels of the catalogue's `ELEMENTWISE_PURE` ops are shape-agnostic (numpy broadcasting; a
+scalar operand broadcasts), which is what lets `computation_patterns` evaluate scalar
+computations vectorised over whole arrays.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
-
-KERNELS: dict[str, Callable[..., Any]] = {}
+from gspmdc.ir.ops import KERNELS
 
 
 class Token:
@@ -27,22 +28,9 @@ class Token:
 TOKEN = Token()
 
 
-def kernel(*opcodes: str):
-    """Register the decorated function as the kernel of each opcode (one entry per opcode)."""
-    def register(fn):
-        for opcode in opcodes:
-            if opcode in KERNELS:
-                raise RuntimeError(f"two kernels registered for opcode {opcode!r}")
-            KERNELS[opcode] = fn
-        return fn
-    return register
+from . import (  # noqa: E402,F401  (each module registers its kernels; they use TOKEN)
+    collective_ops, contraction, control_flow, custom_call, elementwise, indexing, random,
+    reduction, sort, structural,
+)
 
-
-def _load_kernel_modules() -> None:
-    import importlib
-    import pkgutil
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
-
-
-_load_kernel_modules()
+__all__ = ["KERNELS", "TOKEN", "Token"]

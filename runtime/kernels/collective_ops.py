@@ -7,11 +7,11 @@ of all-to-all always gives a tuple).
 """
 from __future__ import annotations
 
+from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
 
 from .. import computation_patterns as patterns
 from ..collectives import Reduction
-from . import kernel
 
 
 def _reduction(inst, ctx) -> Reduction:
@@ -24,28 +24,28 @@ def _result(inst, values):
     return tuple(values) if isinstance(inst.shape, TupleShape) else values[0]
 
 
-@kernel("all-reduce")
+@KERNELS.register("all-reduce")
 def _all_reduce(inst, args, ctx):
     return _result(inst, ctx.backend.all_reduce(inst, args, _reduction(inst, ctx)))
 
 
-@kernel("all-gather")
+@KERNELS.register("all-gather")
 def _all_gather(inst, args, ctx):
     return _result(inst, ctx.backend.all_gather(inst, args, inst.attrs["dimensions"][0]))
 
 
-@kernel("reduce-scatter")
+@KERNELS.register("reduce-scatter")
 def _reduce_scatter(inst, args, ctx):
     return _result(inst, ctx.backend.reduce_scatter(inst, args, inst.attrs["dimensions"][0],
                                                     _reduction(inst, ctx)))
 
 
-@kernel("all-to-all")
+@KERNELS.register("all-to-all")
 def _all_to_all(inst, args, ctx):
     dims = inst.attrs.get("dimensions")
     return _result(inst, ctx.backend.all_to_all(inst, args, dims[0] if dims else None))
 
 
-@kernel("collective-permute")
+@KERNELS.register("collective-permute")
 def _collective_permute(inst, args, ctx):
     return ctx.backend.collective_permute(inst, args[0])

@@ -15,8 +15,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import Window
+from gspmdc.ir.ops import KERNELS
 
-from . import kernel
 from .. import spill
 
 #: the largest im2col patch array a convolution builds at once (see `convolution`)
@@ -62,7 +62,7 @@ def _dims(inst, name: str) -> tuple[int, ...]:
     return tuple(inst.attr(name, ()))
 
 
-@kernel("dot")
+@KERNELS.register("dot")
 def dot(inst, args, ctx):
     """`dot(lhs, rhs)` with `lhs/rhs_batch_dims` and `lhs/rhs_contracting_dims` (precision and
     algorithm attributes are hints and do not change the result here)."""
@@ -97,7 +97,7 @@ def _outer_dims(dims, ragged: int) -> list[int]:
     return sorted(d for d in dims if d < ragged)
 
 
-@kernel("ragged-dot")
+@KERNELS.register("ragged-dot")
 def ragged_dot(inst, args, ctx):
     """`ragged-dot(lhs, rhs, group_sizes)` in XLA's three modes, chosen by the kind of the lhs
     ragged dimension `r` (`lhs_ragged_dims={r}`), with `g` groups of consecutive positions on `r`:
@@ -207,7 +207,7 @@ def _from_canonical(y: np.ndarray, order: list[int], rank: int) -> np.ndarray:
     return full.transpose(np.argsort(order + rest))
 
 
-@kernel("convolution")
+@KERNELS.register("convolution")
 def convolution(inst, args, ctx):
     """XLA's ConvGeneralDilated: any `dim_labels` permutation, window strides, padding (negative =
     cropping), lhs (base) and rhs (window) dilation, window reversal, `feature_group_count`
@@ -305,7 +305,7 @@ def _swap_last(a: np.ndarray) -> np.ndarray:
     return np.swapaxes(a, -1, -2)
 
 
-@kernel("triangular-solve")
+@KERNELS.register("triangular-solve")
 def triangular_solve(inst, args, ctx):
     """Solve `op(a) x = b` (`left_side=true`) or `x op(a) = b` for x, batched over leading dims.
     Only the triangle of `a` named by `lower` is read; `unit_diagonal=true` assumes ones on the
@@ -341,7 +341,7 @@ def triangular_solve(inst, args, ctx):
     return x.astype(dtypes.numpy_dtype(inst.shape.element_type))
 
 
-@kernel("cholesky")
+@KERNELS.register("cholesky")
 def cholesky(inst, args, ctx):
     """Cholesky factor of Hermitian positive-definite matrices (batched over leading dims), read
     from the `lower` triangle (`a = l l^H`) or the upper one (`a = u^H u`). The other triangle of
@@ -372,7 +372,7 @@ def _cholesky_or_nan(matrix: np.ndarray) -> np.ndarray:
         return np.full_like(matrix, np.nan)
 
 
-@kernel("fft")
+@KERNELS.register("fft")
 def fft(inst, args, ctx):
     """`fft_type` FFT / IFFT (complex -> complex), RFFT (real -> complex, last dim n//2+1) and
     IRFFT (complex -> real, last dim fft_length[-1]) over the trailing `len(fft_length)` dims."""

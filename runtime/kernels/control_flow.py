@@ -17,21 +17,21 @@ import numpy as np
 
 from gspmdc.errors import RuntimeFailure
 from gspmdc.ir import dtypes
+from gspmdc.ir.ops import KERNELS, RNG_STATE
 
-from . import kernel
 
 
-@kernel("call")
+@KERNELS.register("call")
 def _call(inst, args, ctx):
     return ctx.call(inst.attrs["to_apply"].name, args)
 
 
-@kernel("fusion")
+@KERNELS.register("fusion")
 def _fusion(inst, args, ctx):
     return ctx.call(inst.attrs["calls"].name, args)
 
 
-@kernel("while")
+@KERNELS.register("while")
 def _while(inst, args, ctx):
     condition, body = inst.attrs["condition"].name, inst.attrs["body"].name
     deterministic = _is_deterministic(ctx, body)
@@ -48,16 +48,13 @@ def _while(inst, args, ctx):
     return state
 
 
-_RANDOM_OPCODES = frozenset({"rng", "rng-get-and-update-state"})
-
-
 def _is_deterministic(ctx, computation_name: str) -> bool:
     """Whether the computation (with everything it calls) is a pure function of its arguments."""
     key = ("deterministic", computation_name)
     if key not in ctx.cache:
         comp = ctx.module.computation(computation_name)
         ctx.cache[key] = all(
-            inst.opcode not in _RANDOM_OPCODES
+            inst.opcode not in RNG_STATE
             and not (inst.opcode == "custom-call" and inst.attr("custom_call_has_side_effect"))
             and all(_is_deterministic(ctx, name) for name in inst.called_computation_names())
             for inst in comp.instructions)
@@ -91,7 +88,7 @@ def _leaves(value) -> list:
     return [value]
 
 
-@kernel("conditional")
+@KERNELS.register("conditional")
 def _conditional(inst, args, ctx):
     selector = args[0]
     if "branch_computations" in inst.attrs:
@@ -105,7 +102,7 @@ def _conditional(inst, args, ctx):
     return ctx.call(inst.attrs["false_computation"].name, [args[2]])
 
 
-@kernel("call-start")
+@KERNELS.register("call-start")
 def _call_start(inst, args, ctx):
     result = ctx.call(inst.attrs["to_apply"].name, args)
     contexts = tuple(np.zeros(s.dims, dtypes.numpy_dtype(s.element_type))
@@ -113,6 +110,6 @@ def _call_start(inst, args, ctx):
     return (tuple(args), result) + contexts
 
 
-@kernel("call-done")
+@KERNELS.register("call-done")
 def _call_done(inst, args, ctx):
     return args[0][1]

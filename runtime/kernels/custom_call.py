@@ -24,15 +24,16 @@ import numpy as np
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
 from gspmdc.ir.custom_call_targets import ANNOTATIONS, MANUAL_BOUNDARIES, TOPK
+from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
-from . import Token, kernel
+from . import Token
 
 #: custom_call_target -> fn(inst, args, ctx)
 CUSTOM_CALL_TARGETS: dict[str, Callable[..., Any]] = {}
 
 
-@kernel("custom-call")
+@KERNELS.register("custom-call")
 def custom_call(inst, args, ctx):
     """Dispatch on `custom_call_target`."""
     target = inst.attr("custom_call_target")
@@ -111,7 +112,7 @@ def _top_k(inst, args, ctx):
 CUSTOM_CALL_TARGETS[TOPK] = _top_k
 
 
-@kernel("topk")
+@KERNELS.register("topk")
 def _topk_opcode(inst, args, ctx):
     """The `topk(x), k=K, largest=B` opcode: (values, s32 indices) along the last dim, stable;
     `largest=false` takes the K smallest."""

@@ -23,20 +23,11 @@ import ml_dtypes
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir.ops import KERNELS
 
-from . import kernel
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
-
-#: the opcodes this module implements (all elementwise)
-ELEMENTWISE_OPCODES: set[str] = set()
-
-
-def _elementwise(*opcodes: str):
-    ELEMENTWISE_OPCODES.update(opcodes)
-    return kernel(*opcodes)
-
 
 def _widened(fn):
     """`fn` over arrays, computing bf16 operands in f32 and rounding a float result back to bf16."""
@@ -49,7 +40,7 @@ def _widened(fn):
 
 
 def _register(opcode: str, fn) -> None:
-    _elementwise(opcode)(lambda inst, args, ctx: fn(*args))
+    KERNELS.add(lambda inst, args, ctx: fn(*args), opcode)
 
 
 def _is_int(x) -> bool:
@@ -201,7 +192,7 @@ def _rsqrt(x):
     return 1 / np.sqrt(x)
 
 
-@_elementwise("reduce-precision")
+@KERNELS.register("reduce-precision")
 def _reduce_precision(inst, args, ctx):
     """Round to a float format of `exponent_bits` / `mantissa_bits` and back (XLA's
     ReducePrecision): the mantissa rounds to nearest, ties to even; magnitudes above the
@@ -251,7 +242,7 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, bits ^ magnitude, bits)
 
 
-@_elementwise("compare")
+@KERNELS.register("compare")
 def _compare(inst, args, ctx):
     a, b = args
     fn = _DIRECTIONS[str(inst.attrs["direction"])]
@@ -260,12 +251,12 @@ def _compare(inst, args, ctx):
     return fn(a, b)
 
 
-@_elementwise("select")
+@KERNELS.register("select")
 def _select(inst, args, ctx):
     return np.where(*args)
 
 
-@_elementwise("clamp")
+@KERNELS.register("clamp")
 def _clamp(inst, args, ctx):
     low, x, high = args
     return np.minimum(np.maximum(x, low), high)

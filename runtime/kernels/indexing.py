@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir.ops import KERNELS
 
-from . import kernel
 from .. import spill
 from ..computation_patterns import apply_scalar_computation, reducer_ufunc
 
@@ -75,7 +75,7 @@ def _window_index(starts: np.ndarray, window_sizes) -> tuple[np.ndarray, ...]:
     return tuple(index)
 
 
-@kernel("gather")
+@KERNELS.register("gather")
 def gather(inst, args, ctx):
     """`gather(operand, start_indices)`: for each index vector, the `slice_sizes` slice at the
     (clamped) start, with collapsed and operand-batching dims removed; result dims `offset_dims`
@@ -99,7 +99,7 @@ def gather(inst, args, ctx):
     return block.transpose(order).astype(dtypes.numpy_dtype(inst.shape.element_type), copy=False)
 
 
-@kernel("scatter")
+@KERNELS.register("scatter")
 def scatter(inst, args, ctx):
     """`scatter(operand_1..N, scatter_indices, update_1..N)`, `to_apply` combining (operand values,
     update values) -> new operand values. Result: the updated operand, or the tuple of them."""
@@ -177,7 +177,7 @@ def _clamped_starts(starts, operand_shape, sizes) -> list[int]:
     return [min(max(s, 0), dim - size) for s, dim, size in zip(values, operand_shape, sizes)]
 
 
-@kernel("dynamic-slice")
+@KERNELS.register("dynamic-slice")
 def dynamic_slice(inst, args, ctx):
     """`dynamic-slice(operand, start...)`, `dynamic_slice_sizes` per dim, starts clamped; a view
     of the operand."""
@@ -208,7 +208,7 @@ def dynamic_slice_of_pad(inst, args, ctx):
     return out
 
 
-@kernel("dynamic-update-slice")
+@KERNELS.register("dynamic-update-slice")
 def dynamic_update_slice(inst, args, ctx):
     """`dynamic-update-slice(operand, update, start...)`: a copy of operand with update written at
     the clamped start."""

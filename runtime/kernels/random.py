@@ -45,10 +45,10 @@ import numpy as np
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
 from gspmdc.ir.custom_call_targets import RNG_BIT_GENERATOR_SHARD, RNG_SHARD
+from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.random_shards import draw_plan, global_dims_of, random_bit_width, rng_state_delta
 from gspmdc.ir.shapes import TupleShape
 
-from . import kernel
 from .custom_call import CUSTOM_CALL_TARGETS
 
 _U32 = np.uint32
@@ -247,7 +247,7 @@ def generate_bits(algorithm: str, state: np.ndarray, element_type: str, dims: tu
     return new_state, _bits_as(np.asarray(bits), element_type, shape)
 
 
-@kernel("rng-bit-generator")
+@KERNELS.register("rng-bit-generator")
 def rng_bit_generator(inst, args, ctx):
     """`rng-bit-generator(state), algorithm=...` -> (new state, random bits); see module doc. An
     instruction whose shape is an array rather than the tuple yields the random bits alone."""
@@ -267,7 +267,7 @@ def _take_state(ctx, delta: int) -> tuple[int, int]:
     return low, high
 
 
-@kernel("rng-get-and-update-state")
+@KERNELS.register("rng-get-and-update-state")
 def rng_get_and_update_state(inst, args, ctx):
     """The global rng state as `u64[2]` (low, high), then advanced by `delta`."""
     low, high = _take_state(ctx, int(inst.attr("delta", 0)))
@@ -285,7 +285,7 @@ def _uniform_unit(bits: np.ndarray, element_type: str) -> np.ndarray:
     return top.astype(dtype) * dtype.type(np.ldexp(1.0, -mantissa))
 
 
-@kernel("rng")
+@KERNELS.register("rng")
 def rng(inst, args, ctx):
     """`rng(a, b), distribution=rng_uniform|rng_normal`; see module doc."""
     shape = inst.shape

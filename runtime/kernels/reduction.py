@@ -24,16 +24,16 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import PadDim
+from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
 
 from .. import computation_patterns as patterns
-from . import kernel
 from .structural import pad_array
 
 _NARROW_FLOATS = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})
 
 
-@kernel("reduce")
+@KERNELS.register("reduce")
 def _reduce(inst, args, ctx):
     n = len(args) // 2
     xs, inits = args[:n], list(args[n:])
@@ -56,7 +56,7 @@ def _reduce(inst, args, ctx):
     return tuple(results) if isinstance(inst.shape, TupleShape) else results[0]
 
 
-@kernel("reduce-window")
+@KERNELS.register("reduce-window")
 def _reduce_window(inst, args, ctx):
     n = len(args) // 2
     xs, inits = args[:n], list(args[n:])
@@ -85,7 +85,7 @@ def _reduce_window(inst, args, ctx):
     return tuple(results) if isinstance(inst.shape, TupleShape) else results[0]
 
 
-@kernel("select-and-scatter")
+@KERNELS.register("select-and-scatter")
 def _select_and_scatter(inst, args, ctx):
     operand, source, init = args
     window = inst.attrs["window"].dims
@@ -115,7 +115,7 @@ def _select_and_scatter(inst, args, ctx):
     return output.reshape(operand.shape)
 
 
-@kernel("map")
+@KERNELS.register("map")
 def _map(inst, args, ctx):
     result = patterns.apply_scalar_computation(ctx, inst.attrs["to_apply"].name, args)
     return np.broadcast_to(result, inst.shape.dims)

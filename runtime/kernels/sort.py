@@ -17,14 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
 
 from .. import computation_patterns as patterns
-from . import kernel
 from .elementwise import total_order_key
 
 
-@kernel("sort")
+@KERNELS.register("sort")
 def _sort(inst, args, ctx):
     dim = inst.attrs["dimensions"][0]
     name = inst.attrs["to_apply"].name

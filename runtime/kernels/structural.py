@@ -24,9 +24,10 @@ import numpy as np
 
 from gspmdc.errors import UnsupportedError
 from gspmdc.ir import dtypes
+from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import ArrayShape
 
-from . import TOKEN, kernel
+from . import TOKEN
 from .. import spill
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -34,17 +35,17 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 # ------------------------------------------------------------------------------------- tuples etc.
 
-@kernel("tuple")
+@KERNELS.register("tuple")
 def _tuple(inst, args, ctx):
     return tuple(args)
 
 
-@kernel("get-tuple-element")
+@KERNELS.register("get-tuple-element")
 def _get_tuple_element(inst, args, ctx):
     return args[0][inst.attrs["index"]]
 
 
-@kernel("constant")
+@KERNELS.register("constant")
 def _constant(inst, args, ctx):
     return _literal_value(inst.literal, inst)
 
@@ -58,27 +59,27 @@ def _literal_value(literal, inst):
     return literal.value
 
 
-@kernel("copy", "opt-barrier", "add-dependency")
+@KERNELS.register("copy", "opt-barrier", "add-dependency")
 def _identity(inst, args, ctx):
     return args[0]
 
 
-@kernel("after-all")
+@KERNELS.register("after-all")
 def _after_all(inst, args, ctx):
     return TOKEN
 
 
-@kernel("partition-id")
+@KERNELS.register("partition-id")
 def _partition_id(inst, args, ctx):
     return np.array(ctx.partition_id, np.uint32)
 
 
-@kernel("replica-id")
+@KERNELS.register("replica-id")
 def _replica_id(inst, args, ctx):
     return np.array(0, np.uint32)
 
 
-@kernel("infeed", "outfeed", "send", "send-done", "recv", "recv-done")
+@KERNELS.register("infeed", "outfeed", "send", "send-done", "recv", "recv-done")
 def _host_io(inst, args, ctx):
     raise UnsupportedError(f"{inst.opcode} {inst.name}: host I/O ({inst.opcode}) is not supported "
                            "by the interpreter")
@@ -86,7 +87,7 @@ def _host_io(inst, args, ctx):
 
 # ------------------------------------------------------------------------------- shape changes
 
-@kernel("iota")
+@KERNELS.register("iota")
 def _iota(inst, args, ctx):
     shape = inst.shape
     dim = inst.attrs["iota_dimension"]
@@ -99,7 +100,7 @@ def _iota(inst, args, ctx):
     return np.broadcast_to(counts.reshape(view), shape.dims)
 
 
-@kernel("broadcast")
+@KERNELS.register("broadcast")
 def _broadcast(inst, args, ctx):
     x = args[0]
     dims = tuple(inst.attrs.get("dimensions", ()))
@@ -112,32 +113,32 @@ def _broadcast(inst, args, ctx):
     return np.broadcast_to(x.reshape(view), inst.shape.dims)
 
 
-@kernel("reshape")
+@KERNELS.register("reshape")
 def _reshape(inst, args, ctx):
     return args[0].reshape(inst.shape.dims)
 
 
-@kernel("transpose")
+@KERNELS.register("transpose")
 def _transpose(inst, args, ctx):
     return args[0].transpose(tuple(inst.attrs["dimensions"]))
 
 
-@kernel("reverse")
+@KERNELS.register("reverse")
 def _reverse(inst, args, ctx):
     return np.flip(args[0], tuple(inst.attrs["dimensions"]))
 
 
-@kernel("concatenate")
+@KERNELS.register("concatenate")
 def _concatenate(inst, args, ctx):
     return np.concatenate(args, axis=inst.attrs["dimensions"][0])
 
 
-@kernel("slice")
+@KERNELS.register("slice")
 def _slice(inst, args, ctx):
     return args[0][tuple(slice(s.start, s.limit, s.stride) for s in inst.attrs["slice"])]
 
 
-@kernel("pad")
+@KERNELS.register("pad")
 def _pad(inst, args, ctx):
     x, value = args
     return pad_array(x, value, inst.attrs["padding"])
@@ -156,7 +157,7 @@ def pad_array(x: np.ndarray, value, pads) -> np.ndarray:
     return out[tuple(slice(max(-p.low, 0), f - max(-p.high, 0)) for f, p in zip(full, pads))]
 
 
-@kernel("bitcast")
+@KERNELS.register("bitcast")
 def _bitcast(inst, args, ctx):
     x = args[0]
     source, target = inst.operands[0].shape, inst.shape
@@ -183,7 +184,7 @@ def _major_to_minor(shape: ArrayShape, inst) -> tuple[int, ...]:
 
 # ------------------------------------------------------------------------------------ conversions
 
-@kernel("bitcast-convert")
+@KERNELS.register("bitcast-convert")
 def _bitcast_convert(inst, args, ctx):
     x = args[0]
     dtype = dtypes.numpy_dtype(inst.shape.element_type)
@@ -192,7 +193,7 @@ def _bitcast_convert(inst, args, ctx):
     return np.ascontiguousarray(x).view(dtype).reshape(inst.shape.dims)
 
 
-@kernel("convert")
+@KERNELS.register("convert")
 def _convert(inst, args, ctx):
     return convert_array(args[0], inst.shape.element_type)
 
@@ -223,13 +224,13 @@ def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.where(above, np.array(info.max, dtype), np.where(below, np.array(info.min, dtype), inside))
 
 
-@kernel("domain")
+@KERNELS.register("domain")
 def _domain(inst, args, ctx):
     """`domain` marks a sharding-domain boundary: the value passes through unchanged."""
     return args[0]
 
 
-@kernel("get-dimension-size")
+@KERNELS.register("get-dimension-size")
 def _get_dimension_size(inst, args, ctx):
     """`get-dimension-size(x), dimensions={d}`: the (static) size of dimension d as s32[]."""
     (dim,) = inst.attrs["dimensions"]
