@@ -349,11 +349,13 @@ class RuleTable:
     ValueError. `lookup(opcode, target)` is the rule, else the layer's default (`set_default`),
     else UnsupportedError with the catalogue's message."""
 
-    def __init__(self, layer: Layer):
+    def __init__(self, layer: Layer, elsewhere: frozenset[str] = frozenset()):
         self.layer = layer
         self.rules: dict[str, Any] = {}
         self.targets: dict[str, Any] = {}
         self.default: Any = None
+        #: opcodes the layer handles outside its table (no rule needed, none allowed)
+        self.elsewhere = elsewhere
 
     def add(self, rule: Any, *opcodes: str, targets: tuple[str, ...] = ()) -> None:
         for key, table in [(o, self.rules) for o in opcodes] + \
@@ -364,7 +366,7 @@ class RuleTable:
             if table is self.targets and key not in custom_call_targets.KNOWN:
                 raise ValueError(f"{self.layer.value} rule for custom-call target {key!r}, "
                                  "which custom_call_targets.py does not name")
-            if key in table:
+            if key in table or key in self.elsewhere:
                 raise ValueError(f"two {self.layer.value} rules for {key!r}")
             table[key] = rule
 
@@ -403,9 +405,11 @@ class RuleTable:
         raise UnsupportedError(reason or f"no {self.layer.value} rule for {opcode}")
 
     def support(self, opcode: str) -> str:
-        """How this layer handles `opcode`: `rule`, `default`, or `refused`."""
+        """How this layer handles `opcode`: `rule`, `default`, `elsewhere` or `refused`."""
         if opcode in self.rules:
             return "rule"
+        if opcode in self.elsewhere:
+            return "elsewhere"
         if refusal(opcode, self.layer) is None and self.default is not None:
             return "default"
         return "refused"
@@ -415,6 +419,48 @@ SHAPE_RULES = RuleTable(Layer.SHAPE)
 FORWARD_RULES = RuleTable(Layer.FORWARD)
 BACKWARD_RULES = RuleTable(Layer.BACKWARD)
 PARTITION_RULES = RuleTable(Layer.PARTITION)
-KERNELS = RuleTable(Layer.KERNEL)
+#: the interpreter binds parameters to the values it is called with
+KERNELS = RuleTable(Layer.KERNEL, elsewhere=opcodes("parameter"))
 TABLES = {t.layer: t for t in (SHAPE_RULES, FORWARD_RULES, BACKWARD_RULES, PARTITION_RULES,
                                KERNELS)}
+
+
+# ---- the support report ------------------------------------------------------------------------
+
+def support_report() -> str:
+    """Each catalogued opcode with its traits and how every layer handles it (`rule`: a rule of
+    its own; `default`: the layer's default rule; `elsewhere`: outside the table; `refused`: with
+    the catalogue's reason, listed below the table), then the custom-call targets. The layers
+    above `ir` must be loaded for their columns to be filled (`main` loads them)."""
+    width = max(len(n) for n in CATALOGUE) + 2
+    lines = [f"{'opcode':<{width}}{'verify':<8}" + "".join(f"{layer.value:<11}"
+                                                            for layer in Layer) + "traits"]
+    reasons = []
+    for name, op in CATALOGUE.items():
+        cells = []
+        for layer, table in TABLES.items():
+            cells.append(table.support(name))
+            if cells[-1] == "refused":
+                reason = refusal(name, layer) or "NOT STATED BY THE CATALOGUE (an inconsistency)"
+                reasons.append(f"  {name} ({layer.value}): {reason}")
+        traits = ", ".join(sorted(t.value for t in op.traits))
+        lines.append(f"{name:<{width}}{'yes':<8}" + "".join(f"{c:<11}" for c in cells) + traits)
+    lines += ["", "refused, by the catalogue's account:"] + reasons
+    lines += ["", "custom-call targets with a partition rule of their own: "
+              + ", ".join(sorted(PARTITION_RULES.targets))]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """`python -m gspmdc.ir.ops`: print the support report. This is the one place in `ir` that
+    loads the layers above it (to read their tables); nothing in the library does."""
+    import gspmdc.ir.shape_inference  # noqa: F401  (shape rules)
+    import gspmdc.passes.propagation  # noqa: F401  (propagation rules)
+    import gspmdc.passes.spmd  # noqa: F401  (partitioning rules)
+    import gspmdc.runtime.kernels  # noqa: F401  (kernels)
+    from gspmdc.ir import ops  # the tables the layers filled (run as a script, this is __main__)
+    print(ops.support_report())
+
+
+if __name__ == "__main__":
+    main()
