@@ -334,9 +334,20 @@ def refusal(opcode: str, layer: Layer) -> str | None:
     if opcode not in CATALOGUE:
         return f"unknown opcode {opcode} (not in gspmdc's opcode catalogue)"
     if layer is Layer.PARTITION and opcode in PARTITION_DEPENDENT:
-        return (f"{opcode} cannot be partitioned (its result depends on the partition or it "
-                "talks to the host)")
+        why = next((_PARTITION_REFUSALS[t] for t in _PARTITION_REFUSALS
+                    if t in CATALOGUE[opcode].traits), "it hands out the global rng state")
+        return f"{opcode} cannot be partitioned ({why})"
     return None
+
+
+#: why the partitioner refuses an opcode with the trait (outside manual regions)
+_PARTITION_REFUSALS = {
+    Trait.DEVICE_ID: "its result depends on the partition",
+    Trait.COLLECTIVE: "it already talks to other partitions",
+    Trait.HOST_IO: "it talks to the host",
+    Trait.TOKEN: "its token orders the side effects of the whole program",
+    Trait.ASYNC: "gspmdc does not partition inside an async wrapper",
+}
 
 
 class RuleTable:

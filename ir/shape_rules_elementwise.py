@@ -3,7 +3,8 @@
 HLO has no implicit broadcasting: the array operands of an elementwise op have identical dims and
 (except where noted) identical element types. The result has the operands' dims; its element type
 is the operands' except for `compare`/`is-finite` (pred), `abs`/`real`/`imag` of complex (the
-component type) and `complex` (the complex type of its float operands).
+component type), `complex` (the complex type of its float operands) and the conversions, whose
+result type is given.
 """
 from __future__ import annotations
 
@@ -122,6 +123,24 @@ def convert(inst: Instruction, module: Module) -> Shape:
     require(out.dims == x.dims, f"convert result {out} must have the operand's dims {x}")
     require(not (dtypes.is_complex(x.element_type) and not dtypes.is_complex(out.element_type)),
             f"convert from complex {x} to real {out} is not allowed (use real/imag)")
+    return out
+
+
+@SHAPE_RULES.register("stochastic-convert")
+def stochastic_convert(inst: Instruction, module: Module) -> Shape:
+    """stochastic-convert(x, random) -> given signed integer type with x's dims: x floating,
+    `random` unsigned of x's bit width with x's dims (the conversions XLA implements)."""
+    x, random, out = operand_array(inst, 0), operand_array(inst, 1), given_array(inst)
+    require(dtypes.is_float(x.element_type),
+            f"stochastic-convert needs a floating operand, found {x}")
+    require(dtypes.is_unsigned(random.element_type)
+            and dtypes.bit_width(random.element_type) == dtypes.bit_width(x.element_type),
+            f"stochastic-convert random bits must be unsigned of the operand's width, found "
+            f"{random} for {x}")
+    _same_dims([x, random], "operands")
+    require(dtypes.is_signed(out.element_type) and out.dims == x.dims,
+            f"stochastic-convert result {out} must be a signed integer array with the operand's "
+            f"dims {x}")
     return out
 
 

@@ -23,9 +23,10 @@ import numpy as np
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import opcodes
 
 #: collectives whose `replica_groups` hold partition ids whenever a `channel_id` is present
-_CROSS_PARTITION_OPCODES = frozenset({"all-to-all"})
+_CROSS_PARTITION_OPCODES = opcodes("all-to-all", "collective-broadcast")
 
 
 @dataclass(frozen=True)
@@ -91,14 +92,14 @@ class CollectiveBackend(ABC):
 
 
 def participant_groups(inst: Instruction, num_partitions: int) -> list[list[int]]:
-    """The groups of partition ids (order significant) of an all-reduce, all-gather, reduce-scatter
-    or all-to-all on `num_partitions` partitions of one replica (the group modes of XLA's
-    `collective_op_group_mode`):
+    """The groups of partition ids (order significant) of an all-reduce, all-gather, reduce-scatter,
+    all-to-all or collective-broadcast on `num_partitions` partitions of one replica (the group
+    modes of XLA's `collective_op_group_mode`):
 
     - no `channel_id`: cross-replica; groups hold replica ids (only 0 exists), so every partition
       is a group of its own;
-    - `channel_id` and `use_global_device_ids=true`, or an all-to-all with `channel_id`: the groups
-      hold partition ids (`{}` = one group of all partitions);
+    - `channel_id` and `use_global_device_ids=true`, or an all-to-all or collective-broadcast with
+      `channel_id`: the groups hold partition ids (`{}` = one group of all partitions);
     - `channel_id` without `use_global_device_ids`: cross-replica-and-partition; the groups hold
       replica ids and each spans all partitions of its replicas, i.e. one group of everybody.
 

@@ -1,11 +1,16 @@
-"""Collective kernels: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute.
+"""Collective kernels: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute,
+collective-broadcast.
 
 Each kernel reads the instruction's attributes, builds the reducer from `to_apply` where there is
 one, and hands the operands to `ctx.backend` (see `runtime/collectives.py` for the group rules and
 the exact semantics). Several operands give a tuple result, one operand an array (the tuple form
-of all-to-all always gives a tuple).
+of all-to-all always gives a tuple). A collective-broadcast gives every member of a group the
+operands of the group's first member: the backend gathers them along a new leading dim and each
+member reads position 0.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
@@ -44,6 +49,12 @@ def _reduce_scatter(inst, args, ctx):
 def _all_to_all(inst, args, ctx):
     dims = inst.attrs.get("dimensions")
     return _result(inst, ctx.backend.all_to_all(inst, args, dims[0] if dims else None))
+
+
+@KERNELS.register("collective-broadcast")
+def _collective_broadcast(inst, args, ctx):
+    gathered = ctx.backend.all_gather(inst, [a[np.newaxis] for a in args], 0)
+    return _result(inst, [g[0, ...] for g in gathered])
 
 
 @KERNELS.register("collective-permute")

@@ -1,4 +1,5 @@
-"""Control flow: call, fusion, while, conditional and the call-start/call-done async pair.
+"""Control flow: call, fusion, while, conditional and the async wrappers (async-start,
+async-update, async-done and the call-start/call-done spelling).
 
 Semantics are XLA's:
 - `call(args), to_apply=c` and `fusion(args), calls=c` evaluate `c` on the operands;
@@ -8,8 +9,11 @@ Semantics are XLA's:
 - `conditional(p, a, b)` with a `pred[]` selector runs `true_computation(a)` or
   `false_computation(b)`; with an `s32[]` index it runs `branch_computations[i]` on operand `i + 1`,
   and an index outside `[0, N)` runs the last branch;
-- `call-start` evaluates its `to_apply` computation and yields the async tuple
-  `((operands...), result, context...)` with zero contexts; `call-done` returns its result element.
+- `async-start` (`calls=c`; the `call-start` spelling: `to_apply=c`) evaluates `c` on its
+  operands and yields the async state `((operands...), result, context...)` with zero contexts;
+  `async-update` passes the state on; `async-done` (`call-done`) returns its result element. The
+  wrapped computation runs when the start is reached (XLA may overlap it with what follows; the
+  values are the same).
 """
 from __future__ import annotations
 
@@ -102,14 +106,20 @@ def _conditional(inst, args, ctx):
     return ctx.call(inst.attrs["false_computation"].name, [args[2]])
 
 
-@KERNELS.register("call-start")
-def _call_start(inst, args, ctx):
-    result = ctx.call(inst.attrs["to_apply"].name, args)
+@KERNELS.register("async-start", "call-start")
+def _async_start(inst, args, ctx):
+    computation = inst.attrs["calls" if "calls" in inst.attrs else "to_apply"]
+    result = ctx.call(computation.name, args)
     contexts = tuple(np.zeros(s.dims, dtypes.numpy_dtype(s.element_type))
                      for s in inst.shape.elements[2:])
     return (tuple(args), result) + contexts
 
 
-@KERNELS.register("call-done")
-def _call_done(inst, args, ctx):
+@KERNELS.register("async-update")
+def _async_update(inst, args, ctx):
+    return args[0]
+
+
+@KERNELS.register("async-done", "call-done")
+def _async_done(inst, args, ctx):
     return args[0][1]
