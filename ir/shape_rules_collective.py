@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .attributes import ReplicaGroups
 from .module import Instruction, Module
-from .ops import SHAPE_RULES
+from .ops import SHAPE_RULES, opcodes
 from .shape_rules_common import (
     attr_bool, attr_ints, attr_value, called, check_dimension_list, check_reducer, given_shape,
     operand_array, require, require_same_element_type, strip, tuple_or_single,
@@ -27,9 +27,9 @@ from .shape_rules_common import (
 from .shapes import ArrayShape, Shape, TupleShape
 
 #: collectives that carry `use_global_device_ids` (the others are cross-partition with a channel)
-_GLOBAL_ID_OPS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
+_GLOBAL_ID_OPS = opcodes("all-reduce", "all-gather", "reduce-scatter")
 #: collectives whose groups must all have one size (the result shape depends on it)
-_EQUAL_GROUP_OPS = frozenset({"all-gather", "reduce-scatter", "all-to-all"})
+_EQUAL_GROUP_OPS = opcodes("all-gather", "reduce-scatter", "all-to-all")
 
 
 def _module_int(module: Module, name: str, default: int | None) -> int | None:

@@ -9,9 +9,10 @@ left to right.
 from __future__ import annotations
 
 from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.ops import opcodes
 
 #: opcodes whose called computations take part in propagation (XLA's computation_map)
-CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+CONTROL_FLOW = opcodes("while", "conditional", "call")
 _MAIN_THREAD = "main"
 
 

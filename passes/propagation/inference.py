@@ -14,6 +14,7 @@ from gspmdc.ir.custom_call_targets import (
     BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
 )
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import Trait, opcodes, with_trait
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 
@@ -25,8 +26,8 @@ from .opclass import (
 )
 from .sharding_algebra import for_shape, improved_sharding, is_spatially_partitioned
 
-_MANUAL_TUPLE_OPS = frozenset({"reduce", "sort", "reduce-window"})
-_ASYNC_OPS = frozenset({"async-start", "async-update", "async-done", "call-start", "call-done"})
+_MANUAL_TUPLE_OPS = opcodes("reduce", "sort", "reduce-window")
+_ASYNC_OPS = with_trait(Trait.ASYNC) | opcodes("call-start", "call-done")
 
 
 def _is_manual(s: HloSharding | None) -> bool:

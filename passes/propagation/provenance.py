@@ -1,7 +1,7 @@
 """Where each sharding came from (in the spirit of Shardy's sharding origins).
 
-Every instruction whose sharding propagation set or changed keeps a *history*: one `Step` per
-change, oldest first, each naming how it happened (`forward`, `backward`, `shard group`,
+Every instruction whose sharding propagation set or changed keeps a *history*: one `OriginStep`
+per change, oldest first, each naming how it happened (`forward`, `backward`, `shard group`,
 `control flow`, `constraint`, `refined`, `finalize`), the rule, and the source instructions *with
 the version of their history they had then*. Following the first source of each step back in time
 gives the chain of instructions and rules the sharding travelled through, down to a user
@@ -30,7 +30,7 @@ Key = tuple[str, str]  # (computation name, instruction name)
 
 
 @dataclass(frozen=True)
-class Step:
+class OriginStep:
     """One change of an instruction's sharding."""
 
     sharding: HloSharding | None
@@ -44,7 +44,7 @@ class Provenance:
     """Histories keyed by (computation, instruction) name."""
 
     def __init__(self):
-        self.history: dict[Key, list[Step]] = {}
+        self.history: dict[Key, list[OriginStep]] = {}
         #: sharding barriers propagation removed: key -> (custom-call target, operand key)
         self.removed_barriers: dict[Key, tuple[str, Key]] = {}
 
@@ -58,7 +58,7 @@ class Provenance:
                sources: tuple[Key, ...] = (), level: int | None = None) -> None:
         steps = self.history.setdefault(key, [])
         refs = tuple((s, self.version(s)) for s in sources if s != key)
-        steps.append(Step(sharding, how, rule, refs, level))
+        steps.append(OriginStep(sharding, how, rule, refs, level))
 
     def forget(self, key: Key) -> None:
         self.history.pop(key, None)
@@ -144,7 +144,7 @@ def _text(s: HloSharding | None) -> str:
     return "{}" if s is None else s.to_text(include_metadata=False)
 
 
-def _describe(step: Step, comp: str) -> str:
+def _describe(step: OriginStep, comp: str) -> str:
     if step.how == ANNOTATION:
         return "user annotation"
     names = ", ".join(n if c == comp else f"{c}:{n}" for (c, n), _ in step.sources)
@@ -156,7 +156,7 @@ def _describe(step: Step, comp: str) -> str:
     return text
 
 
-def _encode(steps: list[Step], comp: str) -> str:
+def _encode(steps: list[OriginStep], comp: str) -> str:
     parts = []
     for i, step in enumerate(steps):
         sources = ",".join((n if c == comp else f"{c}:{n}") + f"@{v}"
@@ -167,7 +167,7 @@ def _encode(steps: list[Step], comp: str) -> str:
     return ";".join(parts)
 
 
-def _decode(text: str, comp: str, inst: Instruction) -> list[Step]:
+def _decode(text: str, comp: str, inst: Instruction) -> list[OriginStep]:
     from gspmdc.ir.parser import parse_sharding
     steps = []
     try:
@@ -178,7 +178,7 @@ def _decode(text: str, comp: str, inst: Instruction) -> list[Step]:
                 where, version = ref.rsplit("@", 1)
                 c, n = where.split(":", 1) if ":" in where else (comp, where)
                 refs.append(((c, n), int(version)))
-            steps.append(Step(parse_sharding(sharding) if sharding else None, how, rule,
+            steps.append(OriginStep(parse_sharding(sharding) if sharding else None, how, rule,
                               tuple(refs), int(level) if level else None))
     except (ValueError, GspmdcError) as e:
         raise GspmdcError(f"instruction {inst.name}: malformed {SHARDING_ORIGIN} attribute "

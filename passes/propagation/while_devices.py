@@ -9,13 +9,14 @@ device (the control-flow tie then spreads it to the loop).
 from __future__ import annotations
 
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import opcodes
 from gspmdc.ir.sharding import HloSharding
 
 from .graph import ModuleGraph
 from .sharding_algebra import for_shape
 
-_SEND_RECV = frozenset({"send", "recv"})
-_CHANNEL_REDUCTIONS = frozenset({"all-reduce", "reduce-scatter"})
+_SEND_RECV = opcodes("send", "recv")
+_CHANNEL_REDUCTIONS = opcodes("all-reduce", "reduce-scatter")
 
 
 def _unique_device(inst: Instruction) -> int | None:

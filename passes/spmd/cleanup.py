@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.ops import SIDE_EFFECTING, opcodes
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .call_graph import partitioned_computations
 
 #: opcodes never merged or removed (their instances differ even with equal operands)
-_KEEP = frozenset({"parameter", "rng", "rng-bit-generator", "rng-get-and-update-state",
-                   "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "after-all"})
+_KEEP = SIDE_EFFECTING | opcodes("parameter", "rng-bit-generator")
 _IGNORED_ATTRS = ("channel_id", "metadata")
 
 

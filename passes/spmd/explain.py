@@ -20,6 +20,7 @@ from math import prod
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
+from gspmdc.ir.custom_call_targets import SHARDING, target_of
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape
 
@@ -180,7 +181,7 @@ def _sharding_chain(inst: Instruction) -> list[str]:
         if inst.opcode == "parameter":
             lines.append(line + "  <- entry parameter annotation")
             break
-        if inst.opcode == "custom-call" and inst.attr("custom_call_target") == "Sharding" and \
+        if target_of(inst) == SHARDING and \
                 (inst.attr("metadata") is None or
                  inst.attr("metadata").get("op_type") != "reshard"):
             lines.append(line + "  <- sharding annotation")

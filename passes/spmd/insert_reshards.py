@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from gspmdc.errors import ShardingError
 from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import TupleShape
@@ -47,7 +48,7 @@ from .call_graph import control_flow_callees, unshare_callees
 from .op_rules import OpPlan, PlanContext, replicated_for
 from .op_rules_control import boundary_shardings
 from .partition_rules import rule_for
-from .reshard_nodes import RESHARD_TARGET, is_inserted_reshard, reshard_metadata
+from .reshard_nodes import is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
 
 
@@ -165,7 +166,7 @@ class _Rewriter:
         else:
             metadata = reshard_metadata(value, value.sharding, target, user, role, reason)
             node = self.builder.add("custom-call", value.shape, [value],
-                                    {"custom_call_target": RESHARD_TARGET,
+                                    {"custom_call_target": SHARDING,
                                      "metadata": metadata},
                                     name=f"{value.name}.reshard", sharding=target)
         self.created.add(node)

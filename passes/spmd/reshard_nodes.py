@@ -20,16 +20,16 @@ Lowering adds `spmd_step` to each instruction a reshard becomes.
 from __future__ import annotations
 
 from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.custom_call_targets import SHARDING, target_of
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 
-RESHARD_TARGET = "Sharding"
 RESHARD_OP_TYPE = "reshard"
 
 
 def is_reshard(inst: Instruction) -> bool:
     """A `Sharding` custom-call: a reshard node (inserted or written by the user)."""
-    return inst.opcode == "custom-call" and inst.attr("custom_call_target") == RESHARD_TARGET
+    return target_of(inst) == SHARDING
 
 
 def is_inserted_reshard(inst: Instruction) -> bool:
@@ -47,5 +47,5 @@ def reshard_metadata(value: Instruction, source: HloSharding, target: HloShardin
         ("spmd_to", target.to_text(False)), ("spmd_reason", reason)))
 
 
-__all__ = ["RESHARD_TARGET", "RESHARD_OP_TYPE", "is_reshard", "is_inserted_reshard",
+__all__ = ["RESHARD_OP_TYPE", "is_reshard", "is_inserted_reshard",
            "reshard_metadata"]
