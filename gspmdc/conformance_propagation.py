@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gspmdc.errors import GspmdcError
+from gspmdc.ir.ops import SIDE_EFFECTING
 
 SCORED_KINDS = frozenset({"sharding", "has_sharding", "same_sharding_as",
                           "different_sharding_from", "predicate", "absent"})
 CASE_TIMEOUT_SECONDS = 60
-_SIDE_EFFECT_OPCODES = frozenset({"send", "send-done", "recv", "recv-done", "outfeed", "infeed",
-                                  "rng", "after-all", "rng-get-and-update-state"})
 
 
 @dataclass
@@ -155,7 +154,7 @@ def _dce(module) -> None:
     for comp in module.computations.values():
         live, stack = set(), [comp.root] + [
             i for i in comp.instructions
-            if i.opcode in _SIDE_EFFECT_OPCODES or i.opcode == "parameter" or
+            if i.opcode in SIDE_EFFECTING or i.opcode == "parameter" or
             i.attrs.get("custom_call_has_side_effect")]
         while stack:
             inst = stack.pop()

@@ -28,14 +28,15 @@ from time import perf_counter, time
 from typing import Callable, Sequence
 
 from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import opcodes
 
 from .collectives import group_of, participant_groups, permute_pairs
 
 COLLECTIVE_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                                 "collective-permute"})
 #: instructions whose own (exclusive) time is interpretation: they only call computations
-CONTROL_OPCODES = frozenset({"while", "call", "conditional", "fusion", "call-start", "call-done",
-                             "map"})
+CONTROL_OPCODES = opcodes("while", "call", "conditional", "fusion", "call-start", "call-done",
+                          "async-start", "async-done", "map")
 
 
 @dataclass

@@ -109,6 +109,14 @@ def collective_cases():
     text = spmd_module(N, ["s32[1,2,3]"], body, "r = (s32[8,2,3], s32[1,4,3], s32[1,2,12], "
                        "s32[2,8,3]) tuple(d0, d1, d2, t2)")
     cases.append(("gathers_in_place_and_moved", text, [[x] for x in cubes], False, True))
+    spelling, _ = GROUP_FORMS["iota"]
+    body = f"""
+    cb = s32[4,4] collective-broadcast(p0), channel_id=7, replica_groups={spelling}
+    pair = (s32[4,4], s32[4,4]) collective-broadcast(p0, p1), channel_id=8, replica_groups={{{{3,2,1,0}},{{7,6,5,4}}}}
+    """
+    text = spmd_module(N, ["s32[4,4]", "s32[4,4]"], body,
+                       "r = (s32[4,4], (s32[4,4], s32[4,4])) tuple(cb, pair)")
+    cases.append(("broadcasts", text, [[x, -x] for x in ints], False, True))
     return cases
 
 
@@ -235,6 +243,19 @@ def test_mpi_collectives_match_numpy(mpi_results):
             np.testing.assert_array_equal(rsf, fold_shift_add(members)[k * b:(k + 1) * b])
             np.testing.assert_array_equal(
                 aa, np.concatenate([m[:, k * b:(k + 1) * b] for m in members], axis=1))
+
+
+def test_mpi_collective_broadcast_sends_each_groups_first_members_value(mpi_results):
+    _, results = mpi_results
+    ints = partition_values(N, (4, 4))
+    _, groups = GROUP_FORMS["iota"]
+    for p in range(N):
+        cb, first, second = results["broadcasts"][p]
+        group, _ = group_of(groups, p)
+        np.testing.assert_array_equal(cb, ints[group[0]])
+        source = 3 if p < 4 else 7
+        np.testing.assert_array_equal(first, ints[source])
+        np.testing.assert_array_equal(second, -ints[source])
 
 
 def test_mpi_permutes_and_device_assignment(mpi_results):

@@ -60,7 +60,7 @@ def test_the_supported_operations_come_from_the_product_tables():
     supported = supported_operations()
     # a few that must be there: ruled ops, default-action ops, custom-call targets
     for name in ("dot", "convolution", "gather", "while", "custom-call:Sharding",
-                 "custom-call:SPMDFullToShardShape", "optimization-barrier", "bitcast",
+                 "custom-call:SPMDFullToShardShape", "opt-barrier", "bitcast",
                  "custom-call:LayoutConstraint", "reduce-precision"):
         assert name in supported
     # partition-dependent ops and the partitioner's own per-partition forms are not

@@ -1,6 +1,6 @@
 """Inputs read from an uncompressed npz (`np.savez`) are memory maps (`np.memmap`, an ndarray
 subclass); pass-through kernels (copy, slice, reshape, transpose, reverse, dynamic-slice,
-convert to the same type, optimization-barrier, Sharding, get-tuple-element, ...)
+convert to the same type, opt-barrier, Sharding, get-tuple-element, ...)
 return their operand or a view of it. The interpreter takes every argument as a plain ndarray
 view, so such programs run on both backends and give numpy's answer; its own check of a kernel's
 result names what differs (the type, the shape or the element type)."""
@@ -40,7 +40,7 @@ ENTRY e {
   cq = f32[4,6] copy(q), sharding={devices=[2,1]<=[2]}
   rq = f32[4,6] reshape(q), sharding={devices=[2,1]<=[2]}
   cv = f32[4,6] convert(p)
-  ob = f32[4,6] optimization-barrier(p)
+  ob = f32[4,6] opt-barrier(p)
   sh = f32[4,6] custom-call(p), custom_call_target="Sharding", sharding={replicated}
   g = f32[4,6] get-tuple-element(tp), index=0
   ROOT out = (f32[4,6], f32[2,6], f32[24], f32[6,4], f32[4,6], f32[2,6], f32[4,6], f32[4,6], f32[4,6], f32[4,6], f32[4,6], f32[4,6]) tuple(c, s, r, t, v, d, cq, rq, cv, ob, sh, g)
@@ -111,7 +111,7 @@ def test_evaluate_takes_memory_mapped_arguments(tmp_path):
 def test_a_kernel_result_that_does_not_fit_says_what_differs(monkeypatch, value, says):
     module = api.parse("HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n"
                        "  ROOT c = f32[4] copy(p)\n}\n")
-    monkeypatch.setitem(interpreter.KERNELS, "copy", lambda inst, args, ctx: value)
+    monkeypatch.setitem(interpreter.KERNELS.rules, "copy", lambda inst, args, ctx: value)
     with pytest.raises(RuntimeFailure) as error:
         evaluate(module, [np.zeros(4, np.float32)])
     assert f"e/c: the copy kernel produced {says}" in str(error.value)

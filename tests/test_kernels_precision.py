@@ -12,8 +12,9 @@ import pytest
 
 from gspmdc import api
 from gspmdc.errors import VerificationError
+from hlo_text import hlo_module
 from interpreter_helpers import single_op
-from spmd_partition_helpers import check_equivalent, hlo_module
+from spmd_partition_helpers import check_equivalent
 
 RNG = np.random.default_rng(11)
 

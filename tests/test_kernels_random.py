@@ -183,3 +183,16 @@ def test_rng_bit_generator_with_an_array_shape_returns_the_bits_alone():
                        attrs={"algorithm": Ident("rng_default")})
     bits = KERNELS["rng-bit-generator"](inst, [np.array([KEY, 0], np.uint64)], None)
     np.testing.assert_array_equal(bits, XLA_GOLDEN[0][5])
+
+
+@pytest.mark.parametrize("distribution, element_type, count, blocks", [
+    ("rng_uniform", "f32", 10, 3),      # ten 32-bit values, four to a Philox block
+    ("rng_uniform", "u8", 4, 1),        # narrow values still take one 32-bit word each
+    ("rng_uniform", "s64", 3, 2),       # 64-bit values take two words
+    ("rng_normal", "f32", 5, 2),        # Box-Muller pairs: six 32-bit values
+    ("rng_normal", "f64", 1, 1),        # two 64-bit values: four words
+])
+def test_rng_state_delta_counts_the_philox_blocks_of_the_whole_draw(distribution, element_type,
+                                                                    count, blocks):
+    from gspmdc.ir.random_shards import rng_state_delta
+    assert rng_state_delta(distribution, element_type, count) == blocks

@@ -20,7 +20,8 @@ from gspmdc.ir.ops import Layer, TypeClass
 from gspmdc.passes.propagation import propagate
 from gspmdc.passes.propagation.opclass import is_elementwise
 from gspmdc.passes.spmd.op_rules_elementwise import ElementwiseRule
-from spmd_partition_helpers import check_equivalent, hlo_module
+from hlo_text import hlo_module
+from spmd_partition_helpers import check_equivalent
 
 
 def test_every_layer_supports_every_catalogued_opcode_unless_the_catalogue_says_why():
@@ -41,10 +42,10 @@ def test_a_refusal_the_catalogue_states_is_the_layers_message():
 
 
 def test_the_partitioner_refuses_a_partition_dependent_op_with_the_catalogues_message():
-    text = hlo_module("  ROOT id = u32[] partition-id(), sharding={replicated}")
+    text = hlo_module("  ROOT id = u32[] replica-id(), sharding={replicated}")
     with pytest.raises(UnsupportedError) as caught:
         check_equivalent(text, 2)
-    assert ops.refusal("partition-id", Layer.PARTITION) in str(caught.value)
+    assert ops.refusal("replica-id", Layer.PARTITION) in str(caught.value)
 
 
 def test_the_verifier_refuses_an_opcode_outside_the_catalogue_with_its_message():

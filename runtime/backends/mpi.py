@@ -57,6 +57,7 @@ import numpy as np
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.attributes import RawAttr
 from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.ops import opcodes
 
 from ..collectives import (
     CollectiveBackend, Reduction, fold, group_of, participant_groups, permute_pairs,
@@ -64,7 +65,8 @@ from ..collectives import (
 )
 from .recycled_buffers import RecycledBuffers
 
-GROUP_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all"})
+GROUP_OPCODES = opcodes("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                        "collective-broadcast")
 #: the waiting policies (see the module docstring)
 WAIT_MODES = ("auto", "polite", "blocking")
 _SPIN_SECONDS = 1e-4

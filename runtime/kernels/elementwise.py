@@ -192,43 +192,6 @@ def _rsqrt(x):
     return 1 / np.sqrt(x)
 
 
-@KERNELS.register("reduce-precision")
-def _reduce_precision(inst, args, ctx):
-    """Round to a float format of `exponent_bits` / `mantissa_bits` and back (XLA's
-    ReducePrecision): the mantissa rounds to nearest, ties to even; magnitudes above the
-    format's largest exponent become infinities and those at or below its smallest normal
-    exponent become zeros of the same sign; NaN stays NaN (unless no mantissa bit is kept)."""
-    (x,) = args
-    return reduce_precision(x, int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"]))
-
-
-def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
-    x = np.asarray(x)
-    info = ml_dtypes.finfo(x.dtype)
-    src_mantissa, width = int(info.nmant), 8 * x.dtype.itemsize
-    src_exponent = width - 1 - src_mantissa
-    bits_type = np.dtype(f"u{x.dtype.itemsize}")
-    bits = x.view(bits_type).astype(np.uint64)
-    if mantissa_bits < src_mantissa:
-        shift = src_mantissa - mantissa_bits
-        last_bit = np.uint64(1 << shift)
-        bias = (bits & last_bit) >> np.uint64(shift)
-        bias += np.uint64((1 << (shift - 1)) - 1)
-        bits = (bits + bias) & ~np.uint64((1 << shift) - 1) & np.uint64((1 << width) - 1)
-    if exponent_bits < src_exponent:
-        exponent_mask = np.uint64(((1 << src_exponent) - 1) << src_mantissa)
-        exponent_bias = (1 << (src_exponent - 1)) - 1
-        reduced_bias = (1 << (exponent_bits - 1)) - 1
-        exponent = bits & exponent_mask
-        signed_zero = bits & np.uint64(1 << (width - 1))
-        overflows = exponent > np.uint64((exponent_bias + reduced_bias) << src_mantissa)
-        underflows = exponent <= np.uint64((exponent_bias - reduced_bias) << src_mantissa)
-        bits = np.where(overflows, signed_zero | exponent_mask,
-                        np.where(underflows, signed_zero, bits))
-    out = bits.astype(bits_type).view(x.dtype)
-    return np.where(np.isnan(x), x, out) if mantissa_bits > 0 else out
-
-
 # ------------------------------------------------------------------------------------------ compare
 
 _DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,

@@ -1,6 +1,6 @@
 """Control flow and structure: while (a counted loop over a tuple state), conditional (a
 predicate or a branch index, two or three branches), call, fusion, async call-start/call-done,
-optimization-barrier and domain. Loop bodies, branches and callees are generated like the entry
+opt-barrier and domain. Loop bodies, branches and callees are generated like the entry
 (fewer instructions, at most two levels deep).
 
 Loop-carried floats are treated as inexact inside the body (an iteration may have summed them)
@@ -158,7 +158,7 @@ def optimization_barrier(c: Comp) -> Value | None:
     members = _carried(c, c.src.integer(1, 3))
     shape = Tup(tuple(m.shape for m in members))
     t = c.emit("tuple", shape, "tuple", members, parts=members, keep=False)
-    barrier = c.emit("opt-barrier", shape, "optimization-barrier", [t], parts=members,
+    barrier = c.emit("opt-barrier", shape, "opt-barrier", [t], parts=members,
                      keep=False)
     return c.unpack(barrier, c.src.subset(list(range(len(members)))) or [0])[-1]
 
