@@ -4,7 +4,7 @@ groups derived from them, and the per-layer rule tables every layer registers ag
     from gspmdc.ir import ops
     ops.CATALOGUE["add"].traits          # frozenset({Trait.ELEMENTWISE})
     "sine" in ops.ELEMENTWISE_UNARY       # True
-    python -m gspmdc.ir.ops              # each opcode with the layers that support it
+    gspmdc ops                           # each opcode with how every layer handles it
 
 An opcode not in `CATALOGUE` is refused by the verifier (UnsupportedError), so no later layer sees
 it. Each layer attaches its rules to catalogue opcodes through its `RuleTable` (registering an
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from gspmdc.errors import UnsupportedError
 
@@ -438,40 +438,28 @@ TABLES = {t.layer: t for t in (SHAPE_RULES, FORWARD_RULES, BACKWARD_RULES, PARTI
 
 # ---- the support report ------------------------------------------------------------------------
 
-def support_report() -> str:
-    """Each catalogued opcode with its traits and how every layer handles it (`rule`: a rule of
-    its own; `default`: the layer's default rule; `elsewhere`: outside the table; `refused`: with
-    the catalogue's reason, listed below the table), then the custom-call targets. The layers
-    above `ir` must be loaded for their columns to be filled (`main` loads them)."""
-    width = max(len(n) for n in CATALOGUE) + 2
-    lines = [f"{'opcode':<{width}}{'verify':<8}" + "".join(f"{layer.value:<11}"
-                                                            for layer in Layer) + "traits"]
+def support_report(names: Sequence[str] | None = None) -> str:
+    """Each catalogued opcode (or those of `names`: the verifier accepts them all) with how every
+    layer handles it (`rule`: a rule of its own; `default`: the layer's default rule; `elsewhere`: outside the table;
+    `refused`: with the catalogue's reason, listed below the table) and its traits, then the
+    custom-call targets with a partition rule of their own. The columns of the layers above `ir`
+    are filled once those layers are loaded (`gspmdc ops` loads them)."""
+    names = list(CATALOGUE) if names is None else list(names)
+    width = max(len(n) for n in names) + 2
+    lines = [f"{'opcode':<{width}}{'verify':<8}" + "".join(f"{layer.value:<11}" for layer in Layer)
+             + "traits"]
     reasons = []
-    for name, op in CATALOGUE.items():
+    for name in names:
         cells = []
         for layer, table in TABLES.items():
             cells.append(table.support(name))
             if cells[-1] == "refused":
                 reason = refusal(name, layer) or "NOT STATED BY THE CATALOGUE (an inconsistency)"
                 reasons.append(f"  {name} ({layer.value}): {reason}")
-        traits = ", ".join(sorted(t.value for t in op.traits))
+        traits = ", ".join(sorted(t.value for t in CATALOGUE[name].traits))
         lines.append(f"{name:<{width}}{'yes':<8}" + "".join(f"{c:<11}" for c in cells) + traits)
-    lines += ["", "refused, by the catalogue's account:"] + reasons
+    if reasons:
+        lines += ["", "refused, by the catalogue's account:"] + reasons
     lines += ["", "custom-call targets with a partition rule of their own: "
               + ", ".join(sorted(PARTITION_RULES.targets))]
     return "\n".join(lines)
-
-
-def main() -> None:
-    """`python -m gspmdc.ir.ops`: print the support report. This is the one place in `ir` that
-    loads the layers above it (to read their tables); nothing in the library does."""
-    import gspmdc.ir.shape_inference  # noqa: F401  (shape rules)
-    import gspmdc.passes.propagation  # noqa: F401  (propagation rules)
-    import gspmdc.passes.spmd  # noqa: F401  (partitioning rules)
-    import gspmdc.runtime.kernels  # noqa: F401  (kernels)
-    from gspmdc.ir import ops  # the tables the layers filled (run as a script, this is __main__)
-    print(ops.support_report())
-
-
-if __name__ == "__main__":
-    main()

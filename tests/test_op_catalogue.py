@@ -81,8 +81,8 @@ def test_the_groups_follow_the_traits():
     assert ops.CALLED_COMPUTATION_ATTRIBUTES >= {"to_apply", "body", "condition", "calls"}
 
 
-def test_the_support_report_lists_every_opcode_and_no_unexplained_refusal():
-    report = subprocess.run([sys.executable, "-m", "gspmdc.ir.ops"], capture_output=True,
+def test_gspmdc_ops_lists_every_opcode_and_no_unexplained_refusal():
+    report = subprocess.run([sys.executable, "-m", "gspmdc", "ops"], capture_output=True,
                             text=True, check=True).stdout
     rows = {line.split()[0]: line.split()[1:7] for line in report.splitlines()[1:]
             if line and not line.startswith(" ") and line.split()[0] in ops.CATALOGUE}
@@ -90,6 +90,13 @@ def test_the_support_report_lists_every_opcode_and_no_unexplained_refusal():
     assert rows["add"] == ["yes", "rule", "default", "default", "rule", "rule"]
     assert rows["partition-id"][4] == "refused" and rows["parameter"][5] == "elsewhere"
     assert "NOT STATED" not in report
+
+
+def test_gspmdc_ops_of_an_unknown_opcode_says_so():
+    done = subprocess.run([sys.executable, "-m", "gspmdc", "ops", "add", "clz"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert ops.refusal("clz", Layer.SHAPE) in done.stderr
 
 
 # ---- elementwise opcodes: the catalogue entry and the kernel are all it takes -------------------
