@@ -16,11 +16,11 @@ from .values import MAX_BOUND, Arr, Value
 
 def other_targets() -> list[str]:
     """The identity annotations the runtime executes besides sharding constraints and barriers
-    (the partitioner runs them replicated), from the runtime's own table."""
-    from gspmdc.runtime.kernels.custom_call import ANNOTATION_TARGETS
+    (the partitioner runs them replicated), from the catalogue of custom-call targets."""
+    from gspmdc.ir.custom_call_targets import ANNOTATIONS
     from .coverage import NOT_GENERATED
     made_elsewhere = {"Sharding", "ShardBarrierFrom", "ShardBarrierTo"}
-    return sorted(t for t in ANNOTATION_TARGETS
+    return sorted(t for t in ANNOTATIONS
                   if t not in made_elsewhere and f"custom-call:{t}" not in NOT_GENERATED)
 
 
