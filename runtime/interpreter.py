@@ -11,6 +11,9 @@ immutable: kernels never write into their operands, and a result may alias an op
 The same interpreter runs the unpartitioned program on one device and each partition of an SPMD
 program; collectives go through `ctx.backend` (a `CollectiveBackend`), `partition-id` reads
 `ctx.partition_id`.
+
+`rounding` chooses where bf16 results are rounded (`rounding.py`): `"xla"`, the default, as XLA's
+CPU backend with its default flags, or `"per-op"`, every result rounded to its type.
 """
 from __future__ import annotations
 
@@ -27,11 +30,12 @@ from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 from .collectives import CollectiveBackend, SinglePartitionBackend
 from .kernels import KERNELS, TOKEN, Token
 from .kernels.indexing import dynamic_slice_of_pad
+from .rounding import DEFAULT_ROUNDING, check_rounding, round_to_bf16, unrounded, unrounded_readers
 
 
 def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
              partition_id: int | None = None, on_step: StepHook | None = None,
-             on_enter: EnterHook | None = None) -> Any:
+             on_enter: EnterHook | None = None, rounding: str = DEFAULT_ROUNDING) -> Any:
     """Evaluate the entry computation of `module` on `args` (one value per entry parameter, in
     parameter-number order) and return the root's value. An array argument may be an ndarray
     subclass (a memory map of an input file): it is taken as a plain ndarray view, the only kind
@@ -44,6 +48,7 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
     the times add up without double counting (the profiling hook of `gspmdc run --profile`).
     `on_enter`, when given, is called with every instruction right before its kernel runs (the
     innermost instruction executing is the last one entered: how MPI ranks record where they are).
+    `rounding` is `"xla"` or `"per-op"` (see `rounding.py`).
 
     Raises GspmdcError for arguments that do not match the entry parameters, UnsupportedError for
     opcodes the interpreter does not implement (and for modules of several replicas), and
@@ -52,13 +57,14 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
     if module.attrs.get("replica_count", 1) != 1:
         raise UnsupportedError(f"module {module.name} has replica_count="
                                f"{module.attrs['replica_count']}; the interpreter runs one replica")
+    check_rounding(rounding)
     backend = SinglePartitionBackend() if backend is None else backend
     if partition_id is not None and partition_id != backend.partition_id():
         raise GspmdcError(f"partition_id {partition_id} does not match the backend's partition "
                           f"{backend.partition_id()} (of {backend.num_partitions})")
     entry = module.entry
     values = _check_entry_arguments(entry, args)
-    return EvalContext(module, backend, on_step, on_enter).call(entry.name, values)
+    return EvalContext(module, backend, on_step, on_enter, rounding).call(entry.name, values)
 
 
 class EvalContext:
@@ -68,20 +74,23 @@ class EvalContext:
     - `call(name, args)`: evaluate a computation of the module on argument values;
     - `cache`: a per-evaluation dict where kernel modules memoise analyses of computations (key
       tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`);
-    - `on_step`, `on_enter`: the optional hooks (see `evaluate`).
+    - `on_step`, `on_enter`: the optional hooks (see `evaluate`);
+    - `rounding`: where bf16 results are rounded (see `evaluate`).
     """
 
-    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "on_enter", "_plans",
-                 "_nested")
+    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "on_enter", "rounding",
+                 "_plans", "_nested")
 
     def __init__(self, module: Module, backend: CollectiveBackend,
-                 on_step: StepHook | None = None, on_enter: EnterHook | None = None):
+                 on_step: StepHook | None = None, on_enter: EnterHook | None = None,
+                 rounding: str = DEFAULT_ROUNDING):
         self.module = module
         self.backend = backend
         self.partition_id = backend.partition_id()
         self.cache: dict[tuple, Any] = {}
         self.on_step = on_step
         self.on_enter = on_enter
+        self.rounding = rounding
         self._plans: dict[str, _Plan] = {}
         self._nested = 0.0
 
@@ -89,7 +98,8 @@ class EvalContext:
         """Evaluate computation `computation_name` with `args` bound to its parameters."""
         plan = self._plans.get(computation_name)
         if plan is None:
-            plan = self._plans[computation_name] = _Plan(self.module.computation(computation_name))
+            plan = self._plans[computation_name] = _Plan(self.module.computation(computation_name),
+                                                         self.rounding)
         return plan.run(self, args)
 
     def timed(self, kernel: Kernel, inst: Instruction, args: list) -> Any:
@@ -116,24 +126,33 @@ class _Plan:
 
     Slot `i` holds the value of instruction `i` (program order). `steps` are tuples
     `(kernel, inst, operand_slots, out_slot, release_slots, dims, dtype)` where `dims`/`dtype` give
-    the expected array result (None for tuple and token results, checked structurally).
+    the expected array result (None for tuple and token results, checked structurally). Under
+    `"xla"` rounding an instruction whose f32 value some users read (`rounding.py`) runs unrounded
+    into an extra slot after the instructions' (read by those users), followed by a step rounding
+    it into its own slot when other users or the root need it.
     """
 
     __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps")
 
-    def __init__(self, comp: Computation):
+    def __init__(self, comp: Computation, rounding: str = DEFAULT_ROUNDING):
         self.computation = comp
         slot = {inst: i for i, inst in enumerate(comp.instructions)}
-        self.num_slots = len(comp.instructions)
+        readers = unrounded_readers(comp) if rounding == "xla" else {}
+        wide = {inst: len(comp.instructions) + k for k, inst in enumerate(readers)}
+        self.num_slots = len(comp.instructions) + len(wide)
         self.param_slots = [slot[p] for p in comp.parameters]
         self.root_slot = slot[comp.root]
         fused = _windows_of_pads(comp)
-        operands = {inst: (inst.operands[0].operands + inst.operands[1:] if inst in fused.values()
-                           else inst.operands) for inst in comp.instructions}
-        last_use = {i: i for i in range(self.num_slots)}
+        reads = {inst: tuple(wide[op] if inst in readers.get(op, ()) else slot[op] for op in
+                             (inst.operands[0].operands + inst.operands[1:]
+                              if inst in fused.values() else inst.operands))
+                 for inst in comp.instructions}
+        rounded = {inst for inst in wide if inst is comp.root or any(
+            slot[inst] in reads[user] for user in comp.users()[inst])}
+        last_use = {s: s for s in range(len(comp.instructions))}
         for i, inst in enumerate(comp.instructions):
-            for op in operands[inst]:
-                last_use[slot[op]] = i
+            for s in reads[inst] + ((wide[inst],) if inst in rounded else ()):
+                last_use[s] = i
         last_use[self.root_slot] = self.num_slots
         releases: dict[int, list[int]] = {}
         for s, at in last_use.items():
@@ -148,10 +167,16 @@ class _Plan:
                                        f"(instruction {inst.name} in computation {comp.name})")
             shape = inst.shape
             array = isinstance(shape, ArrayShape) and not shape.is_token
-            steps.append((kernel, inst, tuple(slot[op] for op in operands[inst]), i,
-                          tuple(s for s in releases.get(i, ()) if s != self.root_slot),
-                          shape.dims if array else None,
-                          dtypes.numpy_dtype(shape.element_type) if array else None))
+            dims = shape.dims if array else None
+            dtype = dtypes.numpy_dtype(shape.element_type) if array else None
+            release = tuple(s for s in releases.get(i, ()) if s != self.root_slot)
+            if inst in wide:
+                steps.append((unrounded(kernel, inst), inst, reads[inst], wide[inst],
+                              () if inst in rounded else release, dims, np.dtype(np.float32)))
+                if inst not in rounded:
+                    continue
+                kernel, reads[inst] = round_to_bf16, (wide[inst],)
+            steps.append((kernel, inst, reads[inst], i, release, dims, dtype))
         self.steps = steps
 
     def run(self, ctx: EvalContext, args: Sequence[Any]) -> Any:

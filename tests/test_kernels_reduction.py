@@ -131,7 +131,11 @@ def test_variadic_reduce_arg_max_with_ties_and_nan():
     np.testing.assert_array_equal(indices, [1, 2, 0, 1])
 
 
-def test_reduce_bf16_sum_accumulates_in_f32():
+def test_reduce_bf16_sum_rounds_every_step_in_xla_cpu_order():
+    # 257 elements: 9 windows of 32, the padding (31) split 15 low / 16 high. Window 0 holds 1.0
+    # then 16 x 2^-8: 1 + 2^-8 is a tie between bf16 neighbours 1 and 1 + 2^-7 and rounds to
+    # even, so the window stays 1.0; windows 1-7 sum 32 x 2^-8 = 2^-3 exactly, window 8 holds
+    # 16 x 2^-8 = 2^-4; then 1 + 7 x 2^-3 + 2^-4 = 1.9375 exactly. (Rounding once would give 2.)
     x = np.array([1.0] + [2.0 ** -8] * 256, ml_dtypes.bfloat16)
     text = module("""
   p = bf16[257] parameter(0)
@@ -139,7 +143,7 @@ def test_reduce_bf16_sum_accumulates_in_f32():
   ROOT r = bf16[] reduce(p, c), dimensions={0}, to_apply=add""",
                   ADD.replace("f32", "bf16"))
     out = run_hlo(text, x)
-    assert out.dtype == ml_dtypes.bfloat16 and float(out) == 2.0
+    assert out.dtype == ml_dtypes.bfloat16 and float(out) == 1.9375
 
 
 def test_reduce_integer_sum_wraps_in_its_own_type():

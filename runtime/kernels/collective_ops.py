@@ -7,11 +7,17 @@ the exact semantics). Several operands give a tuple result, one operand an array
 of all-to-all always gives a tuple). A collective-broadcast gives every member of a group the
 operands of the group's first member: the backend gathers them along a new leading dim and each
 member reads position 0.
+
+A bf16 all-reduce or reduce-scatter reduces in f32 and rounds its results once, as XLA's CPU
+backend does (it promotes them to f32): bf16 operands are converted to f32 first, unless they come
+unrounded in f32 already (`rounding.py`).
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
+from gspmdc.ir import dtypes
 from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
 
@@ -29,9 +35,23 @@ def _result(inst, values):
     return tuple(values) if isinstance(inst.shape, TupleShape) else values[0]
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _in_f32(args):
+    return [a.astype(np.float32) if a.dtype == _BF16 else a for a in args]
+
+
+def _rounded(inst, values):
+    """Reduced values in the instruction's result types (bf16 results were reduced in f32)."""
+    return [v.astype(dtypes.numpy_dtype(shape.element_type), copy=False)
+            for v, shape in zip(values, inst.shape.leaves())]
+
+
 @KERNELS.register("all-reduce")
 def _all_reduce(inst, args, ctx):
-    return _result(inst, ctx.backend.all_reduce(inst, args, _reduction(inst, ctx)))
+    return _result(inst, _rounded(inst, ctx.backend.all_reduce(inst, _in_f32(args),
+                                                               _reduction(inst, ctx))))
 
 
 @KERNELS.register("all-gather")
@@ -41,8 +61,8 @@ def _all_gather(inst, args, ctx):
 
 @KERNELS.register("reduce-scatter")
 def _reduce_scatter(inst, args, ctx):
-    return _result(inst, ctx.backend.reduce_scatter(inst, args, inst.attrs["dimensions"][0],
-                                                    _reduction(inst, ctx)))
+    return _result(inst, _rounded(inst, ctx.backend.reduce_scatter(
+        inst, _in_f32(args), inst.attrs["dimensions"][0], _reduction(inst, ctx))))
 
 
 @KERNELS.register("all-to-all")

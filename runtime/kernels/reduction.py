@@ -12,13 +12,12 @@ Semantics are XLA's:
   chosen); then `output = init` everywhere and `output[chosen] = scatter(output[chosen], source)`
   window by window, so overlapping windows accumulate;
 - `map` applies its computation elementwise.
-bf16/f16 sums and products accumulate in f32 and round once.
+bf16/f16 sums and products round after every step, in XLA:CPU's order (`narrow_reduction.py`).
 """
 from __future__ import annotations
 
 from math import prod
 
-import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -28,9 +27,8 @@ from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
 
 from .. import computation_patterns as patterns
+from . import narrow_reduction
 from .structural import pad_array
-
-_NARROW_FLOATS = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})
 
 
 @KERNELS.register("reduce")
@@ -45,10 +43,11 @@ def _reduce(inst, args, ctx):
     ufunc = patterns.reducer_ufunc(ctx.module.computation(name)) if n == 1 else None
     if count == 0 or prod(kept) == 0:
         results = [np.broadcast_to(init, kept) for init in inits]
+    elif _rounds_every_step(ufunc, x.dtype):
+        results = [narrow_reduction.reduce(x, dims, ufunc, inits[0])]
     elif ufunc is not None:
-        acc = _accumulator(ufunc, x.dtype)
-        reduced = ufunc.reduce(x.astype(acc, copy=False), axis=dims, dtype=acc)
-        results = [np.asarray(ufunc(inits[0].astype(acc), reduced)).astype(x.dtype, copy=False)]
+        reduced = ufunc.reduce(x, axis=dims, dtype=x.dtype)
+        results = [np.asarray(ufunc(inits[0], reduced)).astype(x.dtype, copy=False)]
     else:
         moved = [np.moveaxis(v, dims, range(-len(dims), 0)).reshape(kept + (count,)) for v in xs]
         folded, _ = _fold_last_axis(ctx, name, moved, None)
@@ -64,15 +63,17 @@ def _reduce_window(inst, args, ctx):
     name = inst.attrs["to_apply"].name
     out_dims = next(iter(inst.shape.leaves())).dims
     ufunc = patterns.reducer_ufunc(ctx.module.computation(name)) if n == 1 else None
-    acc = _accumulator(ufunc, xs[0].dtype) if ufunc is not None else None
-    identity = _identity(ufunc, acc) if ufunc is not None else None
+    identity = _identity(ufunc, xs[0].dtype) if ufunc is not None else None
     if prod(out_dims) == 0:
         results = [np.broadcast_to(init, out_dims) for init in inits]
     elif identity is not None:
         x = xs[0]
-        view = _window_view(x.astype(acc, copy=False), identity, window)
-        reduced = ufunc.reduce(view, axis=tuple(range(x.ndim, 2 * x.ndim)), dtype=acc)
-        results = [np.asarray(ufunc(inits[0].astype(acc), reduced)).astype(x.dtype, copy=False)]
+        view = _window_view(x, identity, window)
+        if _rounds_every_step(ufunc, x.dtype):
+            results = [narrow_reduction.sequential(view, x.ndim, ufunc, inits[0])]
+        else:
+            reduced = ufunc.reduce(view, axis=tuple(range(x.ndim, 2 * x.ndim)), dtype=x.dtype)
+            results = [np.asarray(ufunc(inits[0], reduced)).astype(x.dtype, copy=False)]
     else:
         size = prod(w.size for w in window)
         valid = _window_view(np.ones(xs[0].shape, np.bool_), np.False_, window)
@@ -158,11 +159,10 @@ def _window_view(x: np.ndarray, fill, window) -> np.ndarray:
                 + tuple(slice(None, None, w.window_dilation) for w in window)]
 
 
-def _accumulator(ufunc: np.ufunc, dtype: np.dtype) -> np.dtype:
-    """The dtype a ufunc reduction accumulates in: f32 for bf16/f16 sums and products."""
-    if dtype in _NARROW_FLOATS and ufunc in (np.add, np.multiply):
-        return np.dtype(np.float32)
-    return dtype
+def _rounds_every_step(ufunc: np.ufunc | None, dtype: np.dtype) -> bool:
+    """Whether the order of the reduction's steps shows in its result: bf16/f16 sums and
+    products (each step rounds; `narrow_reduction.py`)."""
+    return dtype in narrow_reduction.NARROW_FLOATS and ufunc in (np.add, np.multiply)
 
 
 def _identity(ufunc: np.ufunc, dtype: np.dtype) -> np.ndarray | None:
