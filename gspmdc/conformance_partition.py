@@ -55,7 +55,7 @@ def run_case(hlo: str, num_devices: int, name: str = "<case>") -> tuple[list[str
     from gspmdc.passes.pipeline import compile_spmd
     from gspmdc.runtime import io
     from gspmdc.runtime.backends.local import run_local
-    from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
+    from gspmdc.runtime.compare import check_tolerance, compare_output_arrays
     from gspmdc.runtime.sharded_io import assemble_outputs, spmd_signature, split_inputs
 
     reference = api.parse(hlo, name)
@@ -70,7 +70,7 @@ def run_case(hlo: str, num_devices: int, name: str = "<case>") -> tuple[list[str
     # compared as at least 1-d arrays (the comparison indexes element arrays)
     got = {k: np.atleast_1d(v) for k, v in got.items()}
     want = {k: np.atleast_1d(v) for k, v in want.items()}
-    comparisons = compare_output_arrays(got, want, check_tolerance(reduction_length(reference)))
+    comparisons = compare_output_arrays(got, want, check_tolerance(reference))
     default = any("no partitioning rule" in str(inst.attr("metadata"))
                   for _, inst in spmd.all_instructions())
     return [c.line() for c in comparisons if not c.ok], default

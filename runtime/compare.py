@@ -3,10 +3,21 @@ against recorded outputs.
 
 Integers and predicates must match exactly. Floats (and complex) match when every element satisfies
 `|got - want| <= atol + rtol * |want|` with NaNs in the same places (numpy's `allclose` rule).
-Data movement is exact, but an SPMD program splits reductions across partitions and so changes the
-order of float sums; `check_tolerance` therefore scales with the longest reduction of the reference
-program: `rtol = 8 * eps * max(L, 4)` for the output's type, and `atol = rtol * max|want|` (a
-normwise floor, since a sum that cancels has a large error relative to its small result).
+Data movement is exact, but an SPMD program splits reductions across partitions, which changes the
+order of float sums, and a value computed slightly differently can round the other way at every
+later rounding. `check_tolerance` therefore derives each output's tolerance from what the values on
+the way to it went through in the reference program (`path_precision`):
+
+    rtol = 8 * max(eps_low, max over reductions r on the way of eps_r * max(L_r, 4))
+    atol = rtol * max|want|
+
+`eps_low` is the machine epsilon of the least precise floating type a computed value on the way is
+rounded to (moved or selected values, parameters and constants do not count): a value computed
+slightly differently may round the other way. `L_r` is the number of terms reduction `r` sums into
+one element and `eps_r` the epsilon of the type it accumulates in (f32 for bf16/f16 dots and
+convolutions; the reducer's own type for `reduce` and `reduce-window`, whose bf16/f16 steps each
+round). `atol` is a normwise floor: a sum that cancels has a large error relative to its small
+result. A path that computes nothing (data movement only) must match exactly.
 """
 from __future__ import annotations
 
@@ -17,14 +28,26 @@ from typing import Callable, Mapping
 import ml_dtypes
 import numpy as np
 
-from gspmdc.ir.module import Module
-from gspmdc.ir.shapes import ArrayShape
+from gspmdc.ir import dtypes
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 #: elements compared at once (the float64 work arrays of a huge output stay small)
 COMPARE_CHUNK = 1 << 22
 
-#: (rtol, atol) for a floating output, from its reference values
-Tolerance = Callable[[np.ndarray], tuple[float, float]]
+
+@dataclass(frozen=True)
+class Bound:
+    """The tolerance of one floating output: `rtol`, `atol`, and `basis`, how they were derived
+    (printed with a mismatch)."""
+
+    rtol: float
+    atol: float
+    basis: str = ""
+
+
+#: the Bound of a floating output, from its name and its reference values
+Tolerance = Callable[[str, np.ndarray], Bound]
 
 
 @dataclass(frozen=True)
@@ -37,9 +60,13 @@ class OutputComparison:
     max_abs_error: float
     error_ratio: float
     problem: str | None = None
+    bound: Bound | None = None
 
     def line(self) -> str:
         status = "ok" if self.ok else f"MISMATCH: {self.problem}"
+        if not self.ok and self.bound is not None:
+            status += (f" (rtol {self.bound.rtol:.3g}, atol {self.bound.atol:.3g}"
+                       + (f": {self.bound.basis}" if self.bound.basis else "") + ")")
         return (f"{self.name}: max abs error {self.max_abs_error:.3g} "
                 f"({self.error_ratio:.3g} of the tolerance) {status}")
 
@@ -71,7 +98,8 @@ def _compare(name: str, a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> O
         error = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
         return OutputComparison(name, bad == 0, error, float(bad > 0),
                                 f"{bad} of {b.size} elements differ" if bad else None)
-    rtol, atol = tolerance(b)
+    bound = tolerance(name, b)
+    rtol, atol = bound.rtol, bound.atol
     work = np.complex128 if b.dtype.kind == "c" else np.float64
     flat_a, flat_b = a.reshape(-1), b.reshape(-1)
     error = ratio = 0.0
@@ -89,38 +117,164 @@ def _compare(name: str, a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> O
         error = max(error, float(np.max(diff)))
         bad += int(np.count_nonzero(diff > allowed))
     return OutputComparison(name, bad == 0, error, ratio,
-                            f"{bad} of {b.size} elements outside tolerance" if bad else None)
+                            f"{bad} of {b.size} elements outside tolerance" if bad else None, bound)
 
 
 def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray],
                     rtol: float = 1e-4, atol: float = 1e-5) -> str | None:
     """None when every output matches with fixed float tolerances (exact for integers and
     predicates), else a one-line description of the first mismatching output."""
-    for result in compare_output_arrays(got, want, lambda _: (rtol, atol)):
+    for result in compare_output_arrays(got, want, lambda _name, _want: Bound(rtol, atol)):
         if not result.ok:
             return f"{result.name}: {result.problem} (max abs error {result.max_abs_error:.3g})"
     return None
 
 
-def check_tolerance(reduction_length: int) -> Tolerance:
-    """The tolerance of `gspmdc run --check` for a reference whose longest reduction sums
-    `reduction_length` terms (see the module docstring)."""
-    def tolerance(want: np.ndarray) -> tuple[float, float]:
-        eps = float(ml_dtypes.finfo(want.real.dtype if want.dtype.kind == "c" else want.dtype).eps)
-        rtol = 8 * eps * max(reduction_length, 4)
+def check_tolerance(reference: Module) -> Tolerance:
+    """The tolerance of `gspmdc run --check` for the outputs of the program `reference` (see the
+    module docstring; outputs named as `runtime/io.output_arrays` names them)."""
+    precisions = path_precision(reference)
+
+    def tolerance(name: str, want: np.ndarray) -> Bound:
+        precision = precisions.get(name) or _PathPrecision.of_type(_real_type(want.dtype))
+        rtol = 8 * max(precision.eps, precision.reduction_error)
         finite = np.abs(want[np.isfinite(want)])
-        return rtol, rtol * (float(finite.max()) if finite.size else 0.0)
+        return Bound(rtol, rtol * (float(finite.max()) if finite.size else 0.0),
+                     precision.describe())
     return tolerance
 
 
-def reduction_length(module: Module) -> int:
-    """The largest number of terms one output element of a reduction sums in `module`: contracting
-    sizes of dots, reduced sizes of reduce, window sizes of reduce-window, window times input
-    features (per group) of convolutions. 1 when there is none."""
-    longest = 1
-    for _, inst in module.all_instructions():
-        longest = max(longest, _terms(inst))
-    return longest
+@dataclass(frozen=True)
+class _PathPrecision:
+    """What the values on the way to an output went through: `eps`, the epsilon of the least
+    precise floating type a computed value is rounded to (`element_type`, first met at
+    instruction `at`), and `reduction_error = eps_r * max(L_r, 4)` of the reduction `reduction`
+    (`terms` = L_r) where it is largest."""
+
+    eps: float
+    element_type: str
+    at: str | None = None
+    reduction_error: float = 0.0
+    reduction: str | None = None
+    terms: int = 1
+
+    @staticmethod
+    def of_type(element_type: str, at: str | None = None) -> "_PathPrecision":
+        return _PathPrecision(_eps(element_type), element_type, at)
+
+    def joined(self, other: "_PathPrecision") -> "_PathPrecision":
+        low = self if self.eps >= other.eps else other
+        red = self if self.reduction_error >= other.reduction_error else other
+        return _PathPrecision(low.eps, low.element_type, low.at, red.reduction_error,
+                              red.reduction, red.terms)
+
+    def describe(self) -> str:
+        text = f"8 x max({self.element_type} eps {self.eps:.3g}"
+        text += f" (at {self.at})" if self.at else ""
+        if self.reduction is not None:
+            text += f", {self.reduction_error:.3g} from {self.terms} terms at {self.reduction}"
+        return text + ")"
+
+
+#: the precision of a path with nothing computed on it
+_EXACT = _PathPrecision(0.0, "none")
+
+#: opcodes that move, select or reinterpret values without computing (no rounding)
+_MOVES = frozenset({
+    "parameter", "constant", "iota", "reshape", "transpose", "broadcast", "slice",
+    "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "copy", "bitcast", "reverse",
+    "gather", "tuple", "get-tuple-element", "select", "all-gather", "all-to-all",
+    "collective-permute", "partition-id", "replica-id", "copy-start", "copy-done",
+    "optimization-barrier"})
+
+
+def path_precision(module: Module) -> dict[str, _PathPrecision]:
+    """For each output of `module` (`out0`, `out0.1`, ...), what the values on the way to it went
+    through: the entry's instructions it depends on, and everything in the computations those
+    call."""
+    entry = module.entry
+    called: dict[str, _PathPrecision] = {}
+    cone: dict[Instruction, _PathPrecision] = {}
+    for inst in entry.instructions:
+        precision = _own(inst, module, called)
+        for op in inst.operands:
+            precision = precision.joined(cone[op])
+        cone[inst] = precision
+    outputs: dict[str, _PathPrecision] = {}
+
+    def name(prefix: str, inst: Instruction, shape) -> None:
+        if not isinstance(shape, TupleShape):
+            outputs[prefix] = cone[inst]
+            return
+        for i, element in enumerate(shape.elements):
+            if inst.opcode == "tuple":
+                name(f"{prefix}.{i}" if prefix else f"out{i}", inst.operands[i], element)
+            else:
+                name(f"{prefix}.{i}" if prefix else f"out{i}", inst, element)
+    root = entry.root
+    if isinstance(root.shape, TupleShape):
+        name("", root, root.shape)
+    else:
+        outputs["out0"] = cone[root]
+    return outputs
+
+
+def _own(inst: Instruction, module: Module, called: dict[str, _PathPrecision]) -> _PathPrecision:
+    """What `inst` itself contributes: its own rounding, its reduction, the computations it
+    calls."""
+    precision = _EXACT
+    if inst.opcode not in _MOVES:
+        for leaf in inst.shape.leaves():
+            if dtypes.is_float(leaf.element_type) or dtypes.is_complex(leaf.element_type):
+                precision = precision.joined(
+                    _PathPrecision.of_type(_real_type_name(leaf.element_type), inst.name))
+    terms = _terms(inst)
+    accumulation = _accumulation_type(inst)
+    if terms > 1 and accumulation is not None:
+        precision = precision.joined(_PathPrecision(
+            0.0, "none", None, _eps(accumulation) * max(terms, 4), inst.name, terms))
+    for name in inst.called_computation_names():
+        precision = precision.joined(_computation_precision(module, name, called))
+    return precision
+
+
+def _computation_precision(module: Module, name: str,
+                           called: dict[str, _PathPrecision]) -> _PathPrecision:
+    if name not in called:
+        called[name] = _EXACT         # a computation calling itself adds nothing new
+        comp: Computation = module.computation(name)
+        precision = _EXACT
+        for inst in comp.instructions:
+            precision = precision.joined(_own(inst, module, called))
+        called[name] = precision
+    return called[name]
+
+
+def _accumulation_type(inst: Instruction) -> str | None:
+    """The floating type a reduction's sums are rounded to (None: exact, e.g. integers)."""
+    leaf = next(iter(inst.shape.leaves()), None)
+    if not isinstance(leaf, ArrayShape):
+        return None
+    t = _real_type_name(leaf.element_type)
+    if not dtypes.is_float(t):
+        return None
+    if inst.opcode in ("dot", "convolution") and t in ("bf16", "f16"):
+        return "f32"
+    return t
+
+
+def _real_type(dtype: np.dtype) -> str:
+    return _real_type_name(dtypes.element_type_of(dtype))
+
+
+def _real_type_name(element_type: str) -> str:
+    return {"c64": "f32", "c128": "f64"}.get(element_type, element_type)
+
+
+def _eps(element_type: str) -> float:
+    if not dtypes.is_float(element_type):
+        return 0.0
+    return float(ml_dtypes.finfo(dtypes.numpy_dtype(element_type)).eps)
 
 
 def _terms(inst) -> int:

@@ -23,6 +23,7 @@ from gspmdc.ir.shapes import TupleShape
 
 from . import io
 from .npz_members import member_array, member_header, member_names
+from .rounding import DEFAULT_ROUNDING
 from .profile import RankProfile, format_profiles
 from .sharded_io import SpmdSignature, spmd_signature, unflatten_value
 
@@ -43,6 +44,8 @@ class RunOptions:
     mpi_wait: str = "auto"
     output_sharding: str | None = None
     quiet: bool = False
+    #: where bf16 results are rounded, on every rank and in the reference (`rounding.py`)
+    rounding: str = DEFAULT_ROUNDING
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ def execute_local(job: Job) -> int:
     recorders = [ProfileRecorder(p, n, job.started_at) for p in range(n)] \
         if job.options.profile else None
     results = run_local(module, per_partition, n, recorders=recorders,
-                        timeout=job.options.timeout)
+                        timeout=job.options.timeout, rounding=job.options.rounding)
     profiles = [r.profile() for r in recorders] if recorders is not None else None
     return finish(job, module, assemble_outputs(signature, results), inputs, profiles)
 
@@ -164,7 +167,7 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
     """After the run: print the profile, check against the reference, write and print the
     outputs (`write_outputs(arrays)` when given, else `io.write_npz_atomic` to `--outputs`).
     Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
-    from .compare import check_tolerance, compare_output_arrays, reduction_length
+    from .compare import check_tolerance, compare_output_arrays
     options = job.options
     named = io.output_arrays(module, outputs)
     if profiles is not None:
@@ -181,7 +184,7 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
         return EXIT_OK
     reference = job.reference_module()
     want = io.output_arrays(reference, _reference_outputs(job, reference, inputs))
-    results = compare_output_arrays(named, want, check_tolerance(reduction_length(reference)))
+    results = compare_output_arrays(named, want, check_tolerance(reference))
     for result in results:
         print(f"check {result.line()}")
     bad = [r.name for r in results if not r.ok]
@@ -199,12 +202,12 @@ def _reference_outputs(job: Job, reference: Module, inputs: Sequence[Any]) -> An
     values = [_in_memory(a) for a in inputs]
     spmd = job.reference_spmd_module()
     if spmd is None:
-        return evaluate(reference, values)
+        return evaluate(reference, values, rounding=job.options.rounding)
     from .backends.local import run_local
     from .sharded_io import assemble_outputs, split_inputs
     signature = spmd_signature(spmd, job.num_partitions)
     results = run_local(spmd, split_inputs(signature, values), job.num_partitions,
-                        timeout=job.options.timeout)
+                        timeout=job.options.timeout, rounding=job.options.rounding)
     return assemble_outputs(signature, results)
 
 

@@ -168,9 +168,11 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
     enter = board.tracker(module)
     if recorder is not None:
         value = recorder.timed(lambda: evaluate(module, args, backend=backend,
-                                                on_step=recorder.on_step, on_enter=enter))
+                                                on_step=recorder.on_step, on_enter=enter,
+                                                rounding=job.options.rounding))
     else:
-        value = evaluate(module, args, backend=backend, on_enter=enter)
+        value = evaluate(module, args, backend=backend, on_enter=enter,
+                         rounding=job.options.rounding)
     board.set(FINISHING)
     outputs = _gather_outputs(value, signature, module, comm)
     profiles = comm.gather(recorder.profile() if recorder is not None else None, root=0)

@@ -28,7 +28,7 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.runtime.io import leaf_keys
-from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
+from gspmdc.runtime.compare import check_tolerance, compare_output_arrays
 from gspmdc.prepare import prepare_job, why_no_reference
 from gspmdc.runtime.job import RunOptions, execute_local
 
@@ -155,6 +155,6 @@ def test_mpi_runs_pass_their_check_and_equal_the_local_backend(corpus_runs):
     for name, (job, local_outputs) in sorted(local.items()):
         code, printed, mpi_outputs = runs[name]
         assert code == 0, f"{name} on {job.num_partitions} MPI ranks:\n{printed}"
-        tolerance = check_tolerance(reduction_length(job.reference_module()))
+        tolerance = check_tolerance(job.reference_module())
         for comparison in compare_output_arrays(mpi_outputs, local_outputs, tolerance):
             assert comparison.ok, f"{name}: MPI vs local {comparison.line()}"

@@ -15,7 +15,7 @@ from gspmdc.cli import main
 from gspmdc.ir.parser import parse_module
 from gspmdc import prepare
 from gspmdc.runtime.compare import (
-    check_tolerance, compare_output_arrays, compare_outputs, reduction_length,
+    Bound, check_tolerance, compare_output_arrays, compare_outputs, path_precision,
 )
 
 GSPMDC = Path(sys.executable).with_name("gspmdc")
@@ -284,24 +284,38 @@ def test_comparison_in_chunks_counts_every_element(monkeypatch, dtype):
     got = want.copy()
     got[0, 0] += 0.5
     got[1, 3] += 2.0
-    (result,) = compare_output_arrays({"o": got}, {"o": want}, lambda _: (1e-6, 1e-6))
+    (result,) = compare_output_arrays({"o": got}, {"o": want}, lambda _name, _want: Bound(1e-6, 1e-6))
     assert not result.ok and result.problem == "2 of 10 elements outside tolerance"
     assert result.max_abs_error == pytest.approx(2.0)
     scalar = compare_output_arrays({"o": np.float32(1)}, {"o": np.float32(1)},
-                                   lambda _: (0.0, 0.0))
+                                   lambda _name, _want: Bound(0.0, 0.0))
     assert scalar[0].ok
+
+
+def _dot_program(k: int, element_type: str = "f32", output_type: str = "f32") -> str:
+    convert = (f"ROOT c = {output_type}[4,4] convert(d)" if output_type != element_type else "")
+    return f"""HloModule dot
+ENTRY main {{
+  a = {element_type}[4,{k}] parameter(0)
+  b = {element_type}[{k},4] parameter(1)
+  {"" if convert else "ROOT "}d = {element_type}[4,4] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  {convert}
+}}
+"""
 
 
 def test_check_tolerance_scales_with_the_reduction_length():
     want = np.array([100.0, 1e-3], np.float32)
-    short, long_ = check_tolerance(4), check_tolerance(4096)
-    rtol, atol = short(want)
-    assert rtol == pytest.approx(8 * 4 * np.finfo(np.float32).eps)
-    assert atol == pytest.approx(rtol * 100)
+    short = check_tolerance(parse_module(_dot_program(4)))
+    long_ = check_tolerance(parse_module(_dot_program(4096)))
+    bound = short("out0", want)
+    assert bound.rtol == pytest.approx(8 * 4 * np.finfo(np.float32).eps)
+    assert bound.atol == pytest.approx(bound.rtol * 100)
     got = want + np.float32(0.01)      # 1e-4 of the largest value: fine for 4096 terms only
-    assert not compare_output_arrays({"o": got}, {"o": want}, short)[0].ok
-    assert compare_output_arrays({"o": got}, {"o": want}, long_)[0].ok
+    assert not compare_output_arrays({"out0": got}, {"out0": want}, short)[0].ok
+    assert compare_output_arrays({"out0": got}, {"out0": want}, long_)[0].ok
 
 
 def test_reduction_length_of_the_mlp_example():
-    assert reduction_length(parse_module(MLP.read_text())) == 256
+    precision = path_precision(parse_module(MLP.read_text()))["out0"]
+    assert precision.terms == 256 and precision.reduction == "y"

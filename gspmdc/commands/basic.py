@@ -17,7 +17,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Run the unpartitioned module on one device with the reference interpreter."""
+    """Run the unpartitioned module on one device with the reference interpreter. bf16 results
+    are rounded as XLA's CPU backend rounds them by default (--rounding xla), or each to its type
+    (--rounding per-op, XLA with --xla_allow_excess_precision=false)."""
     from gspmdc import api
     from gspmdc.runtime import io
     module = api.load(args.file)
@@ -25,7 +27,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         inputs = io.read_inputs(args.inputs, module)
     else:
         inputs = io.random_inputs(module, args.seed)
-    outputs = io.output_arrays(module, api.evaluate(module, inputs))
+    outputs = io.output_arrays(module, api.evaluate(module, inputs, rounding=args.rounding))
     if args.outputs:
         io.write_npz_atomic(args.outputs, outputs)
     if not args.quiet:
@@ -51,5 +53,16 @@ def register(sub) -> None:
                    help="write out0, out1, ... (one per tuple element of the root) here")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed for random inputs when --inputs is not given (default 0)")
+    add_rounding_argument(p)
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
     p.set_defaults(run=cmd_eval)
+
+
+def add_rounding_argument(parser) -> None:
+    """`--rounding` of `eval` and `run` (the interpreter's `rounding`)."""
+    from gspmdc.runtime.rounding import DEFAULT_ROUNDING, ROUNDINGS
+    parser.add_argument("--rounding", choices=ROUNDINGS, default=DEFAULT_ROUNDING,
+                        help="where bf16 results are rounded: xla, as XLA's CPU backend with its "
+                             "default flags (a convert to f32 and a bf16 all-reduce read the f32 "
+                             "value of the arithmetic op before them; the default); per-op, every "
+                             "result to its type (XLA with --xla_allow_excess_precision=false)")

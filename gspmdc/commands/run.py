@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from gspmdc.commands.basic import add_rounding_argument
 from gspmdc.errors import GspmdcError
 from gspmdc.runtime.backends.mpi import WAIT_MODES
 
@@ -28,7 +29,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          profile=args.profile, timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
-                         output_sharding=args.output_sharding, quiet=args.quiet)
+                         output_sharding=args.output_sharding, quiet=args.quiet,
+                         rounding=args.rounding)
     compile_options = CompileOptions(args.windowed_einsum_threshold, args.stage)
 
     def prepare(options: RunOptions):
@@ -96,6 +98,7 @@ def register(sub) -> None:
                         "busy-poll), polite (nonblocking calls and short sleeps, for machines with "
                         "more ranks than cores), auto: blocking unless the machine is "
                         "oversubscribed (default)")
+    add_rounding_argument(p)
     p.add_argument("--garbage-padding", action="store_true",
                    help="pad uneven input shards with NaN / the integer maximum instead of zeros "
                         "(shows programs that read padding)")

@@ -34,6 +34,7 @@ from ..collectives import (
 )
 from ..interpreter import evaluate
 from ..profile import ProfileRecorder
+from ..rounding import DEFAULT_ROUNDING
 
 #: how long `run_local` waits for the other partitions to stop after a failure
 _STOP_GRACE_SECONDS = 1.0
@@ -157,12 +158,13 @@ class LocalBackend(CollectiveBackend):
 def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
               num_partitions: int | None = None, *,
               recorders: Sequence[ProfileRecorder] | None = None,
-              timeout: float | None = None) -> list[Any]:
+              timeout: float | None = None, rounding: str = DEFAULT_ROUNDING) -> list[Any]:
     """Run the SPMD `module` on `num_partitions` partitions (default: one per argument list) and
     return each partition's root value, in partition order.
 
     `per_partition_args[p]` are partition p's entry arguments. `recorders`, one per partition,
-    profile the run. `timeout` (seconds) bounds the whole run. Raises the first failure of any
+    profile the run. `timeout` (seconds) bounds the whole run. `rounding` is the interpreter's
+    (`runtime/rounding.py`). Raises the first failure of any
     partition with its message prefixed by `partition p:` (same error class; RuntimeFailure for
     kernel failures, divergence and timeouts).
     """
@@ -183,7 +185,8 @@ def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
         hook = recorders[p].on_step if recorders is not None else None
         try:
             def body():
-                value = evaluate(module, per_partition_args[p], backend=backend, on_step=hook)
+                value = evaluate(module, per_partition_args[p], backend=backend, on_step=hook,
+                                 rounding=rounding)
                 board.exchange(p, FINISHED, None)
                 return value
             results[p] = recorders[p].timed(body) if recorders is not None else body()

@@ -47,11 +47,12 @@ class XlaAnswer:
 
 
 class _Worker:
-    def __init__(self, num_devices: int):
+    def __init__(self, num_devices: int, excess_precision: bool):
         self.num_devices = num_devices
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [sys.executable, str(WORKER), str(num_devices)], stdin=subprocess.PIPE,
+            [sys.executable, str(WORKER), str(num_devices)]
+            + (["excess"] if excess_precision else []), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log)
         ready = self.receive(START_TIMEOUT)
         if not ready.get("ok"):
@@ -105,10 +106,13 @@ class _Worker:
 
 class XlaOracle:
     """XLA's propagation, partitioner and runtime on HLO text, one worker per device count.
-    `timeout`: seconds one request may take."""
+    `timeout`: seconds one request may take. `excess_precision`: run programs with XLA's default
+    `--xla_allow_excess_precision=true` (gspmdc's `"xla"` rounding) instead of false (`"per-op"`,
+    bf16 rounded after every op)."""
 
-    def __init__(self, *, timeout: float = 300.0):
+    def __init__(self, *, timeout: float = 300.0, excess_precision: bool = False):
         self.timeout = timeout
+        self.excess_precision = excess_precision
         self._workers: dict[int, _Worker] = {}
         self._in_flight: tuple[_Worker, dict | None] | None = None
 
@@ -153,7 +157,7 @@ class XlaOracle:
     def _worker(self, num_devices: int) -> _Worker:
         worker = self._workers.get(num_devices)
         if worker is None or not worker.alive:
-            worker = self._workers[num_devices] = _Worker(num_devices)
+            worker = self._workers[num_devices] = _Worker(num_devices, self.excess_precision)
         return worker
 
     def close(self) -> None:

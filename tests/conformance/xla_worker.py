@@ -1,6 +1,7 @@
 """The XLA side of the oracle, run in a worker process (`python -m ... xla_worker N`): XLA's own
 sharding propagation and SPMD partitioner (jax/jaxlib 0.10.2, CPU) on annotated HLO text, and
-XLA's partitioned program run on N host devices.
+XLA's partitioned program run on N host devices (`python -m ... xla_worker N [excess]`: with
+`excess`, XLA's default `--xla_allow_excess_precision=true`, else false).
 
 jax fixes its device count when it is first imported, so one worker serves one N for its whole
 life. The worker reads requests from standard input and writes answers to its original standard
@@ -45,15 +46,16 @@ PROPAGATED_DUMP = ".before_spmd-partitioning.txt"
 SPMD_DUMP = ".after_spmd-partitioning."
 
 
-def configure(num_devices: int) -> None:
+def configure(num_devices: int, excess_precision: bool = False) -> None:
     """Set XLA's flags before jax is imported: N host devices, bf16 rounded after every op (as
-    gspmdc's interpreter does), large constants written out in dumps, the CPU platform."""
+    gspmdc's interpreter does with `rounding="per-op"`) unless `excess_precision` (XLA's default,
+    gspmdc's `"xla"` rounding), large constants written out in dumps, the CPU platform."""
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith(("--xla_force_host_platform_device_count",
                                   "--xla_allow_excess_precision",
                                   "--xla_dump_large_constants"))]
     flags += [f"--xla_force_host_platform_device_count={num_devices}",
-              "--xla_allow_excess_precision=false",
+              f"--xla_allow_excess_precision={'true' if excess_precision else 'false'}",
               "--xla_dump_large_constants=true"]      # `before` must keep every literal
     os.environ["XLA_FLAGS"] = " ".join(flags)
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -233,11 +235,11 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: " + " | ".join(text.splitlines()[:3])[:600]
 
 
-def serve(num_devices: int) -> None:
+def serve(num_devices: int, excess_precision: bool = False) -> None:
     """Answer requests on stdin until it closes (see the module docstring)."""
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                      # anything XLA or jax prints goes to stderr
-    configure(num_devices)
+    configure(num_devices, excess_precision)
     try:
         compiler = XlaCompiler(num_devices)
     except Exception:
@@ -257,4 +259,4 @@ def serve(num_devices: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), sys.argv[2:] == ["excess"])

@@ -191,10 +191,10 @@ def _explain_commands(source: Path, compiled: Path) -> list[list[str]]:
 
 def compare_files(got_path: Path, want_path: Path, reference_text: str) -> Verdict:
     from gspmdc import api
-    from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
+    from gspmdc.runtime.compare import check_tolerance, compare_output_arrays
     with np.load(got_path) as g, np.load(want_path) as w:
         got, want = _typed(dict(g)), _typed(dict(w))
-    tolerance = check_tolerance(reduction_length(api.parse(reference_text)))
+    tolerance = check_tolerance(api.parse(reference_text))
     bad = [r.line() for r in compare_output_arrays(got, want, tolerance) if not r.ok]
     return Verdict("mismatch", "; ".join(bad)) if bad else Verdict("ok")
 
