@@ -127,9 +127,9 @@ class _Plan:
     Slot `i` holds the value of instruction `i` (program order). `steps` are tuples
     `(kernel, inst, operand_slots, out_slot, release_slots, dims, dtype)` where `dims`/`dtype` give
     the expected array result (None for tuple and token results, checked structurally). Under
-    `"xla"` rounding an instruction whose f32 value some users read (`rounding.py`) runs unrounded
-    into an extra slot after the instructions' (read by those users), followed by a step rounding
-    it into its own slot when other users or the root need it.
+    `"xla"` rounding an instruction whose f32 value some users read (`rounding.py`) computes it
+    into an extra slot (numbered after the instructions'), which those users read; a second step
+    rounds it into the instruction's own slot when other users or the root need it.
     """
 
     __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps")
@@ -147,8 +147,9 @@ class _Plan:
                              (inst.operands[0].operands + inst.operands[1:]
                               if inst in fused.values() else inst.operands))
                  for inst in comp.instructions}
+        users = comp.users() if wide else {}
         rounded = {inst for inst in wide if inst is comp.root or any(
-            slot[inst] in reads[user] for user in comp.users()[inst])}
+            slot[inst] in reads[user] for user in users[inst])}
         last_use = {s: s for s in range(len(comp.instructions))}
         for i, inst in enumerate(comp.instructions):
             for s in reads[inst] + ((wide[inst],) if inst in rounded else ()):

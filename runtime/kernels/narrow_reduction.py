@@ -30,18 +30,14 @@ TREE_WINDOW = 32
 _F32 = np.dtype(np.float32)
 
 
-def identity(ufunc: np.ufunc, dtype: np.dtype) -> np.ndarray:
-    """The element that combines with anything to that thing exactly: -0 for sums (so that -0
-    stays -0), 1 for products. Padding with it is skipping."""
-    return np.asarray(-0.0 if ufunc is np.add else 1.0, dtype)
-
-
-def reduce(x: np.ndarray, dims, ufunc: np.ufunc, init: np.ndarray) -> np.ndarray:
+def reduce(x: np.ndarray, dims, ufunc: np.ufunc, init: np.ndarray,
+           identity: np.ndarray) -> np.ndarray:
     """`x` reduced over `dims` with `ufunc` (np.add or np.multiply) from `init`, rounding after
-    every step, in XLA:CPU's order (see the module docstring)."""
+    every step, in XLA:CPU's order (see the module docstring). `identity` combines with any value
+    to that value exactly (-0 for sums, 1 for products): padding with it is skipping."""
     dims = tuple(sorted(dims))
     while any(x.shape[d] > TREE_WINDOW for d in dims):
-        x = _window_level(x, dims, ufunc, init)
+        x = _window_level(x, dims, ufunc, init, identity)
     return sequential(np.moveaxis(x, dims, range(x.ndim - len(dims), x.ndim)), len(dims),
                       ufunc, init)
 
@@ -57,7 +53,8 @@ def sequential(windows: np.ndarray, count: int, ufunc: np.ufunc, init) -> np.nda
     return np.asarray(acc)
 
 
-def _window_level(x: np.ndarray, dims: tuple[int, ...], ufunc: np.ufunc, init) -> np.ndarray:
+def _window_level(x: np.ndarray, dims: tuple[int, ...], ufunc: np.ufunc, init,
+                  identity: np.ndarray) -> np.ndarray:
     """One level of the tree: windows of `min(size, TREE_WINDOW)` along each reduced dim, each
     reduced from `init`; the result has the windows' count in place of each reduced dim."""
     pads, split = [], []
@@ -71,7 +68,7 @@ def _window_level(x: np.ndarray, dims: tuple[int, ...], ufunc: np.ufunc, init) -
         low = (count * window - size) // 2
         pads.append((low, count * window - size - low))
         split += [count, window]
-    padded = np.pad(x, pads, constant_values=identity(ufunc, x.dtype))
+    padded = np.pad(x, pads, constant_values=identity)
     window_axes = [d + i + 1 for i, d in enumerate(dims)]
     windows = np.moveaxis(padded.reshape(split), window_axes,
                           range(len(split) - len(dims), len(split)))

@@ -44,7 +44,7 @@ def _reduce(inst, args, ctx):
     if count == 0 or prod(kept) == 0:
         results = [np.broadcast_to(init, kept) for init in inits]
     elif _rounds_every_step(ufunc, x.dtype):
-        results = [narrow_reduction.reduce(x, dims, ufunc, inits[0])]
+        results = [narrow_reduction.reduce(x, dims, ufunc, inits[0], _identity(ufunc, x.dtype))]
     elif ufunc is not None:
         reduced = ufunc.reduce(x, axis=dims, dtype=x.dtype)
         results = [np.asarray(ufunc(inits[0], reduced)).astype(x.dtype, copy=False)]
