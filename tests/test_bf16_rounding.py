@@ -199,3 +199,25 @@ def test_eval_command_takes_the_rounding(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["eval", str(path), "--rounding", "exact"])
     assert exit_info.value.code == 2 and "invalid choice: 'exact'" in capsys.readouterr().err
+
+
+CONVOLUTION = """HloModule convolution
+ENTRY main {
+  x = bf16[1,8,1] parameter(0)
+  k = bf16[3,1,1] parameter(1)
+  y = bf16[1,6,1] convolution(x, k), window={size=3}, dim_labels=b0f_0io->b0f
+  ROOT c = f32[1,6,1] convert(y)
+}
+"""
+
+
+def test_a_convert_reads_a_convolution_unrounded():
+    # (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14 needs 15 bits: exact in f32, not in bf16; sums of three
+    # such products stay exact in f32
+    x = bf16(1 + 2.0 ** -7 * np.arange(1, 9)).reshape(1, 8, 1)
+    k = bf16([1 + 2.0 ** -7, 1 - 2.0 ** -6, 1 + 2.0 ** -5]).reshape(3, 1, 1)
+    xs, ks = x.astype(np.float64)[0, :, 0], k.astype(np.float64)[:, 0, 0]
+    exact = np.array([xs[i:i + 3] @ ks for i in range(6)]).reshape(1, 6, 1)
+    assert same(run_hlo(CONVOLUTION, x, k, rounding="xla"), exact.astype(F32))
+    assert same(run_hlo(CONVOLUTION, x, k, rounding="per-op"), bf16(exact).astype(F32))
+    assert not same(bf16(exact).astype(F32), exact.astype(F32))
