@@ -147,8 +147,8 @@ def check_tolerance(reference: Module) -> Tolerance:
 @dataclass(frozen=True)
 class _PathPrecision:
     """What the values on the way to an output went through: `eps`, the epsilon of the least
-    precise floating type a computed value is rounded to (`element_type`, first met at
-    instruction `at`), and `reduction_error = eps_r * max(L_r, 4)` of the reduction `reduction`
+    precise floating type a computed value is rounded to (`element_type`, met first at
+    instruction `at`; ties keep the earlier), and `reduction_error = eps_r * max(L_r, 4)` of the reduction `reduction`
     (`terms` = L_r) where it is largest."""
 
     eps: float
@@ -198,7 +198,7 @@ def path_precision(module: Module) -> dict[str, _PathPrecision]:
     for inst in entry.instructions:
         precision = _own(inst, module, called)
         for op in inst.operands:
-            precision = precision.joined(cone[op])
+            precision = cone[op].joined(precision)
         cone[inst] = precision
     outputs: dict[str, _PathPrecision] = {}
 
