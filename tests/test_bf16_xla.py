@@ -151,6 +151,49 @@ def test_dots_read_by_converts_match_xla(xla):
             assert_same_bits([g], [w])
 
 
+CONVOLUTIONS = """HloModule convolutions
+ENTRY main {
+  x = bf16[2,16,8] parameter(0)
+  k = bf16[3,8,4] parameter(1)
+  x2 = bf16[2,6,6,8] parameter(2)
+  k2 = bf16[3,3,8,4] parameter(3)
+  kg = bf16[3,2,8] parameter(4)
+  xn = bf16[2,8,16] parameter(5)
+  kn = bf16[4,8,3] parameter(6)
+  xb = bf16[4,16,8] parameter(7)
+  one_d = bf16[2,14,4] convolution(x, k), window={size=3}, dim_labels=b0f_0io->b0f
+  two_d = bf16[2,4,4,4] convolution(x2, k2), window={size=3x3}, dim_labels=b01f_01io->b01f
+  grouped = bf16[2,14,8] convolution(x, kg), window={size=3}, dim_labels=b0f_0io->b0f, feature_group_count=4
+  nchw = bf16[2,4,14] convolution(xn, kn), window={size=3 pad=0_0}, dim_labels=bf0_oi0->bf0
+  batch_groups = bf16[1,14,4] convolution(xb, k), window={size=3}, dim_labels=b0f_0io->b0f, batch_group_count=4
+  c1 = f32[2,14,4] convert(one_d)
+  c2 = f32[2,4,4,4] convert(two_d)
+  c3 = f32[2,14,8] convert(grouped)
+  c4 = f32[2,4,14] convert(nchw)
+  c5 = f32[1,14,4] convert(batch_groups)
+  ROOT out = (f32[2,14,4], f32[2,4,4,4], f32[2,14,8], f32[2,4,14], f32[1,14,4]) tuple(c1, c2, c3, c4, c5)
+}
+"""
+
+
+def test_convolutions_read_by_converts_match_xla(xla):
+    """XLA:CPU computes a bf16 convolution in f32 as written, whatever its layout and groups,
+    and with its default flags hands a convert the f32 sums: gspmdc too. Under the flag both
+    round them, bit for bit; with it, the sums agree to f32 rounding (different addition
+    orders)."""
+    module = api.parse(CONVOLUTIONS)
+    args = inputs(module, seed=1)
+    want = xla_outputs(xla, CONVOLUTIONS, args, 2)
+    got = leaves(module, api.evaluate(module, args, rounding=ROUNDING[xla.excess_precision]))
+    for g, w in zip(got, want, strict=True):
+        assert is_bf16(w) != xla.excess_precision and is_bf16(g) != xla.excess_precision
+        if xla.excess_precision:
+            np.testing.assert_allclose(g, w, rtol=0, atol=64 * np.finfo(np.float32).eps
+                                       * float(np.max(np.abs(w))))
+        else:
+            assert_same_bits([g], [w])
+
+
 def is_bf16(x: np.ndarray) -> bool:
     """Whether every element of the f32 array `x` is a bf16 number."""
     return bool(np.array_equal(x, x.astype(BF16).astype(np.float32)))
