@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 import ml_dtypes
 import numpy as np
 
-from gspmdc.ir import dtypes
+from gspmdc.ir import dtypes, ops
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
@@ -180,12 +180,11 @@ class _PathPrecision:
 _EXACT = _PathPrecision(0.0, "none")
 
 #: opcodes that move, select or reinterpret values without computing (no rounding)
-_MOVES = frozenset({
+_MOVES = ops.opcodes(
     "parameter", "constant", "iota", "reshape", "transpose", "broadcast", "slice",
     "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "copy", "bitcast", "reverse",
-    "gather", "tuple", "get-tuple-element", "select", "all-gather", "all-to-all",
-    "collective-permute", "partition-id", "replica-id", "copy-start", "copy-done",
-    "optimization-barrier"})
+    "gather", "tuple", "get-tuple-element", "select", "domain", "opt-barrier", "all-gather",
+    "all-to-all", "collective-permute", "collective-broadcast", "partition-id", "replica-id")
 
 
 def path_precision(module: Module) -> dict[str, _PathPrecision]:

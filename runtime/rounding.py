@@ -30,6 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from gspmdc.errors import GspmdcError
+from gspmdc.ir import ops
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.shapes import ArrayShape
 
@@ -42,13 +43,13 @@ _F32 = np.dtype(np.float32)
 
 #: bf16 elementwise ops whose f32 result can differ from its rounding (the others, e.g. maximum,
 #: negate, floor, select, give bf16 values in f32 too)
-_ARITHMETIC = frozenset({
+_ARITHMETIC = ops.opcodes(
     "add", "subtract", "multiply", "divide", "remainder", "power", "atan2",
     "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sqrt", "rsqrt",
-    "cbrt", "sine", "cosine", "tan", "tanh", "erf"})
+    "cbrt", "sine", "cosine", "tan", "tanh", "erf")
 
 #: consumers XLA:CPU gives an f32 operand (a convert to f32 also qualifies)
-_F32_COLLECTIVES = frozenset({"all-reduce", "reduce-scatter"})
+_F32_COLLECTIVES = ops.opcodes("all-reduce", "reduce-scatter")
 
 
 def check_rounding(rounding: str) -> str:

@@ -136,6 +136,17 @@ def test_only_the_paths_into_an_output_count():
     assert not result.ok
 
 
+def test_values_only_moved_need_no_tolerance():
+    module = parse_module(program("""
+  t = (bf16[8], f32[8]) tuple(a, b)
+  o = (bf16[8], f32[8]) opt-barrier(t)
+  g = bf16[8] get-tuple-element(o), index=0
+  r = bf16[2,4] reshape(g)
+  ROOT s = bf16[4,2] transpose(r), dimensions={1,0}""",
+                                  "  a = bf16[8] parameter(0)\n  b = f32[8] parameter(1)"))
+    assert path_precision(module)["out0"].eps == 0.0
+
+
 def test_a_mismatch_line_says_how_the_tolerance_was_derived():
     module = parse_module(program("""
   ROOT d = bf16[4,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}""",
