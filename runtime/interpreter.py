@@ -30,12 +30,14 @@ from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 from .collectives import CollectiveBackend, SinglePartitionBackend
 from .kernels import KERNELS, TOKEN, Token
 from .kernels.indexing import dynamic_slice_of_pad
+from .live_arrays import LiveArrays
 from .rounding import DEFAULT_ROUNDING, check_rounding, round_to_bf16, unrounded, unrounded_readers
 
 
 def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
              partition_id: int | None = None, on_step: StepHook | None = None,
-             on_enter: EnterHook | None = None, rounding: str = DEFAULT_ROUNDING) -> Any:
+             on_enter: EnterHook | None = None, on_value: ValueHook | None = None,
+             live_arrays: LiveArrays | None = None, rounding: str = DEFAULT_ROUNDING) -> Any:
     """Evaluate the entry computation of `module` on `args` (one value per entry parameter, in
     parameter-number order) and return the root's value. An array argument may be an ndarray
     subclass (a memory map of an input file): it is taken as a plain ndarray view, the only kind
@@ -48,7 +50,11 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
     the times add up without double counting (the profiling hook of `gspmdc run --profile`).
     `on_enter`, when given, is called with every instruction right before its kernel runs (the
     innermost instruction executing is the last one entered: how MPI ranks record where they are).
-    `rounding` is `"xla"` or `"per-op"` (see `rounding.py`).
+    `on_value`, when given, is called with every instruction and its value right after it ran
+    (in every computation, every time it runs; `gspmdc bisect` compares values this way).
+    `live_arrays`, when given, holds every value from its definition to its last use (the entry
+    arguments for the whole evaluation) and so measures the peak of live arrays
+    (`runtime/live_arrays.py`). `rounding` is `"xla"` or `"per-op"` (see `rounding.py`).
 
     Raises GspmdcError for arguments that do not match the entry parameters, UnsupportedError for
     opcodes the interpreter does not implement (and for modules of several replicas), and
@@ -64,7 +70,14 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
                           f"{backend.partition_id()} (of {backend.num_partitions})")
     entry = module.entry
     values = _check_entry_arguments(entry, args)
-    return EvalContext(module, backend, on_step, on_enter, rounding).call(entry.name, values)
+    ctx = EvalContext(module, backend, on_step, on_enter, on_value, live_arrays, rounding)
+    if live_arrays is None:
+        return ctx.call(entry.name, values)
+    live_arrays.hold(tuple(values))
+    try:
+        return ctx.call(entry.name, values)
+    finally:
+        live_arrays.drop(tuple(values))
 
 
 class EvalContext:
@@ -74,15 +87,16 @@ class EvalContext:
     - `call(name, args)`: evaluate a computation of the module on argument values;
     - `cache`: a per-evaluation dict where kernel modules memoise analyses of computations (key
       tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`);
-    - `on_step`, `on_enter`: the optional hooks (see `evaluate`);
+    - `on_step`, `on_enter`, `on_value`, `live_arrays`: the optional hooks (see `evaluate`);
     - `rounding`: where bf16 results are rounded (see `evaluate`).
     """
 
-    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "on_enter", "rounding",
-                 "_plans", "_nested")
+    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "on_enter", "on_value",
+                 "live_arrays", "rounding", "_plans", "_nested")
 
     def __init__(self, module: Module, backend: CollectiveBackend,
                  on_step: StepHook | None = None, on_enter: EnterHook | None = None,
+                 on_value: ValueHook | None = None, live_arrays: LiveArrays | None = None,
                  rounding: str = DEFAULT_ROUNDING):
         self.module = module
         self.backend = backend
@@ -90,6 +104,8 @@ class EvalContext:
         self.cache: dict[tuple, Any] = {}
         self.on_step = on_step
         self.on_enter = on_enter
+        self.on_value = on_value
+        self.live_arrays = live_arrays
         self.rounding = rounding
         self._plans: dict[str, _Plan] = {}
         self._nested = 0.0
@@ -119,6 +135,7 @@ class EvalContext:
 Kernel = Callable[[Instruction, list, EvalContext], Any]
 StepHook = Callable[[Instruction, float], None]
 EnterHook = Callable[[Instruction], None]
+ValueHook = Callable[[Instruction, Any], None]
 
 
 class _Plan:
@@ -189,7 +206,9 @@ class _Plan:
         for s, value in zip(self.param_slots, args):
             values[s] = value
         timed = ctx.on_step is not None
-        enter = ctx.on_enter
+        enter, on_value, live = ctx.on_enter, ctx.on_value, ctx.live_arrays
+        if live is not None:
+            live.hold(tuple(args))
         with np.errstate(all="ignore"):
             for kernel, inst, operand_slots, out, release, dims, dtype in self.steps:
                 if enter is not None:
@@ -212,8 +231,17 @@ class _Plan:
                 elif _difference(value, inst.shape) is not None:
                     _raise_mismatch(value, comp, inst)
                 values[out] = value
+                if on_value is not None:
+                    on_value(inst, value)
+                if live is not None:
+                    live.hold(value)
+                    for s in release:
+                        live.drop(values[s])
                 for s in release:
                     values[s] = None
+        if live is not None:
+            for value in values:
+                live.drop(value)
         return values[self.root_slot]
 
 

@@ -23,8 +23,8 @@ from gspmdc.ir.shapes import TupleShape
 
 from . import io
 from .npz_members import member_array, member_header, member_names
+from .profile import RankProfile, format_profiles, measured_figures
 from .rounding import DEFAULT_ROUNDING
-from .profile import RankProfile, format_profiles
 from .sharded_io import SpmdSignature, spmd_signature, unflatten_value
 
 
@@ -46,6 +46,13 @@ class RunOptions:
     quiet: bool = False
     #: where bf16 results are rounded, on every rank and in the reference (`rounding.py`)
     rounding: str = DEFAULT_ROUNDING
+    #: write the measured figures (`runtime/profile.measured_figures`) here as JSON
+    profile_json: str | None = None
+
+    @property
+    def profiling(self) -> bool:
+        """Whether partitions record profiles (`--profile` or `--profile-json`)."""
+        return self.profile or self.profile_json is not None
 
 
 @dataclass(frozen=True)
@@ -153,8 +160,8 @@ def execute_local(job: Job) -> int:
     inputs = input_sources(job, signature)
     per_partition = split_inputs(signature, inputs, padding=job.options.padding)
     n = job.num_partitions
-    recorders = [ProfileRecorder(p, n, job.started_at) for p in range(n)] \
-        if job.options.profile else None
+    recorders = [ProfileRecorder(p, n, job.started_at, module) for p in range(n)] \
+        if job.options.profiling else None
     results = run_local(module, per_partition, n, recorders=recorders,
                         timeout=job.options.timeout, rounding=job.options.rounding)
     profiles = [r.profile() for r in recorders] if recorders is not None else None
@@ -164,14 +171,17 @@ def execute_local(job: Job) -> int:
 def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
            profiles: Sequence[RankProfile] | None,
            write_outputs: Callable[[dict[str, np.ndarray]], None] | None = None) -> int:
-    """After the run: print the profile, check against the reference, write and print the
-    outputs (`write_outputs(arrays)` when given, else `io.write_npz_atomic` to `--outputs`).
-    Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
+    """After the run: print the profile (`--profile`) and write its figures (`--profile-json`),
+    check against the reference, write and print the outputs (`write_outputs(arrays)` when
+    given, else `io.write_npz_atomic` to `--outputs`). Returns EXIT_MISMATCH when the check
+    fails, else EXIT_OK."""
     from .compare import check_tolerance, compare_output_arrays
     options = job.options
     named = io.output_arrays(module, outputs)
-    if profiles is not None:
+    if profiles is not None and options.profile:
         print(format_profiles(profiles))
+    if profiles is not None and options.profile_json is not None:
+        _write_json(options.profile_json, measured_figures(module, profiles).to_json())
     if options.outputs is not None:
         if write_outputs is not None:
             write_outputs(named)
@@ -193,6 +203,14 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
               "unpartitioned reference", file=sys.stderr)
         return EXIT_MISMATCH
     return EXIT_OK
+
+
+def _write_json(path: str, data: dict) -> None:
+    import json
+    from gspmdc.atomic import atomic_output
+    with atomic_output(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
 
 
 def _reference_outputs(job: Job, reference: Module, inputs: Sequence[Any]) -> Any:

@@ -9,17 +9,20 @@ one partition. It sorts the exclusive time of every instruction into
 - *interpretation*: the rest of the wall time (plan building, dispatch, value bookkeeping, the
   control-flow instructions themselves, argument checks).
 
-For each collective instruction it counts executions, time and the bytes this partition sends, by the
-ring cost model of gspmd-algorithms §5.4 with `b` the bytes of the local operands and `G` the group
-size: all-gather `(G-1) b`, all-reduce `2 (G-1)/G b`, reduce-scatter and all-to-all `(G-1)/G b`,
-collective-permute `b` when the partition sends to another one. The model is what XLA's cost
-estimates use; the bytes an MPI library really moves depend on its algorithm.
+For each collective instruction it counts executions, time, and the bytes this partition sends
+and receives in each execution (`gspmdc.ir.collective_bytes`: the ring algorithm's bytes, the
+measure `gspmdc cost` predicts). Given the module, it also counts the operations of every
+instruction run as a program step (`gspmdc.ir.flops`), and its `live_arrays`
+(`runtime/live_arrays.py`, passed to `evaluate(..., live_arrays=...)`) measure the peak of the
+partition's live arrays.
 
 `recorder.timed(fn)` measures the evaluation's wall time; given `started_at` (the wall-clock time
 `gspmdc run` started), it also records the start-up: the seconds from then until the evaluation
 began (the first instruction).
 
-`recorder.profile()` gives a picklable `RankProfile`; `format_profiles` prints a table of them.
+`recorder.profile()` gives a picklable `RankProfile`; `format_profiles` prints a table of them,
+`measured_figures` turns them into the figures `gspmdc run --profile-json` writes (the layout of
+`gspmdc.ir.cost_figures`, shared with `gspmdc cost --json`).
 """
 from __future__ import annotations
 
@@ -27,13 +30,15 @@ from dataclasses import dataclass, field
 from time import perf_counter, time
 from typing import Callable, Sequence
 
-from gspmdc.ir.module import Instruction
+from gspmdc.ir.collective_bytes import COLLECTIVE_OPCODES, collective_bytes
+from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
+from gspmdc.ir.flops import executed_computations, instruction_flops
+from gspmdc.ir.liveness import shape_bytes
+from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.ops import opcodes
 
-from .collectives import group_of, participant_groups, permute_pairs
+from .live_arrays import LiveArrays
 
-COLLECTIVE_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                                "collective-permute"})
 #: instructions whose own (exclusive) time is interpretation: they only call computations
 CONTROL_OPCODES = opcodes("while", "call", "conditional", "fusion", "call-start", "call-done",
                           "async-start", "async-done", "map")
@@ -41,13 +46,17 @@ CONTROL_OPCODES = opcodes("while", "call", "conditional", "fusion", "call-start"
 
 @dataclass
 class CollectiveStats:
-    """One collective instruction on one partition: executions, seconds, bytes sent."""
+    """One collective instruction on one partition: executions, seconds, bytes sent and
+    received."""
 
     opcode: str
     group_size: int
+    computation: str = ""
+    groups: int = 1
     calls: int = 0
     seconds: float = 0.0
     bytes_sent: int = 0
+    bytes_received: int = 0
 
 
 @dataclass
@@ -61,6 +70,10 @@ class RankProfile:
     collectives: dict[str, CollectiveStats] = field(default_factory=dict)
     #: seconds from the start of `gspmdc run` to this partition's first instruction
     startup: float | None = None
+    #: the most bytes the partition's live arrays held at once
+    peak_live_bytes: int = 0
+    #: operations of the instructions run (None: not counted, the recorder had no module)
+    flops: int | None = None
 
     @property
     def interpretation_seconds(self) -> float:
@@ -72,24 +85,39 @@ class RankProfile:
 
 
 class ProfileRecorder:
-    """The step hook of one partition's evaluation; `timed(fn)` measures the wall time."""
+    """The step hook of one partition's evaluation; `timed(fn)` measures the wall time,
+    `live_arrays` the live arrays (hand it to `evaluate`). Given `module` (the program it
+    profiles), it counts operations too."""
 
-    def __init__(self, partition: int, num_partitions: int, started_at: float | None = None):
-        self._profile = RankProfile(partition)
+    def __init__(self, partition: int, num_partitions: int, started_at: float | None = None,
+                 module: Module | None = None):
+        self._profile = RankProfile(partition, flops=None if module is None else 0)
         self._started_at = started_at
         self._num_partitions = num_partitions
-        self._models: dict[int, tuple[CollectiveStats, int]] = {}
+        self._models: dict[int, tuple[CollectiveStats, int, int]] = {}
+        self._flops: dict[int, int] = {}
+        if module is not None:
+            self._flops = {id(inst): instruction_flops(inst, module)
+                           for comp in executed_computations(module) for inst in comp.instructions}
+            self._computation = {id(inst): comp.name for comp in module.computations.values()
+                                 for inst in comp.instructions}
+        else:
+            self._computation = {}
+        self.live_arrays = LiveArrays()
 
     def on_step(self, inst: Instruction, seconds: float) -> None:
         opcode = inst.opcode
         if opcode in COLLECTIVE_OPCODES:
-            stats, sent = self._model(inst)
+            stats, sent, received = self._model(inst)
             stats.calls += 1
             stats.seconds += seconds
             stats.bytes_sent += sent
+            stats.bytes_received += received
             self._profile.collective_seconds += seconds
         elif opcode not in CONTROL_OPCODES:
             self._profile.kernel_seconds += seconds
+        if self._profile.flops is not None:
+            self._profile.flops += self._flops.get(id(inst), 0)
 
     def timed(self, fn: Callable[[], object]) -> object:
         """Call `fn()` and add its duration to the wall time (the first call records the
@@ -103,44 +131,35 @@ class ProfileRecorder:
             self._profile.wall += perf_counter() - start
 
     def profile(self) -> RankProfile:
+        self._profile.peak_live_bytes = self.live_arrays.peak
         return self._profile
 
-    def _model(self, inst: Instruction) -> tuple[CollectiveStats, int]:
+    def _model(self, inst: Instruction) -> tuple[CollectiveStats, int, int]:
+        """The stats of `inst` and the bytes this partition sends and receives per execution."""
         model = self._models.get(id(inst))
         if model is None:
-            size, sent = self._cost(inst)
+            me = self._profile.partition
+            cost = collective_bytes(inst, self._num_partitions)
             stats = self._profile.collectives.setdefault(
-                inst.name, CollectiveStats(inst.opcode, size))
-            model = self._models[id(inst)] = (stats, sent)
+                inst.name, CollectiveStats(inst.opcode, cost.group_size,
+                                           self._computation.get(id(inst), ""),
+                                           len(cost.groups)))
+            model = self._models[id(inst)] = (stats, cost.sent[me], cost.received[me])
         return model
-
-    def _cost(self, inst: Instruction) -> tuple[int, int]:
-        """(group size, bytes this partition sends per execution); a collective-permute's "group
-        size" is its number of pairs."""
-        n, me = self._num_partitions, self._profile.partition
-        b = sum(op.shape.byte_size for op in inst.operands)
-        if inst.opcode == "collective-permute":
-            pairs = permute_pairs(inst, n)
-            return len(pairs), b if any(s == me and t != me for s, t in pairs) else 0
-        g = len(group_of(inst, participant_groups(inst, n), me)[0])
-        if inst.opcode == "all-gather":
-            return g, (g - 1) * b
-        if inst.opcode == "all-reduce":
-            return g, 2 * (g - 1) * b // g
-        return g, (g - 1) * b // g
 
 
 def format_profiles(profiles: Sequence[RankProfile]) -> str:
-    """A per-partition time table, the start-up of the slowest partition when recorded, then one
+    """A per-partition table (times, bytes sent, peak of live arrays), the start-up of the slowest partition when recorded, then one
     line per collective instruction (calls, group size, bytes sent per partition per call and in
     total, the slowest partition's time)."""
     lines = ["partition     wall(s)  kernels(s)  collectives(s)  interpretation(s)  interp%  "
-             "bytes sent"]
+             "bytes sent  peak live"]
     for p in profiles:
         share = 100.0 * p.interpretation_seconds / p.wall if p.wall else 0.0
         lines.append(f"{p.partition:>9}  {p.wall:>10.4f}  {p.kernel_seconds:>10.4f}  "
                      f"{p.collective_seconds:>14.4f}  {p.interpretation_seconds:>17.4f}  "
-                     f"{share:>6.1f}%  {_bytes(p.bytes_sent):>10}")
+                     f"{share:>6.1f}%  {_bytes(p.bytes_sent):>10}  "
+                     f"{_bytes(p.peak_live_bytes):>9}")
     startups = [p.startup for p in profiles if p.startup is not None]
     if startups:
         lines.append(f"start-up: {max(startups):.3f} s from the start of `gspmdc run` to the "
@@ -159,6 +178,39 @@ def format_profiles(profiles: Sequence[RankProfile]) -> str:
                          f"{_bytes(max(s.bytes_sent for s in stats)):>11} "
                          f"{max(s.seconds for s in stats):>11.4f}")
     return "\n".join(lines)
+
+
+def measured_figures(module: Module, profiles: Sequence[RankProfile]) -> CostFigures:
+    """The measured counterparts of `gspmdc cost`'s figures (`gspmdc.ir.cost_figures`): per
+    partition, the bytes each collective sent and received over the run, the operations run,
+    the peak of live arrays; a collective's `seconds` and the step's are the slowest
+    partition's."""
+    n = len(profiles)
+    ordered = sorted(profiles, key=lambda p: p.partition)
+    names = sorted({name for p in ordered for name in p.collectives})
+    collectives = []
+    for name in names:
+        stats = [p.collectives.get(name) for p in ordered]
+        first = next(s for s in stats if s is not None)
+        collectives.append(CollectiveFigures(
+            name, first.computation, first.opcode, first.group_size, first.groups,
+            max(s.calls for s in stats if s is not None),
+            tuple(s.bytes_sent if s is not None else 0 for s in stats),
+            tuple(s.bytes_received if s is not None else 0 for s in stats),
+            seconds=max(s.seconds for s in stats if s is not None)))
+    slowest = max(ordered, key=lambda p: p.wall)
+    entry = module.entry
+    return CostFigures(
+        "measured", module.name, n, tuple(collectives),
+        flops_per_device=tuple(p.flops for p in ordered),
+        peak_memory_bytes_per_device=tuple(p.peak_live_bytes for p in ordered),
+        parameter_bytes_per_device=(sum(shape_bytes(p.shape) for p in entry.parameters),) * n,
+        output_bytes_per_device=(shape_bytes(entry.root.shape),) * n,
+        modelled_step_seconds=slowest.wall,
+        seconds_by_kind={"kernels": slowest.kernel_seconds,
+                         "collectives": slowest.collective_seconds,
+                         "interpretation": slowest.interpretation_seconds},
+        extra={"wall_seconds_per_device": [p.wall for p in ordered]})
 
 
 def _bytes(n: int) -> str:

@@ -164,12 +164,13 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
     sources = input_sources(job, signature)
     args = [shard_value(a, v, p, n, padding=job.options.padding)
             for a, v in zip(sources, signature.parameters)]
-    recorder = ProfileRecorder(p, n, job.started_at) if job.options.profile else None
+    recorder = ProfileRecorder(p, n, job.started_at, module) if job.options.profiling else None
     enter = board.tracker(module)
     if recorder is not None:
         value = recorder.timed(lambda: evaluate(module, args, backend=backend,
                                                 on_step=recorder.on_step, on_enter=enter,
-                                                rounding=job.options.rounding))
+                                                rounding=job.options.rounding,
+                                                live_arrays=recorder.live_arrays))
     else:
         value = evaluate(module, args, backend=backend, on_enter=enter,
                          rounding=job.options.rounding)

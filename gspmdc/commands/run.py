@@ -26,7 +26,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     started_at = time.time()
     options = RunOptions(num_partitions=args.num_partitions, inputs=_absolute(args.inputs),
                          seed=args.seed, outputs=_absolute(args.outputs), check=args.check,
-                         profile=args.profile, timeout=args.timeout,
+                         profile=args.profile, profile_json=_absolute(args.profile_json),
+                         timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
                          output_sharding=args.output_sharding, quiet=args.quiet,
@@ -79,6 +80,10 @@ def register(sub) -> None:
     p.add_argument("--profile", action="store_true",
                    help="print per-partition time in kernels, collectives and interpretation, "
                         "and the bytes each collective sends")
+    p.add_argument("--profile-json", type=output_file, metavar="FILE",
+                   help="write the measured figures as JSON (the keys of `gspmdc cost --json`: "
+                        "bytes each collective sent and received per partition, operations, "
+                        "peak of live arrays, wall time)")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the whole job after S seconds (exit 3)")
     p.add_argument("--hostfile", metavar="FILE",

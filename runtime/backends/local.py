@@ -183,10 +183,11 @@ def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
     def partition_main(p: int) -> None:
         backend = LocalBackend(board, p)
         hook = recorders[p].on_step if recorders is not None else None
+        live = recorders[p].live_arrays if recorders is not None else None
         try:
             def body():
                 value = evaluate(module, per_partition_args[p], backend=backend, on_step=hook,
-                                 rounding=rounding)
+                                 rounding=rounding, live_arrays=live)
                 board.exchange(p, FINISHED, None)
                 return value
             results[p] = recorders[p].timed(body) if recorders is not None else body()
