@@ -50,8 +50,9 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
     the times add up without double counting (the profiling hook of `gspmdc run --profile`).
     `on_enter`, when given, is called with every instruction right before its kernel runs (the
     innermost instruction executing is the last one entered: how MPI ranks record where they are).
-    `on_value`, when given, is called with every instruction and its value right after it ran
-    (in every computation, every time it runs; `gspmdc bisect` compares values this way).
+    `on_value`, when given, is called with every instruction and its value right after it ran,
+    and with every parameter when its computation starts (in every computation, every time it
+    runs; `gspmdc bisect` compares values this way).
     `live_arrays`, when given, holds every value from its definition to its last use (the entry
     arguments for the whole evaluation) and so measures the peak of live arrays
     (`runtime/live_arrays.py`). `rounding` is `"xla"` or `"per-op"` (see `rounding.py`).
@@ -209,6 +210,9 @@ class _Plan:
         enter, on_value, live = ctx.on_enter, ctx.on_value, ctx.live_arrays
         if live is not None:
             live.hold(tuple(args))
+        if on_value is not None:
+            for param, value in zip(comp.parameters, args):
+                on_value(param, value)
         with np.errstate(all="ignore"):
             for kernel, inst, operand_slots, out, release, dims, dtype in self.steps:
                 if enter is not None:

@@ -384,14 +384,16 @@ def source_partitions(leaf: ShardedLeaf, num_partitions: int) -> np.ndarray:
     return members[(slice(None),) + pick].reshape(-1)
 
 
-def assemble_tiles(tiles: np.ndarray, leaf: ShardedLeaf) -> np.ndarray:
+def assemble_tiles(tiles: np.ndarray, leaf: ShardedLeaf,
+                   combine: np.ufunc = np.add) -> np.ndarray:
     """The global array from `tiles` = the source partitions' pieces stacked on a leading axis (in
-    `source_partitions` order; unreduced members' pieces are added), without the padding."""
+    `source_partitions` order; unreduced members' pieces are combined with `combine`: added,
+    unless the reduction they await is another), without the padding."""
     s = leaf.sharding
     if s.has_unreduced:
         parts = len(tiles) // (s.num_tiles if s.kind == "tiled" else 1)
-        tiles = tiles.reshape((len(tiles) // parts, parts) + tiles.shape[1:]) \
-            .sum(axis=1, dtype=tiles.dtype)
+        tiles = combine.reduce(tiles.reshape((len(tiles) // parts, parts) + tiles.shape[1:]),
+                               axis=1, dtype=tiles.dtype)
     if s.kind != "tiled":
         return tiles[0]
     counts, shard = s.tile_counts, leaf.local_shape.dims
@@ -402,15 +404,16 @@ def assemble_tiles(tiles: np.ndarray, leaf: ShardedLeaf) -> np.ndarray:
     return padded[tuple(slice(0, d) for d in leaf.global_shape.dims)]
 
 
-def assemble_leaf(pieces: Sequence[np.ndarray | None], leaf: ShardedLeaf) -> np.ndarray:
+def assemble_leaf(pieces: Sequence[np.ndarray | None], leaf: ShardedLeaf,
+                  combine: np.ufunc = np.add) -> np.ndarray:
     """The global array from every partition's piece (pieces not in `source_partitions` may be
-    None)."""
+    None; unreduced pieces combined with `combine`)."""
     sources = source_partitions(leaf, len(pieces))
     tiles = np.stack([np.asarray(pieces[p]) for p in sources])
     if tiles.shape[1:] != leaf.local_shape.dims:
         raise GspmdcError(f"partition pieces have shape {list(tiles.shape[1:])}, expected "
                           f"{leaf.local_shape}")
-    return assemble_tiles(tiles, leaf)
+    return assemble_tiles(tiles, leaf, combine)
 
 
 def assemble_value(per_partition: Sequence[Any], sharded: ShardedValue) -> Any:

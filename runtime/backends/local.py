@@ -32,7 +32,7 @@ from ..collectives import (
     CollectiveBackend, fold, gather_concat, group_of, participant_groups, permute_pairs,
     permute_source, scatter_block, split_blocks,
 )
-from ..interpreter import evaluate
+from ..interpreter import ValueHook, evaluate
 from ..profile import ProfileRecorder
 from ..rounding import DEFAULT_ROUNDING
 
@@ -158,12 +158,14 @@ class LocalBackend(CollectiveBackend):
 def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
               num_partitions: int | None = None, *,
               recorders: Sequence[ProfileRecorder] | None = None,
-              timeout: float | None = None, rounding: str = DEFAULT_ROUNDING) -> list[Any]:
+              timeout: float | None = None, rounding: str = DEFAULT_ROUNDING,
+              on_value: Sequence[ValueHook] | None = None) -> list[Any]:
     """Run the SPMD `module` on `num_partitions` partitions (default: one per argument list) and
     return each partition's root value, in partition order.
 
     `per_partition_args[p]` are partition p's entry arguments. `recorders`, one per partition,
-    profile the run. `timeout` (seconds) bounds the whole run. `rounding` is the interpreter's
+    profile the run. `on_value`, one per partition, see every value (`evaluate`'s hook).
+    `timeout` (seconds) bounds the whole run. `rounding` is the interpreter's
     (`runtime/rounding.py`). Raises the first failure of any
     partition with its message prefixed by `partition p:` (same error class; RuntimeFailure for
     kernel failures, divergence and timeouts).
@@ -184,10 +186,11 @@ def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
         backend = LocalBackend(board, p)
         hook = recorders[p].on_step if recorders is not None else None
         live = recorders[p].live_arrays if recorders is not None else None
+        observe = on_value[p] if on_value is not None else None
         try:
             def body():
                 value = evaluate(module, per_partition_args[p], backend=backend, on_step=hook,
-                                 rounding=rounding, live_arrays=live)
+                                 rounding=rounding, live_arrays=live, on_value=observe)
                 board.exchange(p, FINISHED, None)
                 return value
             results[p] = recorders[p].timed(body) if recorders is not None else body()
