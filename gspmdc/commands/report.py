@@ -1,0 +1,41 @@
+"""`gspmdc report`: one self-contained HTML page about a partitioned program."""
+from __future__ import annotations
+
+import argparse
+
+from gspmdc.errors import EXIT_OK, GspmdcError
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write one self-contained HTML page (no network, no server: open it in any browser) about
+    FILE partitioned for N devices: the program as a graph, each value coloured by its sharding
+    and each collective marked with its cost and the partitioner's reason; the module after each
+    pass with what the pass changed; the cost table (as `gspmdc cost`); the memory per device
+    over the program; pictures of the inputs' and outputs' shardings."""
+    from gspmdc import api
+    from gspmdc.passes.analysis.machine import load_machine
+    from gspmdc.report import build_report
+    if not args.output:
+        raise GspmdcError("report needs -o FILE (the HTML page to write)")
+    page = build_report(args.file, args.num_partitions, load_machine(args.machine),
+                        args.windowed_einsum_threshold)
+    api.write_text(page, args.output)
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    from gspmdc.passes.analysis.machine import PRESETS
+    p = sub.add_parser("report", help="write one self-contained HTML page about a partitioned "
+                                      "program (graph, collectives, passes, cost, memory)",
+                       description=cmd_report.__doc__)
+    p.add_argument("file", help="HLO text file, global or partitioned ('-' for stdin)")
+    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+                   help="number of partitions (default: the module's num_partitions, else the "
+                        "devices its shardings name)")
+    p.add_argument("-o", "--output", metavar="FILE", help="the HTML page to write (atomically)")
+    p.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",
+                   help=f"the machine model of the cost table: a preset ({', '.join(PRESETS)}; "
+                        "default tpu-v3) or a machine file written by `gspmdc cost --calibrate`")
+    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+                   help="partition big dots as windowed einsums (as compile does)")
+    p.set_defaults(run=cmd_report)
