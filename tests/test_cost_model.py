@@ -1,0 +1,235 @@
+"""The pieces of `gspmdc cost` against numbers worked out by hand: the liveness analysis (peak
+memory through parameters, outputs, temporaries, loops, calls and branches), operations per
+instruction, the bytes of each collective per partition, and the machine model's times; and the
+interpreter's measured peak of live arrays on the same programs."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gspmdc import api
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.collective_bytes import collective_bytes
+from gspmdc.ir.flops import instruction_flops
+from gspmdc.ir.liveness import memory_profile
+from gspmdc.passes.analysis.cost import program_cost
+from gspmdc.passes.analysis.machine import Machine, PRESETS, collective_seconds, load_machine
+from gspmdc.runtime import io
+from gspmdc.runtime.interpreter import evaluate
+from gspmdc.runtime.live_arrays import LiveArrays
+
+from hlo_text import hlo_module, reducer
+
+
+def _peaks(text: str) -> tuple[int, int]:
+    """(modelled, measured) peak bytes of a single-device program."""
+    module = api.parse(text)
+    live = LiveArrays()
+    evaluate(module, io.random_inputs(module, 0), live_arrays=live)
+    assert live.bytes == 0                         # every hold was dropped
+    return memory_profile(module).peak_bytes, live.peak
+
+
+def test_straight_line_peak_counts_parameters_and_live_temporaries():
+    # a: 400 B parameter; b, c 400 B each; d needs b and c: 400 + 400 + 400 + 400 at d
+    text = hlo_module("""
+  a = f32[100] parameter(0)
+  b = f32[100] negate(a)
+  c = f32[100] exponential(a)
+  d = f32[100] add(b, c)
+  ROOT e = f32[100] negate(d)""")
+    model, measured = _peaks(text)
+    assert model == measured == 1600
+    profile = memory_profile(api.parse(text))
+    assert (profile.parameter_bytes, profile.output_bytes) == (400, 400)
+    assert profile.peak_at == "e/d"
+    assert [p.name for p in profile.timeline] == ["b", "c", "d", "e"]
+    assert profile.timeline[-1].after_bytes == 800            # a and e
+
+
+def test_tuples_and_copies_share_their_operands_buffers():
+    text = hlo_module("""
+  a = f32[100] parameter(0)
+  b = f32[100] negate(a)
+  t = (f32[100], f32[100]) tuple(a, b)
+  g = f32[100] get-tuple-element(t), index=1
+  c = f32[100] copy(g)
+  ROOT r = f32[100] add(c, g)""")
+    model, measured = _peaks(text)
+    assert model == measured == 1200                       # a, b, r
+
+
+def test_while_loop_state_is_live_through_the_loop():
+    """The loop carries (i, x: f32[64]) and passes w: f32[256] through. Iteration 2 on, the
+    body's parameter holds the i and x the previous iteration made (4 + 256 B) until their last
+    use, beside the loop's operand (zero 4, x 256, w 1024, live for the whole loop) and the
+    body's temporaries (y, z: 256 B each)."""
+    text = hlo_module("""
+  x = f32[64] parameter(0)
+  w = f32[256] parameter(1)
+  zero = s32[] constant(0)
+  init = (s32[], f32[64], f32[256]) tuple(zero, x, w)
+  loop = (s32[], f32[64], f32[256]) while(init), condition=cond, body=body
+  ROOT out = f32[64] get-tuple-element(loop), index=1""", """
+cond {
+  p = (s32[], f32[64], f32[256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[64], f32[256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[64] get-tuple-element(p), index=1
+  w = f32[256] get-tuple-element(p), index=2
+  y = f32[64] negate(x)
+  z = f32[64] exponential(y)
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT r = (s32[], f32[64], f32[256]) tuple(i1, z, w)
+}""")
+    model, measured = _peaks(text)
+    # at y: operand 4 + 256 + 1024, carried i and x 4 + 256, y 256 (at z the carried x is dead
+    # and z takes its place: the same sum)
+    assert model == measured == 1800
+    profile = memory_profile(api.parse(text))
+    assert profile.peak_at == "body/y"
+    assert profile.peak_parameter_bytes == 1280                  # the entry's x and w
+    assert profile.peak_loop_state_bytes == 4 + 4 + 256          # init's zero, carried i and x
+    assert profile.peak_temporary_bytes == 256
+
+
+def test_calls_and_conditionals_add_their_peaks_to_the_caller():
+    text = hlo_module("""
+  p = pred[] parameter(0)
+  a = f32[100] parameter(1)
+  c = f32[100] call(a), to_apply=twice
+  ROOT k = f32[100] conditional(p, c, a), true_computation=big, false_computation=small""",
+        """
+twice {
+  x = f32[100] parameter(0)
+  y = f32[100] add(x, x)
+  ROOT z = f32[100] add(y, y)
+}
+big {
+  x = f32[100] parameter(0)
+  y = f32[200] concatenate(x, x), dimensions={0}
+  ROOT z = f32[100] slice(y), slice={[0:100]}
+}
+small {
+  x = f32[100] parameter(0)
+  ROOT z = f32[100] negate(x)
+}""")
+    module = api.parse(text)
+    profile = memory_profile(module)
+    # at k: p 1, a 400, c 400 + the big branch: y 800 + z 400 = 2001
+    assert profile.peak_bytes == 2001
+    # measured: the branch run depends on p; the model is the larger branch's
+    for value in (True, False):
+        live = LiveArrays()
+        evaluate(module, [np.array(value), np.ones(100, np.float32)], live_arrays=live)
+        assert live.peak == (2001 if value else 1201)
+
+
+def test_a_pad_read_by_a_dynamic_slice_is_fused():
+    text = hlo_module("""
+  a = f32[10] parameter(0)
+  i = s32[] parameter(1)
+  zero = f32[] constant(0)
+  p = f32[1000] pad(a, zero), padding=0_990
+  ROOT s = f32[10] dynamic-slice(p, i), dynamic_slice_sizes={10}""")
+    model, measured = _peaks(text)
+    assert model == measured == 40 + 4 + 4 + 40
+
+
+def test_operations_of_dot_convolution_reduce_and_elementwise():
+    module = api.parse(hlo_module("""
+  a = f32[8,16] parameter(0)
+  b = f32[16,4] parameter(1)
+  d = f32[8,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[8,4] exponential(d)
+  z = f32[] constant(0)
+  r = f32[8] reduce(e, z), dimensions={1}, to_apply=add
+  img = f32[1,10,10,3] parameter(2)
+  k = f32[3,3,3,5] parameter(3)
+  c = f32[1,8,8,5] convolution(img, k), window={size=3x3}, dim_labels=b01f_01io->b01f
+  ROOT t = (f32[8], f32[1,8,8,5]) tuple(r, c)""", reducer("add")))
+    flops = {inst.name: instruction_flops(inst, module) for inst in module.entry.instructions}
+    assert flops["d"] == 2 * 8 * 4 * 16
+    assert flops["e"] == 32
+    assert flops["r"] == 32 - 8                     # 3 additions per output element
+    assert flops["c"] == 2 * (8 * 8 * 5) * (3 * 3 * 3)
+    assert flops["t"] == flops["a"] == 0
+
+
+def _collective(line: str, n: int, params: str = "f32[12] parameter(0)"):
+    module = api.parse(hlo_module(f"  p0 = {params}\n  ROOT c = {line}", reducer("add"),
+                                  f", num_partitions={n}"))
+    return collective_bytes(module.entry.root, n)
+
+
+def test_ring_bytes_per_partition():
+    ag = _collective("f32[48] all-gather(p0), channel_id=1, use_global_device_ids=true, "
+                     "replica_groups={{0,1,2,3}}, dimensions={0}", 4)
+    assert ag.sent == ag.received == (3 * 48,) * 4 and ag.group_size == 4
+    ar = _collective("f32[12] all-reduce(p0), channel_id=1, use_global_device_ids=true, "
+                     "replica_groups={{0,1},{2,3}}, to_apply=add", 4)
+    assert ar.sent == (2 * 1 * 48 // 2,) * 4 and len(ar.groups) == 2
+    rs = _collective("f32[4] reduce-scatter(p0), channel_id=1, use_global_device_ids=true, "
+                     "replica_groups={{0,1,2}}, dimensions={0}, to_apply=add", 3)
+    assert rs.sent == (2 * 48 // 3,) * 3
+    cp = _collective("f32[12] collective-permute(p0), channel_id=1, "
+                     "source_target_pairs={{0,1},{1,2},{3,3}}", 4)
+    assert cp.sent == (48, 48, 0, 0) and cp.received == (0, 48, 48, 0)
+    alone = _collective("f32[12] all-reduce(p0), to_apply=add", 4)   # no channel: per partition
+    assert alone.sent == (0,) * 4 and alone.group_size == 1
+
+
+def test_machine_model_times():
+    m = Machine("m", "test", 1e12, 1e11, None, 1e9, 1e-5)
+    seconds, algorithm = collective_seconds("all-reduce", 8 * 10 ** 6, 8, m)
+    ring = 2 * 7 * (1e-5 + 10 ** 6 / 1e9)
+    tree = 2 * 3 * (1e-5 + 8e-3)
+    assert algorithm == "ring" and seconds == pytest.approx(ring) and ring < tree
+    seconds, algorithm = collective_seconds("all-reduce", 8, 1024, m)       # latency bound
+    assert algorithm == "tree" and seconds == pytest.approx(2 * 10 * (1e-5 + 8e-9))
+    assert collective_seconds("collective-permute", 10 ** 6, 2, m)[0] == \
+        pytest.approx(1e-5 + 1e-3)
+    assert collective_seconds("all-gather", 100, 1, m) == (0.0, "none")
+
+
+def test_program_cost_step_time_adds_rooflines_and_collectives():
+    text = hlo_module("""
+  a = f32[1024,1024] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[1024,1024] parameter(1), sharding={replicated}
+  ROOT d = f32[1024,1024] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}""",
+                      header=", num_partitions=4")
+    from gspmdc.passes.pipeline import compile_spmd
+    spmd = compile_spmd(api.parse(text), 4)
+    machine = Machine("m", "test", 1e12, 1e11, 2 ** 30, 1e10, 1e-6)
+    cost = program_cost(spmd, 4, machine)
+    figures = cost.figures
+    dot_flops = 2 * 256 * 1024 * 1024
+    assert figures.flops_per_device == (dot_flops,) * 4
+    (gather,) = figures.collectives
+    assert gather.opcode == "all-gather" and gather.bytes_sent_per_device == (3 * 256 * 4096,) * 4
+    compute = max(dot_flops / 1e12, (256 + 1024 + 1024) * 4096 / 1e11)
+    expected = compute + collective_seconds("all-gather", 256 * 4096, 4, machine)[0]
+    assert figures.modelled_step_seconds == pytest.approx(expected)
+    assert figures.extra["modelled_utilization"] == pytest.approx(dot_flops / 1e12 / expected)
+
+
+def test_machine_files_and_presets(tmp_path):
+    assert {"tpu-v3", "tpu-v4", "a100", "h100", "h100-ib"} <= set(PRESETS)
+    path = tmp_path / "m.json"
+    import json
+    path.write_text(json.dumps(PRESETS["a100"].to_json()))
+    assert load_machine(str(path)) == PRESETS["a100"]
+    path.write_text('{"name": "x"}')
+    with pytest.raises(GspmdcError, match="lacks"):
+        load_machine(str(path))
+    with pytest.raises(GspmdcError, match="unknown machine"):
+        load_machine("tpu-v9")
+    assert math.isclose(PRESETS["tpu-v3"].flops_per_second, 61.5e12)
