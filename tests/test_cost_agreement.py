@@ -1,0 +1,151 @@
+"""`gspmdc cost --json` (modelled, before running) against `gspmdc run --profile-json`
+(measured on MPI ranks), on the JAX programs and on XLA's partitioner test cases:
+
+- every collective's bytes sent and received by every partition over the run, and its calls,
+  equal to the byte;
+- operations per partition equal;
+- the peak of live arrays each rank measures within 10% of the liveness analysis's peak;
+- for the JAX programs, parameter and output bytes per device equal XLA's memory analysis
+  (`memory_per_device` in `reference.json`).
+
+A conditional runs one branch where the model counts the costlier, so where the program has one
+the model is an upper bound (equal when the branches cost the same). The conformance cases run as
+a sample here; `pytest -m slow tests/test_cost_agreement.py` runs all of them.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gspmdc import api
+from gspmdc.conformance import largest_value_bytes, multiply_adds
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+PROGRAMS = SHARED / "jax-programs"
+PROGRAM_NAMES = ["attention_long_seq", "conv_spatial", "embedding_gather", "mlp_megatron",
+                 "moe_layer", "pipeline_shift", "uneven_shapes"]
+#: conformance cases in the sample of the quick run: every SAMPLE_STEP-th runnable case
+SAMPLE_STEP = 30
+MEMORY_TOLERANCE = 0.10
+
+
+def _gspmdc(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gspmdc", *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+
+
+def _figures(program: Path, n: int, tmp_path: Path, *run_args: str) -> tuple[dict, dict]:
+    cost = _gspmdc("cost", program, "-n", n, "--json")
+    assert cost.returncode == 0, cost.stderr
+    measured_path = tmp_path / "measured.json"
+    run = _gspmdc("run", program, "-n", n, "-q", "--profile-json", measured_path, *run_args)
+    assert run.returncode == 0, run.stderr
+    return json.loads(cost.stdout), json.loads(measured_path.read_text())
+
+
+def _check_agreement(model: dict, measured: dict, exact: bool) -> None:
+    """`exact`: no conditional, so every figure must match; else the model bounds them."""
+    assert model["kind"] == "modelled" and measured["kind"] == "measured"
+    n = model["num_partitions"]
+    assert measured["num_partitions"] == n
+    modelled = {c["name"]: c for c in model["collectives"]}
+    ran = {c["name"]: c for c in measured["collectives"]}
+    assert set(ran) <= set(modelled)
+    for name, c in modelled.items():
+        if name not in ran:                      # in a branch that did not run
+            assert not exact, f"{name} never ran"
+            continue
+        for key in ("bytes_sent_per_device", "bytes_received_per_device"):
+            if exact:
+                assert ran[name][key] == c[key], (name, key)
+            else:
+                assert all(m >= r for m, r in zip(c[key], ran[name][key])), (name, key)
+        assert ran[name]["calls"] == c["calls"] or not exact, name
+        assert ran[name]["group_size"] == c["group_size"], name
+    for key in ("total_bytes_sent_per_device", "total_bytes_received_per_device",
+                "flops_per_device"):
+        assert len(measured[key]) == len(model[key]) == n
+        if exact:
+            assert measured[key] == model[key], key
+        else:
+            assert all(m >= r for m, r in zip(model[key], measured[key])), key
+    for modelled_peak, measured_peak in zip(model["peak_memory_bytes_per_device"],
+                                            measured["peak_memory_bytes_per_device"]):
+        if exact:
+            assert abs(modelled_peak - measured_peak) <= MEMORY_TOLERANCE * measured_peak
+        else:
+            assert modelled_peak >= measured_peak * (1 - MEMORY_TOLERANCE)
+    for key in ("parameter_bytes_per_device", "output_bytes_per_device"):
+        assert measured[key] == model[key], key
+    for key in ("collectives", "total_bytes_sent_per_device", "flops_per_device",
+                "peak_memory_bytes_per_device", "modelled_step_seconds"):
+        assert key in model and key in measured
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_jax_program_cost_equals_measurement_and_xla_memory(name, tmp_path):
+    folder = PROGRAMS / name
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found")
+    reference = json.loads((folder / "reference.json").read_text())
+    n = reference["num_partitions"]
+    model, measured = _figures(folder / "program.hlo", n, tmp_path, "--inputs",
+                               folder / "inputs.npz")
+    _check_agreement(model, measured, exact=True)
+    memory = reference["memory_per_device"]
+    assert model["parameter_bytes_per_device"] == [memory["parameter_bytes"]] * n
+    assert model["output_bytes_per_device"] == [memory["output_bytes"]] * n
+
+
+def _runnable_cases() -> list[dict]:
+    path = SHARED / "conformance" / "xla-partitioner.json"
+    if not path.is_file():
+        return []
+    cases = []
+    for case in json.loads(path.read_text())["cases"]:
+        if {"infeed", "outfeed", "send", "recv"} & set(case["opcodes"]):
+            continue
+        try:
+            module = api.parse(case["hlo"])
+        except Exception:   # noqa: BLE001 - cases gspmdc rejects are other tests' business
+            continue
+        if largest_value_bytes(module) <= 1 << 20 and multiply_adds(module) <= 1e6:
+            cases.append(case)
+    return cases
+
+
+CASES = _runnable_cases()
+
+
+def _check_case(case: dict, tmp_path: Path) -> None:
+    program = tmp_path / "case.hlo"
+    program.write_text(case["hlo"])
+    n = case["num_devices"]
+    cost = _gspmdc("cost", program, "-n", n, "--json")
+    if cost.returncode == 2:
+        pytest.skip(f"gspmdc does not partition it: {cost.stderr.strip()[:200]}")
+    assert cost.returncode == 0, cost.stderr
+    measured_path = tmp_path / "measured.json"
+    run = _gspmdc("run", program, "-n", n, "-q", "--profile-json", measured_path,
+                  "--timeout", "120")
+    if run.returncode == 2:
+        pytest.skip(f"gspmdc does not run it: {run.stderr.strip()[:200]}")
+    assert run.returncode == 0, run.stderr
+    exact = "conditional" not in case["opcodes"]
+    _check_agreement(json.loads(cost.stdout), json.loads(measured_path.read_text()), exact)
+
+
+@pytest.mark.parametrize("case", CASES[::SAMPLE_STEP], ids=lambda c: c["name"])
+def test_conformance_sample_cost_equals_measurement(case, tmp_path):
+    _check_case(case, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for k, c in enumerate(CASES) if k % SAMPLE_STEP],
+                         ids=lambda c: c["name"])
+def test_conformance_cost_equals_measurement(case, tmp_path):
+    _check_case(case, tmp_path)
