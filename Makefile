@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 GSPMDC  = $(VENV)/bin/gspmdc
 
-.PHONY: install test demo bench conformance conformance-xla clean
+.PHONY: install test test-slow demo bench paper-scale conformance conformance-xla clean
 
 install: $(VENV)/.installed
 
@@ -17,6 +17,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 test: install
 	$(PY) -m pytest
 
+# the long runs over whole corpora (e.g. cost against measurement on every conformance case)
+test-slow: install
+	$(PY) -m pytest -m slow
+
 demo: install
 	$(GSPMDC) compile gspmdc/examples/mlp.hlo -n 8 -o out/mlp.spmd.hlo --dump-dir out/mlp.dumps
 	$(GSPMDC) explain out/mlp.spmd.hlo all-reduce
@@ -24,6 +28,10 @@ demo: install
 
 bench: install
 	$(PY) bench/run.py
+
+# the GSPMD paper's scaling claims for a dense Transformer, 128 ... 2048 devices (docs/paper-scale.md)
+paper-scale: install
+	$(PY) bench/paper_scale.py --write docs/paper-scale.md
 
 conformance: install
 	$(PY) -m gspmdc.conformance parse

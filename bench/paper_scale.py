@@ -2,7 +2,8 @@
 checked on 128 ... 2048 devices without running anything.
 
 For each mesh, the model of `gspmdc transformer` (same model everywhere) is partitioned
-(`compile_spmd`, the best of three timings) and analysed (`gspmdc cost`'s model on the TPU v3
+(`compile_spmd`; the best of `ROUNDS` timings, the meshes taking turns in each round so that a
+change of the machine's load touches them alike) and analysed (`gspmdc cost`'s model on the TPU v3
 preset, the paper's machine). The table gives, per device count:
 
 - compile time, and the partitioned program's instruction count and text size (the program
@@ -33,22 +34,31 @@ from gspmdc.units import format_bytes, format_seconds
 
 MESHES = ((8, 16), (16, 16), (16, 32), (32, 32), (32, 64))
 MARKER = "<!-- paper-scale table -->"
+ROUNDS = 5
 PAPER_UTILIZATION = "50–62%"
 
 
-def measure(config: TransformerConfig, repeats: int = 3) -> dict:
-    text = transformer_hlo(config)
+def compile_seconds(configs: list[TransformerConfig]) -> list[float]:
+    """The best partitioning time of each config over `ROUNDS` rounds (each round compiles
+    every config once, in turn)."""
+    texts = [transformer_hlo(c) for c in configs]
+    best = [float("inf")] * len(configs)
+    for _ in range(ROUNDS):
+        for k, (config, text) in enumerate(zip(configs, texts)):
+            module = api.parse(text)
+            start = time.perf_counter()
+            compile_spmd(module, config.devices)
+            best[k] = min(best[k], time.perf_counter() - start)
+    return best
+
+
+def measure(config: TransformerConfig, seconds: float) -> dict:
     n = config.devices
-    best = float("inf")
-    for _ in range(repeats):
-        module = api.parse(text)
-        start = time.perf_counter()
-        spmd = compile_spmd(module, n)
-        best = min(best, time.perf_counter() - start)
+    spmd = compile_spmd(api.parse(transformer_hlo(config)), n)
     printed = api.to_text(spmd)
     cost = program_cost(spmd, n, PRESETS["tpu-v3"])
     figures = cost.figures
-    return {"devices": n, "mesh": f"{config.mesh_x}×{config.mesh_y}", "compile": best,
+    return {"devices": n, "mesh": f"{config.mesh_x}×{config.mesh_y}", "compile": seconds,
             "instructions": sum(1 for _ in spmd.all_instructions()), "text": len(printed),
             "peak": cost.memory.peak_bytes, "peak_at": cost.memory.peak_at,
             "sent": figures.total_bytes_sent_per_device[0],
@@ -96,14 +106,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--write", metavar="FILE",
                         help=f"replace the table between the {MARKER} markers of FILE")
     args = parser.parse_args(argv)
-    rows = []
-    config = None
-    for x, y in MESHES:
-        config = TransformerConfig(args.layers, args.width, args.heads, args.hidden, args.batch,
-                                   args.sequence, x, y)
-        rows.append(measure(config))
-        print(f"{x * y} devices done", file=sys.stderr)
-    text = table(config, rows)
+    configs = [TransformerConfig(args.layers, args.width, args.heads, args.hidden, args.batch,
+                                 args.sequence, x, y) for x, y in MESHES]
+    rows = [measure(config, seconds)
+            for config, seconds in zip(configs, compile_seconds(configs))]
+    text = table(configs[-1], rows)
     if args.write is None:
         print(text)
         return 0

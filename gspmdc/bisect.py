@@ -381,7 +381,8 @@ def format_result(result: BisectResult, num_partitions: int) -> list[str]:
                      f" per-partition shape {d.spmd_instruction.shape.without_layout()}")
     lines += ["  " + line for line in _value_difference(d.reference, d.partitioned)]
     if d.pieces:
-        partitions = ", ".join(str(p.partition) for p in d.pieces)
+        from gspmdc.sharding_picture import device_list
+        partitions = device_list([p.partition for p in d.pieces])
         lines.append(f"  partitions whose piece differs: {partitions} (of {num_partitions}); "
                      f"worst |difference| {max(p.max_abs_error for p in d.pieces):.6g}")
     lines.append("  operands in the partitioned program:")

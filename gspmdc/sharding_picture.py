@@ -207,7 +207,7 @@ def _grid(sharding: HloSharding, tiles: list[DimTiles], combo: tuple, grid_dims:
                             [max(len(labels[r, c]) for r in rows) for c in cols], col_labels,
                             width - left - 4)
     pad = " " * (left + 3)
-    lines = [pad + "".join(f" {label:^{w}}" for label, w in zip(col_labels, widths))]
+    lines = [(pad + "".join(f" {label:^{w}}" for label, w in zip(col_labels, widths))).rstrip()]
     lines.append(pad + "┌" + "┬".join("─" * w for w in widths) + "┐")
     for k, r in enumerate(rows):
         cells = []

@@ -105,7 +105,7 @@ def test_fault_in_a_loop_body_names_the_iteration():
     assert [p.partition for p in d.pieces] == [3]
     assert "collective-permute" in [i.opcode for i in d.partitioner_instructions]
     report = "\n".join(format_result(result, 4))
-    assert "iteration 2 of loop" in report and "partitions whose piece differs: 3" in report
+    assert "iteration 2 of loop" in report and "partitions whose piece differs: 3 (of 4)" in report
 
 
 def test_wrong_local_computation_names_the_value():
