@@ -141,10 +141,11 @@ def calibrate(n: int, mpiexec: str | None = None) -> tuple[Machine, str]:
              f"{'bytes':>10}  {'permute':>10}  {'model':>10}  {'all-reduce':>10}  {'model':>10}"]
     for size, permute in zip(SIZES, permutes):
         reduce = per_call[f"allreduce_{size}B"]
+        model_permute = collective_seconds("collective-permute", size, n, machine)[0]
+        model_reduce = collective_seconds("all-reduce", size, n, machine)[0]
         lines.append(f"{format_bytes(size):>10}  {format_seconds(permute):>10}  "
-                     f"{format_seconds(collective_seconds('collective-permute', size, n, machine)[0]):>10}  "
-                     f"{format_seconds(reduce):>10}  "
-                     f"{format_seconds(collective_seconds('all-reduce', size, n, machine)[0]):>10}")
+                     f"{format_seconds(model_permute):>10}  {format_seconds(reduce):>10}  "
+                     f"{format_seconds(model_reduce):>10}")
     return machine, "\n".join(lines)
 
 

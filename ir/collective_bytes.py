@@ -3,13 +3,14 @@
 The model is the ring algorithm's (XLA's cost estimates use it too), with `b` the bytes of the
 partition's operands and `G` the size of its group (`gspmdc.ir.collective_groups`):
 
-| collective          | sent = received per partition           |
-|---------------------|-----------------------------------------|
-| all-gather          | `(G-1) b`                               |
-| all-reduce          | `2 (G-1) b / G` (reduce-scatter + all-gather of `b/G` chunks) |
-| reduce-scatter      | `(G-1) b / G`                           |
-| all-to-all          | `(G-1) b / G`                           |
-| collective-permute  | `b` sent by a source whose target is another partition, `b` received by a target whose source is another |
+| collective          | sent = received per partition                          |
+|---------------------|--------------------------------------------------------|
+| all-gather          | `(G-1) b`                                              |
+| all-reduce          | `2 (G-1) b / G` (reduce-scatter, all-gather by chunks) |
+| reduce-scatter      | `(G-1) b / G`                                          |
+| all-to-all          | `(G-1) b / G`                                          |
+| collective-permute  | sent `b` by a source with another target; received `b` |
+|                     | by a target with another source                        |
 
 Divisions round down to whole bytes. A group of one moves nothing. The bytes an MPI library
 really moves depend on the algorithm it picks; this is the measure `gspmdc cost` predicts and

@@ -149,7 +149,8 @@ class ProfileRecorder:
 
 
 def format_profiles(profiles: Sequence[RankProfile]) -> str:
-    """A per-partition table (times, bytes sent, peak of live arrays), the start-up of the slowest partition when recorded, then one
+    """A per-partition table (times, bytes sent, peak of live arrays), the start-up of the
+    slowest partition when recorded, then one
     line per collective instruction (calls, group size, bytes sent per partition per call and in
     total, the slowest partition's time)."""
     lines = ["partition     wall(s)  kernels(s)  collectives(s)  interpretation(s)  interp%  "

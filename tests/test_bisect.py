@@ -112,7 +112,8 @@ def test_wrong_local_computation_names_the_value():
     """A partitioned instruction computing the wrong numbers (not a reshard) fails its value
     check: the relu's zeros become halves."""
     text = (EXAMPLES / "mlp.hlo").read_text()
-    faulty = _inject(_spmd_text(text, 8), "%zero = f32[] constant(0)", "%zero = f32[] constant(0.5)")
+    faulty = _inject(_spmd_text(text, 8), "%zero = f32[] constant(0)",
+                     "%zero = f32[] constant(0.5)")
     d = _bisect(text, faulty, 8).difference
     assert (d.instruction.name, d.check.role) == ("zero", "value")
     assert [p.partition for p in d.pieces] == list(range(8))

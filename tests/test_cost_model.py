@@ -204,7 +204,8 @@ def test_program_cost_step_time_adds_rooflines_and_collectives():
     text = hlo_module("""
   a = f32[1024,1024] parameter(0), sharding={devices=[4,1]<=[4]}
   b = f32[1024,1024] parameter(1), sharding={replicated}
-  ROOT d = f32[1024,1024] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}""",
+  ROOT d = f32[1024,1024] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    sharding={replicated}""",
                       header=", num_partitions=4")
     from gspmdc.passes.pipeline import compile_spmd
     spmd = compile_spmd(api.parse(text), 4)

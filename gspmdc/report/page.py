@@ -159,10 +159,11 @@ def _cost_section(content: ReportContent) -> str:
             'FLOP</td></tr>'
             f'<tr><th>peak memory</th><td>{escape(format_bytes(content.cost.memory.peak_bytes))}'
             f' at {escape(peak["at"])}</td></tr>'
-            f'<tr><th>parameters</th><td>{escape(format_bytes(content.cost.memory.parameter_bytes))}'
-            '</td></tr>'
-            f'<tr><th>output</th><td>{escape(format_bytes(content.cost.memory.output_bytes))}'
-            '</td></tr></tbody></table></section>')
+            '<tr><th>parameters</th><td>'
+            f'{escape(format_bytes(content.cost.memory.parameter_bytes))}</td></tr>'
+            '<tr><th>output</th><td>'
+            f'{escape(format_bytes(content.cost.memory.output_bytes))}</td></tr>'
+            '</tbody></table></section>')
 
 
 def _memory_section(content: ReportContent) -> str:
