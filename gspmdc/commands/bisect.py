@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from gspmdc.commands.arguments import non_negative_int, positive_int
 from gspmdc.errors import EXIT_MISMATCH, EXIT_OK, GspmdcError
 
 
@@ -58,14 +59,15 @@ def register(sub) -> None:
                                       "differs from the unpartitioned one",
                        description=cmd_bisect.__doc__)
     p.add_argument("file", help="the global program (HLO text; '-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
     p.add_argument("--inputs", help="npz file with the global inputs arg0, arg1, ...")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the random inputs when --inputs is not given (default 0)")
     p.add_argument("--partitioned", metavar="SPMD",
                    help="check this partitioned program of FILE instead of partitioning FILE")
-    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
+                   metavar="BYTES",
                    help="partition big dots as windowed einsums (as compile does)")
     p.set_defaults(run=cmd_bisect)

@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 
+from gspmdc.commands.arguments import (
+    non_negative_int, output_file, positive_float, positive_int,
+)
 from gspmdc.errors import EXIT_OK, GspmdcError
 
 
@@ -46,8 +50,8 @@ def _overridden(machine, args):
                                ("flops", "flops_per_second", 1e12)):
         value = getattr(args, flag)
         if value is not None:
-            if not value > 0 and not (flag == "latency" and value == 0):
-                raise GspmdcError(f"--{flag} must be positive, got {value:g}")
+            if not math.isfinite(value) or value < 0:
+                raise GspmdcError(f"--{flag} must be a finite number, at least 0, got {value:g}")
             changes[field] = value * scale
     if not changes:
         return machine
@@ -74,22 +78,24 @@ def register(sub) -> None:
                                     "memory and step time without running it",
                        description=cmd_cost.__doc__)
     p.add_argument("file", nargs="?", help="HLO text file, global or partitioned ('-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name; --calibrate: ranks, default 2)")
     p.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",
                    help=f"the machine model: a preset ({', '.join(PRESETS)}; default tpu-v3) or "
                         "a machine file written by --calibrate")
-    p.add_argument("--bandwidth", type=float, metavar="GB/s",
+    p.add_argument("--bandwidth", type=positive_float, metavar="GB/s",
                    help="link bandwidth each device sends at (overrides the machine's)")
     p.add_argument("--latency", type=float, metavar="us",
                    help="latency of one message in microseconds (overrides the machine's)")
-    p.add_argument("--flops", type=float, metavar="TFLOP/s",
+    p.add_argument("--flops", type=positive_float, metavar="TFLOP/s",
                    help="peak operation rate per device (overrides the machine's)")
     p.add_argument("--json", action="store_true",
                    help="print the figures as JSON (the layout of run --profile-json)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
-    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+    p.add_argument("-o", "--output", type=output_file, metavar="FILE",
+                   help="write the report here (atomically)")
+    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
+                   metavar="BYTES",
                    help="partition big dots as windowed einsums (as compile does)")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this machine and write a machine file for --machine")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from gspmdc.commands.arguments import non_negative_int, output_file, positive_int
 from gspmdc.errors import EXIT_OK, GspmdcError
 
 
@@ -29,13 +30,15 @@ def register(sub) -> None:
                                       "program (graph, collectives, passes, cost, memory)",
                        description=cmd_report.__doc__)
     p.add_argument("file", help="HLO text file, global or partitioned ('-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
-    p.add_argument("-o", "--output", metavar="FILE", help="the HTML page to write (atomically)")
+    p.add_argument("-o", "--output", type=output_file, metavar="FILE",
+                   help="the HTML page to write (atomically)")
     p.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",
                    help=f"the machine model of the cost table: a preset ({', '.join(PRESETS)}; "
                         "default tpu-v3) or a machine file written by `gspmdc cost --calibrate`")
-    p.add_argument("--windowed-einsum-threshold", type=int, default=None, metavar="BYTES",
+    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
+                   metavar="BYTES",
                    help="partition big dots as windowed einsums (as compile does)")
     p.set_defaults(run=cmd_report)

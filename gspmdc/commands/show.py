@@ -6,6 +6,7 @@ import difflib
 import os
 import sys
 
+from gspmdc.commands.arguments import positive_int
 from gspmdc.errors import EXIT_OK, GspmdcError
 
 
@@ -79,13 +80,13 @@ def register(sub) -> None:
     p.add_argument("instructions", nargs="*", metavar="INSTRUCTION",
                    help="values to draw (name, or computation:name; default: the entry's "
                         "parameters and result)")
-    p.add_argument("-n", "--num-partitions", type=int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
                    help="number of devices (default: the module's num_partitions, else the "
                         "devices its shardings name)")
     p.add_argument("--mesh", metavar="AXES", help="name the device mesh's axes, e.g. x=2,y=4 "
                    "(devices in row-major order), when the module has no mesh header")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour each tile (default: when writing to a terminal)")
-    p.add_argument("--width", type=int, default=72, metavar="COLUMNS",
+    p.add_argument("--width", type=positive_int, default=72, metavar="COLUMNS",
                    help="width of the grids (default 72)")
     p.set_defaults(run=cmd_show)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from gspmdc.commands.arguments import output_file, positive_int
 from gspmdc.errors import EXIT_OK, GspmdcError
 
 
@@ -27,15 +28,17 @@ def register(sub) -> None:
     p = sub.add_parser("transformer", help="write a dense Transformer with the GSPMD paper's 2-D "
                                            "sharding as HLO text",
                        description=cmd_transformer.__doc__)
-    p.add_argument("--layers", type=int, default=4, help="layers (default 4)")
-    p.add_argument("--width", type=int, default=512, help="model width M (default 512)")
-    p.add_argument("--heads", type=int, default=8, help="attention heads (default 8)")
-    p.add_argument("--hidden", type=int, default=None,
+    p.add_argument("--layers", type=positive_int, default=4, help="layers (default 4)")
+    p.add_argument("--width", type=positive_int, default=512, help="model width M (default 512)")
+    p.add_argument("--heads", type=positive_int, default=8, help="attention heads (default 8)")
+    p.add_argument("--hidden", type=positive_int, default=None,
                    help="feed-forward width H (default 4 x width)")
-    p.add_argument("--batch", type=int, default=8, help="batch size B (default 8)")
-    p.add_argument("--sequence", type=int, default=128, help="sequence length S (default 128)")
+    p.add_argument("--batch", type=positive_int, default=8, help="batch size B (default 8)")
+    p.add_argument("--sequence", type=positive_int, default=128,
+                   help="sequence length S (default 128)")
     p.add_argument("--mesh", default="2x4", metavar="XxY", help="the device mesh (default 2x4)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "f32", "f16"),
                    help="element type (default bf16)")
-    p.add_argument("-o", "--output", help="write the module here instead of stdout")
+    p.add_argument("-o", "--output", type=output_file,
+                   help="write the module here instead of stdout")
     p.set_defaults(run=cmd_transformer)
