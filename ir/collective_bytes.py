@@ -11,6 +11,9 @@ partition's operands and `G` the size of its group (`gspmdc.ir.collective_groups
 | all-to-all          | `(G-1) b / G`                                          |
 | collective-permute  | sent `b` by a source with another target; received `b` |
 |                     | by a target with another source                        |
+| collective-broadcast| a chain from the group's first member: sent `b` by     |
+|                     | every member but the last, received `b` by every       |
+|                     | member but the first                                   |
 
 Divisions round down to whole bytes. A group of one moves nothing. The bytes an MPI library
 really moves depend on the algorithm it picks; this is the measure `gspmdc cost` predicts and
@@ -24,10 +27,6 @@ from math import prod
 from . import dtypes
 from .collective_groups import participant_groups, permute_pairs
 from .module import Instruction
-
-#: the collectives that move data between partitions
-COLLECTIVE_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                                "collective-permute"})
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,8 @@ class CollectiveBytes:
 
 
 def collective_bytes(inst: Instruction, num_partitions: int) -> CollectiveBytes:
-    """The bytes of one execution of collective `inst` (see the module docstring)."""
+    """The bytes of one execution of `inst`, a collective of the opcode catalogue
+    (`gspmdc.ir.ops.COLLECTIVES`; see the module docstring)."""
     b = sum(_bytes(o.shape) for o in inst.operands)
     if inst.opcode == "collective-permute":
         pairs = permute_pairs(inst, num_partitions)
@@ -59,6 +59,15 @@ def collective_bytes(inst: Instruction, num_partitions: int) -> CollectiveBytes:
                                else 1, b, tuple(sent), tuple(received))
     groups = participant_groups(inst, num_partitions)
     g = len(groups[0])
+    if inst.opcode == "collective-broadcast":
+        sent = [0] * num_partitions
+        received = [0] * num_partitions
+        for group in groups:
+            for position, partition in enumerate(group):
+                sent[partition] = b if position < g - 1 else 0
+                received[partition] = b if position > 0 else 0
+        return CollectiveBytes(inst.opcode, tuple(tuple(group) for group in groups), g, b,
+                               tuple(sent), tuple(received))
     per_partition = _ring_bytes(inst.opcode, b, g)
     return CollectiveBytes(inst.opcode, tuple(tuple(group) for group in groups), g, b,
                            (per_partition,) * num_partitions, (per_partition,) * num_partitions)
@@ -76,4 +85,4 @@ def _bytes(shape) -> int:
     return sum(prod(leaf.dims) * dtypes.byte_width(leaf.element_type) for leaf in shape.leaves())
 
 
-__all__ = ["CollectiveBytes", "collective_bytes", "COLLECTIVE_OPCODES"]
+__all__ = ["CollectiveBytes", "collective_bytes"]

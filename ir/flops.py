@@ -22,20 +22,17 @@ from __future__ import annotations
 
 from math import prod
 
+from . import ops
 from .module import Computation, Instruction, Module
 
-#: elementwise opcodes counted as one operation per result element
-ELEMENTWISE = frozenset("""
-    add subtract multiply divide remainder power maximum minimum atan2 and or xor not negate abs
-    sign floor ceil round-nearest-afz round-nearest-even exponential exponential-minus-one log
-    log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine tan erf compare select clamp
-    shift-left shift-right-arithmetic shift-right-logical popcnt count-leading-zeros is-finite
-    """.split())
+#: elementwise opcodes counted as one operation per result element: the catalogue's elementwise
+#: ops but those that only convert, copy or take apart their elements (no arithmetic)
+ARITHMETIC = ops.ELEMENTWISE_PURE - ops.opcodes(
+    "convert", "bitcast-convert", "copy", "reduce-precision", "stochastic-convert", "complex",
+    "real", "imag")
 
 #: instructions that run computations as steps of the program (not as reducers)
-_CONTROL_FLOW_CALLS = {"while": ("condition", "body"), "call": ("to_apply",),
-                       "fusion": ("calls",), "call-start": ("to_apply",),
-                       "async-start": ("calls",)}
+_STEP_RUNNERS = ops.with_trait(ops.Trait.CONTROL_FLOW, ops.Trait.ASYNC)
 
 
 def instruction_flops(inst: Instruction, module: Module) -> int:
@@ -50,7 +47,7 @@ def instruction_flops(inst: Instruction, module: Module) -> int:
         labels = inst.attr("dim_labels")
         kernel = inst.operands[1].shape
         return 2 * _elements(shape) * prod(kernel.dims) // kernel.dims[labels.rhs_output_feature]
-    if opcode in ELEMENTWISE:
+    if opcode in ARITHMETIC:
         return _elements(shape)
     if opcode == "reduce":
         result = next(shape.leaves())
@@ -79,12 +76,17 @@ def executed_computations(module: Module) -> list[Computation]:
 
 
 def _control_flow_callees(inst: Instruction) -> list[str]:
-    if inst.opcode == "conditional":
-        branches = inst.attr("branch_computations") or \
-            [inst.attr("true_computation"), inst.attr("false_computation")]
-        return [b.name for b in branches]
-    return [inst.attr(a).name for a in _CONTROL_FLOW_CALLS.get(inst.opcode, ())
-            if inst.attr(a) is not None]
+    """The computations `inst` runs as program steps (its called-computation attributes in the
+    catalogue; a conditional's branches)."""
+    if inst.opcode not in _STEP_RUNNERS:
+        return []
+    names = []
+    for attribute in ops.CATALOGUE[inst.opcode].calls:
+        called = inst.attr(attribute)
+        for computation in called if isinstance(called, (list, tuple)) else (called,):
+            if computation is not None:
+                names.append(computation.name)
+    return names
 
 
 def _reducer_flops(inst: Instruction, module: Module) -> int:
@@ -93,11 +95,11 @@ def _reducer_flops(inst: Instruction, module: Module) -> int:
     if reducer is None:
         return 1
     comp = module.computation(reducer.name)
-    return max(sum(1 for i in comp.instructions if i.opcode in ELEMENTWISE), 1)
+    return max(sum(1 for i in comp.instructions if i.opcode in ARITHMETIC), 1)
 
 
 def _elements(shape) -> int:
     return sum(prod(leaf.dims) for leaf in shape.leaves() if not leaf.is_token)
 
 
-__all__ = ["instruction_flops", "executed_computations", "ELEMENTWISE"]
+__all__ = ["instruction_flops", "executed_computations", "ARITHMETIC"]

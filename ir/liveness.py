@@ -6,7 +6,7 @@ shapes are per device):
 - Every array an instruction produces is a *buffer* of its shape's bytes, live from the
   instruction that defines it to the last instruction that uses a value holding it, in program
   order. A value that only refers to other values' arrays defines no buffer: `tuple`,
-  `get-tuple-element`, and the operand-preserving `copy`, `optimization-barrier`,
+  `get-tuple-element`, and the operand-preserving `copy`, `opt-barrier`,
   `add-dependency` and `domain` (copies nothing writes to are elided, as XLA elides them).
   A `pad` whose only user is a `dynamic-slice` of it is fused into the slice (the padded array
   never exists; XLA fuses the pair as well).
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from math import prod
 from typing import Union
 
-from . import dtypes
+from . import dtypes, ops
 from .module import Computation, Instruction, Module
 from .shapes import ArrayShape, Shape, TupleShape
 
 #: instructions whose value is their first operand's (no new buffer)
-OPERAND_PRESERVING = frozenset({"copy", "optimization-barrier", "add-dependency", "domain"})
+OPERAND_PRESERVING = ops.opcodes("copy", "opt-barrier", "add-dependency", "domain")
 
 #: a value as buffers: a buffer id, None (a token), or a tuple of values
 Value = Union[int, None, tuple]

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from time import perf_counter, time
 from typing import Callable, Sequence
 
-from gspmdc.ir.collective_bytes import COLLECTIVE_OPCODES, collective_bytes
+from gspmdc.ir.collective_bytes import collective_bytes
 from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
 from gspmdc.ir.flops import executed_computations, instruction_flops
 from gspmdc.ir.liveness import shape_bytes
 from gspmdc.ir.module import Instruction, Module
-from gspmdc.ir.ops import opcodes
+from gspmdc.ir.ops import COLLECTIVES, opcodes
 
 from .live_arrays import LiveArrays
 
@@ -107,7 +107,7 @@ class ProfileRecorder:
 
     def on_step(self, inst: Instruction, seconds: float) -> None:
         opcode = inst.opcode
-        if opcode in COLLECTIVE_OPCODES:
+        if opcode in COLLECTIVES:
             stats, sent, received = self._model(inst)
             stats.calls += 1
             stats.seconds += seconds

@@ -185,6 +185,38 @@ def test_ring_bytes_per_partition():
     assert cp.sent == (48, 48, 0, 0) and cp.received == (0, 48, 48, 0)
     alone = _collective("f32[12] all-reduce(p0), to_apply=add", 4)   # no channel: per partition
     assert alone.sent == (0,) * 4 and alone.group_size == 1
+    # a chain from each group's first member: 0 -> 2 -> 1 and 3 -> 5 -> 4
+    bc = _collective("f32[12] collective-broadcast(p0), channel_id=1, "
+                     "replica_groups={{0,2,1},{3,5,4}}", 6)
+    assert bc.sent == (48, 0, 48, 48, 0, 48) and bc.received == (0, 48, 48, 0, 48, 48)
+    assert bc.group_size == 3 and bc.groups == ((0, 2, 1), (3, 5, 4))
+
+
+def test_collective_broadcast_cost_equals_its_profiled_run(tmp_path):
+    import json
+    import subprocess
+    import sys
+    program = tmp_path / "broadcast.hlo"
+    program.write_text(hlo_module("""
+  p0 = f32[8,3] parameter(0)
+  b = f32[8,3] collective-broadcast(p0), channel_id=1, replica_groups={{1,0},{3,2}}
+  ROOT r = f32[8,3] add(b, p0), sharding={devices=[4,1]<=[4]}""",
+                                header=", num_partitions=4"))
+    measured = tmp_path / "measured.json"
+    run = subprocess.run([sys.executable, "-m", "gspmdc", "run", program, "-n", "4", "-q",
+                          "--backend", "local", "--profile-json", measured],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    cost = subprocess.run([sys.executable, "-m", "gspmdc", "cost", program, "-n", "4", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert cost.returncode == 0, cost.stderr
+    model, ran = json.loads(cost.stdout), json.loads(measured.read_text())
+    (modelled,), (counted,) = model["collectives"], ran["collectives"]
+    assert modelled["opcode"] == counted["opcode"] == "collective-broadcast"
+    assert modelled["bytes_sent_per_device"] == counted["bytes_sent_per_device"] == [0, 96, 0, 96]
+    assert modelled["bytes_received_per_device"] == counted["bytes_received_per_device"] == \
+        [96, 0, 96, 0]
+    assert model["flops_per_device"] == ran["flops_per_device"] == [24] * 4
 
 
 def test_machine_model_times():
@@ -198,6 +230,10 @@ def test_machine_model_times():
     assert collective_seconds("collective-permute", 10 ** 6, 2, m)[0] == \
         pytest.approx(1e-5 + 1e-3)
     assert collective_seconds("all-gather", 100, 1, m) == (0.0, "none")
+    seconds, algorithm = collective_seconds("collective-broadcast", 10 ** 8, 8, m)
+    assert algorithm == "ring" and seconds == pytest.approx(7e-5 + 0.1)   # pipelined chain
+    seconds, algorithm = collective_seconds("collective-broadcast", 8, 8, m)
+    assert algorithm == "tree" and seconds == pytest.approx(3 * (1e-5 + 8e-9))
 
 
 def test_program_cost_step_time_adds_rooflines_and_collectives():

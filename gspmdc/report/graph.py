@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from html import escape
 from math import prod
 
-from gspmdc.ir.collective_bytes import COLLECTIVE_OPCODES
+from gspmdc.ir.ops import COLLECTIVES, opcodes
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.units import format_bytes, format_seconds
@@ -30,10 +30,9 @@ PALETTE = ("#8ecae6", "#ffb703", "#90be6d", "#f4a261", "#b5a7e6", "#f28482", "#8
 REPLICATED_COLOUR = "#e5e7eb"
 NONE_COLOUR = "#ffffff"
 #: opcodes of index bookkeeping values (left out when small and integer)
-_BOOKKEEPING = frozenset({"constant", "partition-id", "replica-id", "dynamic-slice", "reshape",
-                          "convert", "add", "subtract", "multiply", "broadcast", "iota",
-                          "compare", "select", "clamp", "minimum", "maximum", "divide",
-                          "remainder"})
+_BOOKKEEPING = opcodes("constant", "partition-id", "replica-id", "dynamic-slice", "reshape",
+                       "convert", "add", "subtract", "multiply", "broadcast", "iota", "compare",
+                       "select", "clamp", "minimum", "maximum", "divide", "remainder")
 
 
 @dataclass
@@ -105,7 +104,7 @@ def computation_svg(comp: Computation, legend: Legend, details: dict, prefix: st
 
 def _kind(inst: Instruction) -> str:
     metadata = inst.attr("metadata")
-    if inst.opcode in COLLECTIVE_OPCODES:
+    if inst.opcode in COLLECTIVES:
         return "collective"
     if metadata is not None and metadata.get("spmd_reason") is not None:
         return "partitioner"
@@ -144,7 +143,7 @@ def _node(inst: Instruction, key: str, x: float, y: float, width: float, lines: 
 
 def _height(inst: Instruction) -> int:
     """Collectives have a third line (their cost)."""
-    return NODE_HEIGHT + (14 if inst.opcode in COLLECTIVE_OPCODES else 0)
+    return NODE_HEIGHT + (14 if inst.opcode in COLLECTIVES else 0)
 
 
 def _path(points: list[tuple[float, float]], u: Instruction, v: Instruction) -> str:

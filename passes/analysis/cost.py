@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspmdc.ir.collective_bytes import COLLECTIVE_OPCODES, collective_bytes
+from gspmdc.ir import ops
+from gspmdc.ir.collective_bytes import collective_bytes
 from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
 from gspmdc.ir.flops import executed_computations, instruction_flops
 from gspmdc.ir.liveness import OPERAND_PRESERVING, MemoryProfile, memory_profile, shape_bytes
@@ -32,11 +33,11 @@ from gspmdc.passes.spmd.traffic import execution_counts, trip_count
 from .machine import Machine, collective_seconds
 
 #: instructions that move no data of their own (references, control flow, parameters)
-_NO_WORK = OPERAND_PRESERVING | frozenset({
-    "parameter", "tuple", "get-tuple-element", "while", "call", "conditional", "fusion",
-    "call-start", "call-done", "after-all", "partition-id", "replica-id", "constant", "bitcast"})
+_NO_WORK = OPERAND_PRESERVING | ops.with_trait(
+    ops.Trait.CONTROL_FLOW, ops.Trait.ASYNC, ops.Trait.TOKEN, ops.Trait.DEVICE_ID) | \
+    ops.opcodes("parameter", "tuple", "get-tuple-element", "constant", "bitcast")
 #: instructions whose operations count toward the utilization (the matrix units' work)
-MATRIX_OPCODES = frozenset({"dot", "convolution"})
+MATRIX_OPCODES = ops.opcodes("dot", "convolution")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def program_cost(module: Module, num_partitions: int, machine: Machine) -> Progr
     for comp in executed_computations(module):
         executions = counts.get(comp.name)
         for inst in comp.instructions:
-            if inst.opcode in COLLECTIVE_OPCODES:
+            if inst.opcode in ops.COLLECTIVES:
                 collectives.append(_collective(inst, comp.name, n, executions, machine))
             else:
                 timed = _instruction_time(inst, comp.name, executions, module, machine)
@@ -151,7 +152,7 @@ class _RunCost:
         return totals
 
     def _own(self, inst: Instruction) -> _Totals | None:
-        if inst.opcode in COLLECTIVE_OPCODES:
+        if inst.opcode in ops.COLLECTIVES:
             cost = collective_bytes(inst, self.n)
             seconds, _ = collective_seconds(inst.opcode, cost.operand_bytes, cost.group_size,
                                             self.machine)
