@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 GSPMDC  = $(VENV)/bin/gspmdc
 
-.PHONY: install test test-slow demo bench paper-scale conformance conformance-xla clean
+.PHONY: install test test-slow demo bench paper-scale cost-agreement conformance conformance-xla clean
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,10 @@ bench: install
 # the GSPMD paper's scaling claims for a dense Transformer, 128 ... 2048 devices (docs/paper-scale.md)
 paper-scale: install
 	$(PY) bench/paper_scale.py --write docs/paper-scale.md
+
+# gspmdc cost against run --profile-json on MPI ranks over the corpora (the table of docs/cost.md)
+cost-agreement: install
+	$(PY) -m gspmdc.conformance cost
 
 conformance: install
 	$(PY) -m gspmdc.conformance parse

@@ -1,6 +1,6 @@
 """Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
 
-    python -m gspmdc.conformance parse|propagate|partition [--shared DIR] [--verbose]
+    python -m gspmdc.conformance parse|propagate|partition|cost [--shared DIR] [--verbose]
                                  [--cases NAME ...]
 
 `parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
@@ -10,8 +10,9 @@ JAX program: its .hlo files parse and `program.hlo` on `inputs.npz` reproduces `
 `propagate` scores sharding propagation on `xla-propagation.json` (see
 `gspmdc/conformance_propagation.py`); `partition` runs every case of `xla-partitioner.json` through
 the partitioner and the local backend and checks it against the reference (see
-`gspmdc/conformance_partition.py`). The corpora live in `../shared` beside the repository (override with `--shared`); they are the team's
-measuring stick, not part of the package.
+`gspmdc/conformance_partition.py`); `cost` compares `gspmdc cost` with `run --profile-json` on MPI
+ranks (see `gspmdc/conformance_cost.py`). The corpora live in `../shared` beside the repository
+(override with `--shared`); they are the team's measuring stick, not part of the package.
 """
 from __future__ import annotations
 
@@ -323,7 +324,7 @@ def _report(title: str, tallies: list[Tally], verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gspmdc.conformance",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["parse", "propagate", "partition"], help="what to score")
+    parser.add_argument("stage", choices=["parse", "propagate", "partition", "cost"], help="what to score")
     parser.add_argument("--shared", type=Path, default=None,
                         help="the shared corpora folder (default: ../shared beside the repo)")
     parser.add_argument("--verbose", action="store_true", help="list every failure")
@@ -337,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.stage == "propagate":
         from gspmdc.conformance_propagation import score
+        return score(shared, args.verbose)
+    if args.stage == "cost":
+        from gspmdc.conformance_cost import score
         return score(shared, args.verbose)
     limits = MachineLimits.of_this_machine()
     if args.stage == "partition":

@@ -10,7 +10,9 @@
 
 A conditional runs one branch where the model counts the costlier, so where the program has one
 the model is an upper bound (equal when the branches cost the same). The conformance cases run as
-a sample here; `pytest -m slow tests/test_cost_agreement.py` runs all of them.
+a sample here; `pytest -m slow tests/test_cost_agreement.py` runs all of them (the cases of
+`gspmdc.conformance_cost.agreement_cases`); `make cost-agreement` prints the figures of
+docs/cost.md.
 """
 from __future__ import annotations
 
@@ -21,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gspmdc import api
-from gspmdc.conformance import largest_value_bytes, multiply_adds
+from gspmdc.conformance_cost import agreement_cases
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PROGRAMS = SHARED / "jax-programs"
@@ -101,24 +102,7 @@ def test_jax_program_cost_equals_measurement_and_xla_memory(name, tmp_path):
     assert model["output_bytes_per_device"] == [memory["output_bytes"]] * n
 
 
-def _runnable_cases() -> list[dict]:
-    path = SHARED / "conformance" / "xla-partitioner.json"
-    if not path.is_file():
-        return []
-    cases = []
-    for case in json.loads(path.read_text())["cases"]:
-        if {"infeed", "outfeed", "send", "recv"} & set(case["opcodes"]):
-            continue
-        try:
-            module = api.parse(case["hlo"])
-        except Exception:   # noqa: BLE001 - cases gspmdc rejects are other tests' business
-            continue
-        if largest_value_bytes(module) <= 1 << 20 and multiply_adds(module) <= 1e6:
-            cases.append(case)
-    return cases
-
-
-CASES = _runnable_cases()
+CASES = agreement_cases(SHARED)
 
 
 def _check_case(case: dict, tmp_path: Path) -> None:
@@ -149,3 +133,17 @@ def test_conformance_sample_cost_equals_measurement(case, tmp_path):
                          ids=lambda c: c["name"])
 def test_conformance_cost_equals_measurement(case, tmp_path):
     _check_case(case, tmp_path)
+
+
+def test_the_agreement_score_counts_what_differs():
+    from gspmdc.conformance_cost import compare
+    collective = {"name": "ag", "bytes_sent_per_device": [12, 12],
+                  "bytes_received_per_device": [12, 12], "calls": 1}
+    model = {"collectives": [collective, dict(collective, name="ar")],
+             "flops_per_device": [10, 10], "peak_memory_bytes_per_device": [100, 200]}
+    measured = {"collectives": [collective, dict(collective, name="ar", calls=2)],
+                "flops_per_device": [10, 11], "peak_memory_bytes_per_device": [100, 150]}
+    agreement = compare(model, measured)
+    assert (agreement.collectives, agreement.collectives_equal) == (2, 1)
+    assert not agreement.flops_equal and not agreement.within_bounds   # 11 > 10 operations
+    assert agreement.peak_deviations == [0.0, -0.25]
