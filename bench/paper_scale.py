@@ -2,8 +2,8 @@
 checked on 128 ... 2048 devices without running anything.
 
 For each mesh, the model of `gspmdc transformer` (same model everywhere) is partitioned
-(`compile_spmd`; the best of `ROUNDS` timings, the meshes taking turns in each round so that a
-change of the machine's load touches them alike) and analysed (`gspmdc cost`'s model on the TPU v3
+(`compile_spmd`; the best of `ROUNDS` timings, the meshes taking turns in each round, in a
+rotating order, so that a change of the machine's load touches them alike) and analysed (`gspmdc cost`'s model on the TPU v3
 preset, the paper's machine). The table gives, per device count:
 
 - compile time, and the partitioned program's instruction count and text size (the program
@@ -21,6 +21,7 @@ preset, the paper's machine). The table gives, per device count:
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from pathlib import Path
@@ -40,14 +41,17 @@ PAPER_UTILIZATION = "50–62%"
 
 def compile_seconds(configs: list[TransformerConfig]) -> list[float]:
     """The best partitioning time of each config over `ROUNDS` rounds (each round compiles
-    every config once, in turn)."""
+    every config once, in turn, starting one config further on than the round before; the
+    garbage of the previous compile is collected before each timing)."""
     texts = [transformer_hlo(c) for c in configs]
     best = [float("inf")] * len(configs)
-    for _ in range(ROUNDS):
-        for k, (config, text) in enumerate(zip(configs, texts)):
-            module = api.parse(text)
+    for round_number in range(ROUNDS):
+        for step in range(len(configs)):
+            k = (round_number + step) % len(configs)
+            module = api.parse(texts[k])
+            gc.collect()
             start = time.perf_counter()
-            compile_spmd(module, config.devices)
+            compile_spmd(module, configs[k].devices)
             best[k] = min(best[k], time.perf_counter() - start)
     return best
 
