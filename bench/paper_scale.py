@@ -3,8 +3,9 @@ checked on 128 ... 2048 devices without running anything.
 
 For each mesh, the model of `gspmdc transformer` (same model everywhere) is partitioned
 (`compile_spmd`; the best of `ROUNDS` timings, the meshes taking turns in each round, in a
-rotating order, so that a change of the machine's load touches them alike) and analysed (`gspmdc cost`'s model on the TPU v3
-preset, the paper's machine). The table gives, per device count:
+rotating order, so that a change of the machine's load touches them alike) and analysed
+(`gspmdc cost`'s model on the TPU v3 preset, the paper's machine). The table gives, per device
+count:
 
 - compile time, and the partitioned program's instruction count and text size (the program
   does not grow with the devices);

@@ -324,7 +324,8 @@ def _report(title: str, tallies: list[Tally], verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gspmdc.conformance",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["parse", "propagate", "partition", "cost"], help="what to score")
+    parser.add_argument("stage", choices=["parse", "propagate", "partition", "cost"],
+                        help="what to score")
     parser.add_argument("--shared", type=Path, default=None,
                         help="the shared corpora folder (default: ../shared beside the repo)")
     parser.add_argument("--verbose", action="store_true", help="list every failure")

@@ -46,7 +46,8 @@ def participant_groups(inst: Instruction, num_partitions: int) -> list[list[int]
     return [list(range(num_partitions))]
 
 
-def group_of(inst: Instruction, groups: list[list[int]], partition_id: int) -> tuple[list[int], int]:
+def group_of(inst: Instruction, groups: list[list[int]],
+             partition_id: int) -> tuple[list[int], int]:
     """The group containing `partition_id` and the partition's position in it."""
     for group in groups:
         if partition_id in group:

@@ -10,8 +10,9 @@ partitions, and each method returns this partition's result. Backends:
 
 Everything a backend needs besides moving bytes is shared here, so all backends agree exactly:
 `participant_groups` / `permute_pairs` (from `gspmdc.ir.collective_groups`) decide who talks to
-whom (HLO group modes, one replica), and the pure functions `fold`, `gather_concat`, `scatter_block`, `split_blocks` compute a result from the
-operands of a group *in group order* (what XLA's operation semantics specify).
+whom (HLO group modes, one replica), and the pure functions `fold`, `gather_concat`,
+`scatter_block`, `split_blocks` compute a result from the operands of a group *in group order*
+(what XLA's operation semantics specify).
 """
 from __future__ import annotations
 

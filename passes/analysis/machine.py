@@ -11,14 +11,14 @@ Collective times (`collective_seconds`) for a group of `G` devices moving `b` by
 per device, ring or tree algorithm, whichever is faster (MPI libraries and NCCL choose
 likewise):
 
-| collective           | ring                               | tree                                  |
-|----------------------|------------------------------------|---------------------------------------|
-| all-gather           | `(G-1)(α + b/β)`                   | `⌈log2 G⌉ α + (G-1) b/β` (doubling)   |
-| all-reduce           | `2(G-1)(α + b/(G β))`              | `2 ⌈log2 G⌉ (α + b/β)` (reduce, bcast)|
-| reduce-scatter       | `(G-1)(α + b/(G β))`               | `⌈log2 G⌉ α + (G-1)/G b/β` (halving)  |
-| all-to-all           | `(G-1)(α + b/(G β))`               | — (pairwise exchange)                 |
-| collective-permute   | `α + b/β`                          | —                                     |
-| collective-broadcast | `(G-1) α + b/β` (pipelined chain)  | `⌈log2 G⌉ (α + b/β)` (binomial tree)  |
+| collective           | ring                              | tree                                 |
+|----------------------|-----------------------------------|--------------------------------------|
+| all-gather           | `(G-1)(α + b/β)`                  | `⌈log2 G⌉ α + (G-1) b/β` (doubling)  |
+| all-reduce           | `2(G-1)(α + b/(G β))`             | `2 ⌈log2 G⌉ (α + b/β)` (reduce+bcast)|
+| reduce-scatter       | `(G-1)(α + b/(G β))`              | `⌈log2 G⌉ α + (G-1)/G b/β` (halving) |
+| all-to-all           | `(G-1)(α + b/(G β))`              | — (pairwise exchange)                |
+| collective-permute   | `α + b/β`                         | —                                    |
+| collective-broadcast | `(G-1) α + b/β` (pipelined chain) | `⌈log2 G⌉ (α + b/β)` (binomial tree) |
 """
 from __future__ import annotations
 
