@@ -7,8 +7,8 @@ rotating order, so that a change of the machine's load touches them alike) and a
 (`gspmdc cost`'s model on the TPU v3 preset, the paper's machine). The table gives, per device
 count:
 
-- compile time, and the partitioned program's instruction count and text size (the program
-  does not grow with the devices);
+- compile time (CPU seconds), and the partitioned program's instruction count and text size
+  (the program does not grow with the devices);
 - peak memory per device from the liveness analysis and peak x N, against 128 devices (the claim:
   memory per device falls linearly, so peak x N stays constant);
 - bytes each device sends per step, from the analysis and from the closed form of the 2-D
@@ -41,9 +41,11 @@ PAPER_UTILIZATION = "50–62%"
 
 
 def compile_seconds(configs: list[TransformerConfig]) -> list[float]:
-    """The best partitioning time of each config over `ROUNDS` rounds (each round compiles
-    every config once, in turn, starting one config further on than the round before; the
-    garbage of the previous compile is collected before each timing)."""
+    """The best partitioning time of each config over `ROUNDS` rounds, in CPU seconds of this
+    process (on a shared machine, wall time also counts the waits for a core; partitioning is
+    single-threaded). Each round compiles every config once, in turn, starting one config further
+    on than the round before; the garbage of the previous compile is collected before each
+    timing."""
     texts = [transformer_hlo(c) for c in configs]
     best = [float("inf")] * len(configs)
     for round_number in range(ROUNDS):
@@ -51,9 +53,9 @@ def compile_seconds(configs: list[TransformerConfig]) -> list[float]:
             k = (round_number + step) % len(configs)
             module = api.parse(texts[k])
             gc.collect()
-            start = time.perf_counter()
+            start = time.process_time()
             compile_spmd(module, configs[k].devices)
-            best[k] = min(best[k], time.perf_counter() - start)
+            best[k] = min(best[k], time.process_time() - start)
     return best
 
 
