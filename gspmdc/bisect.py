@@ -37,7 +37,7 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.sharding import HloSharding
-from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, reduction_length
+from gspmdc.runtime.compare import compare_output_arrays, program_tolerance
 from gspmdc.runtime.sharded_io import ShardedLeaf, assemble_leaf, flatten_value
 
 #: reducers of the collectives that resolve partial results, by their root opcode
@@ -135,7 +135,7 @@ def bisect(reference: Module, spmd: Module, num_partitions: int,
     evaluate(reference, list(inputs), on_value=ref_recorder)
     recorders = [_Recorder(spmd, wanted_spmd) for _ in range(n)]
     run_local(spmd, split_inputs(spmd_signature(spmd, n), inputs), n, on_value=recorders)
-    tolerance = check_tolerance(reduction_length(reference))
+    tolerance = program_tolerance(reference)
     for computation, name, k in ref_recorder.order:
         key = (computation, name)
         for check in checks.get(key, ()):

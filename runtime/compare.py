@@ -136,12 +136,27 @@ def check_tolerance(reference: Module) -> Tolerance:
     precisions = path_precision(reference)
 
     def tolerance(name: str, want: np.ndarray) -> Bound:
-        precision = precisions.get(name) or _PathPrecision.of_type(_real_type(want.dtype))
-        rtol = 8 * max(precision.eps, precision.reduction_error)
-        finite = np.abs(want[np.isfinite(want)])
-        return Bound(rtol, rtol * (float(finite.max()) if finite.size else 0.0),
-                     precision.describe())
+        return _bound(precisions.get(name) or _PathPrecision.of_type(_real_type(want.dtype)), want)
     return tolerance
+
+
+def program_tolerance(reference: Module) -> Tolerance:
+    """A tolerance for any value computed inside the program `reference` (`gspmdc bisect`
+    compares values, not outputs): the bound of its least precise output path, or of the value's
+    own type when that is less precise."""
+    worst = _EXACT
+    for precision in path_precision(reference).values():
+        worst = worst.joined(precision)
+
+    def tolerance(name: str, want: np.ndarray) -> Bound:
+        return _bound(worst.joined(_PathPrecision.of_type(_real_type(want.dtype))), want)
+    return tolerance
+
+
+def _bound(precision: "_PathPrecision", want: np.ndarray) -> Bound:
+    rtol = 8 * max(precision.eps, precision.reduction_error)
+    finite = np.abs(want[np.isfinite(want)])
+    return Bound(rtol, rtol * (float(finite.max()) if finite.size else 0.0), precision.describe())
 
 
 @dataclass(frozen=True)
