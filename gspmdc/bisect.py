@@ -18,7 +18,8 @@ partitioned program kept is checked at its k-th execution against the reference'
 A value is checked piece by piece: every partition's piece against its part of the reference
 value (a tile of a tiled value, the whole of a replicated one, padding ignored), so a partition
 holding wrong numbers is named even when the others are right; a partial result as the combined
-whole. Floats must agree within `run --check`'s tolerance, anything else exactly. The first
+whole. Floats must agree within `run --check`'s bound for the program's least precise output
+(`runtime.compare.program_tolerance`), anything else exactly. The first
 value that differs is reported with both values, the partitions whose pieces differ, the
 shardings, and the partitioner's instructions for X with their reasons.
 
