@@ -15,17 +15,17 @@ from __future__ import annotations
 
 from math import prod
 
-from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.custom_call_targets import (
     BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
 )
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import is_spatially_partitioned, merge_if_compatible
 
 from .backward_rules import from_user
 from .context import Context, Proposal
 from .preprocess import unspecified_dims
-from .sharding_algebra import is_spatially_partitioned, merge_if_compatible
 
 Refinement = list[tuple[Instruction, Proposal]]
 _RULE = "unspecified dims"
@@ -36,7 +36,7 @@ def _refine(current: HloSharding, neighbour: HloSharding | None,
     """`current` merged with `neighbour`'s tiling on the unspecified dims, or None."""
     if neighbour is None or not neighbour.is_tiled or current.is_tuple or current.is_manual:
         return None
-    return merge_if_compatible(ops.replicate_all_except(neighbour, unspecified), current)
+    return merge_if_compatible(algebra.replicate_all_except(neighbour, unspecified), current)
 
 
 # ---- auto side <-> manual side -------------------------------------------------------------

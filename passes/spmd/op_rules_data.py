@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gspmdc.ir import sharding_ops
+from gspmdc.ir import sharding_algebra
 from gspmdc.ir.attributes import Literal
 from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Instruction
@@ -157,16 +157,16 @@ class ReshapeRule(PartitionRule):
                     local_reshape_ok(in_shape, out_shape, in_sharding, out_sharding):
                 candidates.append(OpPlan((in_sharding,), out_sharding, reason))
 
-        add(sharding_ops.reshape_sharding(target, out_shape.dims, in_shape.dims), target,
+        add(sharding_algebra.reshape_sharding(target, out_shape.dims, in_shape.dims), target,
             "reshape operand takes the result's tiling")
         source = operand.sharding
         if source.is_tiled and source == without_partials(source):
-            add(source, sharding_ops.reshape_sharding(source, in_shape.dims, out_shape.dims),
+            add(source, sharding_algebra.reshape_sharding(source, in_shape.dims, out_shape.dims),
                 "reshape keeps the operand's tiling")
-            through = sharding_ops.propagate_through_reshape(source, in_shape.dims,
+            through = sharding_algebra.propagate_through_reshape(source, in_shape.dims,
                                                              out_shape.dims)
             if through.is_tiled:
-                add(sharding_ops.reshape_sharding(through, out_shape.dims, in_shape.dims),
+                add(sharding_algebra.reshape_sharding(through, out_shape.dims, in_shape.dims),
                     through, "reshape keeps the part of the operand's tiling that survives")
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated,), replicated,
@@ -184,7 +184,7 @@ def local_reshape_ok(in_shape: ArrayShape, out_shape: ArrayShape, a: HloSharding
         return a == b
     if not a.is_tiled or not b.is_tiled or a.num_tiles != b.num_tiles:
         return False
-    if sharding_ops.reshape_sharding(a, in_shape.dims, out_shape.dims) != b:
+    if sharding_algebra.reshape_sharding(a, in_shape.dims, out_shape.dims) != b:
         return False
     for ins, outs in _reshape_groups(in_shape.dims, out_shape.dims):
         if _is_kept_dim(ins, outs, in_shape, out_shape, a, b):

@@ -31,7 +31,7 @@ from math import prod
 
 import numpy as np
 
-from gspmdc.ir import sharding_ops
+from gspmdc.ir import sharding_algebra
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 
@@ -204,10 +204,10 @@ def _inverse(mapping: list[int], rank: int) -> list[int]:
 def _merge_free(own: HloSharding, aligned: HloSharding,
                 free: tuple[int, ...]) -> HloSharding | None:
     """`aligned` refined with `own`'s tiling of the free dims, when the two merge."""
-    own_free = sharding_ops.replicate_all_except(own, free)
+    own_free = sharding_algebra.replicate_all_except(own, free)
     if not own_free.is_tiled:
         return None
-    return sharding_ops.merge_if_compatible(own_free, aligned)
+    return sharding_algebra.merge_if_compatible(own_free, aligned, 0)
 
 
 def _local_work(inst, plan: OpPlan) -> float:

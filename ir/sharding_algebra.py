@@ -1,45 +1,84 @@
-"""The algebra of derived shardings (reference §2.7; XLA's hlo_sharding_util).
+"""The sharding algebra: every sharding derived from another, as pure functions on immutable
+`HloSharding` values (the algorithms are described in docs/design/sharding-algebra.md).
 
-Every function takes and returns immutable `HloSharding` values; non-tiled shardings (replicated,
-maximal, manual, unknown, unreduced) pass through unchanged unless stated otherwise. Functions whose
-transformation may be impossible (reshape, collapsed transpose, merge) return `None` then, exactly
-where XLA returns `std::nullopt`/`false`. Tile-assignment arithmetic goes through `TileAssignment`
-transpose/reshape, which stay in iota form, so the cost of most operations does not depend on the
-number of devices; merging, reversing and grouping use vectorised numpy over the device array.
+Conventions, the same for every function:
 
-| §2.7 | function |
-|------|----------|
-| (a)  | `partially_replicate_on_dims(s, dims)` |
-| (b)  | `replicate_all_except(s, keep)` |
-| (c)  | `replicate_all_data_dims(s, data_rank=None)` |
-| (d)  | `remove_dims(s, dims)` |
-| (e)  | `transpose(s, perm)` |
-| (f)  | `reverse(s, dims)` |
-| (g)  | `move_and_merge(s, source_dim, target_dim)` |
-| (h)  | `transpose_with_collapsed_dims(s, src_to_tgt, tgt_to_src)` |
-| (i)  | `propagate_along_dims(s, source_dims, target_dims, target_rank)` |
-| (j)  | `reshape_sharding(s, source_dims, target_dims)` |
-| (k)  | `propagate_through_reshape(s, source_dims, target_dims)` |
-| (l)  | `merge_if_compatible(to_merge, dst, minimum_tiles=0)` |
-| (m)  | `is_more_specific(a, b)` |
-| (n)  | `is_subtiling_or_equal(shape, a, b)` |
-| (o)  | `group_on_dims(s, dims, shards=None)`, `ungroup(grouped)`, `GroupedSharding` |
-| (p)  | `HloSharding.partition_groups_for_replication(dims)` |
+* argument order: the sharding (or shardings) first, then dims and shapes, then options;
+* functions named after an XLA function (`reshape_sharding` for ReshapeSharding, ...) give the
+  answer XLA's own function gives, device order included; the design note lists them;
+* non-tiled shardings (replicated, maximal, manual, unknown, unreduced) pass through unchanged
+  unless stated otherwise; functions whose transformation can be impossible return `None` exactly
+  where XLA returns no sharding;
+* tile-assignment arithmetic goes through `TileAssignment.transpose/reshape`, which stay in iota
+  form, so most operations cost the same at 8 and at 4096 devices; merging, reversing and grouping
+  use vectorised numpy over the device array.
+
+The algebra owns the project's one cache: `cached` memoizes a pure function of hashable values
+(shardings, shapes, tuples of dims) and `clear_caches()` empties every table.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from itertools import permutations
 from math import gcd, prod
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from gspmdc.errors import ShardingError
 
+from .shapes import ArrayShape, Shape, TupleShape
 from .sharding import SUBGROUP_TYPES, HloSharding
-from .shapes import ArrayShape
 from .tile_assignment import TileAssignment
 
+# ---- the cache ---------------------------------------------------------------------------------
+
+#: entries kept per cached function before its table is emptied
+CACHE_SIZE = 1 << 16
+_TABLES: list[dict] = []
+
+
+def _key(value):
+    """Shardings compare without metadata; the key keeps the metadata so that a cached result
+    carries the right one. Lists and arrays of dims count as tuples."""
+    if isinstance(value, HloSharding):
+        return value, tuple(leaf.metadata for leaf in value.leaves())
+    if isinstance(value, (list, np.ndarray)):
+        return tuple(int(v) for v in value)
+    return value
+
+
+def cached(fn: Callable) -> Callable:
+    """Memoize a pure function of hashable arguments. Compilation asks the same questions over and
+    over (every layer of a model, every level of propagation, every reshard of the same shapes);
+    the answers are immutable values, so sharing them is safe."""
+    table: dict = {}
+    _TABLES.append(table)
+
+    @functools.wraps(fn)
+    def memo(*args, **kwargs):
+        key = tuple(_key(a) for a in args)
+        if kwargs:
+            key += tuple((name, _key(value)) for name, value in sorted(kwargs.items()))
+        try:
+            return table[key]
+        except KeyError:
+            pass
+        if len(table) >= CACHE_SIZE:
+            table.clear()
+        result = table[key] = fn(*args, **kwargs)
+        return result
+    return memo
+
+
+def clear_caches() -> None:
+    """Empty every table of `cached` (benchmarks measure cold caches)."""
+    for table in _TABLES:
+        table.clear()
+
+
+# ---- helpers -----------------------------------------------------------------------------------
 
 def _leaf(s: HloSharding, what: str) -> None:
     if s.is_tuple:
@@ -63,12 +102,43 @@ def _rebuild(s: HloSharding, ta: TileAssignment, subgroup_types=None) -> HloShar
     return HloSharding.tiled(ta, types, s.metadata, s.shard_group)
 
 
-# ---- (a), (b), (c), (d): replication and dim removal -------------------------------------------
+# ---- predicates and tuples ---------------------------------------------------------------------
 
+def is_spatially_partitioned(s: HloSharding | None) -> bool:
+    """Tiled, manual or replicated (any leaf of a tuple): XLA's IsSpatiallyPartitioned. A
+    single-device sharding is not."""
+    if s is None:
+        return False
+    if s.is_tuple:
+        return any(is_spatially_partitioned(e) for e in s.elements)
+    return s.kind != "maximal"
+
+
+def leaf_count(shape: Shape) -> int:
+    return sum(1 for _ in shape.leaves())
+
+
+def single_tuple(s: HloSharding, shape: Shape) -> HloSharding:
+    """`s` on every leaf of a tuple shape (XLA's SingleTuple); `s` itself for arrays."""
+    if not isinstance(shape, TupleShape):
+        return s
+    return HloSharding.tuple([s] * leaf_count(shape))
+
+
+def for_shape(s: HloSharding, shape: Shape) -> HloSharding:
+    """Normalise: a tuple-shaped value always carries a tuple sharding (one leaf per array leaf)."""
+    if isinstance(shape, TupleShape) and not s.is_tuple:
+        return single_tuple(s, shape)
+    return s
+
+
+# ---- replication and dim removal ---------------------------------------------------------------
+
+@cached
 def partially_replicate_on_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
-    """(a) Stop tiling data dims `dims`: their tiles fold into the replication subgroup. Dims
-    beyond the data rank are ignored (as in XLA)."""
-    _leaf(s, "partially_replicate_on_dims")
+    """Stop tiling data dims `dims` (XLA's PartiallyReplicateTiledShardingOnDims): their tiles fold
+    into the replication subgroup, as its major part. Dims beyond the data rank are ignored;
+    non-tiled shardings (tuples included) are returned unchanged."""
     if not s.is_tiled:
         return s
     rank = s.data_rank
@@ -88,7 +158,8 @@ def partially_replicate_on_dims(s: HloSharding, dims: Sequence[int]) -> HloShard
 
 
 def replicate_all_except(s: HloSharding, keep: Sequence[int]) -> HloSharding:
-    """(b) Replicate every data dim not in `keep`."""
+    """Replicate every data dim not in `keep` (XLA's
+    PartiallyReplicateTiledShardingOnAllDimsExcept)."""
     _leaf(s, "replicate_all_except")
     if not s.is_tiled:
         return s
@@ -97,8 +168,8 @@ def replicate_all_except(s: HloSharding, keep: Sequence[int]) -> HloSharding:
 
 
 def replicate_all_data_dims(s: HloSharding, data_rank: int | None = None) -> HloSharding:
-    """(c) `{replicated}`, except that manual subgroups survive (all data dims then have one tile,
-    re-ranked to `data_rank` when given)."""
+    """`{replicated}`, except that manual subgroups survive (all data dims then have one tile,
+    re-ranked to `data_rank` when given): XLA's ReplicateAllDataDims."""
     _leaf(s, "replicate_all_data_dims")
     if s.kind == "manual":
         return s
@@ -113,9 +184,10 @@ def replicate_all_data_dims(s: HloSharding, data_rank: int | None = None) -> Hlo
 
 
 def remove_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
-    """(d) Delete data dims `dims`, each of which must have a single tile."""
+    """Delete data dims `dims`, each of which must have a single tile (XLA's
+    RemoveShapeDimensions)."""
     _leaf(s, "remove_dims")
-    if not s.is_tiled or not dims:
+    if not s.is_tiled or not len(dims):
         return s
     dims = _data_dims(s, dims, "remove_dims")
     cut = [d for d in dims if s.tile_counts[d] != 1]
@@ -125,11 +197,13 @@ def remove_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     return _rebuild(s, ta.reshape([n for i, n in enumerate(ta.dims) if i not in dims] or [1]))
 
 
-# ---- (e), (f), (g), (h), (i): moving tiles between dims ----------------------------------------
+# ---- moving tiles between dims -----------------------------------------------------------------
 
+@cached
 def transpose(s: HloSharding, perm: Sequence[int]) -> HloSharding:
-    """(e) The sharding of `transpose(x, perm)` (output dim i = input dim `perm[i]`). `perm` covers
-    the data dims (subgroup dims stay last) or all dims of `T` (subgroup dims must stay last)."""
+    """The sharding of `transpose(x, perm)` (output dim i = input dim `perm[i]`; XLA's
+    TransposeSharding). `perm` covers the data dims (subgroup dims stay last) or all dims of `T`
+    (subgroup dims must stay last)."""
     _leaf(s, "transpose")
     if not s.is_tiled:
         return s
@@ -145,9 +219,9 @@ def transpose(s: HloSharding, perm: Sequence[int]) -> HloSharding:
 
 
 def reverse(s: HloSharding, dims: Sequence[int]) -> HloSharding:
-    """(f) The sharding of `reverse(x, dims)`: `T` flipped along those dims."""
+    """The sharding of `reverse(x, dims)`: `T` flipped along those dims (XLA's ReverseSharding)."""
     _leaf(s, "reverse")
-    if not s.is_tiled or not dims:
+    if not s.is_tiled or not len(dims):
         return s
     dims = _data_dims(s, dims, "reverse")
     if all(s.tile_counts[d] == 1 for d in dims):
@@ -156,8 +230,9 @@ def reverse(s: HloSharding, dims: Sequence[int]) -> HloSharding:
 
 
 def move_and_merge(s: HloSharding, source_dim: int, target_dim: int) -> HloSharding:
-    """(g) Move the tiles of `source_dim` into `target_dim` (target count becomes
-    `t_target * t_source`, source 1); source tiles become the minor part of the target's."""
+    """Move the tiles of `source_dim` into `target_dim` (target count becomes
+    `t_target * t_source`, source 1); source tiles become the minor part of the target's (XLA's
+    MoveAndMergeShardingTiles)."""
     _leaf(s, "move_and_merge")
     if not s.is_tiled:
         raise ShardingError(f"move_and_merge needs a tiled sharding, got {s.to_text()}")
@@ -173,8 +248,9 @@ def move_and_merge(s: HloSharding, source_dim: int, target_dim: int) -> HloShard
 
 def transpose_with_collapsed_dims(s: HloSharding, src_to_tgt: Sequence[int],
                                   tgt_to_src: Sequence[int]) -> HloSharding | None:
-    """(h) Map `s` from source data dims to target data dims (`src_to_tgt[i] = -1`: dim i
-    disappears and must have one tile, else None; `tgt_to_src[j] = -1`: new dim with one tile)."""
+    """Map `s` from source data dims to target data dims (XLA's
+    TransposeShardingWithCollapsedDims): `src_to_tgt[i] = -1` means dim i disappears and must have
+    one tile (else None); `tgt_to_src[j] = -1` means a new dim with one tile."""
     _leaf(s, "transpose_with_collapsed_dims")
     if not s.is_tiled:
         return s
@@ -199,8 +275,9 @@ def transpose_with_collapsed_dims(s: HloSharding, src_to_tgt: Sequence[int],
 
 def propagate_along_dims(s: HloSharding, source_dims: Sequence[int], target_dims: Sequence[int],
                          target_rank: int) -> HloSharding:
-    """(i) Keep the tiling of `source_dims[k]` on `target_dims[k]` of a rank-`target_rank` value and
-    replicate every other source dim (gather/scatter passthrough and index dims)."""
+    """Keep the tiling of `source_dims[k]` on `target_dims[k]` of a rank-`target_rank` value and
+    replicate every other source dim (XLA's PropagateShardingAlongDimsAndReplicateOthers, used for
+    gather/scatter passthrough and index dims)."""
     _leaf(s, "propagate_along_dims")
     if len(source_dims) != len(target_dims):
         raise ShardingError(f"propagate_along_dims: {list(source_dims)} vs {list(target_dims)}")
@@ -227,19 +304,19 @@ def propagate_along_dims(s: HloSharding, source_dims: Sequence[int], target_dims
     return _rebuild(kept, ta.transpose(order).reshape(new_dims or [1]))
 
 
-# ---- (j), (k): reshape ---------------------------------------------------------------------------
+# ---- reshape -----------------------------------------------------------------------------------
 
 def _reshape_tile_counts(source: Sequence[int], target: Sequence[int], counts: Sequence[int]):
-    """The two-pointer scan of §2.7(j): `(target tile counts, source dims to replicate)`, or
-    None."""
+    """XLA's ReshapeSharding scan (the design note's two-pointer form): `(target tile counts,
+    sharded size-1 source dims to replicate)`, or None when no tile can follow."""
     src_rank, tgt_rank = len(source), len(target)
+    if src_rank == 0 or tgt_rank == 0:
+        return None
     out = [1] * tgt_rank
     marked: list[int] = []
     i = j = 0
-    if src_rank == 0 or tgt_rank == 0:
-        return None
     ss, st, ts = source[0], counts[0], target[0]
-    ts_fresh = True
+    ts_fresh = True             # target dim j not yet partly consumed by a split
 
     def advance_i():
         nonlocal i, ss, st
@@ -256,7 +333,7 @@ def _reshape_tile_counts(source: Sequence[int], target: Sequence[int], counts: S
 
     while i < src_rank and j < tgt_rank:
         acc = 1
-        while i < src_rank and st == 1:
+        while i < src_rank and st == 1:          # unsharded source dims merge freely
             acc *= ss
             advance_i()
         while j < tgt_rank and acc != 1 and acc % ts == 0:
@@ -266,8 +343,8 @@ def _reshape_tile_counts(source: Sequence[int], target: Sequence[int], counts: S
             break
         if ss == ts:
             if not ts_fresh and ss % st != 0:
-                break       # an uneven minor part of a merged dim: no grouping of its shards
-                # fills whole tiles of the merged dim (that needs cdiv(ss, st) * st == ss)
+                out[j] *= gcd(ss, st)            # the minor rest of a split dim, uneven
+                break
             out[j] *= st
             advance_i()
             advance_j()
@@ -291,10 +368,14 @@ def _reshape_tile_counts(source: Sequence[int], target: Sequence[int], counts: S
     return out, marked
 
 
+@cached
 def reshape_sharding(s: HloSharding, source_dims, target_dims) -> HloSharding | None:
-    """(j) The sharding of `reshape(x)` from shape `source_dims` to `target_dims` such that every
-    device's elements lie inside its target tile, or None when no data dim can keep any tiling.
-    Devices are only regrouped, never reordered; tiles that cannot follow become replication."""
+    """The sharding of `reshape(x)` from dims `source_dims` to `target_dims` given `x`'s sharding
+    `s`, or None when no tile can follow (XLA's ReshapeSharding). The tile assignment is only
+    reshaped, never permuted: tiles that cannot follow (a sharded size-1 dim that disappears, the
+    remainder of a gcd split) become replication. When every sharded source dim divides evenly,
+    every device's elements lie inside its target tile; for uneven dims XLA's answer may let them
+    straddle tiles (callers that need containment check it, see `op_rules_data.local_reshape_ok`)."""
     _leaf(s, "reshape_sharding")
     if not s.is_tiled:
         return s
@@ -312,104 +393,131 @@ def reshape_sharding(s: HloSharding, source_dims, target_dims) -> HloSharding | 
     if not base.is_tiled:
         return None
     ta, rank = base.tile_assignment, base.data_rank
-    quotient = base.num_tiles // prod(out)
-    types = base.subgroup_types
+    types = list(base.subgroup_types)
+    dims = out + [1 if t == "replicated" else ta.dims[rank + k] for k, t in enumerate(types)]
+    quotient = ta.num_devices // prod(dims)
     if quotient > 1:
-        types = ("replicated",) + types
-        dims = out + [quotient] + list(ta.dims[rank:])
-    else:
-        dims = out + list(ta.dims[rank:])
+        if "replicated" in types:
+            dims[len(out) + types.index("replicated")] = quotient
+        else:
+            dims.append(quotient)
+            types.append("replicated")
     return _rebuild(base, ta.reshape(dims), types)
 
 
+@cached
 def propagate_through_reshape(s: HloSharding, source_dims, target_dims) -> HloSharding:
-    """(k) The best sharding for `reshape(x)` given `x`'s sharding: (j) on the whole tiling if it
-    works, else piecewise on the longest runs of source dims that can follow, merged with (l);
-    everything else replicated (manual subgroups kept)."""
+    """The sharding of `reshape(x)` propagated from `x`'s sharding `s` (XLA's
+    PropagateShardingThroughReshape): from each start dim, the longest run of source dims whose
+    tile counts alone survive `reshape_sharding` gives a piece (the devices of `T` transposed to
+    put the run first, reshaped to the reshaped tile counts plus replication), merged into the
+    result with `merge_if_compatible`; dims whose tiling cannot follow end up replicated. Only
+    the tile *counts* of the run are reshaped, as in XLA, so a sharded size-1 dim keeps its place
+    in the device order. Manual subgroups are set aside and restored."""
     _leaf(s, "propagate_through_reshape")
     if not s.is_tiled:
         return s
     source, target = _dims_of(source_dims), _dims_of(target_dims)
-    whole = reshape_sharding(s, source, target)
-    if whole is not None:
-        return whole
-    ta, rank = s.tile_assignment, s.data_rank
+    if s.has_manual_subgroup:
+        grouped = group_on_dims(s, [s.subgroup_dim("manual")])
+        inner = propagate_through_reshape(grouped.sharding, source, target)
+        return ungroup(grouped.with_sharding(inner, len(target)))
+    rank, ta = s.data_rank, s.tile_assignment
     counts = s.tile_counts
-    replicated_axis = s.subgroup_dim("replicated")
-    manual_axis = s.subgroup_dim("manual")
-    other_axes = [a for a in range(rank, ta.ndim) if a not in (replicated_axis, manual_axis)]
-    if other_axes:
-        raise ShardingError(f"propagate_through_reshape: unsupported subgroups in {s.to_text()}")
-    result: HloSharding | None = None
+    result = HloSharding.replicate()
     start = 0
     while start < rank:
         for end in range(rank, start, -1):
-            piece_counts = [counts[d] if start <= d < end else 1 for d in range(rank)]
-            if prod(piece_counts) == 1:
+            run = [counts[i] if start <= i < end else 1 for i in range(rank)]
+            if prod(run) == 1:
                 continue
-            reshaped = reshape_sharding(
-                HloSharding.tiled(TileAssignment.iota(piece_counts)), source, target)
-            if reshaped is None:
+            reshaped = reshape_sharding(HloSharding.tiled(TileAssignment.iota(run)), source,
+                                        target)
+            if reshaped is None or not reshaped.is_tiled:
                 continue
-            piece = _place_piece(ta, reshaped, list(range(start, end)),
-                                 [d for d in range(rank) if not start <= d < end], replicated_axis,
-                                 manual_axis)
-            if result is None:
-                result = piece
+            perm = list(range(start, end)) + list(range(start)) + list(range(end, ta.ndim))
+            dims = list(reshaped.tile_assignment.dims)
+            replicated = ta.num_devices // prod(dims)
+            if len(dims) == len(target):
+                dims.append(replicated)
             else:
-                merged = merge_if_compatible(piece, result)
-                if merged is not None:
-                    result = merged
-            start = end
-            break
+                dims[-1] *= replicated
+            piece = HloSharding.tiled(ta.transpose(perm).reshape(dims), ["replicated"])
+            merged = merge_if_compatible(piece, result)
+            if merged is not None:
+                result = merged
+                start = end
+                break
         else:
             start += 1
-    if result is None:
-        return replicate_all_data_dims(s, len(target)).with_metadata(s.metadata)
     return result.with_metadata(s.metadata)
 
 
-def _place_piece(ta: TileAssignment, reshaped: HloSharding, run: list[int], rest: list[int],
-                 replicated_axis: int, manual_axis: int) -> HloSharding:
-    """Map a reshaped piece sharding, computed over the iota of the `run` dims' tiles, back onto
-    the real devices of `ta`: piece device p is the set of devices with run coordinates p; the
-    other data dims and the replication dim join the piece's replication."""
-    rest = rest + ([replicated_axis] if replicated_axis >= 0 else [])
-    manual = [manual_axis] if manual_axis >= 0 else []
-    run_tiles = prod(ta.dims[d] for d in run)
-    members = ta.transpose(run + rest + manual).array.reshape(
-        run_tiles, -1, ta.dims[manual_axis] if manual else 1)
-    piece_ids = reshaped.tile_assignment.array
-    if not reshaped.has_partial_replication:
-        piece_ids = piece_ids[..., None]
-    devices = members[piece_ids]                         # [out..., q, R, M]
-    dims = list(reshaped.tile_counts) + [-1] + ([members.shape[2]] if manual else [])
-    types = ("replicated",) + (("manual",) if manual else ())
-    return HloSharding.tiled(TileAssignment.from_array(devices.reshape(dims)), types)
+# ---- merging and comparing ---------------------------------------------------------------------
+
+#: cap on the permutations the merge fast path tries (XLA enumerates them all; ranks are small)
+_MAX_FAST_PATH_DIMS = 6
 
 
-# ---- (l), (m), (n): comparing and merging --------------------------------------------------------
+def _fast_candidates(s: HloSharding, merged: list[int], replication: int,
+                     ndim: int) -> list[TileAssignment]:
+    """XLA's compatible tile assignments of `s` for the merged tiling: its replication dim split
+    into the tile counts it lacks (+ the remaining replication), in every order, moved in place."""
+    ta = s.tile_assignment
+    if not s.has_partial_replication or s.subgroup_size("replicated") == replication:
+        return [ta]
+    rank = s.data_rank
+    counts = s.tile_counts
+    kept = [i for i in range(rank) if counts[i] == merged[i]]
+    new_positions = [i for i in range(rank) if counts[i] != merged[i]]
+    new_sizes = [merged[i] for i in new_positions]
+    if replication > 1:
+        new_positions.append(ndim - 1)
+        new_sizes.append(replication)
+    if len(new_sizes) > _MAX_FAST_PATH_DIMS:
+        return []
+    out = []
+    for order in permutations(range(len(new_sizes))):
+        perm = [0] * (rank + (1 if replication > 1 else 0))
+        for k, i in enumerate(kept):
+            perm[i] = k
+        for k, o in enumerate(order):
+            perm[new_positions[o]] = len(kept) + k
+        shape = [counts[i] for i in kept] + [new_sizes[o] for o in order]
+        out.append(ta.reshape(shape).transpose(perm))
+    return out
 
+
+def _merged_metadata(to_merge: HloSharding, dst: HloSharding) -> tuple:
+    return dst.metadata + tuple(m for m in to_merge.metadata if m not in dst.metadata)
+
+
+@cached
 def merge_if_compatible(to_merge: HloSharding, dst: HloSharding,
-                        minimum_tiles: int = 0) -> HloSharding | None:
-    """(l) Combine two shardings that tile different data dims (or the same dims equally) into one
-    sharding refining both, with at least `minimum_tiles` tiles; None when incompatible. A
-    tile-maximal `dst` is replaced by `to_merge`. Each merged tile takes, in ascending order, the
-    devices that hold the corresponding tile in both inputs."""
+                        minimum_tiles: int | None = None) -> HloSharding | None:
+    """Combine two shardings that tile different data dims (or the same dims equally) into one
+    refining both, with at least `minimum_tiles` tiles (default: `dst`'s tiles + 1, a strict
+    refinement), or None when incompatible: XLA's MergeShardingIfCompatible. A tile-maximal `dst`
+    is replaced by `to_merge`. Each merged tile takes, in ascending order, the devices that hold
+    the corresponding tile in both inputs; the transpose/reshape fast path (no per-device work
+    for iota assignments) is tried first."""
     _leaf(to_merge, "merge_if_compatible")
     _leaf(dst, "merge_if_compatible")
-    if to_merge.is_tile_maximal or not to_merge.is_tiled:
+    if minimum_tiles is None:
+        minimum_tiles = dst.num_tiles + 1 if dst.is_tiled else 2
+    if "manual" in (to_merge.kind, dst.kind) or to_merge.is_tile_maximal or \
+            not to_merge.is_tiled:
         return None
     if dst.is_tile_maximal:
         return to_merge
     if not dst.is_tiled or not dst.has_partial_replication or dst.data_rank != to_merge.data_rank:
         return None
-    a_ta, b_ta = to_merge.tile_assignment, dst.tile_assignment
     manual = to_merge.subgroup_size("manual")
     if to_merge.has_manual_subgroup != dst.has_manual_subgroup or \
             manual != dst.subgroup_size("manual"):
         return None
-    if a_ta.num_devices != b_ta.num_devices:
+    n = to_merge.tile_assignment.num_devices
+    if n != dst.tile_assignment.num_devices:
         return None
     merged = []
     for a, b in zip(to_merge.tile_counts, dst.tile_counts):
@@ -417,12 +525,27 @@ def merge_if_compatible(to_merge: HloSharding, dst: HloSharding,
             return None
         merged.append(max(a, b))
     tiles = prod(merged)
-    n = a_ta.num_devices
     if n % (tiles * manual) or tiles < minimum_tiles:
         return None
     replication = n // (tiles * manual)
-    # Each device's merged index: to_merge's coordinate where it tiles a dim, dst's elsewhere;
-    # coordinates on a dim both tile must agree, and manual coordinates must agree.
+    metadata = _merged_metadata(to_merge, dst)
+    if manual == 1:
+        ndim = dst.tile_assignment.ndim
+        dst_candidates = _fast_candidates(dst, merged, replication, ndim)
+        for a in _fast_candidates(to_merge, merged, replication, ndim):
+            for b in dst_candidates:
+                if a == b:
+                    return HloSharding.tiled(a, ["replicated"] if replication > 1 else [],
+                                             metadata)
+    return _merge_by_devices(to_merge, dst, merged, manual, replication, metadata)
+
+
+def _merge_by_devices(to_merge: HloSharding, dst: HloSharding, merged: list[int], manual: int,
+                      replication: int, metadata: tuple) -> HloSharding | None:
+    """The general merge: each device's merged index is `to_merge`'s coordinate where it tiles a
+    dim, `dst`'s elsewhere; coordinates on a dim both tile (and manual coordinates) must agree."""
+    a_ta, b_ta = to_merge.tile_assignment, dst.tile_assignment
+    n = a_ta.num_devices
     rank = dst.data_rank
     a_coords, b_coords = a_ta.coordinates(), b_ta.coordinates()
     devices = np.intersect1d(a_ta.array.ravel(), b_ta.array.ravel())
@@ -447,14 +570,13 @@ def merge_if_compatible(to_merge: HloSharding, dst: HloSharding,
     order = np.lexsort((devices, flat))
     types = (("manual",) if manual > 1 else ()) + (("replicated",) if replication > 1 else ())
     dims = position_dims + ([replication] if replication > 1 else [])
-    metadata = dst.metadata + tuple(m for m in to_merge.metadata if m not in dst.metadata)
     return HloSharding.tiled(TileAssignment.from_array(devices[order], dims), types, metadata)
 
 
 def is_more_specific(a: HloSharding, b: HloSharding) -> bool:
-    """(m) Whether `a` carries strictly more sharding information than `b` (XLA's
-    IsShardingMoreSpecific); tuples: no leaf less specific and at least one more. `{unknown}` counts
-    as replicated."""
+    """Whether `a` carries strictly more sharding information than `b` (XLA's
+    IsShardingMoreSpecific); tuples: no leaf less specific and at least one more. `{unknown}`
+    counts as replicated."""
     if a.is_tuple != b.is_tuple:
         raise ShardingError(f"is_more_specific: {a.to_text()} vs {b.to_text()}")
     if a.is_tuple:
@@ -479,28 +601,66 @@ def is_more_specific(a: HloSharding, b: HloSharding) -> bool:
     return a_kind != "replicated"
 
 
-def is_subtiling_or_equal(shape, a: HloSharding, b: HloSharding) -> bool:
-    """(n) Whether, on every device, the region of `shape` that `a` assigns lies inside the region
-    `b` assigns (ignoring the padding overhang of last tiles)."""
-    _leaf(a, "is_subtiling_or_equal")
-    _leaf(b, "is_subtiling_or_equal")
-    if a.kind == "manual" or b.kind == "manual":
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@cached
+def is_subtiling_or_equal(sub: HloSharding, sup: HloSharding, shape) -> bool:
+    """Whether, on every device, the region of `shape` (an ArrayShape or its dims) that `sub`
+    assigns lies inside the region `sup` assigns, ignoring the padding overhang of last tiles
+    (XLA's IsSubTilingOrEqualSharding). XLA's shortcut on tile-assignment dims when every tile
+    holds real data and the counts divide; the per-device check otherwise."""
+    _leaf(sub, "is_subtiling_or_equal")
+    _leaf(sup, "is_subtiling_or_equal")
+    if "manual" in (sub.kind, sup.kind):
         return False
-    if b.is_tile_maximal:
+    if sup.is_tile_maximal:
         return True
-    if a.is_tile_maximal or not a.is_tiled or not b.is_tiled:
+    if sub.is_tile_maximal or not sub.is_tiled or not sup.is_tiled:
         return False
     dims = _dims_of(shape)
-    if a.data_rank != b.data_rank or a.data_rank != len(dims):
+    rank = sub.data_rank
+    if rank != sup.data_rank or rank != len(dims):
         return False
-    if any(x < y for x, y in zip(a.tile_counts, b.tile_counts)):
+    reshape_dims = list(sub.tile_assignment.dims)
+    shortcut, inserted = True, 0
+    for i in range(rank):
+        p, s, size = sub.tile_counts[i], sup.tile_counts[i], dims[i]
+        if p < s:
+            return False
+        p_base, s_base = _cdiv(size, p), _cdiv(size, s)
+        if s != 1 and (p % s or s_base % p_base or size <= (p - 1) * p_base
+                       or size <= (s - 1) * s_base):
+            shortcut = False
+        if shortcut and p != s:
+            reshape_dims[i + inserted] = s
+            reshape_dims.insert(i + inserted + 1, p // s)
+            inserted += 1
+    if not shortcut:
+        return _subtiling_by_devices(sub, sup, dims)
+    if not sup.has_partial_replication:
+        return sub == sup
+    perm = list(range(len(reshape_dims)))
+    for i in range(rank):
+        if sub.tile_counts[i] != sup.tile_counts[i]:
+            element = perm.pop(i + 1)
+            perm.append(element)
+    reshaped = sub.tile_assignment.reshape(reshape_dims).transpose(perm).reshape(
+        sup.tile_assignment.dims)
+    candidate = HloSharding.tiled(reshaped, ["replicated"])
+    return candidate.is_tiled and candidate.tile_assignment == sup.tile_assignment
+
+
+def _subtiling_by_devices(sub: HloSharding, sup: HloSharding, dims: tuple[int, ...]) -> bool:
+    if any(x < y for x, y in zip(sub.tile_counts, sup.tile_counts)):
         return False
     array_shape = ArrayShape("f32", dims)
-    rows = max(a.tile_assignment.max_device, b.tile_assignment.max_device) + 1
-    a_off, b_off = a.offset_table(array_shape, rows), b.offset_table(array_shape, rows)
-    a_shard = np.asarray(a.shard_shape(array_shape).dims)
-    b_shard = np.asarray(b.shard_shape(array_shape).dims)
-    devices = a.tile_assignment.array.ravel()
+    rows = max(sub.tile_assignment.max_device, sup.tile_assignment.max_device) + 1
+    a_off, b_off = sub.offset_table(array_shape, rows), sup.offset_table(array_shape, rows)
+    a_shard = np.asarray(sub.shard_shape(array_shape).dims)
+    b_shard = np.asarray(sup.shard_shape(array_shape).dims)
+    devices = sub.tile_assignment.array.ravel()
     a_off, b_off = a_off[devices], b_off[devices]
     if (a_off < b_off).any():
         return False
@@ -509,11 +669,50 @@ def is_subtiling_or_equal(shape, a: HloSharding, b: HloSharding) -> bool:
     return bool(inside.all())
 
 
-# ---- (o): grouping ------------------------------------------------------------------------------
+@cached
+def merge_sharding(old: HloSharding, candidate: HloSharding,
+                   may_combine: bool) -> tuple[bool, HloSharding]:
+    """XLA's MergeSharding(old, &candidate): `(whether the result improves on old, result)`. With
+    `may_combine`, two partially replicated shardings over the same devices merge into a strictly
+    more tiled one; otherwise the candidate counts only if it is more specific. Tuples leaf-wise
+    (the candidate's leaves are kept where they do not improve)."""
+    if old.is_tuple:
+        changed, leaves = False, []
+        for a, b in zip(old.elements, candidate.elements):
+            leaf_changed, leaf = merge_sharding(a, b, may_combine)
+            changed |= leaf_changed
+            leaves.append(leaf)
+        return changed, HloSharding.tuple(leaves)
+    if may_combine and old.has_partial_replication and candidate.has_partial_replication and \
+            old.total_num_tiles == candidate.total_num_tiles:
+        merged = merge_if_compatible(old, candidate,
+                                     max(old.num_tiles, candidate.num_tiles) + 1)
+        if merged is not None:
+            return True, merged
+    return is_more_specific(candidate, old), candidate
+
+
+def find_common_sharding(shardings: Sequence[HloSharding],
+                         default: HloSharding | None = None) -> HloSharding:
+    """XLA's FindCommonSharding: all shardings merged when pairwise compatible, else `default`
+    (or the first)."""
+    common = shardings[0]
+    for s in shardings[1:]:
+        if s == common:
+            continue
+        merged = merge_if_compatible(s, common)
+        if merged is None:
+            return default if default is not None else shardings[0]
+        common = merged
+    return common
+
+
+# ---- grouping ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
 class GroupedSharding:
-    """A sharding split into device groups (§2.7(o)), the basis of nested partitioning.
+    """A sharding split into device groups (XLA's GroupedSharding), the basis of nested
+    partitioning.
 
     * `device_groups`: `[num_groups, group_size]` array; row g = the devices of group g in in-group
       id order (column = in-group partition id).
@@ -558,9 +757,9 @@ class GroupedSharding:
 
 def group_on_dims(s: HloSharding, dims: Sequence[int],
                   shards: Sequence[int] | None = None) -> GroupedSharding:
-    """(o) Group the devices of `s` by their coordinates on `T` dims `dims` (in that order; dim d
-    splits into `t_d // shards[i]` groups of `shards[i]` tiles, default 1). The inner sharding is
-    `s`'s tiling with those dims reduced to `shards`, over in-group ids."""
+    """Group the devices of `s` by their coordinates on `T` dims `dims` (XLA's GroupShardingOnDims;
+    in that order; dim d splits into `t_d // shards[i]` groups of `shards[i]` tiles, default 1).
+    The inner sharding is `s`'s tiling with those dims reduced to `shards`, over in-group ids."""
     _leaf(s, "group_on_dims")
     if not s.is_tiled:
         raise ShardingError(f"group_on_dims needs a tiled sharding, got {s.to_text()}")
@@ -591,8 +790,9 @@ def group_on_dims(s: HloSharding, dims: Sequence[int],
 
 
 def ungroup(grouped: GroupedSharding) -> HloSharding:
-    """(o) Inverse of `group_on_dims`: expand in-group ids through the group rows and interleave
-    the group coordinates (major) with the inner tile coordinates on each group dim."""
+    """Inverse of `group_on_dims` (XLA's UngroupSharding): expand in-group ids through the group
+    rows and interleave the group coordinates (major) with the inner tile coordinates on each
+    group dim."""
     inner, rank = grouped.sharding, grouped.data_rank
     if inner.is_tuple or inner.kind in ("maximal", "unknown", "unreduced"):
         raise ShardingError(f"ungroup: cannot expand inner sharding {inner.to_text()}")
@@ -631,8 +831,10 @@ def ungroup(grouped: GroupedSharding) -> HloSharding:
 
 
 __all__ = [
-    "partially_replicate_on_dims", "replicate_all_except", "replicate_all_data_dims", "remove_dims",
-    "transpose", "reverse", "move_and_merge", "transpose_with_collapsed_dims",
-    "propagate_along_dims", "reshape_sharding", "propagate_through_reshape", "merge_if_compatible",
-    "is_more_specific", "is_subtiling_or_equal", "GroupedSharding", "group_on_dims", "ungroup",
+    "cached", "clear_caches", "is_spatially_partitioned", "leaf_count", "single_tuple",
+    "for_shape", "partially_replicate_on_dims", "replicate_all_except", "replicate_all_data_dims",
+    "remove_dims", "transpose", "reverse", "move_and_merge", "transpose_with_collapsed_dims",
+    "propagate_along_dims", "reshape_sharding", "propagate_through_reshape",
+    "merge_if_compatible", "is_more_specific", "is_subtiling_or_equal", "merge_sharding",
+    "find_common_sharding", "GroupedSharding", "group_on_dims", "ungroup",
 ]
