@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gspmdc.errors import ShardingError
+from gspmdc.errors import ShardingError, UnsupportedError
 
 from .shapes import ArrayShape, Shape, TupleShape
 from .sharding import SUBGROUP_TYPES, HloSharding
@@ -830,11 +830,188 @@ def ungroup(grouped: GroupedSharding) -> HloSharding:
     return HloSharding.tiled(TileAssignment.from_array(array), types, inner.metadata)
 
 
+# ---- device arrays and the partitioner's collective steps --------------------------------------
+
+@cached
+def device_array(s: HloSharding, rank: int, num_devices: int) -> np.ndarray:
+    """The devices of a replicated, unknown, unreduced or tiled (unreduced and replicated
+    subgroups) leaf sharding of a rank-`rank` array over `num_devices` devices as one read-only
+    array of shape `tile counts + (u, r)`: element `[i..., k, j]` is the j-th device holding
+    partial value k of tile `i` (`u > 1`: the tile is the sum of `u` partial values; `r > 1`:
+    each is held by `r` devices). `UnsupportedError` for manual shardings (per-device data has no
+    tiling), `ShardingError` for maximal and tuple ones."""
+    kind = s.kind
+    if kind in ("replicated", "unknown"):
+        array = np.arange(num_devices).reshape((1,) * rank + (1, num_devices))
+    elif kind == "unreduced":
+        array = np.arange(num_devices).reshape((1,) * rank + (num_devices, 1))
+    elif kind == "manual" or s.has_manual_subgroup:
+        raise UnsupportedError(f"manual sharding {s.to_text(False)}: manual values are "
+                               "per-device data and are not resharded (enter and leave manual "
+                               "regions through SPMDFullToShardShape / SPMDShardToFullShape)")
+    elif kind != "tiled":
+        raise ShardingError(f"sharding {s.to_text(False)} has no tiling")
+    else:
+        counts = s.tile_counts_for_rank(rank)
+        ta = s.tile_assignment
+        if ta.num_devices != num_devices:
+            raise ShardingError(f"sharding {s.to_text(False)} covers {ta.num_devices} devices, "
+                                f"expected {num_devices}")
+        array = ta.array.reshape(tuple(counts) + (s.subgroup_size("unreduced"),
+                                                  s.subgroup_size("replicated")))
+    array.setflags(write=False)
+    return array
+
+
+def sharding_of_devices(devices: np.ndarray) -> HloSharding:
+    """The canonical sharding whose device array (`device_array`) is `devices` (replicas in any
+    order)."""
+    devices = np.asarray(devices)
+    if devices.ndim < 2:
+        raise ShardingError(f"a device array needs partial and replica axes, got {devices.shape}")
+    if devices.size == 1:
+        return HloSharding.replicate()
+    return HloSharding.tiled(TileAssignment.from_array(devices), ("unreduced", "replicated"))
+
+
+def _groups(array: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    """`[G, S]`: devices that differ only in `axes` (row-major in them), groups ordered by the
+    other coordinates."""
+    axes = list(axes)
+    others = [a for a in range(array.ndim) if a not in axes]
+    return array.transpose(others + axes).reshape(-1, prod(array.shape[a] for a in axes))
+
+
+def _merge_axis(array: np.ndarray, source: int, target: int, major: bool) -> np.ndarray:
+    """Merge axis `source` of a device array into axis `target`, as its major or minor part."""
+    order = [a for a in range(array.ndim) if a != source]
+    at = order.index(target)
+    order.insert(at if major else at + 1, source)
+    moved = array.transpose(order)
+    shape = list(moved.shape)
+    p = min(order.index(source), order.index(target))
+    shape[p:p + 2] = [shape[p] * shape[p + 1]]
+    return moved.reshape(shape)
+
+
+def _split_axis(array: np.ndarray, axis: int, minor: int) -> np.ndarray:
+    """The device array with `axis` split into `(size // minor, minor)`."""
+    shape = list(array.shape)
+    if shape[axis] % minor:
+        raise ShardingError(f"cannot split {shape[axis]} tiles by {minor}")
+    return array.reshape(shape[:axis] + [shape[axis] // minor, minor] + shape[axis + 1:])
+
+
+def unreduce_on_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
+    """The tiles of data dims `dims` become partial values: they fold into the unreduced subgroup
+    as its major part and those dims keep one tile (a local reduction over a tiled dim leaves
+    partial sums). Non-tiled shardings are returned unchanged."""
+    if not s.is_tiled:
+        return s
+    rank = s.data_rank
+    dims = sorted({int(d) for d in dims})
+    counts = s.tile_counts
+    group = prod(counts[d] for d in dims)
+    if group == 1:
+        return s
+    ta = s.tile_assignment
+    kept = [d for d in range(rank) if d not in dims]
+    moved = ta.transpose(kept + dims + list(range(rank, ta.ndim)))
+    new_dims = [1 if d in dims else counts[d] for d in range(rank)] + [group] + \
+        list(ta.dims[rank:])
+    return _rebuild(s, moved.reshape(new_dims), ("unreduced",) + s.subgroup_types)
+
+
+def insert_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
+    """Insert untiled data dims at positions `dims` of the result (a broadcast's new dims).
+    Non-tiled shardings are returned unchanged."""
+    if not s.is_tiled or not len(dims):
+        return s
+    ta = s.tile_assignment
+    new_dims = list(ta.dims)
+    for d in sorted(int(d) for d in dims):
+        new_dims.insert(d, 1)
+    return _rebuild(s, ta.reshape(new_dims))
+
+
+def partial_groups(s: HloSharding, rank: int, num_devices: int) -> np.ndarray:
+    """`[G, u]`: the devices whose partial values sum to one value, by partial index."""
+    array = device_array(s, rank, num_devices)
+    return _groups(array, [array.ndim - 2])
+
+
+def all_reduce_partials(s: HloSharding, rank: int, num_devices: int) -> HloSharding:
+    """The sharding after all-reducing the partial values over `partial_groups`: the unreduced
+    subgroup becomes the major part of the replication."""
+    array = device_array(s, rank, num_devices)
+    merged = _merge_axis(array, array.ndim - 2, array.ndim - 1, major=True)
+    return sharding_of_devices(merged.reshape(array.shape[:-2] + (1, -1)))
+
+
+def reduce_scatter_partials(s: HloSharding, dim: int, groups: np.ndarray, rank: int,
+                            num_devices: int) -> HloSharding:
+    """The sharding after reduce-scattering the partial values into data dim `dim`, where member
+    j of each row of `groups` (a reordering of the rows of `partial_groups`) receives block j:
+    the new tile index on `dim` is `old * u + j`."""
+    array = device_array(s, rank, num_devices)
+    u = array.shape[-2]
+    n = array.size
+    coords = np.empty((n, rank), dtype=np.int64)
+    coords[array.ravel()] = np.indices(array.shape, dtype=np.int64).reshape(
+        array.ndim, -1).T[:, :rank]
+    position = np.empty(n, dtype=np.int64)
+    position[groups] = np.arange(u)[None, :]
+    coords[:, dim] = coords[:, dim] * u + position
+    counts = list(array.shape[:rank])
+    counts[dim] *= u
+    key = np.ravel_multi_index(tuple(coords.T), counts)
+    order = np.lexsort((np.arange(n), key))
+    return sharding_of_devices(order.reshape(tuple(counts) + (1, -1)))
+
+
+def gather_tiles(s: HloSharding, dim: int, factor: int, rank: int,
+                 num_devices: int) -> tuple[HloSharding, np.ndarray]:
+    """All-gather the minor `factor` part of data dim `dim`'s tiles into replication: `(the
+    sharding after, [G, factor] groups in concatenation order)`."""
+    split = _split_axis(device_array(s, rank, num_devices), dim, factor)
+    groups = _groups(split, [dim + 1])
+    return sharding_of_devices(_merge_axis(split, dim + 1, split.ndim - 1, major=True)), groups
+
+
+def move_tiles(s: HloSharding, source: int, target: int, factor: int, rank: int,
+               num_devices: int) -> tuple[HloSharding, np.ndarray]:
+    """All-to-all: the minor `factor` part of data dim `source`'s tiles becomes the minor part of
+    data dim `target`'s: `(the sharding after, [G, factor] groups)`."""
+    split = _split_axis(device_array(s, rank, num_devices), source, factor)
+    groups = _groups(split, [source + 1])
+    moved = _merge_axis(split, source + 1, target + (1 if target > source else 0), major=False)
+    return sharding_of_devices(moved), groups
+
+
+def split_replication(s: HloSharding, factors: Sequence[int], rank: int,
+                      num_devices: int) -> HloSharding:
+    """Local slicing: each replication group splits into `factors[d]` parts on data dim d (the
+    major parts of the replica index, in dim order), which become the minor parts of those
+    dims' tiles."""
+    array = device_array(s, rank, num_devices)
+    replication = array.shape[-1]
+    rest = replication // prod(factors)
+    if rest * prod(factors) != replication:
+        raise ShardingError(f"replication {replication} cannot split into {list(factors)}")
+    array = array.reshape(array.shape[:-1] + tuple(factors) + (rest,))
+    for d in range(rank - 1, -1, -1):
+        array = _merge_axis(array, rank + 1 + d, d, major=False)
+    return sharding_of_devices(array)
+
+
 __all__ = [
     "cached", "clear_caches", "is_spatially_partitioned", "leaf_count", "single_tuple",
     "for_shape", "partially_replicate_on_dims", "replicate_all_except", "replicate_all_data_dims",
     "remove_dims", "transpose", "reverse", "move_and_merge", "transpose_with_collapsed_dims",
     "propagate_along_dims", "reshape_sharding", "propagate_through_reshape",
     "merge_if_compatible", "is_more_specific", "is_subtiling_or_equal", "merge_sharding",
-    "find_common_sharding", "GroupedSharding", "group_on_dims", "ungroup",
+    "find_common_sharding", "GroupedSharding", "group_on_dims", "ungroup", "device_array",
+    "sharding_of_devices", "unreduce_on_dims", "insert_dims", "partial_groups",
+    "all_reduce_partials", "reduce_scatter_partials", "gather_tiles", "move_tiles",
+    "split_replication",
 ]

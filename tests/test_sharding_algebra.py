@@ -585,3 +585,68 @@ def test_subtiling_of_mesh_shardings_matches_holdings(pair, size):
     for (sub, hs), (sup, hp) in (((a, ha), (b, hb)), ((b, hb), (a, ha))):
         truth = all(not (hs[d][1] & ~hp[d][1]).any() for d in range(n))
         assert algebra.is_subtiling_or_equal(sub, sup, shape) == truth, (sub, sup)
+
+
+# ---- device arrays and collective steps ------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(shardings(types=["replicated"]), st.data())
+def test_device_array_round_trip(s, data):
+    n = s.tile_assignment.num_devices
+    array = algebra.device_array(s, s.data_rank, n)
+    assert array.shape == s.tile_counts + (1, s.subgroup_size("replicated"))
+    shuffled = np.take_along_axis(array, np.argsort(np.random.default_rng(
+        data.draw(st.integers(0, 99))).random(array.shape), axis=-1), axis=-1)
+    assert algebra.sharding_of_devices(shuffled) == s      # replica order does not matter
+
+
+@settings(max_examples=60, deadline=None)
+@given(shardings(rank=2, types=[]), st.data())
+def test_gather_tiles_gives_each_member_the_union_of_its_group(s, data):
+    n = s.tile_assignment.num_devices
+    dim = data.draw(st.integers(0, 1))
+    factor = data.draw(st.sampled_from([f for f in (1, 2, 3) if s.tile_counts[dim] % f == 0]))
+    after, groups = algebra.gather_tiles(s, dim, factor, 2, n)
+    shape = tuple(c * 6 for c in s.tile_counts)
+    before, gathered = holdings(s, shape, n), holdings(after, shape, n)
+    for group in groups:
+        union = np.any([before[d][1] for d in group], axis=0)
+        for d in group:
+            assert np.array_equal(gathered[d][1], union)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shardings(rank=2, types=[]), st.data())
+def test_move_tiles_keeps_every_group_holding_the_same_elements(s, data):
+    n = s.tile_assignment.num_devices
+    factor = data.draw(st.sampled_from([f for f in (1, 2, 3) if s.tile_counts[0] % f == 0]))
+    after, groups = algebra.move_tiles(s, 0, 1, factor, 2, n)
+    assert after.tile_counts_for_rank(2) == (s.tile_counts[0] // factor, s.tile_counts[1] * factor)
+    shape = tuple(c * 6 for c in after.tile_counts_for_rank(2))
+    before, moved = holdings(s, shape, n), holdings(after, shape, n)
+    for group in groups:
+        held = [np.any([h[d][1] for d in group], axis=0) for h in (before, moved)]
+        assert np.array_equal(held[0], held[1])
+
+
+def test_partial_steps():
+    # 2 row tiles, each the sum of 2 partial values: devices (0,1) and (2,3) sum
+    s = H.tiled(TileAssignment.iota([2, 1, 2]), ["unreduced"])
+    assert algebra.partial_groups(s, 2, 4).tolist() == [[0, 1], [2, 3]]
+    assert algebra.all_reduce_partials(s, 2, 4) == partial([2, 1, 2])
+    # reduce-scattered into dim 1: member j of a group gets column block j
+    assert algebra.reduce_scatter_partials(s, 1, np.array([[0, 1], [2, 3]]), 2, 4) == iota([2, 2])
+    assert algebra.reduce_scatter_partials(s, 1, np.array([[1, 0], [2, 3]]), 2, 4) == \
+        explicit([2, 2], [1, 0, 2, 3])
+    assert algebra.unreduce_on_dims(iota([2, 2]), [1]) == H.tiled(TileAssignment.iota([2, 1, 2]),
+                                                                   ["unreduced"])
+
+
+def test_split_replication_nests_new_tiles_in_old_ones():
+    s = partial([2, 1, 4])
+    out = algebra.split_replication(s, [1, 2], 2, 8)
+    assert out.tile_counts == (2, 2) and out.subgroup_size("replicated") == 2
+    shape = (4, 4)
+    before, after = holdings(s, shape, 8), holdings(out, shape, 8)
+    for d in range(8):
+        assert not (after[d][1] & ~before[d][1]).any()

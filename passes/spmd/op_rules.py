@@ -92,7 +92,7 @@ class PlanContext:
         return min(enumerate(candidates), key=key)[1]
 
     def tiling(self, sharding: HloSharding, rank: int) -> Tiling:
-        return Tiling.from_sharding(sharding, rank, self.num_devices)
+        return Tiling(sharding, rank, self.num_devices)
 
 
 @dataclass

@@ -86,7 +86,7 @@ class IotaRule(PartitionRule):
             return local
         b = ctx.builder
         local.name = b.names(f"{inst.name}.local")
-        tiling = Tiling.from_sharding(sharding, inst.shape.rank, ctx.num_devices)
+        tiling = Tiling(sharding, inst.shape.rank, ctx.num_devices)
         offset = b.convert(ctx.tables.offsets(tiling, inst.shape.dims)[dim],
                            inst.shape.element_type)
         start = b.broadcast(offset, local.shape.dims)
@@ -108,15 +108,18 @@ class BroadcastRule(PartitionRule):
             candidates.append(OpPlan((target,), target, "broadcast of a whole value"))
         else:
             order = np.argsort(dims)
-            restricted = ctx.tiling(target, rank).fold_dims(new, "replicated").remove_dims(new)
-            restricted = restricted.transpose(list(np.argsort(order)))
-            candidates.append(OpPlan((restricted.to_sharding(),), target,
+            plain = ctx.tiling(target, rank).sharding
+            restricted = sharding_algebra.remove_dims(
+                sharding_algebra.partially_replicate_on_dims(plain, new), new)
+            restricted = sharding_algebra.transpose(restricted, list(np.argsort(order)))
+            candidates.append(OpPlan((restricted,), target,
                                      "broadcast operand takes the result's tiling of kept dims"))
         source = operand.sharding
         if source.is_tiled and source == without_partials(source):
-            extended = ctx.tiling(source, operand.shape.rank).transpose(list(np.argsort(dims)))
-            extended = extended.insert_dims(new)
-            candidates.append(OpPlan((source,), extended.to_sharding(),
+            extended = sharding_algebra.transpose(ctx.tiling(source, operand.shape.rank).sharding,
+                                                  list(np.argsort(dims)))
+            extended = sharding_algebra.insert_dims(extended, new)
+            candidates.append(OpPlan((source,), extended,
                                      "broadcast keeps the operand's tiling"))
         return ctx.choose(inst, candidates)
 
@@ -131,12 +134,13 @@ class TransposeRule(PartitionRule):
         if target.is_tile_maximal:
             candidates.append(OpPlan((target,), target, "transpose of a whole value"))
         else:
-            back = ctx.tiling(target, rank).transpose(list(np.argsort(perm))).to_sharding()
+            back = sharding_algebra.transpose(ctx.tiling(target, rank).sharding,
+                                              list(np.argsort(perm)))
             candidates.append(OpPlan((back,), target,
                                      "transpose operand takes the result's tiling"))
         source = inst.operands[0].sharding
         if source.is_tiled and source == without_partials(source):
-            forward = ctx.tiling(source, rank).transpose(perm).to_sharding()
+            forward = sharding_algebra.transpose(ctx.tiling(source, rank).sharding, perm)
             candidates.append(OpPlan((source,), forward,
                                      "transpose keeps the operand's tiling"))
         return ctx.choose(inst, candidates)

@@ -36,7 +36,7 @@ from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 
 from .op_rules import OpPlan, PartitionRule, clone, without_partials
-from .tiling import Tiling
+from .tiling import Tiling, remap
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def dot_result(lhs: Tiling, rhs: Tiling, dn: DotDims) -> Tiling | None:
     if occupancy.min() != r or occupancy.max() != r:
         return None
     order = np.lexsort((np.arange(n), key))
-    return Tiling(order.reshape(tuple(counts) + (u, r)))
+    return Tiling.of_devices(order.reshape(tuple(counts) + (u, r)))
 
 
 def _flat(columns, counts, n) -> np.ndarray:
@@ -151,7 +151,7 @@ class DotRule(PartitionRule):
         if lt is not None and rt is not None:
             pairs.append((lhs_op.sharding, rhs_op.sharding, "dot operands are compatible"))
         if lt is not None:
-            aligned = lt.remap(dn.lhs_to_rhs(lr), rr).to_sharding()
+            aligned = remap(lt.sharding, dn.lhs_to_rhs(lr), rr)
             pairs.append((lhs_op.sharding, aligned, "rhs aligned to lhs on batch/contracting dims"))
             if rt is not None:
                 merged = _merge_free(rhs_op.sharding, aligned, dn.rhs_free)
@@ -159,18 +159,17 @@ class DotRule(PartitionRule):
                     pairs.append((lhs_op.sharding, merged,
                                   "rhs aligned to lhs, keeping its free-dim tiling"))
         if rt is not None:
-            aligned = rt.remap(dn.rhs_to_lhs(rr), lr).to_sharding()
+            aligned = remap(rt.sharding, dn.rhs_to_lhs(rr), lr)
             pairs.append((aligned, rhs_op.sharding, "lhs aligned to rhs on batch/contracting dims"))
             if lt is not None:
                 merged = _merge_free(lhs_op.sharding, aligned, dn.lhs_free)
                 if merged is not None:
                     pairs.append((merged, rhs_op.sharding,
                                   "lhs aligned to rhs, keeping its free-dim tiling"))
-        out = ctx.tiling(target, out_rank)
+        out = ctx.tiling(target, out_rank).sharding
         out_to_lhs = _inverse(dn.lhs_to_output(lr), out_rank)
         out_to_rhs = _inverse(dn.rhs_to_output(rr), out_rank)
-        pairs.append((out.remap(out_to_lhs, lr).to_sharding(),
-                      out.remap(out_to_rhs, rr).to_sharding(),
+        pairs.append((remap(out, out_to_lhs, lr), remap(out, out_to_rhs, rr),
                       "dot operands follow the output's tiling"))
         replicated = HloSharding.replicate()
         pairs.append((replicated, replicated, "dot runs replicated"))
@@ -182,7 +181,7 @@ class DotRule(PartitionRule):
             seen.add((a, b))
             result = dot_result(ctx.tiling(a, lr), ctx.tiling(b, rr), dn)
             if result is not None:
-                candidates.append(OpPlan((a, b), result.to_sharding(), reason))
+                candidates.append(OpPlan((a, b), result.sharding, reason))
         return ctx.choose(inst, candidates, lambda p: _local_work(inst, p))
 
     def lower(self, inst, ctx):

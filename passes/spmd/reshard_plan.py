@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
 from math import gcd, prod
 from typing import Union
 
@@ -38,6 +37,7 @@ import numpy as np
 
 from gspmdc.errors import UnsupportedError
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 
@@ -211,7 +211,7 @@ class ReshardPlan:
 def layout_of(sharding: HloSharding, rank: int, num_devices: int) -> Layout:
     if sharding.kind == "maximal":
         return Maximal(sharding.device)
-    return Tiling.from_sharding(sharding, rank, num_devices)
+    return Tiling(sharding, rank, num_devices)
 
 
 def plan_reshard(shape: ArrayShape, source: HloSharding, target: HloSharding,
@@ -226,7 +226,7 @@ def reshard_cost(shape: ArrayShape, source: HloSharding, target: HloSharding,
     return plan_reshard(shape, source, target, num_devices).cost
 
 
-@lru_cache(maxsize=8192)
+@algebra.cached
 def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
                  num_devices: int) -> ReshardPlan:
     for s in (source, target):
@@ -306,7 +306,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     slice, a permute."""
     steps: list[Step] = []
     state = src
-    target = dst if dst.unreduced == 1 else Tiling(dst.devices.reshape(dst.counts + (1, -1)))
+    target = dst if dst.unreduced == 1 else \
+        Tiling.of_devices(dst.devices.reshape(dst.counts + (1, -1)))
     if state.unreduced > 1:
         state = _resolve_partials(dims, state, target, steps, scatter)
     rank = len(dims)
@@ -331,24 +332,28 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             if f > 1 and _slice_aligned(dims[d], state.counts[d], f):
                 factors[d], free, up[d] = f, free // f, up[d] // f
         if prod(factors) > 1:
-            sliced = state.split_replication(factors)
+            sliced = Tiling(algebra.split_replication(state.sharding, factors, rank,
+                                                       state.num_devices), rank, state.num_devices)
             steps.append(Slice(state, sliced))
             state = sliced
     gathers = _gather_factors(dims, state, target, down)
     if early_permute and any(f > 1 for f in gathers):
-        aligned = _aligned_for_gathers(state, target, gathers)
-        pairs = np.column_stack([state.devices.reshape(-1), aligned.devices.reshape(-1)])
+        holders = _aligned_for_gathers(state, target, gathers)
+        aligned = Tiling.of_devices(holders.reshape(state.devices.shape))
+        pairs = np.column_stack([state.devices.reshape(-1), holders])
         if bool((pairs[:, 0] != pairs[:, 1]).any()):
             steps.append(Permute(state, aligned, pairs=pairs))
             state = aligned
     for d in range(rank - 1, -1, -1):
         if gathers[d] > 1:
-            gathered, groups = state.gather(d, gathers[d])
+            after, groups = algebra.gather_tiles(state.sharding, d, gathers[d], rank,
+                                                 state.num_devices)
+            gathered = Tiling(after, rank, state.num_devices)
             steps.append(AllGather(state, gathered, dim=d, factor=gathers[d], groups=groups))
             state = gathered
-    if not state.same_tiles(target):
+    if state != target:
         compatible, pairs = compatible_subtiling(state, target)
-        if not compatible.same_tiles(state):
+        if compatible != state:
             steps.append(Slice(state, compatible))
         if bool((pairs[:, 0] != pairs[:, 1]).any()):
             steps.append(Permute(compatible, target, pairs=pairs))
@@ -372,9 +377,10 @@ def _gather_factors(dims, state: Tiling, target: Tiling, down: list[int]) -> lis
     return factors
 
 
-def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> Tiling:
+def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> np.ndarray:
     """`state`'s tiles reassigned to devices so that gathering `gathers` leaves every device
-    holding the tile its `target` tile nests in (most devices keep their tile)."""
+    holding the tile its `target` tile nests in (most devices keep their tile): the holder of
+    each slot of `state.devices` (flattened)."""
     rank = state.rank
     gathered = np.asarray(state.counts) // np.asarray(gathers)
     up = np.asarray(target.counts) // gathered
@@ -383,8 +389,7 @@ def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> T
         state.devices.ndim, -1).T[:, :rank]
     slot_key = _keys(slot_index // np.asarray(gathers), gathered)
     device_key = _keys(target.coordinates()[:, :rank] // up, gathered)
-    holders = _match(slot_key, slot_devices, device_key)
-    return Tiling(holders.reshape(state.devices.shape))
+    return _match(slot_key, slot_devices, device_key)
 
 
 def _keys(coords: np.ndarray, counts) -> np.ndarray:
@@ -420,10 +425,14 @@ def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
             member = position[groups]
             if (np.sort(member, axis=1) == np.arange(u)).all():
                 groups = np.take_along_axis(groups, np.argsort(member, axis=1), axis=1)
-            scattered = state.reduce_scatter(d, groups)
+            scattered = Tiling(algebra.reduce_scatter_partials(
+                state.sharding, d, groups, state.rank, state.num_devices), state.rank,
+                state.num_devices)
             steps.append(ReduceScatter(state, scattered, dim=d, groups=groups))
             return scattered
-    reduced, groups = state.reduce_all()
+    groups = state.partial_groups()
+    reduced = Tiling(algebra.all_reduce_partials(state.sharding, state.rank, state.num_devices),
+                     state.rank, state.num_devices)
     steps.append(AllReduce(state, reduced, groups=groups))
     return reduced
 
@@ -445,7 +454,9 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
                 if g == 1 or not _gather_aligned(dims[i], ti, g) or \
                         not _split_aligned(dims[j], tj, g):
                     continue
-                moved, groups = state.move(i, j, g)
+                after, groups = algebra.move_tiles(state.sharding, i, j, g, rank,
+                                                   state.num_devices)
+                moved = Tiling(after, rank, state.num_devices)
                 steps.append(AllToAll(state, moved, source=i, target=j, factor=g,
                                       groups=groups))
                 state = moved
@@ -465,7 +476,7 @@ def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndar
     slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
         target.devices.ndim, -1).T[:, :rank]
     holders = _match(_keys(slot_index // up, state.counts), slot_devices, state.tile_keys())
-    compatible = Tiling(holders.reshape(target.devices.shape))
+    compatible = Tiling.of_devices(holders.reshape(target.devices.shape))
     return compatible, np.column_stack([holders, slot_devices])
 
 
