@@ -18,7 +18,6 @@ semantic, is an `HloSyntaxError` located at `file:line:col` with the source line
 """
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -43,6 +42,7 @@ from .mesh import Mesh
 from .module import Computation, Instruction, Module
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 from .sharding import HloSharding, ShardGroup
+from .sharding_algebra import cached
 from .tile_assignment import TileAssignment
 
 __all__ = ["parse_module", "parse_file", "parse_shape", "parse_sharding", "STACK_FRAME_INDEX"]
@@ -686,7 +686,7 @@ class _ShapeTextError(Exception):
         self.message, self.offset = message, offset
 
 
-@functools.lru_cache(maxsize=4096)
+@cached
 def _array_shape(text: str) -> ArrayShape:
     """The ArrayShape of an ARRAY_SHAPE token (`f32[8,16]{1,0}`); cached, shapes repeat a lot."""
     element_type, dims_text, layout = _ARRAY_SHAPE.fullmatch(text).groups()
@@ -884,24 +884,29 @@ def _single_sharding(brace: Token, items: list):
     return _tiled_sharding(tiles, subgroups, metadata, shard_group)
 
 
-# Shardings repeat across a module; these caches make each distinct one cost a single construction.
-_explicit_tiles = functools.lru_cache(maxsize=1024)(TileAssignment.explicit)
-_iota_tiles = functools.lru_cache(maxsize=1024)(TileAssignment.iota)
-_tiled_sharding = functools.lru_cache(maxsize=1024)(HloSharding.tiled)
+# Shardings repeat across a module: with the algebra's cache each distinct one costs a single
+# construction.
+_explicit_tiles = cached(TileAssignment.explicit)
+_iota_tiles = cached(TileAssignment.iota)
+_tiled_sharding = cached(HloSharding.tiled)
 
 
 # ==================================================================================== the parser
 
-@functools.lru_cache(maxsize=1)
+_GRAMMAR: list[Lark] = []
+
+
 def _lark() -> Lark:
-    """The compiled grammar, built once per process. lark keeps the LALR tables in a file of
-    the temporary directory keyed by the grammar's hash (`cache=True`): loading them takes a
-    quarter of building them, which every MPI rank's start-up saves; an unreadable cache file
-    is rebuilt."""
-    grammar = resources.files(__package__).joinpath("grammar.lark").read_text()
-    return Lark(grammar, parser="lalr", lexer="contextual", transformer=_Records(),
-                start=["start", "shape_text", "sharding_text"], maybe_placeholders=False,
-                cache=True)
+    """The compiled grammar, built on first use in a process. lark keeps the LALR tables in a
+    file of the temporary directory keyed by the grammar's hash (`cache=True`): loading them
+    takes a quarter of building them, which every MPI rank's start-up saves; an unreadable
+    cache file is rebuilt."""
+    if not _GRAMMAR:
+        grammar = resources.files(__package__).joinpath("grammar.lark").read_text()
+        _GRAMMAR.append(Lark(grammar, parser="lalr", lexer="contextual", transformer=_Records(),
+                             start=["start", "shape_text", "sharding_text"],
+                             maybe_placeholders=False, cache=True))
+    return _GRAMMAR[0]
 
 
 def _parse(text: str, filename: str, start: str):

@@ -375,7 +375,7 @@ def reshape_sharding(s: HloSharding, source_dims, target_dims) -> HloSharding | 
     reshaped, never permuted: tiles that cannot follow (a sharded size-1 dim that disappears, the
     remainder of a gcd split) become replication. When every sharded source dim divides evenly,
     every device's elements lie inside its target tile; for uneven dims XLA's answer may let them
-    straddle tiles (callers that need containment check it, see `op_rules_data.local_reshape_ok`)."""
+    straddle tiles (callers that need containment check it themselves)."""
     _leaf(s, "reshape_sharding")
     if not s.is_tiled:
         return s
