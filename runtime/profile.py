@@ -9,11 +9,11 @@ one partition. It sorts the exclusive time of every instruction into
 - *interpretation*: the rest of the wall time (plan building, dispatch, value bookkeeping, the
   control-flow instructions themselves, argument checks).
 
-For each collective instruction it counts executions, time and the bytes this partition sends, by the
-ring cost model of gspmd-algorithms §5.4 with `b` the bytes of the local operands and `G` the group
-size: all-gather `(G-1) b`, all-reduce `2 (G-1)/G b`, reduce-scatter and all-to-all `(G-1)/G b`,
-collective-permute `b` when the partition sends to another one. The model is what XLA's cost
-estimates use; the bytes an MPI library really moves depend on its algorithm.
+For each collective instruction it counts executions, time and the bytes this partition sends, as
+the cost model (`gspmdc.ir.cost`, docs/design/cost-model.md) counts them for this partition's
+position in its group: the bytes of the ring algorithms, exact to the byte and the same numbers
+the reshard planner and `gspmdc explain` give. The bytes an MPI library really moves depend on its
+algorithm.
 
 `recorder.timed(fn)` measures the evaluation's wall time; given `started_at` (the wall-clock time
 `gspmdc run` started), it also records the start-up: the seconds from then until the evaluation
@@ -27,13 +27,10 @@ from dataclasses import dataclass, field
 from time import perf_counter, time
 from typing import Callable, Sequence
 
+from gspmdc.ir.cost import KIND_OF, instruction_traffic
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import opcodes
 
-from .collectives import group_of, participant_groups, permute_pairs
-
-COLLECTIVE_OPCODES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                                "collective-permute"})
 #: instructions whose own (exclusive) time is interpretation: they only call computations
 CONTROL_OPCODES = opcodes("while", "call", "conditional", "fusion", "call-start", "call-done",
                           "async-start", "async-done", "map")
@@ -82,7 +79,7 @@ class ProfileRecorder:
 
     def on_step(self, inst: Instruction, seconds: float) -> None:
         opcode = inst.opcode
-        if opcode in COLLECTIVE_OPCODES:
+        if opcode in KIND_OF:
             stats, sent = self._model(inst)
             stats.calls += 1
             stats.seconds += seconds
@@ -117,17 +114,8 @@ class ProfileRecorder:
     def _cost(self, inst: Instruction) -> tuple[int, int]:
         """(group size, bytes this partition sends per execution); a collective-permute's "group
         size" is its number of pairs."""
-        n, me = self._num_partitions, self._profile.partition
-        b = sum(op.shape.byte_size for op in inst.operands)
-        if inst.opcode == "collective-permute":
-            pairs = permute_pairs(inst, n)
-            return len(pairs), b if any(s == me and t != me for s, t in pairs) else 0
-        g = len(group_of(inst, participant_groups(inst, n), me)[0])
-        if inst.opcode == "all-gather":
-            return g, (g - 1) * b
-        if inst.opcode == "all-reduce":
-            return g, 2 * (g - 1) * b // g
-        return g, (g - 1) * b // g
+        traffic = instruction_traffic(inst, self._num_partitions)
+        return traffic.group_size, int(traffic.sent[self._profile.partition])
 
 
 def format_profiles(profiles: Sequence[RankProfile]) -> str:

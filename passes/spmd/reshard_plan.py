@@ -2,8 +2,10 @@
 same value sharded another way (reference §4.4), as pure sharding arithmetic.
 
 `plan_reshard(shape, source, target, num_devices)` returns a `ReshardPlan`: a list of steps,
-each a local operation or one collective, with the bytes it sends per device (§5.4 ring costs).
-The IR for a plan is emitted by `reshard.py`; op rules use `reshard_cost` to choose strategies.
+each a local operation or one collective with the bytes every device sends in it (`traffic`, the
+cost model of `gspmdc.ir.cost`: exactly what `gspmdc explain` and `run --profile` count for the
+emitted collective). A plan costs the bytes of the busiest device, summed over its steps. The IR
+for a plan is emitted by `reshard.py`; op rules use `reshard_cost` to choose strategies.
 
 Steps between tilings (`tiling.py`), in the order a plan uses them:
 
@@ -36,7 +38,7 @@ from typing import Union
 import numpy as np
 
 from gspmdc.errors import UnsupportedError
-from gspmdc.ir import dtypes
+from gspmdc.ir import cost, dtypes
 from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
@@ -68,9 +70,10 @@ class Step:
     #: the collective the step emits ("" for local steps)
     collective = ""
 
-    def sent_bytes(self, dims: tuple[int, ...], width: int) -> float:
-        """Bytes one device sends (ring algorithms, §5.4)."""
-        return 0.0
+    def traffic(self, dims: tuple[int, ...], width: int) -> cost.Traffic | None:
+        """The bytes every device sends in this step's collective, for an array of `dims` with
+        elements of `width` bytes (None: a local step)."""
+        return None
 
     def describe(self) -> str:
         return type(self).__name__
@@ -85,9 +88,9 @@ class AllReduce(Step):
     groups: np.ndarray = None
     collective = "all-reduce"
 
-    def sent_bytes(self, dims, width):
-        g = self.groups.shape[1]
-        return 2.0 * (g - 1) / g * _bytes(local_dims(dims, self.before), width)
+    def traffic(self, dims, width):
+        return cost.all_reduce(self.groups, prod(local_dims(dims, self.before)), width,
+                               self.before.num_devices)
 
     def describe(self):
         return f"all-reduce partial values over groups of {self.groups.shape[1]}"
@@ -99,11 +102,10 @@ class ReduceScatter(Step):
     groups: np.ndarray = None
     collective = "reduce-scatter"
 
-    def sent_bytes(self, dims, width):
-        g = self.groups.shape[1]
+    def traffic(self, dims, width):
         local = list(local_dims(dims, self.before))
-        local[self.dim] = g * self.after.shard_dims(dims)[self.dim]
-        return (g - 1) / g * _bytes(local, width)
+        local[self.dim] = self.groups.shape[1] * self.after.shard_dims(dims)[self.dim]
+        return cost.reduce_scatter(self.groups, prod(local), width, self.before.num_devices)
 
     def describe(self):
         return f"reduce-scatter partial values into dim {self.dim} over groups of " \
@@ -118,11 +120,10 @@ class AllToAll(Step):
     groups: np.ndarray = None
     collective = "all-to-all"
 
-    def sent_bytes(self, dims, width):
-        g = self.factor
+    def traffic(self, dims, width):
         local = list(local_dims(dims, self.before))
-        local[self.target] = g * self.after.shard_dims(dims)[self.target]
-        return (g - 1) / g * _bytes(local, width)
+        local[self.target] = self.factor * self.after.shard_dims(dims)[self.target]
+        return cost.all_to_all(self.groups, prod(local), width, self.before.num_devices)
 
     def describe(self):
         return f"all-to-all moving {self.factor} tiles from dim {self.source} to dim " \
@@ -136,8 +137,9 @@ class AllGather(Step):
     groups: np.ndarray = None
     collective = "all-gather"
 
-    def sent_bytes(self, dims, width):
-        return (self.factor - 1) * _bytes(local_dims(dims, self.before), width)
+    def traffic(self, dims, width):
+        return cost.all_gather(self.groups, _bytes(local_dims(dims, self.before), width),
+                               self.before.num_devices)
 
     def describe(self):
         return f"all-gather dim {self.dim} over groups of {self.factor}"
@@ -154,8 +156,9 @@ class Permute(Step):
     pairs: np.ndarray = None        # [P, 2] (source, target)
     collective = "collective-permute"
 
-    def sent_bytes(self, dims, width):
-        return float(_bytes(local_dims(dims, self.before), width))
+    def traffic(self, dims, width):
+        return cost.collective_permute(self.pairs, _bytes(local_dims(dims, self.before), width),
+                                       self.before.num_devices)
 
     def describe(self):
         moved = int((self.pairs[:, 0] != self.pairs[:, 1]).sum())
@@ -173,9 +176,9 @@ class BroadcastFromDevice(Step):
     num_devices: int = 1
     collective = "all-reduce"
 
-    def sent_bytes(self, dims, width):
+    def traffic(self, dims, width):
         n = self.num_devices
-        return 2.0 * (n - 1) / n * _bytes(dims, width)
+        return cost.all_reduce([range(n)], prod(dims), width, n)
 
     def describe(self):
         return f"broadcast from device {self.before.device} (select + all-reduce)"
@@ -183,10 +186,12 @@ class BroadcastFromDevice(Step):
 
 @dataclass(frozen=True, eq=False)
 class SendToDevice(Step):
+    num_devices: int = 1
     collective = "collective-permute"
 
-    def sent_bytes(self, dims, width):
-        return float(_bytes(dims, width))
+    def traffic(self, dims, width):
+        return cost.collective_permute([(self.before.device, self.after.device)],
+                                       _bytes(dims, width), self.num_devices)
 
     def describe(self):
         return f"send from device {self.before.device} to device {self.after.device}"
@@ -194,12 +199,12 @@ class SendToDevice(Step):
 
 @dataclass(frozen=True, eq=False)
 class ReshardPlan:
-    """Steps turning `source` into `target` for an array of `shape`; `cost` = bytes sent per
-    device."""
+    """Steps turning `source` into `target` for an array of `shape`; `cost` = the bytes the
+    busiest device sends, summed over the steps."""
 
     shape: ArrayShape
     steps: tuple[Step, ...]
-    cost: float
+    cost: int
 
     @property
     def collectives(self) -> list[str]:
@@ -222,7 +227,7 @@ def plan_reshard(shape: ArrayShape, source: HloSharding, target: HloSharding,
 
 
 def reshard_cost(shape: ArrayShape, source: HloSharding, target: HloSharding,
-                 num_devices: int) -> float:
+                 num_devices: int) -> int:
     return plan_reshard(shape, source, target, num_devices).cost
 
 
@@ -236,11 +241,11 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     rank = len(dims)
     src, dst = layout_of(source, rank, num_devices), layout_of(target, rank, num_devices)
     if source == target or _same_layout(src, dst):
-        return ReshardPlan(shape, (), 0.0)
+        return ReshardPlan(shape, (), 0)
     steps: list[Step] = []
     if isinstance(src, Maximal):
         if isinstance(dst, Maximal):
-            return _finish(shape, [SendToDevice(src, dst)], width)
+            return _finish(shape, [SendToDevice(src, dst, num_devices=num_devices)], width)
         replicated = Tiling.replicated(rank, num_devices)
         steps.append(BroadcastFromDevice(src, replicated, num_devices=num_devices))
         src = replicated
@@ -259,8 +264,9 @@ def _same_layout(a: Layout, b: Layout) -> bool:
     return a == b
 
 
-def _cost(steps, dims, width) -> float:
-    return sum(s.sent_bytes(dims, width) for s in steps)
+def _cost(steps, dims, width) -> int:
+    return sum(traffic.max_sent for traffic in (s.traffic(dims, width) for s in steps)
+               if traffic is not None)
 
 
 def _finish(shape: ArrayShape, steps: list[Step], width: int) -> ReshardPlan:
