@@ -2,6 +2,8 @@
 needed), and fresh random cases asked of XLA when jax and ../shared/xla-oracle are present.
 The cases and the way XLA is asked are in xla_algebra_cases.py."""
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -52,12 +54,15 @@ def test_recorded_xla_answers():
     assert not wrong, f"{len(wrong)} of {len(table)} differ from XLA:\n" + "\n".join(wrong[:20])
 
 
-def test_fresh_random_cases_against_xla():
-    """New random cases (another seed than the table's), asked of XLA now."""
-    oracle = cases.load_oracle()
-    if oracle is None:
+def test_fresh_random_cases_against_xla(tmp_path):
+    """New random cases (another seed than the table's), asked of XLA now, in a child process:
+    jax starts threads, and tests that fork must not inherit them."""
+    if not cases.oracle_available():
         pytest.skip("jax 0.10.2 or ../shared/xla-oracle not available")
     recorded = json.loads(cases.TABLE.read_text())["seed"]
-    table = cases.ask_xla(oracle, cases.random_cases(200, recorded + 1))
+    out = tmp_path / "fresh.json"
+    subprocess.run([sys.executable, cases.__file__, "--count", "200", "--seed", str(recorded + 1),
+                    "--out", str(out)], check=True, capture_output=True, timeout=1800)
+    table = json.loads(out.read_text())["cases"]
     wrong = _mismatches(table)
     assert not wrong, f"{len(wrong)} of {len(table)} differ from XLA:\n" + "\n".join(wrong[:20])

@@ -15,11 +15,12 @@ propagation gives that instruction:
 `tests/data/algebra/xla_cases.json` holds a recorded table (test_sharding_algebra_xla.py checks
 the algebra against it without jax). Regenerate it, with jax 0.10.2 installed, by
 
-    .venv/bin/python tests/xla_algebra_cases.py [--count 1200] [--seed 0]
+    .venv/bin/python tests/xla_algebra_cases.py [--count 1200] [--seed 0] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import re
@@ -209,13 +210,14 @@ def answers(module: str, count: int) -> list[str | None]:
 
 # ---- asking XLA ---------------------------------------------------------------------------------
 
+def oracle_available() -> bool:
+    """Whether jax and ../shared/xla-oracle are there (without importing jax)."""
+    return importlib.util.find_spec("jax") is not None and (ORACLE / "xla_oracle.py").is_file()
+
+
 def load_oracle():
     """`xla_oracle` started on the largest device count; None without jax or the oracle."""
-    try:
-        import jax  # noqa: F401
-    except ImportError:
-        return None
-    if not (ORACLE / "xla_oracle.py").is_file():
+    if not oracle_available():
         return None
     sys.path.insert(0, str(ORACLE))
     import xla_oracle
@@ -252,16 +254,17 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=TABLE, help="where to write the table")
     args = parser.parse_args(argv)
     oracle = load_oracle()
     if oracle is None:
         print("needs jax 0.10.2 and ../shared/xla-oracle", file=sys.stderr)
         return 2
     table = ask_xla(oracle, random_cases(args.count, args.seed))
-    TABLE.parent.mkdir(parents=True, exist_ok=True)
-    TABLE.write_text(json.dumps({"xla": "jax 0.10.2 (XLA GSPMD propagation, CPU)",
-                                 "seed": args.seed, "cases": table}, indent=0) + "\n")
-    print(f"{len(table)} cases written to {TABLE}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"xla": "jax 0.10.2 (XLA GSPMD propagation, CPU)",
+                                    "seed": args.seed, "cases": table}, indent=0) + "\n")
+    print(f"{len(table)} cases written to {args.out}")
     return 0
 
 
