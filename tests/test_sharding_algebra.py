@@ -349,7 +349,8 @@ def test_merge_reference_example():
 
 
 def test_merge_elementwise_example():
-    # §3.11 example 1: [2,1,2] and [1,2,2] on the same 4 devices merge to [2,2]<=[4]
+    # an elementwise op's two operands: [2,1,2] and [1,2,2] on the same 4 devices merge to
+    # [2,2]<=[4]
     merged = algebra.merge_if_compatible(partial([1, 2, 2], [0, 2, 1, 3]), partial([2, 1, 2]))
     assert merged == iota([2, 2])
 

@@ -1,6 +1,6 @@
-"""Partitioning of values and data movement (reference §4.7.1, §4.7.2): `parameter`,
-`constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`, `get-tuple-element` and the
-`Sharding` custom-call (a reshard node).
+"""Partitioning of values and data movement (docs/partitioning.md, "Per-op strategies"):
+`parameter`, `constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`,
+`get-tuple-element` and the `Sharding` custom-call (a reshard node).
 
 - parameter: a parameter of the shard shape (entry parameters are scattered by the runtime).
 - constant: a whole constant when replicated or on one device, a shard-shaped constant when every
@@ -10,8 +10,9 @@
   the operand's sharding extended by untiled new dims; local broadcast to the shard shape.
 - transpose: the operand in the result's sharding transposed back, or the result in the operand's
   sharding transposed; local transpose.
-- reshape: a pair of shardings whose shards correspond under a local reshape (§2.7(j) in either
-  direction, with the whole-tile condition checked below), else replicated; local reshape.
+- reshape: a pair of shardings whose shards correspond under a local reshape (the algebra's
+  `reshape_sharding` in either direction, docs/design/sharding-algebra.md, with the whole-tile
+  condition checked below), else replicated; local reshape.
 - tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
 - Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
   to the custom-call's (`reshard.py`).

@@ -1,5 +1,7 @@
 """Reshard planning: the cheapest sequence of steps that turns a value sharded one way into the
-same value sharded another way (reference §4.4), as pure sharding arithmetic.
+same value sharded another way, as pure sharding arithmetic (the steps and the alignment rules
+are described in docs/partitioning.md, "Resharding"; the step arithmetic in
+docs/design/sharding-algebra.md).
 
 `plan_reshard(shape, source, target, num_devices)` returns a `ReshardPlan`: a list of steps,
 each a local operation or one collective with the bytes every device sends in it (`traffic`, the
@@ -21,8 +23,8 @@ Steps between tilings (`tiling.py`), in the order a plan uses them:
 
 and `BroadcastFromDevice` (maximal → replicated: select on partition-id, all-reduce) and
 `SendToDevice` (maximal → other maximal: one collective-permute). Uneven dims are handled by the
-alignment rules of §4.4.2/4.4.3: a step that would cut a padded tile across real data falls back
-to gathering that dim completely (slicing from the full dim is always exact).
+alignment rules: a step that would cut a padded tile across real data falls back to gathering
+that dim completely (slicing from the full dim is always exact).
 
 Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing before
 gathering, permuting before gathering) and the cheapest is kept (then the shortest, then the
