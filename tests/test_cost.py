@@ -1,5 +1,5 @@
 """The cost model (ir/cost.py) on hand-computed cases: bytes per device for every collective kind,
-group modes, async forms, and the time model. test_cost_agreement.py checks that the planner,
+group modes, async forms, and the time model. test_bytes_agreement.py checks that the planner,
 explain and the profiler all use it."""
 from __future__ import annotations
 
