@@ -16,10 +16,9 @@ reshard planner). Every count is an integer number of bytes per device:
 | all-to-all           | `(E - c_r) w`: every block but its own (tuple form: all operands but its) |
 | collective-permute   | `b` when it is the source of a pair with another target, else 0           |
 | collective-broadcast | `b` for members 0..g-2 (a chain from member 0, the source), else 0        |
-| ragged-all-to-all    | at most its input's bytes (the sizes are data: `bound` is set)            |
 
-with chunks `c_k = E // g + (1 if k < E % g else 0)` (indices mod g). Async starts cost as their
-synchronous forms; the `-done` halves move nothing. Devices in no group send nothing.
+with chunks `c_k = E // g + (1 if k < E % g else 0)` (indices mod g). An `async-start` costs as the
+collective it wraps, its `async-done` nothing. Devices in no group send nothing.
 """
 from __future__ import annotations
 
@@ -32,21 +31,8 @@ import numpy as np
 
 from .collective_groups import participant_groups, permute_pairs
 from .module import Instruction
+from .ops import COLLECTIVES
 from .shapes import Shape
-
-#: the collective each opcode moves data as (async starts as their synchronous forms)
-KIND_OF = {
-    "all-gather": "all-gather", "all-gather-start": "all-gather",
-    "all-reduce": "all-reduce", "all-reduce-start": "all-reduce",
-    "reduce-scatter": "reduce-scatter",
-    "all-to-all": "all-to-all",
-    "collective-permute": "collective-permute",
-    "collective-permute-start": "collective-permute",
-    "collective-broadcast": "collective-broadcast",
-    "ragged-all-to-all": "ragged-all-to-all",
-}
-#: the completions of async collectives: their start carries the cost
-DONE_OPCODES = frozenset({"all-gather-done", "all-reduce-done", "collective-permute-done"})
 
 
 @dataclass(frozen=True)
@@ -67,8 +53,7 @@ class Traffic:
     """The bytes one execution of a collective moves: `sent[d]` and `received[d]` for every device
     d of the program (read-only int64 arrays). `num_groups` groups of `group_size` members (a
     collective-permute: one group, its pairs counted as the size); `operand_bytes` the bytes of
-    one member's operands; `bound` marks data-dependent sizes, of which the counts are upper
-    bounds."""
+    one member's operands."""
 
     kind: str
     num_groups: int
@@ -76,7 +61,6 @@ class Traffic:
     operand_bytes: int
     sent: np.ndarray
     received: np.ndarray
-    bound: bool = False
 
     def __post_init__(self):
         for array in (self.sent, self.received):
@@ -104,14 +88,13 @@ class Traffic:
     def describe(self) -> str:
         """`sends 1024 bytes per device`, `sends 256 bytes from each of 2 devices`, or
         `sends 28 to 32 bytes per device (120 in total)`."""
-        prefix = "sends at most" if self.bound else "sends"
         values = np.unique(self.sent)
         if values.size == 1:
-            return f"{prefix} {int(values[0])} bytes per device"
+            return f"sends {int(values[0])} bytes per device"
         senders = int((self.sent > 0).sum())
         if values.size == 2 and values[0] == 0:
-            return f"{prefix} {int(values[1])} bytes from each of {senders} devices"
-        return f"{prefix} {int(values.min())} to {int(values.max())} bytes per device " \
+            return f"sends {int(values[1])} bytes from each of {senders} devices"
+        return f"sends {int(values.min())} to {int(values.max())} bytes per device " \
                f"({self.total_sent} in total)"
 
 
@@ -209,27 +192,16 @@ def collective_broadcast(groups, operand_bytes: int, num_devices: int) -> Traffi
                    _per_device(groups, received, num_devices))
 
 
-def ragged_all_to_all(groups, input_bytes: int, output_bytes: int, num_devices: int) -> Traffic:
-    """The sizes sent are data (`send_sizes`): at most the whole input, at most the whole output
-    received."""
-    groups = _groups(groups)
-    count, g = groups.shape
-    return Traffic("ragged-all-to-all", count, g, input_bytes,
-                   _per_device(groups, np.full(g, input_bytes, np.int64), num_devices),
-                   _per_device(groups, np.full(g, output_bytes, np.int64), num_devices),
-                   bound=True)
-
-
 def instruction_traffic(inst: Instruction, num_partitions: int,
                         computations: dict | None = None) -> Traffic | None:
     """The traffic of one execution of `inst` on `num_partitions` partitions, or None when it
-    moves no data between devices (not a collective, or the `-done` half of an async one). An
+    moves no data between devices (not a collective, or an `async-done`). An
     `async-start` costs as the collective its computation wraps (`computations` by name)."""
     if inst.opcode == "async-start":
         wrapped = _wrapped(inst, computations)
         return None if wrapped is None else instruction_traffic(wrapped, num_partitions)
-    kind = KIND_OF.get(inst.opcode)
-    if kind is None:
+    kind = inst.opcode
+    if kind not in COLLECTIVES:
         return None
     n = num_partitions
     operands = [o.shape for o in inst.operands]
@@ -241,8 +213,6 @@ def instruction_traffic(inst: Instruction, num_partitions: int,
         return all_gather(groups, _bytes(operands), n)
     if kind == "collective-broadcast":
         return collective_broadcast(groups, _bytes(operands), n)
-    if kind == "ragged-all-to-all":
-        return ragged_all_to_all(groups, _bytes(operands[:1]), _bytes(operands[1:2]), n)
     if kind == "all-to-all" and inst.attr("dimensions") is None and len(operands) > 1:
         return all_to_all_tuple(groups, [_bytes([s]) for s in operands], n)
     return _sum([{"all-reduce": all_reduce, "reduce-scatter": reduce_scatter,
@@ -269,7 +239,7 @@ def _wrapped(inst: Instruction, computations: dict | None) -> Instruction | None
         return None
     for name in inst.called_computation_names():
         root = computations[name].root
-        if root.opcode in KIND_OF:
+        if root.opcode in COLLECTIVES:
             return root
     return None
 
@@ -305,7 +275,7 @@ def modelled_time(traffic: Traffic, machine: Machine = DEFAULT_MACHINE) -> float
     return min(ring, depth * (machine.latency + traffic.operand_bytes / machine.bandwidth))
 
 
-__all__ = ["Traffic", "Machine", "DEFAULT_MACHINE", "KIND_OF", "DONE_OPCODES", "all_gather",
+__all__ = ["Traffic", "Machine", "DEFAULT_MACHINE", "all_gather",
            "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_tuple", "collective_permute",
-           "collective_broadcast", "ragged_all_to_all", "instruction_traffic", "message_steps",
+           "collective_broadcast", "instruction_traffic", "message_steps",
            "modelled_time"]

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from time import perf_counter, time
 from typing import Callable, Sequence
 
-from gspmdc.ir.cost import KIND_OF, instruction_traffic
+from gspmdc.ir.cost import instruction_traffic
 from gspmdc.ir.module import Instruction
-from gspmdc.ir.ops import opcodes
+from gspmdc.ir.ops import COLLECTIVES, opcodes
 
 #: instructions whose own (exclusive) time is interpretation: they only call computations
 CONTROL_OPCODES = opcodes("while", "call", "conditional", "fusion", "call-start", "call-done",
@@ -79,7 +79,7 @@ class ProfileRecorder:
 
     def on_step(self, inst: Instruction, seconds: float) -> None:
         opcode = inst.opcode
-        if opcode in KIND_OF:
+        if opcode in COLLECTIVES:
             stats, sent = self._model(inst)
             stats.calls += 1
             stats.seconds += seconds

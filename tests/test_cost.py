@@ -60,9 +60,9 @@ def test_tuple_all_to_all_sends_every_operand_but_its_own():
     assert t.sent.tolist() == [16] * 3 and t.received.tolist() == [16] * 3
 
 
-def _module(body: str, n: int = 4, verify: bool = True):
+def _module(body: str, n: int = 4, callee: str = ""):
     return api.parse(f"""HloModule m, num_partitions={n}
-
+{callee}
 add {{
   a = f32[] parameter(0)
   b = f32[] parameter(1)
@@ -73,7 +73,7 @@ ENTRY main {{
   x = f32[8] parameter(0)
   {body}
 }}
-""", verify=verify)
+""")
 
 
 def _traffic(body: str, n: int = 4):
@@ -99,14 +99,17 @@ def test_instruction_traffic_follows_the_group_modes(body, sent):
     assert _traffic(body).sent.tolist() == sent
 
 
-def test_async_start_costs_as_the_collective_and_done_moves_nothing():
-    # parsed without verifying: the verifier has no shape rule for the async halves
-    module = _module("s = (f32[8], f32[16]) all-gather-start(x), channel_id=1, "
-                     "replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true\n"
-                     "  ROOT d = f32[16] all-gather-done(s)", verify=False)
+def test_async_start_costs_as_the_collective_it_wraps_and_done_moves_nothing():
+    module = _module("s = ((f32[8]), f32[16], u32[]) async-start(x), calls=wrapped\n"
+                     "  ROOT d = f32[16] async-done(s)", callee="""
+%wrapped {
+  y = f32[8] parameter(0)
+  ROOT g = f32[16] all-gather(y), channel_id=1, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true
+}
+""")
     start, done = module.entry.instruction("s"), module.entry.root
-    assert cost.instruction_traffic(start, 4).sent.tolist() == [32] * 4
-    assert cost.instruction_traffic(done, 4) is None
+    assert cost.instruction_traffic(start, 4, module.computations).sent.tolist() == [32] * 4
+    assert cost.instruction_traffic(done, 4, module.computations) is None
 
 
 def test_time_model():

@@ -24,13 +24,9 @@ from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 
-#: async starts whose result is a tuple holding the collective's result at index 1
-_TUPLE_STARTS = frozenset({"all-gather-start", "collective-permute-start", "async-start"})
-
-
 def collective_result_bytes(inst: Instruction) -> int:
     """Bytes of the collective's result on one device (the measure XLA's reports use)."""
-    if inst.opcode in _TUPLE_STARTS and isinstance(inst.shape, TupleShape):
+    if inst.opcode == "async-start" and isinstance(inst.shape, TupleShape):
         return inst.shape.elements[1].byte_size
     return inst.shape.byte_size
 
