@@ -27,17 +27,18 @@ add {
 
 ENTRY main {
   x = f32[2,8] parameter(0)
-  g = f32[8,8] all-gather(x), dimensions={0}, replica_groups={{0,1,2,3}}
-  r = f32[8,8] all-reduce(g), replica_groups={{0,1},{2,3}}, to_apply=add
-  ROOT p = f32[8,8] collective-permute(r), source_target_pairs={{0,1},{1,0},{2,2}}
+  g = f32[8,8] all-gather(x), channel_id=1, dimensions={0}, replica_groups={{0,1,2,3}}, use_global_device_ids=true
+  r = f32[8,8] all-reduce(g), channel_id=2, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT p = f32[8,8] collective-permute(r), channel_id=3, source_target_pairs={{0,1},{1,0},{2,2}}
 }
 """
 
 
 def test_collective_bytes_follow_the_ring_costs():
-    # all-gather: 3 other devices each receive my 64-byte piece once: 3 * 64;
-    # all-reduce in pairs of 2 on 256 bytes: 2 * (2-1)/2 * 256; permute: 256 (some pair moves)
-    assert collective_bytes(SPMD, 4) == 3 * 64 + 256 + 256
+    # per device, averaged over the 4: all-gather: 3 other devices each receive my 64-byte piece
+    # once: 3 * 64; all-reduce in pairs of 2 on 256 bytes: 2 * (2-1)/2 * 256; permute: devices 0
+    # and 1 send 256 bytes, 2 keeps its value, 3 sends nothing: 2 * 256 / 4
+    assert collective_bytes(SPMD, 4) == 3 * 64 + 256 + 2 * 256 / 4
 
 
 PROPAGATED = """HloModule m, num_partitions=4
