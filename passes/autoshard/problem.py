@@ -1,0 +1,173 @@
+"""The optimisation problem of a sharding graph, after its simplification.
+
+Simplification (what keeps large programs tractable): two nodes joined by an edge are *merged*
+into one choice when their strategies correspond one to one through that edge, that is, the
+source's sharding of the value takes distinct values over its strategies, the target's need of
+it takes distinct values over its strategies, and the two sets are equal. An elementwise chain,
+the broadcast feeding it, a parameter used by it, a `copy` or a `convert` all merge into one
+choice; the value then never reshards along the merged edges (resharding before or after an
+elementwise op moves the same bytes). Nodes whose strategies differ in more than the value
+(a dot's strategies share operand shardings and differ in the other operand's) stay apart.
+
+The problem, over *choices* (merged nodes), each choosing one of its strategies:
+
+- `unary[c][a]`: seconds of choice c's strategy a: its nodes' computation and own
+  communication times their executions, plus edges inside the choice and sinks;
+- `pairs`: for an edge between two choices, the strategies of each side grouped by the
+  sharding of the value (source) and by the need (target), and the seconds `cost[g][h]` of
+  resharding from group g's sharding to group h's need (every edge between the same two
+  groupings summed into one);
+- `node_strategy(node, a)`: which strategy of a graph node choice strategy `a` means.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gspmdc.ir.sharding import HloSharding
+
+from .costs import CostModel
+from .graph import Edge, ShardingGraph
+
+
+@dataclass
+class Pair:
+    """Reshard costs between choices `u` and `v`: `groups_u[a]` is the group of u's strategy a
+    (by the value's sharding), `groups_v[b]` of v's (by the need), `cost[g, h]` seconds."""
+
+    u: int
+    v: int
+    groups_u: np.ndarray
+    groups_v: np.ndarray
+    cost: np.ndarray
+
+
+@dataclass
+class Problem:
+    graph: ShardingGraph
+    #: per graph node: its choice and the node strategy of each of the choice's strategies
+    choice_of: list[int]
+    strategy_map: list[np.ndarray]
+    #: per choice: its graph nodes and the seconds of each strategy
+    members: list[list[int]]
+    unary: list[np.ndarray]
+    pairs: list[Pair]
+    #: per choice: the part of `unary` that is computation (the rest is communication)
+    compute: list[np.ndarray]
+
+    @property
+    def num_choices(self) -> int:
+        return len(self.members)
+
+    def size(self, choice: int) -> int:
+        return len(self.unary[choice])
+
+    def node_strategy(self, node: int, a: int) -> int:
+        return int(self.strategy_map[node][a])
+
+    def objective(self, assignment: list[int]) -> float:
+        """Modelled seconds of an assignment (one strategy per choice)."""
+        total = sum(float(self.unary[c][a]) for c, a in enumerate(assignment))
+        for p in self.pairs:
+            total += float(p.cost[p.groups_u[assignment[p.u]], p.groups_v[assignment[p.v]]])
+        return total
+
+
+def _need(graph: ShardingGraph, edge: Edge, strategy: int) -> HloSharding:
+    node = graph.nodes[edge.target]
+    chosen = node.strategies[strategy]
+    return chosen.results[0] if edge.operand is None else chosen.operands[edge.operand]
+
+
+def _value(graph: ShardingGraph, edge: Edge, strategy: int) -> HloSharding:
+    return graph.nodes[edge.source.node].strategies[strategy].results[edge.source.leaf]
+
+
+def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) -> Problem:
+    """The problem of `graph` (simplified unless `merge` is False)."""
+    n = len(graph.nodes)
+    parent = list(range(n))
+    maps = [np.arange(len(node.strategies)) for node in graph.nodes]
+    members = {i: [i] for i in range(n)}
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    if merge:
+        for edge in graph.edges:
+            u, v = root(edge.source.node), root(edge.target)
+            if u == v:
+                continue
+            values = [_value(graph, edge, int(maps[edge.source.node][a]))
+                      for a in range(len(maps[u]))]
+            needs = [_need(graph, edge, int(maps[edge.target][b]))
+                     for b in range(len(maps[v]))]
+            if len(set(values)) != len(values) or len(set(needs)) != len(needs) or \
+                    set(values) != set(needs):
+                continue
+            position = {s: b for b, s in enumerate(needs)}
+            through = np.array([position[s] for s in values])      # u strategy -> v strategy
+            for node in members.pop(v):
+                maps[node] = maps[node][through]
+                parent[node] = u
+                members[u].append(node)
+            parent[v] = u
+
+    roots = sorted(members)
+    index = {r: k for k, r in enumerate(roots)}
+    choice_of = [index[root(i)] for i in range(n)]
+    unary = [np.zeros(len(maps[r])) for r in roots]
+    compute = [np.zeros(len(maps[r])) for r in roots]
+    for i, node in enumerate(graph.nodes):
+        seconds = np.array([node.strategies[s].seconds for s in maps[i]])
+        unary[choice_of[i]] += seconds * node.executions
+        compute[choice_of[i]] += np.array([node.strategies[s].compute for s in maps[i]]) * \
+            node.executions
+    pairs: dict[tuple, Pair] = {}
+    for edge in graph.edges:
+        cu, cv = choice_of[edge.source.node], choice_of[edge.target]
+        su, sv = maps[edge.source.node], maps[edge.target]
+        values = [_value(graph, edge, int(a)) for a in su]
+        needs = [_need(graph, edge, int(b)) for b in sv]
+        if cu == cv:
+            unary[cu] += [costs.reshard(edge.shape, a, b)[0] * edge.executions
+                          for a, b in zip(values, needs)]
+            continue
+        gu, vu = _groups(values)
+        gv, vv = _groups(needs)
+        matrix = np.array([[costs.reshard(edge.shape, a, b)[0] for b in vv] for a in vu]) * \
+            edge.executions
+        if not matrix.any():
+            continue
+        if len(vu) == 1:
+            unary[cv] += matrix[0][gv]
+            continue
+        if len(vv) == 1:
+            unary[cu] += matrix[:, 0][gu]
+            continue
+        key = (cu, cv, gu.tobytes(), gv.tobytes())
+        if key in pairs:
+            pairs[key].cost = pairs[key].cost + matrix
+        else:
+            pairs[key] = Pair(cu, cv, gu, gv, matrix)
+    for sink in graph.sinks:
+        c = choice_of[sink.source.node]
+        values = [graph.nodes[sink.source.node].strategies[int(a)].results[sink.source.leaf]
+                  for a in maps[sink.source.node]]
+        unary[c] += [costs.reshard(sink.shape, a, sink.sharding)[0] * sink.executions
+                     for a in values]
+    return Problem(graph, choice_of, maps, [members[r] for r in roots], unary,
+                   list(pairs.values()), compute)
+
+
+def _groups(values: list[HloSharding]) -> tuple[np.ndarray, list[HloSharding]]:
+    """Group index of each value, and the distinct values in first-seen order."""
+    distinct: dict[HloSharding, int] = {}
+    groups = np.array([distinct.setdefault(s, len(distinct)) for s in values], dtype=np.int64)
+    return groups, list(distinct)
+
+
+__all__ = ["Pair", "Problem", "build_problem"]
