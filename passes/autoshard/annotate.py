@@ -101,9 +101,11 @@ def _over_memory(problem: Problem, solution: Solution,
     assignment = solution.assignment
     over: dict[int, np.ndarray] = {}
     for row in rows:
-        base = sum(float(v[assignment[c]]) for c, v in row.terms.items())
-        for c, v in row.terms.items():
-            exceeds = base - v[assignment[c]] + v > row.limit
+        involved = set(row.terms) | {x for p in row.pair_terms
+                                     for x in (problem.pairs[p].u, problem.pairs[p].v)}
+        for c in involved:
+            exceeds = np.array([row.bytes(problem, assignment[:c] + [a] + assignment[c + 1:])
+                                > row.limit for a in range(problem.size(c))])
             over[c] = exceeds if c not in over else over[c] | exceeds
     return over
 

@@ -35,8 +35,6 @@ from gspmdc.passes.spmd.traffic import execution_counts
 
 from .strategies import Strategy, StrategyTable
 
-#: instructions that only refer to their operands' values
-ALIASES = frozenset({"tuple", "get-tuple-element"})
 SHARDING_TARGET = "Sharding"
 
 
@@ -68,13 +66,15 @@ class Node:
 @dataclass(frozen=True)
 class Edge:
     """`source` is needed by node `target`: as its operand leaf `operand`, or (operand None) in
-    the target's own result sharding; `executions` per run."""
+    the target's own result sharding, at instruction `where` (computation, name);
+    `executions` per run."""
 
     source: Ref
     target: int
     operand: int | None
     shape: ArrayShape
     executions: int
+    where: tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ class _Builder:
         k = 0
         for operand in inst.operands:
             for ref, leaf in zip(self.refs[(comp.name, operand.name)], operand.shape.leaves()):
-                self.edges.append(Edge(ref, node, k, leaf, executions))
+                self.edges.append(Edge(ref, node, k, leaf, executions, (comp.name, inst.name)))
                 k += 1
         return [Ref(node, i) for i in range(_leaf_count(inst.shape))]
 
@@ -218,13 +218,15 @@ class _Builder:
         operand = inst.operands[0]
         for ref, target, leaf in zip(self.refs[(comp.name, operand.name)], state,
                                      operand.shape.leaves()):
-            self.edges.append(Edge(ref, target.node, None, leaf, executions))
+            self.edges.append(Edge(ref, target.node, None, leaf, executions,
+                                   (comp.name, inst.name)))
         self._computation(condition, [state])
         self._computation(body, [state])
         body_executions = self.executions[body.name]
         for ref, target, leaf in zip(self.refs[(body.name, body.root.name)], state,
                                      body.root.shape.leaves()):
-            self.edges.append(Edge(ref, target.node, None, leaf, body_executions))
+            self.edges.append(Edge(ref, target.node, None, leaf, body_executions,
+                                   (body.name, body.root.name)))
         predicate = self.refs[(condition.name, condition.root.name)]
         for ref, leaf in zip(predicate, condition.root.shape.leaves()):
             self.sinks.append(Sink(ref, HloSharding.replicate(), leaf,
@@ -248,7 +250,8 @@ class _Builder:
             for ref, target, leaf in zip(self.refs[(branch.name, branch.root.name)], results,
                                          branch.root.shape.leaves()):
                 self.edges.append(Edge(ref, target.node, None, leaf,
-                                       self.executions[branch.name]))
+                                       self.executions[branch.name],
+                                       (branch.name, branch.root.name)))
         return results
 
 
@@ -258,4 +261,4 @@ def _leaf_count(shape) -> int:
     return 1
 
 
-__all__ = ["Ref", "Node", "Edge", "Sink", "ShardingGraph", "build_graph", "ALIASES"]
+__all__ = ["Ref", "Node", "Edge", "Sink", "ShardingGraph", "build_graph"]

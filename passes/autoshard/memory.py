@@ -79,48 +79,108 @@ def ref_bytes(problem: Problem, ref: Ref) -> np.ndarray:
     """Bytes per device of buffer `ref` under each strategy of its node's choice."""
     node = problem.graph.nodes[ref.node]
     shape = node.shapes[ref.leaf]
+    return np.array([float(_bytes(node.strategies[s].results[ref.leaf], shape))
+                     for s in problem.strategy_map[ref.node]])
+
+
+def _bytes(sharding, shape) -> int:
     width = max(dtypes.byte_width(shape.element_type), 1)
-    return np.array([float(np.prod(node.strategies[s].results[ref.leaf].shard_shape(shape).dims))
-                     * width for s in problem.strategy_map[ref.node]])
+    return int(np.prod(sharding.shard_shape(shape).dims)) * width
 
 
-def memory_rows(problem: Problem, limit: int | None) -> list[MemoryRow]:
-    """The rows keeping every candidate peak point within `limit` (none without a limit)."""
-    if limit is None:
-        return []
-    points = live_points(problem)
-    kept: dict[frozenset, str] = {}
-    for k, (where, live) in enumerate(points):
-        before = points[k - 1][1] if k > 0 else frozenset()
-        after = points[k + 1][1] if k + 1 < len(points) else frozenset()
-        if (live < before) or (live < after) or live in kept:
-            continue
-        kept[live] = where
-    rows = []
+def point_rows(problem: Problem, limit: float = float("inf")) -> list[MemoryRow]:
+    """One row per program point: the buffers live there, the partial results its instruction
+    resolves (`Strategy.scratch`) and the resharded copies of the operands it reads (an
+    operand whose need differs from its sharding is read from a new buffer)."""
+    graph = problem.graph
+    edges_at: dict[tuple[str, str], list] = {}
+    for edge in graph.edges:
+        edges_at.setdefault(edge.where, []).append(edge)
+    scratch_at: dict[tuple[str, str], int] = {}
+    for node in graph.nodes:
+        if node.kind == "op" and node.members and any(s.scratch for s in node.strategies):
+            comp, name, _ = node.members[0]
+            scratch_at[(comp, name)] = node.index
     cache: dict[Ref, np.ndarray] = {}
-    for live, where in kept.items():
+    rows = []
+    for where, live in live_points(problem):
         terms: dict[int, np.ndarray] = {}
+        pair_terms: dict[int, np.ndarray] = {}
+
+        def add(c, vector):
+            terms[c] = terms[c] + vector if c in terms else np.asarray(vector, dtype=float)
         for ref in live:
             if ref not in cache:
                 cache[ref] = ref_bytes(problem, ref)
-            c = problem.choice_of[ref.node]
-            terms[c] = terms[c] + cache[ref] if c in terms else cache[ref]
-        rows.append(MemoryRow(terms, float(limit), where))
+            add(problem.choice_of[ref.node], cache[ref])
+        key = tuple(where.split("/", 1))
+        if key in scratch_at:
+            i = scratch_at[key]
+            node = graph.nodes[i]
+            add(problem.choice_of[i], np.array([float(node.strategies[s].scratch)
+                                                for s in problem.strategy_map[i]]))
+        for edge in edges_at.get(key, ()):
+            kind, index, values, needs = problem.edge_terms(edge)
+            shape = edge.shape
+            if kind == "choice":
+                add(index, [_bytes(b, shape) if a != b else 0 for a, b in zip(values, needs)])
+            elif kind == "source":
+                add(index, [_bytes(needs, shape) if a != needs else 0 for a in values])
+            elif kind == "target":
+                add(index, [_bytes(b, shape) if values != b else 0 for b in needs])
+            elif index is not None:
+                matrix = np.array([[_bytes(b, shape) if a != b else 0 for b in needs]
+                                   for a in values], dtype=float)
+                pair_terms[index] = pair_terms[index] + matrix if index in pair_terms else matrix
+        rows.append(MemoryRow(terms, pair_terms, limit, where))
     return rows
 
 
-def plan_memory(problem: Problem, assignment: list[int]) -> int:
-    """The modelled peak bytes per device of an assignment."""
-    peak = 0.0
-    cache: dict[Ref, float] = {}
-    for _, live in live_points(problem):
-        total = 0.0
-        for ref in live:
-            if ref not in cache:
-                cache[ref] = float(ref_bytes(problem, ref)[assignment[problem.choice_of[ref.node]]])
-            total += cache[ref]
-        peak = max(peak, total)
-    return int(peak)
+def memory_rows(problem: Problem, limit: int | None) -> list[MemoryRow]:
+    """The rows keeping every program point within `limit` (none without a limit); a point
+    holding a subset of its neighbour's buffers and reading no resharded copy is left out
+    (it can never be the peak), and equal rows are kept once."""
+    if limit is None:
+        return []
+    rows = point_rows(problem, float(limit))
+    points = live_points(problem)
+    kept, seen = [], set()
+    for k, row in enumerate(rows):
+        live = points[k][1]
+        before = points[k - 1][1] if k > 0 else frozenset()
+        after = points[k + 1][1] if k + 1 < len(points) else frozenset()
+        plain = not row.pair_terms and set(row.terms) <= {problem.choice_of[r.node] for r in live}
+        if plain and (live < before or live < after):
+            continue
+        key = (tuple(sorted((c, v.tobytes()) for c, v in row.terms.items())),
+               tuple(sorted((p, m.tobytes()) for p, m in row.pair_terms.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(row)
+    return kept
 
 
-__all__ = ["live_points", "memory_rows", "plan_memory", "ref_bytes"]
+def plan_memory(problem: Problem, assignment: list[int]) -> tuple[int, str]:
+    """The modelled peak bytes per device of an assignment, and where it is reached."""
+    best = (0.0, "")
+    for row in point_rows(problem):
+        load = row.bytes(problem, assignment)
+        if load > best[0]:
+            best = (load, row.where)
+    return int(best[0]), best[1]
+
+
+def lower_bound(problem: Problem) -> tuple[int, str]:
+    """Bytes per device that every plan needs at some point (each value as small as its
+    strategies allow), and where."""
+    best = (0.0, "")
+    for row in point_rows(problem):
+        load = sum(float(v.min()) for v in row.terms.values())
+        if load > best[0]:
+            best = (load, row.where)
+    return int(best[0]), best[1]
+
+
+__all__ = ["live_points", "point_rows", "memory_rows", "plan_memory", "lower_bound",
+           "ref_bytes"]

@@ -86,7 +86,7 @@ def autoshard(module: Module, mesh: Mesh, *, memory_per_device: int | None = Non
     rows = memory_rows(problem, memory_per_device)
     built = time.perf_counter() - started
     solution = solve(problem, rows, time_limit)
-    peak = plan_memory(problem, solution.assignment)
+    peak, _ = plan_memory(problem, solution.assignment)
     result = AutoshardResult(solution, solution.seconds, peak, memory_per_device,
                              len(graph.nodes), problem.num_choices, len(problem.pairs), built)
     if result.fits:

@@ -55,6 +55,8 @@ class Problem:
     pairs: list[Pair]
     #: per choice: the part of `unary` that is computation (the rest is communication)
     compute: list[np.ndarray]
+    #: (u, v, groups of u, groups of v) -> index in `pairs`
+    pair_keys: dict[tuple, int]
 
     @property
     def num_choices(self) -> int:
@@ -65,6 +67,24 @@ class Problem:
 
     def node_strategy(self, node: int, a: int) -> int:
         return int(self.strategy_map[node][a])
+
+    def edge_terms(self, edge: Edge):
+        """How `edge` enters the problem: `("choice", c, values, needs)` when both ends are in
+        choice c (per strategy of c), `("pair", p, values, needs)` for pair p (per group), or
+        `("source", c, values, need)` / `("target", c, value, needs)` when one side has a
+        single sharding (per strategy of the other side's choice c)."""
+        cu, cv = self.choice_of[edge.source.node], self.choice_of[edge.target]
+        values = [_value(self.graph, edge, int(a)) for a in self.strategy_map[edge.source.node]]
+        needs = [_need(self.graph, edge, int(b)) for b in self.strategy_map[edge.target]]
+        if cu == cv:
+            return "choice", cu, values, needs
+        gu, vu = _groups(values)
+        gv, vv = _groups(needs)
+        if len(vu) == 1:
+            return "target", cv, vu[0], needs
+        if len(vv) == 1:
+            return "source", cu, values, vv[0]
+        return "pair", self.pair_keys.get((cu, cv, gu.tobytes(), gv.tobytes())), vu, vv
 
     def objective(self, assignment: list[int]) -> float:
         """Modelled seconds of an assignment (one strategy per choice)."""
@@ -160,7 +180,7 @@ def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) ->
         unary[c] += [costs.reshard(sink.shape, a, sink.sharding)[0] * sink.executions
                      for a in values]
     return Problem(graph, choice_of, maps, [members[r] for r in roots], unary,
-                   list(pairs.values()), compute)
+                   list(pairs.values()), compute, {k: i for i, k in enumerate(pairs)})
 
 
 def _groups(values: list[HloSharding]) -> tuple[np.ndarray, list[HloSharding]]:

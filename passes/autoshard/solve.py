@@ -39,12 +39,24 @@ ROUNDS = 20
 
 @dataclass(frozen=True)
 class MemoryRow:
-    """`Σ bytes[c][a] x[c][a] ≤ limit` over the choices listed (`terms`: choice -> bytes per
-    strategy); `where` names the program point."""
+    """`Σ bytes[c][a] x[c][a] + Σ bytes[p][g][h] e[p][g][h] ≤ limit` over the choices listed
+    (`terms`: choice -> bytes per strategy) and pairs (`pair_terms`: pair index -> bytes per
+    pair of groups: the resharded copy an instruction reads); `where` names the program
+    point."""
 
     terms: dict[int, np.ndarray]
+    pair_terms: dict[int, np.ndarray]
     limit: float
     where: str
+
+    def bytes(self, problem: Problem, assignment: list[int]) -> float:
+        """The row's bytes under an assignment."""
+        total = sum(float(v[assignment[c]]) for c, v in self.terms.items())
+        for p, matrix in self.pair_terms.items():
+            pair = problem.pairs[p]
+            total += float(matrix[pair.groups_u[assignment[pair.u]],
+                                  pair.groups_v[assignment[pair.v]]])
+        return total
 
 
 @dataclass(frozen=True)
@@ -142,9 +154,11 @@ def _model(problem: Problem, memory: list[MemoryRow]):
     for c, first in enumerate(columns):
         if first is not None:
             row([(first + a, 1.0) for a in range(problem.size(c))], 1.0, 1.0)
+    pair_columns = []
     for p in problem.pairs:
         groups_u, groups_v = p.cost.shape
         first_e = len(costs)
+        pair_columns.append(first_e)
         costs.extend(p.cost.ravel().tolist())
         integer.extend([False] * p.cost.size)
         for g in range(groups_u):
@@ -159,6 +173,9 @@ def _model(problem: Problem, memory: list[MemoryRow]):
         fixed = sum(float(v[0]) for c, v in m.terms.items() if columns[c] is None)
         terms = [(columns[c] + a, float(v[a])) for c, v in m.terms.items()
                  if columns[c] is not None for a in range(len(v)) if v[a]]
+        for p, matrix in m.pair_terms.items():
+            flat = matrix.ravel()
+            terms += [(pair_columns[p] + k, float(flat[k])) for k in np.flatnonzero(flat)]
         row(terms, -highspy.kHighsInf, m.limit - fixed)
     lp = highspy.HighsLp()
     lp.num_col_ = len(costs)
@@ -219,7 +236,8 @@ def heuristic(problem: Problem, memory: list[MemoryRow]) -> list[int]:
         touching[p.v].append(p)
     rows_of: dict[int, list[MemoryRow]] = {c: [] for c in range(problem.num_choices)}
     for m in memory:
-        for c in m.terms:
+        for c in set(m.terms) | {x for p in m.pair_terms
+                                 for x in (problem.pairs[p].u, problem.pairs[p].v)}:
             rows_of[c].append(m)
     for _ in range(ROUNDS):
         changed = False
@@ -233,9 +251,9 @@ def heuristic(problem: Problem, memory: list[MemoryRow]) -> list[int]:
                 else:
                     score += p.cost[p.groups_u[assignment[p.u]], :][p.groups_v]
             for m in rows_of[c]:
-                others = sum(float(v[assignment[d]]) for d, v in m.terms.items() if d != c)
-                over = np.maximum(others + m.terms[c] - m.limit, 0.0)
-                score += over * (1.0 + score.max())
+                load = np.array([m.bytes(problem, assignment[:c] + [a] + assignment[c + 1:])
+                                 for a in range(problem.size(c))])
+                score += np.maximum(load - m.limit, 0.0) * (1.0 + score.max())
             best = int(np.argmin(score))
             if score[best] < score[assignment[c]] - 1e-15:
                 assignment[c] = best
@@ -246,8 +264,7 @@ def heuristic(problem: Problem, memory: list[MemoryRow]) -> list[int]:
 
 
 def _fits(problem: Problem, memory: list[MemoryRow], assignment: list[int]) -> bool:
-    return all(sum(float(v[assignment[c]]) for c, v in m.terms.items()) <= m.limit
-               for m in memory)
+    return all(m.bytes(problem, assignment) <= m.limit * (1 + 1e-9) for m in memory)
 
 
 __all__ = ["MemoryRow", "Solution", "solve", "heuristic", "ROUNDS"]

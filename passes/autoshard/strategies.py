@@ -47,7 +47,8 @@ class Strategy:
     operand leaves flattened in order), the sharding of each result leaf (`results`), the
     modelled seconds of one execution of the local computation (`compute`) and of the
     collectives the strategy itself needs (`communication`, with their `bytes` per device),
-    and the rule's reason."""
+    the rule's reason, and the bytes per device of a local result that is resolved into the
+    final one (`scratch`: partial sums before their all-reduce or reduce-scatter)."""
 
     operands: tuple[HloSharding, ...]
     results: tuple[HloSharding, ...]
@@ -55,6 +56,7 @@ class Strategy:
     communication: float
     bytes: float
     reason: str
+    scratch: int = 0
 
     @property
     def seconds(self) -> float:
@@ -169,11 +171,13 @@ class StrategyTable:
         else:
             targets = self._resolutions(result_leaves, local)
         for target in targets:
-            seconds, sent = own_seconds, own_bytes
+            seconds, sent, scratch = own_seconds, own_bytes, 0
             for shape, have, want in zip(result_leaves, local, target):
                 t, b = self.costs.reshard(shape, have, want)
                 seconds, sent = seconds + t, sent + b
-            yield Strategy(operands, target, compute, seconds, sent, plan.reason)
+                if have != want:
+                    scratch += have.shard_shape(shape).byte_size
+            yield Strategy(operands, target, compute, seconds, sent, plan.reason, scratch)
 
     def _resolutions(self, shapes, local):
         """The results reachable from partial sums by resolving them alone: per leaf, every
