@@ -33,7 +33,7 @@ def cmd_autoshard(args: argparse.Namespace) -> int:
                           f"{mesh.to_text()}: {result.solution.message}")
     if result.solution.status != "optimal":
         print(f"gspmdc autoshard: {result.solution.message}", file=sys.stderr)
-    print(f"gspmdc autoshard: {result.summary()}", file=sys.stderr)
+    print(f"gspmdc autoshard: {result.summary()} ({result.timings()})", file=sys.stderr)
     api.write_text(api.to_text(module), args.output)
     return EXIT_OK
 

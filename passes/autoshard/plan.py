@@ -56,12 +56,15 @@ class AutoshardResult:
         return self.solution.status != "infeasible"
 
     def summary(self) -> str:
-        s = self.solution
+        """The plan in one line (what the annotated module's header records)."""
         limit = "" if self.memory_limit is None else f" (limit {self.memory_limit} bytes)"
         return (f"modelled step time {self.seconds:.6g} s, peak memory {self.peak_bytes} bytes "
                 f"per device{limit}; {self.nodes} values in {self.choices} choices, "
-                f"{self.pairs} reshard edges; strategies and graph in "
-                f"{self.build_seconds:.2f} s, solved in {s.solve_seconds:.2f} s ({s.message})")
+                f"{self.pairs} reshard edges; {self.solution.status}")
+
+    def timings(self) -> str:
+        return (f"strategies and graph in {self.build_seconds:.2f} s, solved in "
+                f"{self.solution.solve_seconds:.2f} s")
 
 
 def autoshard(module: Module, mesh: Mesh, *, memory_per_device: int | None = None,

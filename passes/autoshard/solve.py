@@ -79,6 +79,13 @@ def solve(problem: Problem, memory: list[MemoryRow], time_limit: float) -> Solut
     import time
     start = time.perf_counter()
     start_plan = heuristic(problem, memory)
+    if all(problem.size(c) == 1 for c in range(problem.num_choices)):
+        elapsed = time.perf_counter() - start
+        if not _fits(problem, memory, start_plan):
+            return Solution(start_plan, problem.objective(start_plan), "infeasible", 0.0,
+                            elapsed, "no plan fits the memory limit")
+        return Solution(start_plan, problem.objective(start_plan), "optimal", 0.0, elapsed,
+                        "optimal (one plan only)")
     highs, columns = _model(problem, memory)
     highs.setOptionValue("time_limit", float(time_limit))
     highs.setOptionValue("mip_rel_gap", 1e-6)
