@@ -29,7 +29,7 @@ from .annotate import annotate
 from .costs import DEFAULT_MACHINE, CostModel, Machine
 from .graph import build_graph
 from .memory import memory_rows, plan_memory
-from .problem import build_problem
+from .problem import build_problem, plan_bytes
 from .solve import Solution, solve
 from .strategies import StrategyTable
 
@@ -40,10 +40,12 @@ DEFAULT_TIME_LIMIT = 60.0
 @dataclass(frozen=True)
 class AutoshardResult:
     """What autoshard found: the solution, the modelled seconds of the plan (`seconds`, per
-    run), its modelled peak memory per device, the limit, problem sizes and timings."""
+    run), the bytes each device sends in collectives per run (`bytes_sent`), its modelled peak
+    memory per device, the limit, problem sizes and timings."""
 
     solution: Solution
     seconds: float
+    bytes_sent: float
     peak_bytes: int
     memory_limit: int | None
     nodes: int
@@ -58,8 +60,8 @@ class AutoshardResult:
     def summary(self) -> str:
         """The plan in one line (what the annotated module's header records)."""
         limit = "" if self.memory_limit is None else f" (limit {self.memory_limit} bytes)"
-        return (f"modelled step time {self.seconds:.6g} s, peak memory {self.peak_bytes} bytes "
-                f"per device{limit}; {self.nodes} values in {self.choices} choices, "
+        return (f"modelled step time {self.seconds:.6g} s, {self.bytes_sent:.0f} bytes sent "
+                f"and peak memory {self.peak_bytes} bytes per device{limit}; {self.nodes} values in {self.choices} choices, "
                 f"{self.pairs} reshard edges; {self.solution.status}")
 
     def timings(self) -> str:
@@ -76,9 +78,9 @@ def autoshard(module: Module, mesh: Mesh, *, memory_per_device: int | None = Non
     that does not fit the mesh); a plan that does not fit the limit is reported, not
     written (`AutoshardResult.fits`)."""
     stage = module_stage(module)
-    if stage is not Stage.GLOBAL:
-        raise GspmdcError(f"autoshard takes a global program; module {module.name} is at stage "
-                          f"{stage.value}")
+    if stage not in (Stage.GLOBAL, Stage.PROPAGATED):
+        raise GspmdcError(f"autoshard takes a global program (stage global or propagated); "
+                          f"module {module.name} is at stage {stage.value}")
     started = time.perf_counter()
     InlineCalls().apply(PassContext(mesh.num_devices), module)
     pins, output_pin = _pins(module, mesh, keep_annotations)
@@ -90,7 +92,8 @@ def autoshard(module: Module, mesh: Mesh, *, memory_per_device: int | None = Non
     built = time.perf_counter() - started
     solution = solve(problem, rows, time_limit)
     peak, _ = plan_memory(problem, solution.assignment)
-    result = AutoshardResult(solution, solution.seconds, peak, memory_per_device,
+    sent = plan_bytes(problem, costs, solution.assignment)
+    result = AutoshardResult(solution, solution.seconds, sent, peak, memory_per_device,
                              len(graph.nodes), problem.num_choices, len(problem.pairs), built)
     if result.fits:
         annotate(module, mesh, problem, solution, rows, result.summary())

@@ -94,6 +94,25 @@ class Problem:
         return total
 
 
+def plan_bytes(problem: Problem, costs: CostModel, assignment: list[int]) -> float:
+    """Bytes each device sends per run under an assignment: the collectives of the chosen
+    strategies and every reshard along edges and into sinks, times their executions."""
+    graph = problem.graph
+    chosen = [problem.node_strategy(i, assignment[problem.choice_of[i]])
+              for i in range(len(graph.nodes))]
+    total = sum(node.strategies[chosen[i]].bytes * node.executions
+                for i, node in enumerate(graph.nodes))
+    for edge in graph.edges:
+        value = _value(graph, edge, chosen[edge.source.node])
+        need = _need(graph, edge, chosen[edge.target])
+        total += costs.reshard(edge.shape, value, need)[1] * edge.executions
+    for sink in graph.sinks:
+        node = graph.nodes[sink.source.node]
+        value = node.strategies[chosen[sink.source.node]].results[sink.source.leaf]
+        total += costs.reshard(sink.shape, value, sink.sharding)[1] * sink.executions
+    return total
+
+
 def _need(graph: ShardingGraph, edge: Edge, strategy: int) -> HloSharding:
     node = graph.nodes[edge.target]
     chosen = node.strategies[strategy]
@@ -190,4 +209,4 @@ def _groups(values: list[HloSharding]) -> tuple[np.ndarray, list[HloSharding]]:
     return groups, list(distinct)
 
 
-__all__ = ["Pair", "Problem", "build_problem"]
+__all__ = ["Pair", "Problem", "build_problem", "plan_bytes"]
