@@ -1,8 +1,12 @@
 """Writing a plan into the module, with the record `explain` reads.
 
 Every instruction of the partitioned computations gets the sharding its node's chosen strategy
-gives (tuple-shaped ones: their leaves'). The header gets the mesh (`mesh={x=2, y=4}`) and the
-frontend attribute `autoshard` with the plan's summary.
+gives (tuple-shaped ones: their leaves'). Where a strategy needs an operand in another sharding
+than the operand's, the reshard is written as a `Sharding` custom-call of the needed sharding
+(`<operand>.reshard`, with the frontend attribute `autoshard_reshard` naming its users), once
+per value and needed sharding: the partitioner reshards exactly where the plan does. The header
+gets the mesh (`mesh={x=2, y=4}`) and the frontend attribute `autoshard` with the plan's
+summary.
 
 Each instruction whose sharding was chosen (not pinned) carries the frontend attribute
 `autoshard`: entries separated by ` | `, the first the chosen sharding's, then the rejected
@@ -35,12 +39,15 @@ from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 
+from .graph import SHARDING_TARGET
 from .memory import ref_bytes
 from .problem import Problem
 from .solve import MemoryRow, Solution
 
 #: the frontend attribute of the record (on instructions and in the header)
 ATTRIBUTE = "autoshard"
+#: the frontend attribute of a reshard autoshard placed (its users)
+RESHARD_ATTRIBUTE = "autoshard_reshard"
 #: rejected shardings recorded per instruction
 ALTERNATIVES = 6
 
@@ -63,8 +70,65 @@ def annotate(module: Module, mesh: Mesh, problem: Problem, solution: Solution,
             _set_record(inst, None)
             continue
         _set_record(inst, _record(problem, refs, assignment, deltas, over))
+    _place_reshards(module, problem, chosen, by_name)
     module.attrs["mesh"] = mesh
     _set_header(module, f"mesh {mesh.to_text()}: {summary}")
+
+
+def _place_reshards(module: Module, problem: Problem, chosen: list[int], by_name) -> None:
+    """Write each reshard of the plan as a `Sharding` custom-call of the needed sharding: once
+    per value and needed sharding, before its first user, the users reading it. The partitioner
+    then reshards where the plan does (once for all users needing one sharding) and each user
+    finds its operands as its strategy needs them."""
+    graph = problem.graph
+    names = {i.name for c in module.computations.values() for i in c.instructions}
+    placed: dict[tuple, Instruction] = {}
+    readers: dict[int, list[str]] = {}
+    for edge in graph.edges:
+        node = graph.nodes[edge.target]
+        if edge.operand is None or node.kind != "op":
+            continue
+        value = graph.nodes[edge.source.node].strategies[chosen[edge.source.node]] \
+            .results[edge.source.leaf]
+        need = node.strategies[chosen[edge.target]].operands[edge.operand]
+        if value == need:
+            continue
+        comp_name, user_name = edge.where
+        user = by_name[comp_name][user_name]
+        position = _array_operand(user, edge.operand)
+        if position is None:
+            continue
+        operand = user.operands[position]
+        key = (comp_name, operand.name, need)
+        copy = placed.get(key)
+        if copy is None:
+            name = f"{operand.name}.reshard"
+            k = 1
+            while name in names:
+                k += 1
+                name = f"{operand.name}.reshard{k}"
+            names.add(name)
+            copy = Instruction(name, "custom-call", operand.shape, [operand],
+                               {"custom_call_target": SHARDING_TARGET}, sharding=need)
+            comp = module.computations[comp_name]
+            comp.instructions.insert(comp.instructions.index(user), copy)
+            placed[key] = copy
+        user.operands[position] = copy
+        readers.setdefault(id(copy), []).append(user.name)
+    for copy in placed.values():
+        users = ", ".join(dict.fromkeys(readers[id(copy)]))
+        _set_attribute(copy, RESHARD_ATTRIBUTE, f"for {users}")
+
+
+def _array_operand(inst: Instruction, leaf: int) -> int | None:
+    """The operand position of flattened operand leaf `leaf`, when that operand is an array."""
+    k = 0
+    for position, operand in enumerate(inst.operands):
+        count = sum(1 for _ in operand.shape.leaves())
+        if leaf < k + count:
+            return position if isinstance(operand.shape, ArrayShape) else None
+        k += count
+    return None
 
 
 def _sharding(inst: Instruction, leaves: list[HloSharding]) -> HloSharding:
@@ -90,6 +154,9 @@ def _deltas(problem: Problem, assignment: list[int]) -> list[_Delta]:
         deltas[p.u].total += row - row[assignment[p.u]]
         column = p.cost[p.groups_u[assignment[p.u]], :][p.groups_v]
         deltas[p.v].total += column - column[assignment[p.v]]
+    for c in problem.shared_of:
+        scores = problem.shared_scores(c, assignment)
+        deltas[c].total += scores - scores[assignment[c]]
     return deltas
 
 
@@ -145,11 +212,15 @@ def _record(problem: Problem, refs, assignment, deltas, over) -> str:
 
 
 def _set_record(inst: Instruction, value: str | None) -> None:
+    _set_attribute(inst, ATTRIBUTE, value)
+
+
+def _set_attribute(inst: Instruction, key: str, value: str | None) -> None:
     attrs = inst.attrs.get("frontend_attributes")
     items = [kv for kv in (attrs.items if isinstance(attrs, KeyValueList) else ())
-             if kv[0] != ATTRIBUTE]
+             if kv[0] != key]
     if value is not None:
-        items.append((ATTRIBUTE, value))
+        items.append((key, value))
     if items:
         inst.attrs["frontend_attributes"] = KeyValueList(tuple(items), ", ")
     else:
@@ -216,10 +287,16 @@ def read_record(inst: Instruction) -> Record | None:
                   tuple(alternatives))
 
 
+def reshard_users(inst: Instruction) -> str | None:
+    """The users of a reshard autoshard placed (`inst` a `Sharding` custom-call it wrote)."""
+    attrs = inst.attrs.get("frontend_attributes")
+    return attrs.get(RESHARD_ATTRIBUTE) if isinstance(attrs, KeyValueList) else None
+
+
 def header_summary(module: Module) -> str | None:
     attrs = module.attrs.get("frontend_attributes")
     return attrs.get(ATTRIBUTE) if isinstance(attrs, KeyValueList) else None
 
 
-__all__ = ["annotate", "read_record", "header_summary", "Record", "Alternative", "ATTRIBUTE",
+__all__ = ["annotate", "read_record", "reshard_users", "header_summary", "RESHARD_ATTRIBUTE", "Record", "Alternative", "ATTRIBUTE",
            "ALTERNATIVES"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Instruction, Module
 
-from .annotate import header_summary, read_record
+from .annotate import header_summary, read_record, reshard_users
 
 
 def is_autoshard_output(module: Module) -> bool:
@@ -29,7 +29,11 @@ def explain_choice(module: Module, name: str) -> list[str]:
     except ValueError as e:
         raise GspmdcError(f"explain: {e}") from None
     lines = []
-    if record is None:
+    placed = reshard_users(inst)
+    if placed is not None:
+        lines.append(f"{inst.name}  {sharding}  ← a reshard autoshard placed: "
+                     f"{inst.operands[0].name} resharded once, {placed}")
+    elif record is None:
         lines.append(f"{inst.name}  {sharding}  ← pinned: the user gave this sharding and "
                      "autoshard kept it")
     else:

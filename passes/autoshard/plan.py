@@ -29,7 +29,7 @@ from .annotate import annotate
 from .costs import DEFAULT_MACHINE, CostModel, Machine
 from .graph import build_graph
 from .memory import memory_rows, plan_memory
-from .problem import build_problem, plan_bytes
+from .problem import build_problem, plan_cost
 from .solve import Solution, solve
 from .strategies import StrategyTable
 
@@ -40,7 +40,8 @@ DEFAULT_TIME_LIMIT = 60.0
 @dataclass(frozen=True)
 class AutoshardResult:
     """What autoshard found: the solution, the modelled seconds of the plan (`seconds`, per
-    run), the bytes each device sends in collectives per run (`bytes_sent`), its modelled peak
+    run, each value resharded once per sharding its users need, as the partitioner does), the
+    bytes each device sends in collectives per run (`bytes_sent`), its modelled peak
     memory per device, the limit, problem sizes and timings."""
 
     solution: Solution
@@ -92,8 +93,8 @@ def autoshard(module: Module, mesh: Mesh, *, memory_per_device: int | None = Non
     built = time.perf_counter() - started
     solution = solve(problem, rows, time_limit)
     peak, _ = plan_memory(problem, solution.assignment)
-    sent = plan_bytes(problem, costs, solution.assignment)
-    result = AutoshardResult(solution, solution.seconds, sent, peak, memory_per_device,
+    seconds, sent = plan_cost(problem, costs, solution.assignment)
+    result = AutoshardResult(solution, seconds, sent, peak, memory_per_device,
                              len(graph.nodes), problem.num_choices, len(problem.pairs), built)
     if result.fits:
         annotate(module, mesh, problem, solution, rows, result.summary())

@@ -44,6 +44,40 @@ class Pair:
 
 
 @dataclass
+class Shared:
+    """One value (from choice `u`) resharded for several users in other choices, charged once
+    per distinct sharding the users need, as the partitioner reshards it: `groups_u[a]` is the
+    group (the value's sharding) of u's strategy a, `cost[g, t]` the seconds of resharding group
+    g's sharding to need t, and each user `(v, needs, pair)` gives the need of each of v's
+    strategies (an index t) and the pair whose flow variables join u's groups to v's needs
+    (None when one side has a single sharding); `need_groups` maps that pair's need groups to t."""
+
+    u: int
+    groups_u: np.ndarray
+    cost: np.ndarray
+    users: list[tuple[int, np.ndarray, int | None, np.ndarray | None]]
+
+    def seconds(self, assignment: list[int]) -> float:
+        needed = {int(needs[assignment[v]]) for v, needs, _, _ in self.users}
+        g = self.groups_u[assignment[self.u]]
+        return float(sum(self.cost[g, t] for t in needed))
+
+    def scores(self, c: int, assignment: list[int], size: int) -> np.ndarray:
+        """The seconds of this reshard for each strategy of choice `c`, the others fixed."""
+        if c == self.u:
+            needed = sorted({int(needs[assignment[v]]) for v, needs, _, _ in self.users})
+            return self.cost[:, needed].sum(axis=1)[self.groups_u]
+        g = self.groups_u[assignment[self.u]]
+        others = {int(needs[assignment[v]]) for v, needs, _, _ in self.users if v != c}
+        mine = [needs for v, needs, _, _ in self.users if v == c]
+        base = sum(float(self.cost[g, t]) for t in others)
+        out = np.full(size, base)
+        for b in range(size):
+            out[b] += sum(float(self.cost[g, t]) for t in {int(n[b]) for n in mine} - others)
+        return out
+
+
+@dataclass
 class Problem:
     graph: ShardingGraph
     #: per graph node: its choice and the node strategy of each of the choice's strategies
@@ -57,6 +91,17 @@ class Problem:
     compute: list[np.ndarray]
     #: (u, v, groups of u, groups of v) -> index in `pairs`
     pair_keys: dict[tuple, int]
+    #: values with several users in other choices, and per choice the shared ones touching it
+    shared: list[Shared]
+    shared_of: dict[int, list[Shared]]
+
+    def shared_scores(self, c: int, assignment: list[int]) -> np.ndarray:
+        """Seconds of the shared reshards touching choice c, per strategy of c (others
+        fixed)."""
+        out = np.zeros(self.size(c))
+        for sh in self.shared_of.get(c, ()):
+            out += sh.scores(c, assignment, self.size(c))
+        return out
 
     @property
     def num_choices(self) -> int:
@@ -91,26 +136,37 @@ class Problem:
         total = sum(float(self.unary[c][a]) for c, a in enumerate(assignment))
         for p in self.pairs:
             total += float(p.cost[p.groups_u[assignment[p.u]], p.groups_v[assignment[p.v]]])
-        return total
+        return total + sum(sh.seconds(assignment) for sh in self.shared)
 
 
-def plan_bytes(problem: Problem, costs: CostModel, assignment: list[int]) -> float:
-    """Bytes each device sends per run under an assignment: the collectives of the chosen
-    strategies and every reshard along edges and into sinks, times their executions."""
+def plan_cost(problem: Problem, costs: CostModel, assignment: list[int]) -> tuple[float, float]:
+    """(modelled seconds, bytes each device sends) per run of an assignment, as the partitioner
+    will do it: every node's chosen strategy (computation and own collectives) times its
+    executions, and each value resharded once per distinct sharding its users need (the
+    partitioner reuses one reshard for all the users needing the same sharding, where the
+    integer program charges each use: its objective is an upper bound of this figure)."""
     graph = problem.graph
     chosen = [problem.node_strategy(i, assignment[problem.choice_of[i]])
               for i in range(len(graph.nodes))]
-    total = sum(node.strategies[chosen[i]].bytes * node.executions
-                for i, node in enumerate(graph.nodes))
+    seconds = sum(node.strategies[chosen[i]].seconds * node.executions
+                  for i, node in enumerate(graph.nodes))
+    sent = sum(node.strategies[chosen[i]].bytes * node.executions
+               for i, node in enumerate(graph.nodes))
+    reshards: dict[tuple, tuple] = {}
     for edge in graph.edges:
         value = _value(graph, edge, chosen[edge.source.node])
         need = _need(graph, edge, chosen[edge.target])
-        total += costs.reshard(edge.shape, value, need)[1] * edge.executions
+        reshards[(edge.source, need)] = (edge.shape, value, need, edge.executions)
     for sink in graph.sinks:
         node = graph.nodes[sink.source.node]
         value = node.strategies[chosen[sink.source.node]].results[sink.source.leaf]
-        total += costs.reshard(sink.shape, value, sink.sharding)[1] * sink.executions
-    return total
+        reshards[(sink.source, sink.sharding)] = (sink.shape, value, sink.sharding,
+                                                  sink.executions)
+    for shape, value, need, executions in reshards.values():
+        t, b = costs.reshard(shape, value, need)
+        seconds += t * executions
+        sent += b * executions
+    return seconds, sent
 
 
 def _need(graph: ShardingGraph, edge: Edge, strategy: int) -> HloSharding:
@@ -166,6 +222,18 @@ def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) ->
         compute[choice_of[i]] += np.array([node.strategies[s].compute for s in maps[i]]) * \
             node.executions
     pairs: dict[tuple, Pair] = {}
+
+    pair_index: dict[tuple, int] = {}
+
+    def pair(key, cu, cv, gu, gv, matrix) -> int:
+        if key in pairs:
+            pairs[key].cost = pairs[key].cost + matrix
+        else:
+            pairs[key] = Pair(cu, cv, gu, gv, matrix)
+            pair_index[key] = len(pair_index)
+        return pair_index[key]
+
+    crossing: dict = {}
     for edge in graph.edges:
         cu, cv = choice_of[edge.source.node], choice_of[edge.target]
         su, sv = maps[edge.source.node], maps[edge.target]
@@ -179,27 +247,49 @@ def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) ->
         gv, vv = _groups(needs)
         matrix = np.array([[costs.reshard(edge.shape, a, b)[0] for b in vv] for a in vu]) * \
             edge.executions
-        if not matrix.any():
+        if matrix.any():
+            crossing.setdefault((edge.source, edge.executions), []).append(
+                (edge, cu, cv, gu, vu, gv, vv, matrix))
+    shared: list[Shared] = []
+    for (source, executions), users in crossing.items():
+        if len(users) == 1:
+            _, cu, cv, gu, vu, gv, vv, matrix = users[0]
+            if len(vu) == 1:
+                unary[cv] += matrix[0][gv]
+            elif len(vv) == 1:
+                unary[cu] += matrix[:, 0][gu]
+            else:
+                pair((cu, cv, gu.tobytes(), gv.tobytes()), cu, cv, gu, gv, matrix)
             continue
-        if len(vu) == 1:
-            unary[cv] += matrix[0][gv]
-            continue
-        if len(vv) == 1:
-            unary[cu] += matrix[:, 0][gu]
-            continue
-        key = (cu, cv, gu.tobytes(), gv.tobytes())
-        if key in pairs:
-            pairs[key].cost = pairs[key].cost + matrix
-        else:
-            pairs[key] = Pair(cu, cv, gu, gv, matrix)
+        edge, cu, _, gu, vu, _, _, _ = users[0]
+        targets: dict[HloSharding, int] = {}
+        for *_, vv, _ in users:
+            for need in vv:
+                targets.setdefault(need, len(targets))
+        cost = np.array([[costs.reshard(edge.shape, a, t)[0] for t in targets] for a in vu]) * \
+            executions
+        readers = []
+        for _, _, cv, _, _, gv, vv, _ in users:
+            to_target = np.array([targets[need] for need in vv])
+            p = None
+            if len(vu) > 1 and len(vv) > 1:
+                p = pair((cu, cv, gu.tobytes(), gv.tobytes()), cu, cv, gu, gv,
+                         np.zeros((len(vu), len(vv))))
+            readers.append((cv, to_target[gv], p, to_target))
+        shared.append(Shared(cu, gu, cost, readers))
     for sink in graph.sinks:
         c = choice_of[sink.source.node]
         values = [graph.nodes[sink.source.node].strategies[int(a)].results[sink.source.leaf]
                   for a in maps[sink.source.node]]
         unary[c] += [costs.reshard(sink.shape, a, sink.sharding)[0] * sink.executions
                      for a in values]
+    shared_of: dict[int, list[Shared]] = {}
+    for sh in shared:
+        for c in {sh.u} | {v for v, _, _, _ in sh.users}:
+            shared_of.setdefault(c, []).append(sh)
     return Problem(graph, choice_of, maps, [members[r] for r in roots], unary,
-                   list(pairs.values()), compute, {k: i for i, k in enumerate(pairs)})
+                   list(pairs.values()), compute, {k: i for i, k in enumerate(pairs)}, shared,
+                   shared_of)
 
 
 def _groups(values: list[HloSharding]) -> tuple[np.ndarray, list[HloSharding]]:
@@ -209,4 +299,4 @@ def _groups(values: list[HloSharding]) -> tuple[np.ndarray, list[HloSharding]]:
     return groups, list(distinct)
 
 
-__all__ = ["Pair", "Problem", "build_problem", "plan_bytes"]
+__all__ = ["Pair", "Shared", "Problem", "build_problem", "plan_cost"]

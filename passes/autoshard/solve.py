@@ -4,16 +4,22 @@ of time.
 The integer program (the intra-operator formulation of Alpa, with XLA's memory rows):
 
     minimise    Σ_c Σ_a unary[c][a] x[c][a]  +  Σ_pairs Σ_g,h cost[g][h] e[g][h]
+                                             +  Σ_shared Σ_g,t cost[g][t] z[g][t]
     subject to  Σ_a x[c][a] = 1                                 every choice c
                 Σ_h e[g][h] = Σ_{a in group g of u} x[u][a]      every pair (u, v), group g
                 Σ_g e[g][h] = Σ_{b in group h of v} x[v][b]      every pair, group h
+                z[g][t] ≥ e[g][h]          every shared value, user, need h meaning t
                 Σ_(c,a) bytes[c][a] x[c][a] ≤ limit             every memory row
-                x binary, e ≥ 0
+                x binary, e, z ≥ 0
 
 Given binary x, the two families of pair rows force `e[g][h] = 1` for the chosen groups and 0
 elsewhere (the flow of one unit from the source's group to the target's), so e needs no
 integrality, and a pair costs one variable per pair of *groups* (distinct shardings), not per
-pair of strategies.
+pair of strategies. A value with several users in other choices (`problem.Shared`) is
+resharded once per sharding its users need: `z[g][t]` is 1 when the value has sharding g and
+some user needs t (at least each user's flow into t; where a side has one sharding only, at
+least the sum of the other side's strategies meaning g or t), and carries the reshard's cost
+once.
 
 The heuristic (`heuristic`): every choice takes its cheapest strategy, then, choice by choice
 in order, the strategy that is cheapest given all the others (iterated until nothing
@@ -176,6 +182,39 @@ def _model(problem: Problem, memory: list[MemoryRow]):
             terms = [(first_e + g * groups_v + h, 1.0) for g in range(groups_u)]
             terms += [(columns[p.v] + b, -1.0) for b in np.flatnonzero(p.groups_v == h)]
             row(terms, 0.0, 0.0)
+    def choice_sum(c, chosen: np.ndarray):
+        """Terms of Σ x[c][a] over the strategies `chosen` (a mask), and its constant part."""
+        if columns[c] is None:
+            return [], float(chosen[0])
+        return [(columns[c] + int(a), 1.0) for a in np.flatnonzero(chosen)], 0.0
+
+    for sh in problem.shared:
+        groups, targets = sh.cost.shape
+        first_z = len(costs)
+        costs.extend(sh.cost.ravel().tolist())
+        integer.extend([False] * sh.cost.size)
+
+        def z(g, t):
+            return first_z + g * targets + t
+        for v, needs, p, to_target in sh.users:
+            if p is not None:                   # z[g, t] >= e[g, h] for the need h meaning t
+                first_e = pair_columns[p]
+                width = problem.pairs[p].cost.shape[1]
+                for g in range(groups):
+                    for h in range(width):
+                        row([(z(g, int(to_target[h])), 1.0), (first_e + g * width + h, -1.0)],
+                            0.0, highspy.kHighsInf)
+            elif groups == 1:                   # z[0, t] >= Σ x[v][b] over b needing t
+                for t in np.unique(needs):
+                    terms, constant = choice_sum(v, needs == t)
+                    row([(z(0, int(t)), 1.0)] + [(col, -w) for col, w in terms], constant,
+                        highspy.kHighsInf)
+            else:                               # one need t: z[g, t] >= Σ x[u][a] in group g
+                t = int(needs[0])
+                for g in range(groups):
+                    terms, constant = choice_sum(sh.u, sh.groups_u == g)
+                    row([(z(g, t), 1.0)] + [(col, -w) for col, w in terms], constant,
+                        highspy.kHighsInf)
     for m in memory:
         fixed = sum(float(v[0]) for c, v in m.terms.items() if columns[c] is None)
         terms = [(columns[c] + a, float(v[a])) for c, v in m.terms.items()
@@ -257,6 +296,7 @@ def heuristic(problem: Problem, memory: list[MemoryRow]) -> list[int]:
                     score += p.cost[:, p.groups_v[assignment[p.v]]][p.groups_u]
                 else:
                     score += p.cost[p.groups_u[assignment[p.u]], :][p.groups_v]
+            score += problem.shared_scores(c, assignment)
             for m in rows_of[c]:
                 load = np.array([m.bytes(problem, assignment[:c] + [a] + assignment[c + 1:])
                                  for a in range(problem.size(c))])
