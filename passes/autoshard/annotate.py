@@ -34,12 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.mesh import Mesh
 from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 
-from .graph import SHARDING_TARGET
 from .memory import ref_bytes
 from .problem import Problem
 from .solve import MemoryRow, Solution
@@ -109,7 +109,7 @@ def _place_reshards(module: Module, problem: Problem, chosen: list[int], by_name
                 name = f"{operand.name}.reshard{k}"
             names.add(name)
             copy = Instruction(name, "custom-call", operand.shape, [operand],
-                               {"custom_call_target": SHARDING_TARGET}, sharding=need)
+                               {"custom_call_target": SHARDING}, sharding=need)
             comp = module.computations[comp_name]
             comp.instructions.insert(comp.instructions.index(user), copy)
             placed[key] = copy

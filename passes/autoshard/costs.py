@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil, log2, prod
 
-from gspmdc.ir import dtypes
+from gspmdc.ir import dtypes, ops
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
@@ -65,9 +65,9 @@ def collective_seconds(kind: str, operand_bytes: float, group_size: int,
     return (g - 1) * (alpha + b / (g * beta))
 
 
-_ELEMENTWISE_FREE = frozenset({
-    "parameter", "tuple", "get-tuple-element", "constant", "bitcast", "after-all",
-    "partition-id", "replica-id", "while", "conditional", "call", "custom-call"})
+#: opcodes whose instruction computes nothing itself (a loop's or branch's work is its body's)
+_FREE = ops.with_trait(ops.Trait.CONTROL_FLOW, ops.Trait.TOKEN, ops.Trait.DEVICE_ID) | \
+    ops.opcodes("parameter", "tuple", "get-tuple-element", "constant", "bitcast", "custom-call")
 
 
 def instruction_flops(inst: Instruction, operands: list[ArrayShape], result: list[ArrayShape],
@@ -75,7 +75,6 @@ def instruction_flops(inst: Instruction, operands: list[ArrayShape], result: lis
     """Operations of one execution of `inst` on the given local shapes: 2 per multiply-add of
     a dot or convolution, the reducer's operations per reduced element, one per element of
     elementwise results, none for data movement."""
-    from gspmdc.passes.spmd.op_rules_elementwise import BINARY, OTHER, UNARY
     opcode = inst.opcode
     out = sum(prod(s.dims) for s in result)
     if opcode == "dot":
@@ -94,7 +93,7 @@ def instruction_flops(inst: Instruction, operands: list[ArrayShape], result: lis
         window = inst.attr("window")
         size = prod(d.size for d in window.dims) if window is not None else 1
         return out * max(size - 1, 0) * per
-    if opcode in UNARY or opcode in BINARY or opcode in OTHER:
+    if opcode in ops.ELEMENTWISE:
         return out
     return 0
 
@@ -112,7 +111,7 @@ class CostModel:
                             results: tuple[HloSharding, ...]) -> float:
         """Roofline seconds of `inst` run locally with operand leaves sharded as `operands` and
         result leaves as `results`."""
-        if inst.opcode in _ELEMENTWISE_FREE:
+        if inst.opcode in _FREE:
             return 0.0
         leaves = [leaf for o in inst.operands for leaf in o.shape.leaves()]
         local_in = [_local(s, h) for s, h in zip(leaves, operands)]

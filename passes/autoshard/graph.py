@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gspmdc.errors import UnsupportedError
+from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
@@ -35,7 +36,6 @@ from gspmdc.passes.spmd.traffic import execution_counts
 
 from .strategies import Strategy, StrategyTable
 
-SHARDING_TARGET = "Sharding"
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class _Builder:
             operand = inst.operands[0]
             start = sum(_leaf_count(e) for e in operand.shape.elements[:inst.attr("index")])
             return self.refs[(comp.name, operand.name)][start:start + _leaf_count(inst.shape)]
-        if opcode == "custom-call" and inst.attr("custom_call_target") == SHARDING_TARGET and \
+        if opcode == "custom-call" and inst.attr("custom_call_target") == SHARDING and \
                 key not in self.pins:
             return self.refs[(comp.name, inst.operands[0].name)]
         if opcode == "while":

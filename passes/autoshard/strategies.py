@@ -34,7 +34,8 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.printer import format_attribute
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
-from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext, rule_for
+from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext
+from gspmdc.passes.spmd.partition_rules import rule_for
 from gspmdc.passes.spmd.reshard_plan import AllReduce, ReduceScatter, plan_reshard
 from gspmdc.passes.spmd.tiling import Tiling
 
