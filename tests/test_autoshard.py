@@ -174,3 +174,34 @@ def test_a_pin_that_does_not_fit_the_mesh_is_exit_2(tmp_path, capsys):
                                   "w1 = f32[64,64] parameter(1), sharding={devices=[16,1]<=[16]}"))
     code, _, err = run(capsys, "autoshard", str(source), "--mesh", "x=2,y=4")
     assert code == 2 and "w1: its sharding does not fit the mesh {x=2, y=4}" in err
+
+
+def test_reshards_are_written_once_per_value_and_sharding_and_explained(tmp_path, capsys):
+    """A replicated output pinned on a data-parallel MLP: the plan reshards, and writes each
+    reshard as a Sharding custom-call between the value and the users that need it."""
+    text = MLP.replace("ROOT y = f32[1024,64] dot(a, w2), lhs_contracting_dims={1}, "
+                       "rhs_contracting_dims={0}",
+                       "ROOT y = f32[1024,64] dot(a, w2), lhs_contracting_dims={1}, "
+                       "rhs_contracting_dims={0}, sharding={replicated}")
+    text = text.replace("x = f32[1024,64] parameter(0)",
+                        "x = f32[1024,64] parameter(0), sharding={devices=[1,8]<=[8]}")
+    source = tmp_path / "mlp.hlo"
+    source.write_text(text)
+    out = tmp_path / "planned.hlo"
+    assert run(capsys, "autoshard", str(source), "--mesh", "x=2,y=4", "-o", str(out))[0] == 0
+    module = parse_module(out.read_text())
+    placed = [i for i in module.entry.instructions if i.name.endswith(".reshard")]
+    assert placed
+    seen = set()
+    for copy in placed:
+        operand = copy.operands[0]
+        assert copy.opcode == "custom-call" and copy.sharding != operand.sharding
+        key = (operand.name, copy.sharding)
+        assert key not in seen                           # once per value and sharding
+        seen.add(key)
+        users = [i.name for i in module.entry.instructions if copy in i.operands]
+        assert users
+        code, lines, _ = run(capsys, "explain", str(out), copy.name)
+        assert code == 0 and "a reshard autoshard placed" in lines
+        assert all(u in lines for u in users)
+    spmd_partition_helpers.check_equivalent(out.read_text(), 8, rtol=1e-4, atol=1e-4)

@@ -9,7 +9,8 @@ of the entry result pin them (with `keep_annotations`, every sharding in the mod
 instruction; otherwise the others are dropped); the sharding graph (`graph.py`) is built from
 the partitioner's rules (`strategies.py`), simplified into a problem (`problem.py`) and solved
 (`solve.py`) under the memory limit (`memory.py`); the chosen shardings are written on every
-instruction with the record of the alternatives (`annotate.py`).
+instruction with the record of the alternatives, and the plan's reshards as `Sharding`
+custom-calls (`annotate.py`).
 """
 from __future__ import annotations
 
