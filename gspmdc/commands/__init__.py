@@ -1,5 +1,5 @@
 """The subcommands of `gspmdc`: one module per command family, each with `register(subparsers)`
 adding its subcommands (an argparse parser whose `run` default is `fn(args) -> exit code`)."""
-from gspmdc.commands import basic, compile, ops, opt, propagation, run
+from gspmdc.commands import autoshard, basic, compile, ops, opt, propagation, run
 
-COMMANDS = [basic, compile, opt, propagation, run, ops]
+COMMANDS = [basic, compile, opt, propagation, autoshard, run, ops]

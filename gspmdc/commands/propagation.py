@@ -28,8 +28,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     `gspmdc compile`): why a collective (or any instruction the partitioner made) exists, what it
     sends, and the chain back to user annotations. In a global program: the chain of rules and
     instructions that gave the instruction its sharding (propagating first when the module's
-    stage is `global`)."""
+    stage is `global`). In a module written by `gspmdc autoshard`: the modelled costs of the
+    instruction's chosen sharding and the shardings autoshard rejected, with the change of the
+    modelled step time each would make."""
     from gspmdc import api
+    from gspmdc.passes.autoshard.explain import explain_choice, is_autoshard_output
     from gspmdc.ir.stage import Stage, module_stage
     from gspmdc.passes.pass_manager import PassContext, run_pipeline
     from gspmdc.passes.propagation import ShardingPropagation, explain
@@ -38,6 +41,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     stage = module_stage(module)
     if stage is Stage.PARTITIONED:
         lines = explain_collective(module, args.instruction)
+    elif is_autoshard_output(module):
+        lines = explain_choice(module, args.instruction)
     elif stage is Stage.GLOBAL:
         ctx = PassContext(module.num_partitions or 1)
         run_pipeline(ctx, module, [ShardingPropagation()])
@@ -65,7 +70,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("explain", help="say why an instruction (or a collective) is there",
                        description=cmd_explain.__doc__)
-    p.add_argument("file", help="HLO text file: original, propagated, or compiled (SPMD)")
+    p.add_argument("file", help="HLO text file: original, propagated, written by autoshard, or "
+                        "compiled (SPMD)")
     p.add_argument("instruction", help="instruction name (computation:name when names repeat)")
     p.add_argument("-n", type=positive_int, default=None, metavar="N",
                    help="show at most N lines")
