@@ -132,8 +132,9 @@ class CostModel:
             steps = self._steps(shape, have, want)
             width = max(dtypes.byte_width(shape.element_type), 1)
             seconds = sum(self._step_seconds(step, shape) for step in steps)
-            found = self._reshards[key] = (seconds, sum(s.sent_bytes(shape.dims, width)
-                                                        for s in steps))
+            traffic = (s.traffic(shape.dims, width) for s in steps)
+            found = self._reshards[key] = (seconds, sum(t.max_sent for t in traffic
+                                                        if t is not None))
         return found
 
     def _steps(self, shape: ArrayShape, have: HloSharding, want: HloSharding):

@@ -189,10 +189,10 @@ class StrategyTable:
         found = self._resolved.get(key)
         if found is None:
             n = self.mesh.num_devices
-            tiling = Tiling.from_sharding(have, first.rank, n)
+            tiling = Tiling(have, first.rank, n)
             found = self._resolved[key] = [
                 want for want in self.candidates(first)
-                if _may_resolve(tiling, Tiling.from_sharding(want, first.rank, n)) and
+                if _may_resolve(tiling, Tiling(want, first.rank, n)) and
                 _resolves(plan_reshard(first, have, want, n).steps)]
         return [tuple([want] * len(shapes)) for want in found]
 
