@@ -6,16 +6,17 @@
    start-up line, slowest rank) of a trivial program at N = 2 and 8, against bare `mpiexec -n N`
    starting Python ranks that import numpy and mpi4py (the raw mpi4py floor).
 3. Per execution, the JAX programs of ../shared/jax-programs at N = 2 and 8 (`jax_programs.py`):
-   `gspmdc run --repeat` on MPI against XLA through JAX on N host devices, same program text,
-   same inputs; geometric mean and worst ratio per N.
+   `gspmdc run --repeat` on MPI and on the local backend (threads: the interpreter and kernels
+   without the processes' synchronisation) against XLA through JAX on N host devices, same
+   program text, same inputs; geometric mean and worst ratio per N and backend.
 4. Kernels at real sizes, one device: convolution-heavy programs (a ResNet basic block, a
    MobileNet depthwise-separable block, a strided stem) and matmul-heavy ones (a 4-layer MLP,
    batched attention products), `gspmdc run -n 1 --backend local --repeat` against XLA through
    JAX on one device, same HLO text, same (seeded) inputs. Each side uses the threads it uses by
    default (BLAS and XLA's thread pools).
 
-Every ratio is the median over rounds of the two sides run back to back, alternating which goes
-first (drift and load hit both alike); times are medians. The load average is printed with each
+Every ratio is the median over rounds of the sides run back to back, rotating which goes first
+(drift and load hit every side alike); times are medians. The load average is printed with each
 section: on a shared machine compare ratios of one run, not absolute times. XLA figures are
 skipped, with a note, when jax/jaxlib are not installed (the `[xla]` extra), the JAX programs when
 ../shared is absent.
@@ -53,19 +54,17 @@ def _load() -> str:
     return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def _alternating(first, second, rounds: int = ROUNDS) -> tuple[float, float, float]:
-    """(median of first(), median of second(), median of the rounds' first/second): each round
-    runs both, alternating which goes first."""
-    a, b = [], []
+def _rotating(*sides, rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
+    """(the median time of each side, per side but the last the median over the rounds of its
+    time / the last side's (the anchor)): each round runs every side once, starting from a
+    different side each round (drift and load hit every side alike)."""
+    times: list[list[float]] = [[] for _ in sides]
     for r in range(rounds):
-        if r % 2:
-            b.append(second())
-            a.append(first())
-        else:
-            a.append(first())
-            b.append(second())
-    return statistics.median(a), statistics.median(b), \
-        statistics.median(x / y for x, y in zip(a, b))
+        for k in range(len(sides)):
+            i = (r + k) % len(sides)
+            times[i].append(sides[i]())
+    ratios = [statistics.median(x / y for x, y in zip(t, times[-1])) for t in times[:-1]]
+    return [statistics.median(t) for t in times], ratios
 
 
 def _wall(command: list[str], cwd: str | None = None) -> float:
@@ -81,8 +80,9 @@ def _wall(command: list[str], cwd: str | None = None) -> float:
 def example_mpi_vs_local() -> tuple[float, float, float]:
     command = [GSPMDC, "run", str(EXAMPLE), "-n", "8", "--check", "-q"]
     with tempfile.TemporaryDirectory() as cwd:
-        return _alternating(lambda: _wall(command, cwd),
-                            lambda: _wall(command + ["--backend", "local"], cwd))
+        (mpi, local), (ratio,) = _rotating(lambda: _wall(command, cwd),
+                                           lambda: _wall(command + ["--backend", "local"], cwd))
+        return mpi, local, ratio
 
 
 # ------------------------------------------------------------------------------- 2. start-up
@@ -115,23 +115,26 @@ def startup(n: int) -> tuple[float, float, float]:
                 raise RuntimeError(proc.stderr)
             return float(_STARTUP.search(proc.stdout).group(1))
         bare = [MPIEXEC, "-n", str(n), PYTHON, "-c", "import numpy; from mpi4py import MPI"]
-        return _alternating(ours, lambda: _wall(bare, tmp))
+        (seconds, floor), (ratio,) = _rotating(ours, lambda: _wall(bare, tmp))
+        return seconds, floor, ratio
 
 
 # ------------------------------------------------------------------------ 3. JAX programs
 
-def jax_program_ratios(n: int, folders: list[Path]) -> list[tuple[str, float, float, float]]:
-    """[(program, gspmdc seconds per execution, XLA seconds, ratio)] on n devices."""
+def jax_program_ratios(n: int, folders: list[Path]) -> list[tuple[str, list[float], list[float]]]:
+    """[(program, seconds per execution [MPI, local backend, XLA], ratios to XLA [MPI, local])]
+    on n devices."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for folder in folders:
             path = Path(tmp) / f"{folder.name}.hlo"
             path.write_text(jax_programs.program_text(folder, n))
             inputs = folder / "inputs.npz"
-            ours, xla, ratio = _alternating(
+            rows.append((folder.name, *_rotating(
                 lambda: jax_programs.gspmdc_seconds_per_execution(path, n, inputs, EXECUTIONS),
-                lambda: jax_programs.jax_seconds_per_execution(path, n, inputs, EXECUTIONS))
-            rows.append((folder.name, ours, xla, ratio))
+                lambda: jax_programs.gspmdc_seconds_per_execution(path, n, inputs, EXECUTIONS,
+                                                                  "local"),
+                lambda: jax_programs.jax_seconds_per_execution(path, n, inputs, EXECUTIONS))))
     return rows
 
 
@@ -206,26 +209,30 @@ ENTRY main {
 }
 
 
-def kernel_ratios() -> list[tuple[str, float, float, float]]:
-    """[(program, gspmdc seconds per execution, XLA seconds, ratio)] on one device."""
+def kernel_ratios() -> list[tuple[str, list[float], list[float]]]:
+    """[(program, seconds per execution [gspmdc, XLA], [ratio])] on one device."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in KERNEL_PROGRAMS.items():
             path = Path(tmp) / "program.hlo"
             path.write_text(text)
-            ours, xla, ratio = _alternating(
+            rows.append((name, *_rotating(
                 lambda: jax_programs.gspmdc_seconds_per_execution(path, 1, None, 5, "local"),
-                lambda: jax_programs.jax_seconds_per_execution(path, 1, None, 5))
-            rows.append((name, ours, xla, ratio))
+                lambda: jax_programs.jax_seconds_per_execution(path, 1, None, 5))))
     return rows
 
 
 # ------------------------------------------------------------------------------------ report
 
-def _table(rows, what: str) -> None:
-    print(f"{'program':<30} {'gspmdc':>10} {what:>10} {'ratio':>7}")
-    for name, ours, anchor, ratio in rows:
-        print(f"{name:<30} {1e3 * ours:>8.2f}ms {1e3 * anchor:>8.2f}ms {ratio:>7.2f}")
+def _table(rows, sides: list[str]) -> None:
+    """One line per program: each side's time, then each side's ratio to the last (the
+    anchor)."""
+    ratios = [f"{side}/{sides[-1]}" for side in sides[:-1]]
+    print("   " + f"{'program':<28}" + "".join(f"{side:>11}" for side in sides)
+          + "".join(f"{r:>11}" for r in ratios))
+    for name, times, to_anchor in rows:
+        print("   " + f"{name:<28}" + "".join(f"{1e3 * t:>9.2f}ms" for t in times)
+              + "".join(f"{r:>11.2f}" for r in to_anchor))
 
 
 def _geomean(values) -> float:
@@ -244,7 +251,8 @@ def run() -> None:
               f"{ratio:.2f}")
     xla = jax_programs.jax_available()
     folders = jax_programs.programs()
-    print(f"\n3. per execution, JAX programs, gspmdc on MPI vs XLA ({_load()}):")
+    print(f"\n3. per execution, JAX programs, gspmdc on MPI and on the local backend vs XLA "
+          f"({_load()}):")
     if not xla:
         print("   skipped: jax/jaxlib are not installed (pip install 'gspmdc[xla]')")
     elif not folders:
@@ -253,18 +261,19 @@ def run() -> None:
         for n in (2, 8):
             rows = jax_program_ratios(n, folders)
             print(f"   N={n}:")
-            _table(rows, "XLA")
-            ratios = [r for *_, r in rows]
-            print(f"   N={n}: geometric mean {_geomean(ratios):.2f}, worst {max(ratios):.2f}"
-                  + (" (targets: <= 3, none above 6)" if n == 2 else ""))
+            _table(rows, ["MPI", "local", "XLA"])
+            for k, side in enumerate(("MPI", "local")):
+                ratios = [r[k] for *_, r in rows]
+                print(f"   N={n}, {side}: geometric mean {_geomean(ratios):.2f}, worst "
+                      f"{max(ratios):.2f}" + (" (targets: <= 3, none above 6)" if n == 2 else ""))
     print(f"\n4. kernels at real sizes, one device, gspmdc vs XLA ({_load()}):")
     if not xla:
         print("   skipped: jax/jaxlib are not installed (pip install 'gspmdc[xla]')")
     else:
         rows = kernel_ratios()
-        _table(rows, "XLA")
-        conv = [r for name, *_, r in rows if "(conv)" in name]
-        matmul = [r for name, *_, r in rows if "(matmul)" in name]
+        _table(rows, ["gspmdc", "XLA"])
+        conv = [r for name, _, (r,) in rows if "(conv)" in name]
+        matmul = [r for name, _, (r,) in rows if "(matmul)" in name]
         print(f"   convolution-heavy: worst {max(conv):.2f} (target <= 1.5); matmul-heavy: worst "
               f"{max(matmul):.2f} (target <= 1.0)")
 
