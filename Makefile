@@ -22,7 +22,10 @@ demo: install
 	$(GSPMDC) explain out/mlp.spmd.hlo all-reduce
 	$(GSPMDC) run gspmdc/examples/mlp.hlo -n 8 --seed 0 --check --outputs out/mlp.out.npz
 
+# bytecode first (as `pip install` writes it), so that start-up figures do not include compiling
+# gspmdc's sources where PYTHONDONTWRITEBYTECODE is set
 bench: install
+	$(PY) -m compileall -q gspmdc ir passes runtime
 	$(PY) bench/run.py
 
 conformance: install

@@ -2,8 +2,8 @@
 is a global program, and check everything that can be checked before any partition starts.
 
 `prepare_job(path, options, started_at, compile_options)` returns the runtime's picklable `Job`
-(`gspmdc.runtime.job`): the SPMD program's text, the reference program for `--check`, the
-partition count and the options. The stage of the input (`gspmdc.ir.stage`) decides:
+(`gspmdc.runtime.job`): the SPMD program and the reference program for `--check` as IR (the
+launcher pickles them for the ranks, which never parse), the partition count and the options. The stage of the input (`gspmdc.ir.stage`) decides:
 
 - a global program (any stage but `partitioned`) is partitioned with the rest of the
   partitioner's pipeline (a dump at stage `resharded` runs from `pad-uneven` on); `--check`
@@ -18,6 +18,7 @@ none, where the rule of `ir/stage.py` would guess wrong.
 """
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass
 
@@ -28,7 +29,8 @@ from gspmdc.ir.ops import HOST_IO
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.stage import MANUAL_BOUNDARY_TARGETS, Stage, module_stage, recorded_stage
 from gspmdc.passes.pipeline import compile_spmd
-from gspmdc.runtime.job import Job, RunOptions, check_executable, check_input_file
+from gspmdc.runtime.job import Job, check_executable, check_input_file
+from gspmdc.runtime.options import RunOptions
 from gspmdc.runtime.sharded_io import PADDINGS, spmd_signature
 
 
@@ -55,7 +57,7 @@ def prepare_job(path: str, options: RunOptions, started_at: float | None = None,
     n = options.num_partitions or module.num_partitions or devices_named_by_shardings(module)
     if n < 1:
         raise GspmdcError(f"the number of partitions must be positive, got {n}")
-    reference_text, reference_spmd_text = None, None
+    reference, reference_spmd, reference_spmd_signature = None, None, None
     if stage_of(module, compile_options.stage, path) is Stage.PARTITIONED:
         if options.check:
             raise GspmdcError(f"{path} is already partitioned (stage partitioned), so there is "
@@ -75,18 +77,23 @@ def prepare_job(path: str, options: RunOptions, started_at: float | None = None,
         if options.check:
             _check_reference(module, path)
             if has_manual_regions(module):
-                reference_spmd_text = api.to_text(
-                    _partition(manual_boundaries_only(api.parse(text, path)), n, None))
-        spmd = _partition(api.parse(text, path), n, compile_options.windowed_einsum_threshold)
-        reference_text = api.to_text(module)
-    spmd_text = api.to_text(spmd)
-    spmd = api.parse(spmd_text, f"{path} (partitioned)", verify=False)
+                reference_spmd = _partition(manual_boundaries_only(_copy(module)), n, None)
+                reference_spmd_signature = spmd_signature(reference_spmd, n)
+        spmd = _partition(_copy(module), n, compile_options.windowed_einsum_threshold)
+        reference = module
     check_executable(spmd)
     signature = spmd_signature(spmd, n)
     signature.check_global_io()
     if options.inputs is not None:
         check_input_file(options.inputs, signature)
-    return Job(spmd_text, reference_text, n, options, started_at, reference_spmd_text)
+    return Job(spmd, reference, signature, n, options, started_at, reference_spmd,
+               reference_spmd_signature)
+
+
+def _copy(module: Module) -> Module:
+    """A deep copy of `module` (the partitioner rewrites the module it is given; the original is
+    the reference): a pickle round trip, several times faster than parsing the text again."""
+    return pickle.loads(pickle.dumps(module, pickle.HIGHEST_PROTOCOL))
 
 
 def stage_of(module: Module, claimed: str | None, path: str) -> Stage:

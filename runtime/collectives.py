@@ -40,14 +40,37 @@ class Reduction:
     ufunc: np.ufunc | None = None
 
 
+class Pending:
+    """A collective a backend started and finishes later: `result()` completes it (once) and
+    gives its value. The interpreter keeps it until the value's first use, so independent
+    instructions run while the communication proceeds."""
+
+    __slots__ = ("_finish", "_value")
+
+    def __init__(self, finish: Callable[[], object]):
+        self._finish = finish
+        self._value = None
+
+    def result(self):
+        if self._finish is not None:
+            self._value, self._finish = self._finish(), None
+        return self._value
+
+    def then(self, fn: Callable[[object], object]) -> "Pending":
+        """A pending value `fn(result())`."""
+        return Pending(lambda: fn(self.result()))
+
+
 class CollectiveBackend(ABC):
     """One partition's endpoint for the collective ops of an SPMD program.
 
     Every method is called by all partitions of the program in the same order (the SPMD property);
     operands are numpy arrays of this partition, results are fresh or immutable arrays of the
-    instruction's (per-operand) result shape and dtype. `inst` is the collective instruction: use it
-    for its attributes (via `participant_groups` / `permute_pairs`) and as a stable identity (e.g. its
-    `channel_id` for message tags); do not evaluate anything else from it.
+    instruction's (per-operand) result shape and dtype, or a `Pending` giving them (the backend
+    started the communication and finishes it when the value is needed: every partition starts
+    them in the same order and may finish them in any order). `inst` is the collective
+    instruction: use it for its attributes (via `participant_groups` / `permute_pairs`) and as a
+    stable identity (e.g. its `channel_id` for message tags); do not evaluate anything else from it.
     """
 
     @property

@@ -17,7 +17,11 @@ algorithm.
 
 `recorder.timed(fn)` measures the evaluation's wall time; given `started_at` (the wall-clock time
 `gspmdc run` started), it also records the start-up: the seconds from then until the evaluation
-began (the first instruction).
+began (the first instruction). `recorder.reset()` forgets what was recorded so far except the
+start-up (`run --repeat` profiles the runs after the first).
+
+`format_run_times(seconds)` describes the times of repeated runs (`run --repeat`): median,
+quartiles and extremes per run.
 
 `recorder.profile()` gives a picklable `RankProfile`; `format_profiles` prints a table of them.
 """
@@ -88,6 +92,11 @@ class ProfileRecorder:
         elif opcode not in CONTROL_OPCODES:
             self._profile.kernel_seconds += seconds
 
+    def reset(self) -> None:
+        """Forget the times, calls and bytes recorded so far; keep the start-up."""
+        self._profile = RankProfile(self._profile.partition, startup=self._profile.startup)
+        self._models.clear()
+
     def timed(self, fn: Callable[[], object]) -> object:
         """Call `fn()` and add its duration to the wall time (the first call records the
         start-up)."""
@@ -147,6 +156,26 @@ def format_profiles(profiles: Sequence[RankProfile]) -> str:
                          f"{_bytes(max(s.bytes_sent for s in stats)):>11} "
                          f"{max(s.seconds for s in stats):>11.4f}")
     return "\n".join(lines)
+
+
+def format_run_times(seconds: Sequence[float]) -> str:
+    """One line on the times of the runs after the first of `run --repeat`: the median, the
+    quartiles, the fastest and the slowest run."""
+    ordered = sorted(seconds)
+    k = len(ordered)
+
+    def quantile(q: float) -> float:
+        position = q * (k - 1)
+        low = int(position)
+        high = min(low + 1, k - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return (f"repeat: {k} run{'s' if k > 1 else ''} after the first: median {_ms(quantile(0.5))} "
+            f"per run, quartiles {_ms(quantile(0.25))} - {_ms(quantile(0.75))}, fastest "
+            f"{_ms(ordered[0])}, slowest {_ms(ordered[-1])}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
 
 
 def _bytes(n: int) -> str:

@@ -4,6 +4,7 @@ the programs it must refuse), input-file checks before launching, --profile, ran
 agree across backends, and the output comparison rules."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,41 @@ def test_hand_written_spmd_program_with_uneven_shards(tmp_path, backend):
         # zero padding of the last shard (rows 10, 11) does not change the column sums
         np.testing.assert_array_equal(data["out1"], x.sum(axis=0))
         assert data["out2"] == 5
+
+
+REPEAT_LINE = re.compile(r"^repeat: 3 runs after the first: median ([0-9.]+) ms per run, "
+                         r"quartiles ([0-9.]+) ms - ([0-9.]+) ms, fastest ([0-9.]+) ms, "
+                         r"slowest ([0-9.]+) ms$", re.M)
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])
+def test_repeat_times_the_runs_after_the_first_and_keeps_the_results(tmp_path, backend):
+    """`--repeat 3`: four executions, the last three timed and profiled (the all-reduce runs
+    once per execution: the profile counts 3 calls), the outputs still numpy's."""
+    program = tmp_path / "spmd.hlo"
+    program.write_text(SPMD_UNEVEN)
+    x = np.arange(30, dtype=np.float32).reshape(10, 3)
+    np.savez(tmp_path / "in.npz", arg0=x, arg1=np.int32(5))
+    out = tmp_path / "out.npz"
+    proc = run_subprocess(program, "--backend", backend, "--inputs", tmp_path / "in.npz",
+                          "--outputs", out, "--repeat", "3", "--profile", "-q")
+    assert proc.returncode == 0, proc.stderr
+    times = [float(t) for t in REPEAT_LINE.search(proc.stdout).groups()]
+    median, q1, q3, fastest, slowest = times
+    assert 0 < fastest <= q1 <= median <= q3 <= slowest
+    calls = re.search(r"^total +all-reduce +4 +(\d+) ", proc.stdout, re.M)
+    assert calls is not None and calls.group(1) == "3", proc.stdout
+    with np.load(out) as data:
+        np.testing.assert_array_equal(data["out0"], -x)
+        np.testing.assert_array_equal(data["out1"], x.sum(axis=0))
+
+
+def test_run_times_line_gives_the_quartiles_of_the_runs():
+    from gspmdc.runtime.profile import format_run_times
+    # sorted 1, 2, 3, 4 ms: median 2.5, quartiles at positions 0.75 and 2.25 of the sorted runs
+    assert format_run_times([0.004, 0.001, 0.003, 0.002]) == (
+        "repeat: 4 runs after the first: median 2.500 ms per run, quartiles 1.750 ms - "
+        "3.250 ms, fastest 1.000 ms, slowest 4.000 ms")
 
 
 @needs_mpi

@@ -5,7 +5,7 @@ import argparse
 
 from gspmdc.commands.basic import add_rounding_argument
 from gspmdc.errors import GspmdcError
-from gspmdc.runtime.backends.mpi import WAIT_MODES
+from gspmdc.runtime.options import WAIT_MODES
 
 from .arguments import non_negative_int, output_file, positive_float, positive_int
 
@@ -19,22 +19,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     its header (gspmdc.stage), else from its contents (partition-id or collectives outside
     manual regions: partitioned); --global / --partitioned say it for a module that records
     none."""
-    import time
-    from gspmdc.prepare import CompileOptions, prepare_job
-    from gspmdc.runtime import launcher, rank
-    from gspmdc.runtime.job import RunOptions, execute_local
-    started_at = time.time()
+    import os
+    from gspmdc.runtime import launcher, mpi_processes, rank
+    from gspmdc.runtime.cores import with_blas_threads
+    from gspmdc.runtime.options import RunOptions
+    started_at = mpi_processes.process_started_at()
     options = RunOptions(num_partitions=args.num_partitions, inputs=_absolute(args.inputs),
                          seed=args.seed, outputs=_absolute(args.outputs), check=args.check,
                          profile=args.profile, timeout=args.timeout,
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
                          output_sharding=args.output_sharding, quiet=args.quiet,
-                         rounding=args.rounding)
-    compile_options = CompileOptions(args.windowed_einsum_threshold, args.stage)
+                         repeat=args.repeat, rounding=args.rounding)
 
-    def prepare(options: RunOptions):
-        return prepare_job(args.file, options, started_at, compile_options)
+    def prepare(options: RunOptions = options):
+        """The job, compiled by the driver (imported when called: with `-n`, `mpiexec` starts
+        before numpy, the IR and the partitioner are imported, so the ranks start while this
+        process prepares the job)."""
+        from gspmdc.prepare import CompileOptions, prepare_job
+        return prepare_job(args.file, options, started_at,
+                           CompileOptions(args.windowed_einsum_threshold, args.stage))
+
     if args.hostfile is not None and args.backend != "mpi":
         raise GspmdcError("--hostfile places MPI ranks: it needs --backend mpi")
     if args.backend == "mpi" and launcher.under_mpi():
@@ -46,10 +51,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     hostfile = _absolute(args.hostfile)
     if hostfile is not None:
         launcher.hostfile_hosts(hostfile)
-    job = prepare(options)
     if args.backend == "local":
-        return execute_local(job)
-    return launcher.launch(job, mpiexec, hostfile)
+        # before numpy is imported: the BLAS threads of this process share the free cores
+        os.environ.update(with_blas_threads(dict(os.environ), args.num_partitions or 1))
+        from gspmdc.runtime.job import execute_local
+        return execute_local(prepare())
+    return launcher.launch(prepare, options.num_partitions, mpiexec, hostfile)
 
 
 def _absolute(path: str | None) -> str | None:
@@ -79,6 +86,11 @@ def register(sub) -> None:
     p.add_argument("--profile", action="store_true",
                    help="print per-partition time in kernels, collectives and interpretation, "
                         "and the bytes each collective sends")
+    p.add_argument("--repeat", type=positive_int, default=0, metavar="K",
+                   help="execute the program K more times after the first run and print the "
+                        "median, quartiles and extremes of those K runs' times (the slowest "
+                        "partition's, excluding start-up, inputs and outputs); --profile then "
+                        "covers those K runs")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the whole job after S seconds (exit 3)")
     p.add_argument("--hostfile", metavar="FILE",
@@ -94,10 +106,10 @@ def register(sub) -> None:
                         "has none (XLA's partitioned modules drop it), e.g. "
                         "'{devices=[2,1,4]<=[8] last_tile_dim_replicate}'")
     p.add_argument("--mpi-wait", choices=WAIT_MODES, default="auto",
-                   help="how MPI ranks wait for each other: blocking MPI calls (fastest, they "
-                        "busy-poll), polite (nonblocking calls and short sleeps, for machines with "
-                        "more ranks than cores), auto: blocking unless the machine is "
-                        "oversubscribed (default)")
+                   help="how MPI ranks wait for each other: blocking (MPI's own wait, fastest "
+                        "with a core per rank; it busy-polls), polite (short spins, then sleeps), "
+                        "auto: spin while the machine has a free core per rank and waits are "
+                        "short, else yield the CPU (default)")
     add_rounding_argument(p)
     p.add_argument("--garbage-padding", action="store_true",
                    help="pad uneven input shards with NaN / the integer maximum instead of zeros "
