@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from gspmdc.commands.basic import add_rounding_argument
+from gspmdc.commands.compile import add_propagation_options
 from gspmdc.errors import GspmdcError
 from gspmdc.runtime.backends.mpi import WAIT_MODES
 
@@ -31,7 +32,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
                          output_sharding=args.output_sharding, quiet=args.quiet,
                          rounding=args.rounding)
-    compile_options = CompileOptions(args.windowed_einsum_threshold, args.stage)
+    compile_options = CompileOptions(args.windowed_einsum_threshold, args.stage,
+                                     args.propagation, args.shardy_strategy)
 
     def prepare(options: RunOptions):
         return prepare_job(args.file, options, started_at, compile_options)
@@ -113,4 +115,5 @@ def register(sub) -> None:
     stage.add_argument("--partitioned", dest="stage", action="store_const", const="partitioned",
                        help="the module is already partitioned (one SPMD program)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
+    add_propagation_options(p)
     p.set_defaults(run=cmd_run)
