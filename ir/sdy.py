@@ -28,6 +28,7 @@ from typing import Union
 
 from gspmdc.errors import ShardingError
 
+from . import custom_call_targets as targets
 from .mesh import Mesh
 
 #: frontend-attribute keys and custom-call targets of the Shardy round-trip form
@@ -40,11 +41,12 @@ MANUAL_AXES = "xla.sdy.manual_axes"
 SHARDING_GROUP_ID = "xla.sdy.sharding_group_id"
 ALLOWED_DIRECTION = "xla.sdy.allowed_direction"
 HAS_UNREDUCED_AXES = "xla.sdy.has_unreduced_axes"
-FUNC_RESULT_SHARDING = "xla.sdy.FuncResultSharding"
-SHARDING_GROUP = "xla.sdy.ShardingGroup"
-PROPAGATION_BARRIER = "xla.sdy.PropagationBarrier"
-GLOBAL_TO_LOCAL = "xla.sdy.GlobalToLocalShape"
-LOCAL_TO_GLOBAL = "xla.sdy.LocalToGlobalShape"
+#: Shardy's custom-call targets (their strings live in `custom_call_targets.py`)
+FUNC_RESULT_SHARDING = targets.SDY_FUNC_RESULT_SHARDING
+SHARDING_GROUP = targets.SDY_SHARDING_GROUP
+PROPAGATION_BARRIER = targets.SDY_PROPAGATION_BARRIER
+GLOBAL_TO_LOCAL = targets.SDY_GLOBAL_TO_LOCAL
+LOCAL_TO_GLOBAL = targets.SDY_LOCAL_TO_GLOBAL
 MANUAL_BODY_PREFIXES = ("xla.sdy.manual_computation_body",
                         "xla.sdy.inlinable_manual_computation_body")
 PREFIX = "xla.sdy."

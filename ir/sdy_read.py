@@ -9,17 +9,17 @@ from __future__ import annotations
 from gspmdc.errors import ShardingError
 
 from .mesh import Mesh
+from . import custom_call_targets as targets
 from .sdy import (
-    FUNC_RESULT_SHARDING, GLOBAL_TO_LOCAL, IN_SHARDINGS, LOCAL_TO_GLOBAL, MANUAL_AXES,
-    OUT_SHARDINGS, PREFIX, PROPAGATION_BARRIER, SHARDING, SHARDING_GROUP, SHARDING_RULE,
+    IN_SHARDINGS, MANUAL_AXES, OUT_SHARDINGS, PREFIX, SHARDING, SHARDING_RULE,
     OpShardingRule, frontend, module_meshes, resolve_mesh, validate,
 )
 from .sdy_text import SdyTextError, read_frontend_value, read_header_value
 
 __all__ = ["SdyReader", "SdyPositionError", "KNOWN_TARGETS"]
 
-KNOWN_TARGETS = frozenset({FUNC_RESULT_SHARDING, SHARDING_GROUP, PROPAGATION_BARRIER,
-                           GLOBAL_TO_LOCAL, LOCAL_TO_GLOBAL})
+#: the `xla.sdy.*` custom-call targets gspmdc knows (`custom_call_targets.py`)
+KNOWN_TARGETS = frozenset(t for t in targets.KNOWN if t.startswith(PREFIX))
 
 
 class SdyPositionError(Exception):
