@@ -18,9 +18,9 @@ test: install
 	$(PY) -m pytest
 
 demo: install
-	$(GSPMDC) compile gspmdc/examples/mlp.hlo -n 8 -o out/mlp.spmd.hlo --dump-dir out/mlp.dumps
-	$(GSPMDC) explain out/mlp.spmd.hlo all-reduce
-	$(GSPMDC) run gspmdc/examples/mlp.hlo -n 8 --seed 0 --check --outputs out/mlp.out.npz
+	$(GSPMDC) compile gspmdc/examples/jax_mlp.hlo -n 8 -o out/jax_mlp.spmd.hlo --dump-dir out/jax_mlp.dumps
+	$(GSPMDC) explain out/jax_mlp.spmd.hlo all-reduce
+	$(GSPMDC) run gspmdc/examples/jax_mlp.hlo -n 8 --seed 0 --check --outputs out/jax_mlp.out.npz
 
 # bytecode first (as `pip install` writes it), so that start-up figures do not include compiling
 # gspmdc's sources where PYTHONDONTWRITEBYTECODE is set

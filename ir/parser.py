@@ -40,6 +40,8 @@ from .attributes import (
 from .literal_text import LiteralTextError, parse_array, parse_values
 from .mesh import Mesh
 from .module import Computation, Instruction, Module
+from .sdy import PREFIX as SDY_PREFIX
+from .sdy_read import SdyPositionError, SdyReader
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 from .sharding import HloSharding, ShardGroup
 from .sharding_algebra import cached
@@ -645,7 +647,10 @@ def _word(text: str):
 
 def _kv_item(key: str, text: str, start: int) -> tuple:
     """One `key=value` of a metadata / frontend-attributes list: strings, integers and bools are
-    typed, anything else is kept verbatim (a span of the source)."""
+    typed, anything else is kept verbatim (a span of the source); Shardy's `xla.sdy.*` values stay
+    spans until the module builder reads them (`sdy_text.py`)."""
+    if key.startswith(SDY_PREFIX):
+        return key, _Span(start, start + len(text))
     if text[0] == '"':
         return key, _unquote(text)
     value = _word(text)
@@ -932,6 +937,10 @@ def parse_module(text: str, filename: str = "<string>", *, verify: bool = False)
         module = builder.build(records)
     except _Problem as problem:
         raise _error(problem, text, filename) from None
+    except SdyPositionError as e:
+        line = text.count("\n", 0, e.offset) + 1
+        raise _error(_Problem(e.message, line, e.offset - text.rfind("\n", 0, e.offset)), text,
+                     filename) from None
     if verify:
         from .verifier import verify_module
         try:
@@ -1005,6 +1014,7 @@ class _ModuleBuilder:
         self.text = text
         self.mesh = None
         self.texts: dict[int, _InstructionText] = {}     # id(Instruction) -> its record
+        self.sdy = SdyReader(text)
 
     def raw(self, span: _Span) -> RawAttr:
         return RawAttr(self.text[span.start:span.end])
@@ -1034,6 +1044,7 @@ class _ModuleBuilder:
         module.computations[entry].is_entry = True
         self.check_references(module)
         self.complete_shapes(module, records)
+        self.sdy.check(module)
         return module
 
     def header_attrs(self, header: list) -> dict:
@@ -1046,8 +1057,10 @@ class _ModuleBuilder:
                 continue
             if name == "frontend_attributes":
                 items, separator = value
-                attrs[name] = KeyValueList(tuple((k, self.raw(v) if isinstance(v, _Span) else v)
-                                                 for k, v in items), separator or ", ")
+                attrs[name] = KeyValueList(tuple(
+                    (k, self.sdy.header_value(k, v.start, v.end) if k.startswith(SDY_PREFIX) else
+                     self.raw(v) if isinstance(v, _Span) else v) for k, v in items),
+                    separator or ", ")
                 continue
             typed = value.typed
             if name in _HEADER_INTS:
@@ -1123,8 +1136,9 @@ class _ModuleBuilder:
         value, name = attr.value, attr.name
         if name in _KV_DEFAULT_SEPARATOR:
             items, separator = value
-            return KeyValueList(tuple((k, self.raw(v) if isinstance(v, _Span) else v)
-                                      for k, v in items), separator)
+            return KeyValueList(tuple(
+                (k, self.sdy.value(k, v.start, v.end) if k.startswith(SDY_PREFIX) else
+                 self.raw(v) if isinstance(v, _Span) else v) for k, v in items), separator)
         if not isinstance(value, _Value):
             return value
         typed = value.typed

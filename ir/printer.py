@@ -36,6 +36,7 @@ from .literal_text import format_array
 from .mesh import Mesh
 from .module import Computation, Instruction, Module
 from .parser import STACK_FRAME_INDEX
+from .sdy import SdyAttribute
 from .shapes import Shape, TupleShape
 from .tile_assignment import iota_replica_groups
 
@@ -200,6 +201,8 @@ def _key_values(kv: KeyValueList) -> str:
 
 
 def _kv_value(value: Any) -> str:
+    if isinstance(value, SdyAttribute):
+        return value.kv_text()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, RawAttr):

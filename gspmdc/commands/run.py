@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from gspmdc.commands.basic import add_rounding_argument
+from gspmdc.commands.compile import add_propagation_options
 from gspmdc.errors import GspmdcError
 from gspmdc.runtime.options import WAIT_MODES
 
@@ -38,7 +39,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         process prepares the job)."""
         from gspmdc.prepare import CompileOptions, prepare_job
         return prepare_job(args.file, options, started_at,
-                           CompileOptions(args.windowed_einsum_threshold, args.stage))
+                           CompileOptions(args.windowed_einsum_threshold, args.stage,
+                                          args.propagation, args.shardy_strategy))
 
     if args.hostfile is not None and args.backend != "mpi":
         raise GspmdcError("--hostfile places MPI ranks: it needs --backend mpi")
@@ -125,4 +127,5 @@ def register(sub) -> None:
     stage.add_argument("--partitioned", dest="stage", action="store_const", const="partitioned",
                        help="the module is already partitioned (one SPMD program)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
+    add_propagation_options(p)
     p.set_defaults(run=cmd_run)

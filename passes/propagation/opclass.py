@@ -27,7 +27,7 @@ _PARTITIONABLE = opcodes(
     "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "infeed", "iota",
     "pad", "reduce-window", "reshape", "scatter", "select-and-scatter", "slice", "sort",
     "transpose", "tuple", "while", "reduce", "rng-bit-generator", "all-reduce", "reduce-scatter",
-    "collective-permute",
+    "collective-permute", "all-to-all",
 )
 
 #: shift/power-like ops whose output follows operand 0 (PickRepresentativeOperand)

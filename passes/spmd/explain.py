@@ -73,12 +73,12 @@ def explain_collective(module: Module, name: str) -> list[str]:
     lines.append(f"why: {metadata.get('spmd_reason')}")
     value, user = metadata.get("spmd_value"), metadata.get("op_name")
     role = metadata.get("spmd_role")
+    subject = _by_name(comp, user if role == "result" else value)
+    before, after = (_named(module, metadata.get(k), subject) for k in ("spmd_from", "spmd_to"))
     if op_type == "reshard" and role == "result":
-        lines.append(f"  the local {user} is {metadata.get('spmd_from')}; {user} must be "
-                     f"{metadata.get('spmd_to')}")
+        lines.append(f"  the local {user} is {before}; {user} must be {after}")
     elif op_type == "reshard":
-        lines.append(f"  {user} needs its {role} {value} as {metadata.get('spmd_to')}; "
-                     f"{value} is {metadata.get('spmd_from')}")
+        lines.append(f"  {user} needs its {role} {value} as {after}; {value} is {before}")
     elif op_type != "pad-mask":
         lines.append(f"  part of the {op_type} of {user}")
     step = metadata.get("spmd_step")
@@ -100,6 +100,20 @@ def explain_collective(module: Module, name: str) -> list[str]:
         lines.append(f"where {source.name}'s sharding comes from:")
         lines.extend("  " + line for line in sharding_origin(module, source))
     return lines
+
+
+def _named(module: Module, text: str | None, inst: Instruction | None) -> str | None:
+    """A sharding recorded as text, with the module's mesh axes when it has a mesh and the
+    sharding is over it."""
+    from gspmdc.ir.parser import parse_sharding
+    from gspmdc.ir.sdy_hlo import named_text
+    if text is None or inst is None or inst.shape.is_tuple:
+        return text
+    try:
+        named = named_text(parse_sharding(text), inst.shape.rank, module)
+    except GspmdcError:
+        return text
+    return text if named is None else named
 
 
 def _original(comp: Computation, inst: Instruction | None) -> Instruction | None:

@@ -45,6 +45,7 @@ from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 
+from .manual_groups import auto_equivalent, same_manual_groups
 from .tiling import Tiling, cdiv
 
 
@@ -223,7 +224,17 @@ def layout_of(sharding: HloSharding, rank: int, num_devices: int) -> Layout:
 
 def plan_reshard(shape: ArrayShape, source: HloSharding, target: HloSharding,
                  num_devices: int) -> ReshardPlan:
-    """The cheapest plan from `source` to `target` (leaf shardings of an array of `shape`)."""
+    """The cheapest plan from `source` to `target` (leaf shardings of an array of `shape`).
+    Partially manual shardings with the same manual groups reshard inside every group: the plan
+    of their auto equivalents (`manual_groups.py`); other manual ones are not resharded."""
+    if source.has_manual_leaf or target.has_manual_leaf:
+        if source == target:
+            return ReshardPlan(shape.without_layout(), (), 0.0)
+        if not same_manual_groups(source, target):
+            raise UnsupportedError(
+                f"cannot reshard the manual value {source.to_text(False)} to "
+                f"{target.to_text(False)}: manual values are per-device data")
+        source, target = auto_equivalent(source), auto_equivalent(target)
     return _plan_cached(shape.without_layout(), source.with_metadata(()),
                         target.with_metadata(()), num_devices)
 
