@@ -8,17 +8,20 @@ records equal lark's (tokens included: type, text, line and column), so the modu
 its error messages are the same whichever reader ran. `tests/test_fast_reader.py` checks both
 readers against each other on every HLO text of the test corpora.
 
-The subset: an optional `HloModule` header line; computations `[ENTRY] name [signature] {` ...
-`}` with one instruction per line; no comments; attributes that are generic values of one piece
-(a word, a string or a balanced group), `sharding=` in the kind/explicit/iota/tuple forms,
-`metadata=` and `frontend_attributes=` as flat key=value lists. Anything else (a named mesh, stack
-frame tables, windows, replica groups, structured literals, a value split over lines, any error)
-makes it return None. It is an optimisation only: the grammar stays the definition of the
-language (docs/design/hlo-text.md).
+The subset: text without comments; an optional `HloModule` header; computations with optional
+signatures; instructions with array or tuple shapes, operands with optional shape prefixes,
+`parameter(N)` and constants written as one literal token; attributes that are generic values of
+one piece (a word, a string or a balanced group), key=value lists (`metadata=`,
+`frontend_attributes=`), `sharding=` in every form but the named mesh's, `slice=`,
+`replica_groups=` (explicit and iota), `window=`, `padding=`, `dim_labels=` and
+`control-predecessors=`. Anything else (a named mesh, stack frame tables, structured literals,
+multi-piece values, any error) makes it return None. It is an optimisation only: the grammar
+stays the definition of the language (docs/design/hlo-text.md).
 """
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 
 from lark import Token
 
@@ -54,31 +57,40 @@ _ARRAY_LITERAL = re.compile(r"\{[^()\"\/]*\}")
 _LIT_SCALAR = re.compile(
     r"[-+]?(inf|nan(\(0x[0-9a-fA-F]+\))?|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)|true|false")
 
-# Line-level forms (matched between a line's start and its end: `\s` never crosses a line).
-_SPACE = re.compile(r"[ \t\r]*")
-_HEADER = re.compile(rf"[ \t]*HloModule[ \t]+({_NAME})[ \t]*")
-_COMPUTATION = re.compile(rf"[ \t]*(?:(ENTRY)[ \t]+)?({_NAME})[ \t]*")
-_BODY_OPEN = re.compile(r"[ \t]*\{[ \t\r]*$")
-_BODY_CLOSE = re.compile(r'[ \t]*\}[ \t]*(?:,[ \t]*(execution_thread=)[ \t]*("(?:\\.|[^"\\])*")[ \t]*)?\r?$')
-_INSTRUCTION = re.compile(rf"[ \t]*(?:(ROOT)[ \t]+)?({_NAME})[ \t]*=[ \t]*")
-_OPCODE = re.compile(r"([a-z][a-z0-9\-]*)[ \t]*\([ \t]*")
-_PARAMETER_NUMBER = re.compile(r"(-?\d+)[ \t]*\)")
-_OPERAND = re.compile(rf"({_NAME})[ \t]*([,)])[ \t]*")
-_SEPARATOR = re.compile(r"[ \t]*([,)])[ \t]*")
-_ATTR_NAME = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w.\-]*=)[ \t]*")
-_PARAM = re.compile(rf"({_NAME})[ \t]*:[ \t]*")
-_ARROW = re.compile(r"[ \t]*->[ \t]*")
-_CLOSE_PAREN = re.compile(r"[ \t]*\)[ \t]*")
-_COMMA = re.compile(r"[ \t]*,[ \t]*")
+# Forms between tokens (white space, line breaks included, is free between tokens as in lark).
+_SPACE = re.compile(r"\s*")
+_HEADER = re.compile(rf"\s*HloModule\s+({_NAME})\s*")
+_COMPUTATION = re.compile(rf"(?:(ENTRY)\s+)?({_NAME})\s*")
+_BODY_OPEN = re.compile(r"\{\s*")
+_EXECUTION_THREAD = re.compile(r'\s*,\s*execution_thread=\s*("(?:\\.|[^"\\])*")\s*')
+# (`name=` with no space between would be an attribute name to lark after a group: left to it)
+_INSTRUCTION = re.compile(rf"(?:(ROOT)\s+)?({_NAME})\s+=\s*")
+_OPCODE = re.compile(r"([a-z][a-z0-9\-]*)\s*\(\s*")
+_PARAMETER_NUMBER = re.compile(r"(-?\d+)\s*\)\s*")
+_OPERAND = re.compile(rf"({_NAME})\s*([,)])\s*")
+_ATTR_NAME = re.compile(r",\s*([A-Za-z_][\w.\-]*=)\s*")
+_PARAM = re.compile(rf"({_NAME})\s*:\s*")
+_ARROW = re.compile(r"\s*->\s*")
+_CLOSE_PAREN = re.compile(r"\s*\)\s*")
+_COMMA = re.compile(r"\s*,\s*")
 _SIMPLE_WORD = re.compile(r"-?\d+|%?[A-Za-z_][\w.\-]*")
+_PAD = re.compile(r"-?\d+_-?\d+(_\d+)?(x-?\d+_-?\d+(_\d+)?)*")
+_DXD = re.compile(r"\d+(x\d+)*")
+_DIM_LABELS = re.compile(r"[0-9bf?]+_[0-9io?]+->[0-9bf?]+")
+_WINDOW_FIELD = re.compile(r"\s*(size=|stride=|lhs_dilate=|rhs_dilate=|rhs_reversal=|pad=)\s*")
+_WINDOW_KEYS = {"size=": ("SIZE_EQ", _DXD, "DXD"), "stride=": ("STRIDE_EQ", _DXD, "DXD"),
+                "lhs_dilate=": ("LHS_DILATE_EQ", _DXD, "DXD"),
+                "rhs_dilate=": ("RHS_DILATE_EQ", _DXD, "DXD"),
+                "rhs_reversal=": ("RHS_REVERSAL_EQ", _DXD, "DXD"), "pad=": ("PAD_EQ", _PAD, "PAD")}
+_SLICE_DIM = re.compile(r"\[\s*(-?\d+)\s*:\s*(-?\d+)\s*(?::\s*(-?\d+)\s*)?\]\s*")
+_INT_LIST = re.compile(r"\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*")
+_IOTA = re.compile(r"\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]\s*<=\s*\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]"
+                   r"(?:\s*T\s*\(\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\))?")
 
 #: words the grammar reads as keywords where this reader expects a name
 _KEYWORDS = frozenset({"ENTRY", "ROOT", "HloModule"})
 #: attributes with a rule of their own in the grammar, read here by `_attribute`
 _KV_ATTRIBUTES = {"metadata=": "METADATA_EQ", "frontend_attributes=": "FRONTEND_ATTRIBUTES_EQ"}
-#: attributes with a rule of their own that this reader leaves to lark
-_LARK_ATTRIBUTES = frozenset({"control-predecessors=", "padding=", "dim_labels=", "window=",
-                              "slice=", "replica_groups="})
 _OPCODE_TYPES = {"parameter": "PARAMETER", "constant": "CONSTANT"}
 _BRACKETS = {"{": ("}", "LBRACE"), "[": ("]", "LSQB"), "(": (")", "LPAR")}
 _CLOSERS = {"}": "RBRACE", "]": "RSQB", ")": "RPAR"}
@@ -99,60 +111,56 @@ def read_records(text: str) -> ModuleText | None:
 
 
 class _Reader:
-    """One read of one text: a cursor over its lines (`line`, `start` of the line, `end`)."""
+    """One read of one text: a cursor that matches forms at positions and makes tokens whose line
+    and column come from the table of line breaks (the line of the last token is remembered)."""
 
     def __init__(self, text: str):
         self.text = text
-        self.line = 0
-        self.start = 0
-        self.end = -1
+        self.breaks = [m.start() for m in re.finditer("\n", text)]
+        self.line, self.line_start, self.line_end = 1, 0, -1
         self.shardings: dict[str, object] = {}
 
-    # ---- lines and tokens ---------------------------------------------------------------------
-
-    def next_line(self) -> bool:
-        """Move to the next line that is not blank; False at the end of the text."""
-        text = self.text
-        while self.end < len(text):
-            self.start = self.end + 1
-            self.line += 1
-            end = text.find("\n", self.start)
-            self.end = len(text) if end < 0 else end
-            if text[self.start:self.end].strip():
-                return True
-        return False
+    # ---- positions and tokens -----------------------------------------------------------------
 
     def token(self, kind: str, start: int, end: int) -> Token:
-        column = start - self.start + 1
+        if not self.line_start <= start <= self.line_end:
+            index = bisect_left(self.breaks, start)
+            self.line = index + 1
+            self.line_start = self.breaks[index - 1] + 1 if index else 0
+            self.line_end = self.breaks[index] if index < len(self.breaks) else len(self.text)
+        column = start - self.line_start + 1
         return Token(kind, self.text[start:end], start, self.line, column, self.line,
                      column + end - start, end)
 
     def match(self, pattern: re.Pattern, pos: int) -> re.Match:
-        found = pattern.match(self.text, pos, self.end)
+        found = pattern.match(self.text, pos)
         if found is None:
             raise _Outside
         return found
+
+    def name_token(self, found: re.Match, group: int) -> Token:
+        if found.group(group) in _KEYWORDS:
+            raise _Outside
+        return self.token("NAME", found.start(group), found.end(group))
 
     # ---- module structure ---------------------------------------------------------------------
 
     def module(self) -> ModuleText:
         records = ModuleText()
-        if not self.next_line():
-            raise _Outside
-        header = _HEADER.match(self.text, self.start, self.end)
+        pos = _SPACE.match(self.text).end()
+        header = _HEADER.match(self.text, pos)
         if header is not None:
             records.name = self.name_token(header, 1)
-            records.header = self.header_attrs(header.end())
-            if not self.next_line():
-                raise _Outside
+            records.header, pos = self.header_attrs(header.end())
         while True:
-            records.computations.append(self.computation())
-            if not self.next_line():
+            computation, pos = self.computation(pos)
+            records.computations.append(computation)
+            if pos == len(self.text):
                 return records
 
-    def header_attrs(self, pos: int) -> list:
+    def header_attrs(self, pos: int) -> tuple[list, int]:
         attrs = []
-        while pos < self.end and not self.text[pos:self.end].isspace():
+        while self.text.startswith(",", pos):
             found = self.match(_ATTR_NAME, pos)
             if found.group(1) == "mesh=":
                 raise _Outside
@@ -164,37 +172,31 @@ class _Reader:
             token = self.token("ATTR_NAME", found.start(1), found.end(1))
             value, pos = self.value(found.end())
             attrs.append((token, token.value[:-1], value))
-        return attrs
+        return attrs, pos
 
-    def name_token(self, found: re.Match, group: int) -> Token:
-        if found.group(group) in _KEYWORDS:
-            raise _Outside
-        return self.token("NAME", found.start(group), found.end(group))
-
-    def computation(self) -> ComputationText:
-        found = self.match(_COMPUTATION, self.start)
+    def computation(self, pos: int) -> tuple[ComputationText, int]:
+        found = self.match(_COMPUTATION, pos)
         entry = self.token("ENTRY", found.start(1), found.end(1)) if found.group(1) else None
         name = self.name_token(found, 2)
         pos, signature = found.end(), None
         if self.text.startswith("(", pos):
             signature, pos = self.signature(pos)
-        self.match(_BODY_OPEN, pos)
+        pos = self.match(_BODY_OPEN, pos).end()
         instructions = []
-        while True:
-            if not self.next_line():
-                raise _Outside
-            close = _BODY_CLOSE.match(self.text, self.start, self.end)
-            if close is not None:
-                break
-            instructions.append(self.instruction())
+        while not self.text.startswith("}", pos):
+            instruction, pos = self.instruction(pos)
+            instructions.append(instruction)
         if not instructions:
             raise _Outside
-        thread = unquote(close.group(2)) if close.group(1) else None
-        return ComputationText(entry, name, signature, instructions, thread)
+        pos, thread = _SPACE.match(self.text, pos + 1).end(), None
+        found = _EXECUTION_THREAD.match(self.text, pos)
+        if found is not None:
+            pos, thread = found.end(), unquote(found.group(1))
+        return ComputationText(entry, name, signature, instructions, thread), pos
 
     def signature(self, pos: int) -> tuple:
         lpar = self.token("LPAR", pos, pos + 1)
-        pos = self.match(_SPACE, pos + 1).end()
+        pos = _SPACE.match(self.text, pos + 1).end()
         params = []
         if not self.text.startswith(")", pos):
             while True:
@@ -211,14 +213,14 @@ class _Reader:
 
     # ---- instructions -------------------------------------------------------------------------
 
-    def instruction(self) -> InstructionText:
-        found = self.match(_INSTRUCTION, self.start)
+    def instruction(self, pos: int) -> tuple[InstructionText, int]:
+        text = self.text
+        found = self.match(_INSTRUCTION, pos)
         root = self.token("ROOT", found.start(1), found.end(1)) if found.group(1) else None
         name = self.name_token(found, 2)
         pos, shape = found.end(), None
-        if self.text.startswith("(", pos) or _ARRAY_SHAPE.match(self.text, pos, self.end):
+        if text.startswith("(", pos) or _ARRAY_SHAPE.match(text, pos):
             shape, pos = self.shape(pos)
-            pos = self.match(_SPACE, pos).end()
         found = self.match(_OPCODE, pos)
         opcode = self.token(_OPCODE_TYPES.get(found.group(1), "OPCODE"), found.start(1),
                             found.end(1))
@@ -231,18 +233,17 @@ class _Reader:
             inst.literal, pos = self.literal(pos)
         else:
             inst.operands, pos = self.operands(pos)
-        inst.attrs = self.attributes(pos)
-        return inst
+        inst.attrs, pos = self.attributes(pos)
+        return inst, pos
 
     def operands(self, pos: int) -> tuple[list, int]:
         text, operands = self.text, []
         if text.startswith(")", pos):
-            return operands, pos + 1
+            return operands, _SPACE.match(text, pos + 1).end()
         while True:
             prefix = None
-            if text.startswith("(", pos) or _OPERAND.match(text, pos, self.end) is None:
+            if text.startswith("(", pos) or _OPERAND.match(text, pos) is None:
                 prefix, pos = self.shape(pos)
-                pos = self.match(_SPACE, pos).end()
             found = self.match(_OPERAND, pos)
             operands.append((prefix, self.name_token(found, 1)))
             pos = found.end()
@@ -252,7 +253,7 @@ class _Reader:
     def literal(self, pos: int) -> tuple[Lit, int]:
         for pattern, kind in ((_ELIDED, "ELIDED"), (_ARRAY_LITERAL, "ARRAY_LITERAL"),
                               (_LIT_SCALAR, "LIT_SCALAR")):
-            found = pattern.match(self.text, pos, self.end)
+            found = pattern.match(self.text, pos)
             if found is not None:
                 break
         else:
@@ -261,55 +262,50 @@ class _Reader:
         pos = self.match(_CLOSE_PAREN, found.end()).end()
         return _CALLBACKS.constant_literal([token]), pos
 
-    def attributes(self, pos: int) -> list:
+    def attributes(self, pos: int) -> tuple[list, int]:
         attrs = []
-        while pos < self.end and not self.text[pos:self.end].isspace():
+        while self.text.startswith(",", pos):
             found = self.match(_ATTR_NAME, pos)
             key = found.group(1)
-            if key == "sharding=":
-                token = self.token("SHARDING_EQ", found.start(1), found.end(1))
-                sharding, pos = self.sharding(found.end())
-                attrs.append(Attr("sharding", sharding, token))
-            elif key in _KV_ATTRIBUTES:
-                token = self.token(_KV_ATTRIBUTES[key], found.start(1), found.end(1))
-                value, pos = self.kv_list(found.end())
-                attrs.append(_CALLBACKS.attr_kv([token, value]))
-            elif key in _LARK_ATTRIBUTES:
-                raise _Outside
-            else:
+            reader = _ATTRIBUTE_READERS.get(key)
+            if reader is None:
                 value, pos = self.value(found.end())
                 attrs.append(Attr(key[:-1], value, value.token))
-        return attrs
+            else:
+                kind, read = reader
+                attr, pos = read(self, self.token(kind, found.start(1), found.end(1)), found.end())
+                attrs.append(attr)
+        return attrs, pos
 
     # ---- shapes -------------------------------------------------------------------------------
 
     def shape(self, pos: int, depth: int = 0) -> tuple:
-        """(shape, end) of the array or tuple shape at `pos` (tuples nested within the limit)."""
+        """(shape, position after it and white space) of the array or tuple shape at `pos`
+        (tuples nested within the limit)."""
         text = self.text
         if text.startswith("(", pos):
             if depth >= limits.MAX_TUPLE_DEPTH:
                 raise _Outside
             lpar = self.token("LPAR", pos, pos + 1)
-            pos = self.match(_SPACE, pos + 1).end()
+            pos = _SPACE.match(text, pos + 1).end()
             elements = []
             if not text.startswith(")", pos):
                 while True:
                     element, pos = self.shape(pos, depth + 1)
                     elements.append(element)
-                    pos = self.match(_SPACE, pos).end()
                     if not text.startswith(",", pos):
                         break
-                    pos = self.match(_SPACE, pos + 1).end()
+                    pos = _SPACE.match(text, pos + 1).end()
             if not text.startswith(")", pos):
                 raise _Outside
-            return _CALLBACKS.tuple_shape([lpar] + elements), pos + 1
+            return _CALLBACKS.tuple_shape([lpar] + elements), _SPACE.match(text, pos + 1).end()
         found = self.match(_ARRAY_SHAPE, pos)
-        return array_shape(found.group()), found.end()
+        return array_shape(found.group()), _SPACE.match(text, found.end()).end()
 
     # ---- attribute values ---------------------------------------------------------------------
 
     def value(self, pos: int) -> tuple[Value, int]:
-        """A generic value of one piece, followed by the end of the line or a comma."""
+        """A generic value of one piece (a word, a string or a group)."""
         text = self.text
         first = text[pos:pos + 1]
         if first in _BRACKETS:
@@ -318,48 +314,28 @@ class _Reader:
             found = self.match(_STRING if first == '"' else _WORD, pos)
             end = found.end()
             value = _CALLBACKS.value([self.token("STRING" if first == '"' else "WORD", pos, end)])
-        after = self.match(_SPACE, end).end()
-        if after < self.end and text[after] != ",":
-            raise _Outside
-        return value, after
+        return value, _SPACE.match(text, end).end()
 
     def group(self, pos: int) -> tuple[Value, int]:
         """A balanced `{...}`, `[...]` or `(...)` group at `pos`: its Value (typed when it is a
         brace list of words and such lists, as `grammar_callbacks.Records.group` types it)."""
-        text, end = self.text, self.end
+        text = self.text
         opening = text[pos]
         closer, kind = _BRACKETS[opening]
         token = self.token(kind, pos, pos + 1)
-        typed, depth, i = self.brace_list(pos) if opening == "{" else (None, 0, pos)
+        typed, depth, end = self.brace_list(pos) if opening == "{" else (None, 0, pos)
         if typed is None:
-            stack, depth, i = [closer], 1, pos + 1
-            while stack:
-                if i >= end:
-                    raise _Outside
-                c = text[i]
-                if c == '"':
-                    i = self.match(_STRING, i).end()
-                    continue
-                if c in _BRACKETS:
-                    stack.append(_BRACKETS[c][0])
-                    depth = max(depth, len(stack))
-                elif c in _CLOSERS:
-                    if c != stack.pop():
-                        raise _Outside
-                elif c == "/":
-                    raise _Outside
-                i += 1
-            typed = None
-        return Value(typed if depth <= limits.MAX_TUPLE_DEPTH else None, Span(pos, i), token,
-                     depth), i
+            depth, end = _balanced(text, pos)
+        return Value(typed if depth <= limits.MAX_TUPLE_DEPTH else None, Span(pos, end), token,
+                     depth), end
 
     def brace_list(self, pos: int, level: int = 1) -> tuple:
         """(typed tuple, depth, end) of the `{a, b, {c}}` list at `pos`, or (None, 0, pos) when it
         is not a list of words (ints, bools, names) and such lists nested within the limit."""
-        text, end = self.text, self.end
+        text = self.text
         if level > limits.MAX_TUPLE_DEPTH:
             return None, 0, pos
-        i = _SPACE.match(text, pos + 1, end).end()
+        i = _SPACE.match(text, pos + 1).end()
         values, depth = [], 1
         if text.startswith("}", i):
             return (), 1, i + 1
@@ -371,7 +347,7 @@ class _Reader:
                 values.append(typed)
                 depth = max(depth, inner + 1)
             else:
-                found = _SIMPLE_WORD.match(text, i, end)
+                found = _SIMPLE_WORD.match(text, i)
                 if found is None:
                     return None, 0, pos
                 value = word(found.group())
@@ -379,85 +355,234 @@ class _Reader:
                     return None, 0, pos
                 values.append(value)
                 i = found.end()
-            i = _SPACE.match(text, i, end).end()
+            i = _SPACE.match(text, i).end()
             if text.startswith("}", i):
                 return tuple(values), depth, i + 1
             if not text.startswith(",", i):
                 return None, 0, pos
-            i = _SPACE.match(text, i + 1, end).end()
+            i = _SPACE.match(text, i + 1).end()
 
     def kv_list(self, pos: int) -> tuple:
-        found = self.match(_KV_FLAT, pos)
-        value = _CALLBACKS.kv_flat([self.token("KV_FLAT", pos, found.end())])
-        after = self.match(_SPACE, found.end()).end()
-        if after < self.end and self.text[after] != ",":
-            raise _Outside
-        return value, after
-
-    # ---- shardings ----------------------------------------------------------------------------
-
-    def sharding(self, pos: int) -> tuple:
-        """A sharding in the kind, explicit-tiles, iota or tuple form (decoded once per text)."""
+        """A `{key=value ...}` list as `grammar_callbacks.Records.kv_list` returns it."""
+        found = _KV_FLAT.match(self.text, pos)
+        if found is not None:
+            value = _CALLBACKS.kv_flat([self.token("KV_FLAT", pos, found.end())])
+            return value, _SPACE.match(self.text, found.end()).end()
         text = self.text
-        found = self.match(_SHARDING_TEXT, pos)
-        body = found.group()
+        if not text.startswith("{", pos):
+            raise _Outside
+        children = [self.token("LBRACE", pos, pos + 1)]
+        pos = _SPACE.match(text, pos + 1).end()
+        while not text.startswith("}", pos):
+            if text.startswith(",", pos):
+                if len(children) == 1:
+                    raise _Outside
+                children.append(self.token("COMMA", pos, pos + 1))
+                pos = _SPACE.match(text, pos + 1).end()
+            found = self.match(_KV_KEY, pos)
+            key = self.token("ATTR_NAME", pos, found.end())
+            value, pos = self.value(found.end())
+            piece = value.token if value.token.type in ("STRING", "WORD") else value
+            children.append(_CALLBACKS.kv([key, piece]))
+        return _CALLBACKS.kv_list(children), _SPACE.match(text, pos + 1).end()
+
+    # ---- attributes with a rule of their own ----------------------------------------------------
+
+    def sharding_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        """`sharding=`, decoded once per distinct text (named-mesh forms are left to lark)."""
+        depth, end = _balanced(self.text, pos) if self.text.startswith("{", pos) else (0, pos)
+        if not depth:
+            raise _Outside
+        body = self.text[pos:end]
         sharding = self.shardings.get(body)
         if sharding is None:
             sharding = self.shardings[body] = _sharding(body)
-        after = self.match(_SPACE, found.end()).end()
-        if after < self.end and text[after] != ",":
+        return Attr("sharding", sharding, token), _SPACE.match(self.text, end).end()
+
+    def kv_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        value, pos = self.kv_list(pos)
+        return _CALLBACKS.attr_kv([token, value]), pos
+
+    def slice_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        text = self.text
+        pos = self.match(_BODY_OPEN, pos).end()
+        dims = []
+        while not text.startswith("}", pos):
+            if dims:
+                pos = self.match(_COMMA, pos).end()
+            found = self.match(_SLICE_DIM, pos)
+            dims.append(_CALLBACKS.slice_dim([int(g) for g in found.groups() if g is not None]))
+            pos = found.end()
+        return _CALLBACKS.attr_slice([token] + dims), _SPACE.match(text, pos + 1).end()
+
+    def replica_groups_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        text = self.text
+        if text.startswith("[", pos):
+            found = self.match(_IOTA, pos)
+            spec = _CALLBACKS.groups_iota([_CALLBACKS.iota_list(
+                [_ints(g) for g in found.groups() if g is not None])])
+            end = found.end()
+        else:
+            pos = self.match(_BODY_OPEN, pos).end()
+            groups = []
+            while not text.startswith("}", pos):
+                if groups:
+                    pos = self.match(_COMMA, pos).end()
+                pos = self.match(_BODY_OPEN, pos).end()
+                found = _INT_LIST.match(text, pos)
+                groups.append(_ints(found.group(1)) if found else ())
+                pos = found.end() if found else pos
+                if not text.startswith("}", pos):
+                    raise _Outside
+                pos = _SPACE.match(text, pos + 1).end()
+            spec, end = _CALLBACKS.groups_explicit(groups), pos + 1
+        return _CALLBACKS.attr_replica_groups([token, spec]), _SPACE.match(text, end).end()
+
+    def window_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        text = self.text
+        pos = self.match(_BODY_OPEN, pos).end()
+        fields = [token]
+        while not text.startswith("}", pos):
+            found = self.match(_WINDOW_FIELD, pos)
+            kind, pattern, value_kind = _WINDOW_KEYS[found.group(1)]
+            value = self.match(pattern, found.end())
+            fields.append((self.token(kind, found.start(1), found.end(1)),
+                           self.token(value_kind, value.start(), value.end())))
+            pos = _SPACE.match(text, value.end()).end()
+        return _CALLBACKS.attr_window(fields), _SPACE.match(text, pos + 1).end()
+
+    def padding_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        found = self.match(_PAD, pos)
+        pad = self.token("PAD", pos, found.end())
+        return _CALLBACKS.attr_padding([token, pad]), _SPACE.match(self.text, found.end()).end()
+
+    def dim_labels_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        found = self.match(_DIM_LABELS, pos)
+        labels = self.token("DIM_LABELS", pos, found.end())
+        return _CALLBACKS.attr_dim_labels([token, labels]), \
+            _SPACE.match(self.text, found.end()).end()
+
+    def control_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
+        text = self.text
+        pos = self.match(_BODY_OPEN, pos).end()
+        names = []
+        while not text.startswith("}", pos):
+            if names:
+                pos = self.match(_COMMA, pos).end()
+            found = self.match(_CONTROL_NAME, pos)
+            names.append(self.name_token(found, 1))
+            pos = found.end()
+        return _CALLBACKS.attr_control([token] + names), _SPACE.match(text, pos + 1).end()
+
+
+_KV_KEY = re.compile(r"[A-Za-z_][\w.\-]*=\s*")
+_CONTROL_NAME = re.compile(rf"({_NAME})\s*")
+#: the attributes with a rule of their own: their keyword's token type and their reader
+_ATTRIBUTE_READERS = {
+    "sharding=": ("SHARDING_EQ", _Reader.sharding_attr),
+    "metadata=": ("METADATA_EQ", _Reader.kv_attr),
+    "frontend_attributes=": ("FRONTEND_ATTRIBUTES_EQ", _Reader.kv_attr),
+    "slice=": ("SLICE_EQ", _Reader.slice_attr),
+    "replica_groups=": ("REPLICA_GROUPS_EQ", _Reader.replica_groups_attr),
+    "window=": ("WINDOW_EQ", _Reader.window_attr),
+    "padding=": ("PADDING_EQ", _Reader.padding_attr),
+    "dim_labels=": ("DIM_LABELS_EQ", _Reader.dim_labels_attr),
+    "control-predecessors=": ("CONTROL_PREDECESSORS_EQ", _Reader.control_attr),
+}
+
+
+def _balanced(text: str, pos: int) -> tuple[int, int]:
+    """(depth, end) of the balanced group opening at `pos` (strings skipped, brackets matched)."""
+    stack, depth, i, size = [_BRACKETS[text[pos]][0]], 1, pos + 1, len(text)
+    while stack:
+        if i >= size:
             raise _Outside
-        return sharding, after
-
-
-# ---- shardings -----------------------------------------------------------------------------------
-# Decoding needs no positions: any problem sends the text to lark, which reports it where it is.
-
-_SINGLE_BODY = r"\{[^{}\"]*(?:\{[^{}\"]*\}[^{}\"]*)?\}"
-_SHARDING_TEXT = re.compile(rf"{_SINGLE_BODY}|\{{\s*(?:{_SINGLE_BODY}\s*(?:,\s*{_SINGLE_BODY}\s*)*)?\}}")
-_INTS = r"\s*-?\d+(?:\s*,\s*-?\d+)*\s*"
-_SHARDING_ITEM = re.compile(
-    r"\s*(?:(replicated|manual|maximal|unknown|unreduced|last_tile_dim_replicate)(?![\w.\-=])"
-    rf"|device=\s*(-?\d+)"
-    rf"|devices=\s*\[({_INTS})\]\s*(?:<=\s*\[({_INTS})\]\s*(?:T\s*\(({_INTS})\))?|(-?\d+(?:\s*,\s*-?\d+)*))"
-    r"|last_tile_dims=\s*\{\s*((?:manual|replicated|unreduced)(?:\s*,\s*(?:manual|replicated|unreduced))*)\s*\})"
-    r"\s*")
-_SINGLE_INNER = re.compile(r"\{([^{}\"]*(?:\{[^{}\"]*\}[^{}\"]*)?)\}")
+        c = text[i]
+        if c == '"':
+            found = _STRING.match(text, i)
+            if found is None:
+                raise _Outside
+            i = found.end()
+            continue
+        if c in _BRACKETS:
+            stack.append(_BRACKETS[c][0])
+            depth = max(depth, len(stack))
+        elif c in _CLOSERS and c != stack.pop():
+            raise _Outside
+        elif c == "/":
+            raise _Outside
+        i += 1
+    return depth, i
 
 
 def _ints(text: str | None) -> tuple[int, ...] | None:
     return None if text is None else tuple(int(p) for p in text.split(","))
 
 
+# ---- shardings -----------------------------------------------------------------------------------
+# Decoding needs no positions: any problem sends the text to lark, which reports it where it is.
+# (The key=value token of `metadata=` starts at 0: its spans, kept only for values that are not
+# strings, integers or bools, are refused by the sharding's metadata rule anyway.)
+
+_SHARDING_ITEM = re.compile(
+    r"\s*(?:(replicated|manual|maximal|unknown|unreduced|last_tile_dim_replicate)(?![\w.\-=])"
+    r"|device=\s*(-?\d+)"
+    r"|devices=\s*(?:\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]\s*(-?\d+(?:\s*,\s*-?\d+)*)"
+    r"|\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]\s*<=\s*\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]"
+    r"(?:\s*T\s*\(\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\))?)"
+    r"|last_tile_dims=\s*\{\s*((?:manual|replicated|unreduced)(?:\s*,\s*(?:manual|replicated|unreduced))*)\s*\}"
+    r"|(shard_as|shard_like)\s+(-?\d+)"
+    r"|metadata=\s*(" + _KV_FLAT.pattern + r"))\s*")
+
+
 def _sharding(body: str):
     """The HloSharding written `body` (`{...}`): a single sharding or a tuple of them."""
-    inner = body[1:-1].strip()
-    if not inner:
+    inner = _SPACE.match(body, 1).end()
+    if body.startswith("}", inner):
         return _CALLBACKS.sharding_empty([])
-    if inner.startswith("{"):
-        elements = [_single(m.group(1)) for m in _SINGLE_INNER.finditer(inner)]
-        return _CALLBACKS.sharding_tuple([Token("LBRACE", "{")] + elements)
-    return _single(inner)
+    if not body.startswith("{", inner):
+        return _single(body)
+    elements, pos = [], inner
+    while True:
+        _, end = _balanced(body, pos)
+        elements.append(_single(body[pos:end]))
+        pos = _SPACE.match(body, end).end()
+        if body.startswith("}", pos) and pos == len(body) - 1:
+            return _CALLBACKS.sharding_tuple([Token("LBRACE", "{")] + elements)
+        if not body.startswith(",", pos):
+            raise _Outside
+        pos = _SPACE.match(body, pos + 1).end()
+        if not body.startswith("{", pos):
+            raise _Outside
 
 
-def _single(inner: str):
-    items, pos = [], 0
-    while pos < len(inner):
-        found = _SHARDING_ITEM.match(inner, pos)
+def _single(body: str):
+    """The single (not tuple) sharding written `body` (`{...}`)."""
+    items, pos, end = [], 1, len(body) - 1
+    while pos < end:
+        found = _SHARDING_ITEM.match(body, pos, end)
         if found is None or found.end() == pos:
             raise _Outside
-        keyword, device, dims, reshape, perm, ids, subgroups = found.groups()
+        keyword, device, dims, ids, iota, reshape, perm, subgroups, group, number, metadata = \
+            found.group(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
         if keyword:
             items.append(Token(keyword.upper(), keyword))
         elif device is not None:
             items.append(("device", int(device), Token("DEVICE_EQ", "device=")))
         elif dims is not None:
-            tiles = explicit_tiles(_ints(dims), _ints(ids)) if ids is not None else \
-                iota_tiles(_ints(dims), _ints(reshape), _ints(perm))
-            items.append(("tiles", tiles, Token("DEVICES_EQ", "devices=")))
-        else:
+            items.append(("tiles", explicit_tiles(_ints(dims), _ints(ids)),
+                          Token("DEVICES_EQ", "devices=")))
+        elif iota is not None:
+            items.append(("tiles", iota_tiles(_ints(iota), _ints(reshape), _ints(perm)),
+                          Token("DEVICES_EQ", "devices=")))
+        elif subgroups is not None:
             kinds = tuple(k.strip() for k in subgroups.split(","))
             items.append(("subgroups", kinds, Token("LAST_TILE_DIMS_EQ", "last_tile_dims=")))
+        elif group is not None:
+            items.append(_CALLBACKS.sharding_group([Token(group.upper(), group), Token("INT", number)]))
+        else:
+            items.append(_CALLBACKS.sharding_metadata([Token("METADATA_EQ", "metadata="), _CALLBACKS.kv_flat(
+                [Token("KV_FLAT", metadata, 0)])]))
         pos = found.end()
     if not items:
         raise _Outside
