@@ -1,4 +1,4 @@
-"""The fast reader: HLO text in its common one-instruction-a-line form -> parse records, without lark.
+"""The fast reader: HLO text in its common forms -> parse records, without lark.
 
 `read_records(text)` returns the same records (`parse_records.py`) lark's pass over
 `grammar.lark` with `grammar_callbacks.Records` returns, or None when the text is outside the
@@ -50,8 +50,8 @@ _ARRAY_SHAPE = re.compile(
 _STRING = re.compile(r'"(\\.|[^"\\])*"')
 _WORD = re.compile(r"(?:[^\s{}\[\](),\"\/]|\/(?![*\/]))+")
 _KV_FLAT = re.compile(
-    r'\{\s*(?:[A-Za-z_][\w.\-]*=(?:"(?:[^"\\]|\\.)*"|[^\s,{}"=]+)(?:(?:\s*,\s*|\s+)[A-Za-z_][\w.\-]*='
-    r'(?:"(?:[^"\\]|\\.)*"|[^\s,{}"=]+))*)?\s*\}')
+    r'\{\s*(?:[A-Za-z_][\w.\-]*=(?:"(?:[^"\\]|\\.)*"|[^\s,{}"=]+)'
+    r'(?:(?:\s*,\s*|\s+)[A-Za-z_][\w.\-]*=(?:"(?:[^"\\]|\\.)*"|[^\s,{}"=]+))*)?\s*\}')
 _ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
 _ARRAY_LITERAL = re.compile(r"\{[^()\"\/]*\}")
 _LIT_SCALAR = re.compile(
@@ -530,7 +530,8 @@ _SHARDING_ITEM = re.compile(
     r"|devices=\s*(?:\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]\s*(-?\d+(?:\s*,\s*-?\d+)*)"
     r"|\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]\s*<=\s*\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]"
     r"(?:\s*T\s*\(\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\))?)"
-    r"|last_tile_dims=\s*\{\s*((?:manual|replicated|unreduced)(?:\s*,\s*(?:manual|replicated|unreduced))*)\s*\}"
+    r"|last_tile_dims=\s*\{\s*((?:manual|replicated|unreduced)"
+    r"(?:\s*,\s*(?:manual|replicated|unreduced))*)\s*\}"
     r"|(shard_as|shard_like)\s+(-?\d+)"
     r"|metadata=\s*(" + _KV_FLAT.pattern + r"))\s*")
 
@@ -579,10 +580,11 @@ def _single(body: str):
             kinds = tuple(k.strip() for k in subgroups.split(","))
             items.append(("subgroups", kinds, Token("LAST_TILE_DIMS_EQ", "last_tile_dims=")))
         elif group is not None:
-            items.append(_CALLBACKS.sharding_group([Token(group.upper(), group), Token("INT", number)]))
+            items.append(_CALLBACKS.sharding_group([Token(group.upper(), group),
+                                                    Token("INT", number)]))
         else:
-            items.append(_CALLBACKS.sharding_metadata([Token("METADATA_EQ", "metadata="), _CALLBACKS.kv_flat(
-                [Token("KV_FLAT", metadata, 0)])]))
+            entries = _CALLBACKS.kv_flat([Token("KV_FLAT", metadata, 0)])
+            items.append(_CALLBACKS.sharding_metadata([Token("METADATA_EQ", "metadata="), entries]))
         pos = found.end()
     if not items:
         raise _Outside

@@ -24,10 +24,12 @@ class ParseProblem(Exception):
 
 
 def problem_at(token: Token, message: str) -> ParseProblem:
+    """The problem `message` at `token`'s line and column."""
     return ParseProblem(message, token.line, token.column)
 
 
 def syntax_error(problem: ParseProblem, text: str, filename: str) -> HloSyntaxError:
+    """The user-facing error for `problem` in `text` read from `filename`."""
     lines = text.splitlines()
     source = lines[problem.line - 1] if 0 < problem.line <= len(lines) else None
     return HloSyntaxError(problem.message, filename=filename, line=problem.line,

@@ -46,6 +46,8 @@ class Value:
 
 @dataclass(frozen=True, slots=True)
 class Attr:
+    """One `name=value` attribute of an instruction."""
+
     name: str
     value: Any          # typed value, Value (generic), or Span
     token: Token        # where errors about the attribute point
@@ -81,6 +83,8 @@ class Lit:
 
 @dataclass(slots=True)
 class InstructionText:
+    """One instruction as written: operands are still names, the shape may be omitted."""
+
     root: Token | None
     name: Token
     shape: Shape | None
@@ -93,6 +97,8 @@ class InstructionText:
 
 @dataclass(slots=True)
 class ComputationText:
+    """One computation as written: its ENTRY mark, name, optional signature and instructions."""
+
     entry: Token | None
     name: Token
     signature: tuple | None     # (LPAR token, [(name token, shape)], result shape)
@@ -102,6 +108,8 @@ class ComputationText:
 
 @dataclass(slots=True)
 class ModuleText:
+    """A whole module as written: header name and attributes, stack-frame tables, computations."""
+
     name: Token | None = None
     header: list = field(default_factory=list)      # [(name token, name, value)]
     frame_index: Span | None = None

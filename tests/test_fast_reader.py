@@ -25,8 +25,8 @@ from bench_propagation import transformer  # noqa: E402
 
 
 def _texts() -> list:
-    found = [pytest.param(p.read_text(), id=str(p.relative_to(ROOT)))
-             for p in sorted(ROOT.glob("gspmdc/examples/*.hlo")) + sorted(ROOT.glob("tests/**/*.hlo"))]
+    files = sorted(ROOT.glob("gspmdc/examples/*.hlo")) + sorted(ROOT.glob("tests/**/*.hlo"))
+    found = [pytest.param(p.read_text(), id=str(p.relative_to(ROOT))) for p in files]
     for corpus in ("xla-propagation.json", "xla-partitioner.json"):
         path = SHARED / "conformance" / corpus
         if path.is_file():
@@ -107,7 +107,8 @@ def test_mutated_text_is_read_as_lark_reads_it_or_left_to_lark():
 @pytest.mark.parametrize("text", [
     "ENTRY e {\n  ROOT p = f32[2] parameter(0) /* a comment */\n}\n",
     "ENTRY e {\n  ROOT p = f32[2] parameter(0), a=x [1]\n}\n",
-    "HloModule m, mesh={x=2}\nENTRY e {\n  ROOT p = f32[2] parameter(0), sharding={mesh_split=[x]}\n}\n",
+    "HloModule m, mesh={x=2}\nENTRY e {\n"
+    "  ROOT p = f32[2] parameter(0), sharding={mesh_split=[x]}\n}\n",
     "ENTRY e {\n  ROOT c = (f32[2], s32[]) constant((1, 2))\n}\n",
     "ENTRY e {\n  ROOT p = f32[2] parameter(0), sharding={devices=[3]0,1}\n}\n",
     "ENTRY e {\n  ROOT a = f32[2] negate(q)\n",
@@ -118,6 +119,8 @@ def test_what_the_fast_reader_leaves_to_lark(text):
 
 def test_a_module_written_over_several_lines_per_instruction_is_read_fast():
     text = ("HloModule m, num_partitions=2\n\nENTRY e\n  (p: f32[2])\n  -> f32[2] {\n"
-            "  p = f32[2]\n    parameter(0),\n    sharding={devices=[2]0,1\n      metadata={op_name=\"a\"}}\n"
-            "  ROOT n = f32[2] negate(\n    f32[2] p),\n  metadata={op_name=\"b\" source_line=3}\n}\n")
+            "  p = f32[2]\n    parameter(0),\n    sharding={devices=[2]0,1\n"
+            "      metadata={op_name=\"a\"}}\n"
+            "  ROOT n = f32[2] negate(\n    f32[2] p),\n"
+            "  metadata={op_name=\"b\" source_line=3}\n}\n")
     assert _agree(text)
