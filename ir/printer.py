@@ -29,13 +29,12 @@ from __future__ import annotations
 from typing import Any
 
 from .attributes import (
-    ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, Literal, PadDim, RawAttr,
-    ReplicaGroups, SliceDim, Window,
+    STACK_FRAME_INDEX, ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, Literal,
+    PadDim, RawAttr, ReplicaGroups, SliceDim, Window,
 )
 from .literal_text import format_array
 from .mesh import Mesh
 from .module import Computation, Instruction, Module
-from .parser import STACK_FRAME_INDEX
 from .sdy import SdyAttribute
 from .shapes import Shape, TupleShape
 from .tile_assignment import iota_replica_groups

@@ -9,6 +9,7 @@ import pytest
 
 from gspmdc.errors import HloSyntaxError
 from gspmdc.ir import parser as parser_module
+from gspmdc.ir.grammar_callbacks import Records
 from gspmdc.ir.attributes import (
     ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, PadDim, RawAttr,
     ReplicaGroups, SliceDim, Window, WindowDim,
@@ -556,7 +557,7 @@ def test_parse_file_names_the_file(tmp_path):
 
 def test_every_grammar_rule_has_a_callback():
     lark = parser_module._lark()
-    records = parser_module._Records
+    records = Records
     for rule in lark.rules:
         name = rule.alias or rule.origin.name
         if name.startswith("_") or (rule.options.expand1 and len(rule.expansion) == 1):
