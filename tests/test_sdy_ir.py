@@ -36,6 +36,14 @@ def test_dump_round_trips_exactly(path):
 
 
 @pytest.mark.parametrize("path", DUMPS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_dump_survives_a_pickle_round_trip(path):
+    """`run` copies the module and sends the job to MPI ranks by pickling: meshes included."""
+    import pickle
+    module = api.parse(path.read_text(), str(path))
+    assert pickle.loads(pickle.dumps(module)).difference(module) is None
+
+
+@pytest.mark.parametrize("path", DUMPS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_shardy_shardings_convert_to_jaxs_hlo_shardings(path):
     """JAX prints each Shardy sharding next to its HloSharding: the conversion must agree, and
     converting back gives the sharding with its dimensions closed."""
