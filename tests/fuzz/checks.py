@@ -77,7 +77,9 @@ def classify(code: int | None, stderr: str) -> str:
 
 @contextlib.contextmanager
 def time_limit(seconds: float):
-    """Raise `Hang` in the main thread after `seconds` (no limit off the main thread)."""
+    """Raise `Hang` in the main thread after `seconds` of CPU time (a loop that never ends
+    burns CPU; a busy machine merely slows it down), or after ten times as long on the clock
+    (a wait that never ends). No limit off the main thread."""
     import threading
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -85,13 +87,16 @@ def time_limit(seconds: float):
 
     def expire(signum, frame):
         raise Hang()
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = {sig: signal.signal(sig, expire) for sig in (signal.SIGPROF, signal.SIGALRM)}
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, 10 * seconds)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_cli(argv: Sequence[str], timeout: float = 20.0) -> Result:

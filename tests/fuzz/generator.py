@@ -10,7 +10,7 @@ from . import (ops_annotation, ops_contraction, ops_control, ops_data, ops_eleme
 from .program import Comp, ModuleBuilder, TooLarge
 from .shardings import sharding as random_sharding
 from .source import Source
-from .values import Arr, Tup, Value
+from .values import Tup, Value
 from . import choices
 
 Generator = Callable[[Comp], "Value | None"]
