@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import case
 from .checks import PROGRAM_OUTCOMES, TEXT_OUTCOMES, check_case, check_text, run_cli
+from .known import known_defect
 from .mutate import corpus_texts, mutant
 
 
@@ -27,11 +28,14 @@ class Tally:
     kind: str
     counts: Counter = field(default_factory=Counter)
     failures: dict = field(default_factory=dict)     # outcome -> [index]
+    known: Counter = field(default_factory=Counter)  # (outcome, known defect) -> count
 
-    def add(self, index: int, outcome: str) -> None:
+    def add(self, index: int, outcome: str, defect: str | None = None) -> None:
         self.counts[outcome] += 1
         if outcome not in ("ok", "error"):
             self.failures.setdefault(outcome, []).append(index)
+            if defect is not None:
+                self.known[outcome, defect] += 1
 
     @property
     def failed(self) -> int:
@@ -44,6 +48,9 @@ class Tally:
         for outcome, indices in sorted(self.failures.items()):
             shown = ", ".join(map(str, indices[:10])) + (" ..." if len(indices) > 10 else "")
             line += f"\n  {outcome}: inputs {shown}"
+            for (o, defect), count in sorted(self.known.items()):
+                if o == outcome:
+                    line += f"\n    {count} of them: known defect: {defect}"
         return line
 
 
@@ -60,7 +67,8 @@ def _save(out: Path, outcome: str, name: str, files: dict[str, str | bytes]) -> 
             path.write_text(content)
 
 
-def check_program(index: int, seed: int, out: Path, backend: str, timeout: float) -> str:
+def check_program(index: int, seed: int, out: Path, backend: str,
+                  timeout: float) -> tuple[str, str | None]:
     c = case(seed + index)
     garbage = index % 2 == 1
     with tempfile.TemporaryDirectory(prefix="gspmdc-fuzz-") as tmp:
@@ -76,14 +84,15 @@ def check_program(index: int, seed: int, out: Path, backend: str, timeout: float
         if c.reference_text is not None:
             files[".reference.hlo"] = c.reference_text
         _save(out, verdict.outcome, f"program-{seed + index}", files)
-    return verdict.outcome
+    return verdict.outcome, known_defect(verdict.detail) if verdict.outcome != "ok" else None
 
 
 #: the corpus of the worker process (built once per process)
 _CORPUS: list[str] = []
 
 
-def check_mutant(index: int, seed: int, out: Path, timeout: float, deep: bool) -> str:
+def check_mutant(index: int, seed: int, out: Path, timeout: float,
+                 deep: bool) -> tuple[str, str | None]:
     text, names = mutant(_CORPUS, seed, index)
     with tempfile.TemporaryDirectory(prefix="gspmdc-fuzz-") as tmp:
         verdict = check_text(text, timeout=timeout, workdir=tmp)
@@ -93,7 +102,8 @@ def check_mutant(index: int, seed: int, out: Path, timeout: float, deep: bool) -
         _save(out, verdict.outcome, f"text-{seed}-{index}",
               {".hlo": text, ".txt": f"text {index} of seed {seed}: mutations "
                                      f"{', '.join(names)}\n\n{verdict.detail}\n"})
-    return verdict.outcome
+        return verdict.outcome, known_defect(verdict.detail)
+    return verdict.outcome, None
 
 
 def _deeper(path: Path, timeout: float):
@@ -112,7 +122,6 @@ def _deeper(path: Path, timeout: float):
 
 def _init_worker(shared: str | None, generated: int) -> None:
     global _CORPUS
-    os.nice(0)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     _CORPUS = corpus_texts(generated=generated,
                            shared=Path(shared) if shared and Path(shared).is_dir() else None)
@@ -120,12 +129,12 @@ def _init_worker(shared: str | None, generated: int) -> None:
 
 def _program_job(args):
     index, seed, out, backend, timeout = args
-    return index, check_program(index, seed, Path(out), backend, timeout)
+    return (index, *check_program(index, seed, Path(out), backend, timeout))
 
 
 def _text_job(args):
     index, seed, out, timeout, deep = args
-    return index, check_mutant(index, seed, Path(out), timeout, deep)
+    return (index, *check_mutant(index, seed, Path(out), timeout, deep))
 
 
 def run(kind: str, jobs_args: list, job, jobs: int, init_args: tuple, outcomes,
@@ -135,8 +144,8 @@ def run(kind: str, jobs_args: list, job, jobs: int, init_args: tuple, outcomes,
     context = multiprocessing.get_context("fork")
     with context.Pool(jobs, initializer=_init_worker, initargs=init_args,
                       maxtasksperchild=2000) as pool:
-        for index, outcome in pool.imap_unordered(job, jobs_args, chunksize=4):
-            tally.add(index, outcome)
+        for index, outcome, defect in pool.imap_unordered(job, jobs_args, chunksize=4):
+            tally.add(index, outcome, defect)
             now = time.time()
             if now - last >= progress_every:
                 last = now
