@@ -13,6 +13,8 @@ KNOWN_DEFECTS: list[tuple[re.Pattern, str]] = [
     (re.compile(r"lowering \S+ \(slice\) gave .*expected the shard shape"),
      "a strided slice over whole shards loses its stride in lowering (issue 12, defects: "
      "rel-defects)"),
+    (re.compile(r"OverflowError"),
+     "huge dimensions overflow (issue 12, defects: a dimension of 10^23; rel-defects)"),
     (re.compile(r"RecursionError"),
      "deep nesting raises RecursionError (issue 12, defects: rel-defects)"),
     (re.compile(r"gspmdc explain \S+ \S+ -> exit 2\ngspmdc: error: explain: no instruction "
