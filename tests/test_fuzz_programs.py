@@ -1,8 +1,9 @@
 """Fuzzing, CI-sized: random valid programs × random shardings (tests/fuzz) through every
 command — parse, propagate (with the case's options), explain, compile, explain a collective,
 run on the local backend (garbage in the padding of every other case) and, on a smaller
-sample, on MPI ranks — must exit 0 with the values of the unpartitioned program. `make fuzz`
-runs the same checks on thousands of programs."""
+sample, on MPI ranks — must exit 0 with the values of the unpartitioned program. The commands
+run in this process (`gspmdc.cli.main`), a few through the installed command. `make fuzz` runs
+the same checks on thousands of programs."""
 from __future__ import annotations
 
 import pytest
@@ -14,6 +15,7 @@ from fuzz.known import known_defect
 
 LOCAL_SEEDS = range(100)
 MPI_SEEDS = range(500, 506)
+SUBPROCESS_SEEDS = range(600, 602)
 
 
 def expect_ok(verdict) -> None:
@@ -34,7 +36,13 @@ def test_generated_program_runs_and_matches_locally(seed, tmp_path):
 @pytest.mark.parametrize("seed", MPI_SEEDS)
 def test_generated_program_runs_and_matches_on_mpi_ranks(seed, tmp_path):
     c = case(seed)
-    expect_ok(check_case(c, tmp_path, backend="mpi", seed=seed, subprocess_cli=True))
+    expect_ok(check_case(c, tmp_path, backend="mpi", seed=seed))
+
+
+@pytest.mark.parametrize("seed", SUBPROCESS_SEEDS)
+def test_generated_program_through_the_installed_command(seed, tmp_path):
+    c = case(seed)
+    expect_ok(check_case(c, tmp_path, backend="local", seed=seed, subprocess_cli=True))
 
 
 @settings(max_examples=15, deadline=None, derandomize=True,

@@ -137,8 +137,23 @@ def _text_job(args):
     return (index, *check_mutant(index, seed, Path(out), timeout, deep))
 
 
+def _preload() -> None:
+    """Import all of gspmdc (and build the parser) before forking the workers: they then run
+    the code as it was when the campaign started, even while the tree is being edited."""
+    import importlib
+    import pkgutil
+    from gspmdc import api
+    for package in ("gspmdc", "gspmdc.ir", "gspmdc.passes", "gspmdc.runtime"):
+        module = importlib.import_module(package)
+        for info in pkgutil.walk_packages(module.__path__, package + "."):
+            if not info.name.endswith("__main__"):
+                importlib.import_module(info.name)
+    api.parse("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")
+
+
 def run(kind: str, jobs_args: list, job, jobs: int, init_args: tuple, outcomes,
         progress_every: float = 30.0) -> Tally:
+    _preload()
     tally = Tally(kind)
     started = last = time.time()
     context = multiprocessing.get_context("fork")
