@@ -44,6 +44,12 @@ class Case:
         """The program `run --check` compares against: `reference_text` or `text` itself."""
         return self.text if self.reference_text is None else self.reference_text
 
+    @property
+    def operations(self) -> frozenset[str]:
+        """The operations `text` uses: opcodes, and `custom-call:<target>` for custom-calls."""
+        from .coverage import operations_in
+        return operations_in(self.text)
+
 
 def grow(c: Comp, steps: int, table: Sequence[tuple[Generator, float]] = TABLE) -> None:
     """Run up to `steps` random generators on `c` while the module has budget."""
