@@ -64,12 +64,13 @@ def grow(c: Comp, steps: int, table: Sequence[tuple[Generator, float]] = TABLE) 
 
 
 def outputs(c: Comp) -> list[Value]:
-    """The values the entry returns: the newest value and up to two more nobody uses."""
+    """The values the entry returns: the newest value and up to three more nobody uses (so
+    most of what the program computes is compared)."""
     candidates = [v for v in reversed(c.pool + c.tuples) if not v.manual]
     unused = [v for v in candidates if v.name not in c.used]
     first = unused[0] if unused else candidates[0]
     rest = [v for v in unused if v is not first]
-    return [first] + rest[:c.src.integer(0, 2)]
+    return [first] + rest[:c.src.integer(0, 3)]
 
 
 def generate(src: Source, *, max_instructions: int = 25, seed: int | None = None) -> Case:
