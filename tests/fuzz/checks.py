@@ -136,8 +136,8 @@ def check_case(case, workdir: str | Path, *, backend: str = "local", garbage: bo
                seed: int = 0, timeout: float = 60.0, subprocess_cli: bool = False) -> Verdict:
     """Every command on a generated valid program: parse, propagate (with the case's options),
     explain, compile, explain a collective of the compiled program, and run the propagated
-    program with `--check` (or, when the case has a separate reference program, run it and
-    compare its outputs with the reference's evaluation). `ok` when all exit 0 and the values
+    program with `--check` (when the case has a separate reference program, its outputs are
+    also compared with the reference's evaluation). `ok` when all exit 0 and the values
     match."""
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -170,7 +170,7 @@ def check_case(case, workdir: str | Path, *, backend: str = "local", garbage: bo
     outputs, expected = work / "out.npz", work / "want.npz"
     reference = work / "reference.hlo"
     reference.write_text(case.reference_text)
-    result = run(run_argv + ["--outputs", str(outputs)], timeout * 2)
+    result = run(run_argv + ["--check", "--outputs", str(outputs)], timeout * 2)
     if result.code != 0:
         return _verdict(result)
     result = run(["eval", str(reference), "-q", "--seed", str(seed), "--outputs", str(expected)],
