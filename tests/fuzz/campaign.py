@@ -73,7 +73,7 @@ def check_program(index: int, seed: int, out: Path, backend: str,
     garbage = index % 2 == 1
     with tempfile.TemporaryDirectory(prefix="gspmdc-fuzz-") as tmp:
         verdict = check_case(c, tmp, backend=backend, garbage=garbage, seed=index,
-                             timeout=timeout, subprocess_cli=backend == "mpi")
+                             timeout=timeout)
     if verdict.outcome != "ok":
         options = (f"--propagate-to-output {str(c.propagate_to_output).lower()} "
                    f"--propagate-to-parameters {str(c.propagate_to_parameters).lower()}")

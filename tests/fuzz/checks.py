@@ -163,6 +163,9 @@ def check_case(case, workdir: str | Path, *, backend: str = "local", garbage: bo
             return _verdict(result)
     run_argv = ["run", str(propagated), "-n", n, "--backend", backend, "-q", "--seed", str(seed),
                 "--timeout", str(timeout)]
+    # MPI runs start from a fresh process: `--timeout` counts from the process start
+    if backend == "mpi":
+        run = run_subprocess
     if garbage:
         run_argv.append("--garbage-padding")
     if case.reference_text is None:
