@@ -176,7 +176,9 @@ def programs(count: int, seed: int, out: Path, *, jobs: int, timeout: float,
              mpi_every: int) -> Tally:
     args = [(i, seed, str(out), "mpi" if mpi_every and i % mpi_every == mpi_every - 1
              else "local", timeout) for i in range(count)]
-    return run("programs", args, _program_job, jobs, (None, 0), PROGRAM_OUTCOMES)
+    on_mpi = sum(a[3] == "mpi" for a in args)
+    kind = f"programs ({count - on_mpi} local backend, {on_mpi} MPI)"
+    return run(kind, args, _program_job, jobs, (None, 0), PROGRAM_OUTCOMES)
 
 
 def texts(count: int, seed: int, out: Path, *, jobs: int, timeout: float, shared: str | None,
