@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                              "of it; default 60)")
     parser.add_argument("--mpi-every", type=int, default=25, metavar="K",
                         help="run every K-th program on the MPI backend (0: never; default 25)")
+    parser.add_argument("--minutes", type=float, default=0.0,
+                        help="time budget of each campaign: no new inputs are started after "
+                             "it (the report says how many ran; default 0: no budget)")
     parser.add_argument("--deep", action=argparse.BooleanOptionalAction, default=True,
                         help="also propagate and compile the mutants that parse (default on)")
     parser.add_argument("--shared", default=str(here.parent / "shared"),
@@ -48,12 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     tallies = []
     if args.programs:
         tallies.append((campaign.programs(args.programs, args.seed, out, jobs=args.jobs,
-                                          timeout=args.timeout, mpi_every=args.mpi_every),
+                                          timeout=args.timeout, mpi_every=args.mpi_every,
+                                          minutes=args.minutes),
                         PROGRAM_OUTCOMES))
     if args.texts:
         tallies.append((campaign.texts(args.texts, args.seed, out, jobs=args.jobs,
                                        timeout=args.timeout / 6, shared=args.shared,
-                                       deep=args.deep), TEXT_OUTCOMES))
+                                       deep=args.deep, minutes=args.minutes), TEXT_OUTCOMES))
     for tally, outcomes in tallies:
         print(tally.report(outcomes))
     failed = sum(t.failed for t, _ in tallies)

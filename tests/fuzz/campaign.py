@@ -26,6 +26,8 @@ class Tally:
     """Counts per outcome class, and the failing inputs' numbers per class."""
 
     kind: str
+    planned: int = 0                                 # inputs the campaign was asked to check
+    seconds: float = 0.0
     counts: Counter = field(default_factory=Counter)
     failures: dict = field(default_factory=dict)     # outcome -> [index]
     known: Counter = field(default_factory=Counter)  # (outcome, known defect) -> count
@@ -44,7 +46,8 @@ class Tally:
     def report(self, outcomes) -> str:
         total = sum(self.counts.values())
         cells = ", ".join(f"{o} {self.counts[o]}" for o in outcomes)
-        line = f"{self.kind}: {total} inputs: {cells}"
+        budget = f" (of {self.planned}: the time budget ran out)" if total < self.planned else ""
+        line = f"{self.kind}: {total} inputs{budget} in {self.seconds / 60:.1f} min: {cells}"
         for outcome, indices in sorted(self.failures.items()):
             shown = ", ".join(map(str, indices[:10])) + (" ..." if len(indices) > 10 else "")
             line += f"\n  {outcome}: inputs {shown}"
@@ -151,37 +154,49 @@ def _preload() -> None:
     api.parse("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")
 
 
+#: inputs handed to the workers between two looks at the clock
+BATCH = 200
+
+
 def run(kind: str, jobs_args: list, job, jobs: int, init_args: tuple, outcomes,
-        progress_every: float = 30.0) -> Tally:
+        minutes: float = 0.0, progress_every: float = 30.0) -> Tally:
+    """Check every input of `jobs_args` on `jobs` workers, or, with a budget of `minutes`
+    (0: none), the batches of `BATCH` inputs (in input order) started before it ran out, at
+    least one; the tally says how many of how many."""
     _preload()
-    tally = Tally(kind)
+    tally = Tally(kind, planned=len(jobs_args))
     started = last = time.time()
     context = multiprocessing.get_context("fork")
     with context.Pool(jobs, initializer=_init_worker, initargs=init_args,
                       maxtasksperchild=2000) as pool:
-        for index, outcome, defect in pool.imap_unordered(job, jobs_args, chunksize=4):
-            tally.add(index, outcome, defect)
-            now = time.time()
-            if now - last >= progress_every:
-                last = now
-                done = sum(tally.counts.values())
-                print(f"  {kind}: {done}/{len(jobs_args)} in {now - started:.0f} s "
-                      f"({dict(tally.counts)})", file=sys.stderr, flush=True)
+        for first in range(0, len(jobs_args), BATCH):
+            if first and minutes and time.time() - started >= 60 * minutes:
+                break
+            batch = jobs_args[first:first + BATCH]
+            for index, outcome, defect in pool.imap_unordered(job, batch, chunksize=4):
+                tally.add(index, outcome, defect)
+                now = time.time()
+                if now - last >= progress_every:
+                    last = now
+                    done = sum(tally.counts.values())
+                    print(f"  {kind}: {done}/{len(jobs_args)} in {now - started:.0f} s "
+                          f"({dict(tally.counts)})", file=sys.stderr, flush=True)
+    tally.seconds = time.time() - started
     for v in tally.failures.values():
         v.sort()
     return tally
 
 
 def programs(count: int, seed: int, out: Path, *, jobs: int, timeout: float,
-             mpi_every: int) -> Tally:
+             mpi_every: int, minutes: float = 0.0) -> Tally:
     args = [(i, seed, str(out), "mpi" if mpi_every and i % mpi_every == mpi_every - 1
              else "local", timeout) for i in range(count)]
     on_mpi = sum(a[3] == "mpi" for a in args)
     kind = f"programs ({count - on_mpi} local backend, {on_mpi} MPI)"
-    return run(kind, args, _program_job, jobs, (None, 0), PROGRAM_OUTCOMES)
+    return run(kind, args, _program_job, jobs, (None, 0), PROGRAM_OUTCOMES, minutes)
 
 
 def texts(count: int, seed: int, out: Path, *, jobs: int, timeout: float, shared: str | None,
-          deep: bool) -> Tally:
+          deep: bool, minutes: float = 0.0) -> Tally:
     args = [(i, seed, str(out), timeout, deep) for i in range(count)]
-    return run("texts", args, _text_job, jobs, (shared, 200), TEXT_OUTCOMES)
+    return run("texts", args, _text_job, jobs, (shared, 200), TEXT_OUTCOMES, minutes)
