@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 GSPMDC  = $(VENV)/bin/gspmdc
 
-.PHONY: install test demo bench conformance conformance-xla clean
+.PHONY: install test demo bench conformance conformance-xla fuzz clean
 
 install: $(VENV)/.installed
 
@@ -39,6 +39,19 @@ CASES ?= 200
 SEED  ?= 0
 conformance-xla: install
 	cd tests && nice ../$(PY) -m conformance.xla --cases $(CASES) --seed $(SEED)
+
+# Fuzzing campaigns (tests/fuzz): PROGRAMS generated valid programs through every command and
+# TEXTS mutated texts through the parser, from SEED, on JOBS worker processes, each campaign
+# stopping after MINUTES (0: when done); failing inputs go to out/fuzz/<outcome>/. Override on
+# the command line: make fuzz TEXTS=1000 PROGRAMS=50 SEED=2 MINUTES=10
+PROGRAMS ?= 2000
+TEXTS    ?= 100000
+JOBS     ?= 2
+MINUTES  ?= 0
+
+fuzz: install
+	cd tests && nice $(abspath $(PY)) -m fuzz --programs $(PROGRAMS) --texts $(TEXTS) \
+		--seed $(SEED) --jobs $(JOBS) --minutes $(MINUTES) --out $(CURDIR)/out/fuzz
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -163,9 +163,9 @@ SAMPLE_SEED = 0
 #: today's figures per setting ("off": propagation to outputs/parameters off, "on": on), rounded
 #: down; raise them as divergences get fixed (a ratchet), re-measure them when the generator
 #: changes the sample. gspmdc's values must always agree with the reference.
-FLOORS = {   # measured: off 99.4% / 94.7% / 70 of 74; on 92.1% / 34.7% / 62 of 73
-    "off": {"instruction_agreement": 0.993, "module_agreement": 0.94, "bytes_not_more": 0.94},
-    "on": {"instruction_agreement": 0.92, "module_agreement": 0.34, "bytes_not_more": 0.84},
+FLOORS = {   # measured: off 99.5% / 94.9% / 69 of 77; on 92.4% / 28.2% / 61 of 77
+    "off": {"instruction_agreement": 0.994, "module_agreement": 0.94, "bytes_not_more": 0.89},
+    "on": {"instruction_agreement": 0.92, "module_agreement": 0.28, "bytes_not_more": 0.79},
 }
 
 

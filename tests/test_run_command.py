@@ -245,6 +245,23 @@ def test_an_unreduced_result_is_assembled_by_summing_its_parts(tmp_path, capsys,
     assert "out0" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_scalar_outputs_keep_their_shape(tmp_path, backend):
+    # found by fuzzing: on MPI ranks, --outputs wrote a scalar result as an array of shape (1,)
+    if backend == "mpi" and not MPIEXEC.exists():
+        pytest.skip("mpiexec not installed in the venv")
+    program = tmp_path / "p.hlo"
+    program.write_text("HloModule s, num_partitions=2\nENTRY e {\n  x = f32[] parameter(0)\n"
+                       "  y = f32[] parameter(1)\n  c = c64[] complex(x, y)\n"
+                       "  ROOT t = (c64[], f32[]) tuple(c, y)\n}\n")
+    out = tmp_path / "out.npz"
+    proc = run_subprocess(program, "--backend", backend, "--outputs", out, "-q")
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got:
+        assert got["out0"].shape == () and got["out0"].dtype == np.complex64
+        assert got["out1"].shape == ()
+
+
 def test_check_reports_a_mismatch_with_exit_1(tmp_path, capsys, monkeypatch):
     program = tmp_path / "p.hlo"
     program.write_text("""HloModule m, num_partitions=2

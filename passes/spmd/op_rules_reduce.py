@@ -53,7 +53,8 @@ class ReduceRule(PartitionRule):
             return OpPlan((input_sharding,) * count + (replicated,) * count, result, reason)
 
         if target.kind == "maximal":
-            return OpPlan((target,) * (2 * count), inst.sharding, "reduce on one device")
+            whole = HloSharding.tuple([target] * count) if count > 1 else target
+            return OpPlan((target,) * (2 * count), whole, "reduce on one device")
         candidates = [plan(algebra.insert_dims(ctx.tiling(target, rank - len(dims)).sharding, dims),
                            target, "reduce input takes the result's tiling")]
         source = inputs[0].sharding

@@ -493,12 +493,15 @@ class SelectAndScatterRule(WindowRule):
             return [ctx.builder.constant(value, t), None, None]
 
     def local_op(self, inst, ctx, inputs, plans):
-        if not plans[0]:
-            return clone(inst, ctx, operands=inputs)
         b = ctx.builder
         operand, source = inst.operands[:2]
         t = operand.shape.element_type
-        tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices)
+        tiling = _tiling(operand, ctx.num_devices)
+        # without halos, a partition's windows are its own source elements; still, a padding
+        # source element (an uneven tiled dim) has no window and must scatter nothing
+        if tiling is None or not plans[0] and all(
+                n == 1 or size % n == 0 for size, n in zip(source.shape.dims, tiling.counts)):
+            return clone(inst, ctx, operands=inputs)
         with b.scope(_metadata(inst, 0, plans[0])):
             zero = b.zero(t)
             values = _mask_outputs(ctx, inputs[1], source, tiling, zero)

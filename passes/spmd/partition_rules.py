@@ -56,12 +56,14 @@ def rule_for(inst: Instruction, computations: dict[str, Computation]) -> Partiti
 def _check_callee(inst: Instruction, computations: dict[str, Computation], name: str,
                   seen: set[str]) -> None:
     """Callees of a default-action op run unchanged on every partition: they must not contain
-    partition-dependent ops."""
+    partition-dependent ops (a cross-replica all-reduce, without `channel_id`, combines replicas,
+    not partitions, so it runs unchanged too)."""
     if name in seen:
         return
     seen.add(name)
     for callee_inst in computations[name].instructions:
-        if callee_inst.opcode in PARTITION_DEPENDENT:
+        if callee_inst.opcode in PARTITION_DEPENDENT and not (
+                callee_inst.opcode == "all-reduce" and callee_inst.attr("channel_id") is None):
             raise UnsupportedError(f"{inst.name}: called computation {name} contains "
                                    f"{callee_inst.opcode}, which cannot be partitioned")
         for inner in callee_inst.called_computation_names():
