@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 GSPMDC  = $(VENV)/bin/gspmdc
 
-.PHONY: install test test-slow demo bench paper-scale cost-agreement conformance conformance-xla clean
+.PHONY: install test test-slow demo bench paper-scale cost-agreement conformance conformance-xla fuzz clean
 
 install: $(VENV)/.installed
 
@@ -22,11 +22,14 @@ test-slow: install
 	$(PY) -m pytest -m slow
 
 demo: install
-	$(GSPMDC) compile gspmdc/examples/mlp.hlo -n 8 -o out/mlp.spmd.hlo --dump-dir out/mlp.dumps
-	$(GSPMDC) explain out/mlp.spmd.hlo all-reduce
-	$(GSPMDC) run gspmdc/examples/mlp.hlo -n 8 --seed 0 --check --outputs out/mlp.out.npz
+	$(GSPMDC) compile gspmdc/examples/jax_mlp.hlo -n 8 -o out/jax_mlp.spmd.hlo --dump-dir out/jax_mlp.dumps
+	$(GSPMDC) explain out/jax_mlp.spmd.hlo all-reduce
+	$(GSPMDC) run gspmdc/examples/jax_mlp.hlo -n 8 --seed 0 --check --outputs out/jax_mlp.out.npz
 
+# bytecode first (as `pip install` writes it), so that start-up figures do not include compiling
+# gspmdc's sources where PYTHONDONTWRITEBYTECODE is set
 bench: install
+	$(PY) -m compileall -q gspmdc ir passes runtime
 	$(PY) bench/run.py
 
 # the GSPMD paper's scaling claims for a dense Transformer, 128 ... 2048 devices (docs/paper-scale.md)
@@ -48,6 +51,19 @@ CASES ?= 200
 SEED  ?= 0
 conformance-xla: install
 	cd tests && nice ../$(PY) -m conformance.xla --cases $(CASES) --seed $(SEED)
+
+# Fuzzing campaigns (tests/fuzz): PROGRAMS generated valid programs through every command and
+# TEXTS mutated texts through the parser, from SEED, on JOBS worker processes, each campaign
+# stopping after MINUTES (0: when done); failing inputs go to out/fuzz/<outcome>/. Override on
+# the command line: make fuzz TEXTS=1000 PROGRAMS=50 SEED=2 MINUTES=10
+PROGRAMS ?= 2000
+TEXTS    ?= 100000
+JOBS     ?= 2
+MINUTES  ?= 0
+
+fuzz: install
+	cd tests && nice $(abspath $(PY)) -m fuzz --programs $(PROGRAMS) --texts $(TEXTS) \
+		--seed $(SEED) --jobs $(JOBS) --minutes $(MINUTES) --out $(CURDIR)/out/fuzz
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_propagation import layers_for, transformer  # noqa: E402
 
-from gspmdc.ir import sharding_ops  # noqa: E402
+from gspmdc.ir import sharding_algebra  # noqa: E402
 from gspmdc.ir.parser import parse_module, parse_sharding  # noqa: E402
 from gspmdc.ir.printer import print_module  # noqa: E402
 from gspmdc.ir.shapes import ArrayShape  # noqa: E402
@@ -57,10 +57,10 @@ def _sharding_bundle(data: int, model: int) -> None:
         assert tiled == parse_sharding(tiled.to_text())
         hash(partial)
         tiled.shard_shape(shape)
-        sharding_ops.transpose(tiled, (1, 0)).to_text()
-        sharding_ops.partially_replicate_on_dims(tiled, [0]).to_text()
-        sharding_ops.reshape_sharding(tiled, (4096, 8192), (4096, 64, 128))
-        sharding_ops.is_more_specific(tiled, partial)
+        sharding_algebra.transpose(tiled, (1, 0)).to_text()
+        sharding_algebra.partially_replicate_on_dims(tiled, [0]).to_text()
+        sharding_algebra.reshape_sharding(tiled, (4096, 8192), (4096, 64, 128))
+        sharding_algebra.is_more_specific(tiled, partial)
 
 
 def sharding_scaling() -> None:

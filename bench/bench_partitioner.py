@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_propagation import layers_for, transformer  # noqa: E402
 
 from gspmdc.ir.parser import parse_module  # noqa: E402
+from gspmdc.ir.sharding_algebra import clear_caches  # noqa: E402
 from gspmdc.passes.pass_manager import PassContext, run_pipeline  # noqa: E402
 from gspmdc.passes.pipeline import partitioner_pipeline  # noqa: E402
-from gspmdc.passes.propagation.sharding_algebra import clear_memos  # noqa: E402
 
 REPEAT = 3
 MESHES = ((2, 4), (64, 64))
@@ -32,7 +32,7 @@ def compile_times(text: str, devices: int) -> tuple[int, dict[str, float]]:
     samples: dict[str, list[float]] = {}
     count = 0
     for _ in range(REPEAT):
-        clear_memos()
+        clear_caches()
         module = parse_module(text)
         count = sum(len(c.instructions) for c in module.computations.values())
 

@@ -16,7 +16,7 @@ import time
 
 from gspmdc.ir.parser import parse_module
 from gspmdc.passes.propagation import propagate
-from gspmdc.passes.propagation.sharding_algebra import clear_memos
+from gspmdc.ir.sharding_algebra import clear_caches
 
 #: (data, model) meshes; the first and last give the reported ratio
 MESHES = ((2, 4), (8, 16), (64, 64))
@@ -118,7 +118,7 @@ def measure(text: str) -> tuple[int, float]:
     memo tables and the garbage collector paused while timing (as timeit does)."""
     module = parse_module(text, "transformer")
     count = sum(len(c.instructions) for c in module.computations.values())
-    clear_memos()
+    clear_caches()
     gc.collect()
     gc.disable()
     try:

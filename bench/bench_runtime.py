@@ -3,27 +3,24 @@
 1. Interpreter overhead per rank on a matmul-heavy program (a 4-layer Megatron MLP partitioned by
    gspmdc): `(wall - kernels - collectives) / wall` from `--profile`'s bookkeeping, on the local
    backend (threads) and on MPI ranks.
-2. Collective efficiency: the MPI backend's all-reduce (f32 sum) and all-gather against the same
-   MPI call made with raw mpi4py (bound once) on the backend's communicator, from the same
-   operand, into one preallocated buffer, waiting the way the backend waits (blocking calls, or
-   nonblocking ones completed politely), at 1 MiB and 64 MiB (all-reduce: operand size;
+2. Collective efficiency: the MPI backend's all-reduce (f32 sum) and all-gather, finished at
+   once, against the same nonblocking MPI call made with raw mpi4py on the backend's
+   communicator, from the same operand, into one preallocated buffer, completed by the backend's
+   own `Waiter`, at 1 MiB and 64 MiB (all-reduce: operand size;
    all-gather: result size). A sample is the time per call of a batch of calls between
    barriers (2 MiB of calls per batch; the slowest rank's time), so that the barrier's and the
    clock's noise is spread over several calls; in each round the two sides run back to back,
    each going first in every other round, after one warm-up round (21 rounds at 64 MiB, 210 at
    1 MiB). Efficiency = the median over the rounds of raw time / backend time: the paired ratio
    cancels the machine's drift between rounds; the times shown are medians.
-   N=4 on a 2-core machine waits politely under `auto`; it is also run with blocking waits.
-3. Startup: for N = 2, 4, 8 ranks, the time from the start of `gspmdc run` to the first instruction
-   (`--profile`'s start-up line, slowest rank) and the wall time of the whole run of a trivial SPMD
-   program, next to `mpiexec` starting Python ranks that only import mpi4py.
+   N=4 on a 2-core machine is also run with blocking waits. (Start-up and the other run-side
+   figures are in `bench_run.py`.)
 
     python bench/bench_runtime.py            (or `make bench`, which calls run())
 """
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -136,7 +133,7 @@ def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
     are medians over the rounds, the efficiency is the median of the rounds' raw / backend."""
     from mpi4py import MPI
     from gspmdc.ir.parser import parse_module
-    from gspmdc.runtime.backends.mpi import MpiBackend, bound_call
+    from gspmdc.runtime.backends.mpi import MpiBackend
     from gspmdc.runtime.collectives import Reduction
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
@@ -153,13 +150,16 @@ def collectives_worker(sizes: list[int], rounds: int, wait: str) -> None:
         add = Reduction(np.add, np.add)
 
         def raw(instruction, name):
-            """The MPI call the backend makes, bound to its communicator, waiting its way."""
-            return bound_call(backend.group_communicator(instruction), name, backend.polite)
-        raw_allreduce, raw_allgather = raw(ar, "Allreduce"), raw(ag, "Allgather")
-        pairs = {   # (backend, raw) of each collective, same operands
-            "all-reduce": (lambda: backend.all_reduce(ar, [x], add),
+            """The nonblocking MPI call the backend makes, on its communicator, completed the
+            way the backend waits."""
+            start = getattr(backend.group_communicator(instruction), name)
+            return lambda *args: backend.waiter.wait([start(*args)])
+        raw_allreduce, raw_allgather = raw(ar, "Iallreduce"), raw(ag, "Iallgather")
+        pairs = {   # (backend, raw) of each collective, same operands, finished at once
+            "all-reduce": (lambda: backend.all_reduce(ar, [x], add).result(),
                            lambda: raw_allreduce(x, out, MPI.SUM)),
-            "all-gather": (lambda: backend.all_gather(ag, [y], 0), lambda: raw_allgather(y, out)),
+            "all-gather": (lambda: backend.all_gather(ag, [y], 0).result(),
+                           lambda: raw_allgather(y, out)),
         }
         calls = max(1, (2 << 20) // size)      # per batch: 2 MiB of calls
 
@@ -201,44 +201,6 @@ def collective_efficiency(n: int, sizes=(1 << 20, 64 << 20), rounds: int = 21,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# ---------------------------------------------------------------------------------- startup
-
-TRIVIAL = """HloModule trivial, num_partitions={n}
-
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}}
-
-ENTRY main {{
-  x = f32[4] parameter(0), sharding={{replicated}}
-  ROOT r = f32[4] all-reduce(x), channel_id=1, replica_groups={{}}, use_global_device_ids=true, to_apply=add, sharding={{replicated}}
-}}
-"""
-
-
-def startup_seconds(n: int, repeat: int = 3) -> tuple[float, float, float]:
-    """Medians of: `gspmdc run` start to first instruction, the wall of `gspmdc run` on a trivial
-    program, and the wall of bare mpiexec + mpi4py import."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trivial.hlo"
-        path.write_text(TRIVIAL.format(n=n))
-        first, ours, bare = [], [], []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            out = subprocess.run([GSPMDC, "run", str(path), "-q", "--profile"], check=True,
-                                 timeout=300, capture_output=True, text=True)
-            ours.append(time.perf_counter() - start)
-            line = next(x for x in out.stdout.splitlines() if x.startswith("start-up:"))
-            first.append(float(line.split()[1]))
-            start = time.perf_counter()
-            subprocess.run([MPIEXEC, "-n", str(n), PYTHON, "-c", "from mpi4py import MPI"],
-                           check=True, timeout=300)
-            bare.append(time.perf_counter() - start)
-    return statistics.median(first), statistics.median(ours), statistics.median(bare)
-
-
 def run() -> None:
     print(f"interpreter overhead, {LAYERS}-layer MLP (batch {B}, {D}x{F} weights, Megatron):")
     print(f"{'N':>3} {'backend':<8} {'wall(s)':>8} {'kernels(s)':>10} {'collect.(s)':>11} "
@@ -253,18 +215,9 @@ def run() -> None:
     print(f"{'N':>3} {'waiting':<9} {'size':>7} {'collective':<11} {'backend(ms)':>11} "
           f"{'raw(ms)':>8} {'efficiency':>10}")
     for n, wait in ((2, "auto"), (4, "auto"), (4, "blocking")):
-        label = wait if wait != "auto" else \
-            ("polite" if n > len(os.sched_getaffinity(0)) else "blocking")
         for size, op, ours, raw, efficiency in collective_efficiency(n, wait=wait):
-            print(f"{n:>3} {label:<9} {size >> 20:>4} MiB {op:<11} {1e3 * ours:>11.2f} "
+            print(f"{n:>3} {wait:<9} {size >> 20:>4} MiB {op:<11} {1e3 * ours:>11.2f} "
                   f"{1e3 * raw:>8.2f} {efficiency:>10.2f}")
-    print()
-    print("startup: `gspmdc run` to the first instruction, the whole run of a trivial program, "
-          "bare mpiexec + mpi4py import:")
-    print(f"{'N':>3} {'to 1st instruction(s)':>21} {'gspmdc run(s)':>13} {'bare(s)':>8}")
-    for n in (2, 4, 8):
-        first, ours, bare = startup_seconds(n)
-        print(f"{n:>3} {first:>21.2f} {ours:>13.2f} {bare:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,4 @@
 """`python -m gspmdc` is the `gspmdc` command."""
-import sys
+from gspmdc.cli import console_main
 
-from gspmdc.cli import main
-
-sys.exit(main())
+console_main()

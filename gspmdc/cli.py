@@ -6,6 +6,7 @@ unsupported feature (one clear message, never a traceback), 3 runtime failure.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 
 from gspmdc import __version__
@@ -60,5 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUNTIME
 
 
+def console_main() -> None:
+    """The `gspmdc` command: `main()`, then exit. Every object is frozen first, so that the
+    interpreter's teardown does not collect them one by one (with numpy, the parser and the passes
+    loaded that takes longer than many commands)."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -71,9 +71,14 @@ def run_case(hlo: str, num_devices: int, name: str = "<case>") -> tuple[list[str
     got = {k: np.atleast_1d(v) for k, v in got.items()}
     want = {k: np.atleast_1d(v) for k, v in want.items()}
     comparisons = compare_output_arrays(got, want, check_tolerance(reference))
-    default = any("no partitioning rule" in str(inst.attr("metadata"))
-                  for _, inst in spmd.all_instructions())
-    return [c.line() for c in comparisons if not c.ok], default
+    return [c.line() for c in comparisons if not c.ok], ran_replicated(spmd)
+
+
+def ran_replicated(spmd) -> bool:
+    """Some op of the SPMD program ran replicated for lack of a partitioning rule (the
+    partitioner says so in its metadata)."""
+    return any("no partitioning rule" in str(inst.attr("metadata"))
+               for _, inst in spmd.all_instructions())
 
 
 def run_command(hlo: str, num_devices: int, timeout: float) -> tuple[int, str, bool]:
@@ -81,7 +86,8 @@ def run_command(hlo: str, num_devices: int, timeout: float) -> tuple[int, str, b
     line (exit 1) and whether some op ran replicated for lack of a rule. GspmdcError
     propagates (a clean rejection)."""
     from gspmdc.prepare import prepare_job
-    from gspmdc.runtime.job import RunOptions, execute_local
+    from gspmdc.runtime.job import execute_local
+    from gspmdc.runtime.options import RunOptions
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "case.hlo"
         path.write_text(hlo)
@@ -93,7 +99,7 @@ def run_command(hlo: str, num_devices: int, timeout: float) -> tuple[int, str, b
             code = execute_local(job)
     mismatch = next((line for line in printed.getvalue().splitlines()
                      if line.startswith("check") and "MISMATCH" in line), "")
-    return code, mismatch, "no partitioning rule" in job.spmd_text
+    return code, mismatch, ran_replicated(job.spmd)
 
 
 BUCKETS = ("equivalent", "mismatch", "cleanly rejected", "crashed", "excluded: no reference",

@@ -103,7 +103,7 @@ def _text(s) -> str:
 
 
 def _same(a, b, shape) -> bool:
-    from gspmdc.passes.propagation.sharding_algebra import for_shape
+    from gspmdc.ir.sharding_algebra import for_shape
     if a is None or b is None:
         return a is b
     return for_shape(a, shape) == for_shape(b, shape)

@@ -2,8 +2,8 @@
 is a global program, and check everything that can be checked before any partition starts.
 
 `prepare_job(path, options, started_at, compile_options)` returns the runtime's picklable `Job`
-(`gspmdc.runtime.job`): the SPMD program's text, the reference program for `--check`, the
-partition count and the options. The stage of the input (`gspmdc.ir.stage`) decides:
+(`gspmdc.runtime.job`): the SPMD program and the reference program for `--check` as IR (the
+launcher pickles them for the ranks, which never parse), the partition count and the options. The stage of the input (`gspmdc.ir.stage`) decides:
 
 - a global program (any stage but `partitioned`) is partitioned with the rest of the
   partitioner's pipeline (a dump at stage `resharded` runs from `pad-uneven` on); `--check`
@@ -18,28 +18,33 @@ none, where the rule of `ir/stage.py` would guess wrong.
 """
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass
 
 from gspmdc import api
 from gspmdc.errors import GspmdcError, UnsupportedError
+from gspmdc.ir.custom_call_targets import MANUAL_BOUNDARIES
 from gspmdc.ir.module import Module
 from gspmdc.ir.ops import HOST_IO
 from gspmdc.ir.parser import parse_sharding
-from gspmdc.ir.stage import MANUAL_BOUNDARY_TARGETS, Stage, module_stage, recorded_stage
+from gspmdc.ir.stage import Stage, module_stage, recorded_stage
 from gspmdc.passes.pipeline import compile_spmd
-from gspmdc.runtime.job import Job, RunOptions, check_executable, check_input_file
+from gspmdc.runtime.job import Job, check_executable, check_input_file
+from gspmdc.runtime.options import RunOptions
 from gspmdc.runtime.sharded_io import PADDINGS, spmd_signature
 
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """How `run` compiles a global program: `windowed_einsum_threshold` as for `compile`;
-    `stage`: "global" or "partitioned" from `--global` / `--partitioned`, None: the module's
-    recorded or inferred stage."""
+    """How `run` compiles a global program: `windowed_einsum_threshold`, `propagation` and
+    `shardy_strategy` as for `compile`; `stage`: "global" or "partitioned" from `--global` /
+    `--partitioned`, None: the module's recorded or inferred stage."""
 
     windowed_einsum_threshold: int | None = None
     stage: str | None = None
+    propagation: str | None = None
+    shardy_strategy: str = "aggressive"
 
 
 def prepare_job(path: str, options: RunOptions, started_at: float | None = None,
@@ -55,7 +60,7 @@ def prepare_job(path: str, options: RunOptions, started_at: float | None = None,
     n = options.num_partitions or module.num_partitions or devices_named_by_shardings(module)
     if n < 1:
         raise GspmdcError(f"the number of partitions must be positive, got {n}")
-    reference_text, reference_spmd_text = None, None
+    reference, reference_spmd, reference_spmd_signature = None, None, None
     if stage_of(module, compile_options.stage, path) is Stage.PARTITIONED:
         if options.check:
             raise GspmdcError(f"{path} is already partitioned (stage partitioned), so there is "
@@ -75,18 +80,24 @@ def prepare_job(path: str, options: RunOptions, started_at: float | None = None,
         if options.check:
             _check_reference(module, path)
             if has_manual_regions(module):
-                reference_spmd_text = api.to_text(
-                    _partition(manual_boundaries_only(api.parse(text, path)), n, None))
-        spmd = _partition(api.parse(text, path), n, compile_options.windowed_einsum_threshold)
-        reference_text = api.to_text(module)
-    spmd_text = api.to_text(spmd)
-    spmd = api.parse(spmd_text, f"{path} (partitioned)", verify=False)
+                reference_spmd = _partition(manual_boundaries_only(_in_gspmd_form(_copy(module))),
+                                            n, CompileOptions(propagation="gspmd"))
+                reference_spmd_signature = spmd_signature(reference_spmd, n)
+        spmd = _partition(_copy(module), n, compile_options)
+        reference = module
     check_executable(spmd)
     signature = spmd_signature(spmd, n)
     signature.check_global_io()
     if options.inputs is not None:
         check_input_file(options.inputs, signature)
-    return Job(spmd_text, reference_text, n, options, started_at, reference_spmd_text)
+    return Job(spmd, reference, signature, n, options, started_at, reference_spmd,
+               reference_spmd_signature)
+
+
+def _copy(module: Module) -> Module:
+    """A deep copy of `module` (the partitioner rewrites the module it is given; the original is
+    the reference): a pickle round trip, several times faster than parsing the text again."""
+    return pickle.loads(pickle.dumps(module, pickle.HIGHEST_PROTOCOL))
 
 
 def stage_of(module: Module, claimed: str | None, path: str) -> Stage:
@@ -116,10 +127,10 @@ def devices_named_by_shardings(module: Module) -> int:
 
 def has_manual_regions(module: Module) -> bool:
     """Whether some value of `module` is per-device data (a manual sharding, or a manual-region
-    boundary)."""
+    boundary, GSPMD's or Shardy's)."""
     return any((inst.sharding is not None and inst.sharding.has_manual_leaf) or
                (inst.opcode == "custom-call" and
-                inst.attr("custom_call_target") in MANUAL_BOUNDARY_TARGETS)
+                inst.attr("custom_call_target") in MANUAL_BOUNDARIES)
                for _, inst in module.all_instructions())
 
 
@@ -133,7 +144,7 @@ def manual_boundaries_only(module: Module) -> Module:
     keep = set()
     for _, inst in module.all_instructions():
         if inst.opcode == "custom-call" and \
-                inst.attr("custom_call_target") in MANUAL_BOUNDARY_TARGETS:
+                inst.attr("custom_call_target") in MANUAL_BOUNDARIES:
             keep.add(inst)
             keep.update(inst.operands)
     for _, inst in module.all_instructions():
@@ -158,9 +169,25 @@ def _read_text(path: str) -> str:
     return read_source(path)
 
 
-def _partition(module: Module, n: int, windowed_einsum_threshold: int | None) -> Module:
-    """The SPMD program of the global `module` for `n` partitions."""
-    return compile_spmd(module, n, windowed_einsum_threshold=windowed_einsum_threshold)
+def _in_gspmd_form(module: Module) -> Module:
+    """A module in Shardy form in GSPMD form, with the shardings as written (every value of a
+    shard_map body manual over its manual axes): what `manual_boundaries_only` reads. Other
+    modules are returned unchanged."""
+    from gspmdc.ir.sdy import module_meshes
+    from gspmdc.passes.pass_manager import PassContext, run_pipeline
+    from gspmdc.passes.shardy import ShardyPropagation, ShardyToGspmd
+    from gspmdc.passes.spmd import InlineCalls
+    if module_meshes(module) is None:
+        return module
+    return run_pipeline(PassContext(), module, [
+        InlineCalls(), ShardyPropagation(propagate=False), ShardyToGspmd(after_propagation=True)])
+
+
+def _partition(module: Module, n: int, options: CompileOptions) -> Module:
+    """The SPMD program of the global `module` for `n` partitions, compiled as `options` say
+    (`stage` aside, which `prepare_job` has read)."""
+    return compile_spmd(module, n, windowed_einsum_threshold=options.windowed_einsum_threshold,
+                        propagation=options.propagation, shardy_strategy=options.shardy_strategy)
 
 
 def _check_reference(module: Module, path: str) -> None:

@@ -28,6 +28,10 @@ import numpy as np
 
 from .ops import CALLED_COMPUTATION_ATTRIBUTES
 
+#: Module.attrs key under which XLA's stack-frame tables (FileNames, FunctionNames, FileLocations,
+#: StackFrames; printed between the header and the computations) are kept verbatim as a RawAttr.
+STACK_FRAME_INDEX = "stack_frame_index"
+
 
 class Ident(str):
     """A bare identifier value (`GT`, `TOTALORDER`, `rng_uniform`, `kLoop`); printed unquoted."""

@@ -1,30 +1,34 @@
-"""Who talks to whom in a collective: the groups of an all-reduce, all-gather, reduce-scatter,
-all-to-all or collective-broadcast and the pairs of a collective-permute, on the partitions of one
-replica (the group modes of XLA's operation semantics).
+"""Who talks to whom in a collective of a program with one replica and N partitions: the groups of
+partition ids (XLA's collective group modes) and a collective-permute's source-target pairs.
 
-Shared by the runtime (which moves the data) and the cost analyses (which count what each
-partition sends), so both agree on every group.
+The runtime's backends move data with these groups and `ir/cost.py` counts the bytes with them
+(for the reshard planner, `gspmdc explain`, `gspmdc cost` and `run --profile`), so all read a
+collective the same way.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 from gspmdc.errors import GspmdcError
 
 from .module import Instruction
 from .ops import opcodes
 
-#: collectives whose `replica_groups` hold partition ids whenever a `channel_id` is present
-_CROSS_PARTITION_OPCODES = opcodes("all-to-all", "collective-broadcast")
+#: collectives without `use_global_device_ids`: with a `channel_id` their groups hold partition ids
+CROSS_PARTITION_OPCODES = opcodes("all-to-all", "collective-broadcast")
 
 
 def participant_groups(inst: Instruction, num_partitions: int) -> list[list[int]]:
-    """The groups of partition ids (order significant) of an all-reduce, all-gather, reduce-scatter,
-    all-to-all or collective-broadcast on `num_partitions` partitions of one replica (the group
-    modes of XLA's `collective_op_group_mode`):
+    """The groups of partition ids (order significant) of an all-reduce, all-gather,
+    reduce-scatter, all-to-all or collective-broadcast (or an async start of
+    one) on `num_partitions` partitions of one replica (the group modes of XLA's
+    `collective_op_group_mode`):
 
     - no `channel_id`: cross-replica; groups hold replica ids (only 0 exists), so every partition
       is a group of its own;
-    - `channel_id` and `use_global_device_ids=true`, or an all-to-all or collective-broadcast with
-      `channel_id`: the groups hold partition ids (`{}` = one group of all partitions);
+    - `channel_id` and `use_global_device_ids=true`, or a collective without that attribute
+      (all-to-all, collective-broadcast) with `channel_id`: the groups hold
+      partition ids (`{}` = one group of all partitions);
     - `channel_id` without `use_global_device_ids`: cross-replica-and-partition; the groups hold
       replica ids and each spans all partitions of its replicas, i.e. one group of everybody.
 
@@ -34,7 +38,7 @@ def participant_groups(inst: Instruction, num_partitions: int) -> list[list[int]
     if inst.attr("channel_id") is None:
         _check_ids(inst, groups, 1, "replica")
         return [[p] for p in range(num_partitions)]
-    if inst.attr("use_global_device_ids", False) or inst.opcode in _CROSS_PARTITION_OPCODES:
+    if inst.attr("use_global_device_ids", False) or inst.opcode in CROSS_PARTITION_OPCODES:
         if not groups:
             return [list(range(num_partitions))]
         _check_ids(inst, groups, num_partitions, "partition")
@@ -57,7 +61,7 @@ def group_of(inst: Instruction, groups: list[list[int]],
 
 
 def permute_pairs(inst: Instruction, num_partitions: int) -> list[tuple[int, int]]:
-    """The (source, target) partition pairs of a collective-permute.
+    """The (source, target) partition pairs of a collective-permute (or its async start).
 
     With `channel_id` the pairs name partitions. Without it the permute is cross-replica and the
     pairs name replicas; with one replica only `(0, 0)` can occur, meaning every partition keeps its
@@ -71,6 +75,14 @@ def permute_pairs(inst: Instruction, num_partitions: int) -> list[tuple[int, int
     if cross_replica:
         return [(p, p) for p in range(num_partitions)] if pairs else []
     return pairs
+
+
+def permute_source(pairs: Sequence[tuple[int, int]], partition_id: int) -> int | None:
+    """The partition whose operand `partition_id` receives, or None (it receives zeros)."""
+    for source, target in pairs:
+        if target == partition_id:
+            return source
+    return None
 
 
 def _explicit_groups(inst: Instruction) -> list[list[int]]:
@@ -94,4 +106,5 @@ def _check_ids(inst: Instruction, groups: list[list[int]], limit: int, kind: str
             seen.add(i)
 
 
-__all__ = ["participant_groups", "group_of", "permute_pairs"]
+__all__ = ["participant_groups", "group_of", "permute_pairs", "permute_source",
+           "CROSS_PARTITION_OPCODES"]

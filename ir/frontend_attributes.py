@@ -28,13 +28,16 @@ def frontend_attribute(inst: Instruction, key: str) -> str | None:
     return None if attrs is None else attrs.get(key)
 
 
-def set_frontend_attribute(inst: Instruction, key: str, value: str | None) -> None:
-    """Set frontend attribute `key` (last), or remove it (`value=None`; an empty list goes)."""
+def set_frontend_attribute(inst: Instruction, key: str, value: object | None) -> None:
+    """Set frontend attribute `key` (last), or remove it (`value=None`; an empty list goes). The
+    value is a string or a typed value that prints as one (`ir/sdy.py`'s); the list keeps its
+    separator."""
     attrs = inst.attrs.get("frontend_attributes")
     items = tuple(kv for kv in (attrs.items if attrs is not None else ()) if kv[0] != key)
     if value is not None:
         items += ((key, value),)
     if items:
-        inst.attrs["frontend_attributes"] = KeyValueList(items, ", ")
+        inst.attrs["frontend_attributes"] = KeyValueList(
+            items, attrs.separator if attrs is not None else ", ")
     elif attrs is not None:
         del inst.attrs["frontend_attributes"]

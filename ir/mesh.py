@@ -66,6 +66,10 @@ class Mesh:
     def __setattr__(self, name, value):
         raise AttributeError("Mesh is immutable")
 
+    def __reduce__(self):
+        """Pickled as its constructor's arguments (the job sent to MPI ranks carries meshes)."""
+        return Mesh, (self._names, self._sizes, self.device_ids)
+
     @property
     def axis_names(self) -> tuple[str, ...]:
         return self._names

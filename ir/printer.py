@@ -29,13 +29,13 @@ from __future__ import annotations
 from typing import Any
 
 from .attributes import (
-    ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, Literal, PadDim, RawAttr,
-    ReplicaGroups, SliceDim, Window,
+    STACK_FRAME_INDEX, ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, Literal,
+    PadDim, RawAttr, ReplicaGroups, SliceDim, Window,
 )
 from .literal_text import format_array
 from .mesh import Mesh
 from .module import Computation, Instruction, Module
-from .parser import STACK_FRAME_INDEX
+from .sdy import SdyAttribute
 from .shapes import Shape, TupleShape
 from .tile_assignment import iota_replica_groups
 
@@ -200,6 +200,8 @@ def _key_values(kv: KeyValueList) -> str:
 
 
 def _kv_value(value: Any) -> str:
+    if isinstance(value, SdyAttribute):
+        return value.kv_text()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, RawAttr):

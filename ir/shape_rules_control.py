@@ -6,6 +6,7 @@ call's result.
 """
 from __future__ import annotations
 
+from . import custom_call_targets as targets
 from .module import Instruction, Module
 from .ops import SHAPE_RULES
 from .shape_rules_common import (
@@ -70,10 +71,26 @@ def fusion(inst: Instruction, module: Module) -> Shape:
                                 "fused computation")
 
 
+#: custom-call targets that take exactly one operand: annotations of a value (whose result has
+#: the operand's shape) and ops on one value (manual region boundaries, TopK)
+_ANNOTATIONS = frozenset({targets.SHARDING}) | targets.BARRIERS
+_ONE_OPERAND = _ANNOTATIONS | targets.MANUAL_BOUNDARIES | {targets.TOPK}
+
+
 @SHAPE_RULES.register("custom-call")
 def custom_call(inst: Instruction, module: Module) -> Shape:
-    """Opaque: the shape is declared."""
-    return given_shape(inst)
+    """Opaque: the shape is declared; the targets gspmdc gives a meaning take one operand, and
+    a sharding constraint or barrier has its operand's shape."""
+    shape = given_shape(inst)
+    target = inst.attr("custom_call_target")
+    if target in _ONE_OPERAND:
+        require(len(inst.operands) == 1,
+                f"custom-call {target} takes 1 operand, found {len(inst.operands)}")
+    if target in _ANNOTATIONS:
+        require(compatible(strip(operand_shape(inst, 0)), shape),
+                f"custom-call {target} must have its operand's shape "
+                f"{strip(operand_shape(inst, 0))}, found {shape}")
+    return shape
 
 
 @SHAPE_RULES.register("async-start", "call-start")

@@ -26,7 +26,8 @@ A module without the attribute (written by hand, by JAX, by XLA) gets its stage 
 combines replicas) or gspmdc's `spmd_global_signature` header — and nothing in it belongs to a
 global program:
 no manual sharding and no manual-region boundary (`SPMDFullToShardShape` /
-`SPMDShardToFullShape`, which XLA's partitioner removes). Otherwise it is `global`. So a JAX
+`SPMDShardToFullShape`, or Shardy's `xla.sdy.GlobalToLocalShape` / `xla.sdy.LocalToGlobalShape`,
+which XLA's partitioner removes). Otherwise it is `global`. So a JAX
 `shard_map` program, whose collectives sit inside manual regions, is a global program, and
 XLA's partitioned output (`xla_spmd.hlo`) is a partitioned one.
 """
@@ -37,7 +38,7 @@ import enum
 from gspmdc.errors import GspmdcError
 
 from .attributes import KeyValueList
-from .custom_call_targets import FULL_TO_SHARD, SHARD_TO_FULL, target_of
+from .custom_call_targets import MANUAL_BOUNDARIES, target_of
 from .module import Instruction, Module
 from .ops import SPMD_ONLY
 
@@ -47,9 +48,6 @@ STAGE_KEY = "gspmdc.stage"
 #: the header attribute of a partitioned module giving its entry's global shapes,
 #: `{(global parameter shapes)->global result shape}` (written by lower-spmd, read by `run`)
 GLOBAL_SIGNATURE_KEY = "spmd_global_signature"
-
-#: custom-call targets that delimit a manual region in a global program
-MANUAL_BOUNDARY_TARGETS = frozenset({FULL_TO_SHARD, SHARD_TO_FULL})
 
 
 class Stage(enum.Enum):
@@ -124,7 +122,7 @@ def inferred_stage(module: Module) -> Stage:
 
 def _in_global_program_only(inst: Instruction) -> bool:
     """A manual sharding or a manual-region boundary: what XLA's partitioner removes."""
-    if target_of(inst) in MANUAL_BOUNDARY_TARGETS:
+    if target_of(inst) in MANUAL_BOUNDARIES:
         return True
     return inst.sharding is not None and inst.sharding.has_manual_leaf
 
@@ -134,5 +132,5 @@ def _cross_replica(inst: Instruction) -> bool:
     return inst.opcode == "all-reduce" and inst.attr("channel_id") is None
 
 
-__all__ = ["Stage", "STAGE_KEY", "GLOBAL_SIGNATURE_KEY", "MANUAL_BOUNDARY_TARGETS", "module_stage", "recorded_stage",
+__all__ = ["Stage", "STAGE_KEY", "GLOBAL_SIGNATURE_KEY", "module_stage", "recorded_stage",
            "set_stage", "inferred_stage"]

@@ -219,9 +219,9 @@ class TileAssignment:
         if flat.min() < 0:
             raise ShardingError(
                 f"negative device id {int(flat.min())} in tile assignment {_brief(flat)}")
-        counts = np.bincount(flat)
+        ids, counts = np.unique(flat, return_counts=True)      # sorts: no array of size max(id)
         if counts.max() > 1:
-            dups = np.flatnonzero(counts > 1)
+            dups = ids[counts > 1]
             raise ShardingError(
                 f"duplicate device ids {dups[:8].tolist()} in tile assignment {_brief(flat)}")
         if flat.max() == flat.size - 1:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gspmdc.passes.pass_manager import ModulePass, PipelineError
 from gspmdc.passes.propagation import ShardingPropagation
+from gspmdc.passes.shardy import ShardyPropagation, ShardyToGspmd
 from gspmdc.passes.spmd.cleanup import Cleanup
 from gspmdc.passes.spmd.halo_exchange import HaloExchange
 from gspmdc.passes.spmd.inline_calls import InlineCalls
@@ -28,10 +29,12 @@ from gspmdc.passes.spmd.lower_spmd import LowerSpmd
 from gspmdc.passes.spmd.pad_uneven import PadUneven
 from gspmdc.passes.spmd.windowed_einsum import WindowedEinsum
 
-#: every pass, by name, in the order of the partitioner's pipeline
+#: every pass, by name, in the order of the partitioner's pipeline (one of the two propagations
+#: runs; `shardy-to-gspmd` follows Shardy's, or comes first when a module in Shardy form
+#: propagates the GSPMD way)
 PASSES: dict[str, type[ModulePass]] = {cls.name: cls for cls in (
-    InlineCalls, ShardingPropagation, InsertReshards, WindowedEinsum, PadUneven, HaloExchange,
-    LowerSpmd, Cleanup)}
+    InlineCalls, ShardingPropagation, ShardyPropagation, ShardyToGspmd, InsertReshards,
+    WindowedEinsum, PadUneven, HaloExchange, LowerSpmd, Cleanup)}
 
 
 _ITEM = re.compile(r"\s*([A-Za-z][\w-]*)\s*(\{[^{}]*\})?\s*(,|$)")

@@ -7,6 +7,8 @@
 |-------------------|-----------------------------------------------------------------------|
 | `inline-calls`    | inline `call`s of the entry, loop bodies and branches (as XLA does)   |
 | `propagate`       | complete the shardings (optional; see `passes/propagation`)           |
+| `shardy-propagate`| (Shardy mode, instead) Shardy's propagation (`passes/shardy`)         |
+| `shardy-to-gspmd` | a Shardy-form module in GSPMD form (shard_maps, result shardings)     |
 | `insert-reshards` | choose each op's strategy; make every reshard an explicit node        |
 | `windowed-einsum` | (with a threshold) big dots as loops of partial dots and permutes     |
 | `pad-uneven`      | mask padding before reductions and contractions over uneven dims      |
@@ -26,6 +28,7 @@ from gspmdc.atomic import atomic_output
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 from gspmdc.ir.printer import print_module
+from gspmdc.ir.sdy import module_meshes
 from gspmdc.ir.stage import Stage, module_stage
 from gspmdc.passes.pass_manager import (
     ModulePass, PassContext, PipelineCallback, PipelineError, run_pipeline,
@@ -35,13 +38,24 @@ from gspmdc.passes.spmd.windowed_einsum import WindowedEinsum
 
 
 def partitioner_pipeline(*, propagate: bool = True, windowed_einsum_threshold: int | None = None,
-                         start: Stage = Stage.GLOBAL) -> list[ModulePass]:
+                         start: Stage = Stage.GLOBAL, propagation: str = "gspmd",
+                         shardy_strategy: str = "aggressive",
+                         shardy_form: bool = False) -> list[ModulePass]:
     """The passes of `gspmdc compile`, in order (`propagate` unless told not to;
     `windowed-einsum` only with a threshold), for a module at stage `start`: the passes that
     brought a module to `start` are left out (from `resharded`: pad-uneven onwards, with
-    windowed-einsum first when asked for)."""
-    names = ["inline-calls"] + (["propagate"] if propagate else []) + ["insert-reshards"]
-    passes = [PASSES[name]() for name in names]
+    windowed-einsum first when asked for). `propagation`: `gspmd` (XLA's sharding propagation)
+    or `shardy` (Shardy's, for a module in Shardy form: `shardy-propagate` with
+    `shardy_strategy`, then `shardy-to-gspmd`); a module in Shardy form (`shardy_form`)
+    propagated the GSPMD way is lowered to GSPMD form first (`shardy-to-gspmd`)."""
+    if propagation == "shardy":
+        passes = [PASSES["inline-calls"](),
+                  PASSES["shardy-propagate"](strategy=shardy_strategy, propagate=propagate),
+                  PASSES["shardy-to-gspmd"](after_propagation=True)]
+    else:
+        passes = ([PASSES["shardy-to-gspmd"]()] if shardy_form else []) + \
+            [PASSES["inline-calls"]()] + ([PASSES["propagate"]()] if propagate else [])
+    passes.append(PASSES["insert-reshards"]())
     if windowed_einsum_threshold is not None:
         passes.append(WindowedEinsum(threshold=windowed_einsum_threshold))
     passes += [PASSES[name]() for name in ("pad-uneven", "halo-exchange", "lower-spmd", "cleanup")]
@@ -53,7 +67,8 @@ def partitioner_pipeline(*, propagate: bool = True, windowed_einsum_threshold: i
 
 def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_passes: bool = False,
                  propagate: bool = True, windowed_einsum_threshold: int | None = None,
-                 verify_each: bool = False) -> Module:
+                 verify_each: bool = False, propagation: str | None = None,
+                 shardy_strategy: str = "aggressive") -> Module:
     """Partition `module` (rewritten in place and returned) into the SPMD program for
     `num_partitions` partitions; a module at a later stage than `global` (a dump) runs the rest
     of the pipeline only. `dump_dir`: write `000.input.hlo` and `NNN.<pass>.hlo` after
@@ -61,7 +76,9 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
     sharding propagation first (unsharded instructions are otherwise replicated);
     `windowed_einsum_threshold`: run dots whose gathered operand or reduce-scattered result
     has at least that many bytes as windowed einsums (default: never); `verify_each`: run the
-    verifier after every pass.
+    verifier after every pass; `propagation`: `shardy` or `gspmd` (default: shardy for a module
+    in Shardy form, i.e. with `xla.sdy.meshes`); `shardy_strategy`: Shardy's factor propagation
+    strategy.
     Raises GspmdcError (ShardingError, UnsupportedError, PipelineError) for inputs it cannot
     partition."""
     if num_partitions < 1:
@@ -70,11 +87,19 @@ def compile_spmd(module: Module, num_partitions: int, *, dump_dir=None, time_pas
     if stage is Stage.PARTITIONED:
         raise PipelineError(f"module {module.name} is already partitioned (stage "
                             f"{stage.value}); compile takes a global program")
+    form = default_propagation(module)
     pipeline = partitioner_pipeline(propagate=propagate,
                                     windowed_einsum_threshold=windowed_einsum_threshold,
-                                    start=stage)
+                                    start=stage, propagation=propagation or form,
+                                    shardy_strategy=shardy_strategy,
+                                    shardy_form=form == "shardy")
     ctx = PassContext(num_partitions, verify_each=verify_each)
     return run_pipeline(ctx, module, pipeline, dump_callback(dump_dir, time_passes, module))
+
+
+def default_propagation(module: Module) -> str:
+    """`shardy` for a module in Shardy form (it declares `xla.sdy.meshes`), else `gspmd`."""
+    return "shardy" if module_meshes(module) is not None else "gspmd"
 
 
 def dump_callback(dump_dir, time_passes: bool, module: Module) -> PipelineCallback:
@@ -105,4 +130,4 @@ def _dump(path: Path, module: Module) -> None:
         f.write(print_module(module))
 
 
-__all__ = ["compile_spmd", "partitioner_pipeline", "dump_callback"]
+__all__ = ["compile_spmd", "partitioner_pipeline", "dump_callback", "default_propagation"]

@@ -8,11 +8,11 @@ partitions, and each method returns this partition's result. Backends:
 - `SinglePartitionBackend` (here): one partition, every group has one member.
 - a local multi-partition backend and an MPI backend (elsewhere) implement the same interface.
 
-Everything a backend needs besides moving bytes is shared here, so all backends agree exactly:
-`participant_groups` / `permute_pairs` (from `gspmdc.ir.collective_groups`) decide who talks to
-whom (HLO group modes, one replica), and the pure functions `fold`, `gather_concat`,
-`scatter_block`, `split_blocks` compute a result from the operands of a group *in group order*
-(what XLA's operation semantics specify).
+Everything a backend needs besides moving bytes is shared, so all backends agree exactly:
+`participant_groups` / `permute_pairs` (`gspmdc.ir.collective_groups`, which the cost model reads
+too) decide who talks to whom (HLO group modes, one replica), and the pure functions `fold`,
+`gather_concat`, `scatter_block`, `split_blocks` compute a result from the operands of a group
+*in group order* (what XLA's operation semantics specify).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from gspmdc.errors import GspmdcError
-from gspmdc.ir.collective_groups import group_of, participant_groups, permute_pairs
+from gspmdc.ir.collective_groups import group_of, participant_groups, permute_pairs, permute_source
 from gspmdc.ir.module import Instruction
 
 
@@ -41,14 +41,37 @@ class Reduction:
     ufunc: np.ufunc | None = None
 
 
+class Pending:
+    """A collective a backend started and finishes later: `result()` completes it (once) and
+    gives its value. The interpreter keeps it until the value's first use, so independent
+    instructions run while the communication proceeds."""
+
+    __slots__ = ("_finish", "_value")
+
+    def __init__(self, finish: Callable[[], object]):
+        self._finish = finish
+        self._value = None
+
+    def result(self):
+        if self._finish is not None:
+            self._value, self._finish = self._finish(), None
+        return self._value
+
+    def then(self, fn: Callable[[object], object]) -> "Pending":
+        """A pending value `fn(result())`."""
+        return Pending(lambda: fn(self.result()))
+
+
 class CollectiveBackend(ABC):
     """One partition's endpoint for the collective ops of an SPMD program.
 
     Every method is called by all partitions of the program in the same order (the SPMD property);
     operands are numpy arrays of this partition, results are fresh or immutable arrays of the
-    instruction's (per-operand) result shape and dtype. `inst` is the collective instruction: use it
-    for its attributes (via `participant_groups` / `permute_pairs`) and as a stable identity (e.g. its
-    `channel_id` for message tags); do not evaluate anything else from it.
+    instruction's (per-operand) result shape and dtype, or a `Pending` giving them (the backend
+    started the communication and finishes it when the value is needed: every partition starts
+    them in the same order and may finish them in any order). `inst` is the collective
+    instruction: use it for its attributes (via `participant_groups` / `permute_pairs`) and as a
+    stable identity (e.g. its `channel_id` for message tags); do not evaluate anything else from it.
     """
 
     @property
@@ -87,14 +110,6 @@ class CollectiveBackend(ABC):
     def collective_permute(self, inst: Instruction, operand: np.ndarray) -> np.ndarray:
         """The operand of this partition's source in `permute_pairs(inst, ...)`, or zeros of the
         operand's shape when this partition is no pair's target."""
-
-
-def permute_source(pairs: Sequence[tuple[int, int]], partition_id: int) -> int | None:
-    """The partition whose operand `partition_id` receives, or None (it receives zeros)."""
-    for source, target in pairs:
-        if target == partition_id:
-            return source
-    return None
 
 
 def fold(values: Sequence[np.ndarray], reduction: Reduction) -> np.ndarray:

@@ -208,13 +208,15 @@ def apply_scalar_computation(ctx, computation_name: str, args: Sequence[np.ndarr
 def apply_binary_computation(ctx, computation_name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`computation(a, b)` elementwise for a binary scalar computation (a combiner or reducer),
     broadcast to the common shape of `a` and `b`."""
-    ufunc = _cached_reducer_ufunc(ctx, computation_name)
+    ufunc = reducer_ufunc_of(ctx, computation_name)
     if ufunc is not None:
         return np.asarray(ufunc(a, b))
     return apply_scalar_computation(ctx, computation_name, [a, b])
 
 
-def _cached_reducer_ufunc(ctx, computation_name: str) -> np.ufunc | None:
+def reducer_ufunc_of(ctx, computation_name: str) -> np.ufunc | None:
+    """`reducer_ufunc` of a computation of the evaluation's module, worked out once per
+    evaluation context (kernels call it on every execution)."""
     ufunc = ctx.cache.get(("reducer-ufunc", computation_name), False)
     if ufunc is False:
         ufunc = ctx.cache[("reducer-ufunc", computation_name)] = reducer_ufunc(
@@ -228,7 +230,7 @@ def accumulate_at(ctx, computation_name: str, target: np.ndarray, indices: np.nd
     `computation(target[indices[k]], updates[k])` (repeated indices combine in order)."""
     if indices.size == 0:
         return
-    ufunc = _cached_reducer_ufunc(ctx, computation_name)
+    ufunc = reducer_ufunc_of(ctx, computation_name)
     if ufunc is not None:
         ufunc.at(target, indices, updates)
         return

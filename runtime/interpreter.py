@@ -1,42 +1,88 @@
 """The reference interpreter: evaluates an HLO module with the per-opcode kernel table.
 
 `evaluate(module, args)` runs the entry computation on numpy values (arrays, tuples of values,
-`TOKEN`) and returns the root's value. Each computation is compiled once per evaluation into a plan
-(kernel, instruction, operand slots, slots to release) that calls, while loops and conditionals reuse.
-Instructions run in program order; a value is released right after its last use, so memory holds only
-live values. One fusion: a `pad` read only by a `dynamic-slice` is not evaluated, the slice reads its
-window from the pad's operand (`_windows_of_pads`; the hooks see the dynamic-slice only). Values are
-immutable: kernels never write into their operands, and a result may alias an operand (a view). Kernels run under `np.errstate(all="ignore")`: HLO arithmetic has no traps.
+`TOKEN`) and returns the root's value. `Executable(module, backend)` is the same prepared for
+repeated execution (`run --repeat`, XLA's compile once, run many): its plans and folded constants
+are kept from one execution to the next.
+
+Each computation is compiled once per executable into a plan (kernel, instruction, operand slots,
+slots to release) that calls, while loops and conditionals reuse. Instructions run in program
+order; a value is released right after its last use, so memory holds only live values. One fusion:
+a `pad` read only by a `dynamic-slice` is not evaluated, the slice reads its window from the pad's
+operand (`_windows_of_pads`; the hooks see the dynamic-slice only). Values are immutable: kernels
+never write into their operands, and a result may alias an operand (a view). Kernels run under
+`np.errstate(all="ignore")`: HLO arithmetic has no traps.
+
+Constant folding: an instruction that depends on nothing but constants, `iota`, `partition-id` and
+`replica-id` (through pure instructions that call no computation) gives the same array every time
+its computation runs on this partition. The first complete run of a plan keeps such arrays (each
+at most `FOLD_BYTES` of memory, `FOLD_PLAN_BYTES` per plan); later runs, and later iterations of
+a loop body, start from them and skip their instructions and those only they read.
 
 The same interpreter runs the unpartitioned program on one device and each partition of an SPMD
 program; collectives go through `ctx.backend` (a `CollectiveBackend`), `partition-id` reads
-`ctx.partition_id`.
-
-`rounding` chooses where bf16 results are rounded (`rounding.py`): `"xla"`, the default, as XLA's
-CPU backend with its default flags, or `"per-op"`, every result rounded to its type.
+`ctx.partition_id`. `rounding` chooses where bf16 results are rounded (`rounding.py`): `"xla"`,
+the default, as XLA's CPU backend with its default flags, or `"per-op"`, every result rounded to
+its type. A backend may return a collective's result as a `Pending` (started, not
+finished: the MPI backend's nonblocking calls). Then the plan overlaps communication with
+computation, deterministically, the same way on every partition: each collective is issued as
+early as its operands allow, but never before an earlier collective or an instruction that calls
+a computation with collectives or may have effects (a custom-call, host I/O), so every partition
+issues the same collectives in the same order; it is finished (and its result checked) right
+before the first instruction that reads it, or at the end of its computation's run. Profiles
+charge a collective its start and its finish; a rank waiting for one is recorded at it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from gspmdc.errors import GspmdcError, RuntimeFailure, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.ops import COLLECTIVES, SIDE_EFFECTING, Trait, opcodes, with_trait
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
-from .collectives import CollectiveBackend, SinglePartitionBackend
+from .collectives import CollectiveBackend, Pending, SinglePartitionBackend
 from .kernels import KERNELS, TOKEN, Token
 from .kernels.indexing import dynamic_slice_of_pad
 from .live_arrays import LiveArrays
-from .rounding import DEFAULT_ROUNDING, check_rounding, round_to_bf16, unrounded, unrounded_readers
+from .options import DEFAULT_ROUNDING
+from .rounding import check_rounding, round_to_bf16, unrounded, unrounded_readers
+
+
+#: the largest array (bytes of memory it holds) a plan keeps as a folded constant
+FOLD_BYTES = 1 << 20
+#: the most memory a plan keeps in folded constants
+FOLD_PLAN_BYTES = 16 << 20
+#: instructions never folded: their value is not a function of their operands alone, or they
+#: communicate, read the entry's arguments, have effects or order them
+_NOT_FOLDABLE = SIDE_EFFECTING | COLLECTIVES | with_trait(Trait.TOKEN, Trait.ASYNC) | \
+    opcodes("parameter", "custom-call", "rng-bit-generator", "opt-barrier")
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where an evaluation records the instruction it is about to execute (how MPI ranks tell
+    where they are): right before each instruction, `slots[slot] = numbers[id(instruction)]`, a
+    store rather than a call."""
+
+    slots: Any                  #: a writable sequence of ints (e.g. a shared memoryview)
+    slot: int
+    numbers: Mapping[int, int]  #: id(instruction) -> the number recorded for it
+
+
+#: instructions a collective is never issued before (besides collectives, which keep their order,
+#: and instructions calling computations with collectives): their effects must keep their place
+_EFFECTS = SIDE_EFFECTING | opcodes("custom-call")
 
 
 def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
              partition_id: int | None = None, on_step: StepHook | None = None,
-             on_enter: EnterHook | None = None, on_value: ValueHook | None = None,
+             position: Position | None = None, on_value: ValueHook | None = None,
              live_arrays: LiveArrays | None = None, rounding: str = DEFAULT_ROUNDING) -> Any:
     """Evaluate the entry computation of `module` on `args` (one value per entry parameter, in
     parameter-number order) and return the root's value. An array argument may be an ndarray
@@ -48,37 +94,60 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
     every computation) with the instruction and its *exclusive* wall time in seconds: the time of
     its kernel minus that of the instructions evaluated inside it (while bodies, calls, ...), so
     the times add up without double counting (the profiling hook of `gspmdc run --profile`).
-    `on_enter`, when given, is called with every instruction right before its kernel runs (the
-    innermost instruction executing is the last one entered: how MPI ranks record where they are).
-    `on_value`, when given, is called with every instruction and its value right after it ran,
-    and with every parameter when its computation starts (in every computation, every time it
-    runs; `gspmdc bisect` compares values this way).
+    `position`, when given, records every instruction right before its kernel runs (the innermost
+    instruction executing is the last one recorded: how MPI ranks record where they are).
+    `on_value`, when given, is called with every instruction and its value once it is computed
+    (a collective's when it is finished), and with every parameter when its computation starts
+    (in every computation, every time it runs; `gspmdc bisect` compares values this way).
     `live_arrays`, when given, holds every value from its definition to its last use (the entry
-    arguments for the whole evaluation) and so measures the peak of live arrays
+    arguments throughout; not the folded constants, which the executable keeps as XLA keeps the
+    constants of a compiled program) and so measures the peak of live arrays
     (`runtime/live_arrays.py`). `rounding` is `"xla"` or `"per-op"` (see `rounding.py`).
 
     Raises GspmdcError for arguments that do not match the entry parameters, UnsupportedError for
     opcodes the interpreter does not implement (and for modules of several replicas), and
     RuntimeFailure (naming the computation and instruction) when a kernel fails.
     """
-    if module.attrs.get("replica_count", 1) != 1:
-        raise UnsupportedError(f"module {module.name} has replica_count="
-                               f"{module.attrs['replica_count']}; the interpreter runs one replica")
-    check_rounding(rounding)
     backend = SinglePartitionBackend() if backend is None else backend
     if partition_id is not None and partition_id != backend.partition_id():
         raise GspmdcError(f"partition_id {partition_id} does not match the backend's partition "
                           f"{backend.partition_id()} (of {backend.num_partitions})")
-    entry = module.entry
-    values = _check_entry_arguments(entry, args)
-    ctx = EvalContext(module, backend, on_step, on_enter, on_value, live_arrays, rounding)
-    if live_arrays is None:
-        return ctx.call(entry.name, values)
-    live_arrays.hold(tuple(values))
-    try:
-        return ctx.call(entry.name, values)
-    finally:
-        live_arrays.drop(tuple(values))
+    return Executable(module, backend, on_step=on_step, position=position, on_value=on_value,
+                      live_arrays=live_arrays, rounding=rounding)(args)
+
+
+class Executable:
+    """`module` prepared for repeated execution on `backend` (see the module docstring): calling
+    it with the entry arguments evaluates the entry computation as `evaluate` does (same hooks,
+    same errors). The module must not change while an executable of it is in use."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, module: Module, backend: CollectiveBackend | None = None, *,
+                 on_step: StepHook | None = None, position: Position | None = None,
+                 on_value: ValueHook | None = None, live_arrays: LiveArrays | None = None,
+                 rounding: str = DEFAULT_ROUNDING):
+        if module.attrs.get("replica_count", 1) != 1:
+            raise UnsupportedError(f"module {module.name} has replica_count="
+                                   f"{module.attrs['replica_count']}; the interpreter runs one "
+                                   "replica")
+        check_rounding(rounding)
+        backend = SinglePartitionBackend() if backend is None else backend
+        self._ctx = EvalContext(module, backend, on_step, position, on_value, live_arrays,
+                                rounding)
+
+    def __call__(self, args: Sequence[Any]) -> Any:
+        ctx = self._ctx
+        entry = ctx.module.entry
+        values = _check_entry_arguments(entry, args)
+        live = ctx.live_arrays
+        if live is None:
+            return ctx.call(entry.name, values)
+        live.hold(tuple(values))
+        try:
+            return ctx.call(entry.name, values)
+        finally:
+            live.drop(tuple(values))
 
 
 class EvalContext:
@@ -86,17 +155,18 @@ class EvalContext:
 
     - `module`, `backend`, `partition_id` (this partition's id, an int);
     - `call(name, args)`: evaluate a computation of the module on argument values;
-    - `cache`: a per-evaluation dict where kernel modules memoise analyses of computations (key
-      tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`);
-    - `on_step`, `on_enter`, `on_value`, `live_arrays`: the optional hooks (see `evaluate`);
+    - `cache`: a dict, kept as long as the executable, where kernel modules memoise analyses of
+      computations (key tuples start with a tag naming the owner, e.g. `("scalar-plan", name)`);
+    - `on_step`, `position`, `on_value`, `live_arrays`: the optional hooks, position record and
+      live-array count (see `evaluate`);
     - `rounding`: where bf16 results are rounded (see `evaluate`).
     """
 
-    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "on_enter", "on_value",
-                 "live_arrays", "rounding", "_plans", "_nested")
+    __slots__ = ("module", "backend", "partition_id", "cache", "on_step", "position", "on_value",
+                 "live_arrays", "rounding", "_plans", "_nested", "_started")
 
     def __init__(self, module: Module, backend: CollectiveBackend,
-                 on_step: StepHook | None = None, on_enter: EnterHook | None = None,
+                 on_step: StepHook | None = None, position: Position | None = None,
                  on_value: ValueHook | None = None, live_arrays: LiveArrays | None = None,
                  rounding: str = DEFAULT_ROUNDING):
         self.module = module
@@ -104,24 +174,27 @@ class EvalContext:
         self.partition_id = backend.partition_id()
         self.cache: dict[tuple, Any] = {}
         self.on_step = on_step
-        self.on_enter = on_enter
+        self.position = position
         self.on_value = on_value
         self.live_arrays = live_arrays
         self.rounding = rounding
         self._plans: dict[str, _Plan] = {}
         self._nested = 0.0
+        #: the start time of each pending collective, until it is finished and reported
+        self._started: dict[int, float] = {}
 
     def call(self, computation_name: str, args: Sequence[Any]) -> Any:
         """Evaluate computation `computation_name` with `args` bound to its parameters."""
         plan = self._plans.get(computation_name)
         if plan is None:
-            plan = self._plans[computation_name] = _Plan(self.module.computation(computation_name),
-                                                         self.rounding)
+            plan = self._plans[computation_name] = _Plan(
+                self.module.computation(computation_name), self.communicates, self.rounding)
         return plan.run(self, args)
 
     def timed(self, kernel: Kernel, inst: Instruction, args: list) -> Any:
         """Run `kernel` and report its exclusive time to `on_step` (time spent in instructions
-        evaluated inside it is reported by those and subtracted here)."""
+        evaluated inside it is reported by those and subtracted here); a collective that gives
+        a `Pending` is reported when it is finished (`finish`)."""
         outer, self._nested = self._nested, 0.0
         start = perf_counter()
         try:
@@ -129,13 +202,41 @@ class EvalContext:
         finally:
             elapsed = perf_counter() - start
             inner, self._nested = self._nested, outer + elapsed
-        self.on_step(inst, elapsed - inner)
+        if type(value) is Pending:
+            self._started[id(value)] = elapsed - inner
+        else:
+            self.on_step(inst, elapsed - inner)
         return value
+
+    def finish(self, pending: Pending, inst: Instruction) -> Any:
+        """The value of the pending collective `inst` (waiting for it), recorded on the position
+        board while waiting and, when timed, reported with its start."""
+        position = self.position
+        if position is not None:
+            position.slots[position.slot] = position.numbers[id(inst)]
+        if self.on_step is None:
+            return pending.result()
+        start = perf_counter()
+        value = pending.result()
+        waited = perf_counter() - start
+        self._nested += waited
+        self.on_step(inst, self._started.pop(id(pending), 0.0) + waited)
+        return value
+
+    def communicates(self, computation_name: str) -> bool:
+        """Whether the computation (or one it calls) has collectives."""
+        key = ("communicates", computation_name)
+        if key not in self.cache:
+            comp = self.module.computation(computation_name)
+            self.cache[key] = any(
+                inst.opcode in COLLECTIVES or any(self.communicates(name)
+                                                   for name in inst.called_computation_names())
+                for inst in comp.instructions)
+        return self.cache[key]
 
 
 Kernel = Callable[[Instruction, list, EvalContext], Any]
 StepHook = Callable[[Instruction, float], None]
-EnterHook = Callable[[Instruction], None]
 ValueHook = Callable[[Instruction, Any], None]
 
 
@@ -143,80 +244,162 @@ class _Plan:
     """A computation compiled for repeated evaluation.
 
     Slot `i` holds the value of instruction `i` (program order). `steps` are tuples
-    `(kernel, inst, operand_slots, out_slot, release_slots, dims, dtype)` where `dims`/`dtype` give
-    the expected array result (None for tuple and token results, checked structurally). Under
-    `"xla"` rounding an instruction whose f32 value some users read (`rounding.py`) computes it
-    into an extra slot (numbered after the instructions'), which those users read; a second step
-    rounds it into the instruction's own slot when other users or the root need it.
+    `(kernel, inst, operand_slots, out_slot, release_slots, dims, dtype, finish_slots)` where
+    `dims`/`dtype` give the expected array result (None for tuple and token results, checked
+    structurally) and `finish_slots` the pending collectives to finish before the step;
+    `finish_at_end` those finished after the last step. `initial` holds the folded constants
+    (module docstring) at their slots, None elsewhere; until the first complete run, `foldable`
+    is the set of slots that may be folded (None afterwards). Under `"xla"` rounding an
+    instruction whose f32 value some users read (`rounding.py`) computes it into an extra slot
+    (numbered after the instructions'), which those users read; a second step rounds it into the
+    instruction's own slot when other users or the root need it.
     """
 
-    __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps")
+    __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps", "initial",
+                 "foldable", "finish_at_end", "_operands", "_windows", "_pure", "_collectives",
+                 "_barriers", "_wide", "_rounded")
 
-    def __init__(self, comp: Computation, rounding: str = DEFAULT_ROUNDING):
+    def __init__(self, comp: Computation, communicates: Callable[[str], bool],
+                 rounding: str = DEFAULT_ROUNDING):
         self.computation = comp
         slot = {inst: i for i, inst in enumerate(comp.instructions)}
         readers = unrounded_readers(comp) if rounding == "xla" else {}
         wide = {inst: len(comp.instructions) + k for k, inst in enumerate(readers)}
+        #: instruction slot -> the slot of its unrounded (f32) value
+        self._wide = {slot[inst]: s for inst, s in wide.items()}
         self.num_slots = len(comp.instructions) + len(wide)
         self.param_slots = [slot[p] for p in comp.parameters]
         self.root_slot = slot[comp.root]
         fused = _windows_of_pads(comp)
-        reads = {inst: tuple(wide[op] if inst in readers.get(op, ()) else slot[op] for op in
-                             (inst.operands[0].operands + inst.operands[1:]
-                              if inst in fused.values() else inst.operands))
-                 for inst in comp.instructions}
-        users = comp.users() if wide else {}
-        rounded = {inst for inst in wide if inst is comp.root or any(
-            slot[inst] in reads[user] for user in users[inst])}
-        last_use = {s: s for s in range(len(comp.instructions))}
+        windows = set(fused.values())
+        #: slots of the dynamic-slices that read their window from a pad's operand
+        self._windows = {slot[inst] for inst in windows}
+        self._operands: list[tuple[int, ...] | None] = []
+        for inst in comp.instructions:
+            operands = inst.operands[0].operands + inst.operands[1:] if inst in windows \
+                else inst.operands
+            skipped = inst.opcode == "parameter" or inst in fused
+            self._operands.append(None if skipped else tuple(
+                wide[op] if inst in readers.get(op, ()) else slot[op] for op in operands))
+        read = {s for operands in self._operands if operands is not None for s in operands}
+        #: the instructions with an unrounded value whose rounded value is read too
+        self._rounded = {i for i in self._wide if i == self.root_slot or i in read}
+        foldable: set[int] = set()
+        self._collectives: set[int] = set()
+        self._barriers: set[int] = set()
         for i, inst in enumerate(comp.instructions):
-            for s in reads[inst] + ((wide[inst],) if inst in rounded else ()):
+            operands = self._operands[i]
+            called = inst.called_computation_names()
+            if operands is not None and inst.opcode not in _NOT_FOLDABLE and not called \
+                    and i not in self._wide and all(s in foldable for s in operands):
+                foldable.add(i)
+            if inst.opcode in COLLECTIVES:
+                self._collectives.add(i)
+            elif inst.opcode in _EFFECTS or any(communicates(name) for name in called):
+                self._barriers.add(i)
+        self._pure = frozenset(foldable)
+        self.foldable = foldable or None
+        self.initial: list[Any] = [None] * self.num_slots
+        self.steps, self.finish_at_end = self._steps(set())
+
+    def _steps(self, folded: set[int]) -> tuple[list[tuple], tuple[int, ...]]:
+        """The steps of every instruction except the folded ones and the foldable ones only they
+        read, collectives issued early (`_issue_early`), each step releasing the slots whose last
+        use it is; and the collectives finished at the end."""
+        comp = self.computation
+        users: list[list[int]] = [[] for _ in range(self.num_slots)]
+        for i, operands in enumerate(self._operands):
+            for s in operands or ():
+                users[s].append(i)
+        dropped = set(folded)
+        for i in range(len(self._operands) - 1, -1, -1):
+            if i in self._pure and i != self.root_slot and users[i] and \
+                    all(u in dropped for u in users[i]):
+                dropped.add(i)
+        order = self._issue_early([i for i, operands in enumerate(self._operands)
+                                   if i not in dropped and operands is not None])
+        last_use: dict[int, int] = {}
+        first_use: dict[int, int] = {}
+        for i in order:
+            for s in self._operands[i] + ((self._wide[i],) if i in self._rounded else ()):
                 last_use[s] = i
-        last_use[self.root_slot] = self.num_slots
+                if s in self._collectives:
+                    first_use.setdefault(s, i)
         releases: dict[int, list[int]] = {}
         for s, at in last_use.items():
-            releases.setdefault(at, []).append(s)
+            if s != self.root_slot and s not in dropped:
+                releases.setdefault(at, []).append(s)
+        finishes: dict[int, list[int]] = {}
+        for s, at in first_use.items():
+            finishes.setdefault(at, []).append(s)
         steps = []
-        for i, inst in enumerate(comp.instructions):
-            if inst.opcode == "parameter" or inst in fused:
-                continue
-            kernel = dynamic_slice_of_pad if inst in fused.values() else KERNELS.get(inst.opcode)
+        for i in order:
+            inst = comp.instructions[i]
+            kernel = dynamic_slice_of_pad if i in self._windows else KERNELS.get(inst.opcode)
             if kernel is None:
                 raise UnsupportedError(f"opcode {inst.opcode} is not supported by the interpreter "
                                        f"(instruction {inst.name} in computation {comp.name})")
-            shape = inst.shape
-            array = isinstance(shape, ArrayShape) and not shape.is_token
-            dims = shape.dims if array else None
-            dtype = dtypes.numpy_dtype(shape.element_type) if array else None
-            release = tuple(s for s in releases.get(i, ()) if s != self.root_slot)
-            if inst in wide:
-                steps.append((unrounded(kernel, inst), inst, reads[inst], wide[inst],
-                              () if inst in rounded else release, dims, np.dtype(np.float32)))
-                if inst not in rounded:
+            dims, dtype = _expected(inst.shape)
+            operands, release, finish = \
+                self._operands[i], tuple(releases.get(i, ())), tuple(finishes.get(i, ()))
+            if i in self._wide:
+                rounded = i in self._rounded
+                steps.append((unrounded(kernel, inst), inst, operands, self._wide[i],
+                              () if rounded else release, dims, np.dtype(np.float32), finish))
+                if not rounded:
                     continue
-                kernel, reads[inst] = round_to_bf16, (wide[inst],)
-            steps.append((kernel, inst, reads[inst], i, release, dims, dtype))
-        self.steps = steps
+                kernel, operands, finish = round_to_bf16, (self._wide[i],), ()
+            steps.append((kernel, inst, operands, i, release, dims, dtype, finish))
+        at_end = tuple(s for s in order if s in self._collectives and s not in first_use)
+        return steps, at_end
+
+    def _issue_early(self, order: list[int]) -> list[int]:
+        """`order` with every collective moved up to right after the last of: the instructions
+        computing its operands (unrounded or not), the previous collective, the previous barrier (an instruction
+        with effects, or calling computations with collectives). Everything else keeps its
+        place, so the order is the same on every partition."""
+        index = {slot: k for k, slot in enumerate(order)}
+        index.update({self._wide[slot]: k for k, slot in enumerate(order) if slot in self._wide})
+        keys = []
+        floor = -1
+        for k, slot in enumerate(order):
+            if slot in self._collectives:
+                anchor = max([index[s] for s in self._operands[slot] if s in index] + [floor])
+                keys.append((anchor, 1, k))
+                floor = anchor
+            else:
+                keys.append((k, 0, k))
+                if slot in self._barriers:
+                    floor = k
+        return [slot for _, slot in sorted(zip(keys, order))]
 
     def run(self, ctx: EvalContext, args: Sequence[Any]) -> Any:
         comp = self.computation
         if len(args) != len(self.param_slots):
             raise RuntimeFailure(f"computation {comp.name} called with {len(args)} arguments, "
                                  f"it has {len(self.param_slots)} parameters")
-        values: list[Any] = [None] * self.num_slots
+        values = self.initial.copy()
         for s, value in zip(self.param_slots, args):
             values[s] = value
+        foldable = self.foldable
+        folds: dict[int, np.ndarray] | None = {} if foldable is not None else None
         timed = ctx.on_step is not None
-        enter, on_value, live = ctx.on_enter, ctx.on_value, ctx.live_arrays
+        position = ctx.position
+        if position is not None:
+            slots, slot, numbers = position.slots, position.slot, position.numbers
+        on_value, live = ctx.on_value, ctx.live_arrays
         if live is not None:
             live.hold(tuple(args))
         if on_value is not None:
             for param, value in zip(comp.parameters, args):
                 on_value(param, value)
         with np.errstate(all="ignore"):
-            for kernel, inst, operand_slots, out, release, dims, dtype in self.steps:
-                if enter is not None:
-                    enter(inst)
+            for kernel, inst, operand_slots, out, release, dims, dtype, finish in self.steps:
+                for s in finish:
+                    if type(values[s]) is Pending:
+                        values[s] = self._finish(ctx, s, values[s])
+                if position is not None:
+                    slots[slot] = numbers[id(inst)]
                 try:
                     if timed:
                         value = ctx.timed(kernel, inst, [values[s] for s in operand_slots])
@@ -227,26 +410,92 @@ class _Plan:
                 except Exception as e:
                     raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
                                          f"{type(e).__name__}: {e}") from e
-                if dims is not None:
+                if type(value) is Pending:
+                    pass                                # checked when finished
+                elif dims is not None:
                     if type(value) is not np.ndarray:
                         value = _as_array(value, comp, inst)
                     if value.shape != dims or value.dtype != dtype:
                         _raise_mismatch(value, comp, inst)
+                    if folds is not None and out in foldable:
+                        folds[out] = value
                 elif _difference(value, inst.shape) is not None:
                     _raise_mismatch(value, comp, inst)
                 values[out] = value
-                if on_value is not None:
-                    on_value(inst, value)
+                if type(value) is not Pending:
+                    if on_value is not None:
+                        on_value(inst, value)
+                    if live is not None:
+                        live.hold(value)
                 if live is not None:
-                    live.hold(value)
                     for s in release:
                         live.drop(values[s])
                 for s in release:
                     values[s] = None
+            for s in self.finish_at_end:
+                if type(values[s]) is Pending:
+                    values[s] = self._finish(ctx, s, values[s])
         if live is not None:
-            for value in values:
-                live.drop(value)
+            for value, folded in zip(values, self.initial):
+                if folded is None:
+                    live.drop(value)
+        if folds is not None and self.foldable is not None:
+            self._fold(folds)
         return values[self.root_slot]
+
+    def _finish(self, ctx: EvalContext, s: int, pending: Pending) -> Any:
+        """The checked value of the pending collective in slot `s`."""
+        comp = self.computation
+        inst = comp.instructions[s]
+        try:
+            value = ctx.finish(pending, inst)
+        except GspmdcError:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
+                                 f"{type(e).__name__}: {e}") from e
+        dims, dtype = _expected(inst.shape)
+        if dims is not None:
+            if type(value) is not np.ndarray:
+                value = _as_array(value, comp, inst)
+            if value.shape != dims or value.dtype != dtype:
+                _raise_mismatch(value, comp, inst)
+        elif _difference(value, inst.shape) is not None:
+            _raise_mismatch(value, comp, inst)
+        if ctx.on_value is not None:
+            ctx.on_value(inst, value)
+        if ctx.live_arrays is not None:
+            ctx.live_arrays.hold(value)
+        return value
+
+    def _fold(self, candidates: dict[int, np.ndarray]) -> None:
+        """After the first complete run: keep the foldable arrays that fit the limits and drop
+        the steps they make unnecessary."""
+        self.foldable = None
+        kept, total = set(), 0
+        for s, value in candidates.items():
+            size = _held_bytes(value)
+            if size <= FOLD_BYTES and total + size <= FOLD_PLAN_BYTES:
+                kept.add(s)
+                total += size
+                self.initial[s] = value
+        if kept:
+            self.steps, self.finish_at_end = self._steps(kept)
+
+
+def _expected(shape: Shape) -> tuple[tuple[int, ...] | None, np.dtype | None]:
+    """(dims, dtype) an array result must have; (None, None) for tuples and tokens."""
+    if isinstance(shape, ArrayShape) and not shape.is_token:
+        return shape.dims, dtypes.numpy_dtype(shape.element_type)
+    return None, None
+
+
+def _held_bytes(value: np.ndarray) -> int:
+    """The bytes of memory an array keeps alive: its base's, for a view (a broadcast scalar
+    holds a few bytes, whatever its shape)."""
+    while isinstance(value.base, np.ndarray):
+        value = value.base
+    return value.nbytes
 
 
 def _windows_of_pads(comp: Computation) -> dict[Instruction, Instruction]:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gspmdc.atomic import atomic_output
 from gspmdc.errors import GspmdcError, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Computation, Instruction, Module
@@ -128,6 +126,7 @@ def describe_value(value: np.ndarray) -> str:
 
 def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     """Write `arrays` to `path` atomically (no partial file on failure)."""
+    from gspmdc.atomic import atomic_output
     with atomic_output(path) as f:
         np.savez(f, **arrays)
 
@@ -166,6 +165,7 @@ def random_inputs(module: Module, seed: int) -> list:
               for k in range(-(-flat.size // RANDOM_BLOCK))]
     fill = functools.partial(_fill_block, leaves)
     if len(blocks) > 1:
+        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
             list(pool.map(fill, blocks))
     else:

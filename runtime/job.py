@@ -1,12 +1,15 @@
 """A `gspmdc run` job: a partitioned program to execute, and the parts every backend shares.
 
-The driver (`gspmdc/prepare.py`) compiles a program into a picklable `Job`: the SPMD program's
-text, the reference program's text for `--check`, the partition count and the options; it also
-checks before any partition starts what the runtime can tell (`check_executable`: every opcode
-has a kernel; `check_input_file`: the input file has the entry's arrays). Backends then execute
+The driver (`gspmdc/prepare.py`) compiles a program into a `Job`: the SPMD program and the
+reference program for `--check` as IR (no text), the global signature of the SPMD program's entry
+(global shapes and shardings of its parameters and result), the partition count and the options;
+it also checks before any partition starts what the runtime can tell (`check_executable`: every
+opcode has a kernel; `check_input_file`: the input file has the entry's arrays). A `Job` pickles
+into a compact plan of its programs (several times faster to load than their text is to parse):
+MPI ranks receive it that way and never import the parser or the passes. Backends then execute
 the job: `execute_local` here (threads), `rank.execute_on_mpi` (one MPI rank per partition).
-Both get their inputs from `input_sources` and end with `finish` (profile table, `--check`
-against the reference, atomic output file, printed outputs).
+Both get their inputs from `input_sources` and end with `finish` (profile table, the times of
+`--repeat`, `--check` against the reference, atomic output file, printed outputs).
 """
 from __future__ import annotations
 
@@ -22,68 +25,29 @@ from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import TupleShape
 
 from . import io
-from .npz_members import member_array, member_header, member_names
-from .profile import RankProfile, format_profiles, measured_figures
-from .rounding import DEFAULT_ROUNDING
-from .sharded_io import SpmdSignature, spmd_signature, unflatten_value
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The options of `gspmdc run` that travel with the job."""
-
-    num_partitions: int | None = None
-    inputs: str | None = None
-    seed: int = 0
-    outputs: str | None = None
-    check: bool = False
-    profile: bool = False
-    timeout: float | None = None
-    padding: str = "zeros"
-    deterministic: bool = False
-    mpi_wait: str = "auto"
-    output_sharding: str | None = None
-    quiet: bool = False
-    #: where bf16 results are rounded, on every rank and in the reference (`rounding.py`)
-    rounding: str = DEFAULT_ROUNDING
-    #: write the measured figures (`runtime/profile.measured_figures`) here as JSON
-    profile_json: str | None = None
-
-    @property
-    def profiling(self) -> bool:
-        """Whether partitions record profiles (`--profile` or `--profile-json`)."""
-        return self.profile or self.profile_json is not None
+from .options import RunOptions
+from .profile import RankProfile, format_profiles, format_run_times, measured_figures
+from .sharded_io import SpmdSignature, unflatten_value
 
 
 @dataclass(frozen=True)
 class Job:
     """A prepared run: the SPMD program, the global program it was partitioned from (None when
     the input was already partitioned: random inputs are drawn for it, and `--check` evaluates
-    it on one device), the partition count and the options. `reference_spmd_text`: for a global
-    program with manual regions under `--check`, the SPMD program `--check` runs instead, on
-    `num_partitions` local threads from the same global inputs."""
+    it on one device), the global signature of the SPMD program's entry, the partition count and
+    the options. `reference_spmd` (with its signature): for a global program with manual regions
+    under `--check`, the SPMD program `--check` runs instead, on `num_partitions` local threads
+    from the same global inputs. Picklable: what the launcher sends to every MPI rank."""
 
-    spmd_text: str
-    reference_text: str | None
+    spmd: Module
+    reference: Module | None
+    signature: SpmdSignature
     num_partitions: int
     options: RunOptions
     #: wall-clock time (`time.time()`) the run started, for --profile's start-up figure
     started_at: float | None = None
-    reference_spmd_text: str | None = None
-
-    def spmd_module(self) -> Module:
-        from gspmdc.ir.parser import parse_module
-        return parse_module(self.spmd_text, "<spmd program>")
-
-    def reference_module(self) -> Module | None:
-        from gspmdc.ir.parser import parse_module
-        return None if self.reference_text is None else \
-            parse_module(self.reference_text, "<reference program>")
-
-    def reference_spmd_module(self) -> Module | None:
-        from gspmdc.ir.parser import parse_module
-        return None if self.reference_spmd_text is None else \
-            parse_module(self.reference_spmd_text, "<reference SPMD program>")
+    reference_spmd: Module | None = None
+    reference_spmd_signature: SpmdSignature | None = None
 
 
 def check_executable(module: Module) -> None:
@@ -105,6 +69,7 @@ def check_executable(module: Module) -> None:
 def check_input_file(path: str, signature: SpmdSignature) -> None:
     """The npz file has exactly the entry arguments (`arg0`, ...; tuple parameters as `arg0.0`,
     ... as in `runtime/io.py`) with the global shapes and types; reads headers only."""
+    from .npz_members import member_header, member_names
     names = set(member_names(path))
     expected = {key for i, value in enumerate(signature.parameters)
                 for key, _ in io.leaf_keys(f"arg{i}", value.global_shape)}
@@ -130,8 +95,9 @@ def input_sources(job: Job, signature: SpmdSignature) -> list[Any]:
     slice), or the seeded random inputs (`runtime/io.random_inputs` on the reference program, so
     index inputs stay in range; on an already-partitioned program integers are drawn in [0, 8))."""
     if job.options.inputs is None:
-        reference = job.reference_module() or _parameters_only(signature)
+        reference = job.reference or _parameters_only(signature)
         return io.random_inputs(reference, job.options.seed)
+    from .npz_members import member_array
     values = []
     for i, value in enumerate(signature.parameters):
         leaves = []
@@ -152,29 +118,31 @@ def _parameters_only(signature: SpmdSignature) -> Module:
 
 def execute_local(job: Job) -> int:
     """Run the job on the local backend (one thread per partition); the exit code."""
-    from .backends.local import run_local
+    from .backends.local import run_local_timed
     from .profile import ProfileRecorder
     from .sharded_io import assemble_outputs, split_inputs
-    module = job.spmd_module()
-    signature = spmd_signature(module, job.num_partitions)
+    module, signature = job.spmd, job.signature
     inputs = input_sources(job, signature)
     per_partition = split_inputs(signature, inputs, padding=job.options.padding)
     n = job.num_partitions
     recorders = [ProfileRecorder(p, n, job.started_at, module) for p in range(n)] \
         if job.options.profiling else None
-    results = run_local(module, per_partition, n, recorders=recorders,
-                        timeout=job.options.timeout, rounding=job.options.rounding)
+    results, run_times = run_local_timed(module, per_partition, n, repeat=job.options.repeat,
+                                         recorders=recorders, timeout=job.options.timeout,
+                                         rounding=job.options.rounding)
     profiles = [r.profile() for r in recorders] if recorders is not None else None
-    return finish(job, module, assemble_outputs(signature, results), inputs, profiles)
+    return finish(job, module, assemble_outputs(signature, results), inputs, profiles,
+                  run_times=run_times)
 
 
 def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
            profiles: Sequence[RankProfile] | None,
-           write_outputs: Callable[[dict[str, np.ndarray]], None] | None = None) -> int:
+           write_outputs: Callable[[dict[str, np.ndarray]], None] | None = None,
+           run_times: Sequence[float] = ()) -> int:
     """After the run: print the profile (`--profile`) and write its figures (`--profile-json`),
-    check against the reference, write and print the outputs (`write_outputs(arrays)` when
-    given, else `io.write_npz_atomic` to `--outputs`). Returns EXIT_MISMATCH when the check
-    fails, else EXIT_OK."""
+    print the times of the repeated runs (`--repeat`), check against the reference, write and
+    print the outputs (`write_outputs(arrays)` when given, else `io.write_npz_atomic` to
+    `--outputs`). Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
     from .compare import check_tolerance, compare_output_arrays
     options = job.options
     named = io.output_arrays(module, outputs)
@@ -182,6 +150,8 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
         print(format_profiles(profiles))
     if profiles is not None and options.profile_json is not None:
         _write_json(options.profile_json, measured_figures(module, profiles).to_json())
+    if run_times:
+        print(format_run_times(run_times))
     if options.outputs is not None:
         if write_outputs is not None:
             write_outputs(named)
@@ -192,7 +162,7 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
             print(f"{name}: {io.describe_value(value)}")
     if not options.check:
         return EXIT_OK
-    reference = job.reference_module()
+    reference = job.reference
     want = io.output_arrays(reference, _reference_outputs(job, reference, inputs))
     results = compare_output_arrays(named, want, check_tolerance(reference))
     for result in results:
@@ -218,12 +188,12 @@ def _reference_outputs(job: Job, reference: Module, inputs: Sequence[Any]) -> An
     or the reference SPMD program run on `job.num_partitions` local threads."""
     from .interpreter import evaluate
     values = [_in_memory(a) for a in inputs]
-    spmd = job.reference_spmd_module()
+    spmd = job.reference_spmd
     if spmd is None:
         return evaluate(reference, values, rounding=job.options.rounding)
     from .backends.local import run_local
     from .sharded_io import assemble_outputs, split_inputs
-    signature = spmd_signature(spmd, job.num_partitions)
+    signature = job.reference_spmd_signature
     results = run_local(spmd, split_inputs(signature, values), job.num_partitions,
                         timeout=job.options.timeout, rounding=job.options.rounding)
     return assemble_outputs(signature, results)

@@ -1,7 +1,7 @@
 """`gspmdc run --backend mpi` from a plain process: start `mpiexec`, supervise the ranks, stop the
 whole job on any failure, and leave nothing behind.
 
-`launch(job, mpiexec, hostfile)`:
+`launch(prepare, num_partitions, mpiexec, hostfile)`:
 
 - makes a private run directory (the ranks' position board, `rank_position.py`; the Unix socket;
   the output being received) and starts the *reaper* (`reaper.py`), which cleans up if this
@@ -9,8 +9,12 @@ whole job on any failure, and leave nothing behind.
 - starts `mpiexec -n N [-f HOSTFILE] python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own
   session; the kernel kills `mpiexec` if this process dies (`prctl(PR_SET_PDEATHSIG)`), and
   MPICH's proxies then kill their ranks;
+- prepares the job (`prepare()`: parsing, partitioning, checks). When the number of partitions is
+  known beforehand (`-n`), `mpiexec` is started first, so the ranks start Python, import the
+  runtime and initialise MPI while this process partitions the program; if preparing fails, the
+  ranks are stopped and the error is raised. Otherwise the job is prepared first;
 - accepts each rank's connection (`rank_link.py`; a Unix socket, or TCP when a hostfile puts
-  ranks on other hosts), learns its pid and host, and sends it the job;
+  ranks on other hosts), learns its pid and host, and sends it the job (pickled once);
 - passes rank output through live (without MPICH's termination banners);
 - stops the job (every process of it on this machine killed at once; ranks elsewhere exit when
   their connection closes) when a rank's connection closes without `done`/`failed` (named with
@@ -42,13 +46,16 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 
 from . import mpi_processes, rank_link
-from .job import Job
+from .cores import with_blas_threads
 from .rank_position import create_board_file, describe, describe_ranks, read_board_file
+
+if TYPE_CHECKING:       # annotations only: mpiexec starts before the job module is imported
+    from .job import Job
 
 #: environment variables that MPI launchers set in every rank
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -111,31 +118,38 @@ def address_towards(host: str) -> str:
 
 # ====================================================================================== launch
 
-def launch(job: Job, mpiexec: str, hostfile: str | None = None) -> int:
-    """Run `job` on `job.num_partitions` MPI ranks and return the exit code (see the module
-    docstring)."""
+def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
+           hostfile: str | None = None) -> int:
+    """Run the job `prepare()` returns on MPI ranks, one per partition, and return the exit code
+    (see the module docstring). `num_partitions`: the number of partitions when it is known
+    before the job is prepared (it must then be the job's), else None."""
     started = mpi_processes.process_started_at()        # --timeout counts from here
     address_host = address_towards(hostfile_hosts(hostfile)[0]) if hostfile else None
-    signals = _SignalRecorder()
+    job = prepare() if num_partitions is None else None
+    n = job.num_partitions if job is not None else num_partitions
     run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))
     reaper = subprocess.Popen([sys.executable, "-m", "gspmdc.runtime.reaper", str(run_dir),
                                repr(started)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    session = None
+    session = signals = None
     try:
-        create_board_file(run_dir / "positions", job.num_partitions)
+        create_board_file(run_dir / "positions", n)
         listener, address = rank_link.listen(address_host, str(run_dir / "ranks.sock"))
         token = secrets.token_hex(16)
-        command = [mpiexec, "-n", str(job.num_partitions)] + \
-            (["-f", hostfile] if hostfile else []) + \
+        command = [mpiexec, "-n", str(n)] + (["-f", hostfile] if hostfile else []) + \
             [sys.executable, "-m", "gspmdc.runtime.rank", address, token]
-        session = _Session(job, run_dir, listener, token, started,
+        session = _Session(n, run_dir, listener, token, started,
                            on_local_pid=lambda pid: _tell(reaper, f"pid {pid}"))
-        return session.run(command, signals)
+        session.start(command)
+        if job is None:
+            job = prepare()             # while the ranks start
+        signals = _SignalRecorder()
+        return session.supervise(job, signals)
     finally:
         if session is not None:
             session.close()
-        signals.restore()
+        if signals is not None:
+            signals.restore()
         shutil.rmtree(run_dir, ignore_errors=True)
         _tell(reaper, "done")           # it exits on its own: no need to wait for it
         reaper.stdin.close()
@@ -189,9 +203,11 @@ class _Rank:
 class _Session:
     """One running job: mpiexec, the ranks' connections, the output being received."""
 
-    def __init__(self, job: Job, run_dir: Path, listener: socket.socket, token: str,
+    def __init__(self, num_partitions: int, run_dir: Path, listener: socket.socket, token: str,
                  started: float, on_local_pid: Callable[[int], None]):
-        self.job = job
+        self.num_partitions = num_partitions
+        #: the job, set by `supervise` before any rank's hello is answered
+        self.job: Job | None = None
         self.started = started
         self.on_local_pid = on_local_pid
         self.run_dir = run_dir
@@ -203,27 +219,34 @@ class _Session:
         self.buffers: dict[socket.socket, bytearray] = {}
         self.ranks: dict[socket.socket, _Rank] = {}
         self.closed: list[_Rank] = []         # ranks whose connection closed, in order
-        self.output = _OutputReceiver(run_dir / "outputs.npz") \
-            if job.options.outputs is not None else None
+        self.output: _OutputReceiver | None = None
         self.proc: subprocess.Popen | None = None
         self.reported_pids: set[int] = set()
         self.relays: list[threading.Thread] = []
+        self.payloads: dict[str | None, bytes] = {}
 
     # ---------------------------------------------------------------------------- supervising
-    def run(self, command: list[str], signals: _SignalRecorder) -> int:
-        timeout = self.job.options.timeout
-        deadline = None if timeout is None else self.started + timeout
+    def start(self, command: list[str]) -> None:
+        """Start `mpiexec` (the ranks connect, and wait for the job until `supervise`)."""
         try:
             self.proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                env=_rank_environment(self.job.num_partitions),
+                env=_rank_environment(self.num_partitions),
                 preexec_fn=mpi_processes.die_with_parent)
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
         self.on_local_pid(self.proc.pid)
         self.relays = [_relay(self.proc.stdout, sys.stdout, self.reported_pids),
                        _relay(self.proc.stderr, sys.stderr, self.reported_pids)]
+
+    def supervise(self, job: Job, signals: _SignalRecorder) -> int:
+        """Send `job` to the ranks and watch them until the job ends; the exit code."""
+        self.job = job
+        if job.options.outputs is not None:
+            self.output = _OutputReceiver(self.run_dir / "outputs.npz")
+        timeout = job.options.timeout
+        deadline = None if timeout is None else self.started + timeout
         while True:
             self.poll(_POLL_SECONDS)
             if signals.caught is not None:
@@ -264,7 +287,7 @@ class _Session:
             return code
         status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
         missing = self._never_connected()
-        if len(missing) == self.job.num_partitions:
+        if len(missing) == self.num_partitions:
             return self._fail(f"mpiexec failed ({status}) before any rank started; the launcher "
                               f"was {self.proc.args[0]}")
         if missing:
@@ -283,12 +306,12 @@ class _Session:
 
     def _all_done(self) -> bool:
         everyone = self._everyone()
-        return len(everyone) == self.job.num_partitions and \
+        return len(everyone) == self.num_partitions and \
             all(r.ended == "done" for r in everyone)
 
     def _never_connected(self) -> list[int]:
         seen = {r.number for r in self._everyone()}
-        return [r for r in range(self.job.num_partitions) if r not in seen]
+        return [r for r in range(self.num_partitions) if r not in seen]
 
     def _died(self) -> _Rank | None:
         """The rank that died first: of the ranks whose connection closed unannounced (unless a
@@ -305,21 +328,15 @@ class _Session:
         if not rank.local:
             return "running on another host"
         board = read_board_file(self.run_dir / "positions")
-        return describe(self._module(), board[rank.number])
+        return describe(self.job.spmd, board[rank.number])
 
     def _where_everyone(self) -> str:
         board = read_board_file(self.run_dir / "positions")
         remote = {r.number: r for r in self.ranks.values() if not r.local}
         local = {n: code for n, code in enumerate(board) if n not in remote}
-        parts = [describe_ranks(self._module(), local)] if local else []
+        parts = [describe_ranks(self.job.spmd, local)] if local else []
         parts += [f"rank {n} running on {remote[n].host}" for n in sorted(remote)]
         return "; ".join(parts)
-
-    def _module(self):
-        try:
-            return self.job.spmd_module()
-        except GspmdcError:
-            return None
 
     # ---------------------------------------------------------------------------- connections
     def poll(self, seconds: float) -> None:
@@ -394,7 +411,10 @@ class _Session:
         if rank.local:
             self.on_local_pid(pid)
         board = str(self.run_dir / "positions") if rank.local else None
-        payload = pickle.dumps((self.job, board))
+        payload = self.payloads.get(board)
+        if payload is None:             # pickled once for the local ranks, once for the others
+            payload = self.payloads[board] = pickle.dumps((self.job, board),
+                                                          pickle.HIGHEST_PROTOCOL)
         try:
             conn.sendall(f"job {len(payload)}\n".encode() + payload)
         except OSError:
@@ -426,7 +446,7 @@ class _Session:
         if self.output is not None:
             self.output.discard()
         everyone = self._everyone()
-        if len(everyone) < self.job.num_partitions or not all(r.ready for r in everyone):
+        if len(everyone) < self.num_partitions or not all(r.ready for r in everyone):
             mpi_processes.sweep_orphan_segments(self.started)
 
 
@@ -485,12 +505,9 @@ class _OutputReceiver:
 
 
 def _rank_environment(n: int) -> dict[str, str]:
-    """Ranks get an equal share of the cores for their BLAS threads (unless the user chose)."""
-    env = dict(os.environ)
-    threads = str(max(1, (os.cpu_count() or 1) // n))
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(name, threads)
-    return env
+    """Ranks get an equal share of the free cores for their BLAS threads (unless the user chose;
+    `cores.py`)."""
+    return with_blas_threads(dict(os.environ), n)
 
 
 def _relay(stream, target, reported_pids: set[int]) -> threading.Thread:

@@ -31,6 +31,8 @@ _PR_SET_PDEATHSIG = 1
 #: an orphan segment must be unmapped at two looks this far apart (a starting job maps its
 #: segment right after creating it)
 _SWEEP_RECHECK_SECONDS = 0.2
+#: how long `kill_tree` waits for the killed processes to be gone
+_GONE_SECONDS = 5.0
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -177,7 +179,8 @@ def descendants(roots) -> set[int]:
 
 def kill_tree(roots) -> None:
     """SIGKILL `roots` and their descendants: stop them all (collected again until no new one
-    appears), then kill them."""
+    appears), kill them, and wait (up to `_GONE_SECONDS`) until none is alive, so that what they
+    mapped is unmapped when this returns (a process takes a while to die on a loaded machine)."""
     stopped: set[int] = set()
     while True:
         tree = descendants(set(roots) | stopped)
@@ -189,6 +192,9 @@ def kill_tree(roots) -> None:
         stopped |= new
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _GONE_SECONDS
+    while any(alive(pid) for pid in stopped) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -10,15 +10,20 @@ one partition. It sorts the exclusive time of every instruction into
   control-flow instructions themselves, argument checks).
 
 For each collective instruction it counts executions, time, and the bytes this partition sends
-and receives in each execution (`gspmdc.ir.collective_bytes`: the ring algorithm's bytes, the
-measure `gspmdc cost` predicts). Given the module, it also counts the operations of every
-instruction run as a program step (`gspmdc.ir.flops`), and its `live_arrays`
-(`runtime/live_arrays.py`, passed to `evaluate(..., live_arrays=...)`) measure the peak of the
-partition's live arrays.
+and receives in each execution, as the cost model (`gspmdc.ir.cost`, docs/design/cost-model.md)
+counts them for this partition's position in its group: exact to the byte, the numbers `gspmdc
+cost` predicts and the reshard planner and `gspmdc explain` give (an MPI library's own algorithm
+may move other amounts). Given the module, it also counts the operations of every instruction run
+as a program step (`gspmdc.ir.flops`), and its `live_arrays` (`runtime/live_arrays.py`, passed to
+`evaluate(..., live_arrays=...)`) measure the peak of the partition's live arrays.
 
 `recorder.timed(fn)` measures the evaluation's wall time; given `started_at` (the wall-clock time
 `gspmdc run` started), it also records the start-up: the seconds from then until the evaluation
-began (the first instruction).
+began (the first instruction). `recorder.reset()` forgets what was recorded so far except the
+start-up and the peak of live arrays (`run --repeat` profiles the runs after the first).
+
+`format_run_times(seconds)` describes the times of repeated runs (`run --repeat`): median,
+quartiles and extremes per run.
 
 `recorder.profile()` gives a picklable `RankProfile`; `format_profiles` prints a table of them,
 `measured_figures` turns them into the figures `gspmdc run --profile-json` writes (the layout of
@@ -30,7 +35,7 @@ from dataclasses import dataclass, field
 from time import perf_counter, time
 from typing import Callable, Sequence
 
-from gspmdc.ir.collective_bytes import collective_bytes
+from gspmdc.ir.cost import instruction_traffic
 from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
 from gspmdc.ir.flops import executed_computations, instruction_flops
 from gspmdc.ir.liveness import shape_bytes
@@ -119,6 +124,13 @@ class ProfileRecorder:
         if self._profile.flops is not None:
             self._profile.flops += self._flops.get(id(inst), 0)
 
+    def reset(self) -> None:
+        """Forget the times, calls, bytes and operations recorded so far; keep the start-up (and
+        the peak of live arrays, which repeated runs of one program share)."""
+        self._profile = RankProfile(self._profile.partition, startup=self._profile.startup,
+                                    flops=None if self._profile.flops is None else 0)
+        self._models.clear()
+
     def timed(self, fn: Callable[[], object]) -> object:
         """Call `fn()` and add its duration to the wall time (the first call records the
         start-up)."""
@@ -139,12 +151,13 @@ class ProfileRecorder:
         model = self._models.get(id(inst))
         if model is None:
             me = self._profile.partition
-            cost = collective_bytes(inst, self._num_partitions)
+            traffic = instruction_traffic(inst, self._num_partitions)
             stats = self._profile.collectives.setdefault(
-                inst.name, CollectiveStats(inst.opcode, cost.group_size,
+                inst.name, CollectiveStats(inst.opcode, traffic.group_size,
                                            self._computation.get(id(inst), ""),
-                                           len(cost.groups)))
-            model = self._models[id(inst)] = (stats, cost.sent[me], cost.received[me])
+                                           traffic.num_groups))
+            model = self._models[id(inst)] = (stats, int(traffic.sent[me]),
+                                              int(traffic.received[me]))
         return model
 
 
@@ -212,6 +225,26 @@ def measured_figures(module: Module, profiles: Sequence[RankProfile]) -> CostFig
                          "collectives": slowest.collective_seconds,
                          "interpretation": slowest.interpretation_seconds},
         extra={"wall_seconds_per_device": [p.wall for p in ordered]})
+
+
+def format_run_times(seconds: Sequence[float]) -> str:
+    """One line on the times of the runs after the first of `run --repeat`: the median, the
+    quartiles, the fastest and the slowest run."""
+    ordered = sorted(seconds)
+    k = len(ordered)
+
+    def quantile(q: float) -> float:
+        position = q * (k - 1)
+        low = int(position)
+        high = min(low + 1, k - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return (f"repeat: {k} run{'s' if k > 1 else ''} after the first: median {_ms(quantile(0.5))} "
+            f"per run, quartiles {_ms(quantile(0.25))} - {_ms(quantile(0.75))}, fastest "
+            f"{_ms(ordered[0])}, slowest {_ms(ordered[-1])}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
 
 
 def _bytes(n: int) -> str:

@@ -3,20 +3,23 @@
 Two ways in:
 
 - `main`: `python -m gspmdc.runtime.rank ADDRESS TOKEN`, started by the launcher's `mpiexec`
-  (`launcher.py`). First thing, before importing anything heavy or starting MPI, the rank asks
-  the kernel to kill it when its parent (MPICH's proxy) dies, connects to the launcher
-  (`rank_link.py`) and receives the job; from then on the launcher knows its pid and host and
-  names it if it dies, and the rank exits (3) if the launcher's connection closes. Then MPI
-  starts; once every rank is past `MPI_Init`, the names of MPICH's shared-memory segments are
-  removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0
-  sends the outputs to the launcher, which writes the file once every rank has finished.
-  Timeouts are the launcher's.
+  (`launcher.py`). First thing, before importing anything heavy, the rank asks the kernel to kill
+  it when its parent (MPICH's proxy) dies and connects to the launcher (`rank_link.py`): from
+  then on the launcher knows its pid and host and names it if it dies. Then, while the launcher
+  may still be partitioning the program, the rank imports the runtime (numpy, the interpreter,
+  the kernels, the MPI backend; never the parser or the passes) and starts MPI, and only then
+  receives the job; from then on it exits (3) if the launcher's connection closes. Once every
+  rank is past `MPI_Init`, the names of MPICH's shared-memory segments are removed
+  (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0 sends the
+  outputs to the launcher, which writes the file once every rank has finished. Timeouts are the
+  launcher's.
 - `run_in_place(prepare, options)`, when the process already is an MPI rank (the user ran
   `mpiexec ... gspmdc run`, or `srun`): rank 0 prepares the job and broadcasts it; if
   preparation fails every rank exits with its exit code. Rank 0 writes the outputs (atomically);
   `--timeout` arms a watchdog on every rank.
 
-`execute_on_mpi(job)` is the same on every rank: parse the SPMD program, build the MPI backend,
+`execute_on_mpi(job)` is the same on every rank: build the MPI backend for the SPMD program (the
+job carries it as IR: a rank imports neither the parser nor the passes),
 read this partition's shard of every input (memory-mapped slices of the input file, or the seeded
 random inputs), evaluate, send the pieces rank 0 needs for each output (`Igatherv` of raw bytes
 from the source partitions of each tile only), and on rank 0 assemble, check, write and print
@@ -27,6 +30,7 @@ and instruction and calls `MPI_Abort`, which stops every rank at once. Exit code
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -54,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         link = RankLink(args[0], args[1], rank_from_environment(), socket.gethostname(),
                         mpi_processes.host_identity())
+        _load_runtime()
         job, board_path = link.receive_job()
         link.watch_launcher(_launcher_lost)
     except (OSError, ConnectionError) as e:
@@ -71,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     mpi_processes.unlink_segments(mpi_processes.mapped_mpich_segments())
     link.say("ready")
     return execute_on_mpi(job, link, board)
+
+
+def _load_runtime() -> None:
+    """Import what executing a job needs and start MPI (importing `mpi4py.MPI` initialises it):
+    the rank does this while the launcher prepares the job."""
+    from mpi4py import MPI  # noqa: F401
+    from . import interpreter, job  # noqa: F401
+    from .backends import mpi  # noqa: F401
 
 
 def _launcher_lost() -> None:
@@ -128,13 +141,11 @@ def execute_on_mpi(job, link: RankLink | None = None, board=None) -> int:
     rank = comm.Get_rank()
     if board is None:
         board = PositionBoard(None, rank, comm.Get_size())
-    parsed: list = []               # the module once parsed, for the watchdog's report
-    watchdog = _arm_watchdog(comm, job.options.timeout, board,
-                             lambda: parsed[0] if parsed else None) if link is None else None
+    module = job.spmd
+    watchdog = _arm_watchdog(comm, job.options.timeout, board, module) \
+        if link is None else None
     partition = None
     try:
-        module = job.spmd_module()
-        parsed.append(module)
         backend = MpiBackend(module, comm, deterministic=job.options.deterministic,
                              wait=job.options.mpi_wait)
         partition = backend.partition_id()
@@ -143,47 +154,56 @@ def execute_on_mpi(job, link: RankLink | None = None, board=None) -> int:
             link.finish("done")
         return code
     except BaseException as e:  # noqa: BLE001 - every failure stops the whole job
-        _abort(comm, rank, partition, e, link,
-               describe(parsed[0] if parsed else None, board.get(rank)))
+        _abort(comm, rank, partition, e, link, describe(module, board.get(rank)))
     finally:
         if watchdog is not None:
             watchdog.cancel()
 
 
 def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> int:
+    from time import perf_counter
     from gspmdc.errors import EXIT_OK
     from .backends.mpi import wait
-    from .interpreter import evaluate
+    from .interpreter import Executable
     from .job import finish, input_sources
     from .profile import ProfileRecorder
     from .rank_position import FINISHING, WRITING
-    from .sharded_io import shard_value, spmd_signature
+    from .sharded_io import shard_value
     n = job.num_partitions
     p = backend.partition_id()
-    signature = spmd_signature(module, n)
+    signature = job.signature
     sources = input_sources(job, signature)
     args = [shard_value(a, v, p, n, padding=job.options.padding)
             for a, v in zip(sources, signature.parameters)]
     recorder = ProfileRecorder(p, n, job.started_at, module) if job.options.profiling else None
-    enter = board.tracker(module)
-    if recorder is not None:
-        value = recorder.timed(lambda: evaluate(module, args, backend=backend,
-                                                on_step=recorder.on_step, on_enter=enter,
-                                                rounding=job.options.rounding,
-                                                live_arrays=recorder.live_arrays))
-    else:
-        value = evaluate(module, args, backend=backend, on_enter=enter,
-                         rounding=job.options.rounding)
+    executable = Executable(module, backend, position=board.position(module),
+                            on_step=recorder.on_step if recorder is not None else None,
+                            live_arrays=recorder.live_arrays if recorder is not None else None,
+                            rounding=job.options.rounding)
+
+    def run():
+        return executable(args) if recorder is None else recorder.timed(lambda: executable(args))
+    value = run()
+    run_times = []
+    for _ in range(job.options.repeat):
+        if recorder is not None and not run_times:
+            recorder.reset()                # the profile covers the runs after the first
+        wait(comm.Ibarrier())               # every run starts on every rank together
+        start = perf_counter()
+        value = run()
+        run_times.append(perf_counter() - start)
     board.set(FINISHING)
     outputs = _gather_outputs(value, signature, module, comm)
     profiles = comm.gather(recorder.profile() if recorder is not None else None, root=0)
+    rank_times = comm.gather(run_times, root=0)
     backend.close()
     code = EXIT_OK
     if comm.Get_rank() == 0:
         board.set(WRITING)
         write = link.send_outputs if link is not None else None
+        slowest = [max(times) for times in zip(*rank_times)]    # a run lasts until all end
         code = finish(job, module, outputs, sources, profiles if recorder is not None else None,
-                      write_outputs=write)
+                      write_outputs=write, run_times=slowest)
         sys.stdout.flush()
     wait(comm.Ibarrier())           # the other ranks sleep while rank 0 checks and writes
     return comm.bcast(code, root=0)
@@ -253,9 +273,9 @@ def _abort_job(comm) -> None:
     os._exit(EXIT_RUNTIME)
 
 
-def _arm_watchdog(comm, timeout: float | None, board, module_now):
+def _arm_watchdog(comm, timeout: float | None, board, module):
     """A timer that ends the whole job when `timeout` seconds pass. Rank 0 reports it with where
-    it was; `module_now()` gives the module (None while it is being parsed)."""
+    it was in `module`."""
     if timeout is None:
         return None
     from .rank_position import describe_ranks
@@ -263,7 +283,7 @@ def _arm_watchdog(comm, timeout: float | None, board, module_now):
 
     def expire():
         if rank == 0:
-            where = describe_ranks(module_now(), {rank: board.get(rank)})
+            where = describe_ranks(module, {rank: board.get(rank)})
             print(f"gspmdc: error: the run timed out after {timeout:g} s: {where}",
                   file=sys.stderr, flush=True)
         _abort_job(comm)
@@ -274,4 +294,8 @@ def _arm_watchdog(comm, timeout: float | None, board, module_now):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # Every object so far is exempt from the collections of the interpreter's teardown, which
+    # would otherwise walk all of numpy's and the run's objects: longer than a small run.
+    gc.freeze()
+    sys.exit(exit_code)

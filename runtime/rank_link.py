@@ -81,7 +81,7 @@ class RankLink:
         """Send each array as a `.npy` member (header, then the raw bytes)."""
         import numpy as np
         for name, array in arrays.items():
-            array = np.ascontiguousarray(array)
+            array = np.require(array, requirements="C")     # keeps 0-d arrays 0-d
             header = io.BytesIO()
             info = np.lib.format.header_data_from_array_1_0(array)
             try:

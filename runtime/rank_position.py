@@ -4,9 +4,9 @@ A `PositionBoard` holds one int64 slot per rank. `gspmdc run` keeps it in a file
 directory that every rank maps shared (`mmap`), so the launcher can read a killed rank's slot and
 rank 0's watchdog every rank's slot when the job times out; ranks started by the user (`mpiexec
 ... gspmdc run`) get a private board that only their own watchdog reads. Before each instruction
-the interpreter's `on_enter` hook (`PositionBoard.tracker`) stores the instruction's number, its
+the interpreter's position record (`PositionBoard.position`) stores the instruction's number, its
 index in `module.all_instructions()`, into the rank's slot: a store into mapped memory, no system
-call on the data path. The number names the same instruction in every parse of the job's text
+call on the data path. The number names the same instruction in every copy of the job's program
 (`describe`). Negative values are phases: `STARTING` (before the first instruction: reading
 inputs, building communicators), `WAITING` (MPI started, waiting for the other ranks to start),
 `FINISHING` (after the last: assembling the outputs) and `WRITING` (rank 0 checking, writing or
@@ -17,9 +17,12 @@ from __future__ import annotations
 import mmap
 from array import array
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
-from gspmdc.ir.module import Instruction, Module
+if TYPE_CHECKING:       # annotations only: the launcher reads boards without importing the IR
+    from gspmdc.ir.module import Module
+
+    from .interpreter import Position
 
 STARTING = -1
 FINISHING = -2
@@ -68,14 +71,12 @@ class PositionBoard:
     def get(self, rank: int) -> int:
         return self._slots[rank]
 
-    def tracker(self, module: Module) -> Callable[[Instruction], None]:
-        """The interpreter's `on_enter` hook recording each instruction of `module` as it starts."""
-        number = {id(inst): i for i, (_, inst) in enumerate(module.all_instructions())}
-        slots, rank = self._slots, self.rank
-
-        def enter(inst: Instruction) -> None:
-            slots[rank] = number[id(inst)]
-        return enter
+    def position(self, module: Module) -> Position:
+        """The interpreter's position record (`evaluate(..., position=)`) writing each
+        instruction of `module` into this rank's slot as it starts."""
+        from .interpreter import Position
+        numbers = {id(inst): i for i, (_, inst) in enumerate(module.all_instructions())}
+        return Position(self._slots, self.rank, numbers)
 
 
 def describe(module: Module | None, code: int) -> str:

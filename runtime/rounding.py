@@ -34,9 +34,7 @@ from gspmdc.ir import ops
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.shapes import ArrayShape
 
-#: the interpreter's rounding semantics; the first is the default
-ROUNDINGS = ("xla", "per-op")
-DEFAULT_ROUNDING = ROUNDINGS[0]
+from .options import ROUNDINGS
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)

@@ -46,7 +46,6 @@ from gspmdc.errors import GspmdcError, ShardingError, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.attributes import RawAttr
 from gspmdc.ir.module import Module
-from gspmdc.ir.parser import parse_shape
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.stage import GLOBAL_SIGNATURE_KEY
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
@@ -143,10 +142,13 @@ def spmd_signature(module: Module, num_partitions: int | None = None, *,
 
 
 def _signature_attr(module: Module, name: str, num_params: int):
-    """`(parameter shapes, result shape)` of a `{(p0, ...)->result}` header attribute, or None."""
+    """`(parameter shapes, result shape)` of a `{(p0, ...)->result}` header attribute, or None.
+    The shapes are parsed here, where the job is prepared: MPI ranks receive the signature built
+    (`job.Job`) and never import the parser."""
     attr = module.attrs.get(name)
     if attr is None:
         return None
+    from gspmdc.ir.parser import parse_shape
     text = attr.text if isinstance(attr, RawAttr) else str(attr)
     body = text.strip()
     if body.startswith("{") and body.endswith("}"):

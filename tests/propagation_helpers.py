@@ -1,7 +1,7 @@
 """Helpers for the sharding-propagation tests: run the pass on HLO text, read shardings back."""
 from gspmdc.ir.parser import parse_module, parse_sharding
 from gspmdc.passes.propagation import propagate
-from gspmdc.passes.propagation.sharding_algebra import for_shape
+from gspmdc.ir.sharding_algebra import for_shape
 
 
 def run(text: str, **options):

@@ -335,7 +335,8 @@ def test_the_waiting_policy_travels_with_the_job(tmp_path, monkeypatch):
     from gspmdc.cli import main
     from gspmdc.runtime import launcher
     jobs = []
-    monkeypatch.setattr(launcher, "launch", lambda job, mpiexec, hostfile: jobs.append(job) or 0)
+    monkeypatch.setattr(launcher, "launch",
+                        lambda prepare, n, mpiexec, hostfile: jobs.append(prepare()) or 0)
     program = tmp_path / "matmul.hlo"
     program.write_text(MATMUL2)
     assert main(["run", str(program), "--mpi-wait", "polite"]) == 0
@@ -344,9 +345,9 @@ def test_the_waiting_policy_travels_with_the_job(tmp_path, monkeypatch):
 
 
 def test_an_unknown_waiting_policy_is_refused():
-    from gspmdc.runtime.backends.mpi import polite_waiting
+    from gspmdc.runtime.backends.mpi import Waiter
     with pytest.raises(GspmdcError, match="must be one of auto, polite, blocking, got 'busy'"):
-        polite_waiting(None, "busy")
+        Waiter("busy", oversubscribed=False)
     proc = subprocess.run([str(MPIEXEC.with_name("gspmdc")), "run", "x.hlo", "--mpi-wait",
                            "busy"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "invalid choice: 'busy'" in proc.stderr

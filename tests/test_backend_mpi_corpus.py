@@ -92,7 +92,7 @@ def run_locally(path: Path, num_devices: int | None, folder: Path):
     job = prepare_job(str(path), options)
     with contextlib.redirect_stdout(io.StringIO()):
         code = execute_local(job)
-    return job, code, load_outputs(options.outputs, output_types(job.reference_module()))
+    return job, code, load_outputs(options.outputs, output_types(job.reference))
 
 
 def equivalent_jobs(folder: Path):
@@ -136,7 +136,7 @@ def corpus_runs(tmp_path_factory):
                               timeout=300)
         assert proc.returncode == 0, f"{n} ranks: {proc.stderr[-3000:]}"
         for name, (code, printed) in json.loads((out / "codes.json").read_text()).items():
-            types = output_types(local[name][0].reference_module())
+            types = output_types(local[name][0].reference)
             runs[name] = (code, printed, load_outputs(str(folder / f"{name}.mpi.npz"), types))
     return local, runs
 
@@ -155,6 +155,6 @@ def test_mpi_runs_pass_their_check_and_equal_the_local_backend(corpus_runs):
     for name, (job, local_outputs) in sorted(local.items()):
         code, printed, mpi_outputs = runs[name]
         assert code == 0, f"{name} on {job.num_partitions} MPI ranks:\n{printed}"
-        tolerance = check_tolerance(job.reference_module())
+        tolerance = check_tolerance(job.reference)
         for comparison in compare_output_arrays(mpi_outputs, local_outputs, tolerance):
             assert comparison.ok, f"{name}: MPI vs local {comparison.line()}"

@@ -48,6 +48,7 @@ POSITIVE = "must be a positive integer (at most 2^63-1)"
     (["compile", "{p}", "-n", "0"], f"argument -n/--num-partitions: {POSITIVE}, got 0"),
     (["run", "{p}", "-n", "-2"], f"argument -n/--num-partitions: {POSITIVE}, got -2"),
     (["run", "{p}", "-n", str(10**23)], f"argument -n/--num-partitions: {POSITIVE}, got 10"),
+    (["run", "{p}", "--repeat", "0"], f"argument --repeat: {POSITIVE}, got 0"),
     (["run", "{p}", "--timeout", "0"], "argument --timeout: must be a positive number, got 0"),
     (["run", "{p}", "--timeout", "nan"], "argument --timeout: must be a positive number, got nan"),
     (["run", "{p}", "--timeout", "soon"], "argument --timeout: expected a number, got 'soon'"),

@@ -27,17 +27,18 @@ add {
 
 ENTRY main {
   x = f32[2,8] parameter(0)
-  g = f32[8,8] all-gather(x), dimensions={0}, replica_groups={{0,1,2,3}}
-  r = f32[8,8] all-reduce(g), replica_groups={{0,1},{2,3}}, to_apply=add
-  ROOT p = f32[8,8] collective-permute(r), source_target_pairs={{0,1},{1,0},{2,2}}
+  g = f32[8,8] all-gather(x), channel_id=1, dimensions={0}, replica_groups={{0,1,2,3}}, use_global_device_ids=true
+  r = f32[8,8] all-reduce(g), channel_id=2, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT p = f32[8,8] collective-permute(r), channel_id=3, source_target_pairs={{0,1},{1,0},{2,2}}
 }
 """
 
 
 def test_collective_bytes_follow_the_ring_costs():
-    # all-gather: 3 other devices each receive my 64-byte piece once: 3 * 64;
-    # all-reduce in pairs of 2 on 256 bytes: 2 * (2-1)/2 * 256; permute: 256 (some pair moves)
-    assert collective_bytes(SPMD, 4) == 3 * 64 + 256 + 256
+    # per device, averaged over the 4: all-gather: 3 other devices each receive my 64-byte piece
+    # once: 3 * 64; all-reduce in pairs of 2 on 256 bytes: 2 * (2-1)/2 * 256; permute: devices 0
+    # and 1 send 256 bytes, 2 keeps its value, 3 sends nothing: 2 * 256 / 4
+    assert collective_bytes(SPMD, 4) == 3 * 64 + 256 + 2 * 256 / 4
 
 
 PROPAGATED = """HloModule m, num_partitions=4
@@ -162,9 +163,9 @@ SAMPLE_SEED = 0
 #: today's figures per setting ("off": propagation to outputs/parameters off, "on": on), rounded
 #: down; raise them as divergences get fixed (a ratchet), re-measure them when the generator
 #: changes the sample. gspmdc's values must always agree with the reference.
-FLOORS = {   # measured: off 99.4% / 94.7% / 70 of 74; on 92.1% / 34.7% / 62 of 73
-    "off": {"instruction_agreement": 0.993, "module_agreement": 0.94, "bytes_not_more": 0.94},
-    "on": {"instruction_agreement": 0.92, "module_agreement": 0.34, "bytes_not_more": 0.84},
+FLOORS = {   # measured: off 99.5% / 94.9% / 69 of 77; on 92.4% / 28.2% / 61 of 77
+    "off": {"instruction_agreement": 0.994, "module_agreement": 0.94, "bytes_not_more": 0.89},
+    "on": {"instruction_agreement": 0.92, "module_agreement": 0.28, "bytes_not_more": 0.79},
 }
 
 

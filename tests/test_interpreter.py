@@ -145,3 +145,73 @@ def test_jax_programs_are_present_or_skipped():
     if not _jax_programs():
         pytest.skip("../shared/jax-programs is absent")
     assert len(_jax_programs()) >= 1
+
+
+FOLDING = """
+HloModule folding
+
+body {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[4] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  half = f32[] constant(0.5)
+  halves = f32[4] broadcast(half), dimensions={}
+  pid = u32[] partition-id()
+  pf = f32[] convert(pid)
+  pids = f32[4] broadcast(pf), dimensions={}
+  step = f32[4] add(halves, pids)
+  y = f32[4] add(x, step)
+  ROOT t = (s32[], f32[4]) tuple(j, y)
+}
+
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  zero = s32[] constant(0)
+  big = f32[] constant(2)
+  bigs = f32[512,1024] broadcast(big), dimensions={}
+  bigm = f32[512,1024] multiply(bigs, bigs)
+  s = (s32[], f32[4]) tuple(zero, x)
+  w = (s32[], f32[4]) while(s), condition=cond, body=body
+  r = f32[4] get-tuple-element(w), index=1
+  corner = f32[1,1] slice(bigm), slice={[0:1], [0:1]}
+  c = f32[] reshape(corner)
+  cs = f32[4] broadcast(c), dimensions={}
+  ROOT out = f32[4] add(r, cs)
+}"""
+
+
+def test_constants_are_folded_once_per_executable(monkeypatch):
+    """Instructions computed from constants and partition-id run in the first iteration of the
+    first execution only; the values stay right (x + 5 * (0.5 + partition id) + 2 * 2). A value
+    holding more than FOLD_BYTES of memory (a 2 MiB product, and the views of it) is computed
+    again in every execution."""
+    from gspmdc.runtime.collectives import SinglePartitionBackend
+    from gspmdc.runtime.interpreter import Executable
+    calls = {"broadcast": 0, "multiply": 0, "partition-id": 0}
+    for opcode in calls:
+        kernel = KERNELS[opcode]
+
+        def spy(inst, args, ctx, kernel=kernel, opcode=opcode):
+            calls[opcode] += 1
+            return kernel(inst, args, ctx)
+        monkeypatch.setitem(KERNELS.rules, opcode, spy)
+
+    class Partition3(SinglePartitionBackend):
+        def partition_id(self):
+            return 3
+    exe = Executable(parse_module(FOLDING), Partition3())
+    x = np.arange(4, dtype=np.float32)
+    for execution in range(3):
+        np.testing.assert_array_equal(exe([x]), x + 5 * (0.5 + 3) + 4)
+    # first execution: halves and pids (loop iteration 1), bigs and cs; later executions: cs
+    # only (a view of the product, which is not kept)
+    assert calls == {"broadcast": 4 + 2 * 1, "multiply": 3, "partition-id": 1}

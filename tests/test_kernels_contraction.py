@@ -237,9 +237,10 @@ def test_convolution_window_attributes(case):
 @pytest.mark.parametrize("budget", [1, 700, 2000])
 @pytest.mark.parametrize("case", ["everything", "rhs_dilation_reversal"])
 def test_convolution_in_im2col_chunks(monkeypatch, case, budget):
-    """A small IM2COL_BYTES loops over one or both kernel dims; the result is unchanged."""
-    from gspmdc.runtime.kernels import contraction
-    monkeypatch.setattr(contraction, "IM2COL_BYTES", budget)
+    """A small IM2COL_BYTES cuts the output positions into tiles (one row at a time, a range of
+    a spatial axis, whole batch items); the result is unchanged."""
+    from gspmdc.runtime.kernels import convolution
+    monkeypatch.setattr(convolution, "IM2COL_BYTES", budget)
     test_convolution_window_attributes(case)
 
 
@@ -272,6 +273,70 @@ def test_convolution_depthwise():
     out = run("convolution", "f32", expected.shape, [lhs, rhs], window=window([3], pads=[(1, 1)]),
               dim_labels=ConvDimLabels("bf0", "oi0", "bf0"), feature_group_count=4)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+CHANNELS_LAST = ConvDimLabels("b01f", "01io", "b01f")           # JAX's layout
+
+
+def nhwc(lhs_nchw, rhs_oihw):
+    return lhs_nchw.transpose(0, 2, 3, 1), rhs_oihw.transpose(2, 3, 1, 0)
+
+
+@pytest.mark.parametrize("budget", [None, 40])
+def test_convolution_depthwise_channels_last_strided_dilated(monkeypatch, budget):
+    """Every group reads one channel (multiplier 2): the tap-by-tap path, in JAX's layout, with
+    strides, padding and window dilation; unaffected by the tile budget."""
+    from gspmdc.runtime.kernels import convolution
+    if budget is not None:
+        monkeypatch.setattr(convolution, "IM2COL_BYTES", budget)
+    lhs, rhs = normal(2, 4, 7, 6), normal(8, 1, 3, 2)
+    p = dict(strides=[2, 1], pads=[(1, 1), (0, 1)], lhs_dil=[1, 1], rhs_dil=[1, 2],
+             reversal=[0, 0])
+    expected = conv_by_definition(lhs, rhs, fgc=4, **p).transpose(0, 2, 3, 1)
+    out = run("convolution", "f32", expected.shape, list(nhwc(lhs, rhs)),
+              window=window([3, 2], p["strides"], p["pads"], rhs_dil=p["rhs_dil"]),
+              dim_labels=CHANNELS_LAST, feature_group_count=4)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("budget", [None, 200, 1])
+def test_convolution_grouped_channels_last_in_tiles(monkeypatch, budget):
+    """Two groups of three channels, stride and base dilation, tiles of one row up to all rows
+    (crossing batch items and spatial rows): the same result as the definition."""
+    from gspmdc.runtime.kernels import convolution
+    if budget is not None:
+        monkeypatch.setattr(convolution, "IM2COL_BYTES", budget)
+    lhs, rhs = normal(3, 6, 5, 6), normal(4, 3, 2, 3)
+    p = dict(strides=[1, 2], pads=[(1, 0), (2, 1)], lhs_dil=[2, 1], rhs_dil=[1, 1],
+             reversal=[0, 1])
+    expected = conv_by_definition(lhs, rhs, fgc=2, **p).transpose(0, 2, 3, 1)
+    out = run("convolution", "f32", expected.shape, list(nhwc(lhs, rhs)),
+              window=window([2, 3], p["strides"], p["pads"], p["lhs_dil"], reversal=p["reversal"]),
+              dim_labels=CHANNELS_LAST, feature_group_count=2)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_one_by_one_is_a_matrix_product():
+    """A 1x1 kernel at stride 1 reads the input in place (no patch copy): an einsum."""
+    lhs, rhs = normal(2, 5, 4, 3), normal(1, 1, 3, 7)
+    out = run("convolution", "f32", (2, 5, 4, 7), [lhs, rhs], window=window([1, 1]),
+              dim_labels=CHANNELS_LAST)
+    np.testing.assert_allclose(out, np.einsum("bhwc,co->bhwo", lhs, rhs[0, 0]), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_convolution_bf16_in_tiles_accumulates_in_f32(monkeypatch):
+    from gspmdc.runtime.kernels import convolution
+    monkeypatch.setattr(convolution, "IM2COL_BYTES", 64)
+    # sums of at most 18 products of magnitude <= 4: exact in bf16, so exact equality holds
+    lhs = RNG.integers(-2, 2, (2, 3, 6, 5)).astype(np.float32)
+    rhs = RNG.integers(-2, 2, (4, 3, 3, 2)).astype(np.float32)
+    expected = conv_by_definition(lhs, rhs, [1, 1], [(1, 1), (0, 0)], [1, 1], [1, 1], [0, 0])
+    lb, rb = (a.astype(ml_dtypes.bfloat16) for a in nhwc(lhs, rhs))
+    out = run("convolution", "bf16", expected.transpose(0, 2, 3, 1).shape, [lb, rb],
+              window=window([3, 2], pads=[(1, 1), (0, 0)]), dim_labels=CHANNELS_LAST)
+    assert out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(out.astype(np.float64), expected.transpose(0, 2, 3, 1))
 
 
 def test_convolution_batch_groups():

@@ -250,8 +250,8 @@ def test_of_ranks_that_closed_at_once_the_culprit_is_the_one_mpich_names(tmp_pat
     assert reported == {202} and shown.getvalue() == "rank output\n"
     listener, address = rank_link.listen(None, str(tmp_path / "ranks.sock"))
     told = []
-    session = _Session(Job("", None, 4, RunOptions()), tmp_path, listener, "secret", time.time(),
-                       on_local_pid=told.append)
+    session = _Session(4, tmp_path, listener, "secret", time.time(), on_local_pid=told.append)
+    session.job = Job(None, None, None, 4, RunOptions())
     clients = []
     for rank, pid in [(0, 100), (2, 202), (3, 303)]:
         client = rank_link.connect(address)

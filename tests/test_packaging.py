@@ -42,7 +42,7 @@ def test_wheel_holds_only_the_gspmdc_package(wheel):
             assert path in names, f"{init.relative_to(ROOT)} is missing from the wheel as {path}: " \
                 "list its package in setup.cfg"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "gspmdc = gspmdc.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "gspmdc = gspmdc.cli:console_main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_unpacked_wheel_imports_and_parses(wheel, tmp_path):

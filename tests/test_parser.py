@@ -9,11 +9,13 @@ import pytest
 
 from gspmdc.errors import HloSyntaxError
 from gspmdc.ir import parser as parser_module
+from gspmdc.ir.grammar_callbacks import Records
 from gspmdc.ir.attributes import (
     ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, PadDim, RawAttr,
     ReplicaGroups, SliceDim, Window, WindowDim,
 )
 from gspmdc.ir.mesh import Mesh
+from gspmdc.ir.sdy import Meshes
 from gspmdc.ir.parser import STACK_FRAME_INDEX, parse_file, parse_module, parse_shape, parse_sharding
 from gspmdc.ir.printer import print_module
 from gspmdc.ir.sharding import HloSharding, ShardGroup
@@ -66,7 +68,7 @@ def test_header_attributes_typed_and_verbatim():
         "allow_spmd_sharding_propagation_to_output": True,
         "input_output_alias": RawAttr("{ {0}: (0, {}, may-alias) }"),
         "frontend_attributes": KeyValueList(
-            (("xla.sdy.meshes", RawAttr('{mesh = #sdy.mesh<["x"=2, "y"=4]>}')),), ", "),
+            (("xla.sdy.meshes", Meshes((("mesh", Mesh(["x", "y"], [2, 4])),))),), ", "),
     }
     assert list(m.attrs)[0] == "is_scheduled"       # input order kept
     assert m.num_partitions == 8
@@ -555,7 +557,7 @@ def test_parse_file_names_the_file(tmp_path):
 
 def test_every_grammar_rule_has_a_callback():
     lark = parser_module._lark()
-    records = parser_module._Records
+    records = Records
     for rule in lark.rules:
         name = rule.alias or rule.origin.name
         if name.startswith("_") or (rule.options.expand1 and len(rule.expansion) == 1):

@@ -7,7 +7,7 @@ import pytest
 
 from gspmdc.ir.parser import parse_file, parse_sharding
 from gspmdc.passes.propagation import propagate
-from gspmdc.passes.propagation.sharding_algebra import for_shape
+from gspmdc.ir.sharding_algebra import for_shape
 
 DATA = Path(__file__).resolve().parent / "data" / "propagation"
 CASES = sorted(DATA.glob("*.hlo"))

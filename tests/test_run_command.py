@@ -4,6 +4,7 @@ the programs it must refuse), input-file checks before launching, --profile, ran
 agree across backends, and the output comparison rules."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,41 @@ def test_hand_written_spmd_program_with_uneven_shards(tmp_path, backend):
         assert data["out2"] == 5
 
 
+REPEAT_LINE = re.compile(r"^repeat: 3 runs after the first: median ([0-9.]+) ms per run, "
+                         r"quartiles ([0-9.]+) ms - ([0-9.]+) ms, fastest ([0-9.]+) ms, "
+                         r"slowest ([0-9.]+) ms$", re.M)
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])
+def test_repeat_times_the_runs_after_the_first_and_keeps_the_results(tmp_path, backend):
+    """`--repeat 3`: four executions, the last three timed and profiled (the all-reduce runs
+    once per execution: the profile counts 3 calls), the outputs still numpy's."""
+    program = tmp_path / "spmd.hlo"
+    program.write_text(SPMD_UNEVEN)
+    x = np.arange(30, dtype=np.float32).reshape(10, 3)
+    np.savez(tmp_path / "in.npz", arg0=x, arg1=np.int32(5))
+    out = tmp_path / "out.npz"
+    proc = run_subprocess(program, "--backend", backend, "--inputs", tmp_path / "in.npz",
+                          "--outputs", out, "--repeat", "3", "--profile", "-q")
+    assert proc.returncode == 0, proc.stderr
+    times = [float(t) for t in REPEAT_LINE.search(proc.stdout).groups()]
+    median, q1, q3, fastest, slowest = times
+    assert 0 < fastest <= q1 <= median <= q3 <= slowest
+    calls = re.search(r"^total +all-reduce +4 +(\d+) ", proc.stdout, re.M)
+    assert calls is not None and calls.group(1) == "3", proc.stdout
+    with np.load(out) as data:
+        np.testing.assert_array_equal(data["out0"], -x)
+        np.testing.assert_array_equal(data["out1"], x.sum(axis=0))
+
+
+def test_run_times_line_gives_the_quartiles_of_the_runs():
+    from gspmdc.runtime.profile import format_run_times
+    # sorted 1, 2, 3, 4 ms: median 2.5, quartiles at positions 0.75 and 2.25 of the sorted runs
+    assert format_run_times([0.004, 0.001, 0.003, 0.002]) == (
+        "repeat: 4 runs after the first: median 2.500 ms per run, quartiles 1.750 ms - "
+        "3.250 ms, fastest 1.000 ms, slowest 4.000 ms")
+
+
 @needs_mpi
 def test_random_inputs_agree_between_backends_bit_for_bit(tmp_path):
     local, mpi = tmp_path / "local.npz", tmp_path / "mpi.npz"
@@ -207,6 +243,23 @@ def test_an_unreduced_result_is_assembled_by_summing_its_parts(tmp_path, capsys,
     program.write_text(UNREDUCED_RESULT_PROGRAM)
     assert run_cli(program, "--backend", backend, "--check", "--garbage-padding", "-q") == 0
     assert "out0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_scalar_outputs_keep_their_shape(tmp_path, backend):
+    # found by fuzzing: on MPI ranks, --outputs wrote a scalar result as an array of shape (1,)
+    if backend == "mpi" and not MPIEXEC.exists():
+        pytest.skip("mpiexec not installed in the venv")
+    program = tmp_path / "p.hlo"
+    program.write_text("HloModule s, num_partitions=2\nENTRY e {\n  x = f32[] parameter(0)\n"
+                       "  y = f32[] parameter(1)\n  c = c64[] complex(x, y)\n"
+                       "  ROOT t = (c64[], f32[]) tuple(c, y)\n}\n")
+    out = tmp_path / "out.npz"
+    proc = run_subprocess(program, "--backend", backend, "--outputs", out, "-q")
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got:
+        assert got["out0"].shape == () and got["out0"].dtype == np.complex64
+        assert got["out1"].shape == ()
 
 
 def test_check_reports_a_mismatch_with_exit_1(tmp_path, capsys, monkeypatch):

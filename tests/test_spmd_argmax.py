@@ -99,3 +99,15 @@ def test_ties_across_shards_resolve_to_the_lowest_global_index():
     x[:, 2::3] = 5.0                                    # columns 2, 5, 8: on shards 0, 1, 2
     text = arg_reduce(rows, cols, f"{{devices=[1,{n}]<=[{n}]}}", "{replicated}")
     check(text, n, x, "max")
+
+
+def test_arg_reduce_on_one_device_with_its_indices_tiled():
+    # found by fuzzing: a result on one device for the values and tiled for the indices made
+    # the local reduce keep the tuple sharding's shard shapes (s32[2]) while computing whole
+    # values on that device (s32[8]): exit 3 at run time
+    rows, cols, n = 8, 6, 4
+    text = arg_reduce(rows, cols, "{replicated}", "{replicated}").replace(
+        "sharding={{replicated}, {replicated}}", "sharding={{maximal device=2}, {devices=[4]<=[4]}}")
+    assert "maximal device=2" in text
+    x = tied_values(rows, cols)
+    check(text, n, x, "max")

@@ -406,3 +406,38 @@ def test_an_async_call_on_manual_values_runs_per_device():
     spmd = partition(ASYNC_CALL.replace("SHARDING", "{manual}"), 2, propagate=True)
     assert [i.opcode for i in spmd.entry.instructions] == ["parameter", "parameter", "add"]
     assert spmd.entry.root.shape.dims == (8,)
+
+
+def test_while_whose_counter_lives_on_another_device_terminates_everywhere():
+    # found by fuzzing: the counter is on device 1 only; on device 0 the local loop state does
+    # not change from one iteration to the next (its copy of the counter is a placeholder), while
+    # the condition reads the real counter through an all-reduce. The runtime took the unchanged
+    # local state for a loop that cannot end (exit 3).
+    text = """
+HloModule m, num_partitions=2
+
+cond {
+  p = (s32[], f32[1,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  p = (s32[], f32[1,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[1,4] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT t = (s32[], f32[1,4]) tuple(i1, x), sharding={{maximal device=1}, {devices=[1,2]<=[2]}}
+}
+
+ENTRY e {
+  x = f32[1,4] parameter(0)
+  start = s32[] constant(-1)
+  t = (s32[], f32[1,4]) tuple(start, x), sharding={{maximal device=0}, {maximal device=0}}
+  w = (s32[], f32[1,4]) while(t), condition=cond, body=body
+  ROOT r = f32[1,4] get-tuple-element(w), index=1
+}
+"""
+    check_equivalent(text, 2, propagate=True)

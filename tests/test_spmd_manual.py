@@ -195,6 +195,75 @@ ENTRY entry {
         partition(text, 4)
 
 
+def test_collective_over_manual_groups_runs_inside_partially_manual_region():
+    # rows are tiled by the free axis, columns manual: the all-reduce joins the two devices of
+    # each row tile (a shard_map's psum over its manual axis) and runs as written
+    text = """
+HloModule psum_in_partial
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT add = f32[] add(a, b)
+}
+ENTRY entry {
+  p = f32[8,4] parameter(0), sharding={devices=[2,2]<=[4]}
+  x = f32[8,2] custom-call(p), custom_call_target="SPMDFullToShardShape",
+    sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  s = f32[8,2] all-reduce(x), to_apply=sum, replica_groups={{0,1},{2,3}},
+    use_global_device_ids=true, channel_id=1,
+    sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT out = f32[8,4] custom-call(s), custom_call_target="SPMDShardToFullShape",
+    sharding={devices=[2,2]<=[4]}
+}
+"""
+    spmd = partition(text, 4)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    halves = x[:, :2] + x[:, 2:]
+    np.testing.assert_allclose(run_global(spmd, [x], 4), np.concatenate([halves, halves], 1))
+    # the same groups across row tiles are not the shard_map's: rejected
+    with pytest.raises(UnsupportedError, match="partially manual"):
+        partition(text.replace("{{0,1},{2,3}}", "{{0,2},{1,3}}"), 4)
+
+
+PARTIAL_TRANSPOSE = """
+HloModule partial_transpose
+
+ENTRY entry {
+  p = f32[8,8] parameter(0), sharding={devices=[2,2]<=[4]}
+  x = f32[8,4] custom-call(p), custom_call_target="SPMDFullToShardShape",
+    sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  t = f32[4,8] transpose(x), dimensions={1,0},
+    sharding={devices=[1,2,2]<=[4] last_tile_dims={manual}}
+  r = f32[4,8] custom-call(t), custom_call_target="Sharding",
+    sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  n = f32[4,8] negate(r), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  i = s32[4,8] iota(), iota_dimension=1,
+    sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  f = f32[4,8] convert(i), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  y = f32[4,8] add(n, f), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT out = f32[4,16] custom-call(y), custom_call_target="SPMDShardToFullShape",
+    sharding={devices=[2,2]<=[4]}
+}
+"""
+
+
+def test_partially_manual_region_reshards_inside_each_manual_group():
+    """Columns are manual (two groups), rows tiled by the free axis inside each group. The
+    transpose runs on each group's whole value, the annotation reshards inside the group (an
+    all-to-all of the group's two devices, never across groups), the iota counts the group's
+    own columns; the result is each group's block, side by side."""
+    spmd = partition(PARTIAL_TRANSPOSE, 4)
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    columns = np.tile(np.arange(8, dtype=np.float32), (4, 1))
+    want = np.concatenate([-x[:, :4].T + columns, -x[:, 4:].T + columns], axis=1)
+    np.testing.assert_allclose(run_global(spmd, [x], 4), want)
+    collectives = [i for i in spmd.entry.instructions if "replica_groups" in i.attrs]
+    assert collectives
+    for inst in collectives:
+        assert {tuple(sorted(g)) for g in inst.attrs["replica_groups"].groups} <= \
+            {(0, 2), (1, 3)}, inst.name
+
+
 def test_boundary_whose_shard_shape_disagrees_is_rejected():
     text = BOUNDARIES.replace("p = f32[8,2] parameter(0), sharding={devices=[2,1]0,1}",
                               "p = f32[8,2] parameter(0), sharding={replicated}")

@@ -440,6 +440,22 @@ def test_a_cross_replica_all_reduce_is_elementwise():
     assert str(reduce.shape) == "f32[4,5]"
 
 
+def test_a_cross_replica_all_reduce_inside_a_fusion_runs_with_it():
+    # found by fuzzing: a fusion (run unpartitioned by the default action) whose computation
+    # holds a cross-replica all-reduce was refused as partition-dependent
+    text = module("""
+  x = f32[8,5] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT f = f32[8,5] fusion(x), kind=kLoop, calls=fused, sharding={devices=[2,1]<=[2]}""").replace(
+        "ENTRY", """fused {
+  p = f32[8,5] parameter(0)
+  r = f32[8,5] all-reduce(p), to_apply=add
+  ROOT n = f32[8,5] negate(r)
+}
+
+ENTRY""")
+    check_equivalent(text, 2)
+
+
 def test_resharding_a_manual_value_is_rejected():
     with pytest.raises(UnsupportedError, match="manual"):
         partition(module("""

@@ -31,3 +31,16 @@ def test_select_and_scatter_sends_halos_there_and_back(n, rows, window, out):
   ROOT r = f32[{rows},32] select-and-scatter(x, g, z), window={{{window}}}, select=ge,
     scatter=add, sharding={s}"""), n, rtol=1e-4, atol=1e-4)
     halo_only(spmd, required=False)
+
+
+def test_select_and_scatter_without_halos_masks_the_padding_of_an_uneven_source():
+    """Window 1 with stride 3 on a dim of 2 tiled in two: each shard's window input is its own
+    element (no halo), but the source dim (1 element) is uneven: the second shard's source
+    element is padding and must scatter nothing (it scattered the first shard's value again;
+    found by fuzzing)."""
+    check_equivalent(module("""
+  x = f32[5,2,5] parameter(0), sharding={devices=[1,2,1,3]<=[6] last_tile_dim_replicate}
+  g = f32[2,1,4] parameter(1), sharding={replicated}
+  z = f32[] constant(0)
+  ROOT r = f32[5,2,5] select-and-scatter(x, g, z), window={size=3x1x2 stride=2x3x1},
+    select=ge, scatter=add, sharding={devices=[3,1,2]<=[2,3]T(1,0)}"""), 6)

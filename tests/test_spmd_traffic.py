@@ -28,7 +28,7 @@ body {{
   step = s32[] constant({step})
   next = s32[] {update}(i, step)
   x = f32[8] get-tuple-element(p), index=1
-  r = f32[8] all-reduce(x), replica_groups={{{{0,1,2,3}}}}, to_apply=add
+  r = f32[8] all-reduce(x), channel_id=1, replica_groups={{{{0,1,2,3}}}}, use_global_device_ids=true, to_apply=add
   ROOT t = (s32[], f32[8]) tuple(next, r)
 }}
 
@@ -38,7 +38,8 @@ ENTRY main {{
   init = (s32[], f32[8]) tuple(start, x)
   w = (s32[], f32[8]) while(init), condition=cond, body=body
   y = f32[8] get-tuple-element(w), index=1
-  ROOT g = f32[32] all-gather(y), dimensions={{0}}, replica_groups={{{{0,1,2,3}}}}
+  ROOT g = f32[32] all-gather(y), channel_id=2, dimensions={{0}}, replica_groups={{{{0,1,2,3}}}},
+    use_global_device_ids=true
 }}
 """
 

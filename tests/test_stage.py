@@ -144,6 +144,29 @@ def test_run_check_of_a_shard_map_program(capsys):
     assert capsys.readouterr().out.count(" ok") == 2
 
 
+@pytest.mark.parametrize("enter, leave", [
+    ("SPMDFullToShardShape", "SPMDShardToFullShape"),
+    ("xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"),
+])
+def test_run_check_of_a_region_between_either_spelling_of_the_boundaries(tmp_path, capsys,
+                                                                         enter, leave):
+    # found by fuzzing: Shardy's boundary names were not region boundaries for the stage rule
+    # and the --check reference, which then replicated the value entering the region (exit 2)
+    program = tmp_path / "region.hlo"
+    program.write_text(f"""HloModule region, num_partitions=2
+ENTRY e {{
+  x = f32[8] parameter(0)
+  s = f32[8] custom-call(x), custom_call_target="Sharding", sharding={{devices=[2]<=[2]}}
+  m = f32[4] custom-call(s), custom_call_target="{enter}", sharding={{manual}}
+  y = f32[4] sine(m), sharding={{manual}}
+  ROOT f = f32[8] custom-call(y), custom_call_target="{leave}", sharding={{devices=[2]<=[2]}}
+}}
+""")
+    code = main(["run", str(program), "--backend", "local", "--check", "-q"])
+    assert code == 0, capsys.readouterr().err
+    assert module_stage(api.load(program)) == Stage.GLOBAL
+
+
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed in the venv")
 def test_run_a_shard_map_program_on_mpi_from_jaxs_inputs(tmp_path):
     out = tmp_path / "out.npz"

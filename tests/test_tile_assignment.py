@@ -213,3 +213,12 @@ def test_aligned_iota_transpose_stays_iota_at_scale():
     assert u._array is None and u.iota_form() == ((4096,), (0,))
     assert t.reshape([4096])._array is None
     assert t == TileAssignment.iota([64, 64], [64, 64], [1, 0]) and t._array is None
+
+
+def test_a_huge_device_id_is_checked_without_an_array_of_its_size():
+    # found by fuzzing: duplicate detection counted ids in an array as long as the largest id
+    # (`devices=[4]4294967296,1,2,3` asked for 32 GiB)
+    t = TileAssignment.explicit([4], [2 ** 40, 1, 2, 3])
+    assert t.max_device == 2 ** 40
+    with pytest.raises(ShardingError, match=r"duplicate device ids \[1099511627776\]"):
+        TileAssignment.explicit([3], [2 ** 40, 1, 2 ** 40])

@@ -306,3 +306,31 @@ def test_broken_instructions_get_clear_errors_not_crashes():
                 except GspmdcError:
                     pass
                 inst.operands, inst.attrs, inst.shape = saved
+
+
+@pytest.mark.parametrize("target", ["Sharding", "ShardBarrierFrom", "ShardBarrierTo",
+                                    "SPMDFullToShardShape", "SPMDShardToFullShape", "TopK",
+                                    "xla.sdy.GlobalToLocalShape"])
+def test_custom_calls_with_a_meaning_take_one_operand(target):
+    # found by fuzzing: a constraint, barrier or region boundary without an operand verified,
+    # then propagation and partitioning read its operand 0 (IndexError, exit 3)
+    text = f"""HloModule m
+ENTRY e {{
+  p = f32[4] parameter(0)
+  c = f32[4] custom-call(), custom_call_target="{target}"
+  ROOT a = f32[4] add(p, c)
+}}"""
+    with pytest.raises(VerificationError, match=f"custom-call {target} takes 1 operand, found 0"):
+        verify_module(parse_module(text))
+    opaque = verify_module(parse_module(text.replace(target, "my_kernel")))
+    assert opaque is None
+
+
+def test_a_sharding_constraint_keeps_its_operand_shape():
+    text = """HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT c = f32[5] custom-call(p), custom_call_target="Sharding", sharding={replicated}
+}"""
+    with pytest.raises(VerificationError, match=r"must have its operand's shape f32\[4\]"):
+        verify_module(parse_module(text))

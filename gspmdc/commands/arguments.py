@@ -91,3 +91,50 @@ def _int(text: str) -> int:
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "output_file",
            "output_directory"]
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def byte_count(text: str) -> int:
+    """A positive number of bytes: an integer, or a number with a unit (`512MiB`, `1.5GB`;
+    KB/MB/GB/TB are powers of 10, KiB/MiB/GiB/TiB powers of 2)."""
+    number = text.strip().rstrip("bBiIkKmMgGtT")
+    unit = text.strip()[len(number):].lower()
+    if unit not in _BYTE_UNITS:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes (e.g. 1073741824, 512MiB, "
+                                         f"16GiB), got {text!r}")
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes (e.g. 1073741824, "
+                                         f"512MiB, 16GiB), got {text!r}") from None
+    total = value * _BYTE_UNITS[unit]
+    if not math.isfinite(total) or total < 1 or total > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes (at most 2^63-1), "
+                                         f"got {text}")
+    return int(total)
+
+
+def mesh_shape(text: str):
+    """A device mesh `x=2,y=4`: axis names (identifiers) and sizes (positive), major to minor;
+    the devices in iota order."""
+    from gspmdc.errors import ShardingError
+    from gspmdc.ir.mesh import Mesh
+    names, sizes = [], []
+    for item in text.split(","):
+        name, sep, size = item.strip().partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected axes as name=size separated by commas "
+                                             f"(e.g. x=2,y=4), got {text!r}")
+        try:
+            sizes.append(int(size))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"axis {name.strip()!r}: size must be a positive "
+                                             f"integer, got {size.strip()!r}") from None
+        names.append(name.strip())
+    try:
+        return Mesh(names, sizes)
+    except ShardingError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

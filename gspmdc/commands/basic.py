@@ -60,7 +60,7 @@ def register(sub) -> None:
 
 def add_rounding_argument(parser) -> None:
     """`--rounding` of `eval` and `run` (the interpreter's `rounding`)."""
-    from gspmdc.runtime.rounding import DEFAULT_ROUNDING, ROUNDINGS
+    from gspmdc.runtime.options import DEFAULT_ROUNDING, ROUNDINGS
     parser.add_argument("--rounding", choices=ROUNDINGS, default=DEFAULT_ROUNDING,
                         help="where bf16 results are rounded: xla, as XLA's CPU backend with its "
                              "default flags (a convert to f32 and a bf16 all-reduce read the f32 "

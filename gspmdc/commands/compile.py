@@ -7,19 +7,25 @@ from gspmdc.errors import EXIT_OK
 
 from .arguments import non_negative_int, output_directory, output_file, positive_int
 
+#: the choices of --shardy-strategy (passes.shardy.driver.STRATEGIES, not imported at start-up)
+SHARDY_STRATEGIES = ("aggressive", "basic", "basic-then-aggressive")
+
 
 def cmd_compile(args: argparse.Namespace) -> int:
     """Partition FILE for N partitions: sharding propagation (unless --no-propagate), explicit
     reshards, padding masks, lowering to per-partition shapes with partition-id tables and
     collectives. Writes the SPMD module as HLO text (stdout, or -o atomically); --dump-dir writes
     the module after every pass (NNN.<pass>.hlo); --time-passes prints each pass's wall time;
-    --windowed-einsum-threshold BYTES turns big dots into windowed einsums."""
+    --windowed-einsum-threshold BYTES turns big dots into windowed einsums; --propagation picks
+    Shardy's or GSPMD's propagation (default: Shardy for JAX's default dumps, which carry
+    xla.sdy.meshes)."""
     from gspmdc import api
     from gspmdc.passes.pipeline import compile_spmd
     module = api.load(args.file)
     spmd = compile_spmd(module, args.num_partitions, dump_dir=args.dump_dir,
                         time_passes=args.time_passes, propagate=not args.no_propagate,
-                        windowed_einsum_threshold=args.windowed_einsum_threshold)
+                        windowed_einsum_threshold=args.windowed_einsum_threshold,
+                        propagation=args.propagation, shardy_strategy=args.shardy_strategy)
     api.write_text(api.to_text(spmd), args.output)
     return EXIT_OK
 
@@ -43,4 +49,17 @@ def register(sub) -> None:
                    help="run dots whose all-gathered operand or reduce-scattered result "
                         "has at least BYTES bytes as windowed einsums (loops of partial "
                         "dots and collective-permutes; default: never)")
+    add_propagation_options(p)
     p.set_defaults(run=cmd_compile)
+
+
+def add_propagation_options(p) -> None:
+    """`--propagation` and `--shardy-strategy` (compile, run, propagate, explain)."""
+    p.add_argument("--propagation", choices=("shardy", "gspmd"), default=None,
+                   help="sharding propagation: Shardy's (default for modules in Shardy form, "
+                        "i.e. with xla.sdy.meshes, what JAX prints by default) or XLA's GSPMD "
+                        "(default otherwise)")
+    p.add_argument("--shardy-strategy", choices=SHARDY_STRATEGIES, default="aggressive",
+                   help="Shardy's factor propagation strategy: aggressive resolves conflicts "
+                        "between factors (the default), basic only propagates what all agree "
+                        "on")

@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 
 from gspmdc.commands.basic import add_rounding_argument
+from gspmdc.commands.compile import add_propagation_options
 from gspmdc.errors import GspmdcError
-from gspmdc.runtime.backends.mpi import WAIT_MODES
+from gspmdc.runtime.options import WAIT_MODES
 
 from .arguments import non_negative_int, output_file, positive_float, positive_int
 
@@ -19,11 +20,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     its header (gspmdc.stage), else from its contents (partition-id or collectives outside
     manual regions: partitioned); --global / --partitioned say it for a module that records
     none."""
-    import time
-    from gspmdc.prepare import CompileOptions, prepare_job
-    from gspmdc.runtime import launcher, rank
-    from gspmdc.runtime.job import RunOptions, execute_local
-    started_at = time.time()
+    import os
+    from gspmdc.runtime import launcher, mpi_processes, rank
+    from gspmdc.runtime.cores import with_blas_threads
+    from gspmdc.runtime.options import RunOptions
+    started_at = mpi_processes.process_started_at()
     options = RunOptions(num_partitions=args.num_partitions, inputs=_absolute(args.inputs),
                          seed=args.seed, outputs=_absolute(args.outputs), check=args.check,
                          profile=args.profile, profile_json=_absolute(args.profile_json),
@@ -31,11 +32,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                          padding="garbage" if args.garbage_padding else "zeros",
                          deterministic=args.deterministic, mpi_wait=args.mpi_wait,
                          output_sharding=args.output_sharding, quiet=args.quiet,
-                         rounding=args.rounding)
-    compile_options = CompileOptions(args.windowed_einsum_threshold, args.stage)
+                         repeat=args.repeat, rounding=args.rounding)
 
-    def prepare(options: RunOptions):
-        return prepare_job(args.file, options, started_at, compile_options)
+    def prepare(options: RunOptions = options):
+        """The job, compiled by the driver (imported when called: with `-n`, `mpiexec` starts
+        before numpy, the IR and the partitioner are imported, so the ranks start while this
+        process prepares the job)."""
+        from gspmdc.prepare import CompileOptions, prepare_job
+        return prepare_job(args.file, options, started_at,
+                           CompileOptions(args.windowed_einsum_threshold, args.stage,
+                                          args.propagation, args.shardy_strategy))
+
     if args.hostfile is not None and args.backend != "mpi":
         raise GspmdcError("--hostfile places MPI ranks: it needs --backend mpi")
     if args.backend == "mpi" and launcher.under_mpi():
@@ -47,10 +54,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     hostfile = _absolute(args.hostfile)
     if hostfile is not None:
         launcher.hostfile_hosts(hostfile)
-    job = prepare(options)
     if args.backend == "local":
-        return execute_local(job)
-    return launcher.launch(job, mpiexec, hostfile)
+        # before numpy is imported: the BLAS threads of this process share the free cores
+        os.environ.update(with_blas_threads(dict(os.environ), args.num_partitions or 1))
+        from gspmdc.runtime.job import execute_local
+        return execute_local(prepare())
+    return launcher.launch(prepare, options.num_partitions, mpiexec, hostfile)
 
 
 def _absolute(path: str | None) -> str | None:
@@ -84,6 +93,11 @@ def register(sub) -> None:
                    help="write the measured figures as JSON (the keys of `gspmdc cost --json`: "
                         "bytes each collective sent and received per partition, operations, "
                         "peak of live arrays, wall time)")
+    p.add_argument("--repeat", type=positive_int, default=0, metavar="K",
+                   help="execute the program K more times after the first run and print the "
+                        "median, quartiles and extremes of those K runs' times (the slowest "
+                        "partition's, excluding start-up, inputs and outputs); --profile and "
+                        "--profile-json then cover those K runs")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the whole job after S seconds (exit 3)")
     p.add_argument("--hostfile", metavar="FILE",
@@ -99,10 +113,10 @@ def register(sub) -> None:
                         "has none (XLA's partitioned modules drop it), e.g. "
                         "'{devices=[2,1,4]<=[8] last_tile_dim_replicate}'")
     p.add_argument("--mpi-wait", choices=WAIT_MODES, default="auto",
-                   help="how MPI ranks wait for each other: blocking MPI calls (fastest, they "
-                        "busy-poll), polite (nonblocking calls and short sleeps, for machines with "
-                        "more ranks than cores), auto: blocking unless the machine is "
-                        "oversubscribed (default)")
+                   help="how MPI ranks wait for each other: blocking (MPI's own wait, fastest "
+                        "with a core per rank; it busy-polls), polite (short spins, then sleeps), "
+                        "auto: spin while the machine has a free core per rank and waits are "
+                        "short, else yield the CPU (default)")
     add_rounding_argument(p)
     p.add_argument("--garbage-padding", action="store_true",
                    help="pad uneven input shards with NaN / the integer maximum instead of zeros "
@@ -118,4 +132,5 @@ def register(sub) -> None:
     stage.add_argument("--partitioned", dest="stage", action="store_const", const="partitioned",
                        help="the module is already partitioned (one SPMD program)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the outputs")
+    add_propagation_options(p)
     p.set_defaults(run=cmd_run)

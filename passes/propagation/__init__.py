@@ -10,8 +10,9 @@ from.
 Module layout: `driver` (levels, worklist fixpoint, entry policy), `inference` (checks common to
 every opcode), `forward_rules` / `backward_rules` (per-opcode tables), `contraction` (dot and
 convolution), `indexing` (gather and scatter), `control_flow`, `constraints` (unspecified dims),
-`preprocess`, `provenance`, `sharding_algebra` (XLA-faithful algebra on top of
-`gspmdc.ir.sharding_ops`), `opclass`, `graph`, `while_devices`.
+`preprocess`, `provenance`, `improve` (whether a candidate sharding replaces the current one),
+`opclass`, `graph`, `while_devices`. The shardings themselves are derived with
+`gspmdc.ir.sharding_algebra`.
 """
 from __future__ import annotations
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import BACKWARD_RULES
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import (
+    find_common_sharding, for_shape, is_more_specific, is_spatially_partitioned,
+    merge_if_compatible, partially_replicate_on_dims, propagate_through_reshape, transpose,
+)
 
 from .context import Context
 from .contraction import convolution_dims, dot_dims, operand_candidate
@@ -22,10 +26,6 @@ from .indexing import (
     result_from_indices, scatter_operand_count, scatter_view,
 )
 from .opclass import passes_at_level
-from .sharding_algebra import (
-    find_common_sharding, for_shape, is_more_specific, is_spatially_partitioned,
-    merge_if_compatible, propagate_through_reshape, replicate_dims, transpose,
-)
 
 BackwardRule = Callable[[Context, Instruction, Instruction], "HloSharding | None"]
 
@@ -62,7 +62,7 @@ def _broadcast(ctx: Context, inst: Instruction, user: Instruction) -> HloShardin
     created = [d for d in range(user.shape.rank) if d not in user.attrs["dimensions"]]
     if not ctx.is_spmd and any(s.tile_counts[d] > 1 for d in created):
         return None
-    return ops.remove_dims(ops.partially_replicate_on_dims(s, created), created)
+    return algebra.remove_dims(algebra.partially_replicate_on_dims(s, created), created)
 
 
 @BACKWARD_RULES.register("concatenate")
@@ -128,7 +128,7 @@ def _dynamic_slice(ctx: Context, inst: Instruction, user: Instruction) -> HloSha
     if inst is not sliced_value:
         return None
     sliced = tuple(d for d in range(user.shape.rank) if user.shape.dims[d] != inst.shape.dims[d])
-    return replicate_dims(s, sliced)
+    return partially_replicate_on_dims(s, sliced)
 
 
 @BACKWARD_RULES.register("reduce-window")
@@ -141,7 +141,7 @@ def _reduce_window(ctx: Context, inst: Instruction, user: Instruction) -> HloSha
 
 @BACKWARD_RULES.register("reshape")
 def _reshape(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
-    return propagate_through_reshape(user.shape.dims, inst.shape.dims, user.sharding)
+    return propagate_through_reshape(user.sharding, user.shape.dims, inst.shape.dims)
 
 
 @BACKWARD_RULES.register("pad")
@@ -165,7 +165,7 @@ def _transpose(ctx: Context, inst: Instruction, user: Instruction) -> HloShardin
 
 @BACKWARD_RULES.register("reverse")
 def _reverse(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
-    return ops.reverse(user.sharding, user.attrs["dimensions"])
+    return algebra.reverse(user.sharding, user.attrs["dimensions"])
 
 
 @BACKWARD_RULES.register("tuple")
@@ -193,7 +193,7 @@ def _get_tuple_element(ctx: Context, inst: Instruction, user: Instruction) -> Hl
     if inst.sharding is not None:
         leaves = list(for_shape(inst.sharding, shape).elements)
     else:
-        leaves = [ops.replicate_all_data_dims(user_leaves[0], leaf.rank) if user_leaves[0].is_tiled
+        leaves = [algebra.replicate_all_data_dims(user_leaves[0], leaf.rank) if user_leaves[0].is_tiled
                   else (user_leaves[0] if user_leaves[0].is_manual else HloSharding.replicate())
                   for leaf in shape.leaves()]
     leaves[start:start + len(user_leaves)] = user_leaves
@@ -307,7 +307,7 @@ def _scatter(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding 
 def _update_from_output(s: HloSharding, view) -> HloSharding | None:
     """Operand passthrough dims -> update window dims; None when nothing passes through."""
     pairs = view.operand_passthrough()
-    out = ops.propagate_along_dims(s, [o for o, _ in pairs], [r for _, r in pairs],
+    out = algebra.propagate_along_dims(s, [o for o, _ in pairs], [r for _, r in pairs],
                                    view.result_rank)
     return None if out.is_tile_maximal else out
 

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from math import prod
 
-from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.custom_call_targets import (
     BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
 )
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import is_spatially_partitioned, merge_if_compatible
 
+from . import manual_pair as pair
 from .backward_rules import from_user
 from .context import Context, Proposal
 from .preprocess import unspecified_dims
-from .sharding_algebra import is_spatially_partitioned, merge_if_compatible
 
 Refinement = list[tuple[Instruction, Proposal]]
 _RULE = "unspecified dims"
@@ -36,7 +37,7 @@ def _refine(current: HloSharding, neighbour: HloSharding | None,
     """`current` merged with `neighbour`'s tiling on the unspecified dims, or None."""
     if neighbour is None or not neighbour.is_tiled or current.is_tuple or current.is_manual:
         return None
-    return merge_if_compatible(ops.replicate_all_except(neighbour, unspecified), current)
+    return merge_if_compatible(algebra.replicate_all_except(neighbour, unspecified), current)
 
 
 # ---- auto side <-> manual side -------------------------------------------------------------
@@ -100,17 +101,41 @@ def _refine_pair(inst: Instruction, boundary: Instruction, unspecified: tuple[in
     current, sources = auto.sharding, []
     for source, sharding, on_manual_side in neighbours:
         if on_manual_side and sharding is not None:
-            sharding = auto_side(sharding, unspecified, current)
+            sharding = auto_side(sharding, unspecified, current) or \
+                pair.auto_side(sharding, auto.sharding, manual.sharding)
         refined = _refine(current, sharding, unspecified)
         if refined is not None:
             current, sources = refined, sources + [source]
     if not sources:
         return []
+    value = manual_side(current, unspecified)
+    if _manual_groups_differ(value, manual.sharding):
+        # JAX's form of a partially manual region: the manual part is the pair's own
+        value = pair.manual_side(current, auto.sharding, manual.sharding)
+        if value is None:
+            return []
     out = []
-    for member, value in ((auto, current), (manual, manual_side(current, unspecified))):
+    for member, value in ((auto, current), (manual, value)):
         if value != member.sharding:
             out.append((member, Proposal(value, _RULE, tuple(sources))))
     return out
+
+
+def _manual_groups_differ(a: HloSharding, b: HloSharding) -> bool:
+    """Whether two manual-side shardings keep different devices apart (b partially manual)."""
+    if not (b.is_tiled and b.has_manual_subgroup):
+        return False
+    if not (a.is_tiled and a.has_manual_subgroup):
+        return True
+    return _groups(a) != _groups(b)
+
+
+def _groups(sharding: HloSharding) -> frozenset:
+    table = sharding.tile_assignment.coordinates()[:, sharding.subgroup_dim("manual")]
+    groups: dict[int, set] = {}
+    for device, group in enumerate(table.tolist()):
+        groups.setdefault(group, set()).add(device)
+    return frozenset(frozenset(g) for g in groups.values())
 
 
 # ---- the three directions ------------------------------------------------------------------

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import for_shape, leaf_count
 
 from .graph import ModuleGraph
-from .sharding_algebra import for_shape, improved_sharding, leaf_count
+from .improve import improved_sharding
 
 
 @dataclass(frozen=True)

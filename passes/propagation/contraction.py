@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import (
+    cached, is_more_specific, is_spatially_partitioned, merge_if_compatible,
+)
 
-from .sharding_algebra import is_more_specific, is_spatially_partitioned, memoized, merge_if_compatible
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ def convolution_dims(conv: Instruction) -> ContractionDims:
                            tuple(conv_spatial))
 
 
-@memoized
+@cached
 def output_candidate(dims: ContractionDims, operand: int, sharding: HloSharding,
                      operand_rank: int, output_rank: int) -> HloSharding:
     """The output sharding one operand suggests (XLA's InferDotShardingFromOperands `from_operand`):
@@ -113,15 +115,15 @@ def output_candidate(dims: ContractionDims, operand: int, sharding: HloSharding,
     other_free = dims.non_contracting(1 - operand)
     replicate = [d.side(operand) for d in dims.contracting] + \
         [d.side(operand) for d in other_free if d.side(operand) >= 0]
-    reduced = ops.partially_replicate_on_dims(sharding, replicate)
+    reduced = algebra.partially_replicate_on_dims(sharding, replicate)
     src_to_tgt, tgt_to_src = [-1] * operand_rank, [-1] * output_rank
     for d in dims.batch + dims.non_contracting(operand):
         src_to_tgt[d.side(operand)] = d.output
         tgt_to_src[d.output] = d.side(operand)
-    return ops.transpose_with_collapsed_dims(reduced, src_to_tgt, tgt_to_src)
+    return algebra.transpose_with_collapsed_dims(reduced, src_to_tgt, tgt_to_src)
 
 
-@memoized
+@cached
 def operand_candidate(dims: ContractionDims, operand: int, output_sharding: HloSharding | None,
                       other_sharding: HloSharding | None, operand_rank: int, other_rank: int,
                       output_rank: int) -> HloSharding:
@@ -135,24 +137,24 @@ def operand_candidate(dims: ContractionDims, operand: int, output_sharding: HloS
         [d.side(1 - operand) for d in dims.non_contracting(operand) if d.side(1 - operand) >= 0]
     sharding = HloSharding.replicate()
     if output_sharding is not None:
-        reduced = ops.partially_replicate_on_dims(output_sharding, output_dims_to_replicate) \
+        reduced = algebra.partially_replicate_on_dims(output_sharding, output_dims_to_replicate) \
             if output_sharding.is_tiled else output_sharding
         out_to_op, op_to_out = [-1] * output_rank, [-1] * operand_rank
         for d in dims.batch + dims.non_contracting(operand):
             out_to_op[d.output] = d.side(operand)
             op_to_out[d.side(operand)] = d.output
-        mapped = ops.transpose_with_collapsed_dims(reduced, out_to_op, op_to_out) \
+        mapped = algebra.transpose_with_collapsed_dims(reduced, out_to_op, op_to_out) \
             if reduced.is_tiled else reduced
         sharding = mapped if mapped is not None else HloSharding.replicate()
     if other_sharding is None or not is_spatially_partitioned(other_sharding) or \
             not other_sharding.is_tiled:
         return sharding
-    reduced = ops.partially_replicate_on_dims(other_sharding, other_dims_to_replicate)
+    reduced = algebra.partially_replicate_on_dims(other_sharding, other_dims_to_replicate)
     other_to_op, op_to_other = [-1] * other_rank, [-1] * operand_rank
     for d in dims.batch + dims.contracting:
         other_to_op[d.side(1 - operand)] = d.side(operand)
         op_to_other[d.side(operand)] = d.side(1 - operand)
-    from_other = ops.transpose_with_collapsed_dims(reduced, other_to_op, op_to_other) \
+    from_other = algebra.transpose_with_collapsed_dims(reduced, other_to_op, op_to_other) \
         if reduced.is_tiled else reduced
     if from_other is None:
         return sharding
@@ -197,4 +199,4 @@ def lhs_aligned_output(conv: Instruction, sharding: HloSharding) -> HloSharding:
     perm[labels.out_feature] = labels.lhs_feature
     for lhs, out in zip(labels.lhs_spatial, labels.out_spatial):
         perm[out] = lhs
-    return ops.transpose(sharding, perm)
+    return algebra.transpose(sharding, perm)

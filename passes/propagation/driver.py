@@ -35,7 +35,7 @@ from .inference import infer_from_group, infer_from_operands, infer_from_users
 from .opclass import is_barrier
 from .preprocess import CSE_PREVENTION, Prepared, insert_root_copy, preprocess
 from .provenance import ANNOTATION, Provenance
-from .sharding_algebra import find_common_sharding, for_shape
+from gspmdc.ir.sharding_algebra import find_common_sharding, for_shape
 from .while_devices import assign_while_devices
 
 MAX_CHANGES = 64

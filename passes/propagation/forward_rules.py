@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from typing import Callable
 
-from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.custom_call_targets import BARRIER_FROM, BARRIER_TO, target_of
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import FORWARD_RULES
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import (
+    for_shape, is_more_specific, is_spatially_partitioned, is_subtiling_or_equal, merge_sharding,
+    partially_replicate_on_dims, propagate_through_reshape, single_tuple, transpose,
+)
 
 from .backward_rules import lookahead_sharding
 from .context import Accumulator, Context, Proposal
@@ -23,15 +27,12 @@ from .contraction import (
     lhs_aligned_output, output_candidate,
 )
 from .graph import branch_computations
+from .improve import improved_sharding
 from .indexing import (
     IndexedOp, along, gather_view, operand_from_result, result_from_indices, result_from_operand,
     scatter_operand_count, scatter_view,
 )
 from .opclass import is_elementwise, representative_operand
-from .sharding_algebra import (
-    for_shape, improved_sharding, is_more_specific, is_spatially_partitioned, is_subtiling_or_equal,
-    merge_sharding, propagate_through_reshape, replicate_dims, single_tuple, transpose,
-)
 
 ForwardRule = Callable[[Context, Instruction], "Proposal | None"]
 
@@ -153,7 +154,7 @@ def _reshape(ctx: Context, inst: Instruction) -> Proposal | None:
     op = inst.operands[0]
     if not _partitioned(op):
         return None
-    candidate = propagate_through_reshape(op.shape.dims, inst.shape.dims, op.sharding)
+    candidate = propagate_through_reshape(op.sharding, op.shape.dims, inst.shape.dims)
     return _follow(ctx, inst, op, candidate, "reshape")
 
 
@@ -162,7 +163,7 @@ def _reverse(ctx: Context, inst: Instruction) -> Proposal | None:
     op = inst.operands[0]
     if not _partitioned(op):
         return None
-    return _follow(ctx, inst, op, ops.reverse(op.sharding, inst.attrs["dimensions"]), "reverse")
+    return _follow(ctx, inst, op, algebra.reverse(op.sharding, inst.attrs["dimensions"]), "reverse")
 
 
 @FORWARD_RULES.register("broadcast")
@@ -189,7 +190,7 @@ def _reduce(ctx: Context, inst: Instruction) -> Proposal | None:
     dims = inst.attrs["dimensions"]
     acc = ctx.accumulate(inst)
     aggressive = ctx.single_consumer(inst)
-    replicated = single_tuple(inst.shape, HloSharding.replicate())
+    replicated = single_tuple(HloSharding.replicate(), inst.shape)
     for k, op in enumerate(inputs):
         s = op.sharding
         if not is_spatially_partitioned(s):
@@ -199,9 +200,9 @@ def _reduce(ctx: Context, inst: Instruction) -> Proposal | None:
         elif s.is_replicated or (not ctx.is_spmd and any(s.tile_counts[d] > 1 for d in dims)):
             acc.improve(replicated, op, aggressive=aggressive)
         else:
-            kept = replicate_dims(s, tuple(dims))
+            kept = partially_replicate_on_dims(s, tuple(dims))
             candidate = replicated if kept.is_replicated else \
-                single_tuple(inst.shape, ops.remove_dims(kept, dims))
+                single_tuple(algebra.remove_dims(kept, dims), inst.shape)
             acc.improve(candidate, op, aggressive=aggressive)
     return acc.result("reduce")
 
@@ -214,7 +215,7 @@ def _reduce_window(ctx: Context, inst: Instruction) -> Proposal | None:
     acc = ctx.accumulate(inst)
     for op in inst.operands[:len(inst.operands) // 2]:
         if _partitioned(op):
-            acc.improve(single_tuple(inst.shape, op.sharding), op,
+            acc.improve(single_tuple(op.sharding, inst.shape), op,
                         aggressive=ctx.single_consumer(inst))
     return acc.result("reduce-window")
 
@@ -242,8 +243,8 @@ def _sort(ctx: Context, inst: Instruction) -> Proposal | None:
                      if d != dim and dims[d] % (s.tile_counts[dim] * s.tile_counts[d]) == 0), None)
         if into is None:
             return None
-        s = ops.move_and_merge(s, dim, into)
-    return _follow(ctx, inst, op, single_tuple(inst.shape, s), "sort")
+        s = algebra.move_and_merge(s, dim, into)
+    return _follow(ctx, inst, op, single_tuple(s, inst.shape), "sort")
 
 
 @FORWARD_RULES.register("concatenate")
@@ -279,7 +280,7 @@ def _dynamic_slice(ctx: Context, inst: Instruction) -> Proposal | None:
         else:
             sliced = tuple(d for d in range(inst.shape.rank)
                            if inst.shape.dims[d] != sliced_value.shape.dims[d])
-            candidate = replicate_dims(s, sliced)
+            candidate = partially_replicate_on_dims(s, sliced)
         if acc.improve(candidate, sliced_value, aggressive=aggressive):
             return acc.result(inst.opcode)
     if is_update and _partitioned(inst.operands[0]):
@@ -313,8 +314,8 @@ def _contraction(ctx: Context, inst: Instruction, dims: ContractionDims, rule: s
     decided = False
     look = lookahead_sharding(ctx, inst)
     if look is not None:
-        first_sub = is_subtiling_or_equal(inst.shape.dims, look, first)
-        second_sub = is_subtiling_or_equal(inst.shape.dims, look, second)
+        first_sub = is_subtiling_or_equal(look, first, inst.shape.dims)
+        second_sub = is_subtiling_or_equal(look, second, inst.shape.dims)
         if first_sub != second_sub:
             decided = True
             if second_sub:
@@ -356,7 +357,7 @@ def _convolution(ctx: Context, inst: Instruction) -> Proposal | None:
             return None
         candidate = lhs_aligned_output(inst, s)
     else:
-        candidate = ops.replicate_all_except(s, [labels.lhs_batch])
+        candidate = algebra.replicate_all_except(s, [labels.lhs_batch])
     return _follow(ctx, inst, lhs, candidate, "convolution", aggressive=False)
 
 
@@ -389,7 +390,7 @@ def _gather(ctx: Context, inst: Instruction) -> Proposal | None:
         if _partitioned(operand):
             s = operand.sharding
             if s.is_tiled:
-                s = ops.partially_replicate_on_dims(s, [o for o, _ in implicit])
+                s = algebra.partially_replicate_on_dims(s, [o for o, _ in implicit])
             candidate = result_from_operand(s, view)
             if not (s.is_tiled and candidate.is_tile_maximal):
                 acc.improve(candidate, operand)
@@ -460,7 +461,7 @@ def default_rule(ctx: Context, inst: Instruction) -> Proposal | None:
                 continue
             candidate = op.sharding
             if inst.opcode == "rng":
-                candidate = ops.replicate_all_data_dims(candidate, inst.shape.rank)
+                candidate = algebra.replicate_all_data_dims(candidate, inst.shape.rank)
                 acc.improve(candidate, op, aggressive=ctx.single_consumer(inst))
             else:
                 acc.improve(candidate, op, aggressive=lone)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gspmdc.ir import sharding_ops as ops
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import merge_sharding
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +172,7 @@ def result_from_indices(s: HloSharding, view: IndexedOp, indices_rank: int) -> H
         return s
     pairs = [(i, r) for i, r in zip(view.index_batch_dims(), view.result_batch_dims())
              if i < indices_rank]
-    return ops.propagate_along_dims(s, [i for i, _ in pairs], [r for _, r in pairs],
+    return algebra.propagate_along_dims(s, [i for i, _ in pairs], [r for _, r in pairs],
                                     view.result_rank)
 
 
@@ -181,7 +182,7 @@ def indices_from_result(s: HloSharding, view: IndexedOp, indices_rank: int) -> H
         return s
     pairs = [(r, i) for i, r in zip(view.index_batch_dims(), view.result_batch_dims())
              if i < indices_rank]
-    return ops.propagate_along_dims(s, [r for r, _ in pairs], [i for _, i in pairs], indices_rank)
+    return algebra.propagate_along_dims(s, [r for r, _ in pairs], [i for _, i in pairs], indices_rank)
 
 
 def result_from_operand(s: HloSharding, view: IndexedOp) -> HloSharding:
@@ -189,7 +190,7 @@ def result_from_operand(s: HloSharding, view: IndexedOp) -> HloSharding:
     if not s.is_tiled:
         return s
     pairs = view.operand_passthrough()
-    return ops.propagate_along_dims(s, [o for o, _ in pairs], [r for _, r in pairs],
+    return algebra.propagate_along_dims(s, [o for o, _ in pairs], [r for _, r in pairs],
                                     view.result_rank)
 
 
@@ -198,7 +199,7 @@ def operand_from_result(s: HloSharding, view: IndexedOp) -> HloSharding | None:
     if not s.is_tiled:
         return s
     pairs = view.operand_passthrough()
-    out = ops.propagate_along_dims(s, [r for _, r in pairs], [o for o, _ in pairs],
+    out = algebra.propagate_along_dims(s, [r for _, r in pairs], [o for o, _ in pairs],
                                    len(view.operand_dims))
     return None if out.is_tile_maximal else out
 
@@ -207,14 +208,13 @@ def along(s: HloSharding, source: list[int], target: list[int], rank: int) -> Hl
     """Tiling of `source` dims moved to `target` dims of a rank-`rank` value, others replicated."""
     if not s.is_tiled:
         return s
-    return ops.propagate_along_dims(s, source, target, rank)
+    return algebra.propagate_along_dims(s, source, target, rank)
 
 
 def merge_parallel_and_passthrough(parallel: HloSharding | None,
                                    passthrough: HloSharding | None) -> HloSharding | None:
     """XLA's combination of the parallel-dims and passthrough candidates of an operand/update:
     merged when compatible, else the more specific, else the parallel one."""
-    from .sharding_algebra import merge_sharding
     if passthrough is None:
         return parallel
     if parallel is None:

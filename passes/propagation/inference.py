@@ -17,14 +17,15 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import Trait, opcodes, with_trait
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import for_shape, is_spatially_partitioned
 
 from .backward_rules import from_user
 from .context import Context, Proposal
 from .forward_rules import forward_rule
+from .improve import improved_sharding
 from .opclass import (
     has_side_effect, is_elementwise, passes_at_level, supports_spatial_partitioning,
 )
-from .sharding_algebra import for_shape, improved_sharding, is_spatially_partitioned
 
 _MANUAL_TUPLE_OPS = opcodes("reduce", "sort", "reduce-window")
 _ASYNC_OPS = with_trait(Trait.ASYNC) | opcodes("call-start", "call-done")

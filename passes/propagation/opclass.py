@@ -27,7 +27,7 @@ _PARTITIONABLE = opcodes(
     "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "infeed", "iota",
     "pad", "reduce-window", "reshape", "scatter", "select-and-scatter", "slice", "sort",
     "transpose", "tuple", "while", "reduce", "rng-bit-generator", "all-reduce", "reduce-scatter",
-    "collective-permute",
+    "collective-permute", "all-to-all",
 )
 
 #: shift/power-like ops whose output follows operand 0 (PickRepresentativeOperand)
@@ -109,7 +109,7 @@ def representative_operand(inst: Instruction) -> Instruction | None:
     """XLA's PickRepresentativeOperand: operand 0 (if sharded) for pad/slice/reverse/shifts/...,
     the operand with the most specific sharding for elementwise-like ops, operand 0 of pass-through
     custom calls; None when the op's sharding cannot be read off one operand."""
-    from .sharding_algebra import is_more_specific
+    from gspmdc.ir.sharding_algebra import is_more_specific
     opcode = inst.opcode
     if opcode in _FIRST_OPERAND:
         return inst.operands[0] if inst.operands[0].sharding is not None else None

@@ -22,9 +22,9 @@ from gspmdc.ir.custom_call_targets import SHARDING, target_of
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import for_shape
 
 from .graph import ModuleGraph
-from .sharding_algebra import for_shape
 
 CSE_PREVENTION = "_sharding_propagation_cse_prevention"
 _UNSPECIFIED = re.compile(r"unspecified_dims=\[([0-9,\s]*)\]")

@@ -90,11 +90,16 @@ class Provenance:
     # ---- explaining -----------------------------------------------------------------------
 
     def chain(self, module: Module, key: Key, max_steps: int | None = None) -> list[str]:
-        """The origin chain of `key`'s current sharding, one step a line. The chain stops at a
+        """The origin chain of `key`'s current sharding, one step a line; shardings are written
+        with the module's mesh axes when it has a mesh and they are over it. The chain stops at a
         user annotation, at a source that is no longer in the module (the partitioner removes
         instructions after propagation: the line says so), and where a hand-edited
         `sharding_origin` would lead back to a step already shown."""
         lines: list[str] = []
+
+        def _text(s: HloSharding | None, inst: Instruction) -> str:
+            return _sharding_text(s, inst, module)
+
         version: int | None = None
         seen: set[tuple[Key, int]] = set()
         while max_steps is None or len(lines) < max_steps:
@@ -108,7 +113,7 @@ class Provenance:
                 if inst.sharding is None:
                     lines.append(f"{name}  (no sharding)")
                 else:
-                    lines.append(f"{name}  {_text(inst.sharding)}  ← user annotation")
+                    lines.append(f"{name}  {_text(inst.sharding, inst)}  ← user annotation")
                 break
             index = len(steps) - 1 if version is None else min(version, len(steps) - 1)
             if (key, index) in seen:
@@ -118,7 +123,7 @@ class Provenance:
             step = steps[index]
             sharding = step.sharding if index < len(steps) - 1 or step.sharding is not None \
                 else inst.sharding
-            lines.append(f"{name}  {_text(sharding)}  ← {_describe(step, comp)}")
+            lines.append(f"{name}  {_text(sharding, inst)}  ← {_describe(step, comp)}")
             if not step.sources:
                 break
             key, version = step.sources[0]
@@ -142,6 +147,16 @@ def _removed(module: Module, comp: str) -> str:
 
 def _text(s: HloSharding | None) -> str:
     return "{}" if s is None else s.to_text(include_metadata=False)
+
+
+def _sharding_text(s: HloSharding | None, inst: Instruction, module: Module) -> str:
+    """A sharding with mesh axes names where the module has a mesh, else as in the text."""
+    from gspmdc.ir.sdy_hlo import named_text
+    if s is not None and not inst.shape.is_tuple:
+        named = named_text(s, inst.shape.rank, module)
+        if named is not None:
+            return named
+    return _text(s)
 
 
 def _describe(step: OriginStep, comp: str) -> str:

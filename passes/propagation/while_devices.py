@@ -13,7 +13,7 @@ from gspmdc.ir.ops import opcodes
 from gspmdc.ir.sharding import HloSharding
 
 from .graph import ModuleGraph
-from .sharding_algebra import for_shape
+from gspmdc.ir.sharding_algebra import for_shape
 
 _SEND_RECV = opcodes("send", "recv")
 _CHANNEL_REDUCTIONS = opcodes("all-reduce", "reduce-scatter")

@@ -12,7 +12,7 @@ their boundary (`call_graph.py`, `op_rules_control.py`); manual regions run per 
 from __future__ import annotations
 
 from .cleanup import Cleanup
-from .explain import collective_result_bytes, collective_sent_bytes, explain_collective
+from .explain import collective_result_bytes, explain_collective
 from .halo_exchange import HaloExchange
 from .inline_calls import InlineCalls
 from .insert_reshards import InsertReshards
@@ -21,5 +21,4 @@ from .pad_uneven import PadUneven
 from .windowed_einsum import WindowedEinsum
 
 __all__ = ["Cleanup", "HaloExchange", "InlineCalls", "InsertReshards", "LowerSpmd", "PadUneven",
-           "WindowedEinsum", "explain_collective", "collective_sent_bytes",
-           "collective_result_bytes"]
+           "WindowedEinsum", "explain_collective", "collective_result_bytes"]

@@ -12,53 +12,23 @@ the explanation needs nothing but the module text:
     where w.1's sharding comes from:
       w.1  {devices=[2,1]<=[2]}  ← user annotation
 
-Bytes per device follow the ring costs of reference §5.4.
+Bytes per device are the cost model's (`gspmdc.ir.cost`, docs/design/cost-model.md): exact, and
+the same numbers the reshard planner and `gspmdc run --profile` give.
 """
 from __future__ import annotations
 
-from math import prod
-
 from gspmdc.errors import GspmdcError
-from gspmdc.ir import dtypes
+from gspmdc.ir.cost import instruction_traffic
 from gspmdc.ir.custom_call_targets import SHARDING, target_of
 from gspmdc.ir.module import Computation, Instruction, Module
-from gspmdc.ir.shapes import ArrayShape
-
-COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                         "collective-permute"})
-
-
-def collective_sent_bytes(inst: Instruction, num_partitions: int) -> float:
-    """Bytes one device sends for `inst` (ring algorithms; a collective-permute counts the
-    operand when any pair moves data)."""
-    operand = sum(_bytes(o.shape) for o in inst.operands)
-    size = _group_size(inst, num_partitions)
-    if inst.opcode == "all-gather":
-        return float((size - 1) * operand)
-    if inst.opcode == "all-reduce":
-        return 2.0 * (size - 1) / size * operand
-    if inst.opcode in ("reduce-scatter", "all-to-all"):
-        return (size - 1) / size * operand
-    if inst.opcode == "collective-permute":
-        pairs = inst.attr("source_target_pairs", ())
-        return float(operand) if any(s != t for s, t in pairs) else 0.0
-    return 0.0
+from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 
 def collective_result_bytes(inst: Instruction) -> int:
     """Bytes of the collective's result on one device (the measure XLA's reports use)."""
-    return _bytes(inst.shape)
-
-
-def _bytes(shape) -> int:
-    return sum(prod(leaf.dims) * dtypes.byte_width(leaf.element_type) for leaf in shape.leaves())
-
-
-def _group_size(inst: Instruction, num_partitions: int) -> int:
-    groups = inst.attr("replica_groups")
-    if groups is None or groups.is_all:
-        return num_partitions
-    return len(groups.groups[0])
+    if inst.opcode == "async-start" and isinstance(inst.shape, TupleShape):
+        return inst.shape.elements[1].byte_size
+    return inst.shape.byte_size
 
 
 def _find(module: Module, name: str) -> tuple[Computation, Instruction]:
@@ -68,21 +38,22 @@ def _find(module: Module, name: str) -> tuple[Computation, Instruction]:
     raise GspmdcError(f"module {module.name} has no instruction named {name!r}")
 
 
-def _describe(inst: Instruction, num_partitions: int) -> str:
+def describe_instruction(module: Module, inst: Instruction) -> str:
+    """The first line of an explanation: the instruction and, for a collective, its groups and
+    the bytes it sends (the cost model's)."""
     head = f"{inst.name} = {inst.shape} {inst.opcode}"
-    if inst.opcode not in COLLECTIVES:
+    n = module.num_partitions or 1
+    traffic = instruction_traffic(inst, n, module.computations)
+    if traffic is None:
         return head
-    if inst.opcode == "collective-permute":
+    if traffic.kind == "collective-permute":
         pairs = inst.attr("source_target_pairs", ())
         moving = sum(1 for s, t in pairs if s != t)
         detail = f"{moving} of {len(pairs)} pairs move data"
     else:
-        groups = inst.attr("replica_groups")
-        count = 1 if groups is None or groups.is_all else len(groups.groups)
-        detail = f"{count} group{'s' if count != 1 else ''} of " \
-                 f"{_group_size(inst, num_partitions)} devices"
-    sent = collective_sent_bytes(inst, num_partitions)
-    return f"{head}: {detail}, sends {sent:g} bytes per device"
+        count = traffic.num_groups
+        detail = f"{count} group{'s' if count != 1 else ''} of {traffic.group_size} devices"
+    return f"{head}: {detail}, {traffic.describe()}"
 
 
 def explain_collective(module: Module, name: str) -> list[str]:
@@ -90,8 +61,7 @@ def explain_collective(module: Module, name: str) -> list[str]:
     collective or other instruction the partitioner made, why it is there; for an instruction of
     the program, where its sharding comes from."""
     comp, inst = _find(module, name)
-    n = module.num_partitions or 1
-    lines = [_describe(inst, n)]
+    lines = [describe_instruction(module, inst)]
     metadata = inst.attr("metadata")
     op_type = metadata.get("op_type") if metadata is not None else None
     if not _partitioner_made(inst):
@@ -103,12 +73,12 @@ def explain_collective(module: Module, name: str) -> list[str]:
     lines.append(f"why: {metadata.get('spmd_reason')}")
     value, user = metadata.get("spmd_value"), metadata.get("op_name")
     role = metadata.get("spmd_role")
+    subject = _by_name(comp, user if role == "result" else value)
+    before, after = (_named(module, metadata.get(k), subject) for k in ("spmd_from", "spmd_to"))
     if op_type == "reshard" and role == "result":
-        lines.append(f"  the local {user} is {metadata.get('spmd_from')}; {user} must be "
-                     f"{metadata.get('spmd_to')}")
+        lines.append(f"  the local {user} is {before}; {user} must be {after}")
     elif op_type == "reshard":
-        lines.append(f"  {user} needs its {role} {value} as {metadata.get('spmd_to')}; "
-                     f"{value} is {metadata.get('spmd_from')}")
+        lines.append(f"  {user} needs its {role} {value} as {after}; {value} is {before}")
     elif op_type != "pad-mask":
         lines.append(f"  part of the {op_type} of {user}")
     step = metadata.get("spmd_step")
@@ -130,6 +100,20 @@ def explain_collective(module: Module, name: str) -> list[str]:
         lines.append(f"where {source.name}'s sharding comes from:")
         lines.extend("  " + line for line in sharding_origin(module, source))
     return lines
+
+
+def _named(module: Module, text: str | None, inst: Instruction | None) -> str | None:
+    """A sharding recorded as text, with the module's mesh axes when it has a mesh and the
+    sharding is over it."""
+    from gspmdc.ir.parser import parse_sharding
+    from gspmdc.ir.sdy_hlo import named_text
+    if text is None or inst is None or inst.shape.is_tuple:
+        return text
+    try:
+        named = named_text(parse_sharding(text), inst.shape.rank, module)
+    except GspmdcError:
+        return text
+    return text if named is None else named
 
 
 def _original(comp: Computation, inst: Instruction | None) -> Instruction | None:
@@ -197,5 +181,5 @@ def _sharding_chain(inst: Instruction) -> list[str]:
     return lines
 
 
-__all__ = ["explain_collective", "sharding_origin", "collective_sent_bytes",
-           "collective_result_bytes", "COLLECTIVES"]
+__all__ = ["explain_collective", "describe_instruction", "sharding_origin",
+           "collective_result_bytes"]

@@ -292,7 +292,7 @@ def recorded_plans(inst: Instruction, num_devices: int) -> list[dict[int, HaloPl
         except ValueError as e:
             raise GspmdcError(f"{inst.name}: malformed halo plan of operand {k} dim {d}: "
                               f"{e}") from None
-        tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, num_devices)
+        tiling = Tiling(operand.sharding, operand.shape.rank, num_devices)
         local = tiling.shard_dims(operand.shape.dims)[d]
         if plan.shards != tiling.counts[d] or plan.input_shard != plan.base_dilation * local:
             raise GspmdcError(f"{inst.name}: the halo plan of operand {k} dim {d} is for "

@@ -6,15 +6,18 @@ CallInliner, which its SPMD pipeline runs before sharding propagation). An async
 JAX wraps small functions (`relu`, `_where`, ...) in `call`s; inlining them lets propagation and
 partitioning see through them. Callee instructions are copied with their attributes and
 shardings under names unique in the caller; callee parameters become the call's operands. When the
-call itself carries a sharding, the inlined result takes it (a `copy` carries it when the result
-is an operand of the call or already has a different sharding). Computations no longer reachable
+call itself carries a sharding, the inlined result takes it, its Shardy sharding too (a `copy`
+carries it when the result is an operand of the call or already has a different sharding).
+Calls marked `frontend_attributes={inlineable="false"}` stay. Computations no longer reachable
 from the entry are removed.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gspmdc.ir.frontend_attributes import frontend_attribute, set_frontend_attribute
 from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.sdy import SHARDING
 from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
@@ -32,10 +35,19 @@ class InlineCalls(ModulePass):
     def apply(self, ctx: PassContext, module: Module) -> Module:
         for comp in partitioned_computations(module):
             _synchronous_calls(comp)
-            while any(i.opcode == "call" for i in comp.instructions):
+            while any(_inlineable(i) for i in comp.instructions):
                 _inline_once(module, comp)
         _drop_unreachable(module)
         return module
+
+
+def _inlineable(inst: Instruction) -> bool:
+    """A call not marked `frontend_attributes={inlineable="false"}` (as XLA's CallInliner: JAX
+    marks the bodies of shard_maps so, which Shardy's propagation treats as a unit)."""
+    if inst.opcode != "call":
+        return False
+    kv = inst.attrs.get("frontend_attributes")
+    return kv is None or kv.get("inlineable") != "false"
 
 
 def _synchronous_calls(comp: Computation) -> None:
@@ -72,7 +84,7 @@ def _inline_once(module: Module, comp: Computation) -> None:
     replacement: dict[Instruction, Instruction] = {}
     for inst in comp.instructions:
         inst.operands = [replacement.get(o, o) for o in inst.operands]
-        if inst.opcode != "call":
+        if not _inlineable(inst):
             b.append(inst)
             continue
         callee = module.computation(inst.attr("to_apply").name)
@@ -92,9 +104,18 @@ def _inline_once(module: Module, comp: Computation) -> None:
             else:
                 result = b.add("copy", inst.shape, [result], name=inst.name,
                                sharding=inst.sharding)
+            _carry_shardy_sharding(inst, result)
         replacement[inst] = result
     comp.instructions = b.instructions
     comp.root = replacement.get(comp.root, comp.root)
+
+
+def _carry_shardy_sharding(call: Instruction, result: Instruction) -> None:
+    """The call's Shardy sharding (`xla.sdy.sharding`, which a module in Shardy form writes
+    next to the HloSharding) goes where its HloSharding went."""
+    value = frontend_attribute(call, SHARDING)
+    if value is not None:
+        set_frontend_attribute(result, SHARDING, value)
 
 
 def _drop_unreachable(module: Module) -> None:

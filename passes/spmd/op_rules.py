@@ -47,6 +47,34 @@ class OpPlan:
     cost: float = 0.0
 
 
+@dataclass(frozen=True)
+class Signature:
+    """What a plan's cost depends on: the instruction's shape and sharding, and its operands'
+    shapes and shardings, with `operand_ids` telling which operands are one value (a value used
+    twice is resharded once). Rules whose plan depends on nothing else plan once per signature
+    (`sharding_algebra.cached`), so the repeated layers of a model are planned once."""
+
+    shape: Shape
+    sharding: HloSharding
+    operand_shapes: tuple[Shape, ...]
+    operand_shardings: tuple[HloSharding, ...]
+    operand_ids: tuple[int, ...]
+
+    @classmethod
+    def of(cls, inst: Instruction) -> "Signature":
+        ids: dict[int, int] = {}
+        return cls(inst.shape, inst.sharding, tuple(o.shape for o in inst.operands),
+                   tuple(o.sharding for o in inst.operands),
+                   tuple(ids.setdefault(id(o), len(ids)) for o in inst.operands))
+
+    def without_metadata(self) -> "Signature":
+        """The same signature with metadata-free shardings (a plan made for it carries no
+        instruction's metadata)."""
+        return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
+                         tuple(s.with_metadata(()) for s in self.operand_shardings),
+                         self.operand_ids)
+
+
 class PlanContext:
     """Costs and choices for planning on `num_devices` partitions."""
 
@@ -54,17 +82,6 @@ class PlanContext:
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
-        self._plans: dict = {}
-
-    def memoized(self, key, plan: Callable[[], OpPlan]) -> OpPlan:
-        """`plan()` once per `key`: rules whose plan is a function of shapes, shardings and
-        attributes alone pass those as the key, so the repeated layers of a model are planned
-        once (the planning arithmetic works on device arrays: this keeps compile time flat in
-        the device count)."""
-        found = self._plans.get(key)
-        if found is None:
-            found = self._plans[key] = plan()
-        return found
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""
@@ -77,22 +94,33 @@ class PlanContext:
     def plan_cost(self, inst: Instruction, plan: OpPlan) -> float:
         """Bytes per device of `plan`: its own traffic, each distinct operand reshard once
         (insert-reshards reshards a value used twice the same way once) and the result's."""
-        total = plan.cost + self.cost(inst.shape, plan.result, inst.sharding)
-        for operand, need in dict.fromkeys(zip(inst.operands, plan.operands)):
-            total += self.cost(operand.shape, operand.sharding, need)
+        return self.cost_of(Signature.of(inst), plan)
+
+    def cost_of(self, signature: "Signature", plan: OpPlan) -> float:
+        """`plan_cost` for an instruction described by its `signature`."""
+        total = plan.cost + self.cost(signature.shape, plan.result, signature.sharding)
+        operands = zip(signature.operand_ids, signature.operand_shapes,
+                       signature.operand_shardings)
+        for (_, shape, sharding), need in dict.fromkeys(zip(operands, plan.operands)):
+            total += self.cost(shape, sharding, need)
         return total
 
     def choose(self, inst: Instruction, candidates: Sequence[OpPlan],
                tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
         """The candidate moving the fewest bytes (then the smallest `tie_break`, then the
         first)."""
+        return self.choose_for(Signature.of(inst), candidates, tie_break)
+
+    def choose_for(self, signature: "Signature", candidates: Sequence[OpPlan],
+                   tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
+        """`choose` for an instruction described by its `signature`."""
         def key(item):
             index, plan = item
-            return (self.plan_cost(inst, plan), tie_break(plan) if tie_break else 0.0, index)
+            return (self.cost_of(signature, plan), tie_break(plan) if tie_break else 0.0, index)
         return min(enumerate(candidates), key=key)[1]
 
     def tiling(self, sharding: HloSharding, rank: int) -> Tiling:
-        return Tiling.from_sharding(sharding, rank, self.num_devices)
+        return Tiling(sharding, rank, self.num_devices)
 
 
 @dataclass
@@ -180,5 +208,5 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
     return sharding is not None and sharding.has_manual_leaf
 
 
-__all__ = ["OpPlan", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
+__all__ = ["OpPlan", "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from math import prod
 
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.attributes import KeyValueList, Window
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import PARTITION_RULES
@@ -54,7 +55,7 @@ from gspmdc.ir.sharding import HloSharding
 from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, recorded_plans, windowed_input
 from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
 from .op_rules_dot import DotDims, _inverse, _merge_free, dot_result
-from .tiling import Tiling
+from .tiling import Tiling, remap
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,9 @@ def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling
         return None
     missing = [d for d in range(out_rank) if d not in cd.out_of]
     order = list(cd.out_of) + missing
-    result = result.insert_dims(range(len(cd.out_of), out_rank))
-    return result.transpose([order.index(d) for d in range(out_rank)])
+    inserted = algebra.insert_dims(result.sharding, range(len(cd.out_of), out_rank))
+    return Tiling(algebra.transpose(inserted, [order.index(d) for d in range(out_rank)]),
+                  out_rank, result.num_devices)
 
 
 @PARTITION_RULES.register("convolution", instance=True)
@@ -197,14 +199,14 @@ class ConvolutionRule(PartitionRule):
         width = dtypes.byte_width(lhs_op.shape.element_type)
         for cd in variants:
             for a, b, reason in _pairs(inst, cd, ctx, target, lt, rt):
-                key = (a.to_sharding(), b.to_sharding())
+                key = (a.sharding, b.sharding)
                 if key in seen:
                     continue
                 seen.add(key)
                 result = conv_result(a, b, cd, inst.shape.rank)
                 if result is not None:
                     halo = halo_bytes(cd.halo_plans(a), a.shard_dims(lhs_op.shape.dims), width)
-                    candidates.append(OpPlan(key, result.to_sharding(), reason, halo))
+                    candidates.append(OpPlan(key, result.sharding, reason, halo))
         # on equal bytes one gather beats several permutes, then the least local work
         return ctx.choose(inst, candidates, lambda p: (p.cost, _local_work(inst, p)))
 
@@ -214,9 +216,9 @@ class ConvolutionRule(PartitionRule):
         lhs = inst.operands[0]
         if not lhs.sharding.is_tiled:
             return [{}, {}]
-        tiling = Tiling.from_sharding(lhs.sharding, lhs.shape.rank, num_devices)
+        tiling = Tiling(lhs.sharding, lhs.shape.rank, num_devices)
         rhs = inst.operands[1]
-        kernel = Tiling.from_sharding(rhs.sharding, rhs.shape.rank, num_devices)
+        kernel = Tiling(rhs.sharding, rhs.shape.rank, num_devices)
         return [ConvDims.planned(inst, kernel).halo_plans(tiling), {}]
 
     def lower(self, inst, ctx: LowerContext):
@@ -224,8 +226,8 @@ class ConvolutionRule(PartitionRule):
             return clone(inst, ctx)
         lhs_op, rhs_op = inst.operands
         lhs, rhs = ctx.operands(inst)
-        lt = Tiling.from_sharding(lhs_op.sharding, lhs_op.shape.rank, ctx.num_devices)
-        rt = Tiling.from_sharding(rhs_op.sharding, rhs_op.shape.rank, ctx.num_devices)
+        lt = Tiling(lhs_op.sharding, lhs_op.shape.rank, ctx.num_devices)
+        rt = Tiling(rhs_op.sharding, rhs_op.shape.rank, ctx.num_devices)
         cd = ConvDims.planned(inst, rt)
         lhs = _mask_uneven(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
         rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting)
@@ -257,29 +259,30 @@ def _pairs(inst: Instruction, cd: ConvDims, ctx: PlanContext, target: HloShardin
     """Candidate operand tilings (see the module docstring) for the dim classes `cd`, each
     also with the input's windowed dims gathered."""
     lr, rr, out_rank = inst.operands[0].shape.rank, inst.operands[1].shape.rank, inst.shape.rank
-    rt = None if rhs is None else rhs.fold_dims(cd.rhs_whole, "replicated")
+    rt = None if rhs is None else \
+        ctx.tiling(algebra.partially_replicate_on_dims(rhs.sharding, cd.rhs_whole), rr)
     pairs: list[tuple[Tiling, Tiling, str]] = []
     if lhs is not None and rt is not None:
         pairs.append((lhs, rt, "convolution operands are compatible"))
     if lhs is not None:
-        aligned = lhs.remap(cd.dot.lhs_to_rhs(lr), rr)
+        aligned = ctx.tiling(remap(lhs.sharding, cd.dot.lhs_to_rhs(lr), rr), rr)
         pairs.append((lhs, aligned, "kernel aligned to the input's batch/feature tiles"))
         if rt is not None:
-            merged = _merge_free(rt.to_sharding(), aligned.to_sharding(), cd.dot.rhs_free)
+            merged = _merge_free(rt.sharding, aligned.sharding, cd.dot.rhs_free)
             if merged is not None:
                 pairs.append((lhs, ctx.tiling(merged, rr), "kernel aligned to the input, "
                                                            "keeping its output-feature tiling"))
     if rt is not None:
-        aligned = rt.remap(cd.dot.rhs_to_lhs(rr), lr)
+        aligned = ctx.tiling(remap(rt.sharding, cd.dot.rhs_to_lhs(rr), lr), lr)
         pairs.append((aligned, rt, "input aligned to the kernel's feature tiles"))
         if lhs is not None:
-            merged = _merge_free(lhs.to_sharding(), aligned.to_sharding(), cd.dot.lhs_free)
+            merged = _merge_free(lhs.sharding, aligned.sharding, cd.dot.lhs_free)
             if merged is not None:
                 pairs.append((ctx.tiling(merged, lr), rt, "input aligned to the kernel, "
                                                           "keeping its batch/spatial tiling"))
-    out = ctx.tiling(target, out_rank)
-    pairs.append((out.remap(_inverse(cd.lhs_to_output(lr), out_rank), lr),
-                  out.remap(_inverse(cd.rhs_to_output(rr), out_rank), rr),
+    out = ctx.tiling(target, out_rank).sharding
+    pairs.append((ctx.tiling(remap(out, _inverse(cd.lhs_to_output(lr), out_rank), lr), lr),
+                  ctx.tiling(remap(out, _inverse(cd.rhs_to_output(rr), out_rank), rr), rr),
                   "convolution operands follow the output's tiling"))
     pairs.append((Tiling.replicated(lr, ctx.num_devices), Tiling.replicated(rr, ctx.num_devices),
                   "convolution runs replicated"))
@@ -289,7 +292,8 @@ def _pairs(inst: Instruction, cd: ConvDims, ctx: PlanContext, target: HloShardin
         if any(a.counts[d] > 1 for d in windowed):
             result.append((a, b, reason + ", exchanging halos on its windowed dims"))
             reason += ", its windowed dims gathered"
-        result.append((a.fold_dims(windowed, "replicated"), b, reason))
+        result.append((ctx.tiling(algebra.partially_replicate_on_dims(a.sharding, windowed), lr),
+                       b, reason))
     return result
 
 

@@ -1,6 +1,6 @@
-"""Partitioning of values and data movement (reference §4.7.1, §4.7.2): `parameter`,
-`constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`, `get-tuple-element` and the
-`Sharding` custom-call (a reshard node).
+"""Partitioning of values and data movement (docs/partitioning.md, "Per-op strategies"):
+`parameter`, `constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`,
+`get-tuple-element` and the `Sharding` custom-call (a reshard node).
 
 - parameter: a parameter of the shard shape (entry parameters are scattered by the runtime).
 - constant: a whole constant when replicated or on one device, a shard-shaped constant when every
@@ -10,8 +10,9 @@
   the operand's sharding extended by untiled new dims; local broadcast to the shard shape.
 - transpose: the operand in the result's sharding transposed back, or the result in the operand's
   sharding transposed; local transpose.
-- reshape: a pair of shardings whose shards correspond under a local reshape (§2.7(j) in either
-  direction, with the whole-tile condition checked below), else replicated; local reshape.
+- reshape: a pair of shardings whose shards correspond under a local reshape (the algebra's
+  `reshape_sharding` in either direction, docs/design/sharding-algebra.md, with the whole-tile
+  condition checked below), else replicated; local reshape.
 - tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
 - Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
   to the custom-call's (`reshard.py`).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gspmdc.ir import sharding_ops
+from gspmdc.ir import sharding_algebra
 from gspmdc.ir.attributes import Literal
 from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Instruction
@@ -86,7 +87,7 @@ class IotaRule(PartitionRule):
             return local
         b = ctx.builder
         local.name = b.names(f"{inst.name}.local")
-        tiling = Tiling.from_sharding(sharding, inst.shape.rank, ctx.num_devices)
+        tiling = Tiling(sharding, inst.shape.rank, ctx.num_devices)
         offset = b.convert(ctx.tables.offsets(tiling, inst.shape.dims)[dim],
                            inst.shape.element_type)
         start = b.broadcast(offset, local.shape.dims)
@@ -108,15 +109,18 @@ class BroadcastRule(PartitionRule):
             candidates.append(OpPlan((target,), target, "broadcast of a whole value"))
         else:
             order = np.argsort(dims)
-            restricted = ctx.tiling(target, rank).fold_dims(new, "replicated").remove_dims(new)
-            restricted = restricted.transpose(list(np.argsort(order)))
-            candidates.append(OpPlan((restricted.to_sharding(),), target,
+            plain = ctx.tiling(target, rank).sharding
+            restricted = sharding_algebra.remove_dims(
+                sharding_algebra.partially_replicate_on_dims(plain, new), new)
+            restricted = sharding_algebra.transpose(restricted, list(np.argsort(order)))
+            candidates.append(OpPlan((restricted,), target,
                                      "broadcast operand takes the result's tiling of kept dims"))
         source = operand.sharding
         if source.is_tiled and source == without_partials(source):
-            extended = ctx.tiling(source, operand.shape.rank).transpose(list(np.argsort(dims)))
-            extended = extended.insert_dims(new)
-            candidates.append(OpPlan((source,), extended.to_sharding(),
+            extended = sharding_algebra.transpose(ctx.tiling(source, operand.shape.rank).sharding,
+                                                  list(np.argsort(dims)))
+            extended = sharding_algebra.insert_dims(extended, new)
+            candidates.append(OpPlan((source,), extended,
                                      "broadcast keeps the operand's tiling"))
         return ctx.choose(inst, candidates)
 
@@ -131,12 +135,13 @@ class TransposeRule(PartitionRule):
         if target.is_tile_maximal:
             candidates.append(OpPlan((target,), target, "transpose of a whole value"))
         else:
-            back = ctx.tiling(target, rank).transpose(list(np.argsort(perm))).to_sharding()
+            back = sharding_algebra.transpose(ctx.tiling(target, rank).sharding,
+                                              list(np.argsort(perm)))
             candidates.append(OpPlan((back,), target,
                                      "transpose operand takes the result's tiling"))
         source = inst.operands[0].sharding
         if source.is_tiled and source == without_partials(source):
-            forward = ctx.tiling(source, rank).transpose(perm).to_sharding()
+            forward = sharding_algebra.transpose(ctx.tiling(source, rank).sharding, perm)
             candidates.append(OpPlan((source,), forward,
                                      "transpose keeps the operand's tiling"))
         return ctx.choose(inst, candidates)
@@ -157,16 +162,16 @@ class ReshapeRule(PartitionRule):
                     local_reshape_ok(in_shape, out_shape, in_sharding, out_sharding):
                 candidates.append(OpPlan((in_sharding,), out_sharding, reason))
 
-        add(sharding_ops.reshape_sharding(target, out_shape.dims, in_shape.dims), target,
+        add(sharding_algebra.reshape_sharding(target, out_shape.dims, in_shape.dims), target,
             "reshape operand takes the result's tiling")
         source = operand.sharding
         if source.is_tiled and source == without_partials(source):
-            add(source, sharding_ops.reshape_sharding(source, in_shape.dims, out_shape.dims),
+            add(source, sharding_algebra.reshape_sharding(source, in_shape.dims, out_shape.dims),
                 "reshape keeps the operand's tiling")
-            through = sharding_ops.propagate_through_reshape(source, in_shape.dims,
+            through = sharding_algebra.propagate_through_reshape(source, in_shape.dims,
                                                              out_shape.dims)
             if through.is_tiled:
-                add(sharding_ops.reshape_sharding(through, out_shape.dims, in_shape.dims),
+                add(sharding_algebra.reshape_sharding(through, out_shape.dims, in_shape.dims),
                     through, "reshape keeps the part of the operand's tiling that survives")
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated,), replicated,
@@ -184,7 +189,7 @@ def local_reshape_ok(in_shape: ArrayShape, out_shape: ArrayShape, a: HloSharding
         return a == b
     if not a.is_tiled or not b.is_tiled or a.num_tiles != b.num_tiles:
         return False
-    if sharding_ops.reshape_sharding(a, in_shape.dims, out_shape.dims) != b:
+    if sharding_algebra.reshape_sharding(a, in_shape.dims, out_shape.dims) != b:
         return False
     for ins, outs in _reshape_groups(in_shape.dims, out_shape.dims):
         if _is_kept_dim(ins, outs, in_shape, out_shape, a, b):

@@ -31,12 +31,13 @@ from math import prod
 
 import numpy as np
 
-from gspmdc.ir import sharding_ops
+from gspmdc.ir import sharding_algebra
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import cached
 
-from .op_rules import OpPlan, PartitionRule, clone, without_partials
-from .tiling import Tiling
+from .op_rules import OpPlan, PartitionRule, PlanContext, Signature, clone, without_partials
+from .tiling import Tiling, remap
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def dot_result(lhs: Tiling, rhs: Tiling, dn: DotDims) -> Tiling | None:
     if occupancy.min() != r or occupancy.max() != r:
         return None
     order = np.lexsort((np.arange(n), key))
-    return Tiling(order.reshape(tuple(counts) + (u, r)))
+    return Tiling.of_devices(order.reshape(tuple(counts) + (u, r)))
 
 
 def _flat(columns, counts, n) -> np.ndarray:
@@ -128,68 +129,68 @@ def _flat(columns, counts, n) -> np.ndarray:
 @PARTITION_RULES.register("dot", instance=True)
 class DotRule(PartitionRule):
     def plan(self, inst, ctx):
-        lhs_op, rhs_op = inst.operands
-        key = ("dot", DotDims.of(inst), inst.shape, inst.sharding, lhs_op.shape,
-               lhs_op.sharding, rhs_op.shape, rhs_op.sharding)
-        return ctx.memoized(key, lambda: self._plan(inst, ctx))
-
-    def _plan(self, inst, ctx):
-        lhs_op, rhs_op = inst.operands
-        dn = DotDims.of(inst)
-        lr, rr, out_rank = lhs_op.shape.rank, rhs_op.shape.rank, inst.shape.rank
-        target = without_partials(inst.sharding)
-        if target.kind == "maximal":
-            return OpPlan((target, target), target, "dot on one device")
-        pairs: list[tuple[HloSharding, HloSharding, str]] = []
-
-        def tiling(s, rank):
-            if s.kind in ("tiled", "replicated") and s == without_partials(s):
-                return ctx.tiling(s, rank)
-            return None
-
-        lt, rt = tiling(lhs_op.sharding, lr), tiling(rhs_op.sharding, rr)
-        if lt is not None and rt is not None:
-            pairs.append((lhs_op.sharding, rhs_op.sharding, "dot operands are compatible"))
-        if lt is not None:
-            aligned = lt.remap(dn.lhs_to_rhs(lr), rr).to_sharding()
-            pairs.append((lhs_op.sharding, aligned, "rhs aligned to lhs on batch/contracting dims"))
-            if rt is not None:
-                merged = _merge_free(rhs_op.sharding, aligned, dn.rhs_free)
-                if merged is not None:
-                    pairs.append((lhs_op.sharding, merged,
-                                  "rhs aligned to lhs, keeping its free-dim tiling"))
-        if rt is not None:
-            aligned = rt.remap(dn.rhs_to_lhs(rr), lr).to_sharding()
-            pairs.append((aligned, rhs_op.sharding, "lhs aligned to rhs on batch/contracting dims"))
-            if lt is not None:
-                merged = _merge_free(lhs_op.sharding, aligned, dn.lhs_free)
-                if merged is not None:
-                    pairs.append((merged, rhs_op.sharding,
-                                  "lhs aligned to rhs, keeping its free-dim tiling"))
-        out = ctx.tiling(target, out_rank)
-        out_to_lhs = _inverse(dn.lhs_to_output(lr), out_rank)
-        out_to_rhs = _inverse(dn.rhs_to_output(rr), out_rank)
-        pairs.append((out.remap(out_to_lhs, lr).to_sharding(),
-                      out.remap(out_to_rhs, rr).to_sharding(),
-                      "dot operands follow the output's tiling"))
-        replicated = HloSharding.replicate()
-        pairs.append((replicated, replicated, "dot runs replicated"))
-
-        candidates, seen = [], set()
-        for a, b, reason in pairs:
-            if (a, b) in seen:
-                continue
-            seen.add((a, b))
-            result = dot_result(ctx.tiling(a, lr), ctx.tiling(b, rr), dn)
-            if result is not None:
-                candidates.append(OpPlan((a, b), result.to_sharding(), reason))
-        return ctx.choose(inst, candidates, lambda p: _local_work(inst, p))
+        return _dot_plan(DotDims.of(inst), Signature.of(inst).without_metadata(), ctx.num_devices)
 
     def lower(self, inst, ctx):
         # imported here: the windowed einsum builds on this module's DotDims
         from .windowed_einsum import Windowing, lower_windowed
         windowing = Windowing.of(inst)
         return clone(inst, ctx) if windowing is None else lower_windowed(inst, ctx, windowing)
+
+
+@cached
+def _dot_plan(dn: DotDims, signature: Signature, num_devices: int) -> OpPlan:
+    """The dot's plan, a function of its dims and signature alone (planned once per layer)."""
+    ctx = PlanContext(num_devices)
+    (lhs_shape, rhs_shape), (lhs_sharding, rhs_sharding) = \
+        signature.operand_shapes, signature.operand_shardings
+    lr, rr, out_rank = lhs_shape.rank, rhs_shape.rank, signature.shape.rank
+    target = without_partials(signature.sharding)
+    if target.kind == "maximal":
+        return OpPlan((target, target), target, "dot on one device")
+    pairs: list[tuple[HloSharding, HloSharding, str]] = []
+
+    def tiling(s, rank):
+        if s.kind in ("tiled", "replicated") and s == without_partials(s):
+            return ctx.tiling(s, rank)
+        return None
+
+    lt, rt = tiling(lhs_sharding, lr), tiling(rhs_sharding, rr)
+    if lt is not None and rt is not None:
+        pairs.append((lhs_sharding, rhs_sharding, "dot operands are compatible"))
+    if lt is not None:
+        aligned = remap(lt.sharding, dn.lhs_to_rhs(lr), rr)
+        pairs.append((lhs_sharding, aligned, "rhs aligned to lhs on batch/contracting dims"))
+        if rt is not None:
+            merged = _merge_free(rhs_sharding, aligned, dn.rhs_free)
+            if merged is not None:
+                pairs.append((lhs_sharding, merged,
+                              "rhs aligned to lhs, keeping its free-dim tiling"))
+    if rt is not None:
+        aligned = remap(rt.sharding, dn.rhs_to_lhs(rr), lr)
+        pairs.append((aligned, rhs_sharding, "lhs aligned to rhs on batch/contracting dims"))
+        if lt is not None:
+            merged = _merge_free(lhs_sharding, aligned, dn.lhs_free)
+            if merged is not None:
+                pairs.append((merged, rhs_sharding,
+                              "lhs aligned to rhs, keeping its free-dim tiling"))
+    out = ctx.tiling(target, out_rank).sharding
+    out_to_lhs = _inverse(dn.lhs_to_output(lr), out_rank)
+    out_to_rhs = _inverse(dn.rhs_to_output(rr), out_rank)
+    pairs.append((remap(out, out_to_lhs, lr), remap(out, out_to_rhs, rr),
+                  "dot operands follow the output's tiling"))
+    replicated = HloSharding.replicate()
+    pairs.append((replicated, replicated, "dot runs replicated"))
+
+    candidates, seen = [], set()
+    for a, b, reason in pairs:
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        result = dot_result(ctx.tiling(a, lr), ctx.tiling(b, rr), dn)
+        if result is not None:
+            candidates.append(OpPlan((a, b), result.sharding, reason))
+    return ctx.choose_for(signature, candidates, lambda p: _local_work(dn, signature, p))
 
 
 def _inverse(mapping: list[int], rank: int) -> list[int]:
@@ -204,18 +205,17 @@ def _inverse(mapping: list[int], rank: int) -> list[int]:
 def _merge_free(own: HloSharding, aligned: HloSharding,
                 free: tuple[int, ...]) -> HloSharding | None:
     """`aligned` refined with `own`'s tiling of the free dims, when the two merge."""
-    own_free = sharding_ops.replicate_all_except(own, free)
+    own_free = sharding_algebra.replicate_all_except(own, free)
     if not own_free.is_tiled:
         return None
-    return sharding_ops.merge_if_compatible(own_free, aligned)
+    return sharding_algebra.merge_if_compatible(own_free, aligned, 0)
 
 
-def _local_work(inst, plan: OpPlan) -> float:
+def _local_work(dn: DotDims, signature: Signature, plan: OpPlan) -> float:
     """Multiply-adds of the local dot: local output elements times local contracting size."""
-    lhs = inst.operands[0]
-    out = plan.result.shard_shape(inst.shape)
-    contracting = plan.operands[0].shard_shape(lhs.shape)
-    size = prod(contracting.dims[d] for d in inst.attr("lhs_contracting_dims", ()))
+    out = plan.result.shard_shape(signature.shape)
+    contracting = plan.operands[0].shard_shape(signature.operand_shapes[0])
+    size = prod(contracting.dims[d] for d in dn.lhs_contracting)
     return float(prod(out.dims) * size)
 
 

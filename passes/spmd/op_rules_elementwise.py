@@ -14,6 +14,7 @@ operands already agree). Scalar operands of a non-scalar op (`clamp`'s bounds) a
 from __future__ import annotations
 
 from gspmdc.errors import UnsupportedError
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.ops import ELEMENTWISE, PARTITION_RULES, RNG_STATE
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
@@ -70,14 +71,13 @@ def _width_change_plan(inst, ctx):
                                 (operand.sharding, operand.shape.rank)):
         if source.kind == "maximal" or source != without_partials(source):
             continue
-        tiling = ctx.tiling(source, source_rank)
-        if tiling.rank > shared:
-            if tiling.counts[shared] != 1:
-                tiling = tiling.fold_dims([shared], "replicated")
-            tiling = tiling.remove_dims([shared])
-        result = tiling.insert_dims([shared]) if rank > shared else tiling
-        needed = tiling.insert_dims([shared]) if operand.shape.rank > shared else tiling
-        plans.append(OpPlan((needed.to_sharding(),), result.to_sharding(),
+        common = ctx.tiling(source, source_rank).sharding
+        if source_rank > shared:
+            common = algebra.remove_dims(algebra.partially_replicate_on_dims(common, [shared]),
+                                         [shared])
+        result = algebra.insert_dims(common, [shared]) if rank > shared else common
+        needed = algebra.insert_dims(common, [shared]) if operand.shape.rank > shared else common
+        plans.append(OpPlan((needed,), result,
                             "a width-changing bitcast-convert keeps the shared dims' tiling"))
     if not plans:
         return DEFAULT_RULE.plan(inst, ctx)

@@ -42,6 +42,7 @@ from math import prod
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.attributes import SliceDim
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import PARTITION_RULES
@@ -49,7 +50,7 @@ from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
-from .tiling import Tiling
+from .tiling import Tiling, remap
 
 
 def tiling_from_coordinates(coords: np.ndarray, counts: tuple[int, ...]) -> Tiling | None:
@@ -64,7 +65,7 @@ def tiling_from_coordinates(coords: np.ndarray, counts: tuple[int, ...]) -> Tili
     if not np.array_equal(np.bincount(keys, minlength=tiles), np.full(tiles, n // tiles)):
         return None
     order = np.lexsort((np.arange(n), keys))
-    return Tiling(order.reshape(tuple(counts) + (1, n // tiles)))
+    return Tiling.of_devices(order.reshape(tuple(counts) + (1, n // tiles)))
 
 
 @dataclass(frozen=True)
@@ -201,16 +202,17 @@ class GatherRule(PartitionRule):
 
     @staticmethod
     def _plan(dims: GatherDims, extended: Tiling, reason: str) -> OpPlan:
-        on_operand = extended.remap(dims.to_operand, dims.operand_rank).to_sharding()
-        on_indices = extended.remap(dims.to_indices, dims.indices_rank).to_sharding()
-        result = extended.fold_dims(dims.extra, "unreduced").remove_dims(dims.extra)
-        return OpPlan((on_operand, on_indices), result.to_sharding(), reason)
+        s = extended.sharding
+        on_operand = remap(s, dims.to_operand, dims.operand_rank)
+        on_indices = remap(s, dims.to_indices, dims.indices_rank)
+        result = algebra.remove_dims(algebra.unreduce_on_dims(s, dims.extra), dims.extra)
+        return OpPlan((on_operand, on_indices), result, reason)
 
     def lower(self, inst, ctx: LowerContext):
         operand = inst.operands[0]
         local_operand, local_indices = ctx.operands(inst)
         dims = GatherDims.of(inst)
-        tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices) \
+        tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices) \
             if operand.sharding.is_tiled else None
         tiled_indexed = [d for d in dims.indexed if tiling is not None and tiling.counts[d] > 1]
         new_indices = local_indices
@@ -395,10 +397,11 @@ class ScatterRule(PartitionRule):
 
     @staticmethod
     def _plan(inst, dims: ScatterDims, tiling: Tiling, reason: str) -> OpPlan:
-        on_operand = tiling.remap(dims.to_operand, dims.operand_rank).to_sharding()
-        on_indices = tiling.remap(dims.to_indices, dims.indices_rank).to_sharding()
-        on_updates = tiling.remap(dims.to_updates, dims.update_rank).to_sharding()
-        result = tiling.fold_dims(dims.extra, "unreduced").remove_dims(dims.extra).to_sharding()
+        s = tiling.sharding
+        on_operand = remap(s, dims.to_operand, dims.operand_rank)
+        on_indices = remap(s, dims.to_indices, dims.indices_rank)
+        on_updates = remap(s, dims.to_updates, dims.update_rank)
+        result = algebra.remove_dims(algebra.unreduce_on_dims(s, dims.extra), dims.extra)
         if isinstance(inst.shape, TupleShape):
             result = HloSharding.tuple([result] * dims.count)
         return OpPlan((on_operand,) * dims.count + (on_indices,) + (on_updates,) * dims.count,
@@ -411,7 +414,7 @@ class ScatterRule(PartitionRule):
         local = ctx.operands(inst)
         b = ctx.builder
         ivd = inst.attr("index_vector_dim")
-        tiling = Tiling.from_sharding(operand.sharding, dims.operand_rank, ctx.num_devices) \
+        tiling = Tiling(operand.sharding, dims.operand_rank, ctx.num_devices) \
             if operand.sharding.is_tiled else None
         if tiling is not None and any(tiling.counts[d] > 1 for d in dims.indexed):
             vectors = _index_vectors(b, local[count], ivd)
@@ -421,7 +424,7 @@ class ScatterRule(PartitionRule):
             local[count] = b.binary("subtract", vectors, offsets)
         leaf = inst.sharding.leaf_shardings(inst.shape)[0]
         result = None if leaf.kind == "maximal" else \
-            Tiling.from_sharding(leaf, dims.operand_rank, ctx.num_devices)
+            Tiling(leaf, dims.operand_rank, ctx.num_devices)
         if result is not None and result.unreduced > 1:
             local[count] = _drop_padding_rows(ctx, indices, local[count], dims)
             combiner = scatter_combiner(inst, ctx.module.computations)
@@ -441,7 +444,7 @@ def _drop_padding_rows(ctx, indices: Instruction, local: Instruction,
     sharding = indices.sharding
     if not sharding.is_tiled:
         return local
-    tiling = Tiling.from_sharding(sharding, indices.shape.rank, ctx.num_devices)
+    tiling = Tiling(sharding, indices.shape.rank, ctx.num_devices)
     uneven = [d for d in range(indices.shape.rank)
               if tiling.counts[d] > 1 and indices.shape.dims[d] % tiling.counts[d]]
     if not uneven:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.attributes import PadDim
 from gspmdc.ir.custom_call_targets import TOPK
 from gspmdc.ir.module import Instruction
@@ -81,13 +82,13 @@ class _KeptDimsRule(PartitionRule):
         if target.kind == "maximal":
             return [self.plan_for(inst, target, f"{inst.opcode} on one device")]
         candidates = [self.plan_for(
-            inst, ctx.tiling(target, rank).fold_dims(folded, "replicated").to_sharding(),
+            inst, algebra.partially_replicate_on_dims(ctx.tiling(target, rank).sharding, folded),
             f"{inst.opcode} keeps the result's tiling of its kept dims")]
         source = inst.operands[0].sharding
         if source.is_tiled and source == without_partials(source):
-            tiling = ctx.tiling(source, rank)
+            plain = ctx.tiling(source, rank).sharding
             candidates.append(self.plan_for(
-                inst, tiling.fold_dims(folded, "replicated").to_sharding(),
+                inst, algebra.partially_replicate_on_dims(plain, folded),
                 f"{inst.opcode} keeps its operand's tiling of its kept dims"))
         candidates.append(self.plan_for(inst, HloSharding.replicate(),
                                         f"{inst.opcode} runs replicated"))
@@ -126,9 +127,10 @@ class SortRule(_KeptDimsRule):
             return candidates
         for kept in _kept_dims(inst):
             if shape.dims[kept] % (tiling.counts[kept] * count) == 0:
-                moved, _ = tiling.move(dim, kept, count)
+                moved, _ = algebra.move_tiles(tiling.sharding, dim, kept, count, shape.rank,
+                                              ctx.num_devices)
                 candidates.insert(0, self.plan_for(
-                    inst, moved.to_sharding(),
+                    inst, moved,
                     f"sort moves the tiles of its sorted dim to dim {kept}"))
                 break
         return candidates
@@ -156,7 +158,7 @@ class TopKRule(_KeptDimsRule):
         count = tiling.counts[last]
         if count == 1 or k > -(-shape.dims[last] // count) or k * count >= shape.dims[last]:
             return candidates
-        result = tiling.fold_dims([last], "replicated").to_sharding()
+        result = algebra.partially_replicate_on_dims(tiling.sharding, [last])
         candidates.insert(0, OpPlan((source,), HloSharding.tuple([result, result]),
                                     f"top {k} of every shard, all-gathered, then top {k} of "
                                     "those"))
@@ -168,8 +170,7 @@ class TopKRule(_KeptDimsRule):
         last = operand.shape.rank - 1
         if not sharding.is_tiled or sharding.tile_counts[last] == 1:
             return clone(inst, ctx)
-        return _top_k_of_shards(inst, ctx, Tiling.from_sharding(sharding, last + 1,
-                                                                ctx.num_devices))
+        return _top_k_of_shards(inst, ctx, Tiling(sharding, last + 1, ctx.num_devices))
 
 
 @PARTITION_RULES.register("dynamic-slice", instance=True)
@@ -183,7 +184,7 @@ class DynamicSliceRule(_KeptDimsRule):
         tiling = ctx.tiling(source, rank)
         sliced = [d for d in range(rank) if d not in _kept_dims(inst) and tiling.counts[d] > 1]
         if sliced:
-            partial = tiling.fold_dims(sliced, "unreduced").to_sharding()
+            partial = algebra.unreduce_on_dims(tiling.sharding, sliced)
             candidates.append(self.plan_for(
                 inst, partial, "dynamic-slice keeps its operand tiled on sliced dims: masked "
                 "local windows, summed", (source,)))
@@ -211,7 +212,7 @@ class DynamicUpdateSliceRule(_KeptDimsRule):
         sliced = [d for d in range(rank) if d not in _kept_dims(inst)]
         if not any(tiling.counts[d] > 1 for d in sliced):
             return candidates
-        on_update = tiling.fold_dims(sliced, "replicated").to_sharding()
+        on_update = algebra.partially_replicate_on_dims(tiling.sharding, sliced)
         candidates.insert(0, self.plan_for(
             inst, source, "dynamic-update-slice keeps its operand tiled on sliced dims: each "
             "partition writes the part of the update in its range", (source, on_update)))
@@ -229,7 +230,7 @@ def _tiled_sliced_dims(inst: Instruction, ctx: LowerContext) -> tuple[Tiling | N
     operand = inst.operands[0]
     if not operand.sharding.is_tiled:
         return None, []
-    tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices)
+    tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices)
     kept = _kept_dims(inst)
     return tiling, [d for d in range(operand.shape.rank)
                     if d not in kept and tiling.counts[d] > 1]
@@ -257,7 +258,8 @@ def _top_k_of_shards(inst: Instruction, ctx: LowerContext, tiling: Tiling) -> In
     values = b.add("get-tuple-element", shard_top.shape.elements[0], [shard_top], {"index": 0})
     indices = b.add("get-tuple-element", shard_top.shape.elements[1], [shard_top], {"index": 1})
     indices = b.binary("add", indices, b.broadcast(b.convert(offset, index_type), indices.shape.dims))
-    _, groups = tiling.gather(last, tiling.counts[last])
+    _, groups = algebra.gather_tiles(tiling.sharding, last, tiling.counts[last], tiling.rank,
+                                     tiling.num_devices)
     values = b.all_gather(values, last, groups, ctx.channels())
     indices = b.all_gather(indices, last, groups, ctx.channels())
     final = _top_k(b, inst, values, batch + (k,), "top.candidates")

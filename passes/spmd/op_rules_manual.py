@@ -10,40 +10,50 @@ shape is the shard shape of its data dims.
   `copy`. `SPMDShardToFullShape` (`xla.sdy.LocalToGlobalShape`) leaves one: the local value
   becomes this device's shard of the result's sharding, again a local `copy`. Each checks that
   the shard shapes agree (ShardingError otherwise).
-- An instruction with a manual sharding is cloned on local operands (XLA partitions it "as if on
-  device 0": no resharding); a `Sharding` annotation inside a region is a local `copy`. Manual
-  operands are used as they are; a non-manual operand (a constant feeding manual code) is first
-  made replicated (fully manual) or laid out like the result's data dims (partially manual, same
-  rank; scalars replicated).
+- An instruction with a `{manual}` sharding is cloned on local operands (XLA partitions it "as
+  if on device 0": no resharding); a `Sharding` annotation inside such a region is a local
+  `copy`. Manual operands are used as they are; a non-manual operand (a constant feeding manual
+  code) is first made replicated (in a partially manual region: laid out like the auto
+  equivalent of the operand's need, scalars replicated).
 - Inside a fully manual region the ops whose meaning depends on the partition (`partition-id`,
   collectives written by the user) run unchanged: their partition ids are the global ones.
-  Partially manual regions support ops needing no communication between the devices of a manual
-  group; a collective, a `partition-id`, or an operand laid out differently from the
-  instruction's data tiling inside one is rejected (UnsupportedError): those need the
-  group-local ids and resharding of XLA's subgroup partitioner.
+- Inside a partially manual region every manual group partitions its own value
+  (`manual_groups.py`): an elementwise op runs on operands tiled like it; any other pure op runs
+  on each group's whole operands (gathered inside the group) and its result is sliced to its
+  annotated tiling; a `Sharding` annotation (or a reshard insert-reshards adds) reshards inside
+  every group, by the plan of the auto-equivalent shardings, and is refused (UnsupportedError)
+  when that plan would need a collective across groups. Collectives written by the user run as
+  written on local tiles when their groups join devices holding the same free tile and no free
+  axis splits a dimension they gather, scatter or exchange along (their operands are resharded
+  to their tiling first); a `partition-id` or another collective inside one is rejected: those
+  need the group-local ids of XLA's subgroup partitioner.
 
 Tuples, get-tuple-element, parameters and control flow keep their own rules: they pass leaf
 shardings through unchanged, manual ones included.
 """
 from __future__ import annotations
 
-from gspmdc.errors import ShardingError, UnsupportedError
-from gspmdc.ir.custom_call_targets import MANUAL_BOUNDARIES, SHARDING, target_of
-from gspmdc.ir.module import Instruction
-from gspmdc.ir.ops import PARTITION_DEPENDENT, PARTITION_RULES
-from gspmdc.ir.sharding import HloSharding
-from gspmdc.ir.shapes import ArrayShape, compatible
+import numpy as np
 
+from gspmdc.errors import ShardingError, UnsupportedError
+from gspmdc.ir.custom_call_targets import MANUAL_BOUNDARIES
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.ops import ELEMENTWISE, PARTITION_DEPENDENT, PARTITION_RULES, opcodes
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape, TupleShape, compatible
+
+from .manual_groups import (
+    auto_equivalent, check_within_groups, is_partially_manual, whole_in_groups,
+)
 from .op_rules import (
     LowerContext, OpPlan, PartitionRule, clone, has_manual_leaf, replicated_for,
 )
+from .op_rules_data import lower_reshard
+from .reshard_nodes import is_reshard
 
-
-def auto_equivalent(sharding: HloSharding) -> HloSharding:
-    """A partially manual leaf sharding with its manual subgroup turned into replication: the
-    non-manual layout giving every device the same data tile."""
-    types = tuple("replicated" if t == "manual" else t for t in sharding.subgroup_types)
-    return HloSharding.tiled(sharding.tile_assignment, types)
+#: opcodes running on equally tiled local operands as written (a bitcast-convert may change the
+#: rank; random numbers drawn per tile are not the global program's)
+_ON_TILES = ELEMENTWISE - opcodes("bitcast-convert", "rng")
 
 
 class ManualRule(PartitionRule):
@@ -52,42 +62,109 @@ class ManualRule(PartitionRule):
 
     def plan(self, inst, ctx):
         sharding = inst.sharding
-        fully = all(leaf.kind == "manual" for leaf in sharding.leaves())
-        if not fully and inst.opcode in PARTITION_DEPENDENT:
-            raise UnsupportedError(f"{inst.name}: {inst.opcode} inside a partially manual region "
-                                   f"({sharding.to_text(False)}) is not supported")
-        needs = []
-        for operand in inst.operands:
-            if has_manual_leaf(operand.sharding):
-                if not fully and not _same_local_layout(operand, inst):
-                    raise UnsupportedError(
-                        f"{inst.name}: operand {operand.name} has the partially manual sharding "
-                        f"{operand.sharding.to_text(False)}, the instruction "
-                        f"{sharding.to_text(False)}: resharding inside a partially manual "
-                        "region is not supported")
-                needs.append(operand.sharding)
-            elif fully or not isinstance(operand.shape, ArrayShape) or operand.shape.rank == 0:
-                needs.append(replicated_for(operand.shape))
-            elif isinstance(inst.shape, ArrayShape) and operand.shape.rank == inst.shape.rank:
-                needs.append(auto_equivalent(sharding))
-            else:
-                raise UnsupportedError(
-                    f"{inst.name}: non-manual operand {operand.name} of another rank inside the "
-                    f"partially manual region {sharding.to_text(False)} is not supported")
-        return OpPlan(tuple(needs), sharding, "manual region: the op runs per device unchanged")
+        if all(leaf.kind == "manual" for leaf in sharding.leaves()):
+            return OpPlan(tuple(o.sharding if has_manual_leaf(o.sharding) else
+                                replicated_for(o.shape) for o in inst.operands),
+                          sharding, "manual region: the op runs per device unchanged")
+        if is_reshard(inst):
+            operand = inst.operands[0]
+            need = operand.sharding if has_manual_leaf(operand.sharding) else \
+                _like(operand, sharding)
+            return OpPlan((need,), sharding,
+                          "sharding annotation inside a partially manual region: reshard to it "
+                          "inside each manual group")
+        if inst.opcode in PARTITION_DEPENDENT:
+            if not _runs_as_written(inst):
+                raise UnsupportedError(f"{inst.name}: {inst.opcode} inside a partially manual "
+                                       f"region ({sharding.to_text(False)}) is not supported")
+            return OpPlan(tuple(sharding if has_manual_leaf(o.sharding) else
+                                auto_equivalent(sharding) for o in inst.operands), sharding,
+                          "a collective of the partially manual region runs as written")
+        if _elementwise(inst):
+            return OpPlan(tuple(_like(o, sharding) for o in inst.operands), sharding,
+                          "partially manual region: elementwise on equally tiled operands")
+        leaf = inst.sharding.leaf_shardings(inst.shape)[0]
+        return OpPlan(tuple(whole_in_groups(leaf, o.shape) if has_manual_leaf(o.sharding) else
+                            replicated_for(o.shape) for o in inst.operands),
+                      whole_in_groups(leaf, inst.shape),
+                      "partially manual region: the op runs on each manual group's whole operands")
 
     def lower(self, inst, ctx):
-        if target_of(inst) == SHARDING:
-            return _local_copy(inst, ctx)      # a manual annotation: the value as it is
-        return clone(inst, ctx)
+        if not is_reshard(inst):
+            return clone(inst, ctx)
+        operand = inst.operands[0]
+        if operand.sharding == inst.sharding or isinstance(inst.shape, TupleShape) or \
+                not has_manual_leaf(operand.sharding) or not is_partially_manual(inst.sharding):
+            # the value as it is (tuples: resharded leaf by leaf before; a non-manual operand
+            # has the auto equivalent's layout)
+            return _local_copy(inst, ctx)
+        mark = len(ctx.builder.instructions)
+        local = lower_reshard(inst, ctx)
+        check_within_groups(ctx.builder.instructions[mark:], inst.sharding, inst.name)
+        return local
 
 
-def _same_local_layout(operand: Instruction, inst: Instruction) -> bool:
-    """Whether `operand` is a scalar or laid out with `inst`'s (partially manual) sharding (the
-    first leaf's, for variadic ops)."""
-    shape = operand.shape
-    first = inst.sharding.leaf_shardings(inst.shape)[0]
-    return (isinstance(shape, ArrayShape) and shape.rank == 0) or operand.sharding == first
+def _elementwise(inst: Instruction) -> bool:
+    """An elementwise op of one array whose non-scalar operands have its shape: it runs on
+    equally tiled local operands as written."""
+    return inst.opcode in _ON_TILES and isinstance(inst.shape, ArrayShape) and all(
+        isinstance(o.shape, ArrayShape) and (o.shape.rank == 0 or o.shape.dims == inst.shape.dims)
+        for o in inst.operands)
+
+
+def _like(operand: Instruction, sharding: HloSharding) -> HloSharding:
+    """The layout an elementwise op's operand needs: the op's own sharding (its auto equivalent
+    for a non-manual operand), a manual scalar as it is, a non-manual scalar replicated."""
+    if operand.shape.rank == 0:
+        return operand.sharding if has_manual_leaf(operand.sharding) else HloSharding.replicate()
+    return sharding if has_manual_leaf(operand.sharding) else auto_equivalent(sharding)
+
+
+#: collectives a partially manual region may hold, with the dimensions they gather, scatter or
+#: exchange along (None: none, they combine or move whole values)
+_COLLECTIVE_DIMS = {"all-reduce": None, "collective-permute": None, "collective-broadcast": None,
+                    "all-gather": "dimensions", "reduce-scatter": "dimensions",
+                    "all-to-all": "dimensions"}
+
+
+def _runs_as_written(inst: Instruction) -> bool:
+    """Whether a collective inside a partially manual region runs as the user wrote it on each
+    device's local tile: its operands are tiled like its result, no free (non-manual) axis
+    splits a dimension it gathers, scatters or exchanges along, and each of its groups (each
+    permute pair) joins devices holding the same free tile, differing in manual axes only (as a
+    shard_map writes them)."""
+    if inst.opcode not in _COLLECTIVE_DIMS or inst.shape.is_tuple or not inst.sharding.is_tiled:
+        return False
+    attr = _COLLECTIVE_DIMS[inst.opcode]
+    dims = inst.attrs.get(attr, ()) if attr is not None else ()
+    dims = (dims,) if isinstance(dims, int) else dims
+    counts = inst.sharding.tile_counts_for_rank(inst.shape.rank)
+    if any(counts[d] != 1 for d in dims):
+        return False
+    free = _free_coordinates(inst.sharding)
+    if free is None:
+        return False
+    if inst.opcode == "collective-permute":
+        groups = inst.attrs.get("source_target_pairs", ())
+    else:
+        replica_groups = inst.attrs.get("replica_groups")
+        groups = replica_groups.groups if replica_groups is not None else ()
+        if not groups:
+            groups = (tuple(free),)
+    return all(len({free.get(d) for d in group}) == 1 and all(d in free for d in group)
+               for group in groups)
+
+
+def _free_coordinates(sharding: HloSharding) -> dict[int, tuple] | None:
+    """Each device's position in a partially manual sharding's device array, the manual
+    dimension left out: devices with the same one hold the same data (None without a manual
+    dimension)."""
+    if "manual" not in sharding.subgroup_types:
+        return None
+    array = np.asarray(sharding.tile_assignment.array).reshape(sharding.tile_assignment.dims)
+    manual = len(sharding.tile_counts) + list(sharding.subgroup_types).index("manual")
+    return {int(array[index]): index[:manual] + index[manual + 1:]
+            for index in np.ndindex(array.shape)}
 
 
 class _BoundaryRule(PartitionRule):
@@ -121,4 +198,4 @@ def _local_copy(inst: Instruction, ctx: LowerContext) -> Instruction:
 PARTITION_RULES.add(_BoundaryRule(), targets=tuple(sorted(MANUAL_BOUNDARIES)))
 
 
-__all__ = ["ManualRule", "auto_equivalent"]
+__all__ = ["ManualRule"]

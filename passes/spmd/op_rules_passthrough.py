@@ -15,12 +15,14 @@ arithmetic, which these rules leave to resharding: such dims are simply gathered
 """
 from __future__ import annotations
 
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .op_rules import OpPlan, PartitionRule, without_partials
+from .tiling import remap
 
 #: per operand, the operand dim of each result dim (-1: none)
 DimMaps = list[list[int]]
@@ -80,15 +82,16 @@ class PassThroughRule(PartitionRule):
                 if result.kind == "maximal":
                     operands.append(result)
                 else:
-                    tiling = ctx.tiling(result, rank).remap(mapping, operand.shape.rank)
-                    operands.append(tiling.to_sharding())
+                    operands.append(remap(ctx.tiling(result, rank).sharding, mapping,
+                                          operand.shape.rank))
             whole = HloSharding.tuple([result] * leaves) if isinstance(inst.shape, TupleShape) \
                 else result
             return OpPlan(tuple(operands), whole, reason)
 
         if target.kind == "maximal":
             return plan(target, f"{inst.opcode} on one device")
-        candidates = [plan(ctx.tiling(target, rank).fold_dims(fixed, "replicated").to_sharding(),
+        candidates = [plan(algebra.partially_replicate_on_dims(ctx.tiling(target, rank).sharding,
+                                                               fixed),
                            f"{inst.opcode} keeps the result's tiling of its pass-through dims")]
         source = inst.operands[0].sharding
         first = inst.operands[0].shape
@@ -98,7 +101,7 @@ class PassThroughRule(PartitionRule):
             for r, d in enumerate(maps[0]):
                 if d >= 0:
                     to_result[d] = r
-            carried = ctx.tiling(source, first.rank).remap(to_result, rank).to_sharding()
+            carried = remap(ctx.tiling(source, first.rank).sharding, to_result, rank)
             candidates.append(plan(carried, f"{inst.opcode} keeps its operand's tiling of its "
                                              "pass-through dims"))
         candidates.append(plan(HloSharding.replicate(), f"{inst.opcode} runs replicated"))

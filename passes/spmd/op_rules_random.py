@@ -59,7 +59,7 @@ def _shard_attrs(inst: Instruction, target: str, kept: str) -> dict:
 
 def _offsets(inst: Instruction, sharding: HloSharding, ctx: LowerContext) -> list[Instruction]:
     dims = _bits_shape(inst).dims
-    tiling = Tiling.from_sharding(sharding, len(dims), ctx.num_devices)
+    tiling = Tiling(sharding, len(dims), ctx.num_devices)
     return ctx.tables.offsets(tiling, dims)
 
 

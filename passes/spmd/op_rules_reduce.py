@@ -27,6 +27,7 @@ from dataclasses import replace
 from math import prod
 
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
@@ -52,14 +53,16 @@ class ReduceRule(PartitionRule):
             return OpPlan((input_sharding,) * count + (replicated,) * count, result, reason)
 
         if target.kind == "maximal":
-            return OpPlan((target,) * (2 * count), inst.sharding, "reduce on one device")
-        candidates = [plan(ctx.tiling(target, rank - len(dims)).insert_dims(dims).to_sharding(),
+            whole = HloSharding.tuple([target] * count) if count > 1 else target
+            return OpPlan((target,) * (2 * count), whole, "reduce on one device")
+        candidates = [plan(algebra.insert_dims(ctx.tiling(target, rank - len(dims)).sharding, dims),
                            target, "reduce input takes the result's tiling")]
         source = inputs[0].sharding
         if source.kind in ("tiled", "replicated") and source == without_partials(source):
             tiling = ctx.tiling(source, rank)
             if count > 1:
-                result = tiling.fold_dims(dims, "replicated").remove_dims(dims).to_sharding()
+                result = algebra.remove_dims(
+                    algebra.partially_replicate_on_dims(tiling.sharding, dims), dims)
                 tiles = prod(tiling.counts[d] for d in dims)
                 partials = sum(dtypes.byte_width(leaf.element_type) *
                                prod(result.shard_shape(leaf).dims)
@@ -69,8 +72,9 @@ class ReduceRule(PartitionRule):
                 candidates.append(replace(plan(source, result, reason),
                                           cost=float((tiles - 1) * partials)))
             else:
-                partial = tiling.fold_dims(dims, "unreduced").remove_dims(dims)
-                candidates.append(plan(source, partial.to_sharding(),
+                partial = algebra.remove_dims(algebra.unreduce_on_dims(tiling.sharding, dims),
+                                              dims)
+                candidates.append(plan(source, partial,
                                        "reduce keeps its input's tiling"))
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
         return ctx.choose(inst, candidates)
@@ -81,14 +85,15 @@ class ReduceRule(PartitionRule):
         dims = sorted(inst.attr("dimensions"))
         tiled = []
         if count > 1 and source.sharding.is_tiled:
-            tiling = Tiling.from_sharding(source.sharding, source.shape.rank, ctx.num_devices)
+            tiling = Tiling(source.sharding, source.shape.rank, ctx.num_devices)
             tiled = [d for d in dims if tiling.counts[d] > 1]
         if not tiled:
             return clone(inst, ctx)
         b = ctx.builder
         partial = clone(inst, ctx)
         partial.name = b.names(f"{inst.name}.partial")
-        groups = tiling.fold_dims(tiled, "unreduced").partial_groups()
+        groups = algebra.partial_groups(algebra.unreduce_on_dims(tiling.sharding, tiled),
+                                        tiling.rank, tiling.num_devices)
         gathered = []
         for i, leaf in enumerate(partial.shape.elements):
             element = b.add("get-tuple-element", leaf, [partial], {"index": i})

@@ -37,6 +37,7 @@ from dataclasses import replace
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.attributes import KeyValueList, PadDim, SliceDim, Window, WindowDim
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.ops import PARTITION_RULES
@@ -127,14 +128,14 @@ class WindowRule(PartitionRule):
                 if window is None:
                     shardings.append(replicated)
                     continue
-                shardings.append(operand_tiling.to_sharding())
+                shardings.append(operand_tiling.sharding)
                 plans = self._plans(inst, window, operand_tiling, scans)
                 if plans:
                     local = operand_tiling.shard_dims(operand.shape.dims)
                     cost += halo_bytes(plans, local,
                                        dtypes.byte_width(operand.shape.element_type))
             cost += self.extra_cost(inst, operand_tiling, ctx.computations)
-            result = tiling.to_sharding()
+            result = tiling.sharding
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
             return OpPlan(tuple(shardings), result, reason, cost)
@@ -154,7 +155,8 @@ class WindowRule(PartitionRule):
             if halo and any(tiling.counts[d] > 1 for d in windowed):
                 candidates.append(candidate(tiling, f"{inst.opcode} keeps {source} and "
                                                     "exchanges halos on its windowed dims"))
-            candidates.append(candidate(tiling.fold_dims(windowed, "replicated"),
+            folded = algebra.partially_replicate_on_dims(tiling.sharding, windowed)
+            candidates.append(candidate(ctx.tiling(folded, rank),
                                         f"{inst.opcode} keeps {source} on its pass-through "
                                         "dims"))
         candidates.append(candidate(Tiling.replicated(rank, ctx.num_devices),
@@ -174,7 +176,7 @@ class WindowRule(PartitionRule):
             if window is None or not operand.sharding.is_tiled:
                 result.append({})
                 continue
-            tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, num_devices)
+            tiling = Tiling(operand.sharding, operand.shape.rank, num_devices)
             result.append(self._plans(inst, window, tiling, scans))
         return result
 
@@ -197,7 +199,7 @@ class WindowRule(PartitionRule):
         for k, operand in enumerate(inst.operands):
             value = ctx.local[operand]
             if plans[k]:
-                tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank,
+                tiling = Tiling(operand.sharding, operand.shape.rank,
                                               ctx.num_devices)
                 with ctx.builder.scope(_metadata(inst, k, plans[k])):
                     value = windowed_input(ctx, value, tiling, plans[k], pads[k])
@@ -346,7 +348,7 @@ class SliceRule(WindowRule):
         sliced = _sliced_tiled_dims(inst, tiling)
         if not sliced or any(inst.attr("slice")[d].stride != 1 for d in sliced):
             return chosen
-        masked = OpPlan((source,), tiling.fold_dims(sliced, "unreduced").to_sharding(),
+        masked = OpPlan((source,), algebra.unreduce_on_dims(tiling.sharding, sliced),
                         "slice keeps its operand tiled on sliced dims: each partition cuts "
                         "its part, the parts are summed")
         return ctx.choose(inst, [chosen, masked], tie_break=lambda plan: plan.cost)
@@ -363,7 +365,7 @@ class SliceRule(WindowRule):
         # masked window cuts contiguous ranges only); the window then takes them whole
         b = ctx.builder
         operand = inst.operands[0]
-        tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices)
+        tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices)
         slices = inst.attr("slice")
         whole = [tiling.counts[d] == 1 for d in range(len(slices))]
         local = ctx.local[operand]
@@ -412,7 +414,7 @@ class ConcatenateRule(WindowRule):
             return clone(inst, ctx, operands=inputs)
         b = ctx.builder
         dims = inputs[0].shape.dims
-        tiling = Tiling.from_sharding(inst.sharding, inst.shape.rank, ctx.num_devices)
+        tiling = Tiling(inst.sharding, inst.shape.rank, ctx.num_devices)
         starts = tiling.offsets(inst.shape.dims)[:, dim]
         with b.scope(_metadata(inst, 0, plans[0])):
             position = b.binary("add", b.iota("s32", dims, dim),
@@ -443,7 +445,8 @@ class ReverseRule(WindowRule):
                            outputs=(shift, window.size + shift))
 
     def operand_tiling(self, inst, tiling):
-        return Tiling(np.flip(tiling.devices, axis=tuple(inst.attr("dimensions"))))
+        return Tiling(algebra.reverse(tiling.sharding, inst.attr("dimensions")), tiling.rank,
+                      tiling.num_devices)
 
     def local_op(self, inst, ctx, inputs, plans):
         return clone(inst, ctx, operands=inputs)
@@ -490,12 +493,15 @@ class SelectAndScatterRule(WindowRule):
             return [ctx.builder.constant(value, t), None, None]
 
     def local_op(self, inst, ctx, inputs, plans):
-        if not plans[0]:
-            return clone(inst, ctx, operands=inputs)
         b = ctx.builder
         operand, source = inst.operands[:2]
         t = operand.shape.element_type
-        tiling = Tiling.from_sharding(operand.sharding, operand.shape.rank, ctx.num_devices)
+        tiling = _tiling(operand, ctx.num_devices)
+        # without halos, a partition's windows are its own source elements; still, a padding
+        # source element (an uneven tiled dim) has no window and must scatter nothing
+        if tiling is None or not plans[0] and all(
+                n == 1 or size % n == 0 for size, n in zip(source.shape.dims, tiling.counts)):
+            return clone(inst, ctx, operands=inputs)
         with b.scope(_metadata(inst, 0, plans[0])):
             zero = b.zero(t)
             values = _mask_outputs(ctx, inputs[1], source, tiling, zero)
@@ -555,7 +561,7 @@ def _whole_for_free(operand: Instruction) -> bool:
 def _tiling(operand: Instruction, num_devices: int) -> Tiling | None:
     if not operand.sharding.is_tiled:
         return None
-    return Tiling.from_sharding(operand.sharding, operand.shape.rank, num_devices)
+    return Tiling(operand.sharding, operand.shape.rank, num_devices)
 
 
 def _scan_metadata(inst: Instruction, dims: list[int]) -> KeyValueList:

@@ -5,7 +5,9 @@ The rule modules below fill the catalogue's `PARTITION_RULES`; `rule_for` then p
 1. `ManualRule` for an instruction with a manual leaf inside a manual region (not for the region
    boundaries, nor for parameters, tuples and control flow, whose rules pass manual leaves
    through);
-2. for a custom-call: UnsupportedError when it has side effects, else the rule of its target;
+2. for a custom-call: UnsupportedError when it has side effects and no rule of its own (JAX
+   prints a `Sharding` annotation of an unreduced value as side-effecting), else the rule of its
+   target;
 3. the opcode's rule; else UnsupportedError with the catalogue's message for a
    partition-dependent opcode (`ops.refusal`); else the default action, which runs called
    computations unchanged on every partition, so they must not hold partition-dependent ops.
@@ -37,7 +39,8 @@ def rule_for(inst: Instruction, computations: dict[str, Computation]) -> Partiti
     if target not in MANUAL_BOUNDARIES and inst.opcode not in _STRUCTURAL and \
             has_manual_leaf(inst.sharding):
         return _MANUAL_RULE
-    if target is not None and inst.attr("custom_call_has_side_effect", False):
+    if target is not None and inst.attr("custom_call_has_side_effect", False) and \
+            target not in PARTITION_RULES.targets:      # a Sharding annotation may be one
         raise UnsupportedError(f"{inst.name}: side-effecting custom-call {target!r} cannot be "
                                "partitioned")
     try:
@@ -53,12 +56,14 @@ def rule_for(inst: Instruction, computations: dict[str, Computation]) -> Partiti
 def _check_callee(inst: Instruction, computations: dict[str, Computation], name: str,
                   seen: set[str]) -> None:
     """Callees of a default-action op run unchanged on every partition: they must not contain
-    partition-dependent ops."""
+    partition-dependent ops (a cross-replica all-reduce, without `channel_id`, combines replicas,
+    not partitions, so it runs unchanged too)."""
     if name in seen:
         return
     seen.add(name)
     for callee_inst in computations[name].instructions:
-        if callee_inst.opcode in PARTITION_DEPENDENT:
+        if callee_inst.opcode in PARTITION_DEPENDENT and not (
+                callee_inst.opcode == "all-reduce" and callee_inst.attr("channel_id") is None):
             raise UnsupportedError(f"{inst.name}: called computation {name} contains "
                                    f"{callee_inst.opcode}, which cannot be partitioned")
         for inner in callee_inst.called_computation_names():

@@ -1,4 +1,5 @@
-"""The reshard library: emits the local IR of a `ReshardPlan` (reference §4.4).
+"""The reshard library: emits the local IR of a `ReshardPlan` (docs/partitioning.md,
+"Resharding").
 
 `emit_reshard(ctx, value, shape, plan)` takes the local instruction holding this partition's
 shard of a global array of `shape` laid out as the plan's source, and returns the local
@@ -9,7 +10,7 @@ instruction holding its shard in the plan's target layout. Each step becomes:
 | `AllReduce`           | `all-reduce` over the partial groups with the value's reducer     |
 | `ReduceScatter(d)`    | pad dim d to `u * shard'` when the dim was whole; `reduce-scatter` |
 | `AllGather(d, g)`     | `all-gather` dim d; slice to the real size when the dim is whole   |
-| `AllToAll(i, j, g)`   | the §4.4.2 sequence, below                                        |
+| `AllToAll(i, j, g)`   | the sequence below                                                |
 | `Slice`               | pad (uneven); `dynamic-slice` at table offsets `new - old`        |
 | `Permute`             | `collective-permute`, one pair per target device                  |
 | `ZeroPartials`        | `select(partial index == 0, x, 0)`                                |

@@ -1,9 +1,13 @@
 """Reshard planning: the cheapest sequence of steps that turns a value sharded one way into the
-same value sharded another way (reference §4.4), as pure sharding arithmetic.
+same value sharded another way, as pure sharding arithmetic (the steps and the alignment rules
+are described in docs/partitioning.md, "Resharding"; the step arithmetic in
+docs/design/sharding-algebra.md).
 
 `plan_reshard(shape, source, target, num_devices)` returns a `ReshardPlan`: a list of steps,
-each a local operation or one collective, with the bytes it sends per device (§5.4 ring costs).
-The IR for a plan is emitted by `reshard.py`; op rules use `reshard_cost` to choose strategies.
+each a local operation or one collective with the bytes every device sends in it (`traffic`, the
+cost model of `gspmdc.ir.cost`: exactly what `gspmdc explain` and `run --profile` count for the
+emitted collective). A plan costs the bytes of the busiest device, summed over its steps. The IR
+for a plan is emitted by `reshard.py`; op rules use `reshard_cost` to choose strategies.
 
 Steps between tilings (`tiling.py`), in the order a plan uses them:
 
@@ -19,8 +23,8 @@ Steps between tilings (`tiling.py`), in the order a plan uses them:
 
 and `BroadcastFromDevice` (maximal → replicated: select on partition-id, all-reduce) and
 `SendToDevice` (maximal → other maximal: one collective-permute). Uneven dims are handled by the
-alignment rules of §4.4.2/4.4.3: a step that would cut a padded tile across real data falls back
-to gathering that dim completely (slicing from the full dim is always exact).
+alignment rules: a step that would cut a padded tile across real data falls back to gathering
+that dim completely (slicing from the full dim is always exact).
 
 Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing before
 gathering, permuting before gathering) and the cheapest is kept (then the shortest, then the
@@ -30,17 +34,18 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
 from math import gcd, prod
 from typing import Union
 
 import numpy as np
 
 from gspmdc.errors import UnsupportedError
-from gspmdc.ir import dtypes
+from gspmdc.ir import cost, dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 
+from .manual_groups import auto_equivalent, same_manual_groups
 from .tiling import Tiling, cdiv
 
 
@@ -68,9 +73,10 @@ class Step:
     #: the collective the step emits ("" for local steps)
     collective = ""
 
-    def sent_bytes(self, dims: tuple[int, ...], width: int) -> float:
-        """Bytes one device sends (ring algorithms, §5.4)."""
-        return 0.0
+    def traffic(self, dims: tuple[int, ...], width: int) -> cost.Traffic | None:
+        """The bytes every device sends in this step's collective, for an array of `dims` with
+        elements of `width` bytes (None: a local step)."""
+        return None
 
     def describe(self) -> str:
         return type(self).__name__
@@ -85,9 +91,9 @@ class AllReduce(Step):
     groups: np.ndarray = None
     collective = "all-reduce"
 
-    def sent_bytes(self, dims, width):
-        g = self.groups.shape[1]
-        return 2.0 * (g - 1) / g * _bytes(local_dims(dims, self.before), width)
+    def traffic(self, dims, width):
+        return cost.all_reduce(self.groups, prod(local_dims(dims, self.before)), width,
+                               self.before.num_devices)
 
     def describe(self):
         return f"all-reduce partial values over groups of {self.groups.shape[1]}"
@@ -99,11 +105,10 @@ class ReduceScatter(Step):
     groups: np.ndarray = None
     collective = "reduce-scatter"
 
-    def sent_bytes(self, dims, width):
-        g = self.groups.shape[1]
+    def traffic(self, dims, width):
         local = list(local_dims(dims, self.before))
-        local[self.dim] = g * self.after.shard_dims(dims)[self.dim]
-        return (g - 1) / g * _bytes(local, width)
+        local[self.dim] = self.groups.shape[1] * self.after.shard_dims(dims)[self.dim]
+        return cost.reduce_scatter(self.groups, prod(local), width, self.before.num_devices)
 
     def describe(self):
         return f"reduce-scatter partial values into dim {self.dim} over groups of " \
@@ -118,11 +123,10 @@ class AllToAll(Step):
     groups: np.ndarray = None
     collective = "all-to-all"
 
-    def sent_bytes(self, dims, width):
-        g = self.factor
+    def traffic(self, dims, width):
         local = list(local_dims(dims, self.before))
-        local[self.target] = g * self.after.shard_dims(dims)[self.target]
-        return (g - 1) / g * _bytes(local, width)
+        local[self.target] = self.factor * self.after.shard_dims(dims)[self.target]
+        return cost.all_to_all(self.groups, prod(local), width, self.before.num_devices)
 
     def describe(self):
         return f"all-to-all moving {self.factor} tiles from dim {self.source} to dim " \
@@ -136,8 +140,9 @@ class AllGather(Step):
     groups: np.ndarray = None
     collective = "all-gather"
 
-    def sent_bytes(self, dims, width):
-        return (self.factor - 1) * _bytes(local_dims(dims, self.before), width)
+    def traffic(self, dims, width):
+        return cost.all_gather(self.groups, _bytes(local_dims(dims, self.before), width),
+                               self.before.num_devices)
 
     def describe(self):
         return f"all-gather dim {self.dim} over groups of {self.factor}"
@@ -154,8 +159,9 @@ class Permute(Step):
     pairs: np.ndarray = None        # [P, 2] (source, target)
     collective = "collective-permute"
 
-    def sent_bytes(self, dims, width):
-        return float(_bytes(local_dims(dims, self.before), width))
+    def traffic(self, dims, width):
+        return cost.collective_permute(self.pairs, _bytes(local_dims(dims, self.before), width),
+                                       self.before.num_devices)
 
     def describe(self):
         moved = int((self.pairs[:, 0] != self.pairs[:, 1]).sum())
@@ -173,9 +179,9 @@ class BroadcastFromDevice(Step):
     num_devices: int = 1
     collective = "all-reduce"
 
-    def sent_bytes(self, dims, width):
+    def traffic(self, dims, width):
         n = self.num_devices
-        return 2.0 * (n - 1) / n * _bytes(dims, width)
+        return cost.all_reduce([range(n)], prod(dims), width, n)
 
     def describe(self):
         return f"broadcast from device {self.before.device} (select + all-reduce)"
@@ -183,10 +189,12 @@ class BroadcastFromDevice(Step):
 
 @dataclass(frozen=True, eq=False)
 class SendToDevice(Step):
+    num_devices: int = 1
     collective = "collective-permute"
 
-    def sent_bytes(self, dims, width):
-        return float(_bytes(dims, width))
+    def traffic(self, dims, width):
+        return cost.collective_permute([(self.before.device, self.after.device)],
+                                       _bytes(dims, width), self.num_devices)
 
     def describe(self):
         return f"send from device {self.before.device} to device {self.after.device}"
@@ -194,12 +202,12 @@ class SendToDevice(Step):
 
 @dataclass(frozen=True, eq=False)
 class ReshardPlan:
-    """Steps turning `source` into `target` for an array of `shape`; `cost` = bytes sent per
-    device."""
+    """Steps turning `source` into `target` for an array of `shape`; `cost` = the bytes the
+    busiest device sends, summed over the steps."""
 
     shape: ArrayShape
     steps: tuple[Step, ...]
-    cost: float
+    cost: int
 
     @property
     def collectives(self) -> list[str]:
@@ -211,22 +219,32 @@ class ReshardPlan:
 def layout_of(sharding: HloSharding, rank: int, num_devices: int) -> Layout:
     if sharding.kind == "maximal":
         return Maximal(sharding.device)
-    return Tiling.from_sharding(sharding, rank, num_devices)
+    return Tiling(sharding, rank, num_devices)
 
 
 def plan_reshard(shape: ArrayShape, source: HloSharding, target: HloSharding,
                  num_devices: int) -> ReshardPlan:
-    """The cheapest plan from `source` to `target` (leaf shardings of an array of `shape`)."""
+    """The cheapest plan from `source` to `target` (leaf shardings of an array of `shape`).
+    Partially manual shardings with the same manual groups reshard inside every group: the plan
+    of their auto equivalents (`manual_groups.py`); other manual ones are not resharded."""
+    if source.has_manual_leaf or target.has_manual_leaf:
+        if source == target:
+            return ReshardPlan(shape.without_layout(), (), 0.0)
+        if not same_manual_groups(source, target):
+            raise UnsupportedError(
+                f"cannot reshard the manual value {source.to_text(False)} to "
+                f"{target.to_text(False)}: manual values are per-device data")
+        source, target = auto_equivalent(source), auto_equivalent(target)
     return _plan_cached(shape.without_layout(), source.with_metadata(()),
                         target.with_metadata(()), num_devices)
 
 
 def reshard_cost(shape: ArrayShape, source: HloSharding, target: HloSharding,
-                 num_devices: int) -> float:
+                 num_devices: int) -> int:
     return plan_reshard(shape, source, target, num_devices).cost
 
 
-@lru_cache(maxsize=8192)
+@algebra.cached
 def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
                  num_devices: int) -> ReshardPlan:
     for s in (source, target):
@@ -236,11 +254,11 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     rank = len(dims)
     src, dst = layout_of(source, rank, num_devices), layout_of(target, rank, num_devices)
     if source == target or _same_layout(src, dst):
-        return ReshardPlan(shape, (), 0.0)
+        return ReshardPlan(shape, (), 0)
     steps: list[Step] = []
     if isinstance(src, Maximal):
         if isinstance(dst, Maximal):
-            return _finish(shape, [SendToDevice(src, dst)], width)
+            return _finish(shape, [SendToDevice(src, dst, num_devices=num_devices)], width)
         replicated = Tiling.replicated(rank, num_devices)
         steps.append(BroadcastFromDevice(src, replicated, num_devices=num_devices))
         src = replicated
@@ -259,8 +277,9 @@ def _same_layout(a: Layout, b: Layout) -> bool:
     return a == b
 
 
-def _cost(steps, dims, width) -> float:
-    return sum(s.sent_bytes(dims, width) for s in steps)
+def _cost(steps, dims, width) -> int:
+    return sum(traffic.max_sent for traffic in (s.traffic(dims, width) for s in steps)
+               if traffic is not None)
 
 
 def _finish(shape: ArrayShape, steps: list[Step], width: int) -> ReshardPlan:
@@ -306,7 +325,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     slice, a permute."""
     steps: list[Step] = []
     state = src
-    target = dst if dst.unreduced == 1 else Tiling(dst.devices.reshape(dst.counts + (1, -1)))
+    target = dst if dst.unreduced == 1 else \
+        Tiling.of_devices(dst.devices.reshape(dst.counts + (1, -1)))
     if state.unreduced > 1:
         state = _resolve_partials(dims, state, target, steps, scatter)
     rank = len(dims)
@@ -331,24 +351,28 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             if f > 1 and _slice_aligned(dims[d], state.counts[d], f):
                 factors[d], free, up[d] = f, free // f, up[d] // f
         if prod(factors) > 1:
-            sliced = state.split_replication(factors)
+            sliced = Tiling(algebra.split_replication(state.sharding, factors, rank,
+                                                       state.num_devices), rank, state.num_devices)
             steps.append(Slice(state, sliced))
             state = sliced
     gathers = _gather_factors(dims, state, target, down)
     if early_permute and any(f > 1 for f in gathers):
-        aligned = _aligned_for_gathers(state, target, gathers)
-        pairs = np.column_stack([state.devices.reshape(-1), aligned.devices.reshape(-1)])
+        holders = _aligned_for_gathers(state, target, gathers)
+        aligned = Tiling.of_devices(holders.reshape(state.devices.shape))
+        pairs = np.column_stack([state.devices.reshape(-1), holders])
         if bool((pairs[:, 0] != pairs[:, 1]).any()):
             steps.append(Permute(state, aligned, pairs=pairs))
             state = aligned
     for d in range(rank - 1, -1, -1):
         if gathers[d] > 1:
-            gathered, groups = state.gather(d, gathers[d])
+            after, groups = algebra.gather_tiles(state.sharding, d, gathers[d], rank,
+                                                 state.num_devices)
+            gathered = Tiling(after, rank, state.num_devices)
             steps.append(AllGather(state, gathered, dim=d, factor=gathers[d], groups=groups))
             state = gathered
-    if not state.same_tiles(target):
+    if state != target:
         compatible, pairs = compatible_subtiling(state, target)
-        if not compatible.same_tiles(state):
+        if compatible != state:
             steps.append(Slice(state, compatible))
         if bool((pairs[:, 0] != pairs[:, 1]).any()):
             steps.append(Permute(compatible, target, pairs=pairs))
@@ -372,9 +396,10 @@ def _gather_factors(dims, state: Tiling, target: Tiling, down: list[int]) -> lis
     return factors
 
 
-def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> Tiling:
+def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> np.ndarray:
     """`state`'s tiles reassigned to devices so that gathering `gathers` leaves every device
-    holding the tile its `target` tile nests in (most devices keep their tile)."""
+    holding the tile its `target` tile nests in (most devices keep their tile): the holder of
+    each slot of `state.devices` (flattened)."""
     rank = state.rank
     gathered = np.asarray(state.counts) // np.asarray(gathers)
     up = np.asarray(target.counts) // gathered
@@ -383,8 +408,7 @@ def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> T
         state.devices.ndim, -1).T[:, :rank]
     slot_key = _keys(slot_index // np.asarray(gathers), gathered)
     device_key = _keys(target.coordinates()[:, :rank] // up, gathered)
-    holders = _match(slot_key, slot_devices, device_key)
-    return Tiling(holders.reshape(state.devices.shape))
+    return _match(slot_key, slot_devices, device_key)
 
 
 def _keys(coords: np.ndarray, counts) -> np.ndarray:
@@ -420,10 +444,14 @@ def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
             member = position[groups]
             if (np.sort(member, axis=1) == np.arange(u)).all():
                 groups = np.take_along_axis(groups, np.argsort(member, axis=1), axis=1)
-            scattered = state.reduce_scatter(d, groups)
+            scattered = Tiling(algebra.reduce_scatter_partials(
+                state.sharding, d, groups, state.rank, state.num_devices), state.rank,
+                state.num_devices)
             steps.append(ReduceScatter(state, scattered, dim=d, groups=groups))
             return scattered
-    reduced, groups = state.reduce_all()
+    groups = state.partial_groups()
+    reduced = Tiling(algebra.all_reduce_partials(state.sharding, state.rank, state.num_devices),
+                     state.rank, state.num_devices)
     steps.append(AllReduce(state, reduced, groups=groups))
     return reduced
 
@@ -445,7 +473,9 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
                 if g == 1 or not _gather_aligned(dims[i], ti, g) or \
                         not _split_aligned(dims[j], tj, g):
                     continue
-                moved, groups = state.move(i, j, g)
+                after, groups = algebra.move_tiles(state.sharding, i, j, g, rank,
+                                                   state.num_devices)
+                moved = Tiling(after, rank, state.num_devices)
                 steps.append(AllToAll(state, moved, source=i, target=j, factor=g,
                                       groups=groups))
                 state = moved
@@ -465,7 +495,7 @@ def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndar
     slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
         target.devices.ndim, -1).T[:, :rank]
     holders = _match(_keys(slot_index // up, state.counts), slot_devices, state.tile_keys())
-    compatible = Tiling(holders.reshape(target.devices.shape))
+    compatible = Tiling.of_devices(holders.reshape(target.devices.shape))
     return compatible, np.column_stack([holders, slot_devices])
 
 

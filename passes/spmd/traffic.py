@@ -8,51 +8,64 @@ in the condition, the form JAX's `fori_loop`/`scan` and the partitioner's own lo
 unknown (`None`) otherwise. Branches of a `conditional` are counted as if each ran (an upper
 bound); other called computations (call, async wrappers) inherit their caller's count.
 XLA's collective reports (`reference.json` of the JAX programs) use the same measure: the
-`dynamic_bytes` of a collective is its result bytes times its executions.
+`dynamic_bytes` of a collective is its result bytes times its executions. The bytes sent are the
+cost model's (`gspmdc.ir.cost`), as a mean per device of the program: XLA's reports use the same
+mean for the ring collectives, but count a collective-permute's operand on every device where the
+cost model counts it only on the devices that send.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
+from gspmdc.ir.cost import Traffic, instruction_traffic
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape
 
-from .explain import COLLECTIVES, collective_result_bytes, collective_sent_bytes
+from .explain import collective_result_bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CollectiveTraffic:
-    """One collective: result and sent bytes per device per execution, and executions per run
-    (None when it sits in a loop without a static trip count)."""
+    """One collective: its bytes per execution (`traffic`: every device's, exact), its result
+    bytes per device, and executions per run (None when it sits in a loop without a static trip
+    count)."""
 
     name: str
     computation: str
     opcode: str
     result_bytes: int
-    sent_bytes: float
+    traffic: Traffic
     executions: int | None
+
+    @property
+    def sent_bytes(self) -> Fraction:
+        """Bytes sent per execution, per device of the program (a mean)."""
+        return self.traffic.mean_sent
 
     @property
     def total_result_bytes(self) -> int | None:
         return None if self.executions is None else self.result_bytes * self.executions
 
     @property
-    def total_sent_bytes(self) -> float | None:
+    def total_sent_bytes(self) -> Fraction | None:
         return None if self.executions is None else self.sent_bytes * self.executions
 
 
 def collective_traffic(module: Module, num_partitions: int) -> list[CollectiveTraffic]:
-    """Every collective of `module` (program order, callers before callees)."""
+    """Every collective of `module` that moves data (program order, callers before callees;
+    an async collective once, at its start)."""
     counts = execution_counts(module)
     found = []
     for comp in module.computations.values():
         if comp.name not in counts:
             continue
         for inst in comp.instructions:
-            if inst.opcode in COLLECTIVES:
-                found.append(CollectiveTraffic(
-                    inst.name, comp.name, inst.opcode, collective_result_bytes(inst),
-                    collective_sent_bytes(inst, num_partitions), counts[comp.name]))
+            traffic = instruction_traffic(inst, num_partitions, module.computations)
+            if traffic is not None:
+                found.append(CollectiveTraffic(inst.name, comp.name, inst.opcode,
+                                               collective_result_bytes(inst), traffic,
+                                               counts[comp.name]))
     return found
 
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.attributes import ComputationRef, KeyValueList
 from gspmdc.ir.frontend_attributes import (
     WINDOWED_EINSUM, frontend_attribute, set_frontend_attribute,
@@ -149,12 +150,13 @@ def _all_gather(inst: Instruction, n: int, threshold: int) -> Windowing | None:
                 _bytes(source.shape) < threshold:
             continue
         rank = source.shape.rank
-        have = Tiling.from_sharding(source.sharding, rank, n)
-        need = Tiling.from_sharding(operand.sharding, rank, n)
+        have = Tiling(source.sharding, rank, n)
+        need = Tiling(operand.sharding, rank, n)
         windowed = (dn.lhs_free + dn.lhs_contracting) if k == 0 else \
             (dn.rhs_free + dn.rhs_contracting)
         for f in windowed:
-            if have.counts[f] > 1 and have.fold_dims([f], "replicated") == need:
+            if have.counts[f] > 1 and \
+                    algebra.partially_replicate_on_dims(have.sharding, [f]) == need.sharding:
                 inst.operands[k] = source
                 return Windowing("ag", k, f)
     return None
@@ -170,17 +172,18 @@ def _reduce_scatter(inst: Instruction, users, n: int, threshold: int):
         return None, None
     dn = DotDims.of(inst)
     lhs = inst.operands[0]
-    lt = Tiling.from_sharding(lhs.sharding, lhs.shape.rank, n) if _plain(lhs.sharding) else None
+    lt = Tiling(lhs.sharding, lhs.shape.rank, n) if _plain(lhs.sharding) else None
     if lt is None or sum(lt.counts[d] > 1 for d in dn.lhs_contracting) != 1:
         return None, None
-    partial = Tiling.from_sharding(sharding, inst.shape.rank, n)
-    target = Tiling.from_sharding(reshard.sharding, inst.shape.rank, n)
+    rank = inst.shape.rank
+    partial = Tiling(sharding, rank, n)
+    target = Tiling(reshard.sharding, rank, n)
     to_output = (dn.lhs_to_output(lhs.shape.rank), dn.rhs_to_output(inst.operands[1].shape.rank))
     for k, free in ((0, dn.lhs_free), (1, dn.rhs_free)):
         for e in free:
             g = to_output[k][e]
-            if partial.counts[g] == 1 and \
-                    partial.reduce_scatter(g, partial.partial_groups()) == target:
+            if partial.counts[g] == 1 and algebra.reduce_scatter_partials(
+                    partial.sharding, g, partial.partial_groups(), rank, n) == target.sharding:
                 return Windowing("rs", k, e), reshard
     return None, None
 
@@ -191,7 +194,7 @@ def lower_windowed(inst: Instruction, ctx: LowerContext, windowing: Windowing) -
     """The local loop computing `inst`'s shard (see the module docstring)."""
     dn = DotDims.of(inst)
     operands = inst.operands
-    tilings = [Tiling.from_sharding(o.sharding, o.shape.rank, ctx.num_devices) for o in operands]
+    tilings = [Tiling(o.sharding, o.shape.rank, ctx.num_devices) for o in operands]
     local = ctx.operands(inst)
     out = inst.sharding.shard_shape(inst.shape)
     k = windowing.operand

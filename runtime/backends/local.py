@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from time import monotonic
+from time import monotonic, perf_counter
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,9 +32,9 @@ from ..collectives import (
     CollectiveBackend, fold, gather_concat, group_of, participant_groups, permute_pairs,
     permute_source, scatter_block, split_blocks,
 )
-from ..interpreter import ValueHook, evaluate
+from ..interpreter import Executable, ValueHook
+from ..options import DEFAULT_ROUNDING
 from ..profile import ProfileRecorder
-from ..rounding import DEFAULT_ROUNDING
 
 #: how long `run_local` waits for the other partitions to stop after a failure
 _STOP_GRACE_SECONDS = 1.0
@@ -48,6 +48,16 @@ class _Finished:
 
 
 FINISHED = _Finished()
+
+
+class _RunDone:
+    """The post of a partition that finished one run of several (`run_local_timed`)."""
+
+    def __repr__(self) -> str:
+        return "run done"
+
+
+RUN_DONE = _RunDone()
 
 
 class PartitionAborted(Exception):
@@ -91,7 +101,9 @@ class ExchangeBoard:
 
 def _divergence(keys: list) -> str:
     def where(key) -> str:
-        return "has finished" if key is FINISHED else f"is at {key.opcode} {key.name}"
+        if key is FINISHED or key is RUN_DONE:
+            return "has finished" if key is FINISHED else "has finished a run"
+        return f"is at {key.opcode} {key.name}"
     return ("the partitions diverged (the program is not SPMD): "
             + "; ".join(f"partition {q} {where(k)}" for q, k in enumerate(keys)))
 
@@ -170,6 +182,19 @@ def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
     partition with its message prefixed by `partition p:` (same error class; RuntimeFailure for
     kernel failures, divergence and timeouts).
     """
+    return run_local_timed(module, per_partition_args, num_partitions, recorders=recorders,
+                           timeout=timeout, rounding=rounding, on_value=on_value)[0]
+
+
+def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
+                    num_partitions: int | None = None, *, repeat: int = 0,
+                    recorders: Sequence[ProfileRecorder] | None = None,
+                    timeout: float | None = None, rounding: str = DEFAULT_ROUNDING,
+                    on_value: Sequence[ValueHook] | None = None) -> tuple[list[Any], list[float]]:
+    """`run_local`, executing the program `1 + repeat` times (each partition reuses its
+    `Executable`): the root values of the last run, and the time of each run after the first
+    (from all partitions starting it to all finishing it). The recorders profile the runs after
+    the first when there are some. `timeout` bounds all runs together."""
     n = len(per_partition_args) if num_partitions is None else num_partitions
     if len(per_partition_args) != n:
         raise GspmdcError(f"run_local: {len(per_partition_args)} argument lists for {n} "
@@ -181,19 +206,33 @@ def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
     failures: list[tuple[int, BaseException]] = []
     done = threading.Condition()
     finished = [0]
+    marks: list[float] = []         # when every partition had finished each run (partition 0)
 
     def partition_main(p: int) -> None:
-        backend = LocalBackend(board, p)
-        hook = recorders[p].on_step if recorders is not None else None
-        live = recorders[p].live_arrays if recorders is not None else None
-        observe = on_value[p] if on_value is not None else None
+        recorder = recorders[p] if recorders is not None else None
+        executable = Executable(module, LocalBackend(board, p),
+                                on_step=recorder.on_step if recorder is not None else None,
+                                on_value=on_value[p] if on_value is not None else None,
+                                live_arrays=recorder.live_arrays if recorder is not None else None,
+                                rounding=rounding)
+        args = per_partition_args[p]
+
+        def run():
+            return executable(args) if recorder is None else \
+                recorder.timed(lambda: executable(args))
         try:
-            def body():
-                value = evaluate(module, per_partition_args[p], backend=backend, on_step=hook,
-                                 rounding=rounding, live_arrays=live, on_value=observe)
-                board.exchange(p, FINISHED, None)
-                return value
-            results[p] = recorders[p].timed(body) if recorders is not None else body()
+            value = run()
+            for r in range(repeat):
+                if recorder is not None and r == 0:
+                    recorder.reset()
+                board.exchange(p, RUN_DONE, None)
+                if p == 0:
+                    marks.append(perf_counter())
+                value = run()
+            board.exchange(p, FINISHED, None)
+            if p == 0 and repeat:
+                marks.append(perf_counter())
+            results[p] = value
         except PartitionAborted:
             pass
         except BaseException as e:  # noqa: BLE001 - every failure is reported by run_local
@@ -235,7 +274,7 @@ def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
     if failures:
         p, error = failures[0]
         raise _on_partition(error, p) from error
-    return results
+    return results, [b - a for a, b in zip(marks, marks[1:])]
 
 
 def _on_partition(error: BaseException, partition: int) -> GspmdcError:

@@ -18,38 +18,50 @@ the operand copied once. Every collective receives straight into its result, a b
 `RecycledBuffers` (memory received into before, once the results it held are gone; no copy out),
 and the result is a view of it with the collective dimension moved back into place.
 
-Per call, the backend does little besides the MPI call (about 1-2 µs of Python): each group's MPI
-calls are bound to its communicator, waiting included, once at construction (`_Group`); a call
-looks its group up by instruction, takes a receive buffer and makes the call.
+Every collective is started with MPI's nonblocking call (`Iallreduce`, `Iallgather`,
+`Ireduce_scatter_block`, `Ialltoall`, `Isend`/`Irecv`) and returned as a `Pending` (collectives.py):
+the interpreter finishes it at the first use of its value, so instructions that do not depend on
+it run while it travels (and it issues collectives as early as their operands allow; see
+interpreter.py). Per call, the backend does little besides the MPI call (a few µs of Python): each
+group's calls are bound to its communicator once, at construction (`_Group`); a call looks its
+group up by instruction, takes a receive buffer, starts the call.
 
-- all-reduce: `Allreduce` with the MPI op when the reducer is exactly add, multiply, maximum,
+- all-reduce: `Iallreduce` with the MPI op when the reducer is exactly add, multiply, maximum,
   minimum, and, or, xor and the type reduces natively the way HLO does (integers: all of them;
   `f32`/`f64`/complex: add and multiply, since MPI's MAX/MIN do not propagate NaN as HLO does;
-  `pred` as `uint8`: and, or, xor, maximum, minimum). Otherwise `Allgather` and a fold with the
-  reducer in group order (identical on every member).
-- reduce-scatter: `Reduce_scatter_block` with the MPI op under the same rule, else `Alltoall` of
+  `pred` as `uint8`: and, or, xor, maximum, minimum). Otherwise `Iallgather` and a fold with the
+  reducer in group order (identical on every member). Several operands of one type and
+  reduction travel in one call (concatenated).
+- reduce-scatter: `Ireduce_scatter_block` with the MPI op under the same rule, else `Ialltoall` of
   the blocks and a fold in group order.
-- all-gather: `Allgather` into a `[G, ...]` buffer merged into the gather dim (a view).
-- all-to-all: the blocks as a `[G, ...]` buffer, `Alltoall`, merged back along the dim; the tuple
+- all-gather: `Iallgather` into a `[G, ...]` buffer merged into the gather dim (a view).
+- all-to-all: the blocks as a `[G, ...]` buffer, `Ialltoall`, merged back along the dim; the tuple
   form sends operand k to member k.
-- collective-permute: `Isend` to my target, `Irecv` from my source, wait for both (no ordering
+- collective-permute: `Isend` to my target, `Irecv` from my source, finished together (no ordering
   between pairs is needed, so no pattern deadlocks); tags count permute executions, so messages
   of different loop iterations never mix; zeros when no pair targets me; a `(p, p)` pair copies.
 
 `deterministic=True` folds every reduction in group order (bit-identical to the local backend and
 from run to run); by default native float sums are used, whose association order is MPI's.
 
-Waiting (`wait=` of `MpiBackend`, `gspmdc run --mpi-wait`): `blocking` uses the blocking MPI calls
-(the fastest; they busy-poll); `polite` uses the nonblocking forms completed politely: spinning for
-~100 µs, then sleeping with backoff up to 0.2 ms (`wait`; also what the launcher uses while ranks
-idle for rank 0), so that on an oversubscribed machine (more local ranks than cores, as in tests on
-small machines) waiting ranks do not starve the ones that compute. `auto` (the default) is
-`blocking` when this machine runs no more ranks of the job than it has cores, else `polite`.
+Waiting (`wait=` of `MpiBackend`, `gspmdc run --mpi-wait`, `Waiter`): `blocking` completes
+requests with MPI's own `Waitall` (it busy-polls: the lowest latency when every rank has a core to
+itself); `polite` tests the requests for ~100 µs, then sleeps with backoff up to 0.2 ms, leaving the
+CPU to other processes; `auto` (the default) adapts. It starts from the machine: the cores this
+rank may run on, less those other work keeps busy (the 1-minute load average, rounded), against the
+ranks of the job on this machine. With a core per rank it spins before yielding, otherwise it
+yields at once. Then every wait adjusts the spin budget: waits that end while spinning keep it
+(it grows towards twice their typical length, at most 0.2 ms), waits that outlast it halve it, so
+that on a machine that turns out to be oversubscribed (the ranks' waits are long: the peer is not
+running) the ranks stop burning the CPU the others need, and on an idle one they keep spinning.
+Past the budget it yields the CPU (`sched_yield`) a few times, then sleeps with backoff up to
+0.2 ms.
 """
 from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 
 import numpy as np
@@ -60,19 +72,24 @@ from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.ops import opcodes
 
 from ..collectives import (
-    CollectiveBackend, Reduction, fold, group_of, participant_groups, permute_pairs,
+    CollectiveBackend, Pending, Reduction, fold, group_of, participant_groups, permute_pairs,
     permute_source,
 )
+from ..cores import free_cores
+from ..options import WAIT_MODES
 from .recycled_buffers import RecycledBuffers
 
 GROUP_OPCODES = opcodes("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                         "collective-broadcast")
-#: the waiting policies (see the module docstring)
-WAIT_MODES = ("auto", "polite", "blocking")
+#: how long `polite` waiting (and `wait`) spins before sleeping
 _SPIN_SECONDS = 1e-4
 #: at most this much memory in recycled receive buffers per backend
 _RECYCLED_BYTES = 256 << 20
 _MAX_SLEEP_SECONDS = 2e-4
+#: `auto` waiting: the spin budget's bounds, and how many times it yields before sleeping
+_MIN_SPIN_SECONDS = 2e-6
+_MAX_SPIN_SECONDS = 2e-4
+_YIELDS = 4
 
 
 def rank_of_partition(module: Module, size: int) -> list[int]:
@@ -108,38 +125,76 @@ def wait(request) -> None:
         pause = min(pause * 2, _MAX_SLEEP_SECONDS)
 
 
-def bound_call(comm, name: str, polite: bool):
-    """`comm.<name>` (a blocking buffer method such as `Allgather`), or, when `polite`, a function
-    starting its nonblocking form (`Iallgather`) and completing it with `wait`."""
-    if not polite:
-        return getattr(comm, name)
-    start = getattr(comm, "I" + name.lower())
-    return lambda *args: wait(start(*args))
+class SpinBudget:
+    """How long `auto` waiting spins before yielding the CPU (see the module docstring): the
+    seconds in `spin`, between `_MIN_SPIN_SECONDS` and `_MAX_SPIN_SECONDS`."""
+
+    __slots__ = ("spin", "_typical")
+
+    def __init__(self, oversubscribed: bool):
+        self.spin = _MIN_SPIN_SECONDS if oversubscribed else _MAX_SPIN_SECONDS
+        self._typical = 0.0
+
+    def ended_spinning(self, seconds: float) -> None:
+        """A wait ended while spinning, after `seconds`: the budget follows twice the typical
+        short wait (it never shrinks here)."""
+        self._typical += (seconds - self._typical) / 8
+        self.spin = min(max(self.spin, 2 * self._typical), _MAX_SPIN_SECONDS)
+
+    def outlasted(self) -> None:
+        """A wait outlasted the budget: halve it."""
+        self.spin = max(self.spin / 2, _MIN_SPIN_SECONDS)
 
 
-def _wait_blocking(request) -> None:
-    """Complete an MPI request (or a list of them) with MPI's own wait."""
+class Waiter:
+    """How this rank completes the requests of its collectives, under one of `WAIT_MODES` (see
+    the module docstring). `oversubscribed`: whether the ranks of the job on this machine
+    outnumber its free cores (`auto` starts from it)."""
+
+    __slots__ = ("mode", "budget")
+
+    def __init__(self, mode: str, oversubscribed: bool):
+        if mode not in WAIT_MODES:
+            raise GspmdcError(f"the MPI waiting policy must be one of {', '.join(WAIT_MODES)}, "
+                              f"got {mode!r}")
+        self.mode = mode
+        self.budget = SpinBudget(oversubscribed)
+
+    def wait(self, requests: list) -> None:
+        """Complete every request of `requests`."""
+        from mpi4py import MPI
+        if self.mode == "blocking":
+            MPI.Request.Waitall(requests)
+            return
+        if self.mode == "polite":
+            wait(requests)
+            return
+        testall = MPI.Request.Testall
+        start = time.perf_counter()
+        deadline = start + self.budget.spin
+        while not testall(requests):
+            if time.perf_counter() > deadline:
+                self.budget.outlasted()
+                for _ in range(_YIELDS):
+                    os.sched_yield()
+                    if testall(requests):
+                        return
+                pause = 2e-5
+                while not testall(requests):
+                    time.sleep(pause)
+                    pause = min(pause * 2, _MAX_SLEEP_SECONDS)
+                return
+        self.budget.ended_spinning(time.perf_counter() - start)
+
+
+def oversubscribed(comm) -> bool:
+    """Whether the ranks of `comm` on this machine outnumber the cores other work leaves free
+    (`cores.free_cores`; collective over `comm`)."""
     from mpi4py import MPI
-    if isinstance(request, list):
-        MPI.Request.Waitall(request)
-    else:
-        request.Wait()
-
-
-def polite_waiting(comm, mode: str = "auto") -> bool:
-    """Whether to wait politely under the policy `mode` (one of `WAIT_MODES`): for `auto`, whether
-    more ranks of `comm` run on this machine than it has cores (collective over `comm`)."""
-    import os
-    from mpi4py import MPI
-    if mode not in WAIT_MODES:
-        raise GspmdcError(f"the MPI waiting policy must be one of {', '.join(WAIT_MODES)}, "
-                          f"got {mode!r}")
-    if mode != "auto":
-        return mode == "polite"
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_here = local.Get_size()
     local.Free()
-    return ranks_here > len(os.sched_getaffinity(0))
+    return ranks_here > free_cores()
 
 
 def _native_op(reduction: Reduction, dtype: np.dtype):
@@ -187,20 +242,19 @@ def _moveaxis(x: np.ndarray, source: int, destination: int) -> np.ndarray:
 
 class _Group:
     """A collective's group as seen by this rank: the communicator (None for a group of one),
-    the group size, this partition's position and, with a communicator, its buffer methods bound
-    to it, waiting the backend's way (`bound_call`): `allreduce`, `allgather`,
-    `reduce_scatter_block`, `alltoall`."""
+    the group size, this partition's position and, with a communicator, its nonblocking buffer
+    methods bound to it: `allreduce`, `allgather`, `reduce_scatter_block`, `alltoall`."""
 
     __slots__ = ("comm", "size", "position", "allreduce", "allgather", "reduce_scatter_block",
                  "alltoall")
 
-    def __init__(self, comm, size: int, position: int, polite: bool = False):
+    def __init__(self, comm, size: int, position: int):
         self.comm, self.size, self.position = comm, size, position
         if comm is not None:
-            self.allreduce = bound_call(comm, "Allreduce", polite)
-            self.allgather = bound_call(comm, "Allgather", polite)
-            self.reduce_scatter_block = bound_call(comm, "Reduce_scatter_block", polite)
-            self.alltoall = bound_call(comm, "Alltoall", polite)
+            self.allreduce = comm.Iallreduce
+            self.allgather = comm.Iallgather
+            self.reduce_scatter_block = comm.Ireduce_scatter_block
+            self.alltoall = comm.Ialltoall
 
 
 class MpiBackend(CollectiveBackend):
@@ -215,6 +269,9 @@ class MpiBackend(CollectiveBackend):
         if module.num_partitions not in (None, n):
             raise GspmdcError(f"module {module.name} has {module.num_partitions} partitions but "
                               f"the MPI job has {n} ranks")
+        if wait not in WAIT_MODES:
+            raise GspmdcError(f"the MPI waiting policy must be one of {', '.join(WAIT_MODES)}, "
+                              f"got {wait!r}")
         self._n = n
         self._deterministic = deterministic
         self._comm = world.Dup()
@@ -226,7 +283,7 @@ class MpiBackend(CollectiveBackend):
         self._split_cache: dict[tuple, object] = {}
         self._groups: dict[int, _Group] = {}
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
-        self._polite = polite_waiting(self._comm, wait)
+        self.waiter = Waiter(wait, wait == "auto" and oversubscribed(self._comm))
         self._byte = MPI.BYTE
         self._buffers = RecycledBuffers(_RECYCLED_BYTES)
         for _, inst in module.all_instructions():
@@ -252,7 +309,7 @@ class MpiBackend(CollectiveBackend):
         if mine is None:        # reported if this partition ever executes the collective
             return _Group(None, 0, -1)
         group = groups[mine]
-        return _Group(comm, len(group), group.index(self._partition), self._polite)
+        return _Group(comm, len(group), group.index(self._partition))
 
     def _make_pairs(self, inst: Instruction) -> tuple[int | None, int | None, bool]:
         """(rank I send to, rank I receive from, self copy) of a collective-permute."""
@@ -280,11 +337,6 @@ class MpiBackend(CollectiveBackend):
     def num_partitions(self) -> int:
         return self._n
 
-    @property
-    def polite(self) -> bool:
-        """Whether this backend waits politely (nonblocking calls, `wait`)."""
-        return self._polite
-
     def group_communicator(self, inst: Instruction):
         """The communicator `inst` (an all-reduce, all-gather, reduce-scatter or all-to-all of the
         module) runs on for this partition, None for a group of one (for measurements)."""
@@ -302,38 +354,55 @@ class MpiBackend(CollectiveBackend):
             group_of(inst, participant_groups(inst, self._n), self._partition)   # raises
         return group
 
+    def _pending(self, requests: list, finish) -> Pending:
+        """The collective whose `requests` were started: waiting the backend's way, then
+        `finish()` gives its value. The buffers the requests use stay referenced until then."""
+        def complete():
+            self.waiter.wait(requests)
+            return finish()
+        return Pending(complete)
+
     def all_reduce(self, inst, operands, reduction):
         group = self._group(inst)
-        return [self._all_reduce(x, group, reduction) for x in operands]
-
-    def _all_reduce(self, x: np.ndarray, group: _Group, reduction: Reduction) -> np.ndarray:
         if group.comm is None:
-            return x
-        op = None if self._deterministic else _native_op(reduction, x.dtype)
-        if op is None:
-            return fold(list(self._gather_buffer(x, group, (group.size,) + x.shape)), reduction)
-        send = _typed(x)
+            return list(operands)
+        op = None if self._deterministic else _native_op(reduction, operands[0].dtype)
+        if op is None or any(x.dtype != operands[0].dtype for x in operands):
+            parts = [self._start_gather(x, group, (group.size,) + x.shape) for x in operands]
+            return self._pending([r for r, _ in parts],
+                                 lambda: [fold(list(v), reduction) for _, v in parts])
+        send = _typed(operands[0]) if len(operands) == 1 else \
+            np.concatenate([_typed(x).reshape(-1) for x in operands])
         recv = self._receive(send.shape, send.dtype)
-        group.allreduce(send, recv, op)
-        return recv if send.dtype is x.dtype else recv.view(x.dtype)
+        request = group.allreduce(send, recv, op)
+        dtype = operands[0].dtype
+
+        def finish():
+            result = recv if recv.dtype == dtype else recv.view(dtype)
+            if len(operands) == 1:
+                return [result]
+            sizes = np.cumsum([0] + [x.size for x in operands])
+            return [result[a:b].reshape(x.shape) for a, b, x in zip(sizes, sizes[1:], operands)]
+        return self._pending([request], finish)
 
     def all_gather(self, inst, operands, dim):
         group = self._group(inst)
         if group.comm is None:
             return list(operands)
-        return [self._all_gather(x, dim, group) for x in operands]
+        parts = [self._start_all_gather(x, dim, group) for x in operands]
+        return self._pending([r for r, _ in parts], lambda: [v for _, v in parts])
 
-    def _all_gather(self, x: np.ndarray, dim: int, group: _Group) -> np.ndarray:
+    def _start_all_gather(self, x: np.ndarray, dim: int, group: _Group):
         """When only dimensions of size 1 precede `dim`, the members' operands in group order
         are the result's bytes: gather them in place. Otherwise gather the operands with `dim`
-        moved to the front and return a view moving it back."""
+        moved to the front, and the result is a view moving it back."""
         shape = x.shape
         gathered = group.size * shape[dim]
         if dim == 0 or math.prod(shape[:dim]) == 1:
-            return self._gather_buffer(x, group, shape[:dim] + (gathered,) + shape[dim + 1:])
+            return self._start_gather(x, group, shape[:dim] + (gathered,) + shape[dim + 1:])
         moved = _moveaxis(x, dim, 0)
-        merged = self._gather_buffer(moved, group, (gathered,) + moved.shape[1:])
-        return _moveaxis(merged, 0, dim)
+        request, merged = self._start_gather(moved, group, (gathered,) + moved.shape[1:])
+        return request, _moveaxis(merged, 0, dim)
 
     def _receive(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """A C-ordered `dtype` (an `np.dtype`) array of `shape` to receive into, which becomes the
@@ -341,41 +410,45 @@ class MpiBackend(CollectiveBackend):
         gone)."""
         return np.ndarray(shape, dtype, self._buffers.take(math.prod(shape) * dtype.itemsize))
 
-    def _gather_buffer(self, x: np.ndarray, group: _Group, shape: tuple) -> np.ndarray:
-        """Every member's `x` (same shape and dtype) in group order, one after the other in C
-        order, in an array of `shape` (of G times `x`'s size)."""
+    def _start_gather(self, x: np.ndarray, group: _Group, shape: tuple):
+        """(request, buffer): every member's `x` (same shape and dtype) in group order, one after
+        the other in C order, arriving in an array of `shape` (of G times `x`'s size)."""
         recv = self._receive(shape, x.dtype)
-        group.allgather([_contiguous(x), self._byte], [recv, self._byte])
-        return recv
+        send = _contiguous(x)
+        return group.allgather([send, self._byte], [recv, self._byte]), recv
 
     def reduce_scatter(self, inst, operands, dim, reduction):
         group = self._group(inst)
-        return [self._reduce_scatter(x, dim, group, reduction) for x in operands]
-
-    def _reduce_scatter(self, x: np.ndarray, dim: int, group: _Group,
-                        reduction: Reduction) -> np.ndarray:
         g = group.size
-        if x.shape[dim] % max(g, 1):
-            raise GspmdcError(f"reduce-scatter: dimension {dim} of size {x.shape[dim]} does not "
-                              f"split into {g} equal blocks")
+        for x in operands:
+            if x.shape[dim] % max(g, 1):
+                raise GspmdcError(f"reduce-scatter: dimension {dim} of size {x.shape[dim]} does "
+                                  f"not split into {g} equal blocks")
         if group.comm is None:
-            return x
+            return list(operands)
+        parts = [self._start_reduce_scatter(x, dim, group, reduction) for x in operands]
+        return self._pending([r for r, _ in parts], lambda: [f() for _, f in parts])
+
+    def _start_reduce_scatter(self, x: np.ndarray, dim: int, group: _Group,
+                              reduction: Reduction):
+        g = group.size
         moved = _moveaxis(x, dim, 0)
         block = (moved.shape[0] // g,) + moved.shape[1:]
         op = None if self._deterministic else _native_op(reduction, x.dtype)
         if op is not None:
             send = _typed(moved)
             recv = self._receive(block, send.dtype)
-            group.reduce_scatter_block(send, recv, op)
-            return _moveaxis(recv.view(x.dtype), 0, dim)
-        received = self._exchange_blocks(moved.reshape((g,) + block), group)
-        return _moveaxis(fold(list(received), reduction), 0, dim)
+            request = group.reduce_scatter_block(send, recv, op)
+            return request, lambda: _moveaxis(recv.view(x.dtype), 0, dim)
+        request, received = self._start_exchange(moved.reshape((g,) + block), group)
+        return request, lambda: _moveaxis(fold(list(received), reduction), 0, dim)
 
-    def _exchange_blocks(self, blocks: np.ndarray, group: _Group) -> np.ndarray:
-        """`blocks[k]` goes to member k; returns `[G, ...]` with row j from member j."""
+    def _start_exchange(self, blocks: np.ndarray, group: _Group):
+        """(request, buffer): `blocks[k]` goes to member k; the buffer gets `[G, ...]` with row j
+        from member j."""
         recv = self._receive(blocks.shape, blocks.dtype)
-        group.alltoall([_contiguous(blocks), self._byte], [recv, self._byte])
-        return recv
+        send = _contiguous(blocks)
+        return group.alltoall([send, self._byte], [recv, self._byte]), recv
 
     def all_to_all(self, inst, operands, dim):
         group = self._group(inst)
@@ -388,19 +461,22 @@ class MpiBackend(CollectiveBackend):
                 raise GspmdcError(f"all-to-all {inst.name}: tuple-form operands differ in shape")
             if group.comm is None:
                 return list(operands)
-            return list(self._exchange_blocks(np.stack(operands), group))
-        results = []
+            request, received = self._start_exchange(np.stack(operands), group)
+            return self._pending([request], lambda: list(received))
         for x in operands:
             if x.shape[dim] % g:
                 raise GspmdcError(f"all-to-all {inst.name}: dimension {dim} of size "
                                   f"{x.shape[dim]} does not split into {g} equal blocks")
-            if group.comm is None:
-                results.append(x)
-                continue
+        if group.comm is None:
+            return list(operands)
+        parts = []
+        for x in operands:
             split = x.reshape(x.shape[:dim] + (g, x.shape[dim] // g) + x.shape[dim + 1:])
-            received = self._exchange_blocks(_moveaxis(split, dim, 0), group)
-            results.append(_moveaxis(received, 0, dim).reshape(x.shape))
-        return results
+            parts.append((self._start_exchange(_moveaxis(split, dim, 0), group), x.shape))
+        return self._pending(
+            [r for (r, _), _ in parts],
+            lambda: [_moveaxis(received, 0, dim).reshape(shape)
+                     for (_, received), shape in parts])
 
     def collective_permute(self, inst, operand):
         pairs = self._pairs.get(id(inst))
@@ -418,7 +494,9 @@ class MpiBackend(CollectiveBackend):
             result = self._receive(operand.shape, operand.dtype)
             requests.append(self._comm.Irecv([result, self._byte], source, tag))
         if target is not None:
-            requests.append(self._comm.Isend([_contiguous(operand), self._byte], target, tag))
-        if requests:
-            (wait if self._polite else _wait_blocking)(requests)
-        return np.zeros_like(operand) if result is None else result
+            send = _contiguous(operand)
+            requests.append(self._comm.Isend([send, self._byte], target, tag))
+        if not requests:
+            return np.zeros_like(operand)
+        return self._pending(requests,
+                             lambda: np.zeros_like(operand) if result is None else result)

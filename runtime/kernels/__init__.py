@@ -29,8 +29,8 @@ TOKEN = Token()
 
 
 from . import (  # noqa: E402,F401  (each module registers its kernels; they use TOKEN)
-    collective_ops, contraction, control_flow, custom_call, elementwise, indexing, precision,
-    random, reduction, sort, structural,
+    collective_ops, contraction, control_flow, convolution, custom_call, elementwise, indexing,
+    precision, random, reduction, sort, structural,
 )
 
 __all__ = ["KERNELS", "TOKEN", "Token"]

@@ -6,7 +6,7 @@ one, and hands the operands to `ctx.backend` (see `runtime/collectives.py` for t
 the exact semantics). Several operands give a tuple result, one operand an array (the tuple form
 of all-to-all always gives a tuple). A collective-broadcast gives every member of a group the
 operands of the group's first member: the backend gathers them along a new leading dim and each
-member reads position 0.
+member reads position 0. A backend's `Pending` result stays pending.
 
 A bf16 all-reduce or reduce-scatter reduces in f32 and rounds its results once, as XLA's CPU
 backend does (it promotes them to f32): bf16 operands are converted to f32 first, unless they come
@@ -22,16 +22,24 @@ from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
 
 from .. import computation_patterns as patterns
-from ..collectives import Reduction
+from ..collectives import Pending, Reduction
 
 
 def _reduction(inst, ctx) -> Reduction:
+    """The reducer of `inst`, built once per computation and evaluation context."""
     name = inst.attrs["to_apply"].name
-    return Reduction(combine=lambda a, b: patterns.apply_binary_computation(ctx, name, a, b),
-                     ufunc=patterns.reducer_ufunc(ctx.module.computation(name)))
+    reduction = ctx.cache.get(("reduction", name))
+    if reduction is None:
+        reduction = ctx.cache[("reduction", name)] = Reduction(
+            combine=lambda a, b: patterns.apply_binary_computation(ctx, name, a, b),
+            ufunc=patterns.reducer_ufunc_of(ctx, name))
+    return reduction
 
 
 def _result(inst, values):
+    """The instruction's value from the backend's list of results (or a pending one)."""
+    if type(values) is Pending:
+        return values.then(lambda finished: _result(inst, finished))
     return tuple(values) if isinstance(inst.shape, TupleShape) else values[0]
 
 
@@ -43,7 +51,10 @@ def _in_f32(args):
 
 
 def _rounded(inst, values):
-    """Reduced values in the instruction's result types (bf16 results were reduced in f32)."""
+    """Reduced values in the instruction's result types (bf16 results were reduced in f32), or
+    a pending list of them."""
+    if type(values) is Pending:
+        return values.then(lambda finished: _rounded(inst, finished))
     return [v.astype(dtypes.numpy_dtype(shape.element_type), copy=False)
             for v, shape in zip(values, inst.shape.leaves())]
 
@@ -74,7 +85,14 @@ def _all_to_all(inst, args, ctx):
 @KERNELS.register("collective-broadcast")
 def _collective_broadcast(inst, args, ctx):
     gathered = ctx.backend.all_gather(inst, [a[np.newaxis] for a in args], 0)
-    return _result(inst, [g[0, ...] for g in gathered])
+    return _result(inst, _first_members(gathered))
+
+
+def _first_members(gathered):
+    """The first member's operands from the all-gathered values (or a pending list of them)."""
+    if type(gathered) is Pending:
+        return gathered.then(_first_members)
+    return [g[0, ...] for g in gathered]
 
 
 @KERNELS.register("collective-permute")

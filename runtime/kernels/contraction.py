@@ -1,4 +1,5 @@
-"""Contraction kernels: dot, ragged-dot, convolution, triangular-solve, cholesky, fft.
+"""Contraction kernels: dot, ragged-dot, triangular-solve, cholesky, fft (convolution is in
+`convolution.py`).
 
 Numerics (as XLA's CPU backend): products are accumulated in the result type, except that bf16/f16
 results are accumulated in f32 and rounded once at the end; integer results wrap around (two's
@@ -10,17 +11,10 @@ from __future__ import annotations
 from math import prod
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
-from gspmdc.ir.attributes import Window
 from gspmdc.ir.ops import KERNELS
-
-from .. import spill
-
-#: the largest im2col patch array a convolution builds at once (see `convolution`)
-IM2COL_BYTES = 256 << 20
 
 
 def accumulation_dtype(element_type: str) -> np.dtype:
@@ -168,132 +162,7 @@ def ragged_dot(inst, args, ctx):
 
 
 # ---------------------------------------------------------------------------------------------
-# convolution
-
-
-def _dilate_and_pad(x: np.ndarray, axes, window: Window) -> np.ndarray:
-    """Base-dilate (`lhs_dilate`: d-1 zeros between elements) then pad each spatial axis by
-    `padding_low/high` (negative values crop), XLA's order of the two steps."""
-    if all(w.base_dilation == 1 and w.padding_low == w.padding_high == 0 for w in window.dims):
-        return x
-    shape = list(x.shape)
-    placed = [slice(None)] * x.ndim
-    crop = [slice(None)] * x.ndim
-    for axis, w in zip(axes, window.dims):
-        n = x.shape[axis]
-        dilated = (n - 1) * w.base_dilation + 1 if n else 0
-        lo, hi = max(w.padding_low, 0), max(w.padding_high, 0)
-        shape[axis] = lo + dilated + hi
-        placed[axis] = slice(lo, lo + dilated, w.base_dilation)
-        stop = shape[axis] - max(-w.padding_high, 0)
-        crop[axis] = slice(max(-w.padding_low, 0), max(stop, max(-w.padding_low, 0)))
-    out = spill.zeros(shape, x.dtype)
-    out[tuple(placed)] = x
-    return out[tuple(crop)]
-
-
-def _to_canonical(x: np.ndarray, order: list[int]) -> np.ndarray:
-    """Transpose `x` so that the axes in `order` come first, dropping the remaining size-1 axes
-    (the `?` labels of dim_labels)."""
-    rest = [d for d in range(x.ndim) if d not in order]
-    return x.transpose(order + rest).reshape([x.shape[d] for d in order])
-
-
-def _from_canonical(y: np.ndarray, order: list[int], rank: int) -> np.ndarray:
-    """Inverse of `_to_canonical`: axis i of `y` goes to position order[i] of a rank-`rank`
-    result whose other axes have size 1."""
-    rest = [d for d in range(rank) if d not in order]
-    full = y.reshape(y.shape + (1,) * len(rest))
-    return full.transpose(np.argsort(order + rest))
-
-
-@KERNELS.register("convolution")
-def convolution(inst, args, ctx):
-    """XLA's ConvGeneralDilated: any `dim_labels` permutation, window strides, padding (negative =
-    cropping), lhs (base) and rhs (window) dilation, window reversal, `feature_group_count`
-    (input features split into groups, output features likewise, group-major) and
-    `batch_group_count` (lhs batch split group-major, output features group-major).
-
-    Output size per spatial dim: `(dilated_in + lo + hi - dilated_window) // stride + 1` (0 if
-    negative). Computed as im2col: pad/dilate the input, take strided sliding windows, and
-    contract each group with one batched matmul; when the patches would exceed
-    `IM2COL_BYTES`, the leading kernel dims are looped over and the partial products summed,
-    so memory stays near the size of the input and output. The input is padded in its own type
-    and each chunk of patches converted to the accumulation type (f32 for bf16)."""
-    lhs, rhs = args
-    labels = inst.attr("dim_labels")
-    window = inst.attr("window") or Window(())
-    fgc = inst.attr("feature_group_count", 1)
-    bgc = inst.attr("batch_group_count", 1)
-    if fgc > 1 and bgc > 1:
-        raise UnsupportedError(f"{inst.name}: feature_group_count and batch_group_count both > 1")
-    t = inst.shape.element_type
-    acc = accumulation_dtype(t)
-    x = _to_canonical(lhs, [labels.lhs_batch, labels.lhs_feature, *labels.lhs_spatial])
-    w = _to_canonical(rhs, [labels.rhs_output_feature, labels.rhs_input_feature,
-                            *labels.rhs_spatial])
-    w = w.astype(acc, copy=False)
-    nsp = x.ndim - 2
-    if len(window.dims) != nsp:
-        raise VerificationError(f"{inst.name}: window has {len(window.dims)} dims, "
-                                f"the convolution has {nsp} spatial dims")
-    reversed_axes = tuple(2 + i for i, d in enumerate(window.dims) if d.window_reversal)
-    if reversed_axes:
-        w = np.flip(w, reversed_axes)
-    x = _dilate_and_pad(x, range(2, x.ndim), window)
-    n, c = x.shape[:2]
-    o, i = w.shape[:2]
-    groups = fgc * bgc
-    kernel_sizes = w.shape[2:]
-    dilated_kernel = [(k - 1) * d.window_dilation + 1 if k else 0
-                      for k, d in zip(kernel_sizes, window.dims)]
-    positions = [(s - dk) // d.stride + 1 if s >= dk else 0
-                 for s, dk, d in zip(x.shape[2:], dilated_kernel, window.dims)]
-    if c != i * fgc or o % groups or n % bgc:
-        raise VerificationError(
-            f"{inst.name}: {c} input features, {i} kernel input features, {o} output features and "
-            f"batch {n} do not fit feature_group_count={fgc}, batch_group_count={bgc}")
-    out_batch = n // bgc
-    out = np.zeros((out_batch, o, *positions), acc)
-    if out.size and i and all(kernel_sizes):
-        # windows: [N, C, P..., Kd...] -> strided positions and dilated taps
-        view = sliding_window_view(x, dilated_kernel, axis=tuple(range(2, x.ndim)))
-        taps = (slice(None), slice(None))
-        taps += tuple(slice(None, None, d.stride) for d in window.dims)
-        taps += tuple(slice(None, None, d.window_dilation) for d in window.dims)
-        view = view[taps].reshape((bgc, out_batch, fgc, c // fgc) + view[taps].shape[2:])
-        filters = w.reshape(groups, o // groups, i, *kernel_sizes)
-        y = np.zeros((groups, out_batch * prod(positions), o // groups), acc)
-        looped = _looped_kernel_dims(kernel_sizes, i * out_batch * prod(positions) * acc.itemsize)
-        for tap in np.ndindex(*kernel_sizes[:looped]):
-            # one chunk of im2col: [BG, N', FG, I, P..., K_rest...] -> [G, N' * P, I * K_rest]
-            part = view[(Ellipsis, *tap) + (slice(None),) * (nsp - looped)]
-            p_axes = list(range(4, 4 + nsp))
-            k_axes = list(range(4 + nsp, 4 + 2 * nsp - looped))
-            rest = prod(kernel_sizes[looped:])
-            patches = part.transpose([0, 2, 1, *p_axes, 3, *k_axes]).astype(acc).reshape(
-                groups, out_batch * prod(positions), i * rest)
-            kernel = filters[(Ellipsis, *tap) + (slice(None),) * (nsp - looped)]
-            y += np.matmul(patches, kernel.reshape(groups, o // groups, i * rest)
-                           .transpose(0, 2, 1))                 # [G, N' * P, O/G]
-        y = y.reshape((groups, out_batch, *positions, o // groups))
-        out = y.transpose([1, 0, nsp + 2, *range(2, nsp + 2)]).reshape(out.shape)
-    result = _from_canonical(out, [labels.out_batch, labels.out_feature, *labels.out_spatial],
-                             len(labels.out))
-    return to_result(result, t)
-
-
-# ---------------------------------------------------------------------------------------------
 # linear algebra
-
-
-def _looped_kernel_dims(kernel_sizes, bytes_per_tap: int) -> int:
-    """How many leading kernel dims to loop over so that one im2col chunk (the remaining taps
-    times `bytes_per_tap`) stays within IM2COL_BYTES."""
-    for looped in range(len(kernel_sizes) + 1):
-        if prod(kernel_sizes[looped:]) * bytes_per_tap <= IM2COL_BYTES:
-            return looped
-    return len(kernel_sizes)
 
 
 def _float_work_dtype(dtype: np.dtype) -> np.dtype:

@@ -4,8 +4,9 @@ async-update, async-done and the call-start/call-done spelling).
 Semantics are XLA's:
 - `call(args), to_apply=c` and `fusion(args), calls=c` evaluate `c` on the operands;
 - `while(init), condition=c, body=b`: `state = init; while c(state): state = b(state)`; a
-  deterministic body that leaves the state bitwise unchanged can never finish, which is reported
-  as a RuntimeFailure instead of hanging;
+  deterministic loop (condition and body pure functions of the state on this partition) whose
+  body leaves the state bitwise unchanged can never finish, which is reported as a
+  RuntimeFailure instead of hanging;
 - `conditional(p, a, b)` with a `pred[]` selector runs `true_computation(a)` or
   `false_computation(b)`; with an `s32[]` index it runs `branch_computations[i]` on operand `i + 1`,
   and an index outside `[0, N)` runs the last branch;
@@ -21,7 +22,7 @@ import numpy as np
 
 from gspmdc.errors import RuntimeFailure
 from gspmdc.ir import dtypes
-from gspmdc.ir.ops import KERNELS, RNG_STATE
+from gspmdc.ir.ops import COLLECTIVES, HOST_IO, KERNELS, RNG_STATE
 
 
 
@@ -38,7 +39,7 @@ def _fusion(inst, args, ctx):
 @KERNELS.register("while")
 def _while(inst, args, ctx):
     condition, body = inst.attrs["condition"].name, inst.attrs["body"].name
-    deterministic = _is_deterministic(ctx, body)
+    deterministic = _is_deterministic(ctx, body) and _is_deterministic(ctx, condition)
     state = args[0]
     iteration = 0
     while ctx.call(condition, [state]):
@@ -52,13 +53,21 @@ def _while(inst, args, ctx):
     return state
 
 
+#: ops whose results are not a function of their operands on this partition: random numbers,
+#: and values from other partitions (collectives) or the host
+_IMPURE_OPCODES = RNG_STATE | COLLECTIVES | HOST_IO
+
+
 def _is_deterministic(ctx, computation_name: str) -> bool:
-    """Whether the computation (with everything it calls) is a pure function of its arguments."""
+    """Whether the computation (with everything it calls) is a pure function of its arguments
+    on this partition. (A partitioned loop whose counter lives on another device keeps its
+    local state unchanged while its condition, reading the counter through a collective, moves
+    on.)"""
     key = ("deterministic", computation_name)
     if key not in ctx.cache:
         comp = ctx.module.computation(computation_name)
         ctx.cache[key] = all(
-            inst.opcode not in RNG_STATE
+            inst.opcode not in _IMPURE_OPCODES
             and not (inst.opcode == "custom-call" and inst.attr("custom_call_has_side_effect"))
             and all(_is_deterministic(ctx, name) for name in inst.called_computation_names())
             for inst in comp.instructions)

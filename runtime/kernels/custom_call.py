@@ -3,7 +3,7 @@
 - Annotations are the identity on the single-device reference: the result is the operand (or the
   tuple of the operands): `Sharding`, `ShardBarrierFrom`, `ShardBarrierTo`, `LayoutConstraint`,
   `MoveToHost`, `MoveToDevice`, `PinToDevice`, `annotate_device_placement`, and Shardy's
-  `xla.sdy.FuncResultSharding`, `xla.sdy.ShardingConstraint`, `xla.sdy.PropagationBarrier`.
+  `xla.sdy.FuncResultSharding`, `xla.sdy.PropagationBarrier`.
   `xla.sdy.ShardingGroup` has no result (an empty tuple).
 - Manual-region boundaries (`SPMDFullToShardShape`, `SPMDShardToFullShape`,
   `xla.sdy.GlobalToLocalShape`, `xla.sdy.LocalToGlobalShape`) are the identity when they keep the

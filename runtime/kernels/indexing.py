@@ -22,7 +22,7 @@ from gspmdc.ir import dtypes
 from gspmdc.ir.ops import KERNELS
 
 from .. import spill
-from ..computation_patterns import apply_scalar_computation, reducer_ufunc
+from ..computation_patterns import apply_scalar_computation, reducer_ufunc_of
 
 
 def as_index_array(a: np.ndarray) -> np.ndarray:
@@ -137,7 +137,7 @@ def scatter(inst, args, ctx):
     values = [u.transpose(scatter_dims + list(window_dims)).reshape(-1)[keep] for u in updates]
     flats = [np.array(x, copy=True).reshape(-1) for x in operands]
     computation = ctx.module.computation(inst.attr("to_apply").name)
-    ufunc = reducer_ufunc(computation) if n == 1 else None
+    ufunc = reducer_ufunc_of(ctx, computation.name) if n == 1 else None
     if ufunc is not None:
         ufunc.at(flats[0], target, values[0])
     else:

@@ -40,7 +40,7 @@ def _reduce(inst, args, ctx):
     x = xs[0]
     kept = tuple(x.shape[d] for d in range(x.ndim) if d not in dims)
     count = prod(x.shape[d] for d in dims)
-    ufunc = patterns.reducer_ufunc(ctx.module.computation(name)) if n == 1 else None
+    ufunc = patterns.reducer_ufunc_of(ctx, name) if n == 1 else None
     if count == 0 or prod(kept) == 0:
         results = [np.broadcast_to(init, kept) for init in inits]
     elif _rounds_every_step(ufunc, x.dtype):
@@ -62,17 +62,17 @@ def _reduce_window(inst, args, ctx):
     window = inst.attrs["window"].dims
     name = inst.attrs["to_apply"].name
     out_dims = next(iter(inst.shape.leaves())).dims
-    ufunc = patterns.reducer_ufunc(ctx.module.computation(name)) if n == 1 else None
+    ufunc = patterns.reducer_ufunc_of(ctx, name) if n == 1 else None
     identity = _identity(ufunc, xs[0].dtype) if ufunc is not None else None
     if prod(out_dims) == 0:
         results = [np.broadcast_to(init, out_dims) for init in inits]
     elif identity is not None:
         x = xs[0]
-        view = _window_view(x, identity, window)
         if _rounds_every_step(ufunc, x.dtype):
+            view = _window_view(x, identity, window)
             results = [narrow_reduction.sequential(view, x.ndim, ufunc, inits[0])]
         else:
-            reduced = ufunc.reduce(view, axis=tuple(range(x.ndim, 2 * x.ndim)), dtype=x.dtype)
+            reduced = _reduce_windows(ufunc, x, identity, window, out_dims)
             results = [np.asarray(ufunc(inits[0], reduced)).astype(x.dtype, copy=False)]
     else:
         size = prod(w.size for w in window)
@@ -120,6 +120,36 @@ def _select_and_scatter(inst, args, ctx):
 def _map(inst, args, ctx):
     result = patterns.apply_scalar_computation(ctx, inst.attrs["to_apply"].name, args)
     return np.broadcast_to(result, inst.shape.dims)
+
+
+#: reduce-window combines window elements one at a time (a whole-output ufunc call each) up to
+#: this many elements per window, or as many as it has windows; beyond, one ufunc reduction over
+#: a view of all the windows
+_TAPS = 256
+
+
+def _reduce_windows(ufunc: np.ufunc, x: np.ndarray, identity: np.ndarray, window,
+                    out_dims: tuple[int, ...]) -> np.ndarray:
+    """`ufunc` over every window of `x` (padding and base-dilation holes are `identity`). Small
+    windows: a loop over the window's elements, each combining one strided slice of the padded
+    operand (one element of every window) into the result, so every operation runs over the
+    whole output; large ones: one reduction over the sliding-window view."""
+    taps = prod(w.size for w in window)
+    if taps > max(_TAPS, prod(out_dims)):
+        view = _window_view(x, identity, window)
+        return ufunc.reduce(view, axis=tuple(range(x.ndim, 2 * x.ndim)), dtype=x.dtype)
+    pads = [PadDim(w.padding_low, w.padding_high, w.base_dilation - 1) for w in window]
+    padded = pad_array(x, identity, pads)
+    result = None
+    for element in np.ndindex(*(w.size for w in window)):
+        tap = padded[tuple(slice(e * w.window_dilation,
+                                 e * w.window_dilation + (n - 1) * w.stride + 1, w.stride)
+                           for e, w, n in zip(element, window, out_dims))]
+        if result is None:
+            result = np.array(tap, copy=True)
+        else:
+            ufunc(result, tap, out=result)
+    return result
 
 
 def _fold_last_axis(ctx, name: str, xs: list[np.ndarray], valid: np.ndarray | None):

@@ -88,8 +88,9 @@ class CaseResult:
 
 def collective_bytes(spmd_text: str, num_partitions: int) -> float | None:
     """Bytes each device sends in collectives in one run of the partitioned program `spmd_text`
-    (gspmdc's or XLA's), by gspmdc's cost model (`passes/spmd/traffic.py`: ring costs per
-    collective times executions); None when some loop's trip count is not static."""
+    (gspmdc's or XLA's), by gspmdc's cost model (`passes/spmd/traffic.py`: each collective's
+    bytes by `gspmdc.ir.cost`, averaged over the devices, times its executions); None when some
+    loop's trip count is not static."""
     from gspmdc.passes.spmd.traffic import collective_traffic
     module = api.parse(spmd_text, "<spmd>", verify=False)
     total = 0.0

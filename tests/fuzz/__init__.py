@@ -16,9 +16,24 @@ API (stable; other test code builds on it):
 - `reference_text`: None, or (when `text` has manual regions, which only mean something per
   device) a module without them computing the same outputs from the same inputs on one device;
   `Case.reference` is the program to compare values against;
-- `seed`: the seed of `case(seed)` (None for hypothesis cases).
+- `seed`: the seed of `case(seed)` (None for hypothesis cases);
+- `operations` (property): the opcodes it uses, `custom-call:<target>` for custom-calls.
 Its numbers are robust: with gspmdc's random inputs (floats in [-1, 1), integers in [0, 8) or
-within the dims they index) partitioning changes values only by reduction order.
+within the dims they index) partitioning changes values only by reduction order, so outputs
+compare with `gspmdc run --check`'s tolerance (sort keys, compares, floor, bitcasts and other
+discontinuous ops only see values computed the same way however the program is partitioned).
+
+What a case contains: every operation the partitioner supports (`coverage.supported_operations()`
+reads the partitioner's rule table and the runtime's kernel table; `coverage.NOT_GENERATED` lists
+the exceptions and why), elementwise chains, contractions with batch/contracting dims, reductions,
+windows, gather/scatter with explicit batch dims, variadic sort, while/conditional/call over
+tuples, sharding constraints and barriers, manual regions; shardings on some instructions only:
+tiled (uneven dims too), partially replicated, iota or explicit device orders, maximal,
+replicated, manual, tuples of those.
+
+Other entry points: `fuzz.checks.check_case(case, workdir)` runs every gspmdc command on a case
+and returns a `Verdict` (`outcome`, `detail`); `fuzz.mutate.mutant(corpus, seed, i)` is broken
+text `i` of a campaign; `python -m fuzz` (from tests/, `make fuzz`) runs long campaigns.
 """
 from __future__ import annotations
 

@@ -77,7 +77,9 @@ def classify(code: int | None, stderr: str) -> str:
 
 @contextlib.contextmanager
 def time_limit(seconds: float):
-    """Raise `Hang` in the main thread after `seconds` (no limit off the main thread)."""
+    """Raise `Hang` in the main thread after `seconds` of CPU time (a loop that never ends
+    burns CPU; a busy machine merely slows it down), or after ten times as long on the clock
+    (a wait that never ends). No limit off the main thread."""
     import threading
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -85,13 +87,16 @@ def time_limit(seconds: float):
 
     def expire(signum, frame):
         raise Hang()
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = {sig: signal.signal(sig, expire) for sig in (signal.SIGPROF, signal.SIGALRM)}
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, 10 * seconds)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_cli(argv: Sequence[str], timeout: float = 20.0) -> Result:
@@ -131,8 +136,8 @@ def check_case(case, workdir: str | Path, *, backend: str = "local", garbage: bo
                seed: int = 0, timeout: float = 60.0, subprocess_cli: bool = False) -> Verdict:
     """Every command on a generated valid program: parse, propagate (with the case's options),
     explain, compile, explain a collective of the compiled program, and run the propagated
-    program with `--check` (or, when the case has a separate reference program, run it and
-    compare its outputs with the reference's evaluation). `ok` when all exit 0 and the values
+    program with `--check` (when the case has a separate reference program, its outputs are
+    also compared with the reference's evaluation). `ok` when all exit 0 and the values
     match."""
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -158,6 +163,9 @@ def check_case(case, workdir: str | Path, *, backend: str = "local", garbage: bo
             return _verdict(result)
     run_argv = ["run", str(propagated), "-n", n, "--backend", backend, "-q", "--seed", str(seed),
                 "--timeout", str(timeout)]
+    # MPI runs start from a fresh process: `--timeout` counts from the process start
+    if backend == "mpi":
+        run = run_subprocess
     if garbage:
         run_argv.append("--garbage-padding")
     if case.reference_text is None:
@@ -165,7 +173,7 @@ def check_case(case, workdir: str | Path, *, backend: str = "local", garbage: bo
     outputs, expected = work / "out.npz", work / "want.npz"
     reference = work / "reference.hlo"
     reference.write_text(case.reference_text)
-    result = run(run_argv + ["--outputs", str(outputs)], timeout * 2)
+    result = run(run_argv + ["--check", "--outputs", str(outputs)], timeout * 2)
     if result.code != 0:
         return _verdict(result)
     result = run(["eval", str(reference), "-q", "--seed", str(seed), "--outputs", str(expected)],

@@ -10,7 +10,7 @@ from . import (ops_annotation, ops_contraction, ops_control, ops_data, ops_eleme
 from .program import Comp, ModuleBuilder, TooLarge
 from .shardings import sharding as random_sharding
 from .source import Source
-from .values import Arr, Tup, Value
+from .values import Tup, Value
 from . import choices
 
 Generator = Callable[[Comp], "Value | None"]
@@ -44,6 +44,12 @@ class Case:
         """The program `run --check` compares against: `reference_text` or `text` itself."""
         return self.text if self.reference_text is None else self.reference_text
 
+    @property
+    def operations(self) -> frozenset[str]:
+        """The operations `text` uses: opcodes, and `custom-call:<target>` for custom-calls."""
+        from .coverage import operations_in
+        return operations_in(self.text)
+
 
 def grow(c: Comp, steps: int, table: Sequence[tuple[Generator, float]] = TABLE) -> None:
     """Run up to `steps` random generators on `c` while the module has budget."""
@@ -58,12 +64,13 @@ def grow(c: Comp, steps: int, table: Sequence[tuple[Generator, float]] = TABLE) 
 
 
 def outputs(c: Comp) -> list[Value]:
-    """The values the entry returns: the newest value and up to two more nobody uses."""
+    """The values the entry returns: the newest value and up to three more nobody uses (so
+    most of what the program computes is compared)."""
     candidates = [v for v in reversed(c.pool + c.tuples) if not v.manual]
     unused = [v for v in candidates if v.name not in c.used]
     first = unused[0] if unused else candidates[0]
     rest = [v for v in unused if v is not first]
-    return [first] + rest[:c.src.integer(0, 2)]
+    return [first] + rest[:c.src.integer(0, 3)]
 
 
 def generate(src: Source, *, max_instructions: int = 25, seed: int | None = None) -> Case:

@@ -260,7 +260,7 @@ def deep_nesting(text: str, rng: random.Random, corpus) -> str:
                 f"constant({'{' * depth}1{'}' * depth})\n}}\n")
     if kind == "attribute":
         return text.replace("dimensions={", "dimensions=" + "{" * depth, 1) + "}" * depth
-    n = min(depth, 5000)
+    n = min(depth, 3000)
     comps = ["c0 {\n  ROOT p = f32[] parameter(0)\n}\n"]
     for k in range(1, n):
         comps.append(f"c{k} {{\n  p = f32[] parameter(0)\n  ROOT r = f32[] call(p), "

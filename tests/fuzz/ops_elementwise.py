@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from .choices import abs_plus, is_kind, kind_of, operand
+from .choices import abs_plus, operand
 from .program import Comp
-from .values import BITS, FLOATS, INTS, MAX_BOUND, Arr, Value
+from .values import BITS, FLOATS, MAX_BOUND, Arr, Value
 
 INF = math.inf
 

@@ -128,17 +128,6 @@ class Comp:
                  if not v.manual and accept(v)]
         return self.src.choice(found) if found else None
 
-    def operand(self, accept: Callable[[Value], bool] = lambda v: True,
-                make: Callable[[], Arr] | None = None) -> Value | None:
-        """A pool value that `accept`s, else a new parameter of shape `make()` (entry only)."""
-        found = self.pick(accept)
-        if found is not None and (make is None or self.src.boolean(0.85)):
-            return found
-        if make is not None:
-            shape = make()
-            return self.need(shape)
-        return found
-
     def need(self, shape: Arr, *, exact: bool = False, max_bound: float = MAX_BOUND,
              fresh: bool = False) -> Value:
         """A value of exactly `shape`: from the pool (unless `fresh`), a new entry parameter, or

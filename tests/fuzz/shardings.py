@@ -20,8 +20,8 @@ def prime_factors(n: int) -> list[int]:
     return factors
 
 
-def device_order(src: Source, n: int, dims: list[int]) -> str:
-    """The tile assignment's device list for `n` devices laid out as `dims`: `<=[n]`, an iota
+def device_order(src: Source, n: int) -> str:
+    """The tile assignment's device list for `n` devices: `<=[n]`, an iota
     reshaped and transposed (`<=[a,b]T(1,0)`), or explicit ids (a random permutation)."""
     kind = src.weighted([("iota", 5), ("transposed", 2), ("explicit", 3)])
     factors = prime_factors(n)
@@ -58,7 +58,7 @@ def tiled(src: Source, dims: tuple[int, ...], n: int, *, replicate: bool = True)
     if rank == 0 or n == 1:
         return "{replicated}" if src.boolean(0.7) else f"{{maximal device={src.integer(0, n - 1)}}}"
     layout = counts + ([replication] if replication > 1 else [])
-    text = f"{{devices=[{','.join(map(str, layout))}]{device_order(src, n, layout)}"
+    text = f"{{devices=[{','.join(map(str, layout))}]{device_order(src, n)}"
     if replication > 1:
         text += " last_tile_dims={replicated}" if src.boolean(0.3) else " last_tile_dim_replicate"
     return text + "}"

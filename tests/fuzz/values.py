@@ -114,6 +114,3 @@ def fact(shape: Shape, exact: bool = True, bound: float = 1.0) -> Value:
     """An unnamed value: the facts of one element of a tuple."""
     return Value("", shape, exact, bound)
 
-
-def combine_exact(*values: Value) -> bool:
-    return all(v.exact for v in values)

@@ -1,0 +1,282 @@
+"""Run-side benchmark: every figure of `gspmdc run` as a ratio against its anchor, in one run.
+
+1. The bundled example, `gspmdc run gspmdc/examples/mlp.hlo -n 8 --check`, on MPI against the same
+   command on the local backend (whole command, wall time).
+2. Start-up: seconds from the start of `gspmdc run` to the first instruction (`--profile`'s
+   start-up line, slowest rank) of a trivial program at N = 2 and 8, against bare `mpiexec -n N`
+   starting Python ranks that import numpy and mpi4py (the raw mpi4py floor).
+3. Per execution, the JAX programs of ../shared/jax-programs at N = 2 and 8 (`jax_programs.py`):
+   `gspmdc run --repeat` on MPI and on the local backend (threads: the interpreter and kernels
+   without the processes' synchronisation) against XLA through JAX on N host devices, same
+   program text, same inputs; geometric mean and worst ratio per N and backend.
+4. Kernels at real sizes, one device: convolution-heavy programs (a ResNet basic block, a
+   MobileNet depthwise-separable block, a strided stem) and matmul-heavy ones (a 4-layer MLP,
+   batched attention products), `gspmdc run -n 1 --backend local --repeat` against XLA through
+   JAX on one device, same HLO text, same (seeded) inputs. Each side uses the threads it uses by
+   default (BLAS and XLA's thread pools).
+
+Every ratio is the median over rounds of the sides run back to back, rotating which goes first
+(drift and load hit every side alike); times are medians. The load average is printed with each
+section: on a shared machine compare ratios of one run, not absolute times. XLA figures are
+skipped, with a note, when jax/jaxlib are not installed (the `[xla]` extra), the JAX programs when
+../shared is absent.
+
+    python bench/run.py run         (or `make bench`, which runs every benchmark)
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax_programs  # noqa: E402
+
+PYTHON = sys.executable
+MPIEXEC = str(Path(PYTHON).with_name("mpiexec"))
+GSPMDC = str(Path(PYTHON).with_name("gspmdc"))
+EXAMPLE = Path(__file__).resolve().parents[1] / "gspmdc" / "examples" / "mlp.hlo"
+
+#: rounds of alternating runs per figure, executions per `--repeat` measurement
+ROUNDS = 3
+EXECUTIONS = 20
+_STARTUP = re.compile(r"^start-up: ([0-9.]+) s", re.M)
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _rotating(*sides, rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
+    """(the median time of each side, per side but the last the median over the rounds of its
+    time / the last side's (the anchor)): each round runs every side once, starting from a
+    different side each round (drift and load hit every side alike)."""
+    times: list[list[float]] = [[] for _ in sides]
+    for r in range(rounds):
+        for k in range(len(sides)):
+            i = (r + k) % len(sides)
+            times[i].append(sides[i]())
+    ratios = [statistics.median(x / y for x, y in zip(t, times[-1])) for t in times[:-1]]
+    return [statistics.median(t) for t in times], ratios
+
+
+def _wall(command: list[str], cwd: str | None = None) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=cwd)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {proc.stderr.strip()[-2000:]}")
+    return time.perf_counter() - start
+
+
+# -------------------------------------------------------------------------- 1. the example
+
+def example_mpi_vs_local() -> tuple[float, float, float]:
+    command = [GSPMDC, "run", str(EXAMPLE), "-n", "8", "--check", "-q"]
+    with tempfile.TemporaryDirectory() as cwd:
+        (mpi, local), (ratio,) = _rotating(lambda: _wall(command, cwd),
+                                           lambda: _wall(command + ["--backend", "local"], cwd))
+        return mpi, local, ratio
+
+
+# ------------------------------------------------------------------------------- 2. start-up
+
+TRIVIAL = """HloModule trivial, num_partitions={n}
+
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}}
+
+ENTRY main {{
+  x = f32[4] parameter(0), sharding={{replicated}}
+  ROOT r = f32[4] all-reduce(x), channel_id=1, replica_groups={{}}, use_global_device_ids=true, to_apply=add, sharding={{replicated}}
+}}
+"""
+
+
+def startup(n: int) -> tuple[float, float, float]:
+    """(seconds to the first instruction, seconds of bare mpiexec + numpy + mpi4py, ratio)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trivial.hlo"
+        path.write_text(TRIVIAL.format(n=n))
+
+        def ours() -> float:
+            proc = subprocess.run([GSPMDC, "run", str(path), "-n", str(n), "-q", "--profile"],
+                                  capture_output=True, text=True, timeout=300, cwd=tmp)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr)
+            return float(_STARTUP.search(proc.stdout).group(1))
+        bare = [MPIEXEC, "-n", str(n), PYTHON, "-c", "import numpy; from mpi4py import MPI"]
+        (seconds, floor), (ratio,) = _rotating(ours, lambda: _wall(bare, tmp))
+        return seconds, floor, ratio
+
+
+# ------------------------------------------------------------------------ 3. JAX programs
+
+def jax_program_ratios(n: int, folders: list[Path]) -> list[tuple[str, list[float], list[float]]]:
+    """[(program, seconds per execution [MPI, local backend, XLA], ratios to XLA [MPI, local])]
+    on n devices."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for folder in folders:
+            path = Path(tmp) / f"{folder.name}.hlo"
+            path.write_text(jax_programs.program_text(folder, n))
+            inputs = folder / "inputs.npz"
+            rows.append((folder.name, *_rotating(
+                lambda: jax_programs.gspmdc_seconds_per_execution(path, n, inputs, EXECUTIONS),
+                lambda: jax_programs.gspmdc_seconds_per_execution(path, n, inputs, EXECUTIONS,
+                                                                  "local"),
+                lambda: jax_programs.jax_seconds_per_execution(path, n, inputs, EXECUTIONS))))
+    return rows
+
+
+# ------------------------------------------------------------------------------- 4. kernels
+
+KERNEL_PROGRAMS = {
+    "resnet block (conv)": """HloModule resnet_block
+
+relu {
+  x = f32[8,56,56,64] parameter(0)
+  zero = f32[] constant(0)
+  zeros = f32[8,56,56,64] broadcast(zero), dimensions={}
+  ROOT r = f32[8,56,56,64] maximum(x, zeros)
+}
+
+ENTRY main {
+  x = f32[8,56,56,64] parameter(0)
+  k1 = f32[3,3,64,64] parameter(1)
+  k2 = f32[3,3,64,64] parameter(2)
+  c1 = f32[8,56,56,64] convolution(x, k1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  r1 = f32[8,56,56,64] call(c1), to_apply=relu
+  c2 = f32[8,56,56,64] convolution(r1, k2), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  s = f32[8,56,56,64] add(c2, x)
+  ROOT r2 = f32[8,56,56,64] call(s), to_apply=relu
+}
+""",
+    "depthwise-separable (conv)": """HloModule separable
+
+ENTRY main {
+  x = f32[8,56,56,128] parameter(0)
+  dw = f32[3,3,1,128] parameter(1)
+  pw = f32[1,1,128,128] parameter(2)
+  d = f32[8,56,56,128] convolution(x, dw), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=128
+  ROOT p = f32[8,56,56,128] convolution(d, pw), window={size=1x1}, dim_labels=b01f_01io->b01f
+}
+""",
+    "strided stem (conv)": """HloModule stem
+
+ENTRY main {
+  x = f32[4,224,224,3] parameter(0)
+  k = f32[7,7,3,64] parameter(1)
+  ROOT c = f32[4,112,112,64] convolution(x, k), window={size=7x7 stride=2x2 pad=3_3x3_3}, dim_labels=b01f_01io->b01f
+}
+""",
+    "4-layer MLP (matmul)": """HloModule mlp
+
+ENTRY main {
+  x = f32[512,1024] parameter(0)
+  w1 = f32[1024,2048] parameter(1)
+  w2 = f32[2048,1024] parameter(2)
+  w3 = f32[1024,2048] parameter(3)
+  w4 = f32[2048,1024] parameter(4)
+  h1 = f32[512,2048] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a1 = f32[512,2048] tanh(h1)
+  h2 = f32[512,1024] dot(a1, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a2 = f32[512,1024] tanh(h2)
+  h3 = f32[512,2048] dot(a2, w3), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a3 = f32[512,2048] tanh(h3)
+  ROOT h4 = f32[512,1024] dot(a3, w4), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""",
+    "attention products (matmul)": """HloModule attention
+
+ENTRY main {
+  q = f32[8,16,512,64] parameter(0)
+  k = f32[8,16,512,64] parameter(1)
+  v = f32[8,16,512,64] parameter(2)
+  s = f32[8,16,512,512] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}
+  ROOT o = f32[8,16,512,64] dot(s, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}
+}
+""",
+}
+
+
+def kernel_ratios() -> list[tuple[str, list[float], list[float]]]:
+    """[(program, seconds per execution [gspmdc, XLA], [ratio])] on one device."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in KERNEL_PROGRAMS.items():
+            path = Path(tmp) / "program.hlo"
+            path.write_text(text)
+            rows.append((name, *_rotating(
+                lambda: jax_programs.gspmdc_seconds_per_execution(path, 1, None, 5, "local"),
+                lambda: jax_programs.jax_seconds_per_execution(path, 1, None, 5))))
+    return rows
+
+
+# ------------------------------------------------------------------------------------ report
+
+def _table(rows, sides: list[str]) -> None:
+    """One line per program: each side's time, then each side's ratio to the last (the
+    anchor)."""
+    ratios = [f"{side}/{sides[-1]}" for side in sides[:-1]]
+    print("   " + f"{'program':<28}" + "".join(f"{side:>11}" for side in sides)
+          + "".join(f"{r:>11}" for r in ratios))
+    for name, times, to_anchor in rows:
+        print("   " + f"{name:<28}" + "".join(f"{1e3 * t:>9.2f}ms" for t in times)
+              + "".join(f"{r:>11.2f}" for r in to_anchor))
+
+
+def _geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def run() -> None:
+    print(f"1. gspmdc run mlp.hlo -n 8 --check, MPI vs local backend ({_load()}):")
+    mpi, local, ratio = example_mpi_vs_local()
+    print(f"   MPI {mpi:.2f} s, local {local:.2f} s: ratio {ratio:.2f} (target <= 1.6)")
+    print(f"\n2. start-up to the first instruction vs bare mpiexec + numpy + mpi4py ({_load()}):")
+    for n, target in ((2, 1.0), (8, 1.5)):
+        ours, bare, ratio = startup(n)
+        print(f"   N={n}: {ours:.2f} s (target <= {target} s), bare {bare:.2f} s: ratio "
+              f"{ratio:.2f}")
+    xla = jax_programs.jax_available()
+    folders = jax_programs.programs()
+    print(f"\n3. per execution, JAX programs, gspmdc on MPI and on the local backend vs XLA "
+          f"({_load()}):")
+    if not xla:
+        print("   skipped: jax/jaxlib are not installed (pip install 'gspmdc[xla]')")
+    elif not folders:
+        print("   skipped: ../shared/jax-programs is absent")
+    else:
+        for n in (2, 8):
+            rows = jax_program_ratios(n, folders)
+            print(f"   N={n}:")
+            _table(rows, ["MPI", "local", "XLA"])
+            for k, side in enumerate(("MPI", "local")):
+                ratios = [r[k] for *_, r in rows]
+                print(f"   N={n}, {side}: geometric mean {_geomean(ratios):.2f}, worst "
+                      f"{max(ratios):.2f}" + (" (targets: <= 3, none above 6)" if n == 2 else ""))
+    print(f"\n4. kernels at real sizes, one device, gspmdc vs XLA ({_load()}):")
+    if not xla:
+        print("   skipped: jax/jaxlib are not installed (pip install 'gspmdc[xla]')")
+    else:
+        rows = kernel_ratios()
+        _table(rows, ["gspmdc", "XLA"])
+        conv = [r for name, _, (r,) in rows if "(conv)" in name]
+        matmul = [r for name, _, (r,) in rows if "(matmul)" in name]
+        print(f"   convolution-heavy: worst {max(conv):.2f} (target <= 1.5); matmul-heavy: worst "
+              f"{max(matmul):.2f} (target <= 1.0)")
+
+
+if __name__ == "__main__":
+    run()

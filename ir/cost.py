@@ -1,0 +1,281 @@
+"""Communication cost: the bytes every device sends and receives in one execution of a collective,
+exactly, and a modelled time on a simple machine (the model is described in
+docs/design/cost-model.md).
+
+`instruction_traffic(inst, num_partitions)` reads a collective instruction: its kind, its groups
+(`collective_groups`: XLA's group modes) or source-target pairs, and its operand and result
+shapes. The functions named after the collectives (`all_gather`, `all_reduce`, ...) compute the
+same `Traffic` from groups and sizes, for callers that plan collectives before they exist (the
+reshard planner). Every count is an integer number of bytes per device:
+
+| kind                 | bytes member r of a group of g sends (E elements of w bytes each)         |
+|----------------------|---------------------------------------------------------------------------|
+| all-gather           | `(g-1) b`, `b` its operand's bytes                                        |
+| reduce-scatter       | `(E - c_r) w`: every chunk but its own                                    |
+| all-reduce           | `(2E - c_r - c_{r+1}) w`: a ring reduce-scatter, then a ring all-gather   |
+| all-to-all           | `(E - c_r) w`: every block but its own (tuple form: all operands but its) |
+| collective-permute   | `b` when it is the source of a pair with another target, else 0           |
+| collective-broadcast | `b` for members 0..g-2 (a chain from member 0, the source), else 0        |
+
+with chunks `c_k = E // g + (1 if k < E % g else 0)` (indices mod g). An `async-start` costs as the
+collective it wraps, its `async-done` nothing. Devices in no group send nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil, log2
+from typing import Sequence
+
+import numpy as np
+
+from .collective_groups import participant_groups, permute_pairs
+from .module import Instruction
+from .ops import COLLECTIVES
+from .shapes import Shape
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine of the time model: every device has one link of `bandwidth` bytes per second
+    in each direction, and every message step costs `latency` seconds."""
+
+    bandwidth: float = 25e9
+    latency: float = 5e-6
+
+
+#: a host interconnect of the order of current accelerator clusters' (25 GB/s, 5 µs)
+DEFAULT_MACHINE = Machine()
+
+
+@dataclass(frozen=True, eq=False)
+class Traffic:
+    """The bytes one execution of a collective moves: `sent[d]` and `received[d]` for every device
+    d of the program (read-only int64 arrays). `num_groups` groups of `group_size` members (a
+    collective-permute: one group, its pairs counted as the size); `operand_bytes` the bytes of
+    one member's operands."""
+
+    kind: str
+    num_groups: int
+    group_size: int
+    operand_bytes: int
+    sent: np.ndarray
+    received: np.ndarray
+
+    def __post_init__(self):
+        for array in (self.sent, self.received):
+            array.setflags(write=False)
+
+    @property
+    def num_devices(self) -> int:
+        return self.sent.size
+
+    @property
+    def total_sent(self) -> int:
+        """Bytes sent by all devices together."""
+        return int(self.sent.sum())
+
+    @property
+    def max_sent(self) -> int:
+        """Bytes sent by the busiest device."""
+        return int(self.sent.max()) if self.sent.size else 0
+
+    @property
+    def mean_sent(self) -> Fraction:
+        """Bytes sent per device of the program, on average (what XLA's estimates report)."""
+        return Fraction(self.total_sent, max(self.num_devices, 1))
+
+    def describe(self) -> str:
+        """`sends 1024 bytes per device`, `sends 256 bytes from each of 2 devices`, or
+        `sends 28 to 32 bytes per device (120 in total)`."""
+        values = np.unique(self.sent)
+        if values.size == 1:
+            return f"sends {int(values[0])} bytes per device"
+        senders = int((self.sent > 0).sum())
+        if values.size == 2 and values[0] == 0:
+            return f"sends {int(values[1])} bytes from each of {senders} devices"
+        return f"sends {int(values.min())} to {int(values.max())} bytes per device " \
+               f"({self.total_sent} in total)"
+
+
+def _chunks(elements: int, parts: int) -> np.ndarray:
+    """Sizes of `elements` cut into `parts` nearly equal chunks, the larger ones first."""
+    sizes = np.full(parts, elements // parts, dtype=np.int64)
+    sizes[:elements % parts] += 1
+    return sizes
+
+
+def _per_device(groups: np.ndarray, per_member: np.ndarray, num_devices: int) -> np.ndarray:
+    """`[N]` array: `per_member[k]` for the member at position k of its group, 0 elsewhere."""
+    out = np.zeros(num_devices, dtype=np.int64)
+    out[groups] = per_member[None, :]
+    return out
+
+
+def _groups(groups) -> np.ndarray:
+    return np.asarray(groups, dtype=np.int64).reshape(len(groups), -1)
+
+
+def all_gather(groups, operand_bytes: int, num_devices: int) -> Traffic:
+    """Every member sends its operand to the g-1 others (around a ring) and receives theirs."""
+    groups = _groups(groups)
+    count, g = groups.shape
+    each = np.full(g, (g - 1) * operand_bytes, dtype=np.int64)
+    return Traffic("all-gather", count, g, operand_bytes, _per_device(groups, each, num_devices),
+                   _per_device(groups, each, num_devices))
+
+
+def reduce_scatter(groups, elements: int, width: int, num_devices: int) -> Traffic:
+    """A ring reduce-scatter of an operand of `elements` elements: member r ends with chunk r and
+    sends every other chunk once; it receives what member r-1 sends."""
+    groups = _groups(groups)
+    count, g = groups.shape
+    sent = (elements - _chunks(elements, g)) * width
+    return Traffic("reduce-scatter", count, g, elements * width,
+                   _per_device(groups, sent, num_devices),
+                   _per_device(groups, np.roll(sent, 1), num_devices))
+
+
+def all_reduce(groups, elements: int, width: int, num_devices: int) -> Traffic:
+    """A ring reduce-scatter, then a ring all-gather of the reduced chunks: member r sends every
+    chunk but its own, then every chunk but member r+1's."""
+    groups = _groups(groups)
+    count, g = groups.shape
+    c = _chunks(elements, g)
+    sent = (2 * elements - c - np.roll(c, -1)) * width
+    return Traffic("all-reduce", count, g, elements * width,
+                   _per_device(groups, sent, num_devices),
+                   _per_device(groups, np.roll(sent, 1), num_devices))
+
+
+def all_to_all(groups, elements: int, width: int, num_devices: int) -> Traffic:
+    """Member r splits its operand of `elements` elements into g blocks and sends block j to member
+    j: every block but its own; it receives block r of every other member."""
+    groups = _groups(groups)
+    count, g = groups.shape
+    c = _chunks(elements, g)
+    return Traffic("all-to-all", count, g, elements * width,
+                   _per_device(groups, (elements - c) * width, num_devices),
+                   _per_device(groups, (g - 1) * c * width, num_devices))
+
+
+def all_to_all_tuple(groups, operand_bytes: Sequence[int], num_devices: int) -> Traffic:
+    """The tuple form: member r sends its operand j to member j (every operand but its own r-th)
+    and receives operand r of every other member."""
+    groups = _groups(groups)
+    count, g = groups.shape
+    sizes = np.asarray(operand_bytes, dtype=np.int64)
+    return Traffic("all-to-all", count, g, int(sizes.sum()),
+                   _per_device(groups, sizes.sum() - sizes, num_devices),
+                   _per_device(groups, (g - 1) * sizes, num_devices))
+
+
+def collective_permute(pairs, operand_bytes: int, num_devices: int) -> Traffic:
+    """Each pair `(source, target)` with two different devices moves the operand once."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    moving = pairs[pairs[:, 0] != pairs[:, 1]]
+    sent = np.zeros(num_devices, dtype=np.int64)
+    received = np.zeros(num_devices, dtype=np.int64)
+    sent[moving[:, 0]] = operand_bytes
+    received[moving[:, 1]] = operand_bytes
+    return Traffic("collective-permute", 1, len(pairs), operand_bytes, sent, received)
+
+
+def collective_broadcast(groups, operand_bytes: int, num_devices: int) -> Traffic:
+    """Member 0 of each group is the source; the operand travels down the chain of members."""
+    groups = _groups(groups)
+    count, g = groups.shape
+    sent = np.where(np.arange(g) < g - 1, operand_bytes, 0)
+    received = np.where(np.arange(g) > 0, operand_bytes, 0)
+    return Traffic("collective-broadcast", count, g, operand_bytes,
+                   _per_device(groups, sent, num_devices),
+                   _per_device(groups, received, num_devices))
+
+
+def instruction_traffic(inst: Instruction, num_partitions: int,
+                        computations: dict | None = None) -> Traffic | None:
+    """The traffic of one execution of `inst` on `num_partitions` partitions, or None when it
+    moves no data between devices (not a collective, or an `async-done`). An
+    `async-start` costs as the collective its computation wraps (`computations` by name)."""
+    if inst.opcode == "async-start":
+        wrapped = _wrapped(inst, computations)
+        return None if wrapped is None else instruction_traffic(wrapped, num_partitions)
+    kind = inst.opcode
+    if kind not in COLLECTIVES:
+        return None
+    n = num_partitions
+    operands = [o.shape for o in inst.operands]
+    if kind == "collective-permute":
+        return collective_permute(permute_pairs(inst, n) or np.zeros((0, 2), np.int64),
+                                  _bytes(operands[:1]), n)
+    groups = participant_groups(inst, n)
+    if kind == "all-gather":
+        return all_gather(groups, _bytes(operands), n)
+    if kind == "collective-broadcast":
+        return collective_broadcast(groups, _bytes(operands), n)
+    if kind == "all-to-all" and inst.attr("dimensions") is None and len(operands) > 1:
+        return all_to_all_tuple(groups, [_bytes([s]) for s in operands], n)
+    return _sum([{"all-reduce": all_reduce, "reduce-scatter": reduce_scatter,
+                  "all-to-all": all_to_all}[kind](groups, leaf.num_elements,
+                                                  leaf.byte_size // max(leaf.num_elements, 1), n)
+                 for shape in operands for leaf in shape.leaves()], kind, groups, n)
+
+
+def _bytes(shapes: Sequence[Shape]) -> int:
+    return sum(shape.byte_size for shape in shapes)
+
+
+def _sum(parts: list[Traffic], kind: str, groups, n: int) -> Traffic:
+    """One collective of several operands (each reduced or exchanged on its own)."""
+    count, size = _groups(groups).shape
+    sent = sum((p.sent for p in parts), np.zeros(n, dtype=np.int64))
+    received = sum((p.received for p in parts), np.zeros(n, dtype=np.int64))
+    return Traffic(kind, count, size, sum(p.operand_bytes for p in parts), sent, received)
+
+
+def _wrapped(inst: Instruction, computations: dict | None) -> Instruction | None:
+    """The collective an `async-start` wraps (the root of its called computation), if any."""
+    if computations is None:
+        return None
+    for name in inst.called_computation_names():
+        root = computations[name].root
+        if root.opcode in COLLECTIVES:
+            return root
+    return None
+
+
+# ---- time ----------------------------------------------------------------------------------------
+
+def message_steps(kind: str, group_size: int) -> int:
+    """Message rounds of the byte model's algorithm (the latency term): g-1 around a ring for
+    all-gather, reduce-scatter and all-to-all, twice that for all-reduce, g-1 down the chain of a
+    broadcast, one for a permute."""
+    g = group_size
+    if kind == "collective-permute":
+        return 1
+    if g <= 1:
+        return 0
+    return 2 * (g - 1) if kind == "all-reduce" else g - 1
+
+
+def modelled_time(traffic: Traffic, machine: Machine = DEFAULT_MACHINE) -> float:
+    """Seconds one execution takes on `machine`: message steps times the latency plus the
+    busiest device's bytes over the bandwidth (the ring algorithms of the byte model). An
+    all-reduce or a broadcast may take a binary tree instead when that is faster, as collective
+    libraries choose by message size: `2 ceil(log2 g)` (all-reduce: up and down) or
+    `ceil(log2 g)` steps, each moving the whole operand."""
+    if traffic.max_sent == 0:
+        return 0.0
+    g = traffic.group_size
+    ring = message_steps(traffic.kind, g) * machine.latency + \
+        traffic.max_sent / machine.bandwidth
+    if traffic.kind not in ("all-reduce", "collective-broadcast") or g <= 2:
+        return ring
+    depth = ceil(log2(g)) * (2 if traffic.kind == "all-reduce" else 1)
+    return min(ring, depth * (machine.latency + traffic.operand_bytes / machine.bandwidth))
+
+
+__all__ = ["Traffic", "Machine", "DEFAULT_MACHINE", "all_gather",
+           "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_tuple", "collective_permute",
+           "collective_broadcast", "instruction_traffic", "message_steps",
+           "modelled_time"]

@@ -1,0 +1,3 @@
+from .plan import AutoshardResult, autoshard
+
+__all__ = ['autoshard', 'AutoshardResult']

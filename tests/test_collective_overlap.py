@@ -1,0 +1,160 @@
+"""Collectives overlapped with computation: a backend that gives `Pending` results has each
+collective issued as early as its operands, the previous collective and the previous barrier
+allow, and finished right before its first use (or at the end of its computation); the order is
+a function of the program alone. Also the MPI backend's waiting policy (`SpinBudget`) and the
+count of free cores it and the BLAS threads start from, which need no MPI."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gspmdc.ir.parser import parse_module
+from gspmdc.runtime import cores
+from gspmdc.runtime.backends.mpi import _MAX_SPIN_SECONDS, _MIN_SPIN_SECONDS, SpinBudget
+from gspmdc.runtime.collectives import Pending, SinglePartitionBackend
+from gspmdc.runtime.interpreter import Executable
+from gspmdc.runtime.kernels import KERNELS
+from gspmdc.runtime.profile import ProfileRecorder
+
+ADD = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+"""
+
+PROGRAM = "HloModule overlap\n" + ADD + """
+ENTRY main {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  n = f32[4] negate(x)
+  s = f32[4] sine(y)
+  r1 = f32[4] all-reduce(x), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=add
+  c = f32[4] cosine(s)
+  r2 = f32[4] all-reduce(s), channel_id=2, replica_groups={}, use_global_device_ids=true, to_apply=add
+  e = f32[4] exponential(n)
+  u = f32[4] add(r1, e)
+  ROOT t = (f32[4], f32[4], f32[4]) tuple(u, r2, c)
+}
+"""
+
+
+class Recording(SinglePartitionBackend):
+    """One partition whose all-reduces come back pending, logging starts and finishes."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def all_reduce(self, inst, operands, reduction):
+        self.log.append(f"start {inst.name}")
+        values = super().all_reduce(inst, operands, reduction)
+
+        def finish():
+            self.log.append(f"finish {inst.name}")
+            return values
+        return Pending(finish)
+
+
+@pytest.fixture
+def logged(monkeypatch):
+    log = []
+    for opcode in ("negate", "sine", "cosine", "exponential", "add"):
+        kernel = KERNELS[opcode]
+
+        def spy(inst, args, ctx, kernel=kernel):
+            if inst.name != "r":                    # not the reducer's own add
+                log.append(inst.name)
+            return kernel(inst, args, ctx)
+        monkeypatch.setitem(KERNELS.rules, opcode, spy)
+    return log
+
+
+def test_collectives_start_early_and_finish_at_first_use(logged):
+    x, y = np.arange(4, dtype=np.float32), np.ones(4, np.float32)
+    exe = Executable(parse_module(PROGRAM), Recording(logged))
+    u, r2, c = exe([x, y])
+    np.testing.assert_allclose(u, x + np.exp(-x))
+    np.testing.assert_allclose(r2, np.sin(y))
+    np.testing.assert_allclose(c, np.cos(np.sin(y)))
+    # r1 reads a parameter: issued first; r2 after s (its operand) but not before r1; r1 is
+    # finished right before its first user u, r2 at the end (only the root reads it)
+    assert logged == ["start r1", "n", "s", "start r2", "c", "e", "finish r1", "u",
+                      "finish r2"]
+    logged.clear()
+    exe([x, y])
+    assert logged[:4] == ["start r1", "n", "s", "start r2"]
+
+
+def test_barriers_keep_their_place(logged):
+    """A custom-call (it may have effects) and a call of a computation with a collective are
+    never overtaken by a collective."""
+    text = "HloModule barriers\n" + ADD + """
+inner {
+  p = f32[4] parameter(0)
+  ROOT q = f32[4] all-reduce(p), channel_id=3, replica_groups={}, use_global_device_ids=true, to_apply=add
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  n = f32[4] negate(x)
+  k = f32[4] call(n), to_apply=inner
+  r1 = f32[4] all-reduce(x), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=add
+  m = f32[4] custom-call(x), custom_call_target="gspmdc_test.identity"
+  r2 = f32[4] all-reduce(x), channel_id=2, replica_groups={}, use_global_device_ids=true, to_apply=add
+  ROOT t = (f32[4], f32[4], f32[4], f32[4]) tuple(k, r1, m, r2)
+}
+"""
+    from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
+
+    def identity(inst, args, ctx):
+        logged.append(inst.name)
+        return args[0]
+    CUSTOM_CALL_TARGETS["gspmdc_test.identity"] = identity
+    try:
+        Executable(parse_module(text), Recording(logged))([np.ones(4, np.float32)])
+    finally:
+        del CUSTOM_CALL_TARGETS["gspmdc_test.identity"]
+    assert logged == ["n", "start q", "finish q", "start r1", "m", "start r2", "finish r1",
+                      "finish r2"]
+
+
+def test_a_profile_charges_a_pending_collective_once():
+    recorder = ProfileRecorder(0, 1)
+    exe = Executable(parse_module(PROGRAM), Recording([]), on_step=recorder.on_step)
+    exe([np.zeros(4, np.float32), np.zeros(4, np.float32)])
+    exe([np.zeros(4, np.float32), np.zeros(4, np.float32)])
+    profile = recorder.profile()
+    assert {name: s.calls for name, s in profile.collectives.items()} == {"r1": 2, "r2": 2}
+
+
+def test_the_spin_budget_shrinks_when_waits_outlast_it_and_regrows_with_short_waits():
+    budget = SpinBudget(oversubscribed=False)
+    assert budget.spin == _MAX_SPIN_SECONDS
+    for _ in range(40):
+        budget.outlasted()
+    assert budget.spin == _MIN_SPIN_SECONDS
+    for _ in range(100):                    # waits of 30 us, ending while spinning
+        budget.ended_spinning(30e-6)
+    assert budget.spin == pytest.approx(60e-6, rel=0.05)
+    for _ in range(100):
+        budget.ended_spinning(1.0)
+    assert budget.spin == _MAX_SPIN_SECONDS
+    assert SpinBudget(oversubscribed=True).spin == _MIN_SPIN_SECONDS
+
+
+@pytest.mark.parametrize("affinity, load, free, threads_for_two", [
+    (2, 0.3, 2, 1),             # an idle machine: a core per worker
+    (2, 15.0, 0, 1),            # the cores are busy with other work: still one thread
+    (2, 1.2, 1, 1),             # one other busy process leaves one core
+    (8, 0.0, 8, 4),
+    (8, 4.4, 4, 2),
+])
+def test_free_cores_and_blas_threads(monkeypatch, affinity, load, free, threads_for_two):
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert cores.free_cores() == free
+    assert cores.blas_threads(2) == threads_for_two
+    environment = cores.with_blas_threads({"OMP_NUM_THREADS": "3", "PATH": "/bin"}, 2)
+    assert environment == {"OMP_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": str(threads_for_two),
+                           "MKL_NUM_THREADS": str(threads_for_two), "PATH": "/bin"}
