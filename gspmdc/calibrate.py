@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from gspmdc.errors import GspmdcError, RuntimeFailure
-from gspmdc.passes.analysis.machine import Machine, collective_seconds
+from gspmdc.ir.cost import all_reduce, collective_permute, collective_seconds
+from gspmdc.passes.analysis.machine import Machine
 from gspmdc.units import format_bytes, format_seconds
 
 #: message sizes in bytes (float32 elements x 4)
@@ -139,10 +140,12 @@ def calibrate(n: int, mpiexec: str | None = None) -> tuple[Machine, str]:
              f"{beta / 1e9:.2f} GB/s; operations {machine.flops_per_second / 1e9:.1f} GFLOP/s, "
              f"memory {machine.memory_bandwidth / 1e9:.1f} GB/s",
              f"{'bytes':>10}  {'permute':>10}  {'model':>10}  {'all-reduce':>10}  {'model':>10}"]
+    ring = [(p, (p + 1) % n) for p in range(n)]
     for size, permute in zip(SIZES, permutes):
         reduce = per_call[f"allreduce_{size}B"]
-        model_permute = collective_seconds("collective-permute", size, n, machine)[0]
-        model_reduce = collective_seconds("all-reduce", size, n, machine)[0]
+        model_permute = collective_seconds(collective_permute(ring, size, n), alpha, beta)[0]
+        model_reduce = collective_seconds(all_reduce([list(range(n))], size // 4, 4, n), alpha,
+                                          beta)[0]
         lines.append(f"{format_bytes(size):>10}  {format_seconds(permute):>10}  "
                      f"{format_seconds(model_permute):>10}  {format_seconds(reduce):>10}  "
                      f"{format_seconds(model_reduce):>10}")

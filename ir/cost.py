@@ -1,6 +1,7 @@
-"""Communication cost: the bytes every device sends and receives in one execution of a collective,
-exactly, and a modelled time on a simple machine (the model is described in
-docs/design/cost-model.md).
+"""Communication cost, the one model of gspmdc: the bytes every device sends and receives in one
+execution of a collective, exactly, and its modelled time on a machine's links (the model is
+described in docs/design/cost-model.md). The reshard planner, `gspmdc explain`, `gspmdc cost` and
+`run --profile` all count with it.
 
 `instruction_traffic(inst, num_partitions)` reads a collective instruction: its kind, its groups
 (`collective_groups`: XLA's group modes) or source-target pairs, and its operand and result
@@ -35,25 +36,12 @@ from .ops import COLLECTIVES
 from .shapes import Shape
 
 
-@dataclass(frozen=True)
-class Machine:
-    """The machine of the time model: every device has one link of `bandwidth` bytes per second
-    in each direction, and every message step costs `latency` seconds."""
-
-    bandwidth: float = 25e9
-    latency: float = 5e-6
-
-
-#: a host interconnect of the order of current accelerator clusters' (25 GB/s, 5 µs)
-DEFAULT_MACHINE = Machine()
-
-
 @dataclass(frozen=True, eq=False)
 class Traffic:
     """The bytes one execution of a collective moves: `sent[d]` and `received[d]` for every device
     d of the program (read-only int64 arrays). `num_groups` groups of `group_size` members (a
-    collective-permute: one group, its pairs counted as the size); `operand_bytes` the bytes of
-    one member's operands."""
+    collective-permute: its pairs, groups of two, or of one when no pair moves data);
+    `operand_bytes` the bytes of one member's operands."""
 
     kind: str
     num_groups: int
@@ -178,7 +166,8 @@ def collective_permute(pairs, operand_bytes: int, num_devices: int) -> Traffic:
     received = np.zeros(num_devices, dtype=np.int64)
     sent[moving[:, 0]] = operand_bytes
     received[moving[:, 1]] = operand_bytes
-    return Traffic("collective-permute", 1, len(pairs), operand_bytes, sent, received)
+    return Traffic("collective-permute", len(pairs), 2 if len(moving) else 1, operand_bytes, sent,
+                   received)
 
 
 def collective_broadcast(groups, operand_bytes: int, num_devices: int) -> Traffic:
@@ -246,36 +235,34 @@ def _wrapped(inst: Instruction, computations: dict | None) -> Instruction | None
 
 # ---- time ----------------------------------------------------------------------------------------
 
-def message_steps(kind: str, group_size: int) -> int:
-    """Message rounds of the byte model's algorithm (the latency term): g-1 around a ring for
-    all-gather, reduce-scatter and all-to-all, twice that for all-reduce, g-1 down the chain of a
-    broadcast, one for a permute."""
-    g = group_size
-    if kind == "collective-permute":
-        return 1
+def collective_seconds(traffic: Traffic, latency: float, bandwidth: float) -> tuple[float, str]:
+    """Seconds one execution takes on links of `bandwidth` bytes per second each way with
+    `latency` seconds per message, and the algorithm that gives them: "ring", "tree",
+    "pairwise" (all-to-all, collective-permute) or "none" (groups of one). A ring moves the
+    busiest device's bytes (`max_sent`, the byte model's algorithm) in `g-1` message steps
+    (`2(g-1)` for all-reduce); the tree forms (recursive doubling for all-gather, halving for
+    reduce-scatter, reduce then broadcast for all-reduce, a binomial tree for broadcast) take
+    `ceil(log2 g)` steps and are chosen when faster, as collective libraries choose by message
+    size."""
+    g, wire = traffic.group_size, traffic.max_sent / bandwidth
     if g <= 1:
-        return 0
-    return 2 * (g - 1) if kind == "all-reduce" else g - 1
+        return 0.0, "none"
+    if traffic.kind == "collective-permute":
+        return latency + wire, "pairwise"
+    if traffic.kind == "all-to-all":
+        return (g - 1) * latency + wire, "pairwise"
+    steps = ceil(log2(g))
+    whole = latency + traffic.operand_bytes / bandwidth
+    options = {
+        "all-gather": {"ring": (g - 1) * latency + wire, "tree": steps * latency + wire},
+        "reduce-scatter": {"ring": (g - 1) * latency + wire, "tree": steps * latency + wire},
+        "all-reduce": {"ring": 2 * (g - 1) * latency + wire, "tree": 2 * steps * whole},
+        "collective-broadcast": {"ring": (g - 1) * latency + wire, "tree": steps * whole},
+    }[traffic.kind]
+    best = min(options, key=options.get)
+    return options[best], best
 
 
-def modelled_time(traffic: Traffic, machine: Machine = DEFAULT_MACHINE) -> float:
-    """Seconds one execution takes on `machine`: message steps times the latency plus the
-    busiest device's bytes over the bandwidth (the ring algorithms of the byte model). An
-    all-reduce or a broadcast may take a binary tree instead when that is faster, as collective
-    libraries choose by message size: `2 ceil(log2 g)` (all-reduce: up and down) or
-    `ceil(log2 g)` steps, each moving the whole operand."""
-    if traffic.max_sent == 0:
-        return 0.0
-    g = traffic.group_size
-    ring = message_steps(traffic.kind, g) * machine.latency + \
-        traffic.max_sent / machine.bandwidth
-    if traffic.kind not in ("all-reduce", "collective-broadcast") or g <= 2:
-        return ring
-    depth = ceil(log2(g)) * (2 if traffic.kind == "all-reduce" else 1)
-    return min(ring, depth * (machine.latency + traffic.operand_bytes / machine.bandwidth))
-
-
-__all__ = ["Traffic", "Machine", "DEFAULT_MACHINE", "all_gather",
-           "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_tuple", "collective_permute",
-           "collective_broadcast", "instruction_traffic", "message_steps",
-           "modelled_time"]
+__all__ = ["Traffic", "all_gather", "reduce_scatter", "all_reduce", "all_to_all",
+           "all_to_all_tuple", "collective_permute", "collective_broadcast", "instruction_traffic",
+           "collective_seconds"]

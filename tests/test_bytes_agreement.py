@@ -1,7 +1,9 @@
-"""One collective, one number: the reshard planner's estimate of a step, `gspmdc explain`'s bytes
-and the bytes the profiler of `run --profile` counts on every partition agree to the byte, on the
-JAX programs and on the XLA partitioner cases (partitioned by gspmdc, run on the local backend).
-The cost model's own formulas are checked in test_cost.py."""
+"""One collective, one number: the reshard planner's estimate of a step, `gspmdc explain`'s bytes,
+`gspmdc cost`'s modelled bytes and the bytes the profiler of `run --profile` counts on every
+partition (sent and received) agree to the byte, on the JAX programs and on the XLA partitioner
+cases (partitioned by gspmdc, run on the local backend, all in this process). The cost model's
+own formulas are checked in test_cost.py; `gspmdc cost --json` against `run --profile-json` on MPI
+ranks in test_cost_agreement.py."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,8 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
 from gspmdc.ir.cost import Traffic, instruction_traffic
 from gspmdc.ir.parser import parse_sharding
+from gspmdc.passes.analysis.cost import program_cost
+from gspmdc.passes.analysis.machine import PRESETS
 from gspmdc.passes.pass_manager import PassContext, run_pipeline
 from gspmdc.passes.pipeline import partitioner_pipeline
 from gspmdc.passes.spmd.explain import describe_instruction
@@ -69,8 +73,9 @@ def planned_traffic(inst, shapes: dict, n: int) -> Traffic | None:
     return plan.steps[index].traffic(shape.dims, width)
 
 
-def profiled_bytes(spmd, inputs, n: int) -> dict[str, np.ndarray]:
-    """Per collective instruction: the bytes each partition's profile counts per execution."""
+def profiled_bytes(spmd, inputs, n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per collective instruction: the bytes each partition's profile counts as sent and as
+    received per execution."""
     recorders = [ProfileRecorder(p, n) for p in range(n)]
     signature = spmd_signature(spmd, n)
     run_local(spmd, split_inputs(signature, inputs, padding="garbage"), n, recorders=recorders,
@@ -78,25 +83,34 @@ def profiled_bytes(spmd, inputs, n: int) -> dict[str, np.ndarray]:
     found = {}
     for p, recorder in enumerate(recorders):
         for name, stats in recorder.profile().collectives.items():
-            per_call = found.setdefault(name, np.zeros(n, dtype=np.int64))
-            assert stats.bytes_sent % stats.calls == 0
-            per_call[p] = stats.bytes_sent // stats.calls
+            sent, received = found.setdefault(name, (np.zeros(n, dtype=np.int64),
+                                                     np.zeros(n, dtype=np.int64)))
+            assert stats.bytes_sent % stats.calls == 0 and stats.bytes_received % stats.calls == 0
+            sent[p] = stats.bytes_sent // stats.calls
+            received[p] = stats.bytes_received // stats.calls
     return found
 
 
 def check_agreement(spmd, shapes: dict, inputs, n: int) -> int:
-    """Assert the three agree on every collective of `spmd`; the number of planner steps
+    """Assert the four agree on every collective of `spmd`; the number of planner steps
     compared."""
     profiled = profiled_bytes(spmd, inputs, n)
+    modelled = {c.name: c for c in program_cost(spmd, n, PRESETS["tpu-v4"]).figures.collectives}
     planned = 0
     for _, inst in spmd.all_instructions():
         traffic = instruction_traffic(inst, n, spmd.computations)
         if traffic is None:
             continue
         line = describe_instruction(spmd, inst)
+        figures = modelled[inst.name]
+        if figures.calls is not None:
+            assert list(figures.bytes_sent_per_device) == (traffic.sent * figures.calls).tolist()
+            assert list(figures.bytes_received_per_device) == \
+                (traffic.received * figures.calls).tolist()
         if inst.name in profiled:       # executed (not in a branch that never ran)
-            measured = profiled[inst.name]
+            measured, received = profiled[inst.name]
             assert np.array_equal(measured, traffic.sent), (inst.name, measured, traffic.sent)
+            assert np.array_equal(received, traffic.received), inst.name
             expected = Traffic(traffic.kind, traffic.num_groups, traffic.group_size,
                                traffic.operand_bytes, measured.copy(), traffic.received.copy())
             assert line.endswith(expected.describe()), (line, expected.describe())

@@ -47,7 +47,7 @@ def test_permute_counts_only_moving_pairs():
     t = cost.collective_permute([(0, 1), (1, 1), (3, 0)], 256, 4)
     assert t.sent.tolist() == [256, 0, 0, 256] and t.received.tolist() == [256, 256, 0, 0]
     assert t.describe() == "sends 256 bytes from each of 2 devices"
-    assert t.group_size == 3
+    assert t.num_groups == 3 and t.group_size == 2         # its pairs
 
 
 def test_broadcast_goes_down_the_chain_from_the_first_member():
@@ -113,16 +113,20 @@ def test_async_start_costs_as_the_collective_it_wraps_and_done_moves_nothing():
 
 
 def test_time_model():
-    machine = cost.Machine(bandwidth=1e9, latency=1e-5)
     gather = cost.all_gather(RING_4, 1_000_000, 4)
-    assert cost.modelled_time(gather, machine) == pytest.approx(3e-5 + 3e-3)
+    # recursive doubling: 2 steps instead of 3, the same bytes
+    assert cost.collective_seconds(gather, 1e-5, 1e9) == (pytest.approx(2e-5 + 3e-3), "tree")
     big = cost.all_reduce(RING_4, 1_000_000, 4, 4)          # 4 MB: the ring is faster
-    assert cost.modelled_time(big, machine) == pytest.approx(6e-5 + 6e-3)
+    assert cost.collective_seconds(big, 1e-5, 1e9) == (pytest.approx(6e-5 + 6e-3), "ring")
     small = cost.all_reduce([list(range(64))], 4, 4, 64)    # 16 bytes over 64: a tree
-    assert cost.modelled_time(small, machine) == pytest.approx(12 * (1e-5 + 16e-9))
-    assert cost.modelled_time(cost.collective_permute([(0, 0)], 64, 2), machine) == 0.0
-    assert cost.message_steps("all-reduce", 8) == 14
-    assert cost.message_steps("collective-permute", 8) == 1
+    assert cost.collective_seconds(small, 1e-5, 1e9) == (pytest.approx(12 * (1e-5 + 16e-9)),
+                                                         "tree")
+    # uneven: the ring's time is the busiest device's bytes, exactly
+    uneven = cost.reduce_scatter(RING_4, 10, 4, 4)
+    assert uneven.max_sent == (10 - 2) * 4
+    assert cost.collective_seconds(uneven, 0.0, 1.0) == (32.0, "ring")
+    assert cost.collective_seconds(cost.collective_permute([(0, 0)], 64, 2), 1e-5, 1e9) == \
+        (0.0, "none")
 
 
 def test_bytes_are_integers():

@@ -11,11 +11,12 @@ import pytest
 
 from gspmdc import api
 from gspmdc.errors import GspmdcError
-from gspmdc.ir.collective_bytes import collective_bytes
+from gspmdc.ir import cost as model
+from gspmdc.ir.cost import collective_seconds, instruction_traffic
 from gspmdc.ir.flops import instruction_flops
 from gspmdc.ir.liveness import memory_profile
 from gspmdc.passes.analysis.cost import program_cost
-from gspmdc.passes.analysis.machine import Machine, PRESETS, collective_seconds, load_machine
+from gspmdc.passes.analysis.machine import Machine, PRESETS, load_machine
 from gspmdc.runtime import io
 from gspmdc.runtime.interpreter import evaluate
 from gspmdc.runtime.live_arrays import LiveArrays
@@ -167,29 +168,31 @@ def test_operations_of_dot_convolution_reduce_and_elementwise():
 def _collective(line: str, n: int, params: str = "f32[12] parameter(0)"):
     module = api.parse(hlo_module(f"  p0 = {params}\n  ROOT c = {line}", reducer("add"),
                                   f", num_partitions={n}"))
-    return collective_bytes(module.entry.root, n)
+    return instruction_traffic(module.entry.root, n)
 
 
 def test_ring_bytes_per_partition():
     ag = _collective("f32[48] all-gather(p0), channel_id=1, use_global_device_ids=true, "
                      "replica_groups={{0,1,2,3}}, dimensions={0}", 4)
-    assert ag.sent == ag.received == (3 * 48,) * 4 and ag.group_size == 4
+    assert ag.sent.tolist() == ag.received.tolist() == [3 * 48] * 4 and ag.group_size == 4
     ar = _collective("f32[12] all-reduce(p0), channel_id=1, use_global_device_ids=true, "
                      "replica_groups={{0,1},{2,3}}, to_apply=add", 4)
-    assert ar.sent == (2 * 1 * 48 // 2,) * 4 and len(ar.groups) == 2
+    assert ar.sent.tolist() == [2 * 1 * 48 // 2] * 4 and ar.num_groups == 2
     rs = _collective("f32[4] reduce-scatter(p0), channel_id=1, use_global_device_ids=true, "
                      "replica_groups={{0,1,2}}, dimensions={0}, to_apply=add", 3)
-    assert rs.sent == (2 * 48 // 3,) * 3
+    assert rs.sent.tolist() == [2 * 48 // 3] * 3
     cp = _collective("f32[12] collective-permute(p0), channel_id=1, "
                      "source_target_pairs={{0,1},{1,2},{3,3}}", 4)
-    assert cp.sent == (48, 48, 0, 0) and cp.received == (0, 48, 48, 0)
+    assert cp.sent.tolist() == [48, 48, 0, 0] and cp.received.tolist() == [0, 48, 48, 0]
+    assert cp.num_groups == 3 and cp.group_size == 2          # its pairs
     alone = _collective("f32[12] all-reduce(p0), to_apply=add", 4)   # no channel: per partition
-    assert alone.sent == (0,) * 4 and alone.group_size == 1
+    assert alone.sent.tolist() == [0] * 4 and alone.group_size == 1
     # a chain from each group's first member: 0 -> 2 -> 1 and 3 -> 5 -> 4
     bc = _collective("f32[12] collective-broadcast(p0), channel_id=1, "
                      "replica_groups={{0,2,1},{3,5,4}}", 6)
-    assert bc.sent == (48, 0, 48, 48, 0, 48) and bc.received == (0, 48, 48, 0, 48, 48)
-    assert bc.group_size == 3 and bc.groups == ((0, 2, 1), (3, 5, 4))
+    assert bc.sent.tolist() == [48, 0, 48, 48, 0, 48]
+    assert bc.received.tolist() == [0, 48, 48, 0, 48, 48]
+    assert bc.group_size == 3 and bc.num_groups == 2
 
 
 def test_collective_broadcast_cost_equals_its_profiled_run(tmp_path):
@@ -221,18 +224,23 @@ def test_collective_broadcast_cost_equals_its_profiled_run(tmp_path):
 
 def test_machine_model_times():
     m = Machine("m", "test", 1e12, 1e11, None, 1e9, 1e-5)
-    seconds, algorithm = collective_seconds("all-reduce", 8 * 10 ** 6, 8, m)
+
+    def seconds_of(traffic):
+        return collective_seconds(traffic, m.latency, m.link_bandwidth)
+    eight = [list(range(8))]
+    seconds, algorithm = seconds_of(model.all_reduce(eight, 2 * 10 ** 6, 4, 8))   # 8 MB
     ring = 2 * 7 * (1e-5 + 10 ** 6 / 1e9)
     tree = 2 * 3 * (1e-5 + 8e-3)
     assert algorithm == "ring" and seconds == pytest.approx(ring) and ring < tree
-    seconds, algorithm = collective_seconds("all-reduce", 8, 1024, m)       # latency bound
+    # 8 bytes over 1024 devices: latency bound
+    seconds, algorithm = seconds_of(model.all_reduce([list(range(1024))], 2, 4, 1024))
     assert algorithm == "tree" and seconds == pytest.approx(2 * 10 * (1e-5 + 8e-9))
-    assert collective_seconds("collective-permute", 10 ** 6, 2, m)[0] == \
+    assert seconds_of(model.collective_permute([(0, 1), (1, 0)], 10 ** 6, 2))[0] == \
         pytest.approx(1e-5 + 1e-3)
-    assert collective_seconds("all-gather", 100, 1, m) == (0.0, "none")
-    seconds, algorithm = collective_seconds("collective-broadcast", 10 ** 8, 8, m)
+    assert seconds_of(model.all_gather([[0]], 100, 1)) == (0.0, "none")
+    seconds, algorithm = seconds_of(model.collective_broadcast(eight, 10 ** 8, 8))
     assert algorithm == "ring" and seconds == pytest.approx(7e-5 + 0.1)   # pipelined chain
-    seconds, algorithm = collective_seconds("collective-broadcast", 8, 8, m)
+    seconds, algorithm = seconds_of(model.collective_broadcast(eight, 8, 8))
     assert algorithm == "tree" and seconds == pytest.approx(3 * (1e-5 + 8e-9))
 
 
@@ -253,7 +261,8 @@ def test_program_cost_step_time_adds_rooflines_and_collectives():
     (gather,) = figures.collectives
     assert gather.opcode == "all-gather" and gather.bytes_sent_per_device == (3 * 256 * 4096,) * 4
     compute = max(dot_flops / 1e12, (256 + 1024 + 1024) * 4096 / 1e11)
-    expected = compute + collective_seconds("all-gather", 256 * 4096, 4, machine)[0]
+    expected = compute + collective_seconds(model.all_gather([range(4)], 256 * 4096, 4),
+                                            machine.latency, machine.link_bandwidth)[0]
     assert figures.modelled_step_seconds == pytest.approx(expected)
     assert figures.extra["modelled_utilization"] == pytest.approx(dot_flops / 1e12 / expected)
 

@@ -4,8 +4,8 @@ For a partitioned (SPMD) module on `num_partitions` partitions and a `Machine`:
 
 - every collective with its groups, executions per run (a loop body's collectives once per
   iteration, when the trip count is static; a conditional's branches as if each ran), the bytes
-  each partition sends and receives over the run (`gspmdc.ir.collective_bytes`, the measure
-  `run --profile` counts) and its modelled time (`machine.collective_seconds`);
+  each partition sends and receives over the run and its modelled time (`gspmdc.ir.cost`, the
+  model `run --profile`, `gspmdc explain` and the reshard planner count with too);
 - operations per partition (`gspmdc.ir.flops`, times executions; a conditional counts its most
   expensive branch);
 - peak memory per partition (`gspmdc.ir.liveness`);
@@ -23,14 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspmdc.ir import ops
-from gspmdc.ir.collective_bytes import collective_bytes
+from gspmdc.ir.cost import collective_seconds, instruction_traffic
 from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
 from gspmdc.ir.flops import executed_computations, instruction_flops
 from gspmdc.ir.liveness import OPERAND_PRESERVING, MemoryProfile, memory_profile, shape_bytes
 from gspmdc.ir.module import Instruction, Module
 from gspmdc.passes.spmd.traffic import execution_counts, trip_count
 
-from .machine import Machine, collective_seconds
+from .machine import Machine
 
 #: instructions that move no data of their own (references, control flow, parameters)
 _NO_WORK = OPERAND_PRESERVING | ops.with_trait(
@@ -153,9 +153,8 @@ class _RunCost:
 
     def _own(self, inst: Instruction) -> _Totals | None:
         if inst.opcode in ops.COLLECTIVES:
-            cost = collective_bytes(inst, self.n)
-            seconds, _ = collective_seconds(inst.opcode, cost.operand_bytes, cost.group_size,
-                                            self.machine)
+            seconds, _ = collective_seconds(instruction_traffic(inst, self.n),
+                                            self.machine.latency, self.machine.link_bandwidth)
             return _Totals(0, 0, {inst.opcode: seconds})
         timed = _instruction_time(inst, "", 1, self.module, self.machine)
         if timed is None:
@@ -193,17 +192,16 @@ _UNKNOWN = object()
 
 def _collective(inst: Instruction, computation: str, n: int, executions: int | None,
                 machine: Machine) -> CollectiveFigures:
-    cost = collective_bytes(inst, n)
-    seconds, algorithm = collective_seconds(inst.opcode, cost.operand_bytes, cost.group_size,
-                                            machine)
+    traffic = instruction_traffic(inst, n)
+    seconds, algorithm = collective_seconds(traffic, machine.latency, machine.link_bandwidth)
     metadata = inst.attr("metadata")
     reason = metadata.get("spmd_reason") if metadata is not None else None
 
     def total(values):
-        return tuple(None if executions is None else v * executions for v in values)
+        return tuple(None if executions is None else int(v) * executions for v in values)
     return CollectiveFigures(
-        inst.name, computation, inst.opcode, cost.group_size, len(cost.groups), executions,
-        total(cost.sent), total(cost.received),
+        inst.name, computation, inst.opcode, traffic.group_size, traffic.num_groups, executions,
+        total(traffic.sent), total(traffic.received),
         seconds=None if executions is None else seconds * executions,
         algorithm=algorithm, reason=reason)
 

@@ -1,5 +1,4 @@
-"""Machine models: what `gspmdc cost` assumes a device and its links can do, and the time of a
-collective on them.
+"""Machine models: what `gspmdc cost` assumes a device and its links can do.
 
 A `Machine` gives, per device: the peak operation rate, the memory bandwidth, the memory
 capacity, and for collectives the bandwidth of the link a device sends on (β) and the latency of
@@ -7,24 +6,13 @@ one message (α). The presets are real systems; `docs/cost.md` gives the source 
 (datasheets and vendor documentation) and says which are assumptions. `gspmdc cost --calibrate`
 measures this machine and writes a machine file (`Machine.to_json`) that `--machine FILE` reads.
 
-Collective times (`collective_seconds`) for a group of `G` devices moving `b` bytes of operand
-per device, ring or tree algorithm, whichever is faster (MPI libraries and NCCL choose
-likewise):
-
-| collective           | ring                              | tree                                 |
-|----------------------|-----------------------------------|--------------------------------------|
-| all-gather           | `(G-1)(α + b/β)`                  | `⌈log2 G⌉ α + (G-1) b/β` (doubling)  |
-| all-reduce           | `2(G-1)(α + b/(G β))`             | `2 ⌈log2 G⌉ (α + b/β)` (reduce+bcast)|
-| reduce-scatter       | `(G-1)(α + b/(G β))`              | `⌈log2 G⌉ α + (G-1)/G b/β` (halving) |
-| all-to-all           | `(G-1)(α + b/(G β))`              | — (pairwise exchange)                |
-| collective-permute   | `α + b/β`                         | —                                    |
-| collective-broadcast | `(G-1) α + b/β` (pipelined chain) | `⌈log2 G⌉ (α + b/β)` (binomial tree) |
+The time of a collective on a machine's links is the cost model's
+(`gspmdc.ir.cost.collective_seconds(traffic, machine.latency, machine.link_bandwidth)`).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from math import ceil, log2
 
 from gspmdc.errors import GspmdcError
 
@@ -114,31 +102,4 @@ def load_machine(spec: str) -> Machine:
     return Machine.from_json(data, spec)
 
 
-def collective_seconds(opcode: str, operand_bytes: int, group_size: int,
-                       machine: Machine) -> tuple[float, str]:
-    """The time of one execution and the algorithm that gives it ("ring", "tree" or
-    "pairwise"; see the module docstring)."""
-    g, b = group_size, operand_bytes
-    alpha, beta = machine.latency, machine.link_bandwidth
-    if g <= 1:
-        return 0.0, "none"
-    if opcode == "collective-permute":
-        return alpha + b / beta, "pairwise"
-    steps = ceil(log2(g))
-    if opcode == "all-gather":
-        options = {"ring": (g - 1) * (alpha + b / beta), "tree": steps * alpha + (g - 1) * b / beta}
-    elif opcode == "all-reduce":
-        options = {"ring": 2 * (g - 1) * (alpha + b / (g * beta)),
-                   "tree": 2 * steps * (alpha + b / beta)}
-    elif opcode == "collective-broadcast":
-        options = {"ring": (g - 1) * alpha + b / beta, "tree": steps * (alpha + b / beta)}
-    elif opcode == "reduce-scatter":
-        options = {"ring": (g - 1) * (alpha + b / (g * beta)),
-                   "tree": steps * alpha + (g - 1) * b / (g * beta)}
-    else:
-        return (g - 1) * (alpha + b / (g * beta)), "pairwise"
-    best = min(options, key=options.get)
-    return options[best], best
-
-
-__all__ = ["Machine", "PRESETS", "load_machine", "collective_seconds"]
+__all__ = ["Machine", "PRESETS", "load_machine"]
