@@ -4,8 +4,10 @@ on a machine.
 The measure is that of the partitioned program's modelled step time: every instruction's
 roofline time (the larger of its operations over the device's operation rate and the bytes it
 reads and writes over its memory bandwidth) plus every collective's time on the device's link
-(latency per message step plus bytes over bandwidth, ring or tree, whichever is faster), with no
-overlap of communication and computation.
+(`gspmdc.ir.cost.collective_seconds`, the one time model of `gspmdc cost`: latency per message
+step plus the busiest device's bytes over the link bandwidth, ring or tree, whichever is faster),
+with no overlap of communication and computation. Machines are `gspmdc cost`'s
+(`passes/analysis/machine.py`).
 
 - `instruction_seconds`: the roofline time of an instruction run on its local shapes (the shard
   shapes of the shardings a strategy gives its operands and result);
@@ -17,52 +19,19 @@ overlap of communication and computation.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from math import ceil, log2, prod
+from math import prod
 
 from gspmdc.ir import dtypes, ops
+from gspmdc.ir.cost import Traffic, collective_permute, collective_seconds
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
+from gspmdc.passes.analysis.machine import PRESETS, Machine
 from gspmdc.passes.spmd import reshard_plan as rp
 
 
-@dataclass(frozen=True)
-class Machine:
-    """One device and its link (SI units): operation rate, memory bandwidth, memory capacity
-    (None: unknown), link bandwidth each way, latency of one message."""
-
-    name: str
-    flops_per_second: float
-    memory_bandwidth: float
-    memory_bytes: int | None
-    link_bandwidth: float
-    latency: float
-
-
-#: one TPU v3 core (61.5 TFLOP/s, 450 GB/s of HBM, 16 GiB, 166 GB/s links, 5 µs): the GSPMD
-#: paper's machine
-DEFAULT_MACHINE = Machine("tpu-v3", 61.5e12, 450e9, 16 * 2**30, 166e9, 5e-6)
-
-
-def collective_seconds(kind: str, operand_bytes: float, group_size: int,
-                       machine: Machine) -> float:
-    """Seconds of one collective of `kind` over groups of `group_size`, each member holding
-    `operand_bytes` of operand: ring or tree, whichever is faster."""
-    g, b = group_size, operand_bytes
-    alpha, beta = machine.latency, machine.link_bandwidth
-    if g <= 1 or b == 0:
-        return 0.0
-    if kind == "collective-permute":
-        return alpha + b / beta
-    steps = ceil(log2(g))
-    if kind == "all-gather":
-        return min((g - 1) * (alpha + b / beta), steps * alpha + (g - 1) * b / beta)
-    if kind == "all-reduce":
-        return min(2 * (g - 1) * (alpha + b / (g * beta)), 2 * steps * (alpha + b / beta))
-    if kind == "reduce-scatter":
-        return min((g - 1) * (alpha + b / (g * beta)), steps * alpha + (g - 1) * b / (g * beta))
-    return (g - 1) * (alpha + b / (g * beta))
+#: the GSPMD paper's machine, `gspmdc cost`'s default (`passes/analysis/machine.py`)
+DEFAULT_MACHINE = PRESETS["tpu-v3"]
 
 
 #: opcodes whose instruction computes nothing itself (a loop's or branch's work is its body's)
@@ -150,23 +119,21 @@ class CostModel:
         """(seconds, bytes) of a local computation's own sends, as one collective-permute."""
         if not sent_bytes:
             return 0.0, 0.0
-        return collective_seconds("collective-permute", sent_bytes, 2, self.machine), sent_bytes
+        return self._seconds(collective_permute([(0, 1)], int(sent_bytes), 2)), sent_bytes
 
     def _step_seconds(self, step: rp.Step, shape: ArrayShape) -> float:
         width = max(dtypes.byte_width(shape.element_type), 1)
         dims = shape.dims
+        traffic = step.traffic(dims, width)
+        if traffic is not None:
+            return self._seconds(traffic)
         before = prod(rp.local_dims(dims, step.before)) * width
-        m = self.machine
-        if isinstance(step, (rp.AllReduce, rp.ReduceScatter)):
-            return collective_seconds(step.collective, before, step.groups.shape[1], m)
-        if isinstance(step, (rp.AllGather, rp.AllToAll)):
-            return collective_seconds(step.collective, before, step.factor, m)
-        if isinstance(step, rp.BroadcastFromDevice):
-            return collective_seconds("all-reduce", prod(dims) * width, self.num_devices, m)
-        if isinstance(step, (rp.Permute, rp.SendToDevice)):
-            return collective_seconds("collective-permute", before, 2, m)
         after = prod(rp.local_dims(dims, step.after)) * width
-        return (before + after) / m.memory_bandwidth
+        return (before + after) / self.machine.memory_bandwidth
+
+    def _seconds(self, traffic: Traffic) -> float:
+        """Seconds of one collective on the machine's links."""
+        return collective_seconds(traffic, self.machine.latency, self.machine.link_bandwidth)[0]
 
 
 def _local(shape: ArrayShape, sharding: HloSharding) -> ArrayShape:
@@ -177,5 +144,4 @@ def _bytes(shape: ArrayShape) -> int:
     return prod(shape.dims) * max(dtypes.byte_width(shape.element_type), 1)
 
 
-__all__ = ["Machine", "DEFAULT_MACHINE", "CostModel", "collective_seconds",
-           "instruction_flops"]
+__all__ = ["Machine", "DEFAULT_MACHINE", "CostModel", "instruction_flops"]
