@@ -107,7 +107,7 @@ def measured_run(text: str, folder: Path, devices: int) -> tuple[bool, int | Non
                               capture_output=True, text=True)
     output = done.stdout + done.stderr
     sent = [_bytes(m.group(1)) for m in
-            re.finditer(r"^\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+%\s+(.+)$",
+            re.finditer(r"^\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+%\s+(\S+ \S+)",
                         output, re.M)]
     last = output.strip().splitlines()[-1] if output.strip() else ""
     return done.returncode == 0, max(sent) if sent else None, last

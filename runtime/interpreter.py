@@ -93,7 +93,9 @@ def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend 
     given, must equal the backend's. `on_step`, when given, is called after every instruction (in
     every computation) with the instruction and its *exclusive* wall time in seconds: the time of
     its kernel minus that of the instructions evaluated inside it (while bodies, calls, ...), so
-    the times add up without double counting (the profiling hook of `gspmdc run --profile`).
+    the times add up without double counting (the profiling hook of `gspmdc run --profile`);
+    the instructions constant folding spares are reported with no time each time their
+    computation runs (so a profile counts the program's operations).
     `position`, when given, records every instruction right before its kernel runs (the innermost
     instruction executing is the last one recorded: how MPI ranks record where they are).
     `on_value`, when given, is called with every instruction and its value once it is computed
@@ -247,17 +249,18 @@ class _Plan:
     `(kernel, inst, operand_slots, out_slot, release_slots, dims, dtype, finish_slots)` where
     `dims`/`dtype` give the expected array result (None for tuple and token results, checked
     structurally) and `finish_slots` the pending collectives to finish before the step;
-    `finish_at_end` those finished after the last step. `initial` holds the folded constants
-    (module docstring) at their slots, None elsewhere; until the first complete run, `foldable`
-    is the set of slots that may be folded (None afterwards). Under `"xla"` rounding an
+    `finish_at_end` those finished after the last step, `skipped` the instructions folding
+    spares. `initial` holds the folded constants (module docstring) at their slots, None
+    elsewhere; until the first complete run, `foldable` is the set of slots that may be folded
+    (None afterwards). Under `"xla"` rounding an
     instruction whose f32 value some users read (`rounding.py`) computes it into an extra slot
     (numbered after the instructions'), which those users read; a second step rounds it into the
     instruction's own slot when other users or the root need it.
     """
 
     __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps", "initial",
-                 "foldable", "finish_at_end", "_operands", "_windows", "_pure", "_collectives",
-                 "_barriers", "_wide", "_rounded")
+                 "foldable", "finish_at_end", "skipped", "_operands", "_windows", "_pure",
+                 "_collectives", "_barriers", "_wide", "_rounded")
 
     def __init__(self, comp: Computation, communicates: Callable[[str], bool],
                  rounding: str = DEFAULT_ROUNDING):
@@ -332,6 +335,9 @@ class _Plan:
         finishes: dict[int, list[int]] = {}
         for s, at in first_use.items():
             finishes.setdefault(at, []).append(s)
+        #: the instructions folding spares (reported to `on_step` with no time)
+        self.skipped = tuple(comp.instructions[i] for i in sorted(dropped)
+                             if self._operands[i] is not None)
         steps = []
         for i in order:
             inst = comp.instructions[i]
@@ -388,6 +394,9 @@ class _Plan:
         if position is not None:
             slots, slot, numbers = position.slots, position.slot, position.numbers
         on_value, live = ctx.on_value, ctx.live_arrays
+        if timed:
+            for inst in self.skipped:
+                ctx.on_step(inst, 0.0)
         if live is not None:
             live.hold(tuple(args))
         if on_value is not None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from gspmdc.ir.module import Module
 from gspmdc.ir.printer import print_module
 from gspmdc.passes.pass_manager import PassContext, run_pipeline
-from gspmdc.passes.pipeline import partitioner_pipeline
+from gspmdc.passes.pipeline import default_propagation, partitioner_pipeline
 
 #: diff context lines
 CONTEXT = 2
@@ -33,7 +33,8 @@ class PassStep:
 
 def partition_with_history(module: Module, n: int, windowed_einsum_threshold: int | None
                            ) -> tuple[Module, str, list[PassStep], float]:
-    """Partition `module` (a global program; changed in place) for `n` partitions, keeping the
+    """Partition `module` (a global program; changed in place) for `n` partitions with the
+    passes of `gspmdc compile` (Shardy's propagation for a module in Shardy form), keeping the
     module after each pass. Returns the partitioned module, the input text, the steps and the
     total compile seconds."""
     from gspmdc.ir.stage import module_stage
@@ -53,8 +54,10 @@ def partition_with_history(module: Module, n: int, windowed_einsum_threshold: in
                               sum(ops.values())))
         state["text"], state["ops"] = text, ops
 
+    form = default_propagation(module)          # as compile: Shardy's for a Shardy-form module
     pipeline = partitioner_pipeline(windowed_einsum_threshold=windowed_einsum_threshold,
-                                    start=module_stage(module))
+                                    start=module_stage(module), propagation=form,
+                                    shardy_form=form == "shardy")
     start = time.perf_counter()
     result = run_pipeline(PassContext(n), module, pipeline, after)
     return result, before, steps, time.perf_counter() - start
