@@ -86,6 +86,8 @@ def custom_call(inst: Instruction, module: Module) -> Shape:
     a sharding constraint or barrier has its operand's shape."""
     shape = given_shape(inst)
     target = inst.attr("custom_call_target")
+    require(target is None or isinstance(target, str),
+            f"custom_call_target must be a string, found {getattr(target, 'text', target)}")
     if target in _ONE_OPERAND:
         require(len(inst.operands) == 1,
                 f"custom-call {target} takes 1 operand, found {len(inst.operands)}")

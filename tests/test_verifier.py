@@ -325,6 +325,18 @@ ENTRY e {{
     assert opaque is None
 
 
+@pytest.mark.parametrize("written, shown", [("-1", "-1"), ('<"Sharding"', '<"Sharding"')])
+def test_a_custom_call_target_is_a_string(written, shown):
+    # found by make fuzz: propagation joined non-string targets into its provenance (exit 3)
+    text = f"""HloModule m
+ENTRY e {{
+  p = f32[4] parameter(0)
+  ROOT c = f32[4] custom-call(p), custom_call_target={written}
+}}"""
+    with pytest.raises(VerificationError, match=f"custom_call_target must be a string, found {shown}"):
+        verify_module(parse_module(text))
+
+
 @pytest.mark.parametrize("target", ["xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"])
 def test_shardy_region_boundaries_take_one_or_more_operands(target):
     # a shard_map with several inputs or outputs crosses its boundary in one custom-call
