@@ -39,13 +39,13 @@ class LiteralTextError(ValueError):
 def parse_array(text: str, element_type: str, dims: tuple[int, ...]) -> np.ndarray:
     """The array of shape `dims` written by `text` (a scalar token for rank 0, else nested braces)."""
     tokens = _ELEMENT.findall(text)
+    count = prod(dims)
+    if len(tokens) != count:    # checked first: the expected skeleton is as long as the shape
+        raise LiteralTextError(
+            f"literal has {len(tokens)} element{'s' * (len(tokens) != 1)}, "
+            f"shape {element_type}[{','.join(map(str, dims))}] has {count}")
     skeleton = _SPACE.sub("", _ELEMENT.sub("x", text))
     if skeleton != _skeleton(dims, "x", ","):
-        count = prod(dims)
-        if len(tokens) != count:
-            raise LiteralTextError(
-                f"literal has {len(tokens)} element{'s' * (len(tokens) != 1)}, "
-                f"shape {element_type}[{','.join(map(str, dims))}] has {count}")
         raise LiteralTextError(
             f"literal nesting does not match shape {element_type}[{','.join(map(str, dims))}] "
             f"(one brace level per dimension, each listing exactly that dimension's size)")

@@ -72,9 +72,12 @@ def fusion(inst: Instruction, module: Module) -> Shape:
 
 
 #: custom-call targets that take exactly one operand: annotations of a value (whose result has
-#: the operand's shape) and ops on one value (manual region boundaries, TopK)
+#: the operand's shape) and ops on one value (GSPMD's manual region boundaries, TopK). Shardy's
+#: boundaries (`xla.sdy.GlobalToLocalShape` / `LocalToGlobalShape`) take every value entering or
+#: leaving a shard_map at once, so any number of operands.
 _ANNOTATIONS = frozenset({targets.SHARDING}) | targets.BARRIERS
-_ONE_OPERAND = _ANNOTATIONS | targets.MANUAL_BOUNDARIES | {targets.TOPK}
+_ONE_OPERAND = _ANNOTATIONS | {targets.FULL_TO_SHARD, targets.SHARD_TO_FULL, targets.TOPK}
+_SOME_OPERANDS = frozenset({targets.SDY_GLOBAL_TO_LOCAL, targets.SDY_LOCAL_TO_GLOBAL})
 
 
 @SHAPE_RULES.register("custom-call")
@@ -83,9 +86,13 @@ def custom_call(inst: Instruction, module: Module) -> Shape:
     a sharding constraint or barrier has its operand's shape."""
     shape = given_shape(inst)
     target = inst.attr("custom_call_target")
+    require(target is None or isinstance(target, str),
+            f"custom_call_target must be a string, found {getattr(target, 'text', target)}")
     if target in _ONE_OPERAND:
         require(len(inst.operands) == 1,
                 f"custom-call {target} takes 1 operand, found {len(inst.operands)}")
+    if target in _SOME_OPERANDS:
+        require(len(inst.operands) >= 1, f"custom-call {target} takes at least 1 operand, found 0")
     if target in _ANNOTATIONS:
         require(compatible(strip(operand_shape(inst, 0)), shape),
                 f"custom-call {target} must have its operand's shape "

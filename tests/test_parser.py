@@ -493,6 +493,9 @@ def test_syntax_errors_are_located_and_readable(text, line, column, message):
      "second ROOT in computation 'e' (the root is 'a')"),
     ("ENTRY e {\n  ROOT c = s32[2,2] constant({{1,2},{3}})\n}\n", 2, 30, "literal has 3 elements, shape s32[2,2] has 4"),
     ("ENTRY e {\n  ROOT c = s32[2,2] constant({1,2,3,4})\n}\n", 2, 30, "literal nesting does not match"),
+    # a huge shape with a short literal is refused by its count, not by building its skeleton
+    ("ENTRY e {\n  ROOT c = f16[4294967296] constant({0.5, 1.0})\n}\n", 2, 37,
+     "literal has 2 elements, shape f16[4294967296] has 4294967296"),
     ("ENTRY e {\n  ROOT c = s8[2] constant({1, 200})\n}\n", 2, 27, "200 is out of range for s8"),
     ("ENTRY e {\n  ROOT c = (s32[], s32[]) constant((1))\n}\n", 2, 36, "expected a tuple literal of 2 elements"),
     ("ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[2] negate(f32[3] a)\n}\n", 3, 33,

@@ -309,8 +309,7 @@ def test_broken_instructions_get_clear_errors_not_crashes():
 
 
 @pytest.mark.parametrize("target", ["Sharding", "ShardBarrierFrom", "ShardBarrierTo",
-                                    "SPMDFullToShardShape", "SPMDShardToFullShape", "TopK",
-                                    "xla.sdy.GlobalToLocalShape"])
+                                    "SPMDFullToShardShape", "SPMDShardToFullShape", "TopK"])
 def test_custom_calls_with_a_meaning_take_one_operand(target):
     # found by fuzzing: a constraint, barrier or region boundary without an operand verified,
     # then propagation and partitioning read its operand 0 (IndexError, exit 3)
@@ -324,6 +323,34 @@ ENTRY e {{
         verify_module(parse_module(text))
     opaque = verify_module(parse_module(text.replace(target, "my_kernel")))
     assert opaque is None
+
+
+@pytest.mark.parametrize("written, shown", [("-1", "-1"), ('<"Sharding"', '<"Sharding"')])
+def test_a_custom_call_target_is_a_string(written, shown):
+    # found by make fuzz: propagation joined non-string targets into its provenance (exit 3)
+    text = f"""HloModule m
+ENTRY e {{
+  p = f32[4] parameter(0)
+  ROOT c = f32[4] custom-call(p), custom_call_target={written}
+}}"""
+    with pytest.raises(VerificationError, match=f"custom_call_target must be a string, found {shown}"):
+        verify_module(parse_module(text))
+
+
+@pytest.mark.parametrize("target", ["xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"])
+def test_shardy_region_boundaries_take_one_or_more_operands(target):
+    # a shard_map with several inputs or outputs crosses its boundary in one custom-call
+    text = f"""HloModule m
+ENTRY e {{
+  p = f32[4] parameter(0)
+  q = f32[2] parameter(1)
+  c = (f32[4], f32[2]) custom-call(p, q), custom_call_target="{target}"
+  ROOT a = f32[4] get-tuple-element(c), index=0
+}}"""
+    assert verify_module(parse_module(text)) is None
+    empty = text.replace("custom-call(p, q)", "custom-call()")
+    with pytest.raises(VerificationError, match=f"custom-call {target} takes at least 1 operand"):
+        verify_module(parse_module(empty))
 
 
 def test_a_sharding_constraint_keeps_its_operand_shape():
