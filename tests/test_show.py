@@ -110,6 +110,15 @@ def test_cli_draws_parameters_and_result_by_default():
     assert "\x1b[48;5;" in coloured.stdout          # propagation gave h a sharding
 
 
+def test_cli_names_the_axes_of_a_shardy_mesh():
+    # JAX's default dump declares its mesh in xla.sdy.meshes (x=2, y=4), not in a mesh= header;
+    # x.1 is [{"x"}, {}]: rows split over x, each row tile held by the 4 devices along y
+    done = _show(str(EXAMPLES / "jax_mlp.hlo"), "x.1", "--color", "never")
+    assert done.returncode == 0, done.stderr
+    assert "dim 0 split 2 ways over mesh axis x; dim 1 whole" in done.stdout
+    assert "held by 4 devices (mesh axis y)" in done.stdout
+
+
 def test_cli_errors_are_clear():
     done = _show(str(EXAMPLES / "mlp.hlo"), "hh")
     assert done.returncode == 2 and "no instruction named 'hh' (did you mean h" in done.stderr

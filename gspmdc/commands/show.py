@@ -16,7 +16,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     tiles with their padding, partially replicated tiles with every device holding them, any
     rank (one grid per tile of the leading dimensions). A global program is propagated first
     (every value gets its sharding); in a partitioned one, shapes are per device. Mesh axis names
-    come from the module's mesh={...} header, or --mesh."""
+    come from --mesh, else the module's mesh={...} header, else its Shardy mesh
+    (`xla.sdy.meshes`: the first one over all the program's devices)."""
     from gspmdc import api
     from gspmdc.ir.stage import Stage, module_stage
     from gspmdc.partitioned import partition_count
@@ -26,9 +27,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     module = api.load(args.file)
     n = partition_count(module, args.num_partitions, args.file)
     stage = module_stage(module)
+    mesh = _mesh(args.mesh) if args.mesh is not None else \
+        module.attrs.get("mesh") or _shardy_mesh(module, n)
     if stage is Stage.GLOBAL:
         run_pipeline(PassContext(n), module, [ShardingPropagation()])
-    mesh = _mesh(args.mesh) if args.mesh is not None else module.attrs.get("mesh")
     if mesh is not None and mesh.num_devices != n:
         raise GspmdcError(f"the mesh {mesh.to_text()} has {mesh.num_devices} devices, the "
                           f"program runs on {n}")
@@ -42,6 +44,17 @@ def cmd_show(args: argparse.Namespace) -> int:
                                 args.width, per_device_shape=stage is Stage.PARTITIONED)
     sys.stdout.write("\n".join(lines).rstrip("\n") + "\n")
     return EXIT_OK
+
+
+def _shardy_mesh(module, n: int):
+    """The first mesh of the module's `xla.sdy.meshes` that spans its `n` devices, or None."""
+    from gspmdc.ir.mesh import Mesh
+    from gspmdc.ir.sdy import module_meshes
+    meshes = module_meshes(module)
+    for _, mesh in meshes.meshes if meshes is not None else ():
+        if isinstance(mesh, Mesh) and mesh.num_devices == n:
+            return mesh
+    return None
 
 
 def _mesh(text: str):
