@@ -14,23 +14,25 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Draw which device holds which tile of each INSTRUCTION's value (default: the entry's
     parameters and result): dimensions split how many ways and over which mesh axes, uneven
     tiles with their padding, partially replicated tiles with every device holding them, any
-    rank (one grid per tile of the leading dimensions). A global program is propagated first
-    (every value gets its sharding); in a partitioned one, shapes are per device. Mesh axis names
+    rank (one grid per tile of the leading dimensions). A global program is propagated first,
+    as compile propagates it (every value gets its sharding); in a partitioned one, shapes are per device. Mesh axis names
     come from --mesh, else the module's mesh={...} header, else its Shardy mesh
     (`xla.sdy.meshes`: the first one over all the program's devices)."""
     from gspmdc import api
     from gspmdc.ir.stage import Stage, module_stage
     from gspmdc.partitioned import partition_count
     from gspmdc.passes.pass_manager import PassContext, run_pipeline
-    from gspmdc.passes.propagation import ShardingPropagation
+    from gspmdc.passes.pipeline import default_propagation, partitioner_pipeline
     from gspmdc.sharding_picture import describe_value
     module = api.load(args.file)
     n = partition_count(module, args.num_partitions, args.file)
     stage = module_stage(module)
     mesh = _mesh(args.mesh) if args.mesh is not None else \
         module.attrs.get("mesh") or _shardy_mesh(module, n)
-    if stage is Stage.GLOBAL:
-        run_pipeline(PassContext(n), module, [ShardingPropagation()])
+    if stage is Stage.GLOBAL:       # propagated as compile does (Shardy's for a Shardy-form module)
+        passes = partitioner_pipeline(propagation=default_propagation(module))
+        names = [p.name for p in passes]
+        run_pipeline(PassContext(n), module, passes[:names.index("insert-reshards")])
     if mesh is not None and mesh.num_devices != n:
         raise GspmdcError(f"the mesh {mesh.to_text()} has {mesh.num_devices} devices, the "
                           f"program runs on {n}")
