@@ -15,9 +15,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     parameters and result): dimensions split how many ways and over which mesh axes, uneven
     tiles with their padding, partially replicated tiles with every device holding them, any
     rank (one grid per tile of the leading dimensions). A global program is propagated first,
-    as compile propagates it (every value gets its sharding); in a partitioned one, shapes are per device. Mesh axis names
-    come from --mesh, else the module's mesh={...} header, else its Shardy mesh
-    (`xla.sdy.meshes`: the first one over all the program's devices)."""
+    as compile propagates it (every value gets its sharding); in a partitioned one, shapes are
+    per device. Mesh axis names come from --mesh, else the module's mesh={...} header, else its
+    Shardy mesh (`xla.sdy.meshes`: the first one over all the program's devices)."""
     from gspmdc import api
     from gspmdc.ir.stage import Stage, module_stage
     from gspmdc.partitioned import partition_count
