@@ -7,6 +7,7 @@ call's result.
 from __future__ import annotations
 
 from . import custom_call_targets as targets
+from . import sdy
 from .module import Instruction, Module
 from .ops import SHAPE_RULES
 from .shape_rules_common import (
@@ -91,6 +92,9 @@ def custom_call(inst: Instruction, module: Module) -> Shape:
     if target in _ONE_OPERAND:
         require(len(inst.operands) == 1,
                 f"custom-call {target} takes 1 operand, found {len(inst.operands)}")
+    if target == targets.SDY_FUNC_RESULT_SHARDING:
+        require(sdy.SHARDING in sdy.frontend(inst),
+                f"custom-call {target} needs its {sdy.SHARDING} frontend attribute")
     if target in _SOME_OPERANDS:
         require(len(inst.operands) >= 1, f"custom-call {target} takes at least 1 operand, found 0")
     if target in _ANNOTATIONS:

@@ -337,6 +337,20 @@ ENTRY e {{
         verify_module(parse_module(text))
 
 
+def test_a_func_result_sharding_carries_its_sharding():
+    # found by make fuzz: a mistyped key (xla.xdy.sharding) reached Shardy propagation (exit 3)
+    text = """HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=2]>}}
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT r = f32[4] custom-call(p), custom_call_target="xla.sdy.FuncResultSharding", custom_call_has_side_effect=true, frontend_attributes={xla.xdy.sharding="x"}
+}"""
+    with pytest.raises(VerificationError, match="needs its xla.sdy.sharding frontend attribute"):
+        verify_module(parse_module(text))
+    good = text.replace('xla.xdy.sharding="x"',
+                        'xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{\\"x\\"}]>]>"')
+    assert verify_module(parse_module(good)) is None
+
+
 @pytest.mark.parametrize("target", ["xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"])
 def test_shardy_region_boundaries_take_one_or_more_operands(target):
     # a shard_map with several inputs or outputs crosses its boundary in one custom-call
