@@ -10,6 +10,9 @@ handle.
   `MAX_COMPUTATION_DEPTH` levels, counting the computation they start from. The shapes, the call graph and the values of a program are
   walked recursively by the verifier, the passes and the interpreter; these bounds keep those
   walks within Python's recursion limit together (real programs nest a handful of levels).
+- Devices: device ids in shardings are below `MAX_DEVICES` (2^24, far beyond any machine's
+  partition count); the partition count is derived from them, and per-device tables are built
+  for every device up to it.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ MAX_TUPLE_DEPTH = 64
 #: the deepest computation nesting accepted, counting the calling computation: an entry calling
 #: a reducer nests 2 levels
 MAX_COMPUTATION_DEPTH = 64
+#: one more than the largest device id a sharding may name
+MAX_DEVICES = 2**24
 
 
 def size_problem(dims: tuple[int, ...], byte_width: float) -> str | None:
@@ -36,4 +41,4 @@ def size_problem(dims: tuple[int, ...], byte_width: float) -> str | None:
     return None
 
 
-__all__ = ["MAX_SIZE", "MAX_TUPLE_DEPTH", "MAX_COMPUTATION_DEPTH", "size_problem"]
+__all__ = ["MAX_SIZE", "MAX_DEVICES", "MAX_TUPLE_DEPTH", "MAX_COMPUTATION_DEPTH", "size_problem"]

@@ -104,9 +104,9 @@ class ModuleBuilder:
                 continue
             typed = value.typed
             if name in _HEADER_INTS:
-                if type(typed) is not int or not 1 <= typed <= limits.MAX_SIZE:
+                if type(typed) is not int or not 1 <= typed <= limits.MAX_DEVICES:
                     raise problem_at(value.token, f"{name} must be a positive integer (at most "
-                                     f"2^63-1)")
+                                     f"{limits.MAX_DEVICES}, 2^24)")
             elif name in _HEADER_BOOLS:
                 if type(typed) is not bool:
                     raise problem_at(value.token, f"{name} must be true or false")

@@ -128,6 +128,7 @@ def single_sharding(brace: Token, items: list):
     if kind == "maximal":
         if device is None or tiles is not None or subgroups:
             raise problem_at(brace, "a maximal sharding takes exactly 'device=N'")
+        _check_device(brace, device)
         return HloSharding.maximal(device, metadata, shard_group)
     if device is not None:
         raise problem_at(brace, "'device=' belongs to a maximal sharding")
@@ -138,7 +139,14 @@ def single_sharding(brace: Token, items: list):
     if tiles is None:
         raise problem_at(brace, "expected a sharding: replicated, manual, maximal, unknown, unreduced, "
                          "devices=[...] or mesh_split=[...]")
+    _check_device(brace, tiles.max_device)
     return _tiled_sharding(tiles, subgroups, metadata, shard_group)
+
+
+def _check_device(brace: Token, device: int) -> None:
+    if device >= limits.MAX_DEVICES:
+        raise problem_at(brace, f"device id {device} is beyond the largest device id gspmdc "
+                         f"accepts ({limits.MAX_DEVICES - 1})")
 
 
 # Shardings repeat across a module: with the algebra's cache each distinct one costs a single

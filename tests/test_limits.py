@@ -183,7 +183,17 @@ def test_an_inferred_array_of_more_than_int64_bytes_is_refused(tmp_path, capsys)
 
 @pytest.mark.parametrize("text, message", [
     (f"HloModule m, num_partitions={HUGE}\nENTRY e {{\n  ROOT p = f32[2] parameter(0)\n}}\n",
-     "num_partitions must be a positive integer (at most 2^63-1)"),
+     "num_partitions must be a positive integer (at most 16777216, 2^24)"),
+    # found by make fuzz: the partition count and per-device tables follow these numbers, and
+    # 2^32 devices took all memory (exit 3)
+    ("HloModule m, num_partitions=4294967296\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n",
+     "num_partitions must be a positive integer (at most 16777216, 2^24)"),
+    ("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), "
+     "sharding={devices=[2]0,4294967296}\n}\n",
+     "device id 4294967296 is beyond the largest device id gspmdc accepts (16777215)"),
+    ("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), "
+     "sharding={maximal device=16777216}\n}\n",
+     "device id 16777216 is beyond the largest device id gspmdc accepts (16777215)"),
     (f"HloModule m\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
      f"  ROOT r = f32[] add(a, b)\n}}\nENTRY e {{\n  p = f32[4] parameter(0)\n"
      f"  ROOT q = f32[4] all-reduce(p), replica_groups={{{{0,{HUGE}}}}}, to_apply=add\n}}\n",
