@@ -42,12 +42,15 @@ def test_a_negative_seed_is_refused(program, capsys, command, seed):
 
 
 POSITIVE = "must be a positive integer (at most 2^63-1)"
+PARTITIONS = "must be a number of partitions from 1 to 16777216 (2^24)"
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["compile", "{p}", "-n", "0"], f"argument -n/--num-partitions: {POSITIVE}, got 0"),
-    (["run", "{p}", "-n", "-2"], f"argument -n/--num-partitions: {POSITIVE}, got -2"),
-    (["run", "{p}", "-n", str(10**23)], f"argument -n/--num-partitions: {POSITIVE}, got 10"),
+    (["compile", "{p}", "-n", "0"], f"argument -n/--num-partitions: {PARTITIONS}, got 0"),
+    (["run", "{p}", "-n", "-2"], f"argument -n/--num-partitions: {PARTITIONS}, got -2"),
+    (["run", "{p}", "-n", str(10**23)], f"argument -n/--num-partitions: {PARTITIONS}, got 10"),
+    # found by make fuzz's neighbour: 2^32 partitions started 2^32 threads (out of memory, exit 3)
+    (["run", "{p}", "-n", str(2**32)], f"argument -n/--num-partitions: {PARTITIONS}, got 4294967296"),
     (["run", "{p}", "--repeat", "0"], f"argument --repeat: {POSITIVE}, got 0"),
     (["run", "{p}", "--timeout", "0"], "argument --timeout: must be a positive number, got 0"),
     (["run", "{p}", "--timeout", "nan"], "argument --timeout: must be a positive number, got nan"),
@@ -56,7 +59,7 @@ POSITIVE = "must be a positive integer (at most 2^63-1)"
      "argument --windowed-einsum-threshold: must be a non-negative integer, got -1"),
     (["explain", "{p}", "n", "-n", "0"], f"argument -n: {POSITIVE}, got 0"),
     (["opt", "{p}", "-p", "propagate", "-n", "0"],
-     f"argument -n/--num-partitions: {POSITIVE}, got 0"),
+     f"argument -n/--num-partitions: {PARTITIONS}, got 0"),
     (["eval", "{p}", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
 ])
 def test_numbers_out_of_range(program, capsys, argv, message):

@@ -27,6 +27,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def partition_count(text: str) -> int:
+    """1 to 2^24 partitions (`ir/limits.MAX_DEVICES`: the most devices a program may name)."""
+    from gspmdc.ir.limits import MAX_DEVICES
+    value = _int(text)
+    if not 1 <= value <= MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"must be a number of partitions from 1 to "
+                                         f"{MAX_DEVICES} (2^24), got {text}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     value = _int(text)
     if value < 0:
@@ -89,7 +99,7 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-__all__ = ["positive_int", "non_negative_int", "positive_float", "output_file",
+__all__ = ["positive_int", "partition_count", "non_negative_int", "positive_float", "output_file",
            "output_directory"]
 
 

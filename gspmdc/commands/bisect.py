@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from gspmdc.commands.arguments import non_negative_int, positive_int
+from gspmdc.commands.arguments import non_negative_int, partition_count
 from gspmdc.errors import EXIT_MISMATCH, EXIT_OK, GspmdcError
 
 
@@ -59,7 +59,7 @@ def register(sub) -> None:
                                       "differs from the unpartitioned one",
                        description=cmd_bisect.__doc__)
     p.add_argument("file", help="the global program (HLO text; '-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
     p.add_argument("--inputs", help="npz file with the global inputs arg0, arg1, ...")

@@ -5,7 +5,7 @@ import argparse
 
 from gspmdc.errors import EXIT_OK
 
-from .arguments import non_negative_int, output_directory, output_file, positive_int
+from .arguments import non_negative_int, output_directory, output_file, partition_count
 
 #: the choices of --shardy-strategy (passes.shardy.driver.STRATEGIES, not imported at start-up)
 SHARDY_STRATEGIES = ("aggressive", "basic", "basic-then-aggressive")
@@ -34,7 +34,7 @@ def register(sub) -> None:
     p = sub.add_parser("compile", help="partition a module into one SPMD program for N partitions",
                        description=cmd_compile.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-n", "--num-partitions", type=positive_int, required=True, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=partition_count, required=True, metavar="N",
                    help="number of partitions")
     p.add_argument("-o", "--output", type=output_file,
                    help="write the SPMD module here instead of stdout")

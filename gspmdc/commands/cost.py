@@ -8,7 +8,7 @@ import math
 import sys
 
 from gspmdc.commands.arguments import (
-    non_negative_int, output_file, positive_float, positive_int,
+    non_negative_int, output_file, partition_count, positive_float,
 )
 from gspmdc.errors import EXIT_OK, GspmdcError
 
@@ -78,7 +78,7 @@ def register(sub) -> None:
                                     "memory and step time without running it",
                        description=cmd_cost.__doc__)
     p.add_argument("file", nargs="?", help="HLO text file, global or partitioned ('-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name; --calibrate: ranks, default 2)")
     p.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",

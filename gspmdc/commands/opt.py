@@ -5,7 +5,7 @@ import argparse
 
 from gspmdc.errors import EXIT_OK, GspmdcError
 
-from .arguments import output_directory, output_file, positive_int
+from .arguments import output_directory, output_file, partition_count
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
@@ -52,7 +52,7 @@ def register(sub) -> None:
     p.add_argument("file", nargs="?", help="HLO text file ('-' for standard input)")
     p.add_argument("-p", "--passes", metavar="PIPELINE",
                    help="comma-separated passes, each with optional {option=value,...}")
-    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
     p.add_argument("-o", "--output", type=output_file,

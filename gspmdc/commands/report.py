@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from gspmdc.commands.arguments import non_negative_int, output_file, positive_int
+from gspmdc.commands.arguments import non_negative_int, output_file, partition_count
 from gspmdc.errors import EXIT_OK, GspmdcError
 
 
@@ -30,7 +30,7 @@ def register(sub) -> None:
                                       "program (graph, collectives, passes, cost, memory)",
                        description=cmd_report.__doc__)
     p.add_argument("file", help="HLO text file, global or partitioned ('-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
     p.add_argument("-o", "--output", type=output_file, metavar="FILE",

@@ -8,7 +8,8 @@ from gspmdc.commands.compile import add_propagation_options
 from gspmdc.errors import GspmdcError
 from gspmdc.runtime.options import WAIT_MODES
 
-from .arguments import non_negative_int, output_file, positive_float, positive_int
+from .arguments import (non_negative_int, output_file, partition_count, positive_float,
+                        positive_int)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -72,7 +73,7 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a program on N partitions (MPI ranks or local threads)",
                        description=cmd_run.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-n", "--num-partitions", type=positive_int, default=None, metavar="N",
+    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
                    help="number of partitions (default: the module's num_partitions, else the "
                         "devices its shardings name)")
     p.add_argument("--backend", choices=("mpi", "local"), default="mpi",
