@@ -2,7 +2,8 @@
 one is an argparse error (`gspmdc run: error: argument --seed: ...`, exit code 2) before any
 work starts.
 
-Numbers: `positive_int` (-n, counts), `non_negative_int` (--seed, byte thresholds),
+Numbers: `partition_count` (-n), `positive_int` (counts), `non_negative_int` (--seed, byte
+thresholds),
 `positive_float` (--timeout). Paths: `output_file` (-o, --outputs: not a directory, in a
 directory that exists or can be created, writable) and `output_directory` (--dump-dir: a
 directory or a path where one can be created).
@@ -20,27 +21,25 @@ MAX_COUNT = 2**63 - 1
 
 def positive_int(text: str) -> int:
     """1 to 2^63-1 (XLA's counts are int64)."""
-    value = _int(text)
-    if not 1 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (at most 2^63-1), "
-                                         f"got {text}")
-    return value
+    return _int_within(text, 1, MAX_COUNT, "a positive integer (at most 2^63-1)")
 
 
 def partition_count(text: str) -> int:
     """1 to 2^24 partitions (`ir/limits.MAX_DEVICES`: the most devices a program may name)."""
     from gspmdc.ir.limits import MAX_DEVICES
-    value = _int(text)
-    if not 1 <= value <= MAX_DEVICES:
-        raise argparse.ArgumentTypeError(f"must be a number of partitions from 1 to "
-                                         f"{MAX_DEVICES} (2^24), got {text}")
-    return value
+    return _int_within(text, 1, MAX_DEVICES,
+                       f"a number of partitions from 1 to {MAX_DEVICES} (2^24)")
 
 
 def non_negative_int(text: str) -> int:
+    return _int_within(text, 0, math.inf, "a non-negative integer")
+
+
+def _int_within(text: str, low: int, high: float, meaning: str) -> int:
+    """The integer `text` when `low <= value <= high`, else an argparse error `must be <meaning>`."""
     value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be {meaning}, got {text}")
     return value
 
 
