@@ -36,7 +36,8 @@ def non_negative_int(text: str) -> int:
 
 
 def _int_within(text: str, low: int, high: float, meaning: str) -> int:
-    """The integer `text` when `low <= value <= high`, else an argparse error `must be <meaning>`."""
+    """The integer `text` when `low <= value <= high`, else the argparse error
+    `must be <meaning>, got <text>`."""
     value = _int(text)
     if not low <= value <= high:
         raise argparse.ArgumentTypeError(f"must be {meaning}, got {text}")
