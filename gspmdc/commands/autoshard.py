@@ -22,11 +22,12 @@ def cmd_autoshard(args: argparse.Namespace) -> int:
     summary goes to standard error. When no plan fits the memory limit, says so (exit 2)."""
     from gspmdc import api
     from gspmdc.passes.autoshard import autoshard
-    from gspmdc.passes.autoshard.costs import DEFAULT_MACHINE
+    from gspmdc.passes.analysis.machine import load_machine
+    machine = load_machine(args.machine)
     module = api.load(args.file)
     mesh = _mesh(module, args.mesh)
     result = autoshard(module, mesh, memory_per_device=args.memory_per_device,
-                       keep_annotations=args.keep_annotations, machine=DEFAULT_MACHINE,
+                       keep_annotations=args.keep_annotations, machine=machine,
                        time_limit=args.time_limit)
     if not result.fits:
         raise GspmdcError(f"no plan fits {args.memory_per_device} bytes per device on mesh "
@@ -54,6 +55,7 @@ def _mesh(module, given):
 
 
 def register(sub) -> None:
+    from gspmdc.passes.analysis.machine import PRESETS
     p = sub.add_parser("autoshard", help="choose every instruction's sharding on a device mesh "
                                          "(integer program on the modelled step time)",
                        description=cmd_autoshard.__doc__)
@@ -64,6 +66,10 @@ def register(sub) -> None:
     p.add_argument("--memory-per-device", type=byte_count, metavar="BYTES",
                    help="the most memory a device may hold (modelled peak; e.g. 16GiB; "
                         "default: no limit)")
+    p.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",
+                   help=f"the machine model the step time is modelled on, as for `gspmdc cost`: "
+                        f"a preset ({', '.join(PRESETS)}; default tpu-v3) or a machine file "
+                        "written by `gspmdc cost --calibrate`")
     p.add_argument("--keep-annotations", action="store_true",
                    help="keep every sharding of FILE as a pin (default: only those of entry "
                         "parameters and the result)")

@@ -121,6 +121,8 @@ class _Builder:
         self.sinks: list[Sink] = []
         self.refs: dict[tuple[str, str], list[Ref]] = {}
         self.unknown: list[str] = []
+        #: the strategies of value nodes, shared by nodes of one kind, shape and pin
+        self.value_strategies: dict[tuple, tuple[Strategy, ...]] = {}
 
     def build(self) -> ShardingGraph:
         module = self.module
@@ -144,7 +146,7 @@ class _Builder:
     # ---- nodes ------------------------------------------------------------------------------
 
     def _node(self, kind, name, shapes, strategies, executions, pinned=False) -> int:
-        node = Node(len(self.nodes), kind, name, tuple(shapes), tuple(strategies), executions,
+        node = Node(len(self.nodes), kind, name, tuple(shapes), strategies, executions,
                     pinned)
         self.nodes.append(node)
         return node.index
@@ -155,8 +157,13 @@ class _Builder:
         refs = []
         pins = pin.leaf_shardings(shape) if pin is not None else None
         for k, leaf in enumerate(shape.leaves()):
-            options = [pins[k]] if pins is not None else self.table.candidates(leaf)
-            strategies = [Strategy((), (s,), 0.0, 0.0, 0.0, kind) for s in options]
+            pin_k = pins[k] if pins is not None else None
+            key = (kind, leaf, pin_k)
+            strategies = self.value_strategies.get(key)
+            if strategies is None:
+                options = [pin_k] if pin_k is not None else self.table.candidates(leaf)
+                strategies = self.value_strategies[key] = tuple(
+                    Strategy((), (s,), 0.0, 0.0, 0.0, kind) for s in options)
             refs.append(Ref(self._node(kind, name, [leaf], strategies, executions,
                                        pins is not None), 0))
         return refs

@@ -15,6 +15,8 @@ than its neighbour can never be the peak).
 """
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 
 from gspmdc.ir import dtypes
@@ -26,16 +28,42 @@ from .problem import Problem
 from .solve import MemoryRow
 
 
-def live_points(problem: Problem) -> list[tuple[str, frozenset[Ref]]]:
-    """(where, live buffers) at every point of the program (loop bodies nested)."""
-    graph = problem.graph
-    comps = {c.name: c for c in graph.computations}
-    entry = graph.computations[0]
-    return _points(graph, comps, entry, frozenset(), is_entry=True)
+class _Live:
+    """The buffers live at a point, and their bytes per strategy summed by choice (a buffer
+    live through several nested computations counts once)."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.count: dict[Ref, int] = {}
+        self.terms: dict[int, np.ndarray] = {}
+        self.buffers: dict[int, int] = {}
+
+    def add(self, ref: Ref) -> None:
+        k = self.count.get(ref, 0)
+        self.count[ref] = k + 1
+        if k == 0:
+            c = self.problem.choice_of[ref.node]
+            vector = ref_bytes(self.problem, ref)
+            self.terms[c] = self.terms[c] + vector if c in self.terms else vector
+            self.buffers[c] = self.buffers.get(c, 0) + 1
+
+    def remove(self, ref: Ref) -> None:
+        k = self.count[ref] - 1
+        self.count[ref] = k
+        if k == 0:
+            c = self.problem.choice_of[ref.node]
+            self.buffers[c] -= 1
+            if self.buffers[c] == 0:
+                del self.terms[c], self.buffers[c]
+            else:
+                self.terms[c] = self.terms[c] - ref_bytes(self.problem, ref)
 
 
-def _points(graph, comps, comp: Computation, around: frozenset, is_entry: bool):
-    refs = graph.refs
+def _walk(problem: Problem, comps, comp: Computation, live: _Live, is_entry: bool, visit):
+    """Call `visit((computation, instruction), live)` at every point of `comp` (and of the
+    computations its loops and branches run, nested at their instruction), `live` holding the
+    buffers live there."""
+    refs = problem.graph.refs
     name = comp.name
     last_use: dict[Ref, int] = {}
     defined: dict[Ref, int] = {}
@@ -59,33 +87,45 @@ def _points(graph, comps, comp: Computation, around: frozenset, is_entry: bool):
     for ref, start in defined.items():
         starting.setdefault(start, []).append(ref)
         ending.setdefault(max(last_use.get(ref, start), start), []).append(ref)
-    points = []
-    current: set[Ref] = set()
     for t, inst in enumerate(comp.instructions):
-        current.update(starting.get(t, ()))
-        live = frozenset(current) | around
-        current.difference_update(ending.get(t, ()))
-        points.append((f"{name}/{inst.name}", live))
+        for ref in starting.get(t, ()):
+            live.add(ref)
+        visit((name, inst.name), live)
         if inst.opcode == "while":
             for callee in (inst.attr("condition").name, inst.attr("body").name):
-                points.extend(_points(graph, comps, comps[callee], live, False))
+                _walk(problem, comps, comps[callee], live, False, visit)
         elif inst.opcode == "conditional":
             for callee in control_flow_callees(inst):
-                points.extend(_points(graph, comps, comps[callee], live, False))
-    return points
+                _walk(problem, comps, comps[callee], live, False, visit)
+        for ref in ending.get(t, ()):
+            live.remove(ref)
+    for ref in ending.get(end, ()):
+        live.remove(ref)
 
 
 def ref_bytes(problem: Problem, ref: Ref) -> np.ndarray:
     """Bytes per device of buffer `ref` under each strategy of its node's choice."""
     node = problem.graph.nodes[ref.node]
-    shape = node.shapes[ref.leaf]
-    return np.array([float(_bytes(node.strategies[s].results[ref.leaf], shape))
-                     for s in problem.strategy_map[ref.node]])
+    key = (id(node.strategies), ref.leaf, node.shapes[ref.leaf])
+    found = problem.byte_cache.get(key)
+    if found is None:
+        shape = node.shapes[ref.leaf]
+        found = problem.byte_cache[key] = np.array(
+            [float(_bytes(s.results[ref.leaf], shape)) for s in node.strategies])
+    return found[problem.strategy_map[ref.node]]
 
 
 def _bytes(sharding, shape) -> int:
-    width = max(dtypes.byte_width(shape.element_type), 1)
-    return int(np.prod(sharding.shard_shape(shape).dims)) * width
+    key = (sharding, shape)
+    found = _SHARD_BYTES.get(key)
+    if found is None:
+        width = max(dtypes.byte_width(shape.element_type), 1)
+        found = _SHARD_BYTES[key] = prod(sharding.shard_shape(shape).dims) * width
+    return found
+
+
+#: bytes of one shard, by (sharding, shape)
+_SHARD_BYTES: dict = {}
 
 
 def point_rows(problem: Problem, limit: float = float("inf")) -> list[MemoryRow]:
@@ -101,19 +141,14 @@ def point_rows(problem: Problem, limit: float = float("inf")) -> list[MemoryRow]
         if node.kind == "op" and node.members and any(s.scratch for s in node.strategies):
             comp, name, _ = node.members[0]
             scratch_at[(comp, name)] = node.index
-    cache: dict[Ref, np.ndarray] = {}
     rows = []
-    for where, live in live_points(problem):
-        terms: dict[int, np.ndarray] = {}
+
+    def visit(key, live):
+        terms = dict(live.terms)
         pair_terms: dict[int, np.ndarray] = {}
 
         def add(c, vector):
             terms[c] = terms[c] + vector if c in terms else np.asarray(vector, dtype=float)
-        for ref in live:
-            if ref not in cache:
-                cache[ref] = ref_bytes(problem, ref)
-            add(problem.choice_of[ref.node], cache[ref])
-        key = tuple(where.split("/", 1))
         if key in scratch_at:
             i = scratch_at[key]
             node = graph.nodes[i]
@@ -132,25 +167,24 @@ def point_rows(problem: Problem, limit: float = float("inf")) -> list[MemoryRow]
                 matrix = np.array([[_bytes(b, shape) if a != b else 0 for b in needs]
                                    for a in values], dtype=float)
                 pair_terms[index] = pair_terms[index] + matrix if index in pair_terms else matrix
-        rows.append(MemoryRow(terms, pair_terms, limit, where))
+        rows.append(MemoryRow(terms, pair_terms, limit, "/".join(key)))
+
+    comps = {c.name: c for c in graph.computations}
+    _walk(problem, comps, graph.computations[0], _Live(problem), True, visit)
     return rows
 
 
 def memory_rows(problem: Problem, limit: int | None) -> list[MemoryRow]:
-    """The rows keeping every program point within `limit` (none without a limit); a point
-    holding a subset of its neighbour's buffers and reading no resharded copy is left out
-    (it can never be the peak), and equal rows are kept once."""
+    """The rows keeping every program point within `limit` (none without a limit); a row that
+    never holds more than its neighbour's (each of its terms at most the neighbour's) is left
+    out (it can never be the peak alone), and equal rows are kept once."""
     if limit is None:
         return []
     rows = point_rows(problem, float(limit))
-    points = live_points(problem)
     kept, seen = [], set()
     for k, row in enumerate(rows):
-        live = points[k][1]
-        before = points[k - 1][1] if k > 0 else frozenset()
-        after = points[k + 1][1] if k + 1 < len(points) else frozenset()
-        plain = not row.pair_terms and set(row.terms) <= {problem.choice_of[r.node] for r in live}
-        if plain and (live < before or live < after):
+        neighbours = rows[max(k - 1, 0):k] + rows[k + 1:k + 2]
+        if any(_within(row, other) for other in neighbours):
             continue
         key = (tuple(sorted((c, v.tobytes()) for c, v in row.terms.items())),
                tuple(sorted((p, m.tobytes()) for p, m in row.pair_terms.items())))
@@ -159,6 +193,20 @@ def memory_rows(problem: Problem, limit: int | None) -> list[MemoryRow]:
         seen.add(key)
         kept.append(row)
     return kept
+
+
+def _within(row: MemoryRow, other: MemoryRow) -> bool:
+    """Whether `row` holds at most `other`'s bytes under every plan, and strictly less
+    somewhere (equal rows are deduplicated instead)."""
+    if row.pair_terms or other.pair_terms:
+        return False
+    smaller = False
+    for c, v in row.terms.items():
+        w = other.terms.get(c)
+        if w is None or (v > w).any():
+            return False
+        smaller = smaller or (v < w).any()
+    return smaller or len(other.terms) > len(row.terms)
 
 
 def plan_memory(problem: Problem, assignment: list[int]) -> tuple[int, str]:
@@ -171,16 +219,4 @@ def plan_memory(problem: Problem, assignment: list[int]) -> tuple[int, str]:
     return int(best[0]), best[1]
 
 
-def lower_bound(problem: Problem) -> tuple[int, str]:
-    """Bytes per device that every plan needs at some point (each value as small as its
-    strategies allow), and where."""
-    best = (0.0, "")
-    for row in point_rows(problem):
-        load = sum(float(v.min()) for v in row.terms.values())
-        if load > best[0]:
-            best = (load, row.where)
-    return int(best[0]), best[1]
-
-
-__all__ = ["live_points", "point_rows", "memory_rows", "plan_memory", "lower_bound",
-           "ref_bytes"]
+__all__ = ["point_rows", "memory_rows", "plan_memory", "ref_bytes"]

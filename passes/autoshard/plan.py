@@ -93,6 +93,11 @@ def autoshard(module: Module, mesh: Mesh, *, memory_per_device: int | None = Non
     rows = memory_rows(problem, memory_per_device)
     built = time.perf_counter() - started
     solution = solve(problem, rows, time_limit)
+    if solution.status == "infeasible" and rows:
+        # identical layers planned alike found no plan: every value free
+        problem = build_problem(graph, costs, tie=False)
+        rows = memory_rows(problem, memory_per_device)
+        solution = solve(problem, rows, time_limit)
     peak, _ = plan_memory(problem, solution.assignment)
     seconds, sent = plan_cost(problem, costs, solution.assignment)
     result = AutoshardResult(solution, seconds, sent, peak, memory_per_device,

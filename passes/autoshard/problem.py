@@ -21,7 +21,7 @@ The problem, over *choices* (merged nodes), each choosing one of its strategies:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from gspmdc.ir.sharding import HloSharding
 
 from .costs import CostModel
 from .graph import Edge, ShardingGraph
+from .symmetry import identical_values
 
 
 @dataclass
@@ -94,6 +95,10 @@ class Problem:
     #: values with several users in other choices, and per choice the shared ones touching it
     shared: list[Shared]
     shared_of: dict[int, list[Shared]]
+    #: the edges' costs by form
+    forms: EdgeForms
+    #: bytes per device of result leaves under their node's strategies (`memory.ref_bytes`)
+    byte_cache: dict = field(default_factory=dict)
 
     def shared_scores(self, c: int, assignment: list[int]) -> np.ndarray:
         """Seconds of the shared reshards touching choice c, per strategy of c (others
@@ -119,12 +124,14 @@ class Problem:
         `("source", c, values, need)` / `("target", c, value, needs)` when one side has a
         single sharding (per strategy of the other side's choice c)."""
         cu, cv = self.choice_of[edge.source.node], self.choice_of[edge.target]
-        values = [_value(self.graph, edge, int(a)) for a in self.strategy_map[edge.source.node]]
-        needs = [_need(self.graph, edge, int(b)) for b in self.strategy_map[edge.target]]
+        form = self.forms(edge)
+        gu = form.value_group[self.strategy_map[edge.source.node]]
+        gv = form.need_group[self.strategy_map[edge.target]]
+        values = [form.values[g] for g in gu]
+        needs = [form.needs[h] for h in gv]
         if cu == cv:
             return "choice", cu, values, needs
-        gu, vu = _groups(values)
-        gv, vv = _groups(needs)
+        vu, vv = form.values, form.needs
         if len(vu) == 1:
             return "target", cv, vu[0], needs
         if len(vv) == 1:
@@ -179,48 +186,128 @@ def _value(graph: ShardingGraph, edge: Edge, strategy: int) -> HloSharding:
     return graph.nodes[edge.source.node].strategies[strategy].results[edge.source.leaf]
 
 
-def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) -> Problem:
-    """The problem of `graph` (simplified unless `merge` is False)."""
+@dataclass
+class EdgeForm:
+    """What an edge's costs depend on, in terms of its end nodes' own strategies: the group
+    (index into `values`) of the value's sharding under each strategy of the source node, the
+    group (index into `needs`) of the need under each strategy of the target node, and the
+    reshard seconds of one execution from each value to each need (`seconds`, filled as
+    asked; `full`, the whole matrix once asked)."""
+
+    value_group: np.ndarray
+    values: tuple[HloSharding, ...]
+    need_group: np.ndarray
+    needs: tuple[HloSharding, ...]
+    shape: object
+    seconds: dict
+    full: np.ndarray | None = None
+
+    def cost(self, costs: CostModel, g: int, h: int) -> float:
+        found = self.seconds.get((g, h))
+        if found is None:
+            found = self.seconds[(g, h)] = costs.reshard(self.shape, self.values[g],
+                                                         self.needs[h])[0]
+        return found
+
+    def matrix(self, costs: CostModel) -> np.ndarray:
+        if self.full is None:
+            self.full = np.array([[self.cost(costs, g, h) for h in range(len(self.needs))]
+                                  for g in range(len(self.values))])
+        return self.full
+
+
+class EdgeForms:
+    """The `EdgeForm` of every edge, computed once per form: (source node's strategies, leaf,
+    target node's strategies, operand, shape). Nodes of the same instruction form share their
+    strategy tuple, so the repeated layers of a model share their edges' costs."""
+
+    def __init__(self, graph: ShardingGraph):
+        self.graph = graph
+        self._forms: dict[tuple, EdgeForm] = {}
+
+    def __call__(self, edge: Edge) -> EdgeForm:
+        graph = self.graph
+        source, target = graph.nodes[edge.source.node], graph.nodes[edge.target]
+        key = (id(source.strategies), edge.source.leaf, id(target.strategies), edge.operand,
+               edge.shape)
+        form = self._forms.get(key)
+        if form is None:
+            value_group, values = _groups([s.results[edge.source.leaf]
+                                           for s in source.strategies])
+            need_group, needs = _groups([_need(graph, edge, b)
+                                         for b in range(len(target.strategies))])
+            form = self._forms[key] = EdgeForm(value_group, tuple(values), need_group,
+                                               tuple(needs), edge.shape, {})
+        return form
+
+
+def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True,
+                  tie: bool = True) -> Problem:
+    """The problem of `graph`: simplified unless `merge` is False, structurally identical
+    values sharing a choice unless `tie` is False (`symmetry.identical_values`)."""
     n = len(graph.nodes)
     parent = list(range(n))
     maps = [np.arange(len(node.strategies)) for node in graph.nodes]
     members = {i: [i] for i in range(n)}
+    forms = EdgeForms(graph)
 
     def root(i):
         while parent[i] != i:
+            parent[i] = parent[parent[i]]
             i = parent[i]
         return i
+
+    def join(u, v, through):
+        """Choice v into choice u; u's strategy A means v's strategy through[A]."""
+        for node in members.pop(v):
+            maps[node] = maps[node][through]
+            parent[node] = u
+            members[u].append(node)
+        parent[v] = u
+
+    def inverse(permutation):
+        out = np.empty_like(permutation)
+        out[permutation] = np.arange(len(permutation))
+        return out
 
     if merge:
         for edge in graph.edges:
             u, v = root(edge.source.node), root(edge.target)
             if u == v:
                 continue
-            values = [_value(graph, edge, int(maps[edge.source.node][a]))
-                      for a in range(len(maps[u]))]
-            needs = [_need(graph, edge, int(maps[edge.target][b]))
-                     for b in range(len(maps[v]))]
-            if len(set(values)) != len(values) or len(set(needs)) != len(needs) or \
-                    set(values) != set(needs):
+            form = forms(edge)
+            source, target = edge.source.node, edge.target
+            if len(form.values) != len(maps[source]) or len(form.needs) != len(maps[target]) \
+                    or set(form.values) != set(form.needs):
                 continue
-            position = {s: b for b, s in enumerate(needs)}
-            through = np.array([position[s] for s in values])      # u strategy -> v strategy
-            for node in members.pop(v):
-                maps[node] = maps[node][through]
-                parent[node] = u
-                members[u].append(node)
-            parent[v] = u
+            need_index = {s: h for h, s in enumerate(form.needs)}
+            value_to_need = np.array([need_index[s] for s in form.values])
+            need_to_strategy = inverse(form.need_group)
+            through = inverse(maps[target])[
+                need_to_strategy[value_to_need[form.value_group[maps[source]]]]]
+            join(u, v, through)
+    if tie:
+        for group in identical_values(graph):
+            first = group[0]
+            for other in group[1:]:
+                u, v = root(first), root(other)
+                if u != v and len(maps[first]) == len(maps[other]):
+                    join(u, v, inverse(maps[other])[maps[first]])
 
     roots = sorted(members)
     index = {r: k for k, r in enumerate(roots)}
     choice_of = [index[root(i)] for i in range(n)]
     unary = [np.zeros(len(maps[r])) for r in roots]
     compute = [np.zeros(len(maps[r])) for r in roots]
+    node_seconds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, node in enumerate(graph.nodes):
-        seconds = np.array([node.strategies[s].seconds for s in maps[i]])
-        unary[choice_of[i]] += seconds * node.executions
-        compute[choice_of[i]] += np.array([node.strategies[s].compute for s in maps[i]]) * \
-            node.executions
+        key = id(node.strategies)
+        if key not in node_seconds:
+            node_seconds[key] = (np.array([s.seconds for s in node.strategies]),
+                                 np.array([s.compute for s in node.strategies]))
+        seconds, computing = node_seconds[key]
+        unary[choice_of[i]] += seconds[maps[i]] * node.executions
+        compute[choice_of[i]] += computing[maps[i]] * node.executions
     pairs: dict[tuple, Pair] = {}
 
     pair_index: dict[tuple, int] = {}
@@ -236,21 +323,19 @@ def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) ->
     crossing: dict = {}
     for edge in graph.edges:
         cu, cv = choice_of[edge.source.node], choice_of[edge.target]
-        su, sv = maps[edge.source.node], maps[edge.target]
-        values = [_value(graph, edge, int(a)) for a in su]
-        needs = [_need(graph, edge, int(b)) for b in sv]
+        form = forms(edge)
+        gu = form.value_group[maps[edge.source.node]]
+        gv = form.need_group[maps[edge.target]]
         if cu == cv:
-            unary[cu] += [costs.reshard(edge.shape, a, b)[0] * edge.executions
-                          for a, b in zip(values, needs)]
+            unary[cu] += np.array([form.cost(costs, int(g), int(h))
+                                   for g, h in zip(gu, gv)]) * edge.executions
             continue
-        gu, vu = _groups(values)
-        gv, vv = _groups(needs)
-        matrix = np.array([[costs.reshard(edge.shape, a, b)[0] for b in vv] for a in vu]) * \
-            edge.executions
+        vu, vv = form.values, form.needs
+        matrix = form.matrix(costs) * edge.executions
         if matrix.any():
             crossing.setdefault((edge.source, edge.executions), []).append(
                 (edge, cu, cv, gu, vu, gv, vv, matrix))
-    shared: list[Shared] = []
+    shared_by_key: dict[tuple, Shared] = {}
     for (source, executions), users in crossing.items():
         if len(users) == 1:
             _, cu, cv, gu, vu, gv, vv, matrix = users[0]
@@ -276,7 +361,14 @@ def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) ->
                 p = pair((cu, cv, gu.tobytes(), gv.tobytes()), cu, cv, gu, gv,
                          np.zeros((len(vu), len(vv))))
             readers.append((cv, to_target[gv], p, to_target))
-        shared.append(Shared(cu, gu, cost, readers))
+        # values of tied choices read alike: one record, their costs summed
+        key = (cu, gu.tobytes(), len(targets),
+               tuple((cv, needs.tobytes(), p, to.tobytes()) for cv, needs, p, to in readers))
+        if key in shared_by_key:
+            shared_by_key[key].cost = shared_by_key[key].cost + cost
+        else:
+            shared_by_key[key] = Shared(cu, gu, cost, readers)
+    shared = list(shared_by_key.values())
     for sink in graph.sinks:
         c = choice_of[sink.source.node]
         values = [graph.nodes[sink.source.node].strategies[int(a)].results[sink.source.leaf]
@@ -289,7 +381,7 @@ def build_problem(graph: ShardingGraph, costs: CostModel, merge: bool = True) ->
             shared_of.setdefault(c, []).append(sh)
     return Problem(graph, choice_of, maps, [members[r] for r in roots], unary,
                    list(pairs.values()), compute, {k: i for i, k in enumerate(pairs)}, shared,
-                   shared_of)
+                   shared_of, forms)
 
 
 def _groups(values: list[HloSharding]) -> tuple[np.ndarray, list[HloSharding]]:
