@@ -265,8 +265,10 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     if isinstance(dst, Maximal):
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
+    # whether to reduce-scatter only matters for partial sums
+    scatter = (True, False) if src.unreduced > 1 else (True,)
     variants = [_staged(dims, src, dst, *flags)
-                for flags in itertools.product((True, False), repeat=4)]
+                for flags in itertools.product(scatter, *[(True, False)] * 3)]
     steps += min(variants, key=lambda v: (_cost(v, dims, width), len(v)))
     return _finish(shape, steps, width)
 
