@@ -3,6 +3,8 @@ unpartitioned program), pins, memory limits, the solver's time limit, `explain` 
 and bad input."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gspmdc import api
@@ -90,6 +92,55 @@ def test_a_memory_limit_the_unsharded_program_exceeds_is_met():
     held = {i.name: i.sharding.shard_shape(i.shape).byte_size for i in module.entry.instructions}
     assert held["w1"] + held["w2"] < 2 * 256 * 256 * 4 // 2
     spmd_partition_helpers.check_equivalent(api.to_text(module), 8, rtol=1e-4, atol=1e-4)
+
+
+#: a reduction over a dim split unevenly (1001 over 8): the partitioner masks the padding of
+#: the last shard before reducing, buffers the memory rows do not model
+UNEVEN_REDUCE = """HloModule uneven
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[64,1001] parameter(0), sharding={devices=[1,8]<=[8]}
+  e = f32[64,1001] exponential(x)
+  zero = f32[] constant(0)
+  ROOT r = f32[64] reduce(e, zero), dimensions={1}, to_apply=add
+}
+"""
+
+
+def partitioned_peak(text: str, tmp_path, capsys) -> int:
+    """Peak bytes per device of the compiled plan, as `gspmdc cost --json` reports it."""
+    path = tmp_path / "plan.hlo"
+    path.write_text(text)
+    code, out, _ = run(capsys, "cost", str(path), "-n", "8", "--json")
+    assert code == 0
+    return max(json.loads(out)["peak_memory_bytes_per_device"])
+
+
+def test_the_memory_limit_is_checked_by_gspmdc_cost_where_padding_matters(tmp_path, capsys):
+    mesh = Mesh(["x"], [8])
+    free = parse_module(UNEVEN_REDUCE)
+    unlimited = autoshard(free, mesh)
+    modelled = unlimited.peak_bytes                 # no limit: the memory rows' figure
+    # the plan the rows alone would accept needs far more once padding is masked
+    assert partitioned_peak(api.to_text(free), tmp_path, capsys) > 2 * modelled
+    limit = 3 * modelled // 2
+    module = parse_module(UNEVEN_REDUCE)
+    result = autoshard(module, mesh, memory_per_device=limit)
+    assert result.fits and result.peak_bytes <= limit
+    assert partitioned_peak(api.to_text(module), tmp_path, capsys) == result.peak_bytes
+    assert shardings(module)["e"] != shardings(free)["e"]      # another plan: x resharded
+    spmd_partition_helpers.check_equivalent(api.to_text(module), 8, rtol=1e-5, atol=1e-5)
+    # a limit the rows accept (above the modelled peak) but no partitioned plan meets
+    source = tmp_path / "uneven.hlo"
+    source.write_text(UNEVEN_REDUCE)
+    code, stdout, err = run(capsys, "autoshard", str(source), "--mesh", "x=8",
+                            "--memory-per-device", str(modelled + modelled // 5))
+    assert code == 2 and stdout == ""
+    assert "no plan fits" in err and "by `gspmdc cost`" in err
 
 
 def test_a_limit_nothing_meets_is_exit_2_and_writes_nothing(tmp_path, capsys):

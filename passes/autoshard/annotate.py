@@ -61,7 +61,8 @@ def annotate(module: Module, mesh: Mesh, problem: Problem, solution: Solution,
               for i in range(len(graph.nodes))]
     deltas = _deltas(problem, assignment)
     over = _over_memory(problem, solution, rows)
-    by_name = {c.name: {i.name: i for i in c.instructions} for c in graph.computations}
+    by_name = {c.name: {i.name: i for i in module.computations[c.name].instructions}
+               for c in graph.computations}
     for (comp, name), refs in graph.refs.items():
         inst = by_name[comp][name]
         inst.sharding = _sharding(inst, [graph.nodes[r.node].strategies[chosen[r.node]]

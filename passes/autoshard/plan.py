@@ -15,14 +15,18 @@ custom-calls (`annotate.py`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gspmdc.errors import GspmdcError, ShardingError
+from gspmdc.ir.liveness import memory_profile
 from gspmdc.ir.mesh import Mesh
+from gspmdc.ir.parser import parse_module
+from gspmdc.ir.printer import print_module
 from gspmdc.ir.module import Module
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.stage import Stage, module_stage
 from gspmdc.passes.pass_manager import PassContext
+from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.call_graph import partitioned_computations
 from gspmdc.passes.spmd.inline_calls import InlineCalls
 
@@ -30,20 +34,24 @@ from .annotate import annotate
 from .costs import DEFAULT_MACHINE, CostModel, Machine
 from .graph import build_graph
 from .memory import memory_rows, plan_memory
-from .problem import build_problem, plan_cost
-from .solve import Solution, solve
+from .problem import Problem, build_problem, plan_cost
+from .solve import MemoryRow, Solution, solve
 from .strategies import StrategyTable
 
 #: seconds the solver may take before the best plan found is used
 DEFAULT_TIME_LIMIT = 60.0
+#: plans partitioned and checked against the memory limit before saying none fits
+FIT_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
 class AutoshardResult:
     """What autoshard found: the solution, the modelled seconds of the plan (`seconds`, per
     run, each value resharded once per sharding its users need, as the partitioner does), the
-    bytes each device sends in collectives per run (`bytes_sent`), its modelled peak
-    memory per device, the limit, problem sizes and timings."""
+    bytes each device sends in collectives per run (`bytes_sent`), its peak memory per device
+    (`peak_bytes`: under a limit, `gspmdc cost`'s figure for the partitioned plan, which the
+    limit is checked against; without one, the modelled figure of the memory rows), the
+    limit, problem sizes and timings."""
 
     solution: Solution
     seconds: float
@@ -61,7 +69,8 @@ class AutoshardResult:
 
     def summary(self) -> str:
         """The plan in one line (what the annotated module's header records)."""
-        limit = "" if self.memory_limit is None else f" (limit {self.memory_limit} bytes)"
+        limit = "" if self.memory_limit is None else \
+            f" by `gspmdc cost` (limit {self.memory_limit} bytes)"
         return (f"modelled step time {self.seconds:.6g} s, {self.bytes_sent:.0f} bytes sent "
                 f"and peak memory {self.peak_bytes} bytes per device{limit}; {self.nodes} values in {self.choices} choices, "
                 f"{self.pairs} reshard edges; {self.solution.status}")
@@ -99,12 +108,65 @@ def autoshard(module: Module, mesh: Mesh, *, memory_per_device: int | None = Non
         rows = memory_rows(problem, memory_per_device)
         solution = solve(problem, rows, time_limit)
     peak, _ = plan_memory(problem, solution.assignment)
+    if memory_per_device is not None and solution.status != "infeasible":
+        solution, rows, peak = _fitted(module, mesh, problem, solution, rows, memory_per_device,
+                                       time_limit)
     seconds, sent = plan_cost(problem, costs, solution.assignment)
     result = AutoshardResult(solution, seconds, sent, peak, memory_per_device,
                              len(graph.nodes), problem.num_choices, len(problem.pairs), built)
     if result.fits:
         annotate(module, mesh, problem, solution, rows, result.summary())
     return result
+
+
+def _fitted(module: Module, mesh: Mesh, problem: Problem, solution: Solution,
+            rows: list[MemoryRow], limit: int, time_limit: float):
+    """The solution, its rows and its peak bytes per device as `gspmdc cost` figures them on
+    the partitioned plan (padding of uneven shards, halos and reshard buffers included, which
+    the rows do not model). While that peak exceeds `limit`, the plan is excluded and the
+    problem solved again: first with the rows' limit lowered by the largest excess of a plan
+    over its modelled peak seen so far, else under `limit` itself (the next plan by modelled
+    step time); at most `FIT_ATTEMPTS` plans are partitioned. When none fits, the solution is
+    marked infeasible and says so."""
+    tighter = limit
+    excluded: list[tuple[int, ...]] = []
+    for _ in range(FIT_ATTEMPTS):
+        modelled, _ = plan_memory(problem, solution.assignment)
+        peak = partitioned_peak(module, mesh, problem, solution, rows)
+        if peak <= limit:
+            return solution, rows, peak
+        excluded.append(tuple(solution.assignment))
+        tighter = min(tighter, limit - (peak - modelled))
+        retry = None
+        if tighter > 0:
+            rows = memory_rows(problem, tighter)
+            retry = solve(problem, rows, time_limit, tuple(excluded))
+        if retry is None or retry.status == "infeasible":
+            rows = memory_rows(problem, limit)
+            retry = solve(problem, rows, time_limit, tuple(excluded))
+        if retry.status == "infeasible":
+            break
+        solution = retry
+    return replace(solution, status="infeasible",
+                   message=f"{len(excluded)} plans partitioned (the best by modelled step time "
+                           f"within the limit) need more than {limit} bytes per device by "
+                           "`gspmdc cost` (padding, halos and reshard buffers included), and "
+                           "no other plan fits the modelled limit"
+                           if retry.status == "infeasible" else
+                           f"the {len(excluded)} best plans within the modelled limit need more "
+                           f"than {limit} bytes per device by `gspmdc cost` (padding, halos "
+                           "and reshard buffers included): no plan was found that fits"
+                   ), rows, peak
+
+
+def partitioned_peak(module: Module, mesh: Mesh, problem: Problem, solution: Solution,
+                     rows: list[MemoryRow]) -> int:
+    """Peak bytes per device of the plan partitioned, by the liveness analysis of `gspmdc
+    cost` (`module` is left as it is)."""
+    trial = parse_module(print_module(module), module.name)
+    annotate(trial, mesh, problem, solution, rows, "")
+    compile_spmd(trial, mesh.num_devices)
+    return memory_profile(trial).peak_bytes
 
 
 def _pins(module: Module, mesh: Mesh, keep_annotations: bool):

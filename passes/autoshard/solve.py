@@ -80,19 +80,21 @@ class Solution:
     message: str
 
 
-def solve(problem: Problem, memory: list[MemoryRow], time_limit: float) -> Solution:
-    """The cheapest assignment satisfying `memory`, within `time_limit` seconds of solving."""
+def solve(problem: Problem, memory: list[MemoryRow], time_limit: float,
+          excluded: tuple[tuple[int, ...], ...] = ()) -> Solution:
+    """The cheapest assignment satisfying `memory` and differing from every assignment of
+    `excluded` (plans already found not to fit), within `time_limit` seconds of solving."""
     import time
     start = time.perf_counter()
     start_plan = heuristic(problem, memory)
     if all(problem.size(c) == 1 for c in range(problem.num_choices)):
         elapsed = time.perf_counter() - start
-        if not _fits(problem, memory, start_plan):
+        if not _fits(problem, memory, start_plan) or tuple(start_plan) in excluded:
             return Solution(start_plan, problem.objective(start_plan), "infeasible", 0.0,
                             elapsed, "no plan fits the memory limit")
         return Solution(start_plan, problem.objective(start_plan), "optimal", 0.0, elapsed,
                         "optimal (one plan only)")
-    highs, columns = _model(problem, memory)
+    highs, columns = _model(problem, memory, excluded)
     highs.setOptionValue("time_limit", float(time_limit))
     highs.setOptionValue("mip_rel_gap", 1e-6)
     highs.setOptionValue("threads", 1)
@@ -100,7 +102,7 @@ def solve(problem: Problem, memory: list[MemoryRow], time_limit: float) -> Solut
     for c, a in enumerate(start_plan):
         if columns[c] is not None:
             values[columns[c] + a] = 1.0
-    if _fits(problem, memory, start_plan):
+    if _fits(problem, memory, start_plan) and tuple(start_plan) not in excluded:
         highs.setSolution(_solution(values, highs))
     highs.run()
     status = highs.getModelStatus()
@@ -128,7 +130,7 @@ def solve(problem: Problem, memory: list[MemoryRow], time_limit: float) -> Solut
             return Solution(assignment, seconds, "time limit", gap, elapsed,
                             f"the solver reached its time limit of {time_limit:g} s: using the "
                             f"best plan it found (within {100 * gap:.2g}% of optimal)")
-        if not _fits(problem, memory, start_plan):
+        if not _fits(problem, memory, start_plan) or tuple(start_plan) in excluded:
             return Solution(start_plan, problem.objective(start_plan), "infeasible", 0.0,
                             elapsed, f"the solver reached its time limit of {time_limit:g} s "
                             "without finding a plan that fits the memory limit")
@@ -138,7 +140,7 @@ def solve(problem: Problem, memory: list[MemoryRow], time_limit: float) -> Solut
     raise RuntimeError(f"the solver stopped with status {highs.modelStatusToString(status)}")
 
 
-def _model(problem: Problem, memory: list[MemoryRow]):
+def _model(problem: Problem, memory: list[MemoryRow], excluded=()):
     """The HiGHS model and the first column of each choice (None for single-strategy ones)."""
     import highspy
     with _quiet():
@@ -215,6 +217,9 @@ def _model(problem: Problem, memory: list[MemoryRow]):
                     terms, constant = choice_sum(sh.u, sh.groups_u == g)
                     row([(z(g, t), 1.0)] + [(col, -w) for col, w in terms], constant,
                         highspy.kHighsInf)
+    for plan in excluded:                       # Σ x[c][plan[c]] <= choices - 1
+        terms = [(columns[c] + a, 1.0) for c, a in enumerate(plan) if columns[c] is not None]
+        row(terms, -highspy.kHighsInf, len(terms) - 1.0)
     for m in memory:
         fixed = sum(float(v[0]) for c, v in m.terms.items() if columns[c] is None)
         terms = [(columns[c] + a, float(v[a])) for c, v in m.terms.items()
