@@ -209,13 +209,59 @@ def _within(row: MemoryRow, other: MemoryRow) -> bool:
     return smaller or len(other.terms) > len(row.terms)
 
 
+class _Total:
+    """The bytes of the buffers live at a point under one plan (a buffer live through
+    several nested computations counts once)."""
+
+    def __init__(self, size):
+        self.size = size
+        self.count: dict[Ref, int] = {}
+        self.bytes = 0.0
+
+    def add(self, ref: Ref) -> None:
+        k = self.count.get(ref, 0)
+        self.count[ref] = k + 1
+        if k == 0:
+            self.bytes += self.size(ref)
+
+    def remove(self, ref: Ref) -> None:
+        self.count[ref] -= 1
+        if self.count[ref] == 0:
+            self.bytes -= self.size(ref)
+
+
 def plan_memory(problem: Problem, assignment: list[int]) -> tuple[int, str]:
-    """The modelled peak bytes per device of an assignment, and where it is reached."""
-    best = (0.0, "")
-    for row in point_rows(problem):
-        load = row.bytes(problem, assignment)
+    """The modelled peak bytes per device of an assignment, and where it is reached: the
+    figure of `point_rows` under the assignment, computed for it alone."""
+    graph = problem.graph
+    chosen = [problem.node_strategy(i, assignment[problem.choice_of[i]])
+              for i in range(len(graph.nodes))]
+    extra: dict[tuple[str, str], float] = {}
+    for node in graph.nodes:
+        scratch = node.strategies[chosen[node.index]].scratch
+        if node.kind == "op" and node.members and scratch:
+            comp, name, _ = node.members[0]
+            extra[(comp, name)] = extra.get((comp, name), 0.0) + scratch
+    for edge in graph.edges:
+        value = graph.nodes[edge.source.node].strategies[chosen[edge.source.node]] \
+            .results[edge.source.leaf]
+        target = graph.nodes[edge.target].strategies[chosen[edge.target]]
+        need = target.results[0] if edge.operand is None else target.operands[edge.operand]
+        if value != need:
+            extra[edge.where] = extra.get(edge.where, 0.0) + _bytes(need, edge.shape)
+
+    def size(ref):
+        node = graph.nodes[ref.node]
+        return _bytes(node.strategies[chosen[ref.node]].results[ref.leaf], node.shapes[ref.leaf])
+    best = [0.0, ""]
+
+    def visit(key, live):
+        load = live.bytes + extra.get(key, 0.0)
         if load > best[0]:
-            best = (load, row.where)
+            best[:] = [load, "/".join(key)]
+
+    comps = {c.name: c for c in graph.computations}
+    _walk(problem, comps, graph.computations[0], _Total(size), True, visit)
     return int(best[0]), best[1]
 
 
