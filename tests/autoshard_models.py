@@ -87,3 +87,16 @@ ENTRY e {{
 
 
 __all__ = ["mlp", "transformer_layer"]
+
+
+def stack(layers: int, batch: int, d: int) -> str:
+    """`layers` identical layers `x <- tanh(x w_i) + x` with x[batch,d], w_i[d,d]."""
+    lines = [f"HloModule stack\n\nENTRY e {{\n  x0 = f32[{batch},{d}] parameter(0)"]
+    for i in range(layers):
+        lines += [f"  w{i} = f32[{d},{d}] parameter({i + 1})",
+                  f"  h{i} = f32[{batch},{d}] dot(x{i}, w{i}), lhs_contracting_dims={{1}}, "
+                  "rhs_contracting_dims={0}",
+                  f"  t{i} = f32[{batch},{d}] tanh(h{i})",
+                  f"  x{i + 1} = f32[{batch},{d}] add(t{i}, x{i})"]
+    lines += [f"  ROOT y = f32[{batch},{d}] copy(x{layers})", "}"]
+    return "\n".join(lines) + "\n"

@@ -164,6 +164,49 @@ def test_the_solver_time_limit_falls_back_with_a_message(tmp_path, capsys):
     assert all(i.sharding is not None for i in module.entry.instructions)
 
 
+def test_identical_layers_share_choices_and_the_plan_is_the_unrestricted_optimum():
+    """A stack of identical layers is solved as one layer's choices; on this stack the
+    restriction loses nothing: the unrestricted integer program finds the same step time."""
+    from gspmdc.passes.autoshard.costs import DEFAULT_MACHINE, CostModel
+    from gspmdc.passes.autoshard.graph import build_graph
+    from gspmdc.passes.autoshard.problem import build_problem
+    from gspmdc.passes.autoshard.solve import solve
+    from gspmdc.passes.autoshard.strategies import StrategyTable
+    module = parse_module(autoshard_models.stack(16, 64, 512))
+    costs = CostModel(DEFAULT_MACHINE, 8, module.computations)
+    graph = build_graph(module, StrategyTable(MESH, costs, module.computations), {}, None)
+    tied, free = build_problem(graph, costs), build_problem(graph, costs, tie=False)
+    assert tied.num_choices <= free.num_choices - 16     # 9 dots and 11 weights in 2 choices
+    inner = {tied.choice_of[graph.refs[(module.entry.name, f"h{i}")][0].node]
+             for i in range(5, 11)}
+    assert len(inner) == 1                  # the inner layers' dots are one choice
+    best_tied, best_free = solve(tied, [], 60), solve(free, [], 60)
+    assert best_tied.status == best_free.status == "optimal"
+    assert best_tied.seconds == pytest.approx(best_free.seconds, rel=1e-9)
+
+
+def test_the_machine_option_takes_gspmdc_costs_presets_and_files(tmp_path, capsys):
+    from gspmdc.passes.analysis.machine import PRESETS
+    source = tmp_path / "mlp.hlo"
+    source.write_text(autoshard_models.mlp(256, 256, 256))
+    times = {}
+    for machine in ("tpu-v3", "h100-ib"):
+        code, _, err = run(capsys, "autoshard", str(source), "--mesh", "x=2,y=4",
+                           "--machine", machine)
+        assert code == 0
+        times[machine] = float(err.split("modelled step time ")[1].split()[0])
+    assert times["h100-ib"] != times["tpu-v3"]
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps(PRESETS["h100-ib"].to_json()))
+    code, _, err = run(capsys, "autoshard", str(source), "--mesh", "x=2,y=4",
+                       "--machine", str(path))
+    assert code == 0 and float(err.split("modelled step time ")[1].split()[0]) == \
+        times["h100-ib"]
+    code, _, err = run(capsys, "autoshard", str(source), "--mesh", "x=2,y=4",
+                       "--machine", "tpu-v9")
+    assert code == 2 and "unknown machine 'tpu-v9'" in err
+
+
 def test_explain_gives_the_rejected_shardings_and_their_costs(tmp_path, capsys):
     source = tmp_path / "mlp.hlo"
     source.write_text(MLP)

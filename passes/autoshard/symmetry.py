@@ -21,7 +21,7 @@ from __future__ import annotations
 from .graph import ShardingGraph
 
 #: edges of neighbourhood compared
-ROUNDS = 8
+ROUNDS = 4
 
 
 def identical_values(graph: ShardingGraph, rounds: int = ROUNDS) -> list[list[int]]:
