@@ -12,14 +12,16 @@ from .arguments import byte_count, mesh_shape, output_file, positive_float
 def cmd_autoshard(args: argparse.Namespace) -> int:
     """Choose a sharding for every instruction of FILE on the device mesh --mesh (axis names
     and sizes, e.g. x=2,y=4): the plan of least modelled step time (computation and
-    communication on --machine, as `gspmdc cost` models them) whose modelled peak memory per
-    device is at most --memory-per-device. Strategies come from the partitioner's own rules,
+    communication on --machine, a preset or machine file as for `gspmdc cost`) whose peak
+    memory per device, as `gspmdc cost` reports it for the partitioned plan, is at most
+    --memory-per-device. Strategies come from the partitioner's own rules,
     reshard costs from its reshard planner; an integer program (HiGHS) picks one per value.
     Shardings the user gave to entry parameters and to the result pin them; with
     --keep-annotations every sharding in FILE is kept as a pin. Writes the annotated module
     (stdout, or -o atomically), which `compile` and `run` take as it is; each chosen sharding
     records the alternatives rejected and their modelled costs, which `explain` prints. The
-    summary goes to standard error. When no plan fits the memory limit, says so (exit 2)."""
+    summary goes to standard error. When no plan fits the memory limit, says so (exit 2, nothing
+    written)."""
     from gspmdc import api
     from gspmdc.passes.autoshard import autoshard
     from gspmdc.passes.analysis.machine import load_machine

@@ -7,10 +7,12 @@
 Steps: calls are inlined (as the partitioner does); the user's shardings of entry parameters and
 of the entry result pin them (with `keep_annotations`, every sharding in the module pins its
 instruction; otherwise the others are dropped); the sharding graph (`graph.py`) is built from
-the partitioner's rules (`strategies.py`), simplified into a problem (`problem.py`) and solved
-(`solve.py`) under the memory limit (`memory.py`); the chosen shardings are written on every
-instruction with the record of the alternatives, and the plan's reshards as `Sharding`
-custom-calls (`annotate.py`).
+the partitioner's rules (`strategies.py`), simplified into a problem (`problem.py`, identical
+layers sharing choices: `symmetry.py`) and solved (`solve.py`) under the memory limit
+(`memory.py`); under a limit, the plan is partitioned and its peak checked by `gspmdc cost`'s
+liveness analysis, plans that miss are excluded and the next solved (`_fitted`); the chosen
+shardings are written on every instruction with the record of the alternatives, and the plan's
+reshards as `Sharding` custom-calls (`annotate.py`).
 """
 from __future__ import annotations
 
