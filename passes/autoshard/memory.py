@@ -20,6 +20,7 @@ from math import prod
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Computation
 from gspmdc.passes.spmd.call_graph import control_flow_callees
 
@@ -115,17 +116,11 @@ def ref_bytes(problem: Problem, ref: Ref) -> np.ndarray:
     return found[problem.strategy_map[ref.node]]
 
 
+@algebra.cached
 def _bytes(sharding, shape) -> int:
-    key = (sharding, shape)
-    found = _SHARD_BYTES.get(key)
-    if found is None:
-        width = max(dtypes.byte_width(shape.element_type), 1)
-        found = _SHARD_BYTES[key] = prod(sharding.shard_shape(shape).dims) * width
-    return found
-
-
-#: bytes of one shard, by (sharding, shape)
-_SHARD_BYTES: dict = {}
+    """Bytes of one shard (padded) of an array of `shape`."""
+    width = max(dtypes.byte_width(shape.element_type), 1)
+    return prod(sharding.shard_shape(shape).dims) * width
 
 
 def point_rows(problem: Problem, limit: float = float("inf")) -> list[MemoryRow]:
