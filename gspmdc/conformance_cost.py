@@ -8,10 +8,14 @@ machine) and run as a user would run it,
 
     gspmdc run PROGRAM -n N -q --profile-json MEASURED.json [--inputs inputs.npz]
 
-on N MPI ranks. The programs: the JAX programs (`jax-programs/*/program.hlo` on their inputs) and
-XLA's partitioner test cases (`conformance/xla-partitioner.json`) that `agreement_cases` keeps:
-those without host I/O whose values and dots fit a quick run (`MAX_VALUE_BYTES`,
-`MAX_MULTIPLY_ADDS`; many of XLA's cases hold tensors of GiBs, meant for compilation only).
+on N MPI ranks. The programs: the JAX programs (`jax-programs/*/program.hlo` on their inputs),
+XLA's partitioner test cases (`conformance/xla-partitioner.json`, on their `num_devices`) that
+`agreement_cases` keeps, and XLA's propagation test cases (`conformance/xla-propagation.json`,
+annotated global modules, on the partitions their shardings name) that
+`propagation_agreement_cases` keeps: those without host I/O whose values and dots fit a run on
+this machine (`MAX_VALUE_BYTES`, `MAX_MULTIPLY_ADDS`; several of XLA's cases hold tensors of tens
+of GiB, meant for compilation only). `unmeasured_cases` lists the others with the reason, and a
+run that outlasts `RUN_TIMEOUT_SECONDS` is reported as not measured.
 
 For each corpus the table counts the programs compared and those gspmdc refuses (exit 2), and for
 the compared ones: collectives whose bytes sent and received by every partition and calls equal
@@ -37,31 +41,76 @@ from gspmdc.conformance import largest_value_bytes, multiply_adds
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.ops import HOST_IO
 
-#: the largest value and the most multiply-adds of a conformance case compared (a quick run)
-MAX_VALUE_BYTES = 1 << 20
-MAX_MULTIPLY_ADDS = 1e6
+#: the largest value and the most multiply-adds of a conformance case compared: every rank of a
+#: run draws the global inputs, so a case of N partitions holds some N times its values, and the
+#: runtime's convolutions and dots run at a few GFLOP/s on a shared 2-core machine
+MAX_VALUE_BYTES = 64 << 20
+MAX_MULTIPLY_ADDS = 1e10
+#: the quick cases, of which the normal test suite compares a sample
+QUICK_VALUE_BYTES = 1 << 20
+QUICK_MULTIPLY_ADDS = 1e6
 #: how far the measured peak of live arrays may lie from the modelled peak
 MEMORY_TOLERANCE = 0.10
 RUN_TIMEOUT_SECONDS = 300
 
 
-def agreement_cases(shared: Path) -> list[dict]:
-    """The cases of `xla-partitioner.json` compared (see the module docstring), in file order."""
-    path = shared / "conformance" / "xla-partitioner.json"
+def agreement_cases(shared: Path, quick: bool = False) -> list[dict]:
+    """The cases of `xla-partitioner.json` compared (see the module docstring), in file order;
+    `quick`: only those within `QUICK_VALUE_BYTES` and `QUICK_MULTIPLY_ADDS`."""
+    return [case for case, why in _classified(shared, "xla-partitioner.json", quick)
+            if why is None]
+
+
+def propagation_agreement_cases(shared: Path, quick: bool = False) -> list[dict]:
+    """The cases of `xla-propagation.json` compared, in file order, each with the fields of a
+    partitioner case that `compare_program` reads: `name` (the test's name and line: several
+    tests share a name), `hlo`, `opcodes` and `num_devices` (the module's `num_partitions`, else
+    the devices its shardings name, as `gspmdc run` takes them)."""
+    return [case for case, why in _classified(shared, "xla-propagation.json", quick)
+            if why is None]
+
+
+def unmeasured_cases(shared: Path) -> dict[str, list[tuple[str, str]]]:
+    """The cases of each XLA corpus file not compared, by file: (name, why) for host I/O, a
+    module gspmdc cannot parse, a value over `MAX_VALUE_BYTES` or dots over
+    `MAX_MULTIPLY_ADDS`."""
+    return {corpus: [(case["name"], why) for case, why in _classified(shared, corpus, False)
+                     if why is not None]
+            for corpus in ("xla-partitioner.json", "xla-propagation.json")}
+
+
+def _classified(shared: Path, corpus: str, quick: bool) -> list[tuple[dict, str | None]]:
+    """Every case of one corpus file with why it is not compared (None: it is)."""
+    from gspmdc.prepare import devices_named_by_shardings
+    path = shared / "conformance" / corpus
     if not path.is_file():
         return []
-    cases = []
+    max_bytes, max_work = (QUICK_VALUE_BYTES, QUICK_MULTIPLY_ADDS) if quick else \
+        (MAX_VALUE_BYTES, MAX_MULTIPLY_ADDS)
+    classified = []
     for case in json.loads(path.read_text())["cases"]:
+        if "num_devices" not in case:
+            case = {"name": f"{case['name']}:{case['line']}", "hlo": case["hlo"],
+                    "opcodes": case["opcodes"]}
         if HOST_IO & set(case["opcodes"]):
+            classified.append((case, "host I/O (" + ", ".join(sorted(
+                HOST_IO & set(case["opcodes"]))) + ")"))
             continue
         try:
             module = api.parse(case["hlo"])
-        except GspmdcError:
+        except GspmdcError as e:
+            classified.append((case, f"not parsed: {str(e).splitlines()[0][:120]}"))
             continue
-        if largest_value_bytes(module) <= MAX_VALUE_BYTES and \
-                multiply_adds(module) <= MAX_MULTIPLY_ADDS:
-            cases.append(case)
-    return cases
+        if "num_devices" not in case:
+            case["num_devices"] = module.num_partitions or devices_named_by_shardings(module)
+        largest, work = largest_value_bytes(module), multiply_adds(module)
+        if largest > max_bytes:
+            classified.append((case, f"a value of {largest / 2**20:,.1f} MiB"))
+        elif work > max_work:
+            classified.append((case, f"{work:.3g} multiply-adds"))
+        else:
+            classified.append((case, None))
+    return classified
 
 
 @dataclass
@@ -120,12 +169,15 @@ def compare_program(path: Path, n: int, workdir: Path, inputs: Path | None = Non
         return f"cost: {str(e).splitlines()[0][:160]}"
     measured_path = workdir / "measured.json"
     command = [sys.executable, "-m", "gspmdc", "run", str(path), "-n", str(n), "-q",
-               "--profile-json", str(measured_path)]
+               "--profile-json", str(measured_path), "--timeout", str(RUN_TIMEOUT_SECONDS)]
     if inputs is not None:
         command += ["--inputs", str(inputs)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS)
+    run = subprocess.run(command, capture_output=True, text=True,
+                         timeout=RUN_TIMEOUT_SECONDS + 120)
     if run.returncode == 2:
         return f"run: {run.stderr.strip().splitlines()[-1][:160]}"
+    if run.returncode == 3 and "the run timed out" in run.stderr:
+        raise RunTimedOut(f"the run took over {RUN_TIMEOUT_SECONDS} s")
     if run.returncode != 0:
         raise RuntimeError(f"gspmdc run {path} exited {run.returncode}: {run.stderr[-2000:]}")
     measured = json.loads(measured_path.read_text())
@@ -138,13 +190,20 @@ def compare_program(path: Path, n: int, workdir: Path, inputs: Path | None = Non
     return result
 
 
+class RunTimedOut(Exception):
+    """The run outlasted `RUN_TIMEOUT_SECONDS`: the program is not measured."""
+
+
 @dataclass
 class CorpusScore:
-    """The agreements of one corpus and the programs refused, by name."""
+    """The agreements of one corpus, the programs refused and those whose run timed out, by
+    name, and how many of the corpus's cases were not attempted (see `unmeasured_cases`)."""
 
     name: str
     agreements: dict[str, Agreement] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
+    timed_out: dict[str, str] = field(default_factory=dict)
+    not_attempted: int | None = None
 
     def row(self) -> str:
         a = list(self.agreements.values())
@@ -155,6 +214,7 @@ class CorpusScore:
         xla = [x.xla_memory_equal for x in a if x.xla_memory_equal is not None]
         return " | ".join([
             self.name, str(len(a)), str(len(self.refused)),
+            "—" if self.not_attempted is None else str(self.not_attempted + len(self.timed_out)),
             f"{sum(x.collectives_equal for x in exact)} / {sum(x.collectives for x in exact)}",
             f"{sum(x.flops_equal for x in exact)} / {len(exact)}",
             f"{within} / {len(exact)}",
@@ -163,51 +223,70 @@ class CorpusScore:
             f"{sum(xla)} / {len(xla)}" if xla else "—"])
 
 
-HEADER = ("| corpus | programs compared | refused by gspmdc | collectives: bytes and calls equal "
+HEADER = ("| corpus | programs compared | refused by gspmdc | not measured (too large, host I/O) "
+          "| collectives: bytes and calls equal "
           "| operations equal | peak memory within 10% on every rank | largest peak deviation "
           "| median | with a conditional: measured within the model's bound | parameter and "
-          "output bytes = XLA's |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "output bytes = XLA's |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def score(shared: Path, verbose: bool) -> int:
-    """Compare every program, print the table (Markdown) and the disagreements; exit 1 when a
-    figure disagrees."""
-    scores = [CorpusScore("JAX programs"), CorpusScore("XLA partitioner cases")]
+    """Compare every program, print the table (Markdown), the cases not measured and the
+    disagreements; exit 1 when a figure disagrees."""
+    scores = [CorpusScore("JAX programs"), CorpusScore("XLA partitioner cases"),
+              CorpusScore("XLA propagation cases")]
+    unmeasured = unmeasured_cases(shared)
+    scores[1].not_attempted = len(unmeasured["xla-partitioner.json"])
+    scores[2].not_attempted = len(unmeasured["xla-propagation.json"])
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for folder in sorted(p for p in (shared / "jax-programs").iterdir() if p.is_dir()):
             reference = json.loads((folder / "reference.json").read_text())
             memory = reference["memory_per_device"]
-            result = compare_program(folder / "program.hlo", reference["num_partitions"], workdir,
-                                     folder / "inputs.npz",
-                                     (memory["parameter_bytes"], memory["output_bytes"]))
-            _record(scores[0], folder.name, result, verbose)
-        for case in agreement_cases(shared):
-            program = workdir / "case.hlo"
-            program.write_text(case["hlo"])
-            result = compare_program(program, case["num_devices"], workdir)
-            _record(scores[1], case["name"], result, verbose)
+            _record(scores[0], folder.name, lambda: compare_program(
+                folder / "program.hlo", reference["num_partitions"], workdir,
+                folder / "inputs.npz", (memory["parameter_bytes"], memory["output_bytes"])),
+                verbose)
+        for corpus, cases in ((scores[1], agreement_cases(shared)),
+                              (scores[2], propagation_agreement_cases(shared))):
+            for case in cases:
+                program = workdir / "case.hlo"
+                program.write_text(case["hlo"])
+                _record(corpus, case["name"],
+                        lambda: compare_program(program, case["num_devices"], workdir), verbose)
     print(HEADER)
     for s in scores:
         print(f"| {s.row()} |")
+    for corpus, listed in unmeasured.items():
+        for name, why in listed:
+            print(f"not measured: {corpus} {name}: {why}")
+    for s in scores:
+        for name, why in s.timed_out.items():
+            print(f"not measured: {s.name} {name}: {why}")
     disagreements = [(s.name, name, a) for s in scores for name, a in s.agreements.items()
                      if not _agrees(a)]
     for corpus, name, a in disagreements:
         print(f"disagrees: {corpus} {name}: {a}")
-    if verbose:
-        for s in scores:
-            for name, why in s.refused.items():
-                print(f"refused: {s.name} {name}: {why}")
+    for s in scores:
+        for name, why in s.refused.items():
+            print(f"refused: {s.name} {name}: {why}")
     return 1 if disagreements else 0
 
 
-def _record(score: CorpusScore, name: str, result: Agreement | str, verbose: bool) -> None:
-    if isinstance(result, str):
-        score.refused[name] = result
+def _record(score: CorpusScore, name: str, compare_one, verbose: bool) -> None:
+    """Run `compare_one()` and file its outcome under `name`."""
+    try:
+        result = compare_one()
+    except RunTimedOut as e:
+        score.timed_out[name] = str(e)
+        result = str(e)
     else:
-        score.agreements[name] = result
+        if isinstance(result, str):
+            score.refused[name] = result
+        else:
+            score.agreements[name] = result
     if verbose:
-        print(f"{score.name} {name}: {result}", file=sys.stderr)
+        print(f"{score.name} {name}: {result}", file=sys.stderr, flush=True)
 
 
 def _agrees(a: Agreement) -> bool:
@@ -218,5 +297,6 @@ def _agrees(a: Agreement) -> bool:
         a.xla_memory_equal is not False
 
 
-__all__ = ["agreement_cases", "compare", "compare_program", "score", "Agreement",
-           "MAX_VALUE_BYTES", "MAX_MULTIPLY_ADDS", "MEMORY_TOLERANCE"]
+__all__ = ["agreement_cases", "propagation_agreement_cases", "unmeasured_cases", "compare",
+           "compare_program", "score", "Agreement", "RunTimedOut", "MAX_VALUE_BYTES",
+           "MAX_MULTIPLY_ADDS", "QUICK_VALUE_BYTES", "QUICK_MULTIPLY_ADDS", "MEMORY_TOLERANCE"]

@@ -436,6 +436,8 @@ class _Plan:
                         on_value(inst, value)
                     if live is not None:
                         live.hold(value)
+                elif live is not None:
+                    live.hold_pending(value, inst.shape.byte_size)
                 if live is not None:
                     for s in release:
                         live.drop(values[s])
@@ -474,7 +476,7 @@ class _Plan:
         if ctx.on_value is not None:
             ctx.on_value(inst, value)
         if ctx.live_arrays is not None:
-            ctx.live_arrays.hold(value)
+            ctx.live_arrays.settle(pending, value)
         return value
 
     def _fold(self, candidates: dict[int, np.ndarray]) -> None:

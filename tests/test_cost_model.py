@@ -222,6 +222,44 @@ def test_collective_broadcast_cost_equals_its_profiled_run(tmp_path):
     assert model["flops_per_device"] == ran["flops_per_device"] == [24] * 4
 
 
+def test_a_started_collective_counts_with_its_operand_on_mpi_ranks(tmp_path):
+    """The MPI backend starts an all-gather and finishes it when its value is used: the run's
+    peak of live arrays must still hold the operand and the result together at the all-gather,
+    as the liveness analysis does (the operand's last use is the all-gather)."""
+    import json
+    import subprocess
+    import sys
+    program = tmp_path / "gather.hlo"
+    program.write_text(hlo_module("""
+  p = f32[3,1024] parameter(0), sharding={replicated}
+  b = f32[3,1024,2] broadcast(p), dimensions={0,1}
+  ROOT ag = f32[3,2048,2] all-gather(b), channel_id=1, replica_groups={{0,1}}, dimensions={1},
+    use_global_device_ids=true, sharding={replicated}""", header=", num_partitions=2"))
+    measured = tmp_path / "measured.json"
+    run = subprocess.run([sys.executable, "-m", "gspmdc", "run", program, "-n", "2", "-q",
+                          "--profile-json", measured], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    peak = 3 * 1024 * 4 + 3 * 1024 * 2 * 4 + 3 * 2048 * 2 * 4      # p, b and ag at the gather
+    assert json.loads(measured.read_text())["peak_memory_bytes_per_device"] == [peak] * 2
+    assert memory_profile(api.parse(program.read_text())).peak_bytes == peak
+
+
+def test_live_arrays_count_a_started_value_from_its_start():
+    live = LiveArrays()
+    operand, pending = np.ones(10, np.float32), object()
+    live.hold(operand)
+    live.hold_pending(pending, 80)
+    live.drop(operand)                       # its last use was starting the collective
+    assert (live.bytes, live.peak) == (80, 120)
+    live.settle(pending, np.ones(20, np.float32))
+    assert (live.bytes, live.peak) == (80, 120)
+    dropped = object()                       # a started value dropped unfinished holds nothing
+    live.hold_pending(dropped, 8)
+    live.drop(dropped)
+    live.settle(dropped, np.ones(2, np.float32))
+    assert live.bytes == 80
+
+
 def test_machine_model_times():
     m = Machine("m", "test", 1e12, 1e11, None, 1e9, 1e-5)
 
