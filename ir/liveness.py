@@ -23,8 +23,10 @@ shapes are per device):
   parameters is the caller's operand; a `while`'s result element the body passes through is its
   operand's.
 
-Instructions run in program order (as the interpreter runs them), so `peak_bytes` is the largest
-sum of live buffers at any instruction, inside called computations included. The interpreter
+Instructions run in the order the interpreter runs them (`gspmdc.ir.schedule`: program order,
+collectives issued as early as their operands allow, so a collective's result is live from its
+issue), and `peak_bytes` is the largest sum of live buffers at any instruction, inside called
+computations included. The interpreter
 measures the same quantity (`gspmdc run --profile`'s peak of live arrays), so the two agree to
 within what the program's own tuples and copies share.
 """
@@ -36,6 +38,7 @@ from typing import Union
 
 from . import dtypes, ops
 from .module import Computation, Instruction, Module
+from .schedule import communicating_computations, execution_order
 from .shapes import ArrayShape, Shape, TupleShape
 
 #: instructions whose value is their first operand's (no new buffer)
@@ -137,6 +140,7 @@ class _Analysis:
         self.module = module
         self._passthrough: dict[str, list[tuple[int, int] | None]] = {}
         self._peaks: dict[tuple, _Result] = {}
+        self._communicates = communicating_computations(module)
 
     # -- which result elements of a computation are its parameters' -------------------------
 
@@ -193,7 +197,7 @@ class _Analysis:
         if not record and key in self._peaks:
             return self._peaks[key]
         fused = fused_pads(comp)
-        instructions = comp.instructions
+        instructions = comp.parameters + execution_order(comp, self._communicates)
         last = len(instructions)
         counter = iter(range(1 << 62))
         values: dict[Instruction, Value] = {}

@@ -28,7 +28,8 @@ finished: the MPI backend's nonblocking calls). Then the plan overlaps communica
 computation, deterministically, the same way on every partition: each collective is issued as
 early as its operands allow, but never before an earlier collective or an instruction that calls
 a computation with collectives or may have effects (a custom-call, host I/O), so every partition
-issues the same collectives in the same order; it is finished (and its result checked) right
+issues the same collectives in the same order (`gspmdc.ir.schedule`, the order the liveness
+analysis counts memory in; every backend runs it); it is finished (and its result checked) right
 before the first instruction that reads it, or at the end of its computation's run. Profiles
 charge a collective its start and its finish; a rank waiting for one is recorded at it.
 """
@@ -44,6 +45,7 @@ from gspmdc.errors import GspmdcError, RuntimeFailure, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.ops import COLLECTIVES, SIDE_EFFECTING, Trait, opcodes, with_trait
+from gspmdc.ir.schedule import BARRIER_OPCODES, issue_early
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from .collectives import CollectiveBackend, Pending, SinglePartitionBackend
@@ -73,11 +75,6 @@ class Position:
     slots: Any                  #: a writable sequence of ints (e.g. a shared memoryview)
     slot: int
     numbers: Mapping[int, int]  #: id(instruction) -> the number recorded for it
-
-
-#: instructions a collective is never issued before (besides collectives, which keep their order,
-#: and instructions calling computations with collectives): their effects must keep their place
-_EFFECTS = SIDE_EFFECTING | opcodes("custom-call")
 
 
 def evaluate(module: Module, args: Sequence[Any], *, backend: CollectiveBackend | None = None,
@@ -298,7 +295,7 @@ class _Plan:
                 foldable.add(i)
             if inst.opcode in COLLECTIVES:
                 self._collectives.add(i)
-            elif inst.opcode in _EFFECTS or any(communicates(name) for name in called):
+            elif inst.opcode in BARRIER_OPCODES or any(communicates(name) for name in called):
                 self._barriers.add(i)
         self._pure = frozenset(foldable)
         self.foldable = foldable or None
@@ -360,24 +357,12 @@ class _Plan:
         return steps, at_end
 
     def _issue_early(self, order: list[int]) -> list[int]:
-        """`order` with every collective moved up to right after the last of: the instructions
-        computing its operands (unrounded or not), the previous collective, the previous barrier (an instruction
-        with effects, or calling computations with collectives). Everything else keeps its
-        place, so the order is the same on every partition."""
-        index = {slot: k for k, slot in enumerate(order)}
-        index.update({self._wide[slot]: k for k, slot in enumerate(order) if slot in self._wide})
-        keys = []
-        floor = -1
-        for k, slot in enumerate(order):
-            if slot in self._collectives:
-                anchor = max([index[s] for s in self._operands[slot] if s in index] + [floor])
-                keys.append((anchor, 1, k))
-                floor = anchor
-            else:
-                keys.append((k, 0, k))
-                if slot in self._barriers:
-                    floor = k
-        return [slot for _, slot in sorted(zip(keys, order))]
+        """`order` with the collectives issued early (`gspmdc.ir.schedule.issue_early`; an
+        unrounded value's slot stands for its instruction's)."""
+        owner = {wide: slot for slot, wide in self._wide.items()}
+        reads = {slot: [owner.get(s, s) for s in self._operands[slot]]
+                 for slot in order if slot in self._collectives}
+        return issue_early(order, reads, self._collectives, self._barriers)
 
     def run(self, ctx: EvalContext, args: Sequence[Any]) -> Any:
         comp = self.computation

@@ -244,6 +244,42 @@ def test_a_started_collective_counts_with_its_operand_on_mpi_ranks(tmp_path):
     assert memory_profile(api.parse(program.read_text())).peak_bytes == peak
 
 
+@pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_a_collective_issued_early_holds_its_result_from_its_issue(backend, tmp_path):
+    """The runtime issues the all-gather right after its operand (the parameter), before a, b
+    and c (`gspmdc.ir.schedule`): its result is live while b is computed, so the peak is p, ag,
+    a and b, not the program order's p, c and ag."""
+    import json
+    import subprocess
+    import sys
+    program = tmp_path / "early.hlo"
+    program.write_text(hlo_module("""
+  p = f32[256] parameter(0), sharding={replicated}
+  a = f32[256] negate(p)
+  b = f32[256] exponential(a)
+  c = f32[256] negate(b)
+  ag = f32[512] all-gather(p), channel_id=1, replica_groups={{0,1}}, dimensions={0},
+    use_global_device_ids=true
+  ROOT t = (f32[512], f32[256]) tuple(ag, c), sharding={{replicated}, {replicated}}""",
+                                  header=", num_partitions=2"))
+    peak = 1024 + 2048 + 1024 + 1024                   # p, ag, a, b while b is computed
+    assert memory_profile(api.parse(program.read_text())).peak_bytes == peak
+    measured = tmp_path / "measured.json"
+    run = subprocess.run([sys.executable, "-m", "gspmdc", "run", program, "-n", "2", "-q",
+                          "--backend", backend, "--profile-json", measured],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(measured.read_text())["peak_memory_bytes_per_device"] == [peak] * 2
+
+
+def test_collectives_are_issued_after_their_operands_in_their_order_and_not_past_barriers():
+    from gspmdc.ir.schedule import issue_early
+    # 0 a; 1 collective reading 0; 2 b; 3 barrier; 4 c; 5 collective reading 2; 6 collective
+    # reading 4
+    order = issue_early(range(7), {1: [0], 5: [2], 6: [4]}, {1, 5, 6}, {3})
+    assert order == [0, 1, 2, 3, 5, 4, 6]
+
+
 def test_live_arrays_count_a_started_value_from_its_start():
     live = LiveArrays()
     operand, pending = np.ones(10, np.float32), object()
