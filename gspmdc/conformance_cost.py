@@ -28,6 +28,7 @@ when no measured figure exceeds the model's (the peak of live arrays by at most 
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import subprocess
@@ -81,36 +82,45 @@ def unmeasured_cases(shared: Path) -> dict[str, list[tuple[str, str]]]:
 
 def _classified(shared: Path, corpus: str, quick: bool) -> list[tuple[dict, str | None]]:
     """Every case of one corpus file with why it is not compared (None: it is)."""
-    from gspmdc.prepare import devices_named_by_shardings
-    path = shared / "conformance" / corpus
-    if not path.is_file():
-        return []
     max_bytes, max_work = (QUICK_VALUE_BYTES, QUICK_MULTIPLY_ADDS) if quick else \
         (MAX_VALUE_BYTES, MAX_MULTIPLY_ADDS)
     classified = []
+    for case, why, largest, work in _sized_cases(shared, corpus):
+        if why is None and largest > max_bytes:
+            why = f"a value of {largest / 2**20:,.1f} MiB"
+        elif why is None and work > max_work:
+            why = f"{work:.3g} multiply-adds"
+        classified.append((case, why))
+    return classified
+
+
+@functools.lru_cache(maxsize=None)
+def _sized_cases(shared: Path, corpus: str) -> tuple[tuple[dict, str | None, int, float], ...]:
+    """Every case of one corpus file (a propagation case with the fields of a partitioner case,
+    see `propagation_agreement_cases`), why it cannot be compared at all (host I/O, not
+    parsed; else None), its largest value's bytes and its multiply-adds."""
+    from gspmdc.prepare import devices_named_by_shardings
+    path = shared / "conformance" / corpus
+    if not path.is_file():
+        return ()
+    sized = []
     for case in json.loads(path.read_text())["cases"]:
         if "num_devices" not in case:
             case = {"name": f"{case['name']}:{case['line']}", "hlo": case["hlo"],
                     "opcodes": case["opcodes"]}
-        if HOST_IO & set(case["opcodes"]):
-            classified.append((case, "host I/O (" + ", ".join(sorted(
-                HOST_IO & set(case["opcodes"]))) + ")"))
+        io = HOST_IO & set(case["opcodes"])
+        if io:
+            sized.append((case, f"host I/O ({', '.join(sorted(io))})", 0, 0.0))
             continue
         try:
             module = api.parse(case["hlo"])
         except GspmdcError as e:
-            classified.append((case, f"not parsed: {str(e).splitlines()[0][:120]}"))
+            sized.append((case, f"not parsed: {str(e).splitlines()[0][:120]}", 0, 0.0))
             continue
         if "num_devices" not in case:
             case["num_devices"] = module.num_partitions or devices_named_by_shardings(module)
-        largest, work = largest_value_bytes(module), multiply_adds(module)
-        if largest > max_bytes:
-            classified.append((case, f"a value of {largest / 2**20:,.1f} MiB"))
-        elif work > max_work:
-            classified.append((case, f"{work:.3g} multiply-adds"))
-        else:
-            classified.append((case, None))
-    return classified
+        sized.append((case, None, largest_value_bytes(module), multiply_adds(module)))
+    return tuple(sized)
 
 
 @dataclass

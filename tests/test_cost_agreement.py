@@ -9,10 +9,13 @@
   (`memory_per_device` in `reference.json`).
 
 A conditional runs one branch where the model counts the costlier, so where the program has one
-the model is an upper bound (equal when the branches cost the same). The conformance cases run as
-a sample here; `pytest -m slow tests/test_cost_agreement.py` runs all of them (the cases of
-`gspmdc.conformance_cost.agreement_cases`); `make cost-agreement` prints the figures of
-docs/cost.md.
+the model is an upper bound (equal when the branches cost the same). The conformance corpora are
+XLA's partitioner cases and XLA's propagation cases (annotated global modules, partitioned here
+for the devices their shardings name); the normal suite runs a sample of the quick ones (every
+`SAMPLE_STEP`-th case with values up to 1 MiB and dots up to 10^6 multiply-adds), and
+`pytest -m slow tests/test_cost_agreement.py` runs all the others that fit this machine (the
+cases of `gspmdc.conformance_cost.agreement_cases` and `propagation_agreement_cases`); `make
+cost-agreement` prints the figures of docs/cost.md.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from gspmdc.conformance_cost import agreement_cases
+from gspmdc.conformance_cost import (RUN_TIMEOUT_SECONDS, agreement_cases,
+                                     propagation_agreement_cases)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PROGRAMS = SHARED / "jax-programs"
@@ -102,7 +106,16 @@ def test_jax_program_cost_equals_measurement_and_xla_memory(name, tmp_path):
     assert model["output_bytes_per_device"] == [memory["output_bytes"]] * n
 
 
-CASES = agreement_cases(SHARED)
+def _sample_and_rest(cases: list[dict], quick: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Every SAMPLE_STEP-th quick case, and all the other cases."""
+    sample = quick[::SAMPLE_STEP]
+    names = {c["name"] for c in sample}
+    return sample, [c for c in cases if c["name"] not in names]
+
+
+SAMPLE, REST = _sample_and_rest(agreement_cases(SHARED), agreement_cases(SHARED, quick=True))
+PROPAGATION_SAMPLE, PROPAGATION_REST = _sample_and_rest(
+    propagation_agreement_cases(SHARED), propagation_agreement_cases(SHARED, quick=True))
 
 
 def _check_case(case: dict, tmp_path: Path) -> None:
@@ -115,7 +128,7 @@ def _check_case(case: dict, tmp_path: Path) -> None:
     assert cost.returncode == 0, cost.stderr
     measured_path = tmp_path / "measured.json"
     run = _gspmdc("run", program, "-n", n, "-q", "--profile-json", measured_path,
-                  "--timeout", "120")
+                  "--timeout", RUN_TIMEOUT_SECONDS)
     if run.returncode == 2:
         pytest.skip(f"gspmdc does not run it: {run.stderr.strip()[:200]}")
     assert run.returncode == 0, run.stderr
@@ -123,15 +136,25 @@ def _check_case(case: dict, tmp_path: Path) -> None:
     _check_agreement(json.loads(cost.stdout), json.loads(measured_path.read_text()), exact)
 
 
-@pytest.mark.parametrize("case", CASES[::SAMPLE_STEP], ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", SAMPLE, ids=lambda c: c["name"])
 def test_conformance_sample_cost_equals_measurement(case, tmp_path):
     _check_case(case, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c for k, c in enumerate(CASES) if k % SAMPLE_STEP],
-                         ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", REST, ids=lambda c: c["name"])
 def test_conformance_cost_equals_measurement(case, tmp_path):
+    _check_case(case, tmp_path)
+
+
+@pytest.mark.parametrize("case", PROPAGATION_SAMPLE, ids=lambda c: c["name"])
+def test_propagation_corpus_sample_cost_equals_measurement(case, tmp_path):
+    _check_case(case, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", PROPAGATION_REST, ids=lambda c: c["name"])
+def test_propagation_corpus_cost_equals_measurement(case, tmp_path):
     _check_case(case, tmp_path)
 
 
