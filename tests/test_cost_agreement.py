@@ -170,3 +170,33 @@ def test_the_agreement_score_counts_what_differs():
     assert (agreement.collectives, agreement.collectives_equal) == (2, 1)
     assert not agreement.flops_equal and not agreement.within_bounds   # 11 > 10 operations
     assert agreement.peak_deviations == [0.0, -0.25]
+
+
+def test_corpus_cases_are_compared_or_listed_with_the_reason(tmp_path):
+    from gspmdc.conformance_cost import unmeasured_cases
+    small = """HloModule small
+ENTRY e {
+  p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  ROOT c = f32[8] copy(p)
+}"""
+    large = """HloModule large
+ENTRY e {
+  p = f32[65536,1024] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT c = f32[65536,1024] copy(p)
+}"""
+    io = """HloModule io
+ENTRY e {
+  t = token[] after-all()
+  ROOT f = ((f32[8]), token[]) infeed(t)
+}"""
+    cases = [{"name": name, "line": line, "hlo": hlo, "opcodes": opcodes}
+             for name, line, hlo, opcodes in [("Small", 1, small, ["copy", "parameter"]),
+                                              ("Large", 2, large, ["copy", "parameter"]),
+                                              ("Io", 3, io, ["after-all", "infeed"])]]
+    (tmp_path / "conformance").mkdir()
+    (tmp_path / "conformance" / "xla-propagation.json").write_text(json.dumps({"cases": cases}))
+    compared = propagation_agreement_cases(tmp_path)
+    assert [(c["name"], c["num_devices"]) for c in compared] == [("Small:1", 4)]
+    assert unmeasured_cases(tmp_path)["xla-propagation.json"] == [
+        ("Large:2", "a value of 256.0 MiB"), ("Io:3", "host I/O (infeed)")]
+    assert unmeasured_cases(tmp_path)["xla-partitioner.json"] == []
