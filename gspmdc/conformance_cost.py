@@ -250,7 +250,9 @@ def score(shared: Path, verbose: bool) -> int:
     scores[2].not_attempted = len(unmeasured["xla-propagation.json"])
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        for folder in sorted(p for p in (shared / "jax-programs").iterdir() if p.is_dir()):
+        programs = shared / "jax-programs"
+        for folder in sorted(p for p in programs.iterdir() if p.is_dir()) \
+                if programs.is_dir() else ():
             reference = json.loads((folder / "reference.json").read_text())
             memory = reference["memory_per_device"]
             _record(scores[0], folder.name, lambda: compare_program(

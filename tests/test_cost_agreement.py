@@ -200,3 +200,24 @@ ENTRY e {
     assert unmeasured_cases(tmp_path)["xla-propagation.json"] == [
         ("Large:2", "a value of 256.0 MiB"), ("Io:3", "host I/O (infeed)")]
     assert unmeasured_cases(tmp_path)["xla-partitioner.json"] == []
+
+
+def test_the_score_compares_both_conformance_corpora(tmp_path, capsys):
+    from gspmdc.conformance_cost import score
+    program = """HloModule m
+ENTRY e {
+  p = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT c = f32[8,4] copy(p), sharding={replicated}
+}"""
+    (tmp_path / "conformance").mkdir()
+    (tmp_path / "conformance" / "xla-propagation.json").write_text(json.dumps({"cases": [
+        {"name": "Gathered", "line": 7, "hlo": program, "opcodes": ["copy", "parameter"]}]}))
+    (tmp_path / "conformance" / "xla-partitioner.json").write_text(json.dumps({"cases": [
+        {"name": "Gathered", "num_devices": 2, "hlo": program, "opcodes": ["copy", "parameter"]},
+        {"name": "Io", "num_devices": 2, "hlo": "", "opcodes": ["infeed"]}]}))
+    assert score(tmp_path, verbose=False) == 0
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:5]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| XLA")}
+    # compared, refused, not measured, collectives equal (the all-gather of the result)
+    assert rows == {"XLA partitioner cases": ["1", "0", "1", "1 / 1"],
+                    "XLA propagation cases": ["1", "0", "0", "1 / 1"]}
