@@ -7,7 +7,9 @@ shapes are per device):
   instruction that defines it to the last instruction that uses a value holding it, in program
   order. A value that only refers to other values' arrays defines no buffer: `tuple`,
   `get-tuple-element`, and the operand-preserving `copy`, `opt-barrier`,
-  `add-dependency` and `domain` (copies nothing writes to are elided, as XLA elides them).
+  `add-dependency` and `domain` (copies nothing writes to are elided, as XLA elides them), and
+  the annotation custom-calls (`LayoutConstraint`, `Sharding`, barriers, placement; manual-region
+  boundaries that keep the shape), whose result is their operand.
   A `pad` whose only user is a `dynamic-slice` of it is fused into the slice (the padded array
   never exists; XLA fuses the pair as well).
 - The entry's parameters are live for the whole program; its result until the end.
@@ -37,6 +39,7 @@ from math import prod
 from typing import Union
 
 from . import dtypes, ops
+from .custom_call_targets import ANNOTATIONS, MANUAL_BOUNDARIES
 from .module import Computation, Instruction, Module
 from .schedule import communicating_computations, execution_order
 from .shapes import ArrayShape, Shape, TupleShape
@@ -175,6 +178,12 @@ class _Analysis:
             return operand[inst.attr("index")] if isinstance(operand, tuple) else None
         if opcode in OPERAND_PRESERVING:
             return values.get(inst.operands[0])
+        if opcode == "custom-call" and _is_identity_call(inst):
+            if isinstance(inst.shape, TupleShape) and not inst.shape.elements:
+                return ()
+            if len(inst.operands) == 1:
+                return values.get(inst.operands[0])
+            return tuple(values.get(o) for o in inst.operands)
         if opcode in ("call", "fusion", "while"):
             callee = inst.attr("body" if opcode == "while" else
                                "to_apply" if opcode == "call" else "calls").name
@@ -295,6 +304,29 @@ class _Analysis:
                 [self.run(c, carried) for c in (condition, body)]
             return max(runs, key=lambda r: r.peak)
         return None
+
+
+def _is_identity_call(inst: Instruction) -> bool:
+    """Whether `inst` (a custom-call) is an annotation or a manual-region boundary whose result
+    is its operand (or the tuple of its operands, or nothing) with the same shapes: it makes no
+    new buffer (the runtime returns the operands themselves)."""
+    if inst.attr("custom_call_target") not in ANNOTATIONS | MANUAL_BOUNDARIES:
+        return False
+    if isinstance(inst.shape, TupleShape) and not inst.shape.elements:
+        return True
+    shapes = [o.shape for o in inst.operands]
+    if len(shapes) == 1:
+        return _same_arrays(shapes[0], inst.shape)
+    return isinstance(inst.shape, TupleShape) and len(inst.shape.elements) == len(shapes) and \
+        all(_same_arrays(a, b) for a, b in zip(shapes, inst.shape.elements))
+
+
+def _same_arrays(a: Shape, b: Shape) -> bool:
+    """Same dimensions and element types, leaf by leaf (layouts aside)."""
+    leaves_a, leaves_b = list(a.leaves()), list(b.leaves())
+    return a.is_tuple == b.is_tuple and len(leaves_a) == len(leaves_b) and \
+        all(x.dims == y.dims and x.element_type == y.element_type
+            for x, y in zip(leaves_a, leaves_b))
 
 
 def _breakdown(live, size: dict[int, int], kind: dict[int, str],

@@ -134,6 +134,17 @@ small {
         assert live.peak == (2001 if value else 1201)
 
 
+def test_an_annotation_custom_call_is_its_operand():
+    # the LayoutConstraint holds no buffer of its own: a 400 B, n 400 B, r 400 B at r
+    text = hlo_module("""
+  a = f32[100] parameter(0)
+  n = f32[100] negate(a)
+  c = f32[100]{0} custom-call(n), custom_call_target="LayoutConstraint"
+  ROOT r = f32[100] exponential(c)""")
+    model, measured = _peaks(text)
+    assert model == measured == 1200
+
+
 def test_a_pad_read_by_a_dynamic_slice_is_fused():
     text = hlo_module("""
   a = f32[10] parameter(0)
