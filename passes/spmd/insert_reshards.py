@@ -19,7 +19,9 @@ the module stays an ordinary, executable, re-parseable HLO module with global sh
 
 Reshards are shared: users needing the same value in the same sharding use one node; a value
 resharded back to a sharding it had is taken from before the reshard; tuples are resharded leaf by
-leaf (get-tuple-element, reshard, tuple). Finally a reshard of a reshard nobody else uses is
+leaf (get-tuple-element, reshard, tuple); an `iota` or a `broadcast` needed in another sharding is
+computed again in it when that moves fewer bytes (a broadcast from its operand resharded to the
+tiling of the kept dims: a broadcast scalar is never gathered). Finally a reshard of a reshard nobody else uses is
 replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + slice becomes one
 reduce-scatter), and unused reshard nodes are removed.
 
@@ -47,6 +49,7 @@ from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
 from .op_rules import OpPlan, PlanContext, replicated_for
 from .op_rules_control import boundary_shardings
+from .op_rules_data import broadcast_operand_sharding
 from .partition_rules import rule_for
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
@@ -163,6 +166,8 @@ class _Rewriter:
             return self.cache[key]
         if isinstance(value.shape, TupleShape):
             node = self._reshard_tuple(value, target, user, role, reason)
+        elif (recomputed := self._recompute(value, target, user, role, reason)) is not None:
+            node = recomputed
         else:
             metadata = reshard_metadata(value, value.sharding, target, user, role, reason)
             node = self.builder.add("custom-call", value.shape, [value],
@@ -171,6 +176,30 @@ class _Rewriter:
                                     name=f"{value.name}.reshard", sharding=target)
         self.created.add(node)
         self.cache[key] = node
+        return node
+
+    def _recompute(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
+                   reason: str) -> Instruction | None:
+        """`value` computed again directly in `target` when that moves fewer bytes than
+        resharding it: an `iota` (no bytes), or a `broadcast` from its operand resharded to the
+        tiling of the kept dims (a replicated scalar: no bytes). None otherwise."""
+        if value.opcode not in ("iota", "broadcast") or value in self.created or \
+                target.is_tuple or target.kind not in ("replicated", "tiled") or \
+                target.has_unreduced or target.has_manual_leaf or value.sharding.has_manual_leaf:
+            return None
+        direct = self.ctx.cost(value.shape, value.sharding, target)
+        operands = []
+        if value.opcode == "broadcast":
+            operand = value.operands[0]
+            need = broadcast_operand_sharding(value, target, self.ctx.num_devices)
+            if self.ctx.cost(operand.shape, operand.sharding, need) >= direct:
+                return None
+            operands.append(operand if operand.sharding == need else
+                            self.reshard(operand, need, user, f"{role} (recomputed)", reason))
+        elif direct == 0:
+            return None
+        node = self.builder.add(value.opcode, value.shape, operands, dict(value.attrs),
+                                name=f"{value.name}.recomputed", sharding=target)
         return node
 
     def _reshard_tuple(self, value, target, user, role, reason) -> Instruction:

@@ -108,12 +108,8 @@ class BroadcastRule(PartitionRule):
         if target.is_tile_maximal:
             candidates.append(OpPlan((target,), target, "broadcast of a whole value"))
         else:
-            order = np.argsort(dims)
-            plain = ctx.tiling(target, rank).sharding
-            restricted = sharding_algebra.remove_dims(
-                sharding_algebra.partially_replicate_on_dims(plain, new), new)
-            restricted = sharding_algebra.transpose(restricted, list(np.argsort(order)))
-            candidates.append(OpPlan((restricted,), target,
+            candidates.append(OpPlan((broadcast_operand_sharding(inst, target, ctx.num_devices),),
+                                     target,
                                      "broadcast operand takes the result's tiling of kept dims"))
         source = operand.sharding
         if source.is_tiled and source == without_partials(source):
@@ -123,6 +119,20 @@ class BroadcastRule(PartitionRule):
             candidates.append(OpPlan((source,), extended,
                                      "broadcast keeps the operand's tiling"))
         return ctx.choose(inst, candidates)
+
+
+def broadcast_operand_sharding(inst: Instruction, target: HloSharding,
+                               num_devices: int) -> HloSharding:
+    """The sharding the operand of broadcast `inst` needs for a local broadcast to produce the
+    (tiled or replicated) `target`: its tiling of the kept dims, in operand order; the tiles of
+    new dims become replicas."""
+    dims = list(inst.attr("dimensions"))
+    rank = inst.shape.rank
+    new = [d for d in range(rank) if d not in dims]
+    plain = Tiling(target, rank, num_devices).sharding
+    restricted = sharding_algebra.remove_dims(
+        sharding_algebra.partially_replicate_on_dims(plain, new), new)
+    return sharding_algebra.transpose(restricted, list(np.argsort(np.argsort(dims))))
 
 
 @PARTITION_RULES.register("transpose", instance=True)
@@ -276,4 +286,4 @@ def partial_reducer(producer: Instruction) -> str | None:
     return None
 
 
-__all__ = ["local_reshape_ok", "lower_reshard", "partial_reducer"]
+__all__ = ["broadcast_operand_sharding", "local_reshape_ok", "lower_reshard", "partial_reducer"]

@@ -11,6 +11,7 @@ instruction holding its shard in the plan's target layout. Each step becomes:
 | `ReduceScatter(d)`    | pad dim d to `u * shard'` when the dim was whole; `reduce-scatter` |
 | `AllGather(d, g)`     | `all-gather` dim d; slice to the real size when the dim is whole   |
 | `AllToAll(i, j, g)`   | the sequence below                                                |
+| `MaskedGather`        | padding zeroed; `dynamic-update-slice` into zeros; `all-reduce`   |
 | `Slice`               | pad (uneven); `dynamic-slice` at table offsets `new - old`        |
 | `Permute`             | `collective-permute`, one pair per target device                  |
 | `ZeroPartials`        | `select(partial index == 0, x, 0)`                                |
@@ -21,8 +22,12 @@ An all-to-all moving g tiles from dim i to dim j pads dim j to `g * shard'`, res
 `[g, shard']`, exchanges the g pieces, transposes the received axis in front of dim i, merges it
 into dim i, and slices dim i to its real size when it became whole.
 
+A masked gather writes the shard at its offset in the gathered shard (`new`, extended by one
+shard so the update never clamps, then cut back to `new`) filled with zeros, padding elements
+first replaced by zeros, and sums over the group: every real element has one contributor.
+
 Padding elements carry unspecified values throughout (every step keeps real elements at their
-positions and only moves padding into padding), so no step masks.
+positions and only moves padding into padding), so no other step masks.
 """
 from __future__ import annotations
 
@@ -38,8 +43,8 @@ from gspmdc.passes.pass_manager import ChannelIds
 from .builder import Builder, scalar_reducer
 from .partition_ids import PartitionTables
 from .reshard_plan import (
-    AllGather, AllReduce, AllToAll, BroadcastFromDevice, Permute, ReduceScatter, ReshardPlan,
-    SendToDevice, Slice, ZeroPartials,
+    AllGather, AllReduce, AllToAll, BroadcastFromDevice, MaskedGather, Permute, ReduceScatter,
+    ReshardPlan, SendToDevice, Slice, ZeroPartials,
 )
 
 
@@ -122,6 +127,40 @@ def _all_to_all(ctx, value, shape, step: AllToAll, reducer):
     return b.slice_to(value, new_local)
 
 
+def _masked_gather(ctx, value, shape, step: MaskedGather, reducer):
+    b, tables = ctx.builder, ctx.tables
+    before, after = step.before, step.after
+    old, new = before.shard_dims(shape.dims), after.shard_dims(shape.dims)
+    t = value.shape.element_type
+    value = _zero_padding(ctx, value, shape, before)
+    relative = before.offsets(shape.dims) - after.offsets(shape.dims)     # [N, rank]
+    room = [n + o if moved else n for n, o, moved in zip(new, old, relative.any(axis=0))]
+    zeros = b.broadcast(b.zero(t), room)
+    starts = [tables.lookup(relative[:, d], f"gather.offset.{d}") for d in range(len(new))]
+    placed = b.add("dynamic-update-slice", zeros.shape.with_dims(room), [zeros, value, *starts])
+    placed = b.slice_to(placed, new)
+    combine = scalar_reducer(ctx.module, "or" if t == "pred" else "add", t)
+    return b.all_reduce(placed, step.groups, combine, ctx.channels())
+
+
+def _zero_padding(ctx, value, shape, tiling) -> Instruction:
+    """`value` (a shard under `tiling`) with its padding elements (beyond the dim's size) set to
+    zero."""
+    b = ctx.builder
+    dims = value.shape.dims
+    keep = None
+    for d, (size, count) in enumerate(zip(shape.dims, tiling.counts)):
+        if size % count == 0:
+            continue
+        start = ctx.tables.offsets(tiling, shape.dims)[d]
+        index = b.binary("add", b.iota("s32", dims, d), b.broadcast(start, dims))
+        inside = b.compare(index, b.broadcast(b.constant(size, "s32"), dims), "LT")
+        keep = inside if keep is None else b.binary("and", keep, inside)
+    if keep is None:
+        return value
+    return b.select(keep, value, b.broadcast(b.zero(value.shape.element_type), dims))
+
+
 def _slice(ctx, value, shape, step: Slice, reducer):
     b, tables = ctx.builder, ctx.tables
     before, after = step.before, step.after
@@ -174,7 +213,8 @@ def _select_scalar(b: Builder, predicate: Instruction, value: Instruction) -> In
 
 _EMITTERS = {
     AllReduce: _all_reduce, ReduceScatter: _reduce_scatter, AllGather: _all_gather,
-    AllToAll: _all_to_all, Slice: _slice, Permute: _permute, ZeroPartials: _zero_partials,
+    AllToAll: _all_to_all, MaskedGather: _masked_gather, Slice: _slice, Permute: _permute,
+    ZeroPartials: _zero_partials,
     BroadcastFromDevice: _broadcast_from_device, SendToDevice: _send_to_device,
 }
 

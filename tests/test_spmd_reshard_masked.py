@@ -1,0 +1,115 @@
+"""Fewer bytes than all-gathers where XLA sends fewer (issue 13, partitioner side): a masked gather
+(one all-reduce of zero-padded shards) when padding makes the all-gathers dearer, and an iota or
+a broadcast computed again in the sharding a user needs instead of being gathered. Bytes are
+worked out by hand from the cost model's ring formulas; values against numpy and the
+unpartitioned program, with garbage in the padding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gspmdc.ir.parser import parse_sharding
+from gspmdc.ir.shapes import ArrayShape
+from gspmdc.passes.spmd.reshard_plan import plan_reshard
+
+from spmd_partition_helpers import check_equivalent, collectives, opcodes, partition, run_global
+
+
+def _uneven(shape: str, source: str, target: str, n: int) -> str:
+    return (f"HloModule m, num_partitions={n}\n\nENTRY e {{\n"
+            f"  p = {shape} parameter(0), sharding={source}\n"
+            f"  e = {shape} exponential(p), sharding={source}\n"
+            f"  ROOT r = {shape} negate(e), sharding={target}\n}}\n")
+
+
+def test_tiny_uneven_value_is_summed_not_gathered():
+    """f32[3,3] in 8 row tiles (1 row each, 5 of them padding) needed replicated. All-gather:
+    each device sends its padded 12-byte row to 7 others = 84 B. Masked gather: an all-reduce of
+    the 9 real elements over 8 devices, ring chunks (2,1,1,1,1,1,1,1): device r sends
+    2*9 - c[r] - c[r+1] elements, at most 16 = 64 B."""
+    shape = ArrayShape("f32", (3, 3))
+    plan = plan_reshard(shape, parse_sharding("{devices=[8,1]<=[8]}"),
+                        parse_sharding("{replicated}"), 8)
+    assert plan.collectives == ["all-reduce"]
+    assert plan.cost == 64
+    spmd = check_equivalent(_uneven("f32[3,3]", "{devices=[8,1]<=[8]}", "{replicated}", 8), 8)
+    assert collectives(spmd) == [("all-reduce", [list(range(8))])]
+    x = np.arange(9, dtype=np.float32).reshape(3, 3) / 10
+    np.testing.assert_allclose(run_global(spmd, [x], 8), -np.exp(x), rtol=1e-6)
+
+
+def test_masked_gather_over_two_dims_with_replicas_groups_distinct_tiles():
+    """f32[2,2] in [4,4] tiles, each held by devices i and 16+i (32 devices): the 16 tiles of
+    each replica set are summed, {0..15} and {16..31}. All-gathers: 3*4 B then 3*8 B = 36 B;
+    the masked gather of 4 elements over 16: chunks (1,1,1,1,0,...), at most 2*4 - 0 - 0 = 8
+    elements = 32 B."""
+    source = "{devices=[4,4,2]<=[2,16]T(1,0) last_tile_dim_replicate}"
+    plan = plan_reshard(ArrayShape("f32", (2, 2)), parse_sharding(source),
+                        parse_sharding("{replicated}"), 32)
+    assert plan.collectives == ["all-reduce"] and plan.cost == 32
+    spmd = check_equivalent(_uneven("f32[2,2]", source, "{replicated}", 32), 32)
+    assert collectives(spmd) == [("all-reduce", [list(range(16)), list(range(16, 32))])]
+
+
+@pytest.mark.parametrize("source,target", [
+    ("{devices=[2,4]<=[8]}", "{replicated}"),
+    ("{devices=[8,1]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
+    ("{devices=[4,2]<=[2,4]T(1,0)}", "{devices=[1,2,4]<=[8] last_tile_dim_replicate}"),
+])
+def test_even_gathers_stay_all_gathers(source, target):
+    """On dims that divide evenly all-gathers send (g-1)/g of what an all-reduce sends: never
+    masked."""
+    plan = plan_reshard(ArrayShape("f32", (8, 16)), parse_sharding(source),
+                        parse_sharding(target), 8)
+    assert "all-reduce" not in plan.collectives
+
+
+def test_pred_masked_gather_uses_or():
+    text = _uneven("f32[3,2]", "{devices=[8,1]<=[8]}", "{replicated}", 8).replace(
+        "ROOT r = f32[3,2] negate(e)", "ROOT r = pred[3,2] compare(e, e), direction=EQ")
+    text = text.replace("-> f32", "-> pred")
+    check_equivalent(text, 8)
+
+
+BROADCAST = """HloModule m, num_partitions=4
+
+ENTRY e {
+  s = f32[] parameter(0), sharding={replicated}
+  q = f32[8,6] parameter(1), sharding={replicated}
+  b = f32[8,6] broadcast(s), dimensions={}, sharding={devices=[4,1]<=[4]}
+  i = s32[8,6] iota(), iota_dimension=0, sharding={devices=[4,1]<=[4]}
+  c = f32[8,6] convert(i), sharding={replicated}
+  m = f32[8,6] multiply(b, q), sharding={replicated}
+  ROOT t = (f32[8,6], f32[8,6]) tuple(m, c), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_broadcast_of_a_replicated_scalar_and_an_iota_are_recomputed_not_gathered():
+    """Gathering the row-tiled broadcast and iota would send 3 * 48 B each per device; both are
+    computed again replicated from the replicated scalar: no collective at all."""
+    spmd = check_equivalent(BROADCAST, 4)
+    assert collectives(spmd) == []
+    assert opcodes(spmd).count("all-gather") == 0
+    s, q = np.float32(1.5), np.arange(48, dtype=np.float32).reshape(8, 6)
+    m, c = run_global(spmd, [s, q], 4)
+    np.testing.assert_array_equal(m, s * q)
+    np.testing.assert_array_equal(c, np.broadcast_to(np.arange(8, dtype=np.float32)[:, None],
+                                                      (8, 6)))
+
+
+def test_broadcast_recomputed_from_its_operand_resharded():
+    """broadcast f32[8] (tiled in 4) -> f32[8,6] tiled [4,1], needed [1,4]-tiled on columns: the
+    operand's 8 elements gathered (each device sends its 8 B to 3 others: 24 B) and broadcast
+    locally cost less than moving the broadcast's tiles (an all-to-all of each device's [2,8]
+    padded shard: 3 of its 4 blocks of 16 B = 48 B)."""
+    text = """HloModule m, num_partitions=4
+
+ENTRY e {
+  v = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  b = f32[8,6] broadcast(v), dimensions={0}, sharding={devices=[4,1]<=[4]}
+  ROOT r = f32[8,6] negate(b), sharding={devices=[1,4]<=[4]}
+}
+"""
+    spmd = check_equivalent(text, 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
