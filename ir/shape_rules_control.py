@@ -92,7 +92,9 @@ def custom_call(inst: Instruction, module: Module) -> Shape:
     if target in _ONE_OPERAND:
         require(len(inst.operands) == 1,
                 f"custom-call {target} takes 1 operand, found {len(inst.operands)}")
-    if target == targets.SDY_FUNC_RESULT_SHARDING:
+    if target == targets.SDY_FUNC_RESULT_SHARDING and sdy.module_meshes(module) is not None:
+        # in a Shardy module it names the entry result's sharding; elsewhere (as for XLA's
+        # GSPMD partitioner) it is an identity annotation
         require(sdy.SHARDING in sdy.frontend(inst),
                 f"custom-call {target} needs its {sdy.SHARDING} frontend attribute")
     if target in _SOME_OPERANDS:

@@ -349,6 +349,10 @@ ENTRY e {
     good = text.replace('xla.xdy.sharding="x"',
                         'xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{\\"x\\"}]>]>"')
     assert verify_module(parse_module(good)) is None
+    # outside a Shardy module (no xla.sdy.meshes) it is an identity annotation, as XLA takes it
+    gspmd = text.replace(", frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"x\"=2]>}}", "")
+    assert "meshes" not in gspmd
+    assert verify_module(parse_module(gspmd)) is None
 
 
 @pytest.mark.parametrize("target", ["xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"])

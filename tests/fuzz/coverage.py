@@ -9,9 +9,6 @@ NOT_GENERATED = {
     "parameter": "every module has parameters; not an operation to cover",
     "custom-call:xla.sdy.ShardingGroup": "Shardy's sharding groups are the Shardy import's work "
                                          "(side-effecting: the partitioner refuses it)",
-    "custom-call:xla.sdy.FuncResultSharding": "Shardy's function-result marker carries its "
-                                              "xla.sdy.sharding over a mesh (refused without "
-                                              "it); the Shardy JAX programs cover it",
     "stochastic-convert": "not in the generator's tables; tests/test_op_catalogue.py and "
                           "tests/test_kernels_precision.py check it partitioned against "
                           "unpartitioned and against XLA's own results",
