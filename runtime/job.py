@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -26,8 +26,10 @@ from gspmdc.ir.shapes import TupleShape
 
 from . import io
 from .options import RunOptions
-from .profile import RankProfile, format_profiles, format_run_times, measured_figures
 from .sharded_io import SpmdSignature, unflatten_value
+
+if TYPE_CHECKING:       # annotations only: a rank that does not profile never imports profiling
+    from .profile import RankProfile
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
     print the outputs (`write_outputs(arrays)` when given, else `io.write_npz_atomic` to
     `--outputs`). Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
     from .compare import check_tolerance, compare_output_arrays
+    from .profile import format_profiles, format_run_times, measured_figures
     options = job.options
     named = io.output_arrays(module, outputs)
     if profiles is not None and options.profile:
