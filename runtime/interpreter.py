@@ -143,13 +143,14 @@ class Executable:
         entry = ctx.module.entry
         values = _check_entry_arguments(entry, args)
         live = ctx.live_arrays
-        if live is None:
-            return ctx.call(entry.name, values)
-        live.hold(tuple(values))
-        try:
-            return ctx.call(entry.name, values)
-        finally:
-            live.drop(tuple(values))
+        with np.errstate(all="ignore"):         # once per execution, for every computation
+            if live is None:
+                return ctx.call(entry.name, values)
+            live.hold(tuple(values))
+            try:
+                return ctx.call(entry.name, values)
+            finally:
+                live.drop(tuple(values))
 
 
 class EvalContext:
@@ -402,48 +403,47 @@ class _Plan:
         if on_value is not None:
             for param, value in zip(comp.parameters, args):
                 on_value(param, value)
-        with np.errstate(all="ignore"):
-            for kernel, inst, operand_slots, out, release, dims, dtype, finish in self.steps:
-                for s in finish:
-                    if type(values[s]) is Pending:
-                        values[s] = self._finish(ctx, s, values[s])
-                if position is not None:
-                    slots[slot] = numbers[id(inst)]
-                try:
-                    if timed:
-                        value = ctx.timed(kernel, inst, [values[s] for s in operand_slots])
-                    else:
-                        value = kernel(inst, [values[s] for s in operand_slots], ctx)
-                except GspmdcError:
-                    raise
-                except Exception as e:
-                    raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
-                                         f"{type(e).__name__}: {e}") from e
-                if type(value) is Pending:
-                    pass                                # checked when finished
-                elif dims is not None:
-                    if type(value) is not np.ndarray:
-                        value = _as_array(value, comp, inst)
-                    if value.shape != dims or value.dtype != dtype:
-                        _raise_mismatch(value, comp, inst)
-                    if folds is not None and out in foldable:
-                        folds[out] = value
-                elif _difference(value, inst.shape) is not None:
-                    _raise_mismatch(value, comp, inst)
-                values[out] = value
-                if type(value) is not Pending:
-                    if on_value is not None:
-                        on_value(inst, value)
-                    if live is not None:
-                        live.hold(value)
-                if live is not None:
-                    for s in release:
-                        live.drop(values[s])
-                for s in release:
-                    values[s] = None
-            for s in self.finish_at_end:
+        for kernel, inst, operand_slots, out, release, dims, dtype, finish in self.steps:
+            for s in finish:
                 if type(values[s]) is Pending:
                     values[s] = self._finish(ctx, s, values[s])
+            if position is not None:
+                slots[slot] = numbers[id(inst)]
+            try:
+                if timed:
+                    value = ctx.timed(kernel, inst, [values[s] for s in operand_slots])
+                else:
+                    value = kernel(inst, [values[s] for s in operand_slots], ctx)
+            except GspmdcError:
+                raise
+            except Exception as e:
+                raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
+                                     f"{type(e).__name__}: {e}") from e
+            if type(value) is Pending:
+                pass                                # checked when finished
+            elif dims is not None:
+                if type(value) is not np.ndarray:
+                    value = _as_array(value, comp, inst)
+                if value.shape != dims or value.dtype != dtype:
+                    _raise_mismatch(value, comp, inst)
+                if folds is not None and out in foldable:
+                    folds[out] = value
+            elif _difference(value, inst.shape) is not None:
+                _raise_mismatch(value, comp, inst)
+            values[out] = value
+            if type(value) is not Pending:
+                if on_value is not None:
+                    on_value(inst, value)
+                if live is not None:
+                    live.hold(value)
+            if live is not None:
+                for s in release:
+                    live.drop(values[s])
+            for s in release:
+                values[s] = None
+        for s in self.finish_at_end:
+            if type(values[s]) is Pending:
+                values[s] = self._finish(ctx, s, values[s])
         if live is not None:
             for value, folded in zip(values, self.initial):
                 if folded is None:
