@@ -146,14 +146,16 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
     print the outputs (`write_outputs(arrays)` when given, else `io.write_npz_atomic` to
     `--outputs`). Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
     from .compare import check_tolerance, compare_output_arrays
-    from .profile import format_profiles, format_run_times, measured_figures
     options = job.options
     named = io.output_arrays(module, outputs)
-    if profiles is not None and options.profile:
-        print(format_profiles(profiles))
-    if profiles is not None and options.profile_json is not None:
-        _write_json(options.profile_json, measured_figures(module, profiles).to_json())
+    if profiles is not None:
+        from .profile import format_profiles, measured_figures
+        if options.profile:
+            print(format_profiles(profiles))
+        if options.profile_json is not None:
+            _write_json(options.profile_json, measured_figures(module, profiles).to_json())
     if run_times:
+        from .profile import format_run_times
         print(format_run_times(run_times))
     if options.outputs is not None:
         if write_outputs is not None:
