@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -26,8 +26,10 @@ from gspmdc.ir.shapes import TupleShape
 
 from . import io
 from .options import RunOptions
-from .profile import RankProfile, format_profiles, format_run_times, measured_figures
 from .sharded_io import SpmdSignature, unflatten_value
+
+if TYPE_CHECKING:       # annotations only: a rank that does not profile never imports profiling
+    from .profile import RankProfile
 
 
 @dataclass(frozen=True)
@@ -146,11 +148,14 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
     from .compare import check_tolerance, compare_output_arrays
     options = job.options
     named = io.output_arrays(module, outputs)
-    if profiles is not None and options.profile:
-        print(format_profiles(profiles))
-    if profiles is not None and options.profile_json is not None:
-        _write_json(options.profile_json, measured_figures(module, profiles).to_json())
+    if profiles is not None:
+        from .profile import format_profiles, measured_figures
+        if options.profile:
+            print(format_profiles(profiles))
+        if options.profile_json is not None:
+            _write_json(options.profile_json, measured_figures(module, profiles).to_json())
     if run_times:
+        from .profile import format_run_times
         print(format_run_times(run_times))
     if options.outputs is not None:
         if write_outputs is not None:

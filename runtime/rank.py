@@ -166,7 +166,6 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
     from .backends.mpi import wait
     from .interpreter import Executable
     from .job import finish, input_sources
-    from .profile import ProfileRecorder
     from .rank_position import FINISHING, WRITING
     from .sharded_io import shard_value
     n = job.num_partitions
@@ -175,7 +174,10 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
     sources = input_sources(job, signature)
     args = [shard_value(a, v, p, n, padding=job.options.padding)
             for a, v in zip(sources, signature.parameters)]
-    recorder = ProfileRecorder(p, n, job.started_at, module) if job.options.profiling else None
+    recorder = None
+    if job.options.profiling:
+        from .profile import ProfileRecorder
+        recorder = ProfileRecorder(p, n, job.started_at, module)
     executable = Executable(module, backend, position=board.position(module),
                             on_step=recorder.on_step if recorder is not None else None,
                             live_arrays=recorder.live_arrays if recorder is not None else None,

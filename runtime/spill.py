@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import mmap
 import os
-import tempfile
 
 import numpy as np
 
@@ -31,6 +30,7 @@ def zeros(shape, dtype) -> np.ndarray:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < SPILL_BYTES:
         return np.zeros(shape, dtype)
+    import tempfile         # here: most runs never spill, and tempfile imports a dozen modules
     with tempfile.TemporaryFile(prefix="gspmdc-spill-") as backing:
         try:
             os.posix_fallocate(backing.fileno(), 0, nbytes)
