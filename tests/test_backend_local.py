@@ -1,5 +1,6 @@
 """The local (threaded) backend: every collective in every replica-group spelling and group mode
-against numpy written here, the worked examples of gspmd-algorithms §5.2, loops of collectives,
+against numpy written here, the worked examples of docs/design/collectives.md#semantics, loops of
+collectives,
 failures (one partition raising, a non-SPMD program, a timeout) that must surface promptly, and
 the profiler's bookkeeping."""
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Collectives: the group rules of every mode (hand-computed groups), the shared group semantics on
-the worked 4-partition examples of gspmd-algorithms §5.2, and the single-partition backend through
+the worked 4-partition examples of docs/design/collectives.md#semantics, and the single-partition
+backend through
 the interpreter."""
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_permute_pairs_with_and_without_channel():
                                  channel_id=3), 4)
 
 
-# ------------------------------------------------------- group semantics (§5.2 examples)
+# ---------------------------------- group semantics (docs/design/collectives.md#semantics)
 
 def partition_values():
     return [np.array([p, 10 + p, 20 + p, 30 + p], np.int32) for p in range(4)]

@@ -1,4 +1,5 @@
-"""Partitioning of `convolution` (reference §4.6.1, §4.7, §4.8): a convolution is a dot over its
+"""Partitioning of `convolution` (docs/design/partitioning.md#convolution-strategies): a
+convolution is a dot over its
 non-spatial dims, so the dot's compatibility rule (`op_rules_dot.dot_result`) decides which
 operand pairs run locally and what they produce.
 
@@ -20,13 +21,13 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   batch groups) are tiled alike and only by a count dividing the group count, so every
   partition holds whole groups; the local convolution has `group_count / tiles` groups. The rhs
   input-feature dim of a feature-grouped convolution stays whole;
-- spatial dims (the forward case, §4.6.1 strategy 3): an lhs spatial dim tiled n ways gives
+- spatial dims (the forward case, strategy 3): an lhs spatial dim tiled n ways gives
   the output spatial dim tiled the same n ways. With a trivial window (size 1, stride 1, no
   padding or dilation) that is all; otherwise each partition first receives the halo its output
   block's windows read from its neighbours (`halo.windowed_input`: collective-permutes, a
   (dynamic-)slice, padding and garbage masked with 0, lhs dilation done locally) and runs the
   convolution with that dim's padding and lhs dilation removed;
-- kernel spatial dims tiled like the input's (the weight-gradient case, §4.6.1 strategy 2; not
+- kernel spatial dims tiled like the input's (the weight-gradient case, strategy 2; not
   with window reversal): the spatial dims are contracted like features — each partition holds
   kernel taps `[R*i, R*(i+1))` (the tile count must divide the kernel size), receives the input
   window those taps read by the same halo exchange (a window of the output's size sliding by
@@ -68,7 +69,7 @@ class ConvDims:
     `kernel_tiled` the kernel spatial dims tiled like the input's (rhs dim -> its size, which
     the tile count must divide).
 
-    `gradient`: the window dims whose kernel dim is tiled (the weight-gradient case, §4.6.1
+    `gradient`: the window dims whose kernel dim is tiled (the weight-gradient case, strategy 2
     strategy 2): input and kernel spatial dims are contracted like features (partial sums), and
     the input's window is the kernel shard's: shard `i` of the kernel holds taps
     `[R*i, R*(i+1))`, which read input positions `o*stride - pad_low + k*dilation` — a window of

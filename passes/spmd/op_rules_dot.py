@@ -1,4 +1,5 @@
-"""Partitioning of `dot` (reference §4.8): batch-, contracting-, non-contracting-partitioned and
+"""Partitioning of `dot` (docs/design/partitioning.md#dot): batch-, contracting-,
+non-contracting-partitioned and
 mixed operands on meshes of any rank, by one compatibility rule instead of XLA's recursion.
 
 A local dot of two shards is a correct piece of the global dot when, on every device, both
@@ -6,7 +7,7 @@ operands hold the same block of every batch dim and of every contracting dim. Th
 result is the output block (batch, lhs-free and rhs-free blocks of its operands) summed over its
 contracting block only: `dot_result` builds that result sharding, with the contracting tiles as
 the `unreduced` subgroup (partial sums), or finds that the pair is incompatible (blocks disagree,
-or the output blocks do not cover the output evenly). XLA's grouped cases (§4.8 cases 1-4) are
+or the output blocks do not cover the output evenly). XLA's grouped cases (cases 1-4 there) are
 exactly the compatible pairs whose devices form groups; no in-group ids are needed because every
 table and collective is built over global device ids.
 
