@@ -179,17 +179,9 @@ def _all_gather_like(inst, dim_attr):
 
 
 def _all_to_all(inst):
-    if "dimensions" not in inst.attrs:
-        return None
-    dim = attr_ints(inst, "dimensions")[0]
-    in_shape, out_shape = inst.operands[0].shape, _leaves(inst.shape)[0]
-    b = RuleBuilder.of(inst)
-    for d, size in enumerate(in_shape.dims):
-        if d != dim:
-            b.factor_everywhere(d, size)
-    b.factor_everywhere(dim, in_shape.dims[dim], REPLICATION, results=False)
-    b.factor_everywhere(dim, out_shape.dims[dim], REPLICATION, operands=False)
-    return b.build()
+    """The array form moves data along `dimensions` as all-gather does (the tuple form has no
+    rule)."""
+    return _all_gather_like(inst, "dimensions") if "dimensions" in inst.attrs else None
 
 
 def _bitcast_convert(inst):

@@ -55,7 +55,7 @@ from gspmdc.ir.sharding import HloSharding
 
 from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, recorded_plans, windowed_input
 from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
-from .op_rules_dot import DotDims, _inverse, _merge_free, dot_result
+from .op_rules_dot import DotDims, _inverse, aligned_operand_pairs, dot_result
 from .tiling import Tiling, remap
 
 
@@ -265,22 +265,13 @@ def _pairs(inst: Instruction, cd: ConvDims, ctx: PlanContext, target: HloShardin
     pairs: list[tuple[Tiling, Tiling, str]] = []
     if lhs is not None and rt is not None:
         pairs.append((lhs, rt, "convolution operands are compatible"))
-    if lhs is not None:
-        aligned = ctx.tiling(remap(lhs.sharding, cd.dot.lhs_to_rhs(lr), rr), rr)
-        pairs.append((lhs, aligned, "kernel aligned to the input's batch/feature tiles"))
-        if rt is not None:
-            merged = _merge_free(rt.sharding, aligned.sharding, cd.dot.rhs_free)
-            if merged is not None:
-                pairs.append((lhs, ctx.tiling(merged, rr), "kernel aligned to the input, "
-                                                           "keeping its output-feature tiling"))
-    if rt is not None:
-        aligned = ctx.tiling(remap(rt.sharding, cd.dot.rhs_to_lhs(rr), lr), lr)
-        pairs.append((aligned, rt, "input aligned to the kernel's feature tiles"))
-        if lhs is not None:
-            merged = _merge_free(lhs.sharding, aligned.sharding, cd.dot.lhs_free)
-            if merged is not None:
-                pairs.append((ctx.tiling(merged, lr), rt, "input aligned to the kernel, "
-                                                          "keeping its batch/spatial tiling"))
+    aligned = aligned_operand_pairs(
+        None if lhs is None else lhs.sharding, None if rt is None else rt.sharding, cd.dot, lr, rr,
+        ("kernel aligned to the input's batch/feature tiles",
+         "kernel aligned to the input, keeping its output-feature tiling",
+         "input aligned to the kernel's feature tiles",
+         "input aligned to the kernel, keeping its batch/spatial tiling"))
+    pairs += [(ctx.tiling(a, lr), ctx.tiling(b, rr), reason) for a, b, reason in aligned]
     out = ctx.tiling(target, out_rank).sharding
     pairs.append((ctx.tiling(remap(out, _inverse(cd.lhs_to_output(lr), out_rank), lr), lr),
                   ctx.tiling(remap(out, _inverse(cd.rhs_to_output(rr), out_rank), rr), rr),
