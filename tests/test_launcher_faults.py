@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from fault_table import all_reduce_after, tagged_processes, wait_gone
+
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 
@@ -39,22 +41,6 @@ CUSTOM_CALL_TARGETS["gspmdc_test.fail_on_partition_1"] = _fail
 CUSTOM_CALL_TARGETS["gspmdc_test.sleep_on_partition_1"] = _sleep
 '''
 
-PROGRAM = """HloModule faulty, num_partitions=4
-
-addf {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  x = f32[4] parameter(0), sharding={replicated}
-  c = f32[4] custom-call(x), custom_call_target="gspmdc_test.TARGET"
-  ROOT r = f32[4] all-reduce(c), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=addf, sharding={replicated}
-}
-"""
-
-
 @pytest.fixture
 def job(tmp_path):
     """(program path for a target, environment with the plugin and a unique tag, output path)."""
@@ -65,34 +51,11 @@ def job(tmp_path):
 
     def program(target: str) -> Path:
         path = tmp_path / f"{target}.hlo"
-        path.write_text(PROGRAM.replace("TARGET", target))
+        path.write_text(all_reduce_after(f"gspmdc_test.{target}", 4))
         return path
     yield program, env, tmp_path / "out.npz"
     wait_gone(tag, 10.0)
     assert tagged_processes(tag) == [], "processes left behind"
-
-
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes whose environment carries GSPMDC_TEST_TAG=tag (zombies excluded)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if f"GSPMDC_TEST_TAG={tag}".encode() not in (entry / "environ").read_bytes():
-                continue
-            if (entry / "stat").read_text().split(") ")[-1].startswith("Z"):
-                continue
-        except OSError:
-            continue
-        found.append(int(entry.name))
-    return found
-
-
-def wait_gone(tag: str, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while tagged_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.1)
 
 
 def rank_processes(tag: str) -> dict[int, int]:
