@@ -6,6 +6,7 @@ The failing programs use test-only custom-call targets registered by a `sitecust
 test puts on PYTHONPATH (so every rank process has them). Every subprocess has a timeout."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -97,15 +98,13 @@ def test_an_exception_on_one_rank_stops_the_job(job):
     wait_gone(env["GSPMDC_TEST_TAG"])
 
 
-@needs_mpi
-@pytest.mark.parametrize("victim, instruction", [(1, "main/c (custom-call)"),
-                                                 (2, "main/r (all-reduce)")])
-def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, victim, instruction):
-    """Rank 1 sleeps in the custom-call; the others wait for it in the all-reduce."""
+@contextlib.contextmanager
+def asleep_on_rank_1(job):
+    """`gspmdc run` of the program whose rank 1 sleeps in the custom-call (the others then wait
+    in the all-reduce), yielded once rank 1 sleeps; killed on the way out if still running. It
+    gets the default SIGINT handling a terminal's Ctrl-C meets: a shell starting the test suite
+    in the background makes SIGINT ignored, and ignored signals are inherited."""
     program, env, out = job
-    tag = env["GSPMDC_TEST_TAG"]
-    # a shell starting the test suite in the background makes SIGINT ignored, and ignored
-    # signals are inherited: give gspmdc the default handling a terminal's Ctrl-C meets
     proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
                              "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
@@ -116,15 +115,26 @@ def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, vict
         while not asleep.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert asleep.exists(), "the ranks did not start"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@needs_mpi
+@pytest.mark.parametrize("victim, instruction", [(1, "main/c (custom-call)"),
+                                                 (2, "main/r (all-reduce)")])
+def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, victim, instruction):
+    """Rank 1 sleeps in the custom-call; the others wait for it in the all-reduce."""
+    program, env, out = job
+    tag = env["GSPMDC_TEST_TAG"]
+    with asleep_on_rank_1(job) as proc:
         time.sleep(0.5)                  # let the others reach the all-reduce
         ranks = rank_processes(tag)
         os.kill(ranks[victim], signal.SIGKILL)
         start = time.monotonic()
         stdout, stderr = proc.communicate(timeout=30)
         seconds = time.monotonic() - start
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 3, stderr
     assert f"rank {victim} (pid {ranks[victim]}) terminated unexpectedly (killed or crashed) " \
         f"while executing {instruction}; the job was stopped" in stderr
@@ -151,24 +161,10 @@ def test_timeout_stops_every_rank(job):
 def test_ctrl_c_stops_every_rank(job):
     program, env, out = job
     tag = env["GSPMDC_TEST_TAG"]
-    # a shell starting the test suite in the background makes SIGINT ignored, and ignored
-    # signals are inherited: give gspmdc the default handling a terminal's Ctrl-C meets
-    proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
-                             "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        asleep = Path(env["GSPMDC_TEST_DIR"], "asleep")
-        while not asleep.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert asleep.exists(), "the ranks did not start"
+    with asleep_on_rank_1(job) as proc:
         assert len(rank_processes(tag)) == 4
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 3 and "interrupted" in stderr
     assert not out.exists()
     wait_gone(tag)
