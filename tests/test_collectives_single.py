@@ -16,6 +16,7 @@ from gspmdc.runtime.collectives import (
     scatter_block, split_blocks,
 )
 
+from hlo_text import max_magnitude_reducer, reducer
 from interpreter_helpers import run_hlo
 
 ADD = Reduction(combine=np.add, ufunc=np.add)
@@ -149,19 +150,7 @@ def test_split_blocks_requires_divisibility():
 
 # ------------------------------------------------------------ single-partition evaluation
 
-ADD_COMPUTATION = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-smax {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  x = f32[] abs(a)
-  y = f32[] abs(b)
-  ROOT r = f32[] maximum(x, y)
-}"""
+ADD_COMPUTATION = reducer("add") + max_magnitude_reducer("smax")
 
 
 def run_collective(body, *args):
