@@ -651,3 +651,15 @@ def test_split_replication_nests_new_tiles_in_old_ones():
     before, after = holdings(s, shape, 8), holdings(out, shape, 8)
     for d in range(8):
         assert not (after[d][1] & ~before[d][1]).any()
+
+
+def test_the_compiler_has_one_cache():
+    """`sharding_algebra.cached` is the compiler's one memo of derived values (`clear_caches`
+    empties every table): no module of `ir/` or `passes/` keeps a functools cache of its own."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    own = [f"{p.relative_to(root)}:{n}" for folder in ("ir", "passes")
+           for p in sorted((root / folder).rglob("*.py"))
+           for n, line in enumerate(p.read_text().splitlines(), 1)
+           if "lru_cache" in line or "functools.cache" in line or "@cache" in line]
+    assert own == []
