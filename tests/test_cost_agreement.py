@@ -173,7 +173,7 @@ def test_the_agreement_score_counts_what_differs():
 
 
 def test_corpus_cases_are_compared_or_listed_with_the_reason(tmp_path):
-    from gspmdc.conformance_cost import unmeasured_cases
+    from conformance.score_cost import unmeasured_cases
     small = """HloModule small
 ENTRY e {
   p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
@@ -203,7 +203,7 @@ ENTRY e {
 
 
 def test_the_score_compares_both_conformance_corpora(tmp_path, capsys):
-    from gspmdc.conformance_cost import score
+    from conformance.score_cost import score
     program = """HloModule m
 ENTRY e {
   p = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
