@@ -37,13 +37,14 @@ paper-scale: install
 	$(PY) bench/paper_scale.py --write docs/paper-scale.md
 
 # gspmdc cost against run --profile-json on MPI ranks over the corpora (the table of docs/cost.md)
+# (the scorers are test tooling, tests/conformance/score*.py, not part of the installed package)
 cost-agreement: install
-	$(PY) -m gspmdc.conformance cost
+	cd tests && ../$(PY) -m conformance.score cost
 
 conformance: install
-	$(PY) -m gspmdc.conformance parse
-	$(PY) -m gspmdc.conformance propagate
-	$(PY) -m gspmdc.conformance partition
+	cd tests && ../$(PY) -m conformance.score parse
+	cd tests && ../$(PY) -m conformance.score propagate
+	cd tests && ../$(PY) -m conformance.score partition
 
 # gspmdc against XLA itself (needs the [xla] extra, which install brings): CASES random modules from
 # SEED, each under both propagation option settings; figures, divergence classes, shrunk examples

@@ -1,4 +1,5 @@
-"""Named device meshes: our extension of the HLO text format (reference §2.8).
+"""Named device meshes: our extension of the HLO text format
+(docs/design/sharding-algebra.md#meshes).
 
 A `Mesh` is the GSPMD paper's `device_mesh` with JAX-style axis names: an n-D array of device ids
 whose axes are named. `mesh.sharding(dims_mapping)` is the paper's

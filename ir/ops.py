@@ -23,8 +23,9 @@ opcode without a rule:
 except where the catalogue itself says a layer refuses it (`refusal`).
 
 Adding an elementwise opcode: one `_unary`/`_binary` line below (its operand types and result
-type give its shape rule) and its kernel in `runtime/kernels/elementwise.py`; propagation and
-partitioning pick it up from `ELEMENTWISE`.
+type give its shape rule; `rounded=True` when it rounds a floating-point result) and its kernel in
+`runtime/kernels/elementwise.py`; propagation (GSPMD's and Shardy's), partitioning, operation
+counts and bf16 rounding pick it up from the catalogue (docs/design/adding-an-opcode.md).
 """
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ class Trait(enum.Enum):
     RNG_STATE = "rng state"
     #: runs called computations as its body (loops, branches, calls)
     CONTROL_FLOW = "control flow"
+    #: rounds its floating-point result: computed in a wider type and rounded back (as XLA:CPU
+    #: computes bf16), it can differ from the result computed in its own type
+    ROUNDED = "rounded"
 
 
 class TypeClass(enum.Enum):
@@ -136,12 +140,15 @@ def _op(name: str, operands: int | tuple[int, int | None], *traits: Trait,
     return OpDef(name, low, high, frozenset(traits), calls, types)
 
 
-def _unary(name: str, operands: TypeClass, result: ResultType = ResultType.SAME) -> OpDef:
-    return _op(name, 1, Trait.ELEMENTWISE, types=ElementTypes(operands, result))
+def _unary(name: str, operands: TypeClass, result: ResultType = ResultType.SAME, *,
+           rounded: bool = False) -> OpDef:
+    return _op(name, 1, Trait.ELEMENTWISE, *([Trait.ROUNDED] if rounded else []),
+               types=ElementTypes(operands, result))
 
 
-def _binary(name: str, operands: TypeClass) -> OpDef:
-    return _op(name, 2, Trait.ELEMENTWISE, types=ElementTypes(operands))
+def _binary(name: str, operands: TypeClass, *, rounded: bool = False) -> OpDef:
+    return _op(name, 2, Trait.ELEMENTWISE, *([Trait.ROUNDED] if rounded else []),
+               types=ElementTypes(operands))
 
 
 _E, _T = Trait, TypeClass
@@ -159,30 +166,30 @@ _OPS = (
     _unary("round-nearest-afz", _T.FLOAT),
     _unary("round-nearest-even", _T.FLOAT),
     _unary("is-finite", _T.FLOAT, ResultType.PRED),
-    _unary("erf", _T.FLOAT),
+    _unary("erf", _T.FLOAT, rounded=True),
     _unary("real", _T.FLOAT_OR_COMPLEX, ResultType.COMPONENT),
     _unary("imag", _T.FLOAT_OR_COMPLEX, ResultType.COMPONENT),
-    _unary("exponential", _T.FLOAT_OR_COMPLEX),
-    _unary("exponential-minus-one", _T.FLOAT_OR_COMPLEX),
-    _unary("log", _T.FLOAT_OR_COMPLEX),
-    _unary("log-plus-one", _T.FLOAT_OR_COMPLEX),
-    _unary("sqrt", _T.FLOAT_OR_COMPLEX),
-    _unary("rsqrt", _T.FLOAT_OR_COMPLEX),
-    _unary("cbrt", _T.FLOAT_OR_COMPLEX),
-    _unary("tanh", _T.FLOAT_OR_COMPLEX),
-    _unary("logistic", _T.FLOAT_OR_COMPLEX),
-    _unary("sine", _T.FLOAT_OR_COMPLEX),
-    _unary("cosine", _T.FLOAT_OR_COMPLEX),
-    _unary("tan", _T.FLOAT_OR_COMPLEX),
-    _binary("add", _T.NUMERIC),
-    _binary("subtract", _T.NUMERIC),
-    _binary("multiply", _T.NUMERIC),
-    _binary("divide", _T.NUMERIC),
-    _binary("remainder", _T.NUMERIC),
-    _binary("power", _T.NUMERIC),
+    _unary("exponential", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("exponential-minus-one", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("log", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("log-plus-one", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("sqrt", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("rsqrt", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("cbrt", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("tanh", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("logistic", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("sine", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("cosine", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _unary("tan", _T.FLOAT_OR_COMPLEX, rounded=True),
+    _binary("add", _T.NUMERIC, rounded=True),
+    _binary("subtract", _T.NUMERIC, rounded=True),
+    _binary("multiply", _T.NUMERIC, rounded=True),
+    _binary("divide", _T.NUMERIC, rounded=True),
+    _binary("remainder", _T.NUMERIC, rounded=True),
+    _binary("power", _T.NUMERIC, rounded=True),
     _binary("maximum", _T.NUMERIC),
     _binary("minimum", _T.NUMERIC),
-    _binary("atan2", _T.FLOAT_OR_COMPLEX),
+    _binary("atan2", _T.FLOAT_OR_COMPLEX, rounded=True),
     _binary("and", _T.INTEGRAL_OR_PRED),
     _binary("or", _T.INTEGRAL_OR_PRED),
     _binary("xor", _T.INTEGRAL_OR_PRED),

@@ -1,7 +1,8 @@
 """Shape rules of collectives and device ids: all-reduce, all-gather, reduce-scatter, all-to-all
 (array and tuple forms), collective-permute, collective-broadcast, partition-id, replica-id.
 
-The group size G of a collective follows XLA's group modes (gspmd-algorithms §5.1), decided by
+The group size G of a collective follows XLA's group modes
+(docs/design/cost-model.md#who-talks-to-whom), decided by
 `channel_id` and `use_global_device_ids`:
 
 | channel_id | use_global_device_ids   | mode                        | G for `{}` | G for group g |

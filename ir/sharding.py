@@ -1,6 +1,6 @@
 """HloSharding: the immutable, validated sharding value attached to instruction results.
 
-Follows XLA's `HloSharding` (reference §2). A sharding is one of
+Follows XLA's `HloSharding` (docs/design/sharding-algebra.md). A sharding is one of
 
 | kind         | text                                                 |
 |--------------|------------------------------------------------------|
@@ -15,10 +15,12 @@ Follows XLA's `HloSharding` (reference §2). A sharding is one of
 A tiled sharding has a `TileAssignment` `T` whose leading `data_rank` dims cut the array's dims and
 whose trailing dims are typed subgroups (`subgroup_types`, a tuple of "manual" / "unreduced" /
 "replicated"; `("replicated",)` is `last_tile_dim_replicate`). Shardings are canonicalised on
-construction (§2.6), so `==` is semantic: it compares kind, tile assignment, subgroup types,
+construction (docs/design/sharding-algebra.md#canonical-forms), so `==` is semantic: it compares
+kind, tile assignment, subgroup types,
 maximal device, tuple elements and shard group, never metadata.
 
-Shard-shape arithmetic (§2.3): `shard = cdiv(S, t)`, padded offset `ordinal * shard`, valid range
+Shard-shape arithmetic (docs/design/sharding-algebra.md#shard-arithmetic): `shard = cdiv(S, t)`,
+padded offset `ordinal * shard`, valid range
 `[min(ordinal*shard, S), min((ordinal+1)*shard, S))`; tables over all devices are numpy arrays.
 """
 from __future__ import annotations
@@ -166,7 +168,8 @@ class HloSharding:
     @classmethod
     def tiled(cls, tile_assignment: TileAssignment, subgroup_types: Sequence[str] = (),
               metadata=(), shard_group: ShardGroup | None = None) -> "HloSharding":
-        """A tiled sharding in canonical form (§2.6): size-1 subgroup dims dropped, same-typed
+        """A tiled sharding in canonical form (docs/design/sharding-algebra.md#canonical-forms):
+        size-1 subgroup dims dropped, same-typed
         subgroup dims merged, types ordered manual < unreduced < replicated, replication groups
         sorted; degenerates to `{replicated}`/`{manual}`/`{unreduced}` when no data dim is cut
         and one subgroup type remains, and to `{replicated}` on a single device."""
@@ -456,7 +459,8 @@ class HloSharding:
 
     def partition_groups_for_replication(self, dims: Sequence[int]) -> np.ndarray:
         """`[G, S]` groups of devices that must exchange data to undo the tiling on `T` dims
-        `dims` (§2.7(p)): devices sharing every other coordinate of `T`, groups ordered by those
+        `dims` (docs/design/sharding-algebra.md#grouping): devices sharing every other coordinate
+        of `T`, groups ordered by those
         coordinates, members row-major by their coordinates on `dims`."""
         self._require_tiled("partition_groups_for_replication")
         ta = self.tile_assignment
@@ -572,7 +576,8 @@ class HloSharding:
         return limit - start
 
     def non_padded_shape(self, shape: ArrayShape, device: int) -> tuple[int, ...]:
-        """The valid (unpadded) extent of `device`'s shard (§2.5); zeros for devices not in `T`."""
+        """The valid (unpadded) extent of `device`'s shard
+        (docs/design/sharding-algebra.md#shard-arithmetic); zeros for devices not in `T`."""
         if self.kind != "tiled":
             self._leaf_for_array(shape)
             return tuple(shape.dims)

@@ -309,7 +309,8 @@ class TileAssignment:
         return TileAssignment.from_array(self.array.transpose(perm))
 
     def sort_last_dim(self) -> "TileAssignment":
-        """Sort the ids along the last dim (each replication group ascending, §2.6 rule 1)."""
+        """Sort the ids along the last dim (each replication group ascending,
+        docs/design/sharding-algebra.md#canonical-forms)."""
         if self._iota is not None:
             groups = _align(_digits(*self._iota), self._dims)
             if groups is not None:

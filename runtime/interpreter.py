@@ -9,7 +9,7 @@ Each computation is compiled once per executable into a plan (kernel, instructio
 slots to release) that calls, while loops and conditionals reuse. Instructions run in program
 order; a value is released right after its last use, so memory holds only live values. One fusion:
 a `pad` read only by a `dynamic-slice` is not evaluated, the slice reads its window from the pad's
-operand (`_windows_of_pads`; the hooks see the dynamic-slice only). Values are immutable: kernels
+operand (`fused_pads`; the hooks see the dynamic-slice only). Values are immutable: kernels
 never write into their operands, and a result may alias an operand (a view). Kernels run under
 `np.errstate(all="ignore")`: HLO arithmetic has no traps.
 
@@ -43,6 +43,7 @@ import numpy as np
 
 from gspmdc.errors import GspmdcError, RuntimeFailure, UnsupportedError
 from gspmdc.ir import dtypes
+from gspmdc.ir.liveness import fused_pads
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.ops import COLLECTIVES, SIDE_EFFECTING, Trait, opcodes, with_trait
 from gspmdc.ir.schedule import BARRIER_OPCODES, issue_early
@@ -270,7 +271,7 @@ class _Plan:
         self.num_slots = len(comp.instructions) + len(wide)
         self.param_slots = [slot[p] for p in comp.parameters]
         self.root_slot = slot[comp.root]
-        fused = _windows_of_pads(comp)
+        fused = fused_pads(comp)
         windows = set(fused.values())
         #: slots of the dynamic-slices that read their window from a pad's operand
         self._windows = {slot[inst] for inst in windows}
@@ -492,20 +493,6 @@ def _held_bytes(value: np.ndarray) -> int:
     while isinstance(value.base, np.ndarray):
         value = value.base
     return value.nbytes
-
-
-def _windows_of_pads(comp: Computation) -> dict[Instruction, Instruction]:
-    """The fusion of `_Plan`: `{pad: dynamic-slice}` for every pad (no interior padding, not the
-    root) whose only user is a dynamic-slice of it. The pad is not evaluated; the dynamic-slice
-    reads its window from the pad's operand (`dynamic_slice_of_pad`), so the padded array, which
-    the partitioner's replicated-to-tiled reshards of uneven dimensions make whole on every
-    partition, never exists."""
-    users = comp.users()
-    return {inst: users[inst][0] for inst in comp.instructions
-            if inst.opcode == "pad" and inst is not comp.root and len(users[inst]) == 1
-            and users[inst][0].opcode == "dynamic-slice" and users[inst][0].operands[0] is inst
-            and inst not in users[inst][0].operands[1:]
-            and all(p.interior == 0 for p in inst.attrs["padding"])}
 
 
 def _as_array(value: Any, comp: Computation, inst: Instruction) -> np.ndarray:

@@ -39,12 +39,9 @@ from .options import ROUNDINGS
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
 
-#: bf16 elementwise ops whose f32 result can differ from its rounding (the others, e.g. maximum,
-#: negate, floor, select, give bf16 values in f32 too)
-_ARITHMETIC = ops.opcodes(
-    "add", "subtract", "multiply", "divide", "remainder", "power", "atan2",
-    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sqrt", "rsqrt",
-    "cbrt", "sine", "cosine", "tan", "tanh", "erf")
+#: bf16 elementwise ops whose f32 result can differ from its rounding (the catalogue's `ROUNDED`
+#: trait; the others, e.g. maximum, negate, floor, select, give bf16 values in f32 too)
+_ARITHMETIC = ops.with_trait(ops.Trait.ROUNDED)
 
 #: consumers XLA:CPU gives an f32 operand (a convert to f32 also qualifies)
 _F32_COLLECTIVES = ops.opcodes("all-reduce", "reduce-scatter")

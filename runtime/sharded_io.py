@@ -18,7 +18,8 @@ inputs needs, for every entry parameter and for the result, the global shape and
      shardings need source 1 or 2.
 
 Splitting (`split_value`, all partitions at once; `shard_value`, one partition, reading only its
-slice, e.g. of a memory-mapped file) follows the shard arithmetic of gspmd-algorithms §2.3: the
+slice, e.g. of a memory-mapped file) follows the shard arithmetic of
+docs/design/sharding-algebra.md#shard-arithmetic: the
 shard of a tiled dimension is `ceil(S/t)` long, partition ordinal `i` holds
 `[min(i*shard, S), min((i+1)*shard, S))` followed by padding up to the shard size. Padding is zeros by
 default; `padding="garbage"` fills it with values that reveal a program reading it (NaN for floats

@@ -43,20 +43,29 @@ TIMEOUT = 10.0
 #: how long any one wait may take
 _PATIENCE = 60.0
 
-PROGRAM = """HloModule faulty, num_partitions=2
 
-addf {
+
+def all_reduce_after(target: str, num_partitions: int, name: str = "faulty") -> str:
+    """A program whose every partition calls the test custom-call `target` on a replicated
+    `f32[4]` and then all-reduces the result: the collective the other ranks wait in while one
+    fails, hangs or sleeps in `target`."""
+    return f"""HloModule {name}, num_partitions={num_partitions}
+
+addf {{
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT s = f32[] add(a, b)
-}
+}}
 
-ENTRY main {
-  x = f32[4] parameter(0), sharding={replicated}
-  c = f32[4] custom-call(x), custom_call_target="gspmdc_test.pause"
-  ROOT r = f32[4] all-reduce(c), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=addf, sharding={replicated}
-}
+ENTRY main {{
+  x = f32[4] parameter(0), sharding={{replicated}}
+  c = f32[4] custom-call(x), custom_call_target="{target}"
+  ROOT r = f32[4] all-reduce(c), channel_id=1, replica_groups={{}}, use_global_device_ids=true, to_apply=addf, sharding={{replicated}}
+}}
 """
+
+
+PROGRAM = all_reduce_after("gspmdc_test.pause", 2)
 
 PLUGIN = '''
 import os, time
@@ -209,6 +218,13 @@ def _at_all_reduce(tmp: Path, rank: int) -> bool:
         return read_board_file(boards[0])[rank] == names.index("r")
     except (OSError, IndexError):
         return False
+
+
+def wait_gone(tag: str, seconds: float = 5.0) -> None:
+    """Wait up to `seconds` for the processes tagged `tag` to end."""
+    deadline = time.monotonic() + seconds
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def tagged_processes(tag: str) -> list[int]:

@@ -16,10 +16,17 @@ def reducer(name: str, opcode: str | None = None, element_type: str = "f32") -> 
             f"  ROOT r = {t}[] {opcode}(a, b)\n}}\n")
 
 
+def max_magnitude_reducer(name: str) -> str:
+    """The text of the f32 computation `name(a, b) = maximum(abs(a), abs(b))`: associative and
+    commutative, but no single elementwise op (evaluated vectorised, not as a numpy ufunc)."""
+    return (f"\n{name} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+            f"  x = f32[] abs(a)\n  y = f32[] abs(b)\n  ROOT r = f32[] maximum(x, y)\n}}\n")
+
+
 def hlo_module(body: str, computations: str = "", header: str = "") -> str:
     """The text of a module `m` (with `header` attributes, e.g. ", num_partitions=4"): the
     `computations` (HLO text) and an entry computation `e` whose instructions are `body`."""
     return f"HloModule m{header}\n{computations}\nENTRY e {{\n{body}\n}}\n"
 
 
-__all__ = ["reducer", "hlo_module"]
+__all__ = ["reducer", "max_magnitude_reducer", "hlo_module"]

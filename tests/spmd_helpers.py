@@ -46,6 +46,39 @@ def spmd_module(n: int, params: list[str], body: str, root: str, header: str = "
             + "\n".join(lines) + "\n}\n")
 
 
+def ring_loop(n: int, iterations: int) -> str:
+    """A module whose `while` loop passes an `s32[3]` around the ring of `n` partitions
+    (partition p sends to p+1 mod n) `iterations` times."""
+    pairs = ",".join(f"{{{p},{(p + 1) % n}}}" for p in range(n))
+    return f"""HloModule ring, num_partitions={n}
+
+cond {{
+  s = (s32[], s32[3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  limit = s32[] constant({iterations})
+  ROOT lt = pred[] compare(i, limit), direction=LT
+}}
+
+body {{
+  s = (s32[], s32[3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = s32[3] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  y = s32[3] collective-permute(x), channel_id=1, source_target_pairs={{{pairs}}}
+  ROOT t = (s32[], s32[3]) tuple(j, y)
+}}
+
+ENTRY main {{
+  x = s32[3] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], s32[3]) tuple(zero, x)
+  w = (s32[], s32[3]) while(init), condition=cond, body=body
+  ROOT r = s32[3] get-tuple-element(w), index=1
+}}
+"""
+
+
 def partition_values(n: int, shape: tuple[int, ...], dtype=np.int32) -> list[np.ndarray]:
     """Distinct values per partition: element e of partition p is `100 * p + e`."""
     size = int(np.prod(shape))

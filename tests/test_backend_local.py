@@ -1,5 +1,6 @@
 """The local (threaded) backend: every collective in every replica-group spelling and group mode
-against numpy written here, the worked examples of gspmd-algorithms §5.2, loops of collectives,
+against numpy written here, the worked examples of docs/design/collectives.md#semantics, loops of
+collectives,
 failures (one partition raising, a non-SPMD program, a timeout) that must surface promptly, and
 the profiler's bookkeeping."""
 from __future__ import annotations
@@ -18,7 +19,8 @@ from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
 from gspmdc.runtime.profile import ProfileRecorder, format_profiles
 from gspmdc.runtime.sharded_io import assemble_outputs, split_inputs, spmd_signature
 
-from spmd_helpers import SHARED, GROUP_FORMS, fold_shift_add, group_of, partition_values, spmd_module
+from spmd_helpers import (SHARED, GROUP_FORMS, fold_shift_add, group_of, partition_values, ring_loop,
+                          spmd_module)
 
 N = 8
 
@@ -165,38 +167,9 @@ def test_multi_operand_all_reduce_and_partition_id():
         np.testing.assert_array_equal(out[p][3], np.maximum(xs[g0], xs[g1]))
 
 
-RING_LOOP = """HloModule ring, num_partitions=4
-
-cond {
-  s = (s32[], s32[3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  limit = s32[] constant(12)
-  ROOT lt = pred[] compare(i, limit), direction=LT
-}
-
-body {
-  s = (s32[], s32[3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  x = s32[3] get-tuple-element(s), index=1
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  y = s32[3] collective-permute(x), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
-  ROOT t = (s32[], s32[3]) tuple(j, y)
-}
-
-ENTRY main {
-  x = s32[3] parameter(0)
-  zero = s32[] constant(0)
-  init = (s32[], s32[3]) tuple(zero, x)
-  w = (s32[], s32[3]) while(init), condition=cond, body=body
-  ROOT r = s32[3] get-tuple-element(w), index=1
-}
-"""
-
-
 def test_collectives_in_a_loop_keep_their_order():
     xs = partition_values(4, (3,))
-    out = run(RING_LOOP, [[x] for x in xs], 4)
+    out = run(ring_loop(4, 12), [[x] for x in xs], 4)
     for p in range(4):          # 12 shifts by one on a ring of 4: back home
         np.testing.assert_array_equal(out[p], xs[p])
 
@@ -283,7 +256,7 @@ def test_timeout_bounds_the_run(monkeypatch):
 def test_profile_counts_calls_bytes_and_times():
     xs = partition_values(4, (3,))
     recorders = [ProfileRecorder(p, 4) for p in range(4)]
-    run(RING_LOOP, [[x] for x in xs], 4, recorders=recorders)
+    run(ring_loop(4, 12), [[x] for x in xs], 4, recorders=recorders)
     for p, rec in enumerate(recorders):
         prof = rec.profile()
         stats = prof.collectives["y"]

@@ -23,7 +23,7 @@ from gspmdc.ir.parser import parse_module
 from gspmdc.runtime.backends.local import run_local
 from gspmdc.runtime.sharded_io import assemble_outputs, split_inputs, spmd_signature
 
-from spmd_helpers import GROUP_FORMS, fold_shift_add, group_of, partition_values, \
+from spmd_helpers import GROUP_FORMS, fold_shift_add, group_of, partition_values, ring_loop, \
     spmd_module
 from test_backend_local import xla_output_sharding, xla_programs
 
@@ -97,7 +97,7 @@ def collective_cases():
                        "tuple(swap, mixed, tuple_a2a, cross_replica, all_partitions, id)",
                        header=", device_assignment={7,6,5,4,3,2,1,0}")
     cases.append(("permutes_reversed_ranks", text, [[x, x + 1000] for x in xs], False, True))
-    cases.append(("ring_loop", RING8, [[x] for x in xs], False, True))
+    cases.append(("ring_loop", ring_loop(8, 20), [[x] for x in xs], False, True))
     cubes = partition_values(N, (1, 2, 3))
     body = f"""
     d0 = s32[8,2,3] all-gather(p0), {G}, replica_groups={{}}, dimensions={{0}}
@@ -118,35 +118,6 @@ def collective_cases():
                        "r = (s32[4,4], (s32[4,4], s32[4,4])) tuple(cb, pair)")
     cases.append(("broadcasts", text, [[x, -x] for x in ints], False, True))
     return cases
-
-
-RING8 = """HloModule ring8, num_partitions=8
-
-cond {
-  s = (s32[], s32[3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  limit = s32[] constant(20)
-  ROOT lt = pred[] compare(i, limit), direction=LT
-}
-
-body {
-  s = (s32[], s32[3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  x = s32[3] get-tuple-element(s), index=1
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  y = s32[3] collective-permute(x), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,4},{4,5},{5,6},{6,7},{7,0}}
-  ROOT t = (s32[], s32[3]) tuple(j, y)
-}
-
-ENTRY main {
-  x = s32[3] parameter(0)
-  zero = s32[] constant(0)
-  init = (s32[], s32[3]) tuple(zero, x)
-  w = (s32[], s32[3]) while(init), condition=cond, body=body
-  ROOT r = s32[3] get-tuple-element(w), index=1
-}
-"""
 
 
 def xla_cases():

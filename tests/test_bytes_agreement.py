@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gspmdc import api
-from gspmdc.conformance import largest_value_bytes, multiply_adds
+from conformance.score import largest_value_bytes, multiply_adds
 from gspmdc.errors import GspmdcError
 from gspmdc.ir import dtypes
 from gspmdc.ir.cost import Traffic, instruction_traffic

@@ -1,5 +1,6 @@
 """Collectives: the group rules of every mode (hand-computed groups), the shared group semantics on
-the worked 4-partition examples of gspmd-algorithms §5.2, and the single-partition backend through
+the worked 4-partition examples of docs/design/collectives.md#semantics, and the single-partition
+backend through
 the interpreter."""
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gspmdc.runtime.collectives import (
     scatter_block, split_blocks,
 )
 
+from hlo_text import max_magnitude_reducer, reducer
 from interpreter_helpers import run_hlo
 
 ADD = Reduction(combine=np.add, ufunc=np.add)
@@ -88,7 +90,7 @@ def test_permute_pairs_with_and_without_channel():
                                  channel_id=3), 4)
 
 
-# ------------------------------------------------------- group semantics (§5.2 examples)
+# ---------------------------------- group semantics (docs/design/collectives.md#semantics)
 
 def partition_values():
     return [np.array([p, 10 + p, 20 + p, 30 + p], np.int32) for p in range(4)]
@@ -148,19 +150,7 @@ def test_split_blocks_requires_divisibility():
 
 # ------------------------------------------------------------ single-partition evaluation
 
-ADD_COMPUTATION = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-smax {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  x = f32[] abs(a)
-  y = f32[] abs(b)
-  ROOT r = f32[] maximum(x, y)
-}"""
+ADD_COMPUTATION = reducer("add") + max_magnitude_reducer("smax")
 
 
 def run_collective(body, *args):

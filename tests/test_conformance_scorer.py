@@ -1,11 +1,11 @@
-"""The partitioner scorer's buckets (`gspmdc/conformance_partition.classify`), on cases written
+"""The partitioner scorer's buckets (`tests/conformance/score_partition.classify`), on cases written
 here: each case runs `gspmdc run --check` in a child process under the machine limits."""
 from __future__ import annotations
 
 import pytest
 
-from gspmdc.conformance import MachineLimits
-from gspmdc.conformance_partition import classify
+from conformance.score import MachineLimits
+from conformance.score_partition import classify
 
 LIMITS = MachineLimits(memory_bytes=4 << 30, storage_bytes=8 << 30, timeout_seconds=60)
 
@@ -68,7 +68,7 @@ ENTRY e {
 def test_out_of_memory_inside_a_kernel_is_too_large():
     """A kernel's MemoryError reaches the run wrapped (a partition's RuntimeFailure): still
     counted as too large, not as a rejection."""
-    from gspmdc.conformance import CaseOutOfMemory, run_isolated
+    from conformance.score import CaseOutOfMemory, run_isolated
     from gspmdc.errors import RuntimeFailure
 
     def wrapped():

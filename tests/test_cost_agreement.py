@@ -14,7 +14,7 @@ XLA's partitioner cases and XLA's propagation cases (annotated global modules, p
 for the devices their shardings name); the normal suite runs a sample of the quick ones (every
 `SAMPLE_STEP`-th case with values up to 1 MiB and dots up to 10^6 multiply-adds), and
 `pytest -m slow tests/test_cost_agreement.py` runs all the others that fit this machine (the
-cases of `gspmdc.conformance_cost.agreement_cases` and `propagation_agreement_cases`); `make
+cases of `conformance.score_cost.agreement_cases` and `propagation_agreement_cases`); `make
 cost-agreement` prints the figures of docs/cost.md.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from gspmdc.conformance_cost import (RUN_TIMEOUT_SECONDS, agreement_cases,
-                                     propagation_agreement_cases)
+from conformance.score_cost import (RUN_TIMEOUT_SECONDS, agreement_cases,
+                                    propagation_agreement_cases)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PROGRAMS = SHARED / "jax-programs"
@@ -159,7 +159,7 @@ def test_propagation_corpus_cost_equals_measurement(case, tmp_path):
 
 
 def test_the_agreement_score_counts_what_differs():
-    from gspmdc.conformance_cost import compare
+    from conformance.score_cost import compare
     collective = {"name": "ag", "bytes_sent_per_device": [12, 12],
                   "bytes_received_per_device": [12, 12], "calls": 1}
     model = {"collectives": [collective, dict(collective, name="ar")],
@@ -173,7 +173,7 @@ def test_the_agreement_score_counts_what_differs():
 
 
 def test_corpus_cases_are_compared_or_listed_with_the_reason(tmp_path):
-    from gspmdc.conformance_cost import unmeasured_cases
+    from conformance.score_cost import unmeasured_cases
     small = """HloModule small
 ENTRY e {
   p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
@@ -203,7 +203,7 @@ ENTRY e {
 
 
 def test_the_score_compares_both_conformance_corpora(tmp_path, capsys):
-    from gspmdc.conformance_cost import score
+    from conformance.score_cost import score
     program = """HloModule m
 ENTRY e {
   p = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlo_text import reducer
+from hlo_text import max_magnitude_reducer, reducer
 from interpreter_helpers import run_hlo
 
 RNG = np.random.default_rng(3)
@@ -21,14 +21,7 @@ max {
   ROOT r = f32[] maximum(b, a)
 }"""
 # not a plain ufunc: evaluated vectorised (max of magnitudes; associative and commutative)
-MAXABS = """
-maxabs {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  x = f32[] abs(a)
-  y = f32[] abs(b)
-  ROOT r = f32[] maximum(x, y)
-}"""
+MAXABS = max_magnitude_reducer("maxabs")
 # JAX's arg-max reducer: (value, index) pairs, NaN wins, ties go to the smaller index
 ARGMAX = """
 argmax {

@@ -6,6 +6,7 @@ The failing programs use test-only custom-call targets registered by a `sitecust
 test puts on PYTHONPATH (so every rank process has them). Every subprocess has a timeout."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from fault_table import all_reduce_after, tagged_processes, wait_gone
 
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -39,22 +42,6 @@ CUSTOM_CALL_TARGETS["gspmdc_test.fail_on_partition_1"] = _fail
 CUSTOM_CALL_TARGETS["gspmdc_test.sleep_on_partition_1"] = _sleep
 '''
 
-PROGRAM = """HloModule faulty, num_partitions=4
-
-addf {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  x = f32[4] parameter(0), sharding={replicated}
-  c = f32[4] custom-call(x), custom_call_target="gspmdc_test.TARGET"
-  ROOT r = f32[4] all-reduce(c), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=addf, sharding={replicated}
-}
-"""
-
-
 @pytest.fixture
 def job(tmp_path):
     """(program path for a target, environment with the plugin and a unique tag, output path)."""
@@ -65,34 +52,11 @@ def job(tmp_path):
 
     def program(target: str) -> Path:
         path = tmp_path / f"{target}.hlo"
-        path.write_text(PROGRAM.replace("TARGET", target))
+        path.write_text(all_reduce_after(f"gspmdc_test.{target}", 4))
         return path
     yield program, env, tmp_path / "out.npz"
     wait_gone(tag, 10.0)
     assert tagged_processes(tag) == [], "processes left behind"
-
-
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes whose environment carries GSPMDC_TEST_TAG=tag (zombies excluded)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if f"GSPMDC_TEST_TAG={tag}".encode() not in (entry / "environ").read_bytes():
-                continue
-            if (entry / "stat").read_text().split(") ")[-1].startswith("Z"):
-                continue
-        except OSError:
-            continue
-        found.append(int(entry.name))
-    return found
-
-
-def wait_gone(tag: str, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while tagged_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.1)
 
 
 def rank_processes(tag: str) -> dict[int, int]:
@@ -134,15 +98,13 @@ def test_an_exception_on_one_rank_stops_the_job(job):
     wait_gone(env["GSPMDC_TEST_TAG"])
 
 
-@needs_mpi
-@pytest.mark.parametrize("victim, instruction", [(1, "main/c (custom-call)"),
-                                                 (2, "main/r (all-reduce)")])
-def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, victim, instruction):
-    """Rank 1 sleeps in the custom-call; the others wait for it in the all-reduce."""
+@contextlib.contextmanager
+def asleep_on_rank_1(job):
+    """`gspmdc run` of the program whose rank 1 sleeps in the custom-call (the others then wait
+    in the all-reduce), yielded once rank 1 sleeps; killed on the way out if still running. It
+    gets the default SIGINT handling a terminal's Ctrl-C meets: a shell starting the test suite
+    in the background makes SIGINT ignored, and ignored signals are inherited."""
     program, env, out = job
-    tag = env["GSPMDC_TEST_TAG"]
-    # a shell starting the test suite in the background makes SIGINT ignored, and ignored
-    # signals are inherited: give gspmdc the default handling a terminal's Ctrl-C meets
     proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
                              "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
@@ -153,15 +115,26 @@ def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, vict
         while not asleep.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert asleep.exists(), "the ranks did not start"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@needs_mpi
+@pytest.mark.parametrize("victim, instruction", [(1, "main/c (custom-call)"),
+                                                 (2, "main/r (all-reduce)")])
+def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, victim, instruction):
+    """Rank 1 sleeps in the custom-call; the others wait for it in the all-reduce."""
+    program, env, out = job
+    tag = env["GSPMDC_TEST_TAG"]
+    with asleep_on_rank_1(job) as proc:
         time.sleep(0.5)                  # let the others reach the all-reduce
         ranks = rank_processes(tag)
         os.kill(ranks[victim], signal.SIGKILL)
         start = time.monotonic()
         stdout, stderr = proc.communicate(timeout=30)
         seconds = time.monotonic() - start
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 3, stderr
     assert f"rank {victim} (pid {ranks[victim]}) terminated unexpectedly (killed or crashed) " \
         f"while executing {instruction}; the job was stopped" in stderr
@@ -188,24 +161,10 @@ def test_timeout_stops_every_rank(job):
 def test_ctrl_c_stops_every_rank(job):
     program, env, out = job
     tag = env["GSPMDC_TEST_TAG"]
-    # a shell starting the test suite in the background makes SIGINT ignored, and ignored
-    # signals are inherited: give gspmdc the default handling a terminal's Ctrl-C meets
-    proc = subprocess.Popen([str(GSPMDC), "run", str(program("sleep_on_partition_1")),
-                             "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        asleep = Path(env["GSPMDC_TEST_DIR"], "asleep")
-        while not asleep.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert asleep.exists(), "the ranks did not start"
+    with asleep_on_rank_1(job) as proc:
         assert len(rank_processes(tag)) == 4
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 3 and "interrupted" in stderr
     assert not out.exists()
     wait_gone(tag)

@@ -89,3 +89,18 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
         "gspmdc.runtime imports gspmdc.commands.basic.cmd_parse",
         "gspmdc.runtime imports gspmdc.passes.pass_manager.run_pipeline",
         "gspmdc.runtime imports gspmdc.api"]
+
+
+def test_the_package_holds_and_imports_no_test_tooling():
+    """The conformance scorers and the XLA oracle are test tooling (`tests/conformance/`): no
+    module of the installed package is one, and none imports them."""
+    bad = []
+    for folder in ("gspmdc", *LAYERS):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "conformance" in path.stem:
+                bad.append(f"{path.relative_to(ROOT)}: test tooling inside the package")
+            for line, target in imports(path):
+                if target.split(".")[0] in ("conformance", "tests") or \
+                        target.startswith("gspmdc.conformance"):
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+    assert bad == []

@@ -1,4 +1,5 @@
-"""Named meshes and their conversion to tile assignments (reference §2.8)."""
+"""Named meshes and their conversion to tile assignments
+(docs/design/sharding-algebra.md#meshes)."""
 from math import prod
 
 import numpy as np

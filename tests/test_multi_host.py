@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fault_table import rank_pids, tagged_processes
+from fault_table import all_reduce_after, rank_pids, tagged_processes, wait_gone
 
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -50,20 +50,7 @@ ENTRY main {
 }
 """
 
-SLEEPY = """HloModule sleepy, num_partitions=3
-
-addf {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  x = f32[4] parameter(0), sharding={replicated}
-  c = f32[4] custom-call(x), custom_call_target="gspmdc_test.sleep_on_partition_2"
-  ROOT r = f32[4] all-reduce(c), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=addf, sharding={replicated}
-}
-"""
+SLEEPY = all_reduce_after("gspmdc_test.sleep_on_partition_2", 3, "sleepy")
 
 
 def _can_make_namespaces() -> str | None:
@@ -159,9 +146,7 @@ def env(tmp_path):
     tag = uuid.uuid4().hex
     yield dict(os.environ, PYTHONPATH=str(tmp_path), GSPMDC_TEST_TAG=tag,
                GSPMDC_TEST_DIR=str(tmp_path))
-    deadline = time.monotonic() + 10
-    while tagged_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_gone(tag, 10.0)
     assert tagged_processes(tag) == [], "processes left behind"
 
 

@@ -19,6 +19,7 @@ from gspmdc.ir import ops
 from gspmdc.ir.ops import Layer, TypeClass
 from gspmdc.passes.propagation import propagate
 from gspmdc.passes.propagation.opclass import is_elementwise
+from gspmdc.passes.shardy import factor_rules
 from gspmdc.passes.spmd.op_rules_elementwise import ElementwiseRule
 from hlo_text import hlo_module
 from spmd_partition_helpers import check_equivalent
@@ -131,6 +132,19 @@ def _program(opcode: str, sharded: bool) -> str:
         (f", sharding={tiles[0]}" if sharded else "")
     return hlo_module("\n".join(params + [result, "  ROOT t = tuple(r)"
                                           + (", sharding={{replicated}}" if sharded else "")]))
+
+
+@pytest.mark.parametrize("opcode", sorted(ops.TYPED_ELEMENTWISE))
+def test_a_typed_elementwise_opcode_is_pointwise_for_shardy(opcode):
+    """Shardy's factor rule maps each dim of every operand and of the result to one factor of
+    the dim's size (written out here, not built by the rule's own helpers)."""
+    module = api.parse(_program(opcode, sharded=False))
+    rule = factor_rules.rule_of(module.entry.instruction("r"), module)
+    arity = ops.CATALOGUE[opcode].arity
+    assert rule is not None
+    assert rule.factor_sizes == (6, 4)
+    assert rule.operands == (((0,), (1,)),) * arity and rule.results == (((0,), (1,)),)
+    assert rule.reduction == rule.need_replication == rule.blocked_propagation == ()
 
 
 @pytest.mark.parametrize("opcode", sorted(ops.TYPED_ELEMENTWISE))

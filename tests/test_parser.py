@@ -1,4 +1,4 @@
-"""The HLO text parser: every syntax feature of reference §1, the typed attribute values, the
+"""The HLO text parser: every syntax feature of docs/text-format.md, the typed attribute values, the
 named-mesh extension, and every error kind with its exact file:line:col."""
 import math
 import re

@@ -1,4 +1,5 @@
-"""Dot and convolution propagation (§3.6 "Dot"/"Convolution", §3.7 "dot"), expected shardings
+"""Dot and convolution propagation (docs/design/propagation.md#dot-and-convolution), expected
+shardings
 worked out by hand from the dimension mappings."""
 from gspmdc.ir.parser import parse_module
 from gspmdc.passes.propagation.contraction import convolution_dims, dot_dims

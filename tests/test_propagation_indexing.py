@@ -1,4 +1,5 @@
-"""Gather and scatter propagation (§3.6, §3.7): index passthrough, operand passthrough, parallel
+"""Gather and scatter propagation (docs/design/propagation.md#gather-and-scatter): index
+passthrough, operand passthrough, parallel
 dims (implicit iota indices and explicit batching dims); expected values worked out by hand."""
 from gspmdc.ir.parser import parse_module
 from gspmdc.passes.propagation.indexing import gather_view, iota_dimension, scatter_view

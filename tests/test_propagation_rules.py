@@ -1,4 +1,5 @@
-"""Forward and backward rules of the shape-preserving and layout-changing ops (§3.6, §3.7), on
+"""Forward and backward rules of the shape-preserving and layout-changing ops
+(docs/design/propagation.md#forward-rules), on
 small modules whose expected shardings are worked out by hand from the rules' semantics."""
 import pytest
 

@@ -1,5 +1,5 @@
 """Control flow, tuples, constraints, manual regions, shard groups, barriers and the entry
-policy (§3.2, §3.8-§3.10), with expected shardings worked out by hand."""
+policy (docs/design/propagation.md), with expected shardings worked out by hand."""
 import pytest
 
 from gspmdc.errors import GspmdcError

@@ -74,7 +74,7 @@ def test_shard_group_takes_part_in_equality():
     assert H.replicate(shard_group=ShardGroup("as", 0)) == H.replicate(shard_group=ShardGroup("as", 0))
 
 
-# ---- canonical forms (§2.6) ---------------------------------------------------------------------
+# ---- canonical forms (docs/design/sharding-algebra.md) -------------------------------------------
 
 def test_partial_tile_canonicalisation():
     assert iota([4], types=["replicated"]) == H.replicate()
@@ -138,7 +138,7 @@ def test_predicates():
         H.replicate().data_rank
 
 
-# ---- worked examples of §2.3 ---------------------------------------------------------------------
+# ---- worked examples of shard arithmetic (docs/design/sharding-algebra.md#shard-arithmetic) ----
 
 def tables(sharding, shape, num_devices=None):
     start, limit = sharding.valid_range_table(shape, num_devices)

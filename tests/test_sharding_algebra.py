@@ -651,3 +651,17 @@ def test_split_replication_nests_new_tiles_in_old_ones():
     before, after = holdings(s, shape, 8), holdings(out, shape, 8)
     for d in range(8):
         assert not (after[d][1] & ~before[d][1]).any()
+
+
+def test_the_compiler_has_one_cache():
+    """`sharding_algebra.cached` is the compiler's one memo of derived values (`clear_caches`
+    empties every table): no module of `ir/` or `passes/` keeps a functools cache of its own."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    functools_cache = re.compile(r"\blru_cache\b|\bfunctools\.cache\b|@cache\b")
+    own = [f"{p.relative_to(root)}:{n}" for folder in ("ir", "passes")
+           for p in sorted((root / folder).rglob("*.py"))
+           for n, line in enumerate(p.read_text().splitlines(), 1)
+           if functools_cache.search(line)]
+    assert own == []

@@ -169,7 +169,7 @@ def test_spatially_tiled_input_exchanges_halos_with_collective_permutes(n, size,
 
 
 def test_two_spatial_dims_on_a_2x2_mesh_exchange_per_dim():
-    """§4.6 (F): dims 1 and 2 tiled 2x2; corners arrive through the second exchange."""
+    """Halo example (F): dims 1 and 2 tiled 2x2; corners arrive through the second exchange."""
     text = module("""
   x = f32[1,8,8,2] parameter(0), sharding={devices=[1,2,2,1]<=[4]}
   k = f32[3,3,2,3] parameter(1), sharding={replicated}

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from gspmdc import api
-from gspmdc.conformance import largest_value_bytes, multiply_adds
-from gspmdc.conformance_partition import run_case
+from conformance.score import largest_value_bytes, multiply_adds
+from conformance.score_partition import run_case
 from gspmdc.errors import GspmdcError
 from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.passes.spmd.traffic import collective_traffic

@@ -1,4 +1,5 @@
-"""Gather partitioning (reference §4.7.6): each strategy forced by the shardings, checked against
+"""Gather partitioning (docs/design/partitioning.md#gather-and-scatter): each strategy forced by
+the shardings, checked against
 the unpartitioned program on 2, 3, 4 and 8 partitions (uneven shards, garbage padding, start
 indices out of range so HLO's clamping matters), with the collectives each strategy implies."""
 from __future__ import annotations

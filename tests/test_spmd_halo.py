@@ -1,5 +1,6 @@
 """Halo arithmetic (passes/spmd/halo.py): hand-computed per-shard halo tables, the reference's
-worked examples (§4.6 A-E), and a brute-force cross-check that enumerates which input elements
+worked examples (docs/design/partitioning.md#worked-halo-examples A-E), and a brute-force
+cross-check that enumerates which input elements
 each shard's outputs read."""
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_static_halos_are_reported_as_one_number():
 
 
 def test_worked_example_c_offsets():
-    """§4.6 (C): concatenation f32[4] padded to 6, window of 5 cut at offsets [0, 1]."""
+    """Halo example (C): concatenation f32[4] padded to 6, window of 5 cut at offsets [0, 1]."""
     plan = plan_halo(WindowedDim(4, 2, 5, 3, 2, 2))
     assert (plan.window_input, plan.pad_left, plan.pad_right) == (5, 1, 1)
     assert plan.offsets.tolist() == [0, 1]

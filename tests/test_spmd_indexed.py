@@ -1,4 +1,5 @@
-"""dynamic-slice, dynamic-update-slice, sort and TopK partitioning (reference §4.7.4, §4.7.5): each
+"""dynamic-slice, dynamic-update-slice, sort and TopK partitioning
+(docs/design/partitioning.md#sort-and-topk): each
 strategy forced by the shardings, checked against the unpartitioned program on 2, 3, 4 and 8
 partitions (uneven shards, garbage padding, start indices clamped by HLO), with the collectives
 each strategy implies."""

@@ -1,6 +1,6 @@
 """Per-op partitioning: every op of the partitioner's rule tables, on even and uneven shapes, run
 on the local backend (padding filled with NaN / integer maxima) must reproduce the unpartitioned
-program; where the communication is known by hand (reference §4.7, §4.8), the collectives are
+program; where the communication is known by hand (docs/design/partitioning.md), the collectives are
 checked too."""
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_dot_contracting_partitioned_all_reduces_partial_sums():
 
 
 def test_dot_contracting_partitioned_with_a_tiled_output_reduce_scatters():
-    """§4.8: local f32[8,4] x f32[4,32], then one reduce-scatter to rows [0,2,4,6][pid]."""
+    """Dot: local f32[8,4] x f32[4,32], then one reduce-scatter to rows [0,2,4,6][pid]."""
     spmd = check_equivalent(module("""
   a = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
   b = f32[16,32] parameter(1), sharding={devices=[4,1]<=[4]}
@@ -234,7 +234,7 @@ def test_dot_non_contracting_partitioned_output_follows_the_lhs():
 
 
 def test_megatron_mlp_on_a_2x2_mesh():
-    """§4.8 worked example: the first dot needs no communication, the second one all-reduce of
+    """Dot worked example: the first dot needs no communication, the second one all-reduce of
     f32[4,16] over {{0,1},{2,3}}."""
     spmd = check_equivalent(module("""
   x = f32[8,16] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
@@ -250,7 +250,8 @@ def test_megatron_mlp_on_a_2x2_mesh():
 
 
 def test_dot_partial_contracting_sums_over_the_devices_with_different_halves():
-    """XLA's DotPartialContracting (§4.8): all-reduce(dot(param0, param1)) over {{0,2},{1,3}}."""
+    """XLA's DotPartialContracting (docs/design/partitioning.md#dot): all-reduce(dot(param0,
+    param1)) over {{0,2},{1,3}}."""
     spmd = check_equivalent(module("""
   a = f32[24,100] parameter(0), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
   b = f32[32,100] parameter(1), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}

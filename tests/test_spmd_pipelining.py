@@ -1,4 +1,5 @@
-"""GSPMD pipelining (reference §6.4): the bundled example `gspmdc/examples/pipeline.hlo` runs a
+"""GSPMD pipelining (docs/partitioning.md#pipelining-gspmdcexamplespipelinehlo): the bundled
+example `gspmdc/examples/pipeline.hlo` runs a
 4-stage pipeline as a while loop over a stage-sharded activation buffer. Partitioned on 4
 devices, each loop iteration must be the local stage computation plus exactly one
 collective-permute shifting one microbatch activation from stage s to stage s + 1."""

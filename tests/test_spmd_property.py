@@ -4,11 +4,10 @@ device order, replicated, single-device) on 2, 4 and 8 partitions, with uneven s
 the unpartitioned program when partitioned and run with garbage in every padding element."""
 from __future__ import annotations
 
-from math import prod
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sharding_strategies import tiled_shardings
 from spmd_partition_helpers import check_equivalent
 
 ADD = """add {
@@ -33,22 +32,7 @@ def shardings(draw, rank: int, n: int) -> str:
         return "{replicated}"
     if kind == "maximal":
         return f"{{maximal device={draw(st.integers(0, n - 1))}}}"
-    counts = [1] * (rank + 1)                # the last entry is the replication
-    factors = []
-    m = n
-    while m % 2 == 0:
-        factors.append(2)
-        m //= 2
-    if m > 1:
-        factors.append(m)
-    for f in factors:
-        counts[draw(st.integers(0, rank))] *= f
-    if prod(counts[:rank]) == 1:
-        return "{replicated}"
-    devices = draw(st.permutations(list(range(n))))
-    dims = counts if counts[rank] > 1 else counts[:rank]
-    text = "{devices=[" + ",".join(map(str, dims)) + "]" + ",".join(map(str, devices))
-    return text + (" last_tile_dim_replicate}" if counts[rank] > 1 else "}")
+    return draw(tiled_shardings(rank, n))
 
 
 @st.composite

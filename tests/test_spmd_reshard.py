@@ -1,7 +1,8 @@
 """Resharding: every source/target pair of a set of shardings on a 2x2 and a 2x4 mesh (tiled on
 either dim or both, in both device orders, partially replicated, replicated, single-device),
 on even and uneven shapes, reproduces the value exactly; and the hand-checked table of reference
-§4.4.7 (plus 2x4 cases) emits exactly the collectives worked out by hand."""
+docs/design/partitioning.md#worked-reshard-table (plus 2x4 cases) emits exactly the collectives
+worked out by hand."""
 from __future__ import annotations
 
 import itertools
@@ -121,8 +122,8 @@ def test_hand_checked_table_2x4(source, target, expected):
 
 
 def test_replicated_to_uneven_tiled_pads_before_slicing():
-    """§4.3: device 3's rows start at 9; without padding to 12 rows the dynamic-slice would clamp
-    to row 7."""
+    """Partition-id tables: device 3's rows start at 9; without padding to 12 rows the dynamic-slice
+    would clamp to row 7."""
     spmd = reshard("{replicated}", "{devices=[4,1]<=[4]}", 4)
     assert [o for o in opcodes(spmd) if o in ("pad", "dynamic-slice", "all-gather")] == \
         ["pad", "dynamic-slice", "dynamic-slice"]
@@ -131,7 +132,7 @@ def test_replicated_to_uneven_tiled_pads_before_slicing():
 
 
 def test_uneven_all_to_all_matches_the_reference_sequence():
-    """§4.4.2: f32[7,31,128] [1,2,1] -> [2,1,1]: local [7,16,128] padded to [8,16,128],
+    """All-to-all: f32[7,31,128] [1,2,1] -> [2,1,1]: local [7,16,128] padded to [8,16,128],
     reshaped to [2,4,16,128], exchanged, transposed, merged to [4,32,128], sliced to 31."""
     spmd = reshard("{devices=[1,2,1]<=[2]}", "{devices=[2,1,1]<=[2]}", 2, "f32[7,31,128]")
     shapes = [str(i.shape) for i in spmd.entry.instructions

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gspmdc.cli import main
+from sharding_strategies import tiled_shardings
 from spmd_partition_helpers import partition, run_global
 
 
@@ -45,22 +46,6 @@ def test_strided_slice_of_whole_shards_on_the_command_line(tmp_path, capsys):
 
 
 @st.composite
-def shardings(draw, rank: int, n: int) -> str:
-    """A tiled (possibly partially replicated, any device order) or replicated sharding."""
-    counts = [1] * (rank + 1)                # the last entry is the replication
-    m = n
-    while m > 1:
-        counts[draw(st.integers(0, rank))] *= 2
-        m //= 2
-    if prod(counts[:rank]) == 1:
-        return "{replicated}"
-    devices = draw(st.permutations(list(range(n))))
-    dims = counts if counts[rank] > 1 else counts[:rank]
-    text = "{devices=[" + ",".join(map(str, dims)) + "]" + ",".join(map(str, devices))
-    return text + (" last_tile_dim_replicate}" if counts[rank] > 1 else "}")
-
-
-@st.composite
 def strided_slices(draw):
     n = draw(st.sampled_from([2, 4]))
     rank = draw(st.integers(1, 3))
@@ -70,8 +55,8 @@ def strided_slices(draw):
         start = draw(st.integers(0, size - 1))
         limit = draw(st.integers(start + 1, size))
         slices.append((start, limit, draw(st.integers(1, 4))))
-    operand = draw(shardings(rank, n))
-    result = draw(st.one_of(st.none(), st.just("{replicated}"), shardings(rank, n)))
+    operand = draw(tiled_shardings(rank, n))
+    result = draw(st.one_of(st.none(), st.just("{replicated}"), tiled_shardings(rank, n)))
     return n, dims, slices, operand, result, draw(st.booleans())
 
 

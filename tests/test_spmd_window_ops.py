@@ -94,7 +94,7 @@ def test_a_halo_longer_than_a_shard_takes_several_hops():
 
 
 def test_two_windowed_dims_on_a_2x2_mesh():
-    """§4.6 (F): one exchange per dim within the mesh rows / columns; corners arrive through
+    """Halo example (F): one exchange per dim within the mesh rows / columns; corners arrive through
     the second exchange."""
     spmd = check_equivalent(module("""
   x = f32[10,12] parameter(0), sharding={devices=[2,2]<=[4]}

@@ -30,6 +30,7 @@ from math import prod
 from pathlib import Path
 
 import numpy as np
+from fuzz.shardings import prime_factors
 
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.sharding import HloSharding
@@ -47,20 +48,10 @@ BATCH = 100
 
 # ---- random cases ------------------------------------------------------------------------------
 
-def _factors(n: int) -> list[int]:
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
-
-
 def _split(n: int, parts: int, rng: random.Random) -> list[int]:
     """`n` as a product of `parts` factors, each prime factor placed at random."""
     dims = [1] * parts
-    for f in _factors(n):
+    for f in prime_factors(n):
         dims[rng.randrange(parts)] *= f
     return dims
 

@@ -6,7 +6,9 @@ Numbers: `partition_count` (-n), `positive_int` (counts), `non_negative_int` (--
 thresholds),
 `positive_float` (--timeout). Paths: `output_file` (-o, --outputs: not a directory, in a
 directory that exists or can be created, writable) and `output_directory` (--dump-dir: a
-directory or a path where one can be created).
+directory or a path where one can be created). The options several commands share are added by
+one function each (`add_num_partitions`, `add_windowed_einsum_threshold`, `add_pass_reports`,
+`add_machine`), so they read and check alike everywhere.
 """
 from __future__ import annotations
 
@@ -99,8 +101,44 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def add_num_partitions(parser: argparse.ArgumentParser, *, required: bool = False,
+                       help: str = "number of partitions (default: the module's num_partitions, "
+                                   "else the devices its shardings name)") -> None:
+    """`-n/--num-partitions N`, as every command that partitions or runs takes it."""
+    parser.add_argument("-n", "--num-partitions", type=partition_count, required=required,
+                        default=None, metavar="N", help=help)
+
+
+def add_windowed_einsum_threshold(parser: argparse.ArgumentParser) -> None:
+    """`--windowed-einsum-threshold BYTES`, as every command that partitions takes it."""
+    parser.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
+                        metavar="BYTES",
+                        help="run dots whose all-gathered operand or reduce-scattered result "
+                             "has at least BYTES bytes as windowed einsums (loops of partial "
+                             "dots and collective-permutes; default: never)")
+
+
+def add_pass_reports(parser: argparse.ArgumentParser) -> None:
+    """`--dump-dir DIR` and `--time-passes`, as the commands that run passes take them."""
+    parser.add_argument("--dump-dir", metavar="DIR", type=output_directory,
+                        help="write the module after every pass to DIR/NNN.<pass>.hlo")
+    parser.add_argument("--time-passes", action="store_true",
+                        help="print each pass's wall time to stderr")
+
+
+def add_machine(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--machine NAME|FILE`: the machine model `what` is computed on (a preset or a machine
+    file)."""
+    from gspmdc.passes.analysis.machine import PRESETS
+    parser.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",
+                        help=f"the machine model of {what}: a preset ({', '.join(PRESETS)}; "
+                             "default tpu-v3) or a machine file written by `gspmdc cost "
+                             "--calibrate`")
+
+
 __all__ = ["positive_int", "partition_count", "non_negative_int", "positive_float", "output_file",
-           "output_directory"]
+           "output_directory", "add_num_partitions", "add_windowed_einsum_threshold",
+           "add_pass_reports", "add_machine"]
 
 
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from gspmdc.commands.arguments import non_negative_int, partition_count
+from gspmdc.commands.arguments import (
+    add_num_partitions, add_windowed_einsum_threshold, non_negative_int,
+)
 from gspmdc.errors import EXIT_MISMATCH, EXIT_OK, GspmdcError
 
 
@@ -59,15 +61,11 @@ def register(sub) -> None:
                                       "differs from the unpartitioned one",
                        description=cmd_bisect.__doc__)
     p.add_argument("file", help="the global program (HLO text; '-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
-                   help="number of partitions (default: the module's num_partitions, else the "
-                        "devices its shardings name)")
+    add_num_partitions(p)
     p.add_argument("--inputs", help="npz file with the global inputs arg0, arg1, ...")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the random inputs when --inputs is not given (default 0)")
     p.add_argument("--partitioned", metavar="SPMD",
                    help="check this partitioned program of FILE instead of partitioning FILE")
-    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
-                   metavar="BYTES",
-                   help="partition big dots as windowed einsums (as compile does)")
+    add_windowed_einsum_threshold(p)
     p.set_defaults(run=cmd_bisect)

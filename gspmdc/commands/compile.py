@@ -5,7 +5,9 @@ import argparse
 
 from gspmdc.errors import EXIT_OK
 
-from .arguments import non_negative_int, output_directory, output_file, partition_count
+from .arguments import (
+    add_num_partitions, add_pass_reports, add_windowed_einsum_threshold, output_file,
+)
 
 #: the choices of --shardy-strategy (passes.shardy.driver.STRATEGIES, not imported at start-up)
 SHARDY_STRATEGIES = ("aggressive", "basic", "basic-then-aggressive")
@@ -34,21 +36,13 @@ def register(sub) -> None:
     p = sub.add_parser("compile", help="partition a module into one SPMD program for N partitions",
                        description=cmd_compile.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-n", "--num-partitions", type=partition_count, required=True, metavar="N",
-                   help="number of partitions")
+    add_num_partitions(p, required=True, help="number of partitions")
     p.add_argument("-o", "--output", type=output_file,
                    help="write the SPMD module here instead of stdout")
-    p.add_argument("--dump-dir", metavar="DIR", type=output_directory,
-                   help="write the module after every pass to DIR/NNN.<pass>.hlo")
-    p.add_argument("--time-passes", action="store_true",
-                   help="print each pass's wall time to stderr")
+    add_pass_reports(p)
     p.add_argument("--no-propagate", action="store_true",
                    help="skip sharding propagation: unsharded instructions are replicated")
-    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
-                   metavar="BYTES",
-                   help="run dots whose all-gathered operand or reduce-scattered result "
-                        "has at least BYTES bytes as windowed einsums (loops of partial "
-                        "dots and collective-permutes; default: never)")
+    add_windowed_einsum_threshold(p)
     add_propagation_options(p)
     p.set_defaults(run=cmd_compile)
 

@@ -8,7 +8,7 @@ import math
 import sys
 
 from gspmdc.commands.arguments import (
-    non_negative_int, output_file, partition_count, positive_float,
+    add_machine, add_num_partitions, add_windowed_einsum_threshold, output_file, positive_float,
 )
 from gspmdc.errors import EXIT_OK, GspmdcError
 
@@ -73,17 +73,14 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from gspmdc.passes.analysis.machine import PRESETS
     p = sub.add_parser("cost", help="model a partitioned program's communication, operations, "
                                     "memory and step time without running it",
                        description=cmd_cost.__doc__)
     p.add_argument("file", nargs="?", help="HLO text file, global or partitioned ('-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
-                   help="number of partitions (default: the module's num_partitions, else the "
-                        "devices its shardings name; --calibrate: ranks, default 2)")
-    p.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",
-                   help=f"the machine model: a preset ({', '.join(PRESETS)}; default tpu-v3) or "
-                        "a machine file written by --calibrate")
+    add_num_partitions(p, help="number of partitions (default: the module's num_partitions, "
+                               "else the devices its shardings name; --calibrate: ranks, "
+                               "default 2)")
+    add_machine(p, "the figures")
     p.add_argument("--bandwidth", type=positive_float, metavar="GB/s",
                    help="link bandwidth each device sends at (overrides the machine's)")
     p.add_argument("--latency", type=float, metavar="us",
@@ -94,9 +91,7 @@ def register(sub) -> None:
                    help="print the figures as JSON (the layout of run --profile-json)")
     p.add_argument("-o", "--output", type=output_file, metavar="FILE",
                    help="write the report here (atomically)")
-    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
-                   metavar="BYTES",
-                   help="partition big dots as windowed einsums (as compile does)")
+    add_windowed_einsum_threshold(p)
     p.add_argument("--calibrate", action="store_true",
                    help="measure this machine and write a machine file for --machine")
     p.add_argument("--mpiexec", metavar="PATH",

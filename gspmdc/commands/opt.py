@@ -5,7 +5,7 @@ import argparse
 
 from gspmdc.errors import EXIT_OK, GspmdcError
 
-from .arguments import output_directory, output_file, partition_count
+from .arguments import add_num_partitions, add_pass_reports, output_file
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
@@ -52,15 +52,10 @@ def register(sub) -> None:
     p.add_argument("file", nargs="?", help="HLO text file ('-' for standard input)")
     p.add_argument("-p", "--passes", metavar="PIPELINE",
                    help="comma-separated passes, each with optional {option=value,...}")
-    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
-                   help="number of partitions (default: the module's num_partitions, else the "
-                        "devices its shardings name)")
+    add_num_partitions(p)
     p.add_argument("-o", "--output", type=output_file,
                    help="write the module here instead of stdout")
-    p.add_argument("--dump-dir", metavar="DIR", type=output_directory,
-                   help="write the module after every pass to DIR/NNN.<pass>.hlo")
-    p.add_argument("--time-passes", action="store_true",
-                   help="print each pass's wall time to stderr")
+    add_pass_reports(p)
     p.add_argument("--verify-each", action="store_true",
                    help="run the verifier after every pass")
     p.add_argument("--list", action="store_true", help="list the passes and their options")

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from gspmdc.commands.arguments import non_negative_int, output_file, partition_count
+from gspmdc.commands.arguments import (
+    add_machine, add_num_partitions, add_windowed_einsum_threshold, output_file,
+)
 from gspmdc.errors import EXIT_OK, GspmdcError
 
 
@@ -25,20 +27,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from gspmdc.passes.analysis.machine import PRESETS
     p = sub.add_parser("report", help="write one self-contained HTML page about a partitioned "
                                       "program (graph, collectives, passes, cost, memory)",
                        description=cmd_report.__doc__)
     p.add_argument("file", help="HLO text file, global or partitioned ('-' for stdin)")
-    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
-                   help="number of partitions (default: the module's num_partitions, else the "
-                        "devices its shardings name)")
+    add_num_partitions(p)
     p.add_argument("-o", "--output", type=output_file, metavar="FILE",
                    help="the HTML page to write (atomically)")
-    p.add_argument("--machine", default="tpu-v3", metavar="NAME|FILE",
-                   help=f"the machine model of the cost table: a preset ({', '.join(PRESETS)}; "
-                        "default tpu-v3) or a machine file written by `gspmdc cost --calibrate`")
-    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
-                   metavar="BYTES",
-                   help="partition big dots as windowed einsums (as compile does)")
+    add_machine(p, "the cost table")
+    add_windowed_einsum_threshold(p)
     p.set_defaults(run=cmd_report)

@@ -8,8 +8,8 @@ from gspmdc.commands.compile import add_propagation_options
 from gspmdc.errors import GspmdcError
 from gspmdc.runtime.options import WAIT_MODES
 
-from .arguments import (non_negative_int, output_file, partition_count, positive_float,
-                        positive_int)
+from .arguments import (add_num_partitions, add_windowed_einsum_threshold, non_negative_int,
+                        output_file, positive_float, positive_int)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -73,9 +73,7 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a program on N partitions (MPI ranks or local threads)",
                        description=cmd_run.__doc__)
     p.add_argument("file", help="HLO text file ('-' for standard input)")
-    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
-                   help="number of partitions (default: the module's num_partitions, else the "
-                        "devices its shardings name)")
+    add_num_partitions(p)
     p.add_argument("--backend", choices=("mpi", "local"), default="mpi",
                    help="mpi: one MPI rank per partition, started with mpiexec unless already "
                         "running under MPI (default); local: one thread per partition")
@@ -122,11 +120,7 @@ def register(sub) -> None:
     p.add_argument("--garbage-padding", action="store_true",
                    help="pad uneven input shards with NaN / the integer maximum instead of zeros "
                         "(shows programs that read padding)")
-    p.add_argument("--windowed-einsum-threshold", type=non_negative_int, default=None,
-                   metavar="BYTES",
-                   help="run dots whose all-gathered operand or reduce-scattered result "
-                        "has at least BYTES bytes as windowed einsums (loops of partial "
-                        "dots and collective-permutes; default: never)")
+    add_windowed_einsum_threshold(p)
     stage = p.add_mutually_exclusive_group()
     stage.add_argument("--global", dest="stage", action="store_const", const="global",
                        help="the module is a global program (to partition), whatever it holds")

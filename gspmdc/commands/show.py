@@ -6,7 +6,7 @@ import difflib
 import os
 import sys
 
-from gspmdc.commands.arguments import partition_count, positive_int
+from gspmdc.commands.arguments import add_num_partitions, positive_int
 from gspmdc.errors import EXIT_OK, GspmdcError
 
 
@@ -95,9 +95,8 @@ def register(sub) -> None:
     p.add_argument("instructions", nargs="*", metavar="INSTRUCTION",
                    help="values to draw (name, or computation:name; default: the entry's "
                         "parameters and result)")
-    p.add_argument("-n", "--num-partitions", type=partition_count, default=None, metavar="N",
-                   help="number of devices (default: the module's num_partitions, else the "
-                        "devices its shardings name)")
+    add_num_partitions(p, help="number of devices (default: the module's num_partitions, else "
+                               "the devices its shardings name)")
     p.add_argument("--mesh", metavar="AXES", help="name the device mesh's axes, e.g. x=2,y=4 "
                    "(devices in row-major order), when the module has no mesh header")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",

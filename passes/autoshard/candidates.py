@@ -12,11 +12,11 @@ rank-4 array 25.
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
 from math import prod
 
 from gspmdc.ir.mesh import Mesh
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import cached
 from gspmdc.ir.shapes import ArrayShape
 
 
@@ -31,7 +31,7 @@ def mesh_axes(mesh: Mesh, shape: ArrayShape) -> dict[HloSharding, frozenset[str]
     return _mesh_shardings(mesh, tuple(shape.dims))
 
 
-@lru_cache(maxsize=4096)
+@cached
 def _mesh_shardings(mesh: Mesh, dims: tuple[int, ...]) -> dict[HloSharding, frozenset[str]]:
     replicated = HloSharding.replicate()
     if not dims or prod(dims) == 0:

@@ -1,4 +1,5 @@
-"""Sharding propagation ("sharding completion", reference §3): give every instruction that can be
+"""Sharding propagation ("sharding completion", docs/design/propagation.md): give every instruction
+that can be
 partitioned a sharding, following XLA's ShardingPropagation pass, and record where each one came
 from.
 

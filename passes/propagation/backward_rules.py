@@ -1,5 +1,6 @@
 """Backward rules: the sharding an instruction should have so that one of its users needs no
-resharding (§3.7, XLA's GetShardingFromUser). The catalogue's `BACKWARD_RULES` maps the *user's*
+resharding (docs/design/propagation.md#backward-rules, XLA's GetShardingFromUser). The catalogue's
+`BACKWARD_RULES` maps the *user's*
 opcode to a rule `(ctx, inst, user) -> candidate or None`; opcodes without an entry (custom-calls
 among them) use `default_rule` (the user's sharding when the shapes match). `from_user` applies the checks common to every user (level
 participation, the user must be sharded) and dispatches.

@@ -1,4 +1,5 @@
-"""Refining constraints with unspecified dims (§3.9; XLA's InferUnspecifiedDimsFrom*).
+"""Refining constraints with unspecified dims
+(docs/design/propagation.md#constraints-and-shard-groups; XLA's InferUnspecifiedDimsFrom*).
 
 A sharding constraint with `unspecified_dims` fixes the tiling of its other dims and leaves these
 open. At levels >= 1 the constraint takes a neighbour's sharding (its operand forward, each user

@@ -1,5 +1,6 @@
-"""Dot and convolution as dimension mappings, and the shardings they induce (§3.6 "Dot",
-"Convolution", §3.7 "dot"; XLA's dot_as_convolution_util and InferDot*Sharding).
+"""Dot and convolution as dimension mappings, and the shardings they induce
+(docs/design/propagation.md#dot-and-convolution;
+XLA's dot_as_convolution_util and InferDot*Sharding).
 
 A contraction is described by `DimMap`s `(lhs, rhs, output)` (-1 where a dim is absent):
 batch dims (in lhs, rhs and output), contracting dims (lhs and rhs; a convolution's contracting

@@ -1,4 +1,5 @@
-"""Control flow (§3.8): instructions tied through called computations share one sharding.
+"""Control flow (docs/design/propagation.md#control-flow): instructions tied through called
+computations share one sharding.
 
 * `while`: the loop, its body root, its body parameter and its condition parameter;
 * `conditional`: the conditional and every branch root (branch parameter i follows operand i+1,

@@ -1,4 +1,5 @@
-"""The propagation driver (§3.3): four aggressiveness levels, each a fixpoint of three sweeps per
+"""The propagation driver (docs/design/propagation.md#the-driver): four aggressiveness levels, each
+a fixpoint of three sweeps per
 computation (shard groups, forward in post order, backward in reverse post order), run as a
 worklist.
 
@@ -9,7 +10,8 @@ same sweep, one dirtied behind it waits for the next iteration, exactly as in XL
 sweeps, but the cost is proportional to the number of visits, not to the module size times the
 number of iterations. A level ends when an iteration changes nothing.
 
-Termination: every change strictly improves a sharding (§3.4), except where control flow copies a
+Termination: every change strictly improves a sharding
+(docs/design/propagation.md#improving-a-sharding), except where control flow copies a
 sharding between tied instructions; an instruction changing more than `MAX_CHANGES` times in one
 level means two rules disagree forever, and is reported as an error naming it.
 """

@@ -1,4 +1,5 @@
-"""Forward rules: the sharding an instruction takes from its operands (§3.6, XLA's
+"""Forward rules: the sharding an instruction takes from its operands
+(docs/design/propagation.md#forward-rules, XLA's
 InferShardingFromOperands). The catalogue's `FORWARD_RULES` maps an opcode to its rule; opcodes
 without an entry use `default_rule` (elementwise merging, else the representative operand). The driver has already
 applied the checks common to every opcode (level participation, manual flow, whether the

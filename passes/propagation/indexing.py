@@ -1,4 +1,5 @@
-"""Gather and scatter as dimension correspondences (§3.6 "Gather/scatter", §3.7; XLA's
+"""Gather and scatter as dimension correspondences (docs/design/propagation.md#gather-and-scatter;
+XLA's
 hlo_sharding_util gather/scatter helpers).
 
 `IndexedOp` is the common view: the *result* is the gather output or a scatter update; its

@@ -2,11 +2,12 @@
 InferShardingFromOperands / InferShardingFromUsers / InferShardingFromShardGroup): the checks
 common to all opcodes, then the per-opcode tables of `forward_rules` / `backward_rules`.
 
-Common checks: the instruction must pass shardings at the current level (§3.3); a manual sharding
+Common checks: the instruction must pass shardings at the current level
+(docs/design/propagation.md#the-driver); a manual sharding
 is never changed; `{manual}` flows from a manual operand or user before anything else (never into
 `SPMDShardToFullShape` forward or out of `SPMDFullToShardShape` backward; at level 0 not into
 concatenate or dynamic-slice); an instruction that cannot be partitioned is only made replicated
-when an operand is replicated (§3.5).
+when an operand is replicated (docs/design/propagation.md#which-instructions-take-a-sharding).
 """
 from __future__ import annotations
 

@@ -2,9 +2,12 @@
 
 * `is_elementwise`: XLA's `IsElementwise` (the catalogue's `ELEMENTWISE`: unary, binary and
   ternary elementwise ops, `rng`, `map`; `bitcast-convert` only between equal bit widths).
-* `passes_at_level`: which ops may pass a sharding through at an aggressiveness level (§3.3).
-* `supports_spatial_partitioning`: which instructions may receive a sharding at all (§3.5).
-* `representative_operand`: the operand whose sharding an op inherits (§3.6).
+* `passes_at_level`: which ops may pass a sharding through at an aggressiveness level
+(docs/design/propagation.md#the-driver).
+* `supports_spatial_partitioning`: which instructions may receive a sharding at all
+(docs/design/propagation.md#which-instructions-take-a-sharding).
+* `representative_operand`: the operand whose sharding an op inherits
+(docs/design/propagation.md#forward-rules).
 * which custom-calls are barriers or pass a sharding through (targets: `ir/custom_call_targets`).
 """
 from __future__ import annotations
@@ -21,7 +24,8 @@ from gspmdc.ir.shapes import ArrayShape
 _LEVEL0 = opcodes("transpose", "reshape", "tuple", "get-tuple-element", "while", "dynamic-slice",
                   "dynamic-update-slice", "opt-barrier", "concatenate", "call", "copy")
 
-#: ops that always support spatial partitioning (§3.5)
+#: ops that always support spatial partitioning
+#: (docs/design/propagation.md#which-instructions-take-a-sharding)
 _PARTITIONABLE = opcodes(
     "broadcast", "concatenate", "conditional", "constant", "convolution", "opt-barrier", "dot",
     "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "infeed", "iota",
@@ -85,7 +89,7 @@ def passes_at_level(inst: Instruction, level: int) -> bool:
 
 def supports_spatial_partitioning(inst: Instruction, comp: Computation, *, is_spmd: bool,
                                   is_callee: bool, to_output: bool, to_parameters: bool) -> bool:
-    """XLA's SupportSpatialPartitioning (§3.5). `is_callee`: `comp` is a control-flow callee;
+    """XLA's SupportSpatialPartitioning. `is_callee`: `comp` is a control-flow callee;
     `to_output` / `to_parameters`: propagation into the entry root / entry parameters allowed."""
     if comp.root is inst and not is_callee and not (comp.is_entry and to_output):
         return False

@@ -1,4 +1,5 @@
-"""Preprocessing before the fixpoint (§3.2; XLA's ProcessShardingInstruction and the start of
+"""Preprocessing before the fixpoint (docs/design/propagation.md#preprocessing; XLA's
+ProcessShardingInstruction and the start of
 ShardingPropagation::Run).
 
 1. CSE-prevention shardings left by an earlier `cse_prevention_only` run are dropped (or, in that

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from gspmdc.ir import ops
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sdy import SHARDING_RULE, OpShardingRule, frontend
 from gspmdc.ir.shape_rules_common import attr_ints
@@ -26,16 +27,12 @@ __all__ = ["rule_of", "RULES", "RuleBuilder", "identity_rule", "is_elementwise"]
 
 PASS, REDUCTION, REPLICATION, PERMUTATION = "pass", "reduction", "need_replication", "permutation"
 
-#: opcodes whose rule maps every dimension of every operand and result to the same factor
-_POINTWISE = frozenset({
-    "abs", "add", "all-reduce", "and", "atan2", "cbrt", "ceil", "clz", "count-leading-zeros",
-    "collective-broadcast", "collective-permute", "compare", "complex", "convert", "cosine",
-    "divide", "erf", "exponential", "exponential-minus-one", "floor", "imag", "is-finite", "log",
-    "log-plus-one", "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt",
-    "power", "real", "reduce-precision", "remainder", "round-nearest-even", "round-nearest-afz",
-    "rsqrt", "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine",
-    "sqrt", "subtract", "tan", "tanh", "xor", "select", "clamp",
-})
+#: opcodes whose rule maps every dimension of every operand and result to the same factor: the
+#: catalogue's typed elementwise ops (a new one is pointwise here without a line of its own) and
+#: these
+_POINTWISE = ops.TYPED_ELEMENTWISE | ops.opcodes(
+    "all-reduce", "collective-broadcast", "collective-permute", "compare", "complex", "convert",
+    "reduce-precision", "select", "clamp")
 #: ops Shardy treats as elementwise when it orders factors and schedules ops
 _ELEMENTWISE = (_POINTWISE - {"all-reduce", "collective-broadcast", "collective-permute"})
 #: custom-call targets whose operands and results correspond dimension for dimension
@@ -179,17 +176,9 @@ def _all_gather_like(inst, dim_attr):
 
 
 def _all_to_all(inst):
-    if "dimensions" not in inst.attrs:
-        return None
-    dim = attr_ints(inst, "dimensions")[0]
-    in_shape, out_shape = inst.operands[0].shape, _leaves(inst.shape)[0]
-    b = RuleBuilder.of(inst)
-    for d, size in enumerate(in_shape.dims):
-        if d != dim:
-            b.factor_everywhere(d, size)
-    b.factor_everywhere(dim, in_shape.dims[dim], REPLICATION, results=False)
-    b.factor_everywhere(dim, out_shape.dims[dim], REPLICATION, operands=False)
-    return b.build()
+    """The array form moves data along `dimensions` as all-gather does (the tuple form has no
+    rule)."""
+    return _all_gather_like(inst, "dimensions") if "dimensions" in inst.attrs else None
 
 
 def _bitcast_convert(inst):

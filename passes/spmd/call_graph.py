@@ -3,7 +3,8 @@ control flow runs.
 
 `while` (condition, body), `conditional` (branches) and `call` (to_apply) run their callees as
 part of the program on whole values, so those callees are partitioned like the entry, each with
-its call site's shardings at its boundary (reference §4.1 steps 3 and 5). Computations applied to
+its call site's shardings at its boundary (docs/design/partitioning.md#contract-and-steps).
+Computations applied to
 elements or windows (reducers, comparators, scatter combiners, `map`) run unchanged on local
 values and are not partitioned.
 

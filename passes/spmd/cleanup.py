@@ -1,4 +1,4 @@
-"""The cleanup pass after partitioning (reference §4.1 step 6, §4.11): tuple simplification,
+"""The cleanup pass after partitioning (docs/design/partitioning.md#clean-up): tuple simplification,
 common-subexpression elimination and dead-code elimination of the entry computation and of
 its control-flow callees (each computation on its own).
 

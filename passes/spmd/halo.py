@@ -1,4 +1,5 @@
-"""Halo exchange: giving each partition the input window its outputs read (reference §4.5, §4.6).
+"""Halo exchange: giving each partition the input window its outputs read
+(docs/design/partitioning.md#halo-exchange).
 
 A windowed op reads, for output `o` of a dim, the elements `o*stride - pad_low + k*dilation` of
 the base (the operand dilated by `base_dilation`: `b - 1` holes between elements). When the

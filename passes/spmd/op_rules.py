@@ -7,12 +7,13 @@ A rule answers two questions about an instruction `h` of the global program:
 - `plan(h, ctx) -> OpPlan`: which sharding each operand must have and which sharding the local
   computation then produces (insert-reshards reshards operands to the former and the result from
   the latter to `h`'s annotated sharding). Rules list candidate strategies (the per-op cases of
-  reference §4.7/§4.8) and `PlanContext.choose` keeps the one with the fewest bytes moved,
+  docs/design/partitioning.md) and `PlanContext.choose` keeps the one with the fewest bytes moved,
   counting operand reshards and the result reshard; ties keep the first candidate (XLA's order).
 - `lower(h, ctx) -> Instruction`: the local instruction(s) computing `h`'s shard, given operands
   that already have the planned shardings. Most ops lower to themselves on shard shapes.
 
-Ops without a rule of their own use the *default action* of §4.7.1 when they are pure: operands
+Ops without a rule of their own use the *default action* (docs/design/partitioning.md#per-op-rules)
+when they are pure: operands
 replicated (or on the op's single device), the op run unchanged, the result resharded. Ops whose
 meaning depends on the partition (the catalogue's `PARTITION_DEPENDENT`: I/O, `partition-id`,
 collectives written by the user) are rejected with UnsupportedError outside manual regions;

@@ -1,4 +1,5 @@
-"""Partitioning of control flow (reference §4.7.7): `while`, `conditional` and `call`.
+"""Partitioning of control flow (docs/design/partitioning.md#control-flow): `while`, `conditional`
+and `call`.
 
 Their callees are partitioned as computations of their own (`call_graph.py`); these rules fix the
 shardings at the boundary, and insert-reshards gives the callees' parameters and roots those

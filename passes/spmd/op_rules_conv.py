@@ -1,4 +1,5 @@
-"""Partitioning of `convolution` (reference §4.6.1, §4.7, §4.8): a convolution is a dot over its
+"""Partitioning of `convolution` (docs/design/partitioning.md#convolution-strategies): a
+convolution is a dot over its
 non-spatial dims, so the dot's compatibility rule (`op_rules_dot.dot_result`) decides which
 operand pairs run locally and what they produce.
 
@@ -20,13 +21,13 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   batch groups) are tiled alike and only by a count dividing the group count, so every
   partition holds whole groups; the local convolution has `group_count / tiles` groups. The rhs
   input-feature dim of a feature-grouped convolution stays whole;
-- spatial dims (the forward case, §4.6.1 strategy 3): an lhs spatial dim tiled n ways gives
+- spatial dims (the forward case, strategy 3): an lhs spatial dim tiled n ways gives
   the output spatial dim tiled the same n ways. With a trivial window (size 1, stride 1, no
   padding or dilation) that is all; otherwise each partition first receives the halo its output
   block's windows read from its neighbours (`halo.windowed_input`: collective-permutes, a
   (dynamic-)slice, padding and garbage masked with 0, lhs dilation done locally) and runs the
   convolution with that dim's padding and lhs dilation removed;
-- kernel spatial dims tiled like the input's (the weight-gradient case, §4.6.1 strategy 2; not
+- kernel spatial dims tiled like the input's (the weight-gradient case, strategy 2; not
   with window reversal): the spatial dims are contracted like features — each partition holds
   kernel taps `[R*i, R*(i+1))` (the tile count must divide the kernel size), receives the input
   window those taps read by the same halo exchange (a window of the output's size sliding by
@@ -54,7 +55,7 @@ from gspmdc.ir.sharding import HloSharding
 
 from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, recorded_plans, windowed_input
 from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
-from .op_rules_dot import DotDims, _inverse, _merge_free, dot_result
+from .op_rules_dot import DotDims, _inverse, aligned_operand_pairs, dot_result
 from .tiling import Tiling, remap
 
 
@@ -68,7 +69,7 @@ class ConvDims:
     `kernel_tiled` the kernel spatial dims tiled like the input's (rhs dim -> its size, which
     the tile count must divide).
 
-    `gradient`: the window dims whose kernel dim is tiled (the weight-gradient case, §4.6.1
+    `gradient`: the window dims whose kernel dim is tiled (the weight-gradient case, strategy 2
     strategy 2): input and kernel spatial dims are contracted like features (partial sums), and
     the input's window is the kernel shard's: shard `i` of the kernel holds taps
     `[R*i, R*(i+1))`, which read input positions `o*stride - pad_low + k*dilation` — a window of
@@ -264,22 +265,13 @@ def _pairs(inst: Instruction, cd: ConvDims, ctx: PlanContext, target: HloShardin
     pairs: list[tuple[Tiling, Tiling, str]] = []
     if lhs is not None and rt is not None:
         pairs.append((lhs, rt, "convolution operands are compatible"))
-    if lhs is not None:
-        aligned = ctx.tiling(remap(lhs.sharding, cd.dot.lhs_to_rhs(lr), rr), rr)
-        pairs.append((lhs, aligned, "kernel aligned to the input's batch/feature tiles"))
-        if rt is not None:
-            merged = _merge_free(rt.sharding, aligned.sharding, cd.dot.rhs_free)
-            if merged is not None:
-                pairs.append((lhs, ctx.tiling(merged, rr), "kernel aligned to the input, "
-                                                           "keeping its output-feature tiling"))
-    if rt is not None:
-        aligned = ctx.tiling(remap(rt.sharding, cd.dot.rhs_to_lhs(rr), lr), lr)
-        pairs.append((aligned, rt, "input aligned to the kernel's feature tiles"))
-        if lhs is not None:
-            merged = _merge_free(lhs.sharding, aligned.sharding, cd.dot.lhs_free)
-            if merged is not None:
-                pairs.append((ctx.tiling(merged, lr), rt, "input aligned to the kernel, "
-                                                          "keeping its batch/spatial tiling"))
+    aligned = aligned_operand_pairs(
+        None if lhs is None else lhs.sharding, None if rt is None else rt.sharding, cd.dot, lr, rr,
+        ("kernel aligned to the input's batch/feature tiles",
+         "kernel aligned to the input, keeping its output-feature tiling",
+         "input aligned to the kernel's feature tiles",
+         "input aligned to the kernel, keeping its batch/spatial tiling"))
+    pairs += [(ctx.tiling(a, lr), ctx.tiling(b, rr), reason) for a, b, reason in aligned]
     out = ctx.tiling(target, out_rank).sharding
     pairs.append((ctx.tiling(remap(out, _inverse(cd.lhs_to_output(lr), out_rank), lr), lr),
                   ctx.tiling(remap(out, _inverse(cd.rhs_to_output(rr), out_rank), rr), rr),

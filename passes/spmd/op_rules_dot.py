@@ -1,4 +1,5 @@
-"""Partitioning of `dot` (reference §4.8): batch-, contracting-, non-contracting-partitioned and
+"""Partitioning of `dot` (docs/design/partitioning.md#dot): batch-, contracting-,
+non-contracting-partitioned and
 mixed operands on meshes of any rank, by one compatibility rule instead of XLA's recursion.
 
 A local dot of two shards is a correct piece of the global dot when, on every device, both
@@ -6,7 +7,7 @@ operands hold the same block of every batch dim and of every contracting dim. Th
 result is the output block (batch, lhs-free and rhs-free blocks of its operands) summed over its
 contracting block only: `dot_result` builds that result sharding, with the contracting tiles as
 the `unreduced` subgroup (partial sums), or finds that the pair is incompatible (blocks disagree,
-or the output blocks do not cover the output evenly). XLA's grouped cases (§4.8 cases 1-4) are
+or the output blocks do not cover the output evenly). XLA's grouped cases (cases 1-4 there) are
 exactly the compatible pairs whose devices form groups; no in-group ids are needed because every
 table and collective is built over global device ids.
 
@@ -158,22 +159,12 @@ def _dot_plan(dn: DotDims, signature: Signature, num_devices: int) -> OpPlan:
     lt, rt = tiling(lhs_sharding, lr), tiling(rhs_sharding, rr)
     if lt is not None and rt is not None:
         pairs.append((lhs_sharding, rhs_sharding, "dot operands are compatible"))
-    if lt is not None:
-        aligned = remap(lt.sharding, dn.lhs_to_rhs(lr), rr)
-        pairs.append((lhs_sharding, aligned, "rhs aligned to lhs on batch/contracting dims"))
-        if rt is not None:
-            merged = _merge_free(rhs_sharding, aligned, dn.rhs_free)
-            if merged is not None:
-                pairs.append((lhs_sharding, merged,
-                              "rhs aligned to lhs, keeping its free-dim tiling"))
-    if rt is not None:
-        aligned = remap(rt.sharding, dn.rhs_to_lhs(rr), lr)
-        pairs.append((aligned, rhs_sharding, "lhs aligned to rhs on batch/contracting dims"))
-        if lt is not None:
-            merged = _merge_free(lhs_sharding, aligned, dn.lhs_free)
-            if merged is not None:
-                pairs.append((merged, rhs_sharding,
-                              "lhs aligned to rhs, keeping its free-dim tiling"))
+    pairs += aligned_operand_pairs(
+        None if lt is None else lt.sharding, None if rt is None else rt.sharding, dn, lr, rr,
+        ("rhs aligned to lhs on batch/contracting dims",
+         "rhs aligned to lhs, keeping its free-dim tiling",
+         "lhs aligned to rhs on batch/contracting dims",
+         "lhs aligned to rhs, keeping its free-dim tiling"))
     out = ctx.tiling(target, out_rank).sharding
     out_to_lhs = _inverse(dn.lhs_to_output(lr), out_rank)
     out_to_rhs = _inverse(dn.rhs_to_output(rr), out_rank)
@@ -200,6 +191,28 @@ def _inverse(mapping: list[int], rank: int) -> list[int]:
         if t >= 0:
             out[t] = d
     return out
+
+
+def aligned_operand_pairs(lhs: HloSharding | None, rhs: HloSharding | None, dn: DotDims,
+                          lhs_rank: int, rhs_rank: int, reasons: tuple[str, str, str, str]
+                          ) -> list[tuple[HloSharding, HloSharding, str]]:
+    """Candidate (lhs, rhs, reason) operand shardings in which one operand keeps its sharding and
+    the other is aligned to it on the batch and contracting dims: first the rhs aligned to the
+    lhs (alone, then keeping the rhs's own free-dim tiling where the two merge), then the lhs
+    aligned to the rhs likewise; an operand given as None proposes nothing. `reasons` name the
+    four candidates in that order (dots and convolutions word them differently)."""
+    found = []
+    for side, (own, other) in enumerate(((lhs, rhs), (rhs, lhs))):
+        if own is None:
+            continue
+        mapping, rank, free = (dn.lhs_to_rhs(lhs_rank), rhs_rank, dn.rhs_free) if side == 0 \
+            else (dn.rhs_to_lhs(rhs_rank), lhs_rank, dn.lhs_free)
+        aligned = remap(own, mapping, rank)
+        merged = None if other is None else _merge_free(other, aligned, free)
+        for partner, reason in ((aligned, reasons[2 * side]), (merged, reasons[2 * side + 1])):
+            if partner is not None:
+                found.append((own, partner, reason) if side == 0 else (partner, own, reason))
+    return found
 
 
 def _merge_free(own: HloSharding, aligned: HloSharding,

@@ -1,4 +1,5 @@
-"""Partitioning of elementwise ops (reference §4.7.1): the catalogue's `ELEMENTWISE` but `rng`
+"""Partitioning of elementwise ops (docs/design/partitioning.md#per-op-rules): the catalogue's
+`ELEMENTWISE` but `rng`
 (which has its own rule): `copy`, `convert`, `compare`, `select`, `clamp`, every unary and binary
 arithmetic/logical op, `map`, and `bitcast-convert` between types of one width (one that changes the width changes the rank and runs replicated), and a
 cross-replica `all-reduce` of one array (no `channel_id`: it combines the values of the same

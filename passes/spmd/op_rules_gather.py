@@ -1,4 +1,4 @@
-"""Partitioning of `gather` and `scatter` (reference §4.7.6).
+"""Partitioning of `gather` and `scatter` (docs/design/partitioning.md#gather-and-scatter).
 
 A gather's output dims are *batch* dims (one per indices dim but `index_vector_dim`, in order) and
 *offset* dims (one per operand window dim — not collapsed, not a batching dim — in order). The
@@ -344,7 +344,8 @@ def _identity(opcode: str, element_type: str):
 
 @PARTITION_RULES.register("scatter", instance=True)
 class ScatterRule(PartitionRule):
-    """Scatter (§4.7.6): the operand (and result) tiled on dims the updates cover whole (operand
+    """Scatter (docs/design/partitioning.md#gather-and-scatter): the operand (and result) tiled on
+    dims the updates cover whole (operand
     pass-through: updates tiled alike), on batching dims (explicit batch: indices and updates
     tiled alike) and on dims addressed with window size 1 (trivially sliced operand: indices and
     updates replicated over those tiles, each partition shifts the indices by its offset and

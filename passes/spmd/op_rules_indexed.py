@@ -1,5 +1,5 @@
 """Partitioning of `dynamic-slice`, `dynamic-update-slice`, `sort`, `topk` and custom-call `TopK`
-(reference §4.7.4, §4.7.5).
+(docs/design/partitioning.md, sections sort-and-topk and dynamic-slices).
 
 Each op has *kept* dims, along which it works index by index (a dynamic slice or update covering
 the whole dim, a dim that is not sorted, every dim of a TopK but the last): candidates tile the
@@ -10,9 +10,9 @@ become the shard size on tiled kept dims (their start is clamped to 0 both globa
 More strategies, chosen by bytes like the others:
 
 - `sort` along a tiled dim: the first operand's tiling with the sorted dim's tiles moved to a kept
-  dim they divide (an all-to-all instead of a gather; §4.7.4).
+  dim they divide (an all-to-all instead of a gather).
 - TopK along a tiled last dim: the top k of every shard, all-gathered, then the top k of those
-  (`TopKRule`; §4.7.4's TopK pattern).
+  (`TopKRule`).
 - `dynamic-slice` of a tiled *sliced* dim d (the slice is smaller than the dim): the operand
   stays tiled and each partition cuts the window from its own shard —
   `dynamic-slice(pad(shard, U_d on both sides of d), s - lo + U_d)`, with `s` the start clamped

@@ -1,4 +1,5 @@
-"""Manual regions (reference §4.10): code the user partitioned by hand runs per device unchanged.
+"""Manual regions (docs/design/partitioning.md#manual-regions): code the user partitioned by hand
+runs per device unchanged.
 
 A value with a `{manual}` sharding is per-device data: its shape is already the per-device shape
 and nothing reshards it. A partially manual value (`last_tile_dims={manual, ...}`) is per-device

@@ -2,7 +2,8 @@
 batches are independent, so the grouping does not change any element and the op is an ordinary
 dot of its first two operands).
 
-The plan is the dot rule's (reference §4.8: compatible operand pairs, aligned operands, the
+The plan is the dot rule's (docs/design/partitioning.md#dot: compatible operand pairs, aligned
+operands, the
 output's tiling, partial results over tiled contracting dims combined by addition) with
 `group_sizes` replicated; the local op is the same ragged-dot on the shards. The other two
 modes (a free or a contracting ragged dim, where each position's group decides its rhs slice

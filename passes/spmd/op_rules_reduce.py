@@ -1,4 +1,4 @@
-"""Partitioning of `reduce` (reference §4.7.3).
+"""Partitioning of `reduce` (docs/design/partitioning.md#reduce).
 
 Candidates, chosen by bytes moved:
 

@@ -1,4 +1,5 @@
-"""Partitioning of windowed ops along their windowed dims by halo exchange (reference §4.6, §4.7).
+"""Partitioning of windowed ops along their windowed dims by halo exchange
+(docs/design/partitioning.md#halo-exchange).
 
 Every op here reads, for each result dim, a window of the same dim of its array operands
 (`halo.WindowedDim`):

@@ -1,4 +1,5 @@
-"""The pad-uneven pass: make the padding of uneven shards harmless (reference §4.5).
+"""The pad-uneven pass: make the padding of uneven shards harmless
+(docs/design/partitioning.md#uneven-shards).
 
 A dim of size S cut into t tiles has shards of `cdiv(S, t)` elements (lower-spmd gives every
 partition that shard shape); the last tiles carry padding with unspecified values. Padding is

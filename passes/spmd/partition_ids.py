@@ -1,4 +1,5 @@
-"""Per-partition values from `partition-id`: table lookups (reference §4.3).
+"""Per-partition values from `partition-id`: table lookups
+(docs/design/partitioning.md#partition-id-tables).
 
 All per-partition behaviour of the SPMD program comes from small constant tables indexed by
 device id, read with

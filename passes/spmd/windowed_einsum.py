@@ -1,4 +1,5 @@
-"""Windowed einsum (collective matmul, reference §4.9): a dot whose operand would be all-gathered,
+"""Windowed einsum (collective matmul, docs/design/partitioning.md#windowed-einsum): a dot whose
+operand would be all-gathered,
 or whose partial result would be reduce-scattered, runs as a loop of `t` steps over the `t` tiles
 of that dim instead, each step a partial dot on one block while a `collective-permute` passes
 blocks to the neighbour on the ring (device with ordinal `o` sends to `o - 1`), so the

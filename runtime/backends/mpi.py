@@ -4,7 +4,8 @@
 device assignment (`rank_of_partition`: the gspmdc header attribute `device_assignment={r0,r1,...}`,
 rank of partition i at position i; the identity when absent).
 
-Communicators (gspmd-algorithms §5.3): at construction the backend walks every collective of the
+Communicators (docs/design/collectives.md#on-mpi): at construction the backend walks every
+collective of the
 module in program order (computations in text order) and creates, once per distinct list of groups,
 a sub-communicator with `Split(color = index of my group, key = my position)`, so that its rank order
 is the group order. All ranks walk the same module, so they create the same communicators in the

@@ -127,7 +127,7 @@ def _gspmdc_compile(text: str, case: Case) -> tuple[str | None, Module]:
 
 
 def _values_skipped(module: Module) -> str | None:
-    from gspmdc.conformance import largest_value_bytes, multiply_adds
+    from .score import largest_value_bytes, multiply_adds
     from gspmdc.prepare import why_no_reference
     reason = why_no_reference(module)
     if reason is not None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gspmdc.conformance import (
+from .score import (
     CaseOutOfMemory, CaseTimeout, ChildDied, ChildFailed, MachineLimits, Tally,
     _one_line, _report, run_isolated,
 )

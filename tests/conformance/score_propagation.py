@@ -189,7 +189,7 @@ def _run(case: dict, run: dict, params: dict) -> tuple[object | None, str | None
 
 def score_corpus(path: Path) -> tuple[Score, Score, Score]:
     """(SPMD expectations, non-SPMD expectations, expected-error runs)."""
-    from gspmdc.conformance import CaseTimeout, time_limit
+    from .score import CaseTimeout, time_limit
     spmd, non_spmd, errors = Score("SPMD expectations met"), Score("non-SPMD expectations met"), \
         Score("runs expected to fail that fail")
     for case in json.loads(path.read_text())["cases"]:

@@ -1,17 +1,17 @@
 """Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
 
-    python -m gspmdc.conformance parse|propagate|partition|cost [--shared DIR] [--verbose]
-                                 [--cases NAME ...]
+    cd tests && python -m conformance.score parse|propagate|partition|cost [--shared DIR]
+                                            [--verbose] [--cases NAME ...]
 
 `parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
 modules parsed, round-tripped (`parse(print(parse(t)))` identical to `parse(t)`), verified, and
 evaluated by the reference interpreter on random inputs (of those without I/O opcodes); and for every
 JAX program: its .hlo files parse and `program.hlo` on `inputs.npz` reproduces `outputs.npz`.
 `propagate` scores sharding propagation on `xla-propagation.json` (see
-`gspmdc/conformance_propagation.py`); `partition` runs every case of `xla-partitioner.json` through
+`score_propagation.py`); `partition` runs every case of `xla-partitioner.json` through
 the partitioner and the local backend and checks it against the reference (see
-`gspmdc/conformance_partition.py`); `cost` compares `gspmdc cost` with `run --profile-json` on MPI
-ranks (see `gspmdc/conformance_cost.py`). The corpora live in `../shared` beside the repository
+`score_partition.py`); `cost` compares `gspmdc cost` with `run --profile-json` on MPI
+ranks (see `score_cost.py`). The corpora live in `../shared` beside the repository
 (override with `--shared`); they are the team's measuring stick, not part of the package.
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ class ChildFailed(Exception):
 
 def default_shared_dir() -> Path:
     """`../shared` beside the repository (or beside the current directory)."""
-    here = Path(__file__).resolve().parents[2] / "shared"
+    here = Path(__file__).resolve().parents[3] / "shared"
     return here if here.is_dir() else Path.cwd().parent / "shared"
 
 
@@ -322,7 +322,7 @@ def _report(title: str, tallies: list[Tally], verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gspmdc.conformance",
+    parser = argparse.ArgumentParser(prog="python -m conformance.score",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["parse", "propagate", "partition", "cost"],
                         help="what to score")
@@ -338,14 +338,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conformance: corpora folder {shared} not found (use --shared)", file=sys.stderr)
         return 2
     if args.stage == "propagate":
-        from gspmdc.conformance_propagation import score
+        from .score_propagation import score
         return score(shared, args.verbose)
     if args.stage == "cost":
-        from gspmdc.conformance_cost import score
+        from .score_cost import score
         return score(shared, args.verbose)
     limits = MachineLimits.of_this_machine()
     if args.stage == "partition":
-        from gspmdc.conformance_partition import score
+        from .score_partition import score
         return score(shared, limits, args.verbose, args.cases)
     for corpus in ("xla-propagation.json", "xla-partitioner.json"):
         _report(f"{corpus}:", score_parse_corpus(shared / "conformance" / corpus, limits),

@@ -1,7 +1,7 @@
 """Score `gspmdc cost` against measurement on the team's corpora: how closely the figures
 modelled before running agree with what `gspmdc run --profile-json` counts on MPI ranks.
 
-    python -m gspmdc.conformance cost [--shared DIR] [--verbose]     (make cost-agreement)
+    cd tests && python -m conformance.score cost [--shared DIR] [--verbose]   (make cost-agreement)
 
 Every program is modelled in-process (the partitioned program of `gspmdc cost`, on the default
 machine) and run as a user would run it,
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gspmdc import api
-from gspmdc.conformance import largest_value_bytes, multiply_adds
+from .score import largest_value_bytes, multiply_adds
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.ops import HOST_IO
 
