@@ -48,6 +48,18 @@ ENTRY main {
   p0 = f32[2] parameter(0), sharding={devices=[6]<=[6]}
   ROOT a = f32[2] negate(p0)
 }""", 6, True, {"p0": "{replicated}", "a": "{replicated}"}),
+    # backward, only the user's level counts: the reverse (which passes shardings forward only
+    # from level 1) takes the negate's sharding at level 0; the slice's user is then the reverse,
+    # consulted from level 1, when the slice has already followed its operand forward
+    "level_zero_backward_into_a_level_one_op": Behaviour("""
+HloModule m, num_partitions=2
+ENTRY main {
+  p0 = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  s = f32[8,2] slice(p0), slice={[0:8], [0:2]}
+  r = f32[8,2] reverse(s), dimensions={0}
+  n = f32[8,2] negate(r), sharding={devices=[1,2]<=[2]}
+  ROOT t = (f32[8,2]) tuple(n)
+}""", 2, False, {"s": "{devices=[2,1]<=[2]}", "r": "{devices=[1,2]<=[2]}"}),
 }
 
 
