@@ -60,6 +60,25 @@ ENTRY main {
   n = f32[8,2] negate(r), sharding={devices=[1,2]<=[2]}
   ROOT t = (f32[8,2]) tuple(n)
 }""", 2, False, {"s": "{devices=[2,1]<=[2]}", "r": "{devices=[1,2]<=[2]}"}),
+    # a removed barrier hands its sharding to an operand that has none, even a parameter
+    # propagation may not set; an operand with a sharding keeps its own
+    "removed_barrier_hands_its_sharding_to_its_operand": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = f32[8,4] parameter(0)
+  b = f32[8,4] custom-call(p0), custom_call_target="ShardBarrierFrom", custom_call_has_side_effect=true
+  c = f32[8,4] exponential(b)
+  p1 = f32[8,4] parameter(1)
+  d = f32[8,4] custom-call(p1), custom_call_target="ShardBarrierTo", custom_call_has_side_effect=true
+  p2 = f32[8,4] parameter(2), sharding={devices=[4,1]<=[4]}
+  g = f32[8,4] negate(p2)
+  h = f32[8,4] custom-call(g), custom_call_target="ShardBarrierTo", custom_call_has_side_effect=true
+  e = f32[8,4] add(c, d)
+  e2 = f32[8,4] add(e, h)
+  f = f32[8,4] copy(e2), sharding={devices=[1,4]<=[4]}
+  ROOT t = (f32[8,4]) tuple(f)
+}""", 4, False, {"p0": "{devices=[1,4]<=[4]}", "c": "{devices=[1,4]<=[4]}",
+                 "p1": "{replicated}", "g": "{devices=[4,1]<=[4]}"}),
 }
 
 

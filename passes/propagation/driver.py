@@ -320,9 +320,21 @@ class Driver:
                     self._record(m.operands[0], "shard group", "shard barrier relay", (m,))
 
     def _remove_barriers(self) -> None:
+        """Remove the shard barriers, their users reading their operand instead; an operand
+        without a sharding takes the barrier's (XLA replaces the barrier by its operand, which
+        inherits the sharding it lacks), even an entry parameter."""
         for comp in self.graph.computations:
             for inst in list(comp.instructions):
                 if is_barrier(inst):
+                    operand = inst.operands[0]
+                    if operand.sharding is None and inst.sharding is not None:
+                        operand.sharding = inst.sharding
+                        steps = self.provenance.history.get(self._key(inst), ())
+                        sources = steps[-1].sources if steps else ()
+                        self.provenance.record(
+                            self._key(operand), operand.sharding, "barrier",
+                            f"sharding of the removed barrier {inst.name}",
+                            tuple(key for key, _ in sources), self.level)
                     self.provenance.forget(self._key(inst))
                     self.provenance.removed_barriers[self._key(inst)] = \
                         (target_of(inst), self._key(inst.operands[0]))
