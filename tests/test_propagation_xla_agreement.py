@@ -79,6 +79,15 @@ ENTRY main {
   ROOT t = (f32[8,4]) tuple(f)
 }""", 4, False, {"p0": "{devices=[1,4]<=[4]}", "c": "{devices=[1,4]<=[4]}",
                  "p1": "{replicated}", "g": "{devices=[4,1]<=[4]}"}),
+    # a replicated operand implies nothing for a gather's result: with unsharded indices the
+    # gather (here the root, which propagation may set) stays unsharded, and so do the indices
+    "gather_of_a_replicated_operand_stays_unsharded": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = u64[3] parameter(0), sharding={replicated}
+  c = s32[5,1] constant({{1}, {7}, {0}, {-1}, {3}})
+  ROOT g = u64[5] gather(p0, c), offset_dims={}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1}
+}""", 4, True, {"c": None, "g": None}),
 }
 
 
