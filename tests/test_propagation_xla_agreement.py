@@ -88,6 +88,18 @@ ENTRY main {
   c = s32[5,1] constant({{1}, {7}, {0}, {-1}, {3}})
   ROOT g = u64[5] gather(p0, c), offset_dims={}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1}
 }""", 4, True, {"c": None, "g": None}),
+    # a concatenate with one user besides the root may replace its sharding aggressively: the
+    # copy's partial tiling (level 0, backward) gives way to the operand's [2,2] at level 1
+    "concatenate_with_one_user_takes_its_operand_aggressively": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = f32[8,2] parameter(0), sharding={devices=[2,2]<=[4]}
+  m = f32[8,2] negate(p0)
+  p1 = f32[8,6] parameter(1)
+  c = f32[8,8] concatenate(m, p1), dimensions={1}
+  r = f32[8,8] copy(c), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  ROOT t = (f32[8,8], f32[8,8]) tuple(r, c)
+}""", 4, False, {"c": "{devices=[2,2]<=[4]}"}),
 }
 
 

@@ -262,7 +262,7 @@ def _concatenate(ctx: Context, inst: Instruction) -> Proposal | None:
                     c.operands[0].opcode not in ("parameter", "get-tuple-element") or \
                     s.tile_counts[dim] > 1:
                 return None
-    return _follow(ctx, inst, op, op.sharding, "concatenate", aggressive=False)
+    return _follow(ctx, inst, op, op.sharding, "concatenate")
 
 
 @FORWARD_RULES.register("dynamic-slice", "dynamic-update-slice")
