@@ -165,8 +165,8 @@ SAMPLE_SEED = 0
 #: changes the sample. gspmdc's values must always agree with the reference.
 # measured: off 100.0% / 100.0% / 69 of 77; on 100.0% / 100.0% / 69 of 77 (was off 99.5% /
 # 94.9%, on 92.4% / 28.2% before propagation followed jax 0.10.2's XLA: entry flag line-up,
-# user-level backward gate, barrier removal, gather passthrough, aggressive concatenate). Bytes are counted by the one
-# cost model (ir/cost.py: each device's exact bytes, averaged), for both programs; since it
+# user-level backward gate, barrier removal, gather passthrough, aggressive concatenate).
+# Bytes are counted by the one cost model (ir/cost.py: each device's exact bytes, averaged), for both programs; since it
 # replaced the uniform ring formulas, XLA's program of fuzz/61 counts 110 bytes where gspmdc's
 # counts 112 (both were 112), the one module that moved.
 FLOORS = {
