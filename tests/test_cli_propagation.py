@@ -32,7 +32,9 @@ def test_propagate_flag_lists_are_checked(capsys):
 def test_explain_prints_the_chain_back_to_the_user_annotation(capsys):
     assert main(["explain", str(EXAMPLE), "hb"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("hb  {devices=[2,4]<=[8]}  ← backward from a")
+    # hb takes the callee parameter's sharding: backward, a parameter of the called computation
+    # takes its user's sharding at level 0 (only the user's level counts)
+    assert lines[0].startswith("hb  {devices=[2,4]<=[8]}  ← control flow from relu:x")
     assert lines[-1] == "a_sharded  {devices=[2,4]<=[8]}  ← user annotation"
     assert main(["explain", str(EXAMPLE), "hb", "-n", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1

@@ -26,12 +26,12 @@ from gspmdc.ir.custom_call_targets import (
     BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
 )
 from gspmdc.ir.module import Instruction, Module
-from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 
 from . import constraints
 from .context import Context, Options, Proposal
 from .control_flow import follow_change, sync_all
+from .entry_policy import finalize_entry
 from .graph import ModuleGraph
 from .inference import infer_from_group, infer_from_operands, infer_from_users
 from .opclass import is_barrier
@@ -322,57 +322,33 @@ class Driver:
                     self._record(m.operands[0], "shard group", "shard barrier relay", (m,))
 
     def _remove_barriers(self) -> None:
+        """Remove the shard barriers, their users reading their operand instead; an operand
+        without a sharding takes the barrier's (XLA replaces the barrier by its operand, which
+        inherits the sharding it lacks), even an entry parameter."""
         for comp in self.graph.computations:
             for inst in list(comp.instructions):
                 if is_barrier(inst):
+                    operand = inst.operands[0]
+                    if operand.sharding is None and inst.sharding is not None:
+                        operand.sharding = inst.sharding
+                        steps = self.provenance.history.get(self._key(inst), ())
+                        sources = steps[-1].sources if steps else ()
+                        self.provenance.record(
+                            self._key(operand), operand.sharding, "barrier",
+                            f"sharding of the removed barrier {inst.name}",
+                            tuple(key for key, _ in sources), self.level)
                     self.provenance.forget(self._key(inst))
                     self.provenance.removed_barriers[self._key(inst)] = \
                         (target_of(inst), self._key(inst.operands[0]))
                     self.graph.remove(inst)
                     self.structural_change = True
 
-    def _flags(self, flags: tuple[bool, ...], count: int) -> list[bool]:
-        return list(flags) * count if len(flags) == 1 else list(flags)
-
     def _finalize_entry(self) -> None:
-        """Restore entry root / parameter shardings where propagation into them was not allowed,
-        and replicate those it was allowed to set but that do not divide their dims evenly."""
-        entry = self.module.entry
-        root = entry.root
-        if self.rule_options.to_output and root.sharding is not None:
-            count = len(root.shape.elements) if isinstance(root.shape, TupleShape) else 1
-            allowed = self._flags(self.options.propagate_to_output, count)
-            saved = self.prep.saved_root
-            if isinstance(root.shape, TupleShape) and len(allowed) == count:
-                leaves = list(root.sharding.elements)
-                for i in range(min(count, len(leaves))):
-                    if not allowed[i] and i < len(saved) and saved[i] is not None:
-                        leaves[i] = saved[i]
-                    elif allowed[i] and not _even(root.shape.elements[i], leaves[i]):
-                        leaves[i] = HloSharding.replicate()
-                self._settle(root, HloSharding.tuple(leaves))
-            elif not isinstance(root.shape, TupleShape) and not _even(root.shape, root.sharding):
-                self._settle(root, HloSharding.replicate())
-        if not self.rule_options.to_parameters:
-            return
-        params = entry.parameters
-        allowed = self._flags(self.options.propagate_to_parameters, len(params))
-        saved = self.prep.saved_parameters
-        if len(allowed) == len(params):
-            for p, ok in zip(params, allowed):
-                if not ok:
-                    self._settle(p, saved.get(p.parameter_number))
-                elif p.sharding is not None and not _even(p.shape, p.sharding):
-                    self._settle(p, HloSharding.replicate())
-        elif len(params) == 1 and isinstance(params[0].shape, TupleShape) and \
-                len(allowed) == len(params[0].shape.elements) and params[0].sharding is not None:
-            p = params[0]
-            leaves = list(p.sharding.elements)
-            before = saved.get(0)
-            for i, ok in enumerate(allowed):
-                if not ok and before is not None:
-                    leaves[i] = for_shape(before, p.shape).elements[i]
-            self._settle(p, HloSharding.tuple(leaves))
+        """The entry policy (`entry_policy`): restore the root / parameter shardings propagation
+        was not allowed to set, replicate uneven ones it set."""
+        finalize_entry(self.module.entry, self.options.propagate_to_output,
+                       self.options.propagate_to_parameters, self.prep.saved_root,
+                       self.prep.saved_parameters, self._settle)
 
     def _settle(self, inst: Instruction, sharding: HloSharding | None) -> None:
         if inst.sharding == sharding:
@@ -399,15 +375,6 @@ class Driver:
                 inst.sharding = originals.get(inst)
                 if inst.sharding is None:
                     self.provenance.forget(self._key(inst))
-
-
-def _even(shape: Shape, s: HloSharding) -> bool:
-    """Every tiled dim divides evenly (tuples: every leaf)."""
-    if s.is_tuple:
-        return all(_even(leaf_shape, leaf) for leaf_shape, leaf in zip(shape.leaves(), s.elements))
-    if not s.is_tiled or not isinstance(shape, ArrayShape):
-        return True
-    return all(d % t == 0 for d, t in zip(shape.dims, s.tile_counts))
 
 
 def propagate_module(module: Module, options: PropagationOptions) -> Provenance:

@@ -263,7 +263,7 @@ def _concatenate(ctx: Context, inst: Instruction) -> Proposal | None:
                     c.operands[0].opcode not in ("parameter", "get-tuple-element") or \
                     s.tile_counts[dim] > 1:
                 return None
-    return _follow(ctx, inst, op, op.sharding, "concatenate", aggressive=False)
+    return _follow(ctx, inst, op, op.sharding, "concatenate")
 
 
 @FORWARD_RULES.register("dynamic-slice", "dynamic-update-slice")
@@ -376,7 +376,9 @@ def _gather_parallel(acc: Accumulator, view: IndexedOp, pairs: list[tuple[int, i
 @FORWARD_RULES.register("gather")
 def _gather(ctx: Context, inst: Instruction) -> Proposal | None:
     """Explicit batch dims, then index passthrough, then (SPMD) implicit parallel dims and the
-    operand passthrough dims, each applied with improve."""
+    operand passthrough dims, each applied with improve. A replicated (or maximal, or manual)
+    operand implies nothing for the result: with unsharded indices the gather stays
+    unsharded."""
     view = ctx.graph.derived("gather", inst, gather_view)
     operand, indices = inst.operands
     acc = ctx.accumulate(inst)
@@ -388,13 +390,9 @@ def _gather(ctx: Context, inst: Instruction) -> Proposal | None:
         implicit = view.implicit_parallel(indices)
         if implicit:
             _gather_parallel(acc, view, implicit, operand, indices)
-        if _partitioned(operand):
-            s = operand.sharding
-            if s.is_tiled:
-                s = algebra.partially_replicate_on_dims(s, [o for o, _ in implicit])
-            candidate = result_from_operand(s, view)
-            if not (s.is_tiled and candidate.is_tile_maximal):
-                acc.improve(candidate, operand)
+        if _partitioned(operand) and operand.sharding.is_tiled:
+            s = algebra.partially_replicate_on_dims(operand.sharding, [o for o, _ in implicit])
+            acc.improve(result_from_operand(s, view), operand)
     return acc.result("gather")
 
 

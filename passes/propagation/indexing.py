@@ -186,13 +186,15 @@ def indices_from_result(s: HloSharding, view: IndexedOp, indices_rank: int) -> H
     return algebra.propagate_along_dims(s, [r for r, _ in pairs], [i for _, i in pairs], indices_rank)
 
 
-def result_from_operand(s: HloSharding, view: IndexedOp) -> HloSharding:
-    """Operand passthrough dims -> window dims, everything else replicated."""
+def result_from_operand(s: HloSharding, view: IndexedOp) -> HloSharding | None:
+    """Operand passthrough dims -> window dims, everything else replicated; None when the
+    operand is not tiled or nothing tiled passes through."""
     if not s.is_tiled:
-        return s
+        return None
     pairs = view.operand_passthrough()
-    return algebra.propagate_along_dims(s, [o for o, _ in pairs], [r for _, r in pairs],
-                                    view.result_rank)
+    out = algebra.propagate_along_dims(s, [o for o, _ in pairs], [r for _, r in pairs],
+                                       view.result_rank)
+    return None if out.is_tile_maximal else out
 
 
 def operand_from_result(s: HloSharding, view: IndexedOp) -> HloSharding | None:

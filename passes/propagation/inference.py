@@ -2,8 +2,10 @@
 InferShardingFromOperands / InferShardingFromUsers / InferShardingFromShardGroup): the checks
 common to all opcodes, then the per-opcode tables of `forward_rules` / `backward_rules`.
 
-Common checks: the instruction must pass shardings at the current level
-(docs/design/propagation.md#the-driver); a manual sharding
+Common checks: forward, the instruction must pass shardings at the current level
+(docs/design/propagation.md#the-driver); backward, only the user's level counts (an instruction
+that passes shardings only from level 1, a slice say, takes its user's sharding at level 0),
+except that a broadcast waits for level 2 either way; a manual sharding
 is never changed; `{manual}` flows from a manual operand or user before anything else (never into
 `SPMDShardToFullShape` forward or out of `SPMDFullToShardShape` backward; at level 0 not into
 concatenate or dynamic-slice); an instruction that cannot be partitioned is only made replicated
@@ -100,8 +102,7 @@ def _rule_label(user: Instruction) -> str:
 
 
 def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
-    if (ctx.level < 2 and inst.opcode == "broadcast") or not passes_at_level(inst, ctx.level) \
-            or _is_manual(inst.sharding):
+    if (ctx.level < 2 and inst.opcode == "broadcast") or _is_manual(inst.sharding):
         return None
     users = ctx.graph.users[inst]
     if inst.sharding is None or inst.sharding.is_tile_maximal:

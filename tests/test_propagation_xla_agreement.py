@@ -1,0 +1,134 @@
+"""Propagation behaviours where gspmdc once differed from XLA (found by `make conformance-xla`),
+each a small module with the shardings XLA gives it written out by hand. With the `[xla]` extra
+installed, XLA itself is asked too: every instruction's sharding must agree with XLA's (so the
+hand-written answers cannot drift from the judge)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from gspmdc import api
+from propagation_helpers import expect, run
+
+from conformance.correspondence import compare_shardings
+from conformance.oracle import xla_available
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """A module, its partition count, the propagation options (both flags `on` or both off) and
+    the shardings XLA gives (instruction name -> sharding text, None: no sharding)."""
+
+    text: str
+    num_partitions: int
+    on: bool
+    expected: dict = field(default_factory=dict)
+
+
+BEHAVIOURS = {
+    # one flag for several parameters / a root tuple of several elements: XLA keeps the uneven
+    # shardings propagation gives the entry (f32[2] over 6 devices); a single array root is
+    # replicated when uneven
+    "single_flag_keeps_uneven_entry_shardings": Behaviour("""
+HloModule m, num_partitions=6
+ENTRY main {
+  p0 = f32[2] parameter(0)
+  p1 = f32[2] parameter(1), sharding={devices=[6]1,5,3,2,4,0}
+  p2 = f32[12] parameter(2)
+  a = f32[2] add(p0, p1)
+  b = f32[12] broadcast(p2), dimensions={0}
+  ROOT t = (f32[2], f32[12]) tuple(a, b)
+}""", 6, True, {"p0": "{devices=[6]1,5,3,2,4,0}", "p1": "{devices=[6]1,5,3,2,4,0}",
+                "a": "{devices=[6]1,5,3,2,4,0}", "p2": "{replicated}",
+                "t": "{{devices=[6]1,5,3,2,4,0}, {replicated}}"}),
+    "single_array_root_uneven_is_replicated": Behaviour("""
+HloModule m, num_partitions=6
+ENTRY main {
+  p0 = f32[2] parameter(0), sharding={devices=[6]<=[6]}
+  ROOT a = f32[2] negate(p0)
+}""", 6, True, {"p0": "{replicated}", "a": "{replicated}"}),
+    # backward, only the user's level counts: the reverse (which passes shardings forward only
+    # from level 1) takes the negate's sharding at level 0; the slice's user is then the reverse,
+    # consulted from level 1, when the slice has already followed its operand forward
+    "level_zero_backward_into_a_level_one_op": Behaviour("""
+HloModule m, num_partitions=2
+ENTRY main {
+  p0 = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  s = f32[8,2] slice(p0), slice={[0:8], [0:2]}
+  r = f32[8,2] reverse(s), dimensions={0}
+  n = f32[8,2] negate(r), sharding={devices=[1,2]<=[2]}
+  ROOT t = (f32[8,2]) tuple(n)
+}""", 2, False, {"s": "{devices=[2,1]<=[2]}", "r": "{devices=[1,2]<=[2]}"}),
+    # a removed barrier hands its sharding to an operand that has none, even a parameter
+    # propagation may not set; an operand with a sharding keeps its own
+    "removed_barrier_hands_its_sharding_to_its_operand": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = f32[8,4] parameter(0)
+  b = f32[8,4] custom-call(p0), custom_call_target="ShardBarrierFrom", custom_call_has_side_effect=true
+  c = f32[8,4] exponential(b)
+  p1 = f32[8,4] parameter(1)
+  d = f32[8,4] custom-call(p1), custom_call_target="ShardBarrierTo", custom_call_has_side_effect=true
+  p2 = f32[8,4] parameter(2), sharding={devices=[4,1]<=[4]}
+  g = f32[8,4] negate(p2)
+  h = f32[8,4] custom-call(g), custom_call_target="ShardBarrierTo", custom_call_has_side_effect=true
+  e = f32[8,4] add(c, d)
+  e2 = f32[8,4] add(e, h)
+  f = f32[8,4] copy(e2), sharding={devices=[1,4]<=[4]}
+  ROOT t = (f32[8,4]) tuple(f)
+}""", 4, False, {"p0": "{devices=[1,4]<=[4]}", "c": "{devices=[1,4]<=[4]}",
+                 "p1": "{replicated}", "g": "{devices=[4,1]<=[4]}"}),
+    # a replicated operand implies nothing for a gather's result: with unsharded indices the
+    # gather (here the root, which propagation may set) stays unsharded, and so do the indices
+    "gather_of_a_replicated_operand_stays_unsharded": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = u64[3] parameter(0), sharding={replicated}
+  c = s32[5,1] constant({{1}, {7}, {0}, {-1}, {3}})
+  ROOT g = u64[5] gather(p0, c), offset_dims={}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1}
+}""", 4, True, {"c": None, "g": None}),
+    # a concatenate with one user besides the root may replace its sharding aggressively: the
+    # copy's partial tiling (level 0, backward) gives way to the operand's [2,2] at level 1
+    "concatenate_with_one_user_takes_its_operand_aggressively": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = f32[8,2] parameter(0), sharding={devices=[2,2]<=[4]}
+  m = f32[8,2] negate(p0)
+  p1 = f32[8,6] parameter(1)
+  c = f32[8,8] concatenate(m, p1), dimensions={1}
+  r = f32[8,8] copy(c), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  ROOT t = (f32[8,8], f32[8,8]) tuple(r, c)
+}""", 4, False, {"c": "{devices=[2,2]<=[4]}"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEHAVIOURS))
+def test_gspmdc_gives_xlas_shardings(name):
+    b = BEHAVIOURS[name]
+    module = run(b.text, propagate_to_output=b.on, propagate_to_parameters=b.on)
+    expect(module, **b.expected)
+
+
+@pytest.fixture(scope="module")
+def xla():
+    if not xla_available():
+        pytest.skip("needs the [xla] extra (jax, jaxlib)")
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as oracle:
+        yield oracle
+
+
+@pytest.mark.parametrize("name", sorted(BEHAVIOURS))
+def test_xla_agrees_on_every_instruction(xla, name):
+    b = BEHAVIOURS[name]
+    answer = xla.partition(b.text, b.num_partitions, to_output=b.on, to_parameters=b.on)
+    assert answer.ok, answer.error
+    before = api.parse(answer.before, "before", verify=False)
+    ours = api.parse(answer.before, "ours", verify=False)
+    from gspmdc.passes.propagation import propagate
+    propagate(ours, propagate_to_output=b.on, propagate_to_parameters=b.on, record_origins=False)
+    theirs = api.parse(answer.propagated, "xla", verify=False)
+    differ = [v.describe() for v in compare_shardings(before, ours, theirs)
+              if v.compared and not v.agrees]
+    assert not differ, differ
