@@ -93,3 +93,43 @@ def test_the_checker_finds_sections_missing_files_and_missing_anchors(tmp_path, 
         "cites a § section outside the repository",
         "cites docs/gone.md, which is not in the repository",
         "cites docs/note.md#missing, a heading docs/note.md lacks"]
+
+
+#: a relative Markdown link `[text](target.md#anchor)`
+LINK = re.compile(r"\]\(((?![a-z]+:)[^)#\s]+\.md)?(#[\w-]+)?\)")
+
+
+def broken_doc_links(markdown: Path) -> list[str]:
+    """The numbered-section citations and the relative links of a Markdown page that do not
+    resolve."""
+    bad = []
+    where = markdown.relative_to(ROOT)
+    for line, text in enumerate(markdown.read_text().splitlines(), 1):
+        if "§" in text:
+            bad.append(f"{where}:{line}: cites a § section outside the repository")
+        for match in LINK.finditer(text):
+            cited, anchor = match.group(1), match.group(2)
+            target = markdown.parent / cited if cited else markdown
+            if not target.is_file():
+                bad.append(f"{where}:{line}: links {cited}, which is not in the repository")
+            elif anchor and anchor[1:] not in anchors(target):
+                bad.append(f"{where}:{line}: links {cited or ''}{anchor}, a heading it lacks")
+    return bad
+
+
+def test_user_docs_cite_and_link_only_the_repository():
+    pages = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+    assert [b for page in pages for b in broken_doc_links(page)] == []
+
+
+def test_the_doc_checker_finds_sections_and_broken_links(tmp_path, monkeypatch):
+    (tmp_path / "docs" / "design").mkdir(parents=True)
+    (tmp_path / "docs" / "design" / "note.md").write_text("# Note\n\n## Uneven shards\n")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("see [a](design/note.md#uneven-shards), [b](design/note.md#gone),\n"
+                    "[c](gone.md), [d](https://example.org/x.md) and reference §4.6\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    assert [b.split(": ", 1)[1] for b in broken_doc_links(page)] == [
+        "links design/note.md#gone, a heading it lacks",
+        "cites a § section outside the repository",
+        "links gone.md, which is not in the repository"]
