@@ -41,12 +41,18 @@ _TABLES: list[dict] = []
 
 def _key(value):
     """Shardings compare without metadata; the key keeps the metadata so that a cached result
-    carries the right one. Lists and arrays of dims count as tuples."""
-    if isinstance(value, HloSharding):
-        return value, tuple(leaf.metadata for leaf in value.leaves())
-    if isinstance(value, (list, np.ndarray)):
+    carries the right one (`HloSharding.memo_key`, computed once). Lists and arrays of dims count
+    as tuples."""
+    kind = type(value)
+    if kind is HloSharding:
+        return value.memo_key
+    if kind is list or kind is np.ndarray:
         return tuple(int(v) for v in value)
     return value
+
+
+#: argument types whose memo key is not the argument itself
+_KEYED = (HloSharding, list, np.ndarray)
 
 
 def cached(fn: Callable) -> Callable:
@@ -58,7 +64,7 @@ def cached(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def memo(*args, **kwargs):
-        key = tuple(_key(a) for a in args)
+        key = tuple([_key(a) if isinstance(a, _KEYED) else a for a in args])
         if kwargs:
             key += tuple((name, _key(value)) for name, value in sorted(kwargs.items()))
         try:
