@@ -25,7 +25,7 @@ padded offset `ordinal * shard`, valid range
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Iterator, Sequence
 
@@ -96,8 +96,21 @@ class HloSharding:
     elements: tuple["HloSharding", ...] = ()
     metadata: tuple[KeyValueList, ...] = ()
     shard_group: ShardGroup | None = None
+    #: hash of the semantic key, computed once (shardings are hashed over and over as memo keys)
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    #: the key under which the algebra's cache stores results for this value: the value itself
+    #: when no leaf carries metadata, else the value with its leaves' metadata (a cached result
+    #: must carry the metadata of the arguments it was computed from)
+    memo_key: object = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self):
+        self._validate()
+        object.__setattr__(self, "_hash", hash(self._key()))
+        metadata = tuple(leaf.metadata for leaf in self.leaves())
+        object.__setattr__(self, "memo_key",
+                           self if not any(metadata) else (self, metadata))
+
+    def _validate(self):
         kind = self.kind
         if kind not in _SINGLE_KINDS and kind != "tuple":
             raise ShardingError(f"unknown sharding kind {kind!r}")
@@ -235,10 +248,16 @@ class HloSharding:
     def __eq__(self, other) -> bool:
         if not isinstance(other, HloSharding):
             return NotImplemented
-        return self is other or self._key() == other._key()
+        return self is other or (self._hash == other._hash and self._key() == other._key())
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return self._hash
+
+    def __reduce__(self):
+        # rebuilt through the constructor: the cached hash is only valid in the process that
+        # computed it
+        return (HloSharding, (self.kind, self.tile_assignment, self.subgroup_types, self.device,
+                              self.elements, self.metadata, self.shard_group))
 
     def with_metadata(self, metadata) -> "HloSharding":
         """The same sharding with `metadata` replacing its own (on every leaf for tuples)."""

@@ -10,8 +10,10 @@ Conventions, the same for every function:
   unless stated otherwise; functions whose transformation can be impossible return `None` exactly
   where XLA returns no sharding;
 * tile-assignment arithmetic goes through `TileAssignment.transpose/reshape`, which stay in iota
-  form, so most operations cost the same at 8 and at 4096 devices; merging, reversing and grouping
-  use vectorised numpy over the device array.
+  form, so most operations cost the same at 8 and at 4096 devices: the partitioner's collective
+  steps (`gather_tiles`, `move_tiles`, `split_replication`, `all_reduce_partials`) transform the
+  device array as a tile assignment too; the general merge, reversing, ungrouping and
+  `reduce_scatter_partials` use vectorised numpy over the device array.
 
 The algebra owns the project's one cache: `cached` memoizes a pure function of hashable values
 (shardings, shapes, tuples of dims) and `clear_caches()` empties every table.
@@ -41,12 +43,18 @@ _TABLES: list[dict] = []
 
 def _key(value):
     """Shardings compare without metadata; the key keeps the metadata so that a cached result
-    carries the right one. Lists and arrays of dims count as tuples."""
-    if isinstance(value, HloSharding):
-        return value, tuple(leaf.metadata for leaf in value.leaves())
-    if isinstance(value, (list, np.ndarray)):
+    carries the right one (`HloSharding.memo_key`, computed once). Lists and arrays of dims count
+    as tuples."""
+    kind = type(value)
+    if kind is HloSharding:
+        return value.memo_key
+    if kind is list or kind is np.ndarray:
         return tuple(int(v) for v in value)
     return value
+
+
+#: argument types whose memo key is not the argument itself
+_KEYED = (HloSharding, list, np.ndarray)
 
 
 def cached(fn: Callable) -> Callable:
@@ -58,7 +66,7 @@ def cached(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def memo(*args, **kwargs):
-        key = tuple(_key(a) for a in args)
+        key = tuple([_key(a) if isinstance(a, _KEYED) else a for a in args])
         if kwargs:
             key += tuple((name, _key(value)) for name, value in sorted(kwargs.items()))
         try:
@@ -833,73 +841,85 @@ def ungroup(grouped: GroupedSharding) -> HloSharding:
 # ---- device arrays and the partitioner's collective steps --------------------------------------
 
 @cached
-def device_array(s: HloSharding, rank: int, num_devices: int) -> np.ndarray:
+def device_tiles(s: HloSharding, rank: int, num_devices: int) -> TileAssignment:
     """The devices of a replicated, unknown, unreduced or tiled (unreduced and replicated
-    subgroups) leaf sharding of a rank-`rank` array over `num_devices` devices as one read-only
-    array of shape `tile counts + (u, r)`: element `[i..., k, j]` is the j-th device holding
+    subgroups) leaf sharding of a rank-`rank` array over `num_devices` devices, as a tile
+    assignment of shape `tile counts + (u, r)`: element `[i..., k, j]` is the j-th device holding
     partial value k of tile `i` (`u > 1`: the tile is the sum of `u` partial values; `r > 1`:
-    each is held by `r` devices). `UnsupportedError` for manual shardings (per-device data has no
-    tiling), `ShardingError` for maximal and tuple ones."""
+    each is held by `r` devices). An iota sharding gives an iota value: the collective steps
+    below transform it without per-device work. `UnsupportedError` for manual shardings
+    (per-device data has no tiling), `ShardingError` for maximal and tuple ones."""
     kind = s.kind
     if kind in ("replicated", "unknown"):
-        array = np.arange(num_devices).reshape((1,) * rank + (1, num_devices))
-    elif kind == "unreduced":
-        array = np.arange(num_devices).reshape((1,) * rank + (num_devices, 1))
-    elif kind == "manual" or s.has_manual_subgroup:
+        return TileAssignment.iota((1,) * rank + (1, num_devices))
+    if kind == "unreduced":
+        return TileAssignment.iota((1,) * rank + (num_devices, 1))
+    if kind == "manual" or s.has_manual_subgroup:
         raise UnsupportedError(f"manual sharding {s.to_text(False)}: manual values are "
                                "per-device data and are not resharded (enter and leave manual "
                                "regions through SPMDFullToShardShape / SPMDShardToFullShape)")
-    elif kind != "tiled":
+    if kind != "tiled":
         raise ShardingError(f"sharding {s.to_text(False)} has no tiling")
-    else:
-        counts = s.tile_counts_for_rank(rank)
-        ta = s.tile_assignment
-        if ta.num_devices != num_devices:
-            raise ShardingError(f"sharding {s.to_text(False)} covers {ta.num_devices} devices, "
-                                f"expected {num_devices}")
-        array = ta.array.reshape(tuple(counts) + (s.subgroup_size("unreduced"),
-                                                  s.subgroup_size("replicated")))
-    array.setflags(write=False)
-    return array
+    counts = s.tile_counts_for_rank(rank)
+    ta = s.tile_assignment
+    if ta.num_devices != num_devices:
+        raise ShardingError(f"sharding {s.to_text(False)} covers {ta.num_devices} devices, "
+                            f"expected {num_devices}")
+    return ta.reshape(tuple(counts) + (s.subgroup_size("unreduced"),
+                                       s.subgroup_size("replicated")))
 
 
-def sharding_of_devices(devices: np.ndarray) -> HloSharding:
+def device_array(s: HloSharding, rank: int, num_devices: int) -> np.ndarray:
+    """`device_tiles` as a read-only numpy array (materialised once per value)."""
+    return device_tiles(s, rank, num_devices).array
+
+
+def sharding_of_devices(devices: np.ndarray | TileAssignment) -> HloSharding:
     """The canonical sharding whose device array (`device_array`) is `devices` (replicas in any
-    order)."""
-    devices = np.asarray(devices)
-    if devices.ndim < 2:
-        raise ShardingError(f"a device array needs partial and replica axes, got {devices.shape}")
-    if devices.size == 1:
+    order), given as an array or as a tile assignment."""
+    if not isinstance(devices, TileAssignment):
+        devices = np.asarray(devices)
+        if devices.ndim < 2:
+            raise ShardingError(
+                f"a device array needs partial and replica axes, got {devices.shape}")
+        if devices.size == 1:
+            return HloSharding.replicate()
+        devices = TileAssignment.from_array(devices)
+    elif devices.ndim < 2:
+        raise ShardingError(f"a device array needs partial and replica axes, got {devices.dims}")
+    if devices.num_devices == 1:
         return HloSharding.replicate()
-    return HloSharding.tiled(TileAssignment.from_array(devices), ("unreduced", "replicated"))
+    return HloSharding.tiled(devices, ("unreduced", "replicated"))
 
 
-def _groups(array: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+def _groups(tiles: TileAssignment, axes: Sequence[int]) -> np.ndarray:
     """`[G, S]`: devices that differ only in `axes` (row-major in them), groups ordered by the
     other coordinates."""
     axes = list(axes)
-    others = [a for a in range(array.ndim) if a not in axes]
-    return array.transpose(others + axes).reshape(-1, prod(array.shape[a] for a in axes))
+    others = [a for a in range(tiles.ndim) if a not in axes]
+    size = prod(tiles.dims[a] for a in axes)
+    return tiles.transpose(others + axes).reshape((tiles.num_devices // size, size)).array
 
 
-def _merge_axis(array: np.ndarray, source: int, target: int, major: bool) -> np.ndarray:
+def _merge_axis(tiles: TileAssignment, source: int, target: int,
+                major: bool) -> TileAssignment:
     """Merge axis `source` of a device array into axis `target`, as its major or minor part."""
-    order = [a for a in range(array.ndim) if a != source]
+    order = [a for a in range(tiles.ndim) if a != source]
     at = order.index(target)
     order.insert(at if major else at + 1, source)
-    moved = array.transpose(order)
-    shape = list(moved.shape)
+    moved = tiles.transpose(order)
+    shape = list(moved.dims)
     p = min(order.index(source), order.index(target))
     shape[p:p + 2] = [shape[p] * shape[p + 1]]
     return moved.reshape(shape)
 
 
-def _split_axis(array: np.ndarray, axis: int, minor: int) -> np.ndarray:
+def _split_axis(tiles: TileAssignment, axis: int, minor: int) -> TileAssignment:
     """The device array with `axis` split into `(size // minor, minor)`."""
-    shape = list(array.shape)
+    shape = list(tiles.dims)
     if shape[axis] % minor:
         raise ShardingError(f"cannot split {shape[axis]} tiles by {minor}")
-    return array.reshape(shape[:axis] + [shape[axis] // minor, minor] + shape[axis + 1:])
+    return tiles.reshape(shape[:axis] + [shape[axis] // minor, minor] + shape[axis + 1:])
 
 
 def unreduce_on_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
@@ -936,16 +956,17 @@ def insert_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
 
 def partial_groups(s: HloSharding, rank: int, num_devices: int) -> np.ndarray:
     """`[G, u]`: the devices whose partial values sum to one value, by partial index."""
-    array = device_array(s, rank, num_devices)
-    return _groups(array, [array.ndim - 2])
+    tiles = device_tiles(s, rank, num_devices)
+    return _groups(tiles, [tiles.ndim - 2])
 
 
 def all_reduce_partials(s: HloSharding, rank: int, num_devices: int) -> HloSharding:
     """The sharding after all-reducing the partial values over `partial_groups`: the unreduced
     subgroup becomes the major part of the replication."""
-    array = device_array(s, rank, num_devices)
-    merged = _merge_axis(array, array.ndim - 2, array.ndim - 1, major=True)
-    return sharding_of_devices(merged.reshape(array.shape[:-2] + (1, -1)))
+    tiles = device_tiles(s, rank, num_devices)
+    merged = _merge_axis(tiles, tiles.ndim - 2, tiles.ndim - 1, major=True)
+    holders = tiles.dims[-2] * tiles.dims[-1]
+    return sharding_of_devices(merged.reshape(tiles.dims[:-2] + (1, holders)))
 
 
 def reduce_scatter_partials(s: HloSharding, dim: int, groups: np.ndarray, rank: int,
@@ -973,7 +994,7 @@ def gather_tiles(s: HloSharding, dim: int, factor: int, rank: int,
                  num_devices: int) -> tuple[HloSharding, np.ndarray]:
     """All-gather the minor `factor` part of data dim `dim`'s tiles into replication: `(the
     sharding after, [G, factor] groups in concatenation order)`."""
-    split = _split_axis(device_array(s, rank, num_devices), dim, factor)
+    split = _split_axis(device_tiles(s, rank, num_devices), dim, factor)
     groups = _groups(split, [dim + 1])
     return sharding_of_devices(_merge_axis(split, dim + 1, split.ndim - 1, major=True)), groups
 
@@ -982,7 +1003,7 @@ def move_tiles(s: HloSharding, source: int, target: int, factor: int, rank: int,
                num_devices: int) -> tuple[HloSharding, np.ndarray]:
     """All-to-all: the minor `factor` part of data dim `source`'s tiles becomes the minor part of
     data dim `target`'s: `(the sharding after, [G, factor] groups)`."""
-    split = _split_axis(device_array(s, rank, num_devices), source, factor)
+    split = _split_axis(device_tiles(s, rank, num_devices), source, factor)
     groups = _groups(split, [source + 1])
     moved = _merge_axis(split, source + 1, target + (1 if target > source else 0), major=False)
     return sharding_of_devices(moved), groups
@@ -993,15 +1014,15 @@ def split_replication(s: HloSharding, factors: Sequence[int], rank: int,
     """Local slicing: each replication group splits into `factors[d]` parts on data dim d (the
     major parts of the replica index, in dim order), which become the minor parts of those
     dims' tiles."""
-    array = device_array(s, rank, num_devices)
-    replication = array.shape[-1]
+    tiles = device_tiles(s, rank, num_devices)
+    replication = tiles.dims[-1]
     rest = replication // prod(factors)
     if rest * prod(factors) != replication:
         raise ShardingError(f"replication {replication} cannot split into {list(factors)}")
-    array = array.reshape(array.shape[:-1] + tuple(factors) + (rest,))
+    tiles = tiles.reshape(tiles.dims[:-1] + tuple(factors) + (rest,))
     for d in range(rank - 1, -1, -1):
-        array = _merge_axis(array, rank + 1 + d, d, major=False)
-    return sharding_of_devices(array)
+        tiles = _merge_axis(tiles, rank + 1 + d, d, major=False)
+    return sharding_of_devices(tiles)
 
 
 __all__ = [
@@ -1010,7 +1031,8 @@ __all__ = [
     "remove_dims", "transpose", "reverse", "move_and_merge", "transpose_with_collapsed_dims",
     "propagate_along_dims", "reshape_sharding", "propagate_through_reshape",
     "merge_if_compatible", "is_more_specific", "is_subtiling_or_equal", "merge_sharding",
-    "find_common_sharding", "GroupedSharding", "group_on_dims", "ungroup", "device_array",
+    "find_common_sharding", "GroupedSharding", "group_on_dims", "ungroup", "device_tiles",
+    "device_array",
     "sharding_of_devices", "unreduce_on_dims", "insert_dims", "partial_groups",
     "all_reduce_partials", "reduce_scatter_partials", "gather_tiles", "move_tiles",
     "split_replication",

@@ -219,12 +219,17 @@ class TileAssignment:
         if flat.min() < 0:
             raise ShardingError(
                 f"negative device id {int(flat.min())} in tile assignment {_brief(flat)}")
-        ids, counts = np.unique(flat, return_counts=True)      # sorts: no array of size max(id)
-        if counts.max() > 1:
+        top = int(flat.max())
+        if top < 2 * flat.size:                  # dense ids: count them in one linear pass
+            counts = np.bincount(flat, minlength=top + 1)
+            dups = np.flatnonzero(counts > 1)
+        else:                                    # sparse ids: sort, no array of size max(id)
+            ids, counts = np.unique(flat, return_counts=True)
             dups = ids[counts > 1]
+        if dups.size:
             raise ShardingError(
                 f"duplicate device ids {dups[:8].tolist()} in tile assignment {_brief(flat)}")
-        if flat.max() == flat.size - 1:
+        if top == flat.size - 1:
             iota = _detect(flat)
             if iota is not None:
                 return cls(tuple(dims), iota, None)
