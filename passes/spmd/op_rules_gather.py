@@ -362,8 +362,10 @@ class ScatterRule(PartitionRule):
         dims = ScatterDims.of(inst)
         count = dims.count
         target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
-        if target.kind == "maximal":
-            return OpPlan((target,) * len(inst.operands), inst.sharding, "scatter on one device")
+        if target.kind == "maximal":                  # every result on that one device
+            result = HloSharding.tuple([target] * count) \
+                if isinstance(inst.shape, TupleShape) else target
+            return OpPlan((target,) * len(inst.operands), result, "scatter on one device")
         operand, indices, update = inst.operands[0], inst.operands[count], \
             inst.operands[count + 1]
         rank = dims.operand_rank
