@@ -41,7 +41,7 @@ from typing import Union
 from . import dtypes, ops
 from .custom_call_targets import ANNOTATIONS, MANUAL_BOUNDARIES
 from .module import Computation, Instruction, Module
-from .schedule import communicating_computations, execution_order
+from .schedule import communicating_computations, execution_order, fused_pads
 from .shapes import ArrayShape, Shape, TupleShape
 
 #: instructions whose value is their first operand's (no new buffer)
@@ -104,18 +104,6 @@ def memory_profile(module: Module) -> MemoryProfile:
 def shape_bytes(shape: Shape) -> int:
     """Bytes of every array of `shape` (tokens have none)."""
     return sum(prod(leaf.dims) * dtypes.byte_width(leaf.element_type) for leaf in shape.leaves())
-
-
-def fused_pads(comp: Computation) -> dict[Instruction, Instruction]:
-    """`{pad: dynamic-slice}` for every pad of `comp` (no interior padding, not the root) whose
-    only user is a dynamic-slice of it (as its sliced operand only): the slice reads its
-    window from the pad's operand."""
-    users = comp.users()
-    return {inst: users[inst][0] for inst in comp.instructions
-            if inst.opcode == "pad" and inst is not comp.root and len(users[inst]) == 1
-            and users[inst][0].opcode == "dynamic-slice" and users[inst][0].operands[0] is inst
-            and inst not in users[inst][0].operands[1:]
-            and all(p.interior == 0 for p in inst.attrs["padding"])}
 
 
 @dataclass
@@ -381,5 +369,5 @@ def _rebuild(template: Value, leaves) -> Value:
     return None if template is None else next(leaves)
 
 
-__all__ = ["MemoryProfile", "MemoryPoint", "memory_profile", "shape_bytes", "fused_pads",
+__all__ = ["MemoryProfile", "MemoryPoint", "memory_profile", "shape_bytes",
            "OPERAND_PRESERVING"]

@@ -9,7 +9,8 @@ computation between a collective's operands and its first use.
 
 The interpreter executes computations in this order (`runtime/interpreter.py`) and the liveness
 analysis counts memory in it (`ir/liveness.py`): a collective issued early holds its result from
-its issue on, so the two must agree on where it runs.
+its issue on, so the two must agree on where it runs. Both also fuse a pad into its only user,
+a dynamic-slice (`fused_pads`): the padded array is never built.
 """
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ from .ops import COLLECTIVES, SIDE_EFFECTING, opcodes
 
 #: instructions no collective is issued before (besides calls of computations with collectives)
 BARRIER_OPCODES = SIDE_EFFECTING | opcodes("custom-call")
+
+
+def fused_pads(comp: Computation) -> dict[Instruction, Instruction]:
+    """`{pad: dynamic-slice}` for every pad of `comp` (no interior padding, not the root) whose
+    only user is a dynamic-slice of it (as its sliced operand only): the slice reads its
+    window from the pad's operand."""
+    users = comp.users()
+    return {inst: users[inst][0] for inst in comp.instructions
+            if inst.opcode == "pad" and inst is not comp.root and len(users[inst]) == 1
+            and users[inst][0].opcode == "dynamic-slice" and users[inst][0].operands[0] is inst
+            and inst not in users[inst][0].operands[1:]
+            and all(p.interior == 0 for p in inst.attrs["padding"])}
 
 
 def issue_early(order: Sequence[int], reads: Mapping[int, Iterable[int]],
@@ -72,4 +85,5 @@ def execution_order(comp: Computation, communicates: Callable[[str], bool]) -> l
     return [by_id[node] for node in ids]
 
 
-__all__ = ["BARRIER_OPCODES", "issue_early", "communicating_computations", "execution_order"]
+__all__ = ["BARRIER_OPCODES", "issue_early", "communicating_computations", "execution_order",
+           "fused_pads"]

@@ -43,10 +43,9 @@ import numpy as np
 
 from gspmdc.errors import GspmdcError, RuntimeFailure, UnsupportedError
 from gspmdc.ir import dtypes
-from gspmdc.ir.liveness import fused_pads
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.ops import COLLECTIVES, SIDE_EFFECTING, Trait, opcodes, with_trait
-from gspmdc.ir.schedule import BARRIER_OPCODES, issue_early
+from gspmdc.ir.schedule import BARRIER_OPCODES, fused_pads, issue_early
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from .collectives import CollectiveBackend, Pending, SinglePartitionBackend

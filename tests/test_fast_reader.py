@@ -47,7 +47,7 @@ def _canonical(value):
                 value.end_pos)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__name__,) + tuple(_canonical(getattr(value, f.name))
-                                               for f in dataclasses.fields(value))
+                                               for f in dataclasses.fields(value) if f.compare)
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(_canonical(v) for v in value)
     return (type(value).__name__, value)
