@@ -196,7 +196,7 @@ def test_an_inferred_array_of_more_than_int64_bytes_is_refused(tmp_path, capsys)
     ("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), "
      "sharding={maximal device=16777216}\n}\n",
      "device id 16777216 is beyond the largest device id gspmdc accepts (16777215)"),
-    (f"HloModule m\n{reducer('add')}ENTRY e {{\n  p = f32[4] parameter(0)\n"
+    (f"HloModule m{reducer('add')}ENTRY e {{\n  p = f32[4] parameter(0)\n"
      f"  ROOT q = f32[4] all-reduce(p), replica_groups={{{{0,{HUGE}}}}}, to_apply=add\n}}\n",
      "invalid replica groups: ids must be integers in [0, 2^63-1]"),
 ])
