@@ -6,19 +6,9 @@ no shardings unless asked for.
 """
 from __future__ import annotations
 
-ADD = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+from hlo_text import reducer
 
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT m = f32[] maximum(a, b)
-}
-"""
+ADD = reducer("add") + reducer("max")
 
 
 def mlp(batch: int, d: int, f: int, x_sharding: str = "") -> str:

@@ -32,6 +32,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlo_text import reducer
+
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 PHASES = ("start-up", "compute", "collective", "output")
@@ -51,11 +53,7 @@ def all_reduce_after(target: str, num_partitions: int, name: str = "faulty") -> 
     fails, hangs or sleeps in `target`."""
     return f"""HloModule {name}, num_partitions={num_partitions}
 
-addf {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
+{reducer('addf', 'add')}
 
 ENTRY main {{
   x = f32[4] parameter(0), sharding={{replicated}}

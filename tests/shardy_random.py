@@ -16,6 +16,8 @@ from gspmdc import api
 from gspmdc.ir.sdy import instruction_shardings, module_meshes, resolve_mesh
 from gspmdc.ir.sdy_hlo import to_hlo
 
+from hlo_text import reducer
+
 MESHES = [(("x", 2), ("y", 4)), (("x", 2), ("y", 2), ("z", 2)), (("a", 8),), (("x", 4), ("y", 2))]
 SIZES = (2, 4, 6, 8, 12, 16)
 
@@ -178,8 +180,7 @@ def random_module(seed: int) -> str:
     b.lines.append(f"  ROOT out = ({shapes}) tuple({', '.join(n for n, _ in returned)})")
     text = header.format(seed, axes) + "\n\n"
     if b.needs_sum:
-        text += ("sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
-                 "  ROOT s = f32[] add(a, b)\n}\n\n")
+        text += reducer("sum", "add") + "\n"
     text += "ENTRY main {\n" + "\n".join(b.lines) + "\n}\n"
     return _with_hlo_shardings(text)
 

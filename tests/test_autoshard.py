@@ -16,6 +16,7 @@ from gspmdc.passes.autoshard.annotate import read_record
 
 import autoshard_models
 import spmd_partition_helpers
+from hlo_text import reducer
 
 MESH = Mesh(["x", "y"], [2, 4])
 MLP = autoshard_models.mlp(1024, 64, 64)
@@ -97,11 +98,7 @@ def test_a_memory_limit_the_unsharded_program_exceeds_is_met():
 #: a reduction over a dim split unevenly (1001 over 8): the partitioner masks the padding of
 #: the last shard before reducing, buffers the memory rows do not model
 UNEVEN_REDUCE = """HloModule uneven
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+""" + reducer("add") + """
 ENTRY main {
   x = f32[64,1001] parameter(0), sharding={devices=[1,8]<=[8]}
   e = f32[64,1001] exponential(x)

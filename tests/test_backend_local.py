@@ -21,6 +21,7 @@ from gspmdc.runtime.sharded_io import assemble_outputs, split_inputs, spmd_signa
 
 from spmd_helpers import (SHARED, GROUP_FORMS, fold_shift_add, group_of, partition_values, ring_loop,
                           spmd_module)
+from hlo_text import reducer
 
 N = 8
 
@@ -182,12 +183,7 @@ ENTRY main {
   ROOT r = f32[4] all-reduce(c), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=addf
 }
 
-addf {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-"""
+""" + reducer("addf", "add")
 
 
 @pytest.fixture
@@ -211,12 +207,7 @@ def test_a_failing_partition_stops_all_promptly(fail_on_partition_1):
 def test_a_non_spmd_program_is_reported_not_hung():
     text = """HloModule diverge, num_partitions=2
 
-addf {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
+""" + reducer("addf", "add") + """
 with_collective {
   x = f32[2] parameter(0)
   ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=addf

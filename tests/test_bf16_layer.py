@@ -18,6 +18,8 @@ from gspmdc.runtime.backends.local import run_local
 from gspmdc.runtime.compare import check_tolerance, compare_output_arrays, path_precision
 from gspmdc.runtime.sharded_io import assemble_outputs, spmd_signature, split_inputs
 
+from hlo_text import hlo_module
+
 DATA = Path(__file__).resolve().parent / "data" / "bf16"
 LAYER = DATA / "transformer_layer.hlo"
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -96,7 +98,7 @@ def test_run_check_passes_the_partitioned_bf16_layer(rounding, capsys):
 
 
 def program(body: str, params: str) -> str:
-    return f"HloModule p\nENTRY main {{\n{params}\n{body}\n}}\n"
+    return hlo_module(f"{params}\n{body}")
 
 
 def test_a_bf16_computation_with_an_f32_output_gets_a_bf16_tolerance():

@@ -16,6 +16,7 @@ from gspmdc.runtime.backends.local import run_local
 from gspmdc.runtime.interpreter import evaluate
 
 from interpreter_helpers import run_hlo
+from hlo_text import reducer
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.float32
@@ -121,11 +122,7 @@ def test_a_convert_reads_a_dot_unrounded_when_xla_computes_it_as_written(lhs, rh
 
 
 ALL_REDUCE = """HloModule all_reduce, num_partitions=4
-add {
-  x = bf16[] parameter(0)
-  y = bf16[] parameter(1)
-  ROOT s = bf16[] add(x, y)
-}
+""" + reducer("add", element_type="bf16") + """
 ENTRY main {
   a = bf16[8,16] parameter(0)
   b = bf16[16,8] parameter(1)
@@ -157,11 +154,7 @@ def test_bf16_collectives_sum_in_f32(opcode, attrs, rounding):
 
 
 REDUCE_WINDOW = """HloModule reduce_window
-add {
-  x = bf16[] parameter(0)
-  y = bf16[] parameter(1)
-  ROOT s = bf16[] add(x, y)
-}
+""" + reducer("add", element_type="bf16") + """
 ENTRY main {
   p = bf16[6] parameter(0)
   z = bf16[] constant(0)

@@ -15,6 +15,7 @@ from gspmdc.runtime.backends.local import run_local
 from gspmdc.runtime.sharded_io import assemble_outputs, flatten_value, spmd_signature, split_inputs
 
 from conformance.oracle import XlaOracle, xla_available
+from hlo_text import reducer
 
 pytestmark = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -97,16 +98,7 @@ ENTRY main {
 """
 
 REDUCTIONS = """HloModule reductions
-add {
-  x = bf16[] parameter(0)
-  y = bf16[] parameter(1)
-  ROOT s = bf16[] add(x, y)
-}
-mul16 {
-  x = f16[] parameter(0)
-  y = f16[] parameter(1)
-  ROOT s = f16[] add(x, y)
-}
+""" + reducer("add", element_type="bf16") + reducer("mul16", "add", "f16") + """
 ENTRY main {
   a = bf16[40,100] parameter(0)
   b = f16[3,1000] parameter(1)

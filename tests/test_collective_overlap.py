@@ -16,13 +16,9 @@ from gspmdc.runtime.interpreter import Executable
 from gspmdc.runtime.kernels import KERNELS
 from gspmdc.runtime.profile import ProfileRecorder
 
-ADD = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-"""
+from hlo_text import reducer
+
+ADD = reducer("add")
 
 PROGRAM = "HloModule overlap\n" + ADD + """
 ENTRY main {

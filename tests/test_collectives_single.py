@@ -16,7 +16,7 @@ from gspmdc.runtime.collectives import (
     scatter_block, split_blocks,
 )
 
-from hlo_text import max_magnitude_reducer, reducer
+from hlo_text import hlo_module, max_magnitude_reducer, reducer
 from interpreter_helpers import run_hlo
 
 ADD = Reduction(combine=np.add, ufunc=np.add)
@@ -154,8 +154,7 @@ ADD_COMPUTATION = reducer("add") + max_magnitude_reducer("smax")
 
 
 def run_collective(body, *args):
-    text = f"HloModule m, num_partitions=1\n{ADD_COMPUTATION}\nENTRY main {{\n{body}\n}}"
-    return run_hlo(text, *args)
+    return run_hlo(hlo_module(body, ADD_COMPUTATION, ", num_partitions=1"), *args)
 
 
 def test_single_partition_collectives_return_their_operands():

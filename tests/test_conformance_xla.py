@@ -14,17 +14,13 @@ from conformance.correspondence import ABSENT, canonical, compare_shardings
 from conformance.differential import Case, collective_bytes
 from conformance.oracle import xla_available
 from conformance.shrink import shrink, size
+from hlo_text import reducer
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
 SPMD = """HloModule spmd, num_partitions=4
 
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
+""" + reducer("add") + """
 ENTRY main {
   x = f32[2,8] parameter(0)
   g = f32[8,8] all-gather(x), channel_id=1, dimensions={0}, replica_groups={{0,1,2,3}}, use_global_device_ids=true

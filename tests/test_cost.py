@@ -9,6 +9,8 @@ import pytest
 from gspmdc import api
 from gspmdc.ir import cost
 
+from hlo_text import hlo_module, reducer
+
 RING_4 = [[0, 1, 2, 3]]
 PAIRS_2x2 = [[0, 1], [2, 3]]
 
@@ -61,19 +63,8 @@ def test_tuple_all_to_all_sends_every_operand_but_its_own():
 
 
 def _module(body: str, n: int = 4, callee: str = ""):
-    return api.parse(f"""HloModule m, num_partitions={n}
-{callee}
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
-
-ENTRY main {{
-  x = f32[8] parameter(0)
-  {body}
-}}
-""")
+    return api.parse(hlo_module(f"  x = f32[8] parameter(0)\n  {body}", callee + reducer("add"),
+                                f", num_partitions={n}"))
 
 
 def _traffic(body: str, n: int = 4):

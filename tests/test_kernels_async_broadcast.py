@@ -8,6 +8,7 @@ import numpy as np
 from gspmdc.ir.parser import parse_module
 from gspmdc.runtime.backends.local import run_local
 from interpreter_helpers import run_hlo
+from hlo_text import reducer
 
 ASYNC = """
 HloModule m, num_partitions=4
@@ -18,12 +19,7 @@ wrapped {
   ROOT m = f32[3] multiply(a, b)
 }
 
-sum {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT s = f32[] add(x, y)
-}
-
+""" + reducer("sum", "add") + """
 reduce_all {
   v = f32[3] parameter(0)
   ROOT r = f32[3] all-reduce(v), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=sum

@@ -11,6 +11,8 @@ import pytest
 from gspmdc.ir.parser import parse_module
 from gspmdc.runtime.interpreter import evaluate
 
+from hlo_text import reducer
+
 RNG = np.random.default_rng(7)
 
 
@@ -176,11 +178,7 @@ def scatter_by_definition(operands, indices, updates, combine, window_dims, inse
     return results
 
 
-ADD_F32 = """add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT c = f32[] add(a, b)
-}"""
+ADD_F32 = reducer("add")
 # order-sensitive combiner on integers: old * 3 + update
 TRIPLE_ADD_S32 = """comb {
   a = s32[] parameter(0)

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlo_text import max_magnitude_reducer, reducer
+from hlo_text import hlo_module, max_magnitude_reducer, reducer
 from interpreter_helpers import run_hlo
 
 RNG = np.random.default_rng(3)
@@ -43,7 +43,7 @@ argmax {
 
 
 def module(body: str, *computations: str) -> str:
-    return "HloModule m\n" + "\n".join(computations) + "\nENTRY main {\n" + body + "\n}"
+    return hlo_module(body, "\n".join(computations))
 
 
 def argmax_step(a, b):

@@ -15,6 +15,8 @@ from gspmdc.cli import main
 from gspmdc.errors import RuntimeFailure
 from gspmdc.ir import limits
 
+from hlo_text import reducer
+
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 HUGE = 10**23
@@ -194,8 +196,7 @@ def test_an_inferred_array_of_more_than_int64_bytes_is_refused(tmp_path, capsys)
     ("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), "
      "sharding={maximal device=16777216}\n}\n",
      "device id 16777216 is beyond the largest device id gspmdc accepts (16777215)"),
-    (f"HloModule m\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
-     f"  ROOT r = f32[] add(a, b)\n}}\nENTRY e {{\n  p = f32[4] parameter(0)\n"
+    (f"HloModule m{reducer('add')}ENTRY e {{\n  p = f32[4] parameter(0)\n"
      f"  ROOT q = f32[4] all-reduce(p), replica_groups={{{{0,{HUGE}}}}}, to_apply=add\n}}\n",
      "invalid replica groups: ids must be integers in [0, 2^63-1]"),
 ])

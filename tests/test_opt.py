@@ -12,15 +12,11 @@ from gspmdc.passes.pass_table import PASSES, format_pipeline, parse_pipeline
 from gspmdc.passes.pipeline import compile_spmd
 
 from spmd_partition_helpers import assert_close, inputs_for, reference, run_global
+from hlo_text import reducer
 
 PROGRAM = """HloModule m
 
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
+""" + reducer("add") + """
 ENTRY e {
   x = f32[10,6] parameter(0), sharding={devices=[4,1]<=[4]}
   w = f32[6,8] parameter(1), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}

@@ -4,6 +4,7 @@ dims (implicit iota indices and explicit batching dims); expected values worked 
 from gspmdc.ir.parser import parse_module
 from gspmdc.passes.propagation.indexing import gather_view, iota_dimension, scatter_view
 
+from hlo_text import reducer
 from propagation_helpers import expect, find, run
 
 # rows of a [16,8] table picked by 6 indices: output [6,8]
@@ -93,12 +94,7 @@ ENTRY e {
 
 SCATTER = """
 HloModule m
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
-ENTRY e {{
+{add}ENTRY e {{
   p0 = f32[16,8] parameter(0){operand}
   operand = f32[16,8] copy(p0)
   p1 = s32[6] parameter(1){idx}
@@ -113,8 +109,8 @@ ENTRY e {{
 
 def scatter(operand="", idx="", upd="", out="", **options):
     fmt = lambda s: f", sharding={s}" if s else ""  # noqa: E731
-    return run(SCATTER.format(operand=fmt(operand), idx=fmt(idx), upd=fmt(upd), out=fmt(out)),
-               **options)
+    return run(SCATTER.format(add=reducer("add"), operand=fmt(operand), idx=fmt(idx), upd=fmt(upd),
+                              out=fmt(out)), **options)
 
 
 def test_scatter_output_follows_the_operand():
@@ -164,6 +160,6 @@ ENTRY e {
 
 
 def test_scatter_view_window_sizes():
-    m = parse_module(SCATTER.format(operand="", idx="", upd="", out=""))
+    m = parse_module(SCATTER.format(add=reducer("add"), operand="", idx="", upd="", out=""))
     view = scatter_view(find(m, "s"))
     assert view.slice_sizes == (1, 8) and view.operand_passthrough() == [(1, 1)]

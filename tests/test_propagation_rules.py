@@ -4,6 +4,7 @@ small modules whose expected shardings are worked out by hand from the rules' se
 import pytest
 
 from propagation_helpers import expect, run, sharding_of
+from hlo_text import reducer
 
 
 def test_elementwise_forward_and_backward():
@@ -136,11 +137,7 @@ ENTRY e {
 def test_reduce_keeps_kept_dims_and_replicates_reduced_ones():
     m = run("""
 HloModule m
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+""" + reducer("sum", "add") + """
 ENTRY e {
   p = f32[8,8] parameter(0), sharding={devices=[2,2]<=[4]}
   z = f32[] constant(0)
@@ -157,11 +154,7 @@ ENTRY e {
 def test_reduce_backward_reinserts_reduced_dims():
     m = run("""
 HloModule m
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+""" + reducer("sum", "add") + """
 ENTRY e {
   p = f32[8,6] parameter(0)
   c = f32[8,6] copy(p)
@@ -174,11 +167,7 @@ ENTRY e {
 def test_non_spmd_reduce_over_a_sharded_dim_is_replicated():
     m = run("""
 HloModule m
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+""" + reducer("sum", "add") + """
 ENTRY e {
   p = f32[8,8] parameter(0), sharding={devices=[1,2]<=[2]}
   z = f32[] parameter(1)

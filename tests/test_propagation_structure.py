@@ -9,6 +9,7 @@ from gspmdc.passes.pass_table import make_pass
 from gspmdc.passes.propagation import PropagationError, driver, parse_flags, propagate
 
 from propagation_helpers import expect, find, run, sharding_of
+from hlo_text import reducer
 
 LOOP = """
 HloModule m
@@ -148,11 +149,7 @@ ENTRY e {
 
 MANUAL = """
 HloModule m
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+""" + reducer("sum", "add") + """
 ENTRY e {
   p = f32[8,4] parameter(0)
   a = f32[8,4] copy(p), sharding={devices=[2,1]<=[2]}

@@ -18,6 +18,7 @@ from gspmdc import prepare
 from gspmdc.runtime.compare import (
     Bound, check_tolerance, compare_output_arrays, compare_outputs, path_precision,
 )
+from hlo_text import reducer
 
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -73,12 +74,7 @@ def test_mpi_backend_on_eight_ranks(tmp_path):
 
 SPMD_UNEVEN = """HloModule by_hand, num_partitions=4, spmd_global_signature={(f32[10,3], s32[])->(f32[10,3], f32[3], s32[])}
 
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
+""" + reducer("add") + """
 ENTRY main {
   x = f32[3,3] parameter(0), sharding={devices=[4,1]<=[4]}
   k = s32[] parameter(1), sharding={replicated}
@@ -162,12 +158,7 @@ def test_check_refuses_an_already_partitioned_program(tmp_path, capsys):
 
 CROSS_REPLICA = """HloModule cross_replica, num_partitions=2
 
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
+""" + reducer("add") + """
 ENTRY main {
   x = f32[6,4] parameter(0), sharding={devices=[2,1]<=[2]}
   s = f32[6,4] all-reduce(x), to_apply=add, sharding={devices=[2,1]<=[2]}

@@ -11,14 +11,9 @@ import pytest
 from gspmdc.errors import GspmdcError
 
 from spmd_partition_helpers import check_equivalent, partition
+from hlo_text import reducer
 
-ADD = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-"""
+ADD = reducer("add")
 
 WHILE = ADD + """
 cond {

@@ -13,6 +13,7 @@ from gspmdc.errors import ShardingError, UnsupportedError
 from gspmdc.runtime.backends.local import run_local
 
 from spmd_partition_helpers import partition, run_global
+from hlo_text import reducer
 
 MANUAL_LOOP_AND_BRANCH = """
 HloModule manual
@@ -83,12 +84,7 @@ def test_fully_manual_control_flow_runs_per_device():
 BOUNDARIES = """
 HloModule boundaries
 
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
+""" + reducer("sum", "add") + """
 ENTRY entry {
   p = f32[8,2] parameter(0), sharding={devices=[2,1]0,1}
   to_shard = f32[4,2] custom-call(p), custom_call_target="SPMDFullToShardShape",
@@ -179,11 +175,7 @@ def test_partially_manual_region_is_partitioned_inside_each_manual_group():
 def test_collective_inside_partially_manual_region_is_rejected():
     text = """
 HloModule illegal
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT add = f32[] add(a, b)
-}
+""" + reducer("sum", "add") + """
 ENTRY entry {
   param = f32[2,2] parameter(0), sharding={devices=[2,1,2]0,2,1,3 last_tile_dims={manual}}
   ROOT all-reduce = f32[2,2]{1,0} all-reduce(param), to_apply=sum,
@@ -200,11 +192,7 @@ def test_collective_over_manual_groups_runs_inside_partially_manual_region():
     # each row tile (a shard_map's psum over its manual axis) and runs as written
     text = """
 HloModule psum_in_partial
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT add = f32[] add(a, b)
-}
+""" + reducer("sum", "add") + """
 ENTRY entry {
   p = f32[8,4] parameter(0), sharding={devices=[2,2]<=[4]}
   x = f32[8,2] custom-call(p), custom_call_target="SPMDFullToShardShape",
@@ -289,12 +277,7 @@ def test_shard_map_form_with_sharding_annotations_inside_the_region():
     text = """
 HloModule shard_map
 
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
+""" + reducer("sum", "add") + """
 ENTRY main {
   x = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
   s0 = f32[8,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}

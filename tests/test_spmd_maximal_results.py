@@ -7,14 +7,9 @@ from __future__ import annotations
 import pytest
 
 from spmd_partition_helpers import check_equivalent
+from hlo_text import reducer
 
-COMPUTATIONS = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
+COMPUTATIONS = reducer("add") + """
 ge {
   a = f32[] parameter(0)
   b = f32[] parameter(1)

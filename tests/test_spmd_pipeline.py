@@ -18,15 +18,11 @@ from gspmdc.passes.spmd.cleanup import Cleanup
 from gspmdc.passes.spmd.lower_spmd import LowerSpmd
 
 from spmd_partition_helpers import COLLECTIVES, assert_close, inputs_for, reference, run_global
+from hlo_text import reducer
 
 MLP = """HloModule mlp
 
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
+""" + reducer("add") + """
 ENTRY main {
   x = f32[10,16]{1,0} parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
   w1 = f32[16,32]{1,0} parameter(1), sharding={devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}
@@ -131,11 +127,7 @@ def test_explain_names_the_conflict_and_the_annotations_behind_it():
 def test_explain_a_halo_exchange_permute():
     """Collectives the op rules emit (here a reduce-window's halo) explain themselves too."""
     text = """HloModule m, num_partitions=4
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+""" + reducer("add") + """
 ENTRY e {
   x = f32[16] parameter(0), sharding={devices=[4]<=[4]}
   z = f32[] constant(0)

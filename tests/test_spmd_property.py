@@ -9,19 +9,9 @@ from hypothesis import strategies as st
 
 from sharding_strategies import tiled_shardings
 from spmd_partition_helpers import check_equivalent
+from hlo_text import reducer
 
-ADD = """add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}
-
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] maximum(a, b)
-}
-"""
+ADD = reducer("add") + reducer("max")
 
 
 @st.composite

@@ -7,14 +7,11 @@ import pytest
 from gspmdc import api
 from gspmdc.passes.spmd.traffic import collective_traffic, execution_counts, trip_count
 
+from hlo_text import reducer
+
 LOOP = """HloModule loop, num_partitions=4
 
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
-
+{add}
 cond {{
   p = (s32[], f32[8]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
@@ -46,8 +43,8 @@ ENTRY main {{
 
 def loop(start=0, bound=10, step=1, direction="LT", update="add", counter_first=True):
     compare = "i, bound" if counter_first else "bound, i"
-    return api.parse(LOOP.format(start=start, bound=bound, step=step, direction=direction,
-                                 update=update, compare=compare))
+    return api.parse(LOOP.format(add=reducer("add"), start=start, bound=bound, step=step,
+                                 direction=direction, update=update, compare=compare))
 
 
 @pytest.mark.parametrize("kwargs, trips", [
@@ -81,7 +78,7 @@ def test_collectives_in_the_body_run_once_per_iteration():
 
 
 def test_a_loop_without_a_static_count_is_unknown():
-    text = LOOP.format(start=0, bound=10, step=1, direction="LT", update="add",
+    text = LOOP.format(add=reducer("add"), start=0, bound=10, step=1, direction="LT", update="add",
                        compare="i, bound").replace("start = s32[] constant(0)",
                                                    "start = s32[] parameter(1)")
     module = api.parse(text)

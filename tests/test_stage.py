@@ -19,6 +19,8 @@ from gspmdc.ir.printer import print_module
 from gspmdc.ir.stage import STAGE_KEY, Stage, inferred_stage, module_stage, set_stage
 from gspmdc.passes.pipeline import compile_spmd
 
+from hlo_text import reducer
+
 HERE = Path(__file__).resolve().parent
 SHARD_MAP = HERE / "data" / "shard_map"
 JAX_PROGRAMS = HERE.parents[1] / "shared" / "jax-programs"
@@ -91,11 +93,7 @@ def test_compile_refuses_a_partitioned_module_and_continues_a_dump(tmp_path):
 ])
 def test_the_inference_rule(opcode_line, stage):
     text = f"""HloModule m
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}}
+{reducer('add')}
 ENTRY e {{
   p = f32[8,4] parameter(0)
 {opcode_line}

@@ -7,6 +7,8 @@ from math import prod
 
 import numpy as np
 
+from hlo_text import reducer as scalar_reducer
+
 from . import choices
 from .program import MAX_ELEMENTS, Comp
 from .values import FLOATS, MAX_BOUND, Arr, Tup, Value
@@ -35,9 +37,7 @@ def identity(op: str, t: str) -> str:
 
 
 def reducer(c: Comp, op: str, t: str) -> str:
-    return c.mb.helper(f"{op}_{t}", lambda name: (
-        f"{name} {{\n  a = {t}[] parameter(0)\n  b = {t}[] parameter(1)\n"
-        f"  ROOT r = {t}[] {op}(a, b)\n}}\n"))
+    return c.mb.helper(f"{op}_{t}", lambda name: scalar_reducer(name, op, t))
 
 
 def init_value(c: Comp, op: str, t: str) -> Value:
