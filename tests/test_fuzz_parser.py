@@ -70,3 +70,12 @@ def test_each_mutation_changes_a_module(mutation, corpus):
 def test_tokens_join_back_to_the_text(corpus):
     for text in corpus[:20]:
         assert "".join(mutate.tokens(text)) == text
+
+
+def test_number_mutation_takes_numbers_beyond_floats():
+    # found by make fuzz (seed 3): a number an earlier mutation made huge (1e999) read as inf
+    # stopped the campaign with OverflowError
+    text = "x = f32[] constant(1e999)"
+    for seed in range(20):
+        mutated = mutate.change_number(text, random.Random(seed), [])
+        assert mutated.startswith("x = f32[] constant(") and "1e999)" not in mutated[:19]

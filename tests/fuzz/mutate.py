@@ -7,6 +7,7 @@ swaps and splices from other modules, character flips, and deep nesting (bracket
 shapes, nested calls). Deterministic for a seed."""
 from __future__ import annotations
 
+import math
 import random
 import re
 from pathlib import Path
@@ -76,7 +77,9 @@ def change_number(text: str, rng: random.Random, corpus) -> str:
     if i is None:
         return text
     old = toks[i]
-    choices = [str(int(float(old)) + rng.choice([-2, -1, 1, 2])), "0", "-1", "1", "3",
+    value = float(old)                    # a number an earlier mutation made huge is inf
+    near = int(value) if math.isfinite(value) else 0
+    choices = [str(near + rng.choice([-2, -1, 1, 2])), "0", "-1", "1", "3",
                str(rng.randrange(100)), old + "0", "0.5"]
     toks[i] = rng.choice(choices)
     return "".join(toks)
