@@ -211,9 +211,11 @@ def _at_all_reduce(tmp: Path, rank: int) -> bool:
     boards = list(tmp.glob("gspmdc-run-*/positions"))
     if not boards:
         return False
-    names = [inst.name for _, inst in parse_module(PROGRAM).all_instructions()]
+    module = parse_module(PROGRAM)
+    position = next(i for i, (comp, inst) in enumerate(module.all_instructions())
+                    if comp is module.entry and inst.name == "r")     # not the reducer's root
     try:
-        return read_board_file(boards[0])[rank] == names.index("r")
+        return read_board_file(boards[0])[rank] == position
     except (OSError, IndexError):
         return False
 
