@@ -136,25 +136,15 @@ def _check_case(case: dict, tmp_path: Path) -> None:
     _check_agreement(json.loads(cost.stdout), json.loads(measured_path.read_text()), exact)
 
 
-@pytest.mark.parametrize("case", SAMPLE, ids=lambda c: c["name"])
-def test_conformance_sample_cost_equals_measurement(case, tmp_path):
-    _check_case(case, tmp_path)
+def _params(corpus: str, sample: list[dict], rest: list[dict]) -> list:
+    """The sample of a corpus in the quick run, the rest under `-m slow`."""
+    return [pytest.param(c, id=f"{corpus}/{c['name']}") for c in sample] + \
+        [pytest.param(c, id=f"{corpus}/{c['name']}", marks=pytest.mark.slow) for c in rest]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", REST, ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", _params("partitioner", SAMPLE, REST)
+                         + _params("propagation", PROPAGATION_SAMPLE, PROPAGATION_REST))
 def test_conformance_cost_equals_measurement(case, tmp_path):
-    _check_case(case, tmp_path)
-
-
-@pytest.mark.parametrize("case", PROPAGATION_SAMPLE, ids=lambda c: c["name"])
-def test_propagation_corpus_sample_cost_equals_measurement(case, tmp_path):
-    _check_case(case, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", PROPAGATION_REST, ids=lambda c: c["name"])
-def test_propagation_corpus_cost_equals_measurement(case, tmp_path):
     _check_case(case, tmp_path)
 
 
