@@ -140,13 +140,14 @@ class Executable:
         entry = ctx.module.entry
         values = _check_entry_arguments(entry, args)
         live = ctx.live_arrays
-        if live is None:
-            return ctx.call(entry.name, values)
-        live.hold(tuple(values))
-        try:
-            return ctx.call(entry.name, values)
-        finally:
-            live.drop(tuple(values))
+        with np.errstate(all="ignore"):
+            if live is None:
+                return ctx.call(entry.name, values)
+            live.hold(tuple(values))
+            try:
+                return ctx.call(entry.name, values)
+            finally:
+                live.drop(tuple(values))
 
 
 class EvalContext:
@@ -187,7 +188,8 @@ class EvalContext:
         plan = self._plans.get(computation_name)
         if plan is None:
             plan = self._plans[computation_name] = _Plan(
-                self.module.computation(computation_name), self.communicates, self.rounding)
+                self.module.computation(computation_name), self.communicates, self.rounding,
+                None if self.position is None else self.position.numbers)
         return plan.run(self, args)
 
     def timed(self, kernel: Kernel, inst: Instruction, args: list) -> Any:
@@ -243,9 +245,12 @@ class _Plan:
     """A computation compiled for repeated evaluation.
 
     Slot `i` holds the value of instruction `i` (program order). `steps` are tuples
-    `(kernel, inst, operand_slots, out_slot, release_slots, dims, dtype, finish_slots)` where
-    `dims`/`dtype` give the expected array result (None for tuple and token results, checked
-    structurally) and `finish_slots` the pending collectives to finish before the step;
+    `(kernel, inst, fetch, out_slot, release_slots, dims, dtype, finish_slots, number,
+    structural)`, everything an execution needs decoded once: `fetch(values)` the operand list
+    (`_fetcher`), `dims`/`dtype` the expected array result (None for tuple and token results,
+    checked structurally when `structural`: all but `tuple`, whose elements are checked values),
+    `finish_slots` the pending collectives to finish before the step, `number` the step's
+    position record (`Position.numbers`, 0 without a position board);
     `finish_at_end` those finished after the last step, `skipped` the instructions folding
     spares. `initial` holds the folded constants (module docstring) at their slots, None
     elsewhere; until the first complete run, `foldable` is the set of slots that may be folded
@@ -257,11 +262,12 @@ class _Plan:
 
     __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps", "initial",
                  "foldable", "finish_at_end", "skipped", "_operands", "_windows", "_pure",
-                 "_collectives", "_barriers", "_wide", "_rounded")
+                 "_collectives", "_barriers", "_wide", "_rounded", "_numbers")
 
     def __init__(self, comp: Computation, communicates: Callable[[str], bool],
-                 rounding: str = DEFAULT_ROUNDING):
+                 rounding: str = DEFAULT_ROUNDING, numbers: Mapping[int, int] | None = None):
         self.computation = comp
+        self._numbers = numbers
         slot = {inst: i for i, inst in enumerate(comp.instructions)}
         readers = unrounded_readers(comp) if rounding == "xla" else {}
         wide = {inst: len(comp.instructions) + k for k, inst in enumerate(readers)}
@@ -335,6 +341,7 @@ class _Plan:
         #: the instructions folding spares (reported to `on_step` with no time)
         self.skipped = tuple(comp.instructions[i] for i in sorted(dropped)
                              if self._operands[i] is not None)
+        numbers = self._numbers
         steps = []
         for i in order:
             inst = comp.instructions[i]
@@ -345,14 +352,19 @@ class _Plan:
             dims, dtype = _expected(inst.shape)
             operands, release, finish = \
                 self._operands[i], tuple(releases.get(i, ())), tuple(finishes.get(i, ()))
+            number = 0 if numbers is None else numbers[id(inst)]
+            # a tuple's elements are values already checked, its shape theirs (verifier)
+            structural = inst.opcode != "tuple"
             if i in self._wide:
                 rounded = i in self._rounded
-                steps.append((unrounded(kernel, inst), inst, operands, self._wide[i],
-                              () if rounded else release, dims, np.dtype(np.float32), finish))
+                steps.append((unrounded(kernel, inst), inst, _fetcher(operands), self._wide[i],
+                              () if rounded else release, dims, np.dtype(np.float32), finish,
+                              number, structural))
                 if not rounded:
                     continue
                 kernel, operands, finish = round_to_bf16, (self._wide[i],), ()
-            steps.append((kernel, inst, operands, i, release, dims, dtype, finish))
+            steps.append((kernel, inst, _fetcher(operands), i, release, dims, dtype, finish,
+                          number, structural))
         at_end = tuple(s for s in order if s in self._collectives and s not in first_use)
         return steps, at_end
 
@@ -365,19 +377,70 @@ class _Plan:
         return issue_early(order, reads, self._collectives, self._barriers)
 
     def run(self, ctx: EvalContext, args: Sequence[Any]) -> Any:
-        comp = self.computation
+        """The root's value for `args` (under `np.errstate(all="ignore")`, which the caller
+        sets): `_run_plain` when no hook watches, else `_run_hooked`."""
         if len(args) != len(self.param_slots):
-            raise RuntimeFailure(f"computation {comp.name} called with {len(args)} arguments, "
-                                 f"it has {len(self.param_slots)} parameters")
+            raise RuntimeFailure(f"computation {self.computation.name} called with {len(args)} "
+                                 f"arguments, it has {len(self.param_slots)} parameters")
         values = self.initial.copy()
         for s, value in zip(self.param_slots, args):
             values[s] = value
+        if ctx.on_step is None and ctx.on_value is None and ctx.live_arrays is None:
+            self._run_plain(ctx, values)
+        else:
+            self._run_hooked(ctx, values, args)
+        return values[self.root_slot]
+
+    def _run_plain(self, ctx: EvalContext, values: list) -> None:
+        """Run the steps on `values` (the slots, parameters set) with no hook but the position
+        record: per step, a kernel call on the fetched operands, the result's check and the
+        releases (the hot loop of an execution)."""
+        foldable = self.foldable
+        folds: dict[int, np.ndarray] | None = {} if foldable is not None else None
+        position = ctx.position
+        board, at = (position.slots, position.slot) if position is not None else (None, 0)
+        for kernel, inst, fetch, out, release, dims, dtype, finish, number, structural \
+                in self.steps:
+            for s in finish:
+                if type(values[s]) is Pending:
+                    values[s] = self._finish(ctx, s, values[s])
+            if board is not None:
+                board[at] = number
+            try:
+                value = kernel(inst, fetch(values), ctx)
+            except GspmdcError:
+                raise
+            except Exception as e:
+                raise RuntimeFailure(f"{self.computation.name}/{inst.name}: {inst.opcode} failed: "
+                                     f"{type(e).__name__}: {e}") from e
+            if dims is not None:
+                if type(value) is not np.ndarray and type(value) is not Pending:
+                    value = _as_array(value, self.computation, inst)
+                if type(value) is np.ndarray:
+                    if value.shape != dims or value.dtype != dtype:
+                        _raise_mismatch(value, self.computation, inst)
+                    if folds is not None and out in foldable:
+                        folds[out] = value
+            elif structural and type(value) is not Pending and \
+                    _difference(value, inst.shape) is not None:
+                _raise_mismatch(value, self.computation, inst)
+            values[out] = value
+            for s in release:
+                values[s] = None
+        for s in self.finish_at_end:
+            if type(values[s]) is Pending:
+                values[s] = self._finish(ctx, s, values[s])
+        if folds is not None and self.foldable is not None:
+            self._fold(folds)
+
+    def _run_hooked(self, ctx: EvalContext, values: list, args: Sequence[Any]) -> None:
+        """`_run_plain` with the hooks: step times, values, live arrays (see `evaluate`)."""
+        comp = self.computation
         foldable = self.foldable
         folds: dict[int, np.ndarray] | None = {} if foldable is not None else None
         timed = ctx.on_step is not None
         position = ctx.position
-        if position is not None:
-            slots, slot, numbers = position.slots, position.slot, position.numbers
+        board, at = (position.slots, position.slot) if position is not None else (None, 0)
         on_value, live = ctx.on_value, ctx.live_arrays
         if timed:
             for inst in self.skipped:
@@ -387,57 +450,56 @@ class _Plan:
         if on_value is not None:
             for param, value in zip(comp.parameters, args):
                 on_value(param, value)
-        with np.errstate(all="ignore"):
-            for kernel, inst, operand_slots, out, release, dims, dtype, finish in self.steps:
-                for s in finish:
-                    if type(values[s]) is Pending:
-                        values[s] = self._finish(ctx, s, values[s])
-                if position is not None:
-                    slots[slot] = numbers[id(inst)]
-                try:
-                    if timed:
-                        value = ctx.timed(kernel, inst, [values[s] for s in operand_slots])
-                    else:
-                        value = kernel(inst, [values[s] for s in operand_slots], ctx)
-                except GspmdcError:
-                    raise
-                except Exception as e:
-                    raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
-                                         f"{type(e).__name__}: {e}") from e
-                if type(value) is Pending:
-                    pass                                # checked when finished
-                elif dims is not None:
-                    if type(value) is not np.ndarray:
-                        value = _as_array(value, comp, inst)
-                    if value.shape != dims or value.dtype != dtype:
-                        _raise_mismatch(value, comp, inst)
-                    if folds is not None and out in foldable:
-                        folds[out] = value
-                elif _difference(value, inst.shape) is not None:
-                    _raise_mismatch(value, comp, inst)
-                values[out] = value
-                if type(value) is not Pending:
-                    if on_value is not None:
-                        on_value(inst, value)
-                    if live is not None:
-                        live.hold(value)
-                elif live is not None:
-                    live.hold_pending(value, inst.shape.byte_size)
-                if live is not None:
-                    for s in release:
-                        live.drop(values[s])
-                for s in release:
-                    values[s] = None
-            for s in self.finish_at_end:
+        for kernel, inst, fetch, out, release, dims, dtype, finish, number, structural \
+                in self.steps:
+            for s in finish:
                 if type(values[s]) is Pending:
                     values[s] = self._finish(ctx, s, values[s])
+            if board is not None:
+                board[at] = number
+            try:
+                if timed:
+                    value = ctx.timed(kernel, inst, fetch(values))
+                else:
+                    value = kernel(inst, fetch(values), ctx)
+            except GspmdcError:
+                raise
+            except Exception as e:
+                raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
+                                     f"{type(e).__name__}: {e}") from e
+            if type(value) is Pending:
+                pass                                # checked when finished
+            elif dims is not None:
+                if type(value) is not np.ndarray:
+                    value = _as_array(value, comp, inst)
+                if value.shape != dims or value.dtype != dtype:
+                    _raise_mismatch(value, comp, inst)
+                if folds is not None and out in foldable:
+                    folds[out] = value
+            elif structural and _difference(value, inst.shape) is not None:
+                _raise_mismatch(value, comp, inst)
+            values[out] = value
+            if type(value) is not Pending:
+                if on_value is not None:
+                    on_value(inst, value)
+                if live is not None:
+                    live.hold(value)
+            elif live is not None:
+                live.hold_pending(value, inst.shape.byte_size)
+            if live is not None:
+                for s in release:
+                    live.drop(values[s])
+            for s in release:
+                values[s] = None
+        for s in self.finish_at_end:
+            if type(values[s]) is Pending:
+                values[s] = self._finish(ctx, s, values[s])
         if live is not None:
             for value, folded in zip(values, self.initial):
                 if folded is None:
                     live.drop(value)
         if folds is not None and self.foldable is not None:
             self._fold(folds)
-        return values[self.root_slot]
 
     def _finish(self, ctx: EvalContext, s: int, pending: Pending) -> Any:
         """The checked value of the pending collective in slot `s`."""
@@ -477,6 +539,23 @@ class _Plan:
                 self.initial[s] = value
         if kept:
             self.steps, self.finish_at_end = self._steps(kept)
+
+
+def _fetcher(slots: tuple[int, ...]) -> Callable[[list], list]:
+    """The function that reads a step's operands from the slots: `values -> [values[s] for s
+    in slots]`, written out for up to three operands (no loop at execution time)."""
+    if not slots:
+        return lambda values: []
+    if len(slots) == 1:
+        a, = slots
+        return lambda values: [values[a]]
+    if len(slots) == 2:
+        a, b = slots
+        return lambda values: [values[a], values[b]]
+    if len(slots) == 3:
+        a, b, c = slots
+        return lambda values: [values[a], values[b], values[c]]
+    return lambda values: [values[s] for s in slots]
 
 
 def _expected(shape: Shape) -> tuple[tuple[int, ...] | None, np.dtype | None]:

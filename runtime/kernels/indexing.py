@@ -173,7 +173,8 @@ def _clamped_starts(starts, operand_shape, sizes) -> list[int]:
     """Dynamic start operands (scalars, or one rank-1 vector) clamped into [0, dim - size]."""
     if len(starts) == 1 and np.ndim(starts[0]) == 1:
         starts = list(starts[0])
-    values = [int(as_index_array(s)) for s in starts]
+    # Python ints: an unsigned start beyond the int64 range clamps like its saturated value
+    values = [int(s) for s in starts]
     return [min(max(s, 0), dim - size) for s, dim, size in zip(values, operand_shape, sizes)]
 
 
