@@ -108,7 +108,7 @@ class Driver:
             self._record(member, "control flow", "tied through called computation", (source,))
         self._fix_provided()
         for level in LEVELS:
-            self._fixpoint(level, groups=True)
+            self._fixpoint(level, groups=True, restart=level < 2)
         if self.prep.shard_as:
             self._align_shard_as()
             self._fixpoint(LEVELS[-1], groups=False)
@@ -151,11 +151,17 @@ class Driver:
 
     # ---- the fixpoint -----------------------------------------------------------------------
 
-    def _fixpoint(self, level: int, groups: bool) -> None:
+    def _fixpoint(self, level: int, groups: bool, restart: bool = True) -> None:
+        """Run `level` to its fixpoint. With `restart` every instruction starts dirty; without
+        it, only those left dirty by the previous level, those that changed during it (a
+        change marks the neighbours, not the instruction's own other sweeps) and those whose
+        rules answer differently at `level` than at the level before (`_newly_enabled`): every
+        other instruction's last visit saw the same shardings and would give the same answer."""
         self.level = level
-        self.changes = {}
+        changed_before, self.changes = self.changes, {}
         ctx = Context(self.graph, self.rule_options, level)
         members = set(self.prep.group_of)
+        carried = self.dirty
         self.dirty = {"group": {}, "forward": {}, "backward": {}}
         for comp in self.graph.computations:
             order = self.graph.post_order(comp)
@@ -164,10 +170,20 @@ class Driver:
             self.positions[("backward", comp.name)] = {i: len(order) - 1 - k
                                                        for k, i in enumerate(order)}
             self.orders[comp.name] = order
-            self.dirty["forward"][comp.name] = set(order)
-            self.dirty["backward"][comp.name] = set(order)
-            if groups:
-                self.dirty["group"][comp.name] = {i for i in order if i in members}
+            if restart:
+                self.dirty["forward"][comp.name] = set(order)
+                self.dirty["backward"][comp.name] = set(order)
+                if groups:
+                    self.dirty["group"][comp.name] = {i for i in order if i in members}
+            else:
+                for kind in _KINDS:
+                    self.dirty[kind][comp.name] = set(carried[kind].get(comp.name, ()))
+        if not restart:
+            for kind, inst in self._newly_enabled(level):
+                self._mark(inst, kind)
+            for inst in changed_before:
+                for kind in _KINDS:
+                    self._mark(inst, kind)
         while True:
             changed = False
             for comp in self.graph.computations:
@@ -175,6 +191,23 @@ class Driver:
                     changed |= self._sweep(ctx, comp.name, kind)
             if not changed:
                 return
+
+    def _newly_enabled(self, level: int):
+        """(kind, instruction) pairs whose visit may answer differently at `level` (2 or 3) than
+        at `level - 1`. Above level 1 the rules read the level only about broadcasts
+        (`passes_at_level`; the broadcast forward rule from level 3): at level 2 a broadcast
+        takes its users' sharding (backward) and its shard group's, and passes its own to its
+        operand (the operand's backward visit); at level 3 it takes its operand's (forward)."""
+        for comp in self.graph.computations:
+            for inst in comp.instructions:
+                if inst.opcode != "broadcast":
+                    continue
+                if level == 2:
+                    yield "backward", inst
+                    yield "group", inst
+                    for op in inst.operands:
+                        yield "backward", op
+                yield "forward", inst
 
     def _sweep(self, ctx: Context, comp: str, kind: str) -> bool:
         dirty = self.dirty[kind].get(comp)
