@@ -263,8 +263,12 @@ class HloSharding:
         """The same sharding with `metadata` replacing its own (on every leaf for tuples)."""
         metadata = tuple(metadata)
         if self.kind == "tuple":
-            return HloSharding("tuple",
-                               elements=tuple(e.with_metadata(metadata) for e in self.elements))
+            elements = tuple(e.with_metadata(metadata) for e in self.elements)
+            if all(new is old for new, old in zip(elements, self.elements)):
+                return self
+            return HloSharding("tuple", elements=elements)
+        if metadata == self.metadata:
+            return self
         return HloSharding(self.kind, self.tile_assignment, self.subgroup_types, self.device, (),
                            metadata, self.shard_group)
 

@@ -355,7 +355,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     steps: list[Step] = []
     state = src
     target = dst if dst.unreduced == 1 else \
-        Tiling.of_devices(dst.devices.reshape(dst.counts + (1, -1)))
+        Tiling(_partials_as_replicas(dst.sharding, dst.rank, dst.num_devices), dst.rank,
+               dst.num_devices)
     if state.unreduced > 1:
         state = _resolve_partials(dims, state, target, steps, scatter)
     rank = len(dims)
@@ -445,11 +446,27 @@ def _gather_factors(dims, state: Tiling, target: Tiling, down: list[int]) -> lis
     return factors
 
 
+@algebra.cached
+def _partials_as_replicas(s: HloSharding, rank: int, num_devices: int) -> HloSharding:
+    """The sharding whose replicas are `s`'s partial values and replicas (the target of a plan
+    to an unreduced value: every partial holds the data before `ZeroPartials`)."""
+    devices = algebra.device_array(s, rank, num_devices)
+    return algebra.sharding_of_devices(devices.reshape(devices.shape[:-2] + (1, -1)))
+
+
 def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> np.ndarray:
     """`state`'s tiles reassigned to devices so that gathering `gathers` leaves every device
     holding the tile its `target` tile nests in (most devices keep their tile): the holder of
-    each slot of `state.devices` (flattened)."""
-    rank = state.rank
+    each slot of `state.devices` (flattened; read-only)."""
+    return _holders_for_gathers(state.sharding, target.sharding, state.rank, state.num_devices,
+                                tuple(gathers))
+
+
+@algebra.cached
+def _holders_for_gathers(source: HloSharding, target_sharding: HloSharding, rank: int,
+                         num_devices: int, gathers: tuple[int, ...]) -> np.ndarray:
+    state = Tiling(source, rank, num_devices)
+    target = Tiling(target_sharding, rank, num_devices)
     gathered = np.asarray(state.counts) // np.asarray(gathers)
     up = np.asarray(target.counts) // gathered
     slot_devices = state.devices.reshape(-1)
@@ -457,7 +474,9 @@ def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> n
         state.devices.ndim, -1).T[:, :rank]
     slot_key = _keys(slot_index // np.asarray(gathers), gathered)
     device_key = _keys(target.coordinates()[:, :rank] // up, gathered)
-    return _match(slot_key, slot_devices, device_key)
+    holders = _match(slot_key, slot_devices, device_key)
+    holders.setflags(write=False)
+    return holders
 
 
 def _keys(coords: np.ndarray, counts) -> np.ndarray:
@@ -537,15 +556,25 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
 def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndarray]:
     """A tiling with `target`'s tiles in which every device's tile nests in its `state` tile
     (so a local slice reaches it), agreeing with `target` on as many devices as possible; and the
-    `[N, 2]` permute pairs (holder in it, device in `target`) of each target slot."""
-    rank = state.rank
+    `[N, 2]` permute pairs (holder in it, device in `target`) of each target slot (read-only)."""
+    compatible, pairs = _compatible(state.sharding, target.sharding, state.rank,
+                                    state.num_devices)
+    return Tiling(compatible, state.rank, state.num_devices), pairs
+
+
+@algebra.cached
+def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
+                num_devices: int) -> tuple[HloSharding, np.ndarray]:
+    state = Tiling(source, rank, num_devices)
+    target = Tiling(target_sharding, rank, num_devices)
     up = np.asarray(target.counts) // np.asarray(state.counts)
     slot_devices = target.devices.reshape(-1)
     slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
         target.devices.ndim, -1).T[:, :rank]
     holders = _match(_keys(slot_index // up, state.counts), slot_devices, state.tile_keys())
-    compatible = Tiling.of_devices(holders.reshape(target.devices.shape))
-    return compatible, np.column_stack([holders, slot_devices])
+    pairs = np.column_stack([holders, slot_devices])
+    pairs.setflags(write=False)
+    return algebra.sharding_of_devices(holders.reshape(target.devices.shape)), pairs
 
 
 __all__ = ["Maximal", "Layout", "Step", "AllReduce", "ReduceScatter", "AllToAll", "AllGather",
