@@ -74,6 +74,9 @@ class Driver:
         self.prep = Prepared()
         self.fixed: set[Instruction] = set()
         self.dirty: dict[str, dict[str, set[Instruction]]] = {}
+        #: per sweep kind, the instructions whose sharding changed since that sweep last visited
+        #: them (what a level that does not restart must visit again)
+        self.stale: dict[str, set[Instruction]] = {kind: set() for kind in _KINDS}
         self.positions: dict[tuple[str, str], dict[Instruction, int]] = {}
         self.orders: dict[str, list[Instruction]] = {}
         self.active: tuple[str, str] | None = None
@@ -153,12 +156,13 @@ class Driver:
 
     def _fixpoint(self, level: int, groups: bool, restart: bool = True) -> None:
         """Run `level` to its fixpoint. With `restart` every instruction starts dirty; without
-        it, only those left dirty by the previous level, those that changed during it (a
-        change marks the neighbours, not the instruction's own other sweeps) and those whose
-        rules answer differently at `level` than at the level before (`_newly_enabled`): every
-        other instruction's last visit saw the same shardings and would give the same answer."""
+        it, only those left dirty by the previous level, those that changed since their last
+        visit of a sweep (`stale`: a change marks the neighbours, not the instruction's own
+        sweeps) and those whose rules answer differently at `level` than at the level before
+        (`_newly_enabled`): every other instruction's last visit saw the same shardings and
+        would give the same answer."""
         self.level = level
-        changed_before, self.changes = self.changes, {}
+        self.changes = {}
         ctx = Context(self.graph, self.rule_options, level)
         members = set(self.prep.group_of)
         carried = self.dirty
@@ -181,9 +185,11 @@ class Driver:
         if not restart:
             for kind, inst in self._newly_enabled(level):
                 self._mark(inst, kind)
-            for inst in changed_before:
-                for kind in _KINDS:
+            for kind in _KINDS:
+                for inst in self.stale[kind]:
                     self._mark(inst, kind)
+        else:
+            self.stale = {kind: set() for kind in _KINDS}
         while True:
             changed = False
             for comp in self.graph.computations:
@@ -231,6 +237,7 @@ class Driver:
         return changed
 
     def _visit(self, ctx: Context, inst: Instruction, kind: str, dirty: set[Instruction]) -> bool:
+        self.stale[kind].discard(inst)
         if kind == "backward" and target_of(inst) in (FULL_TO_SHARD, SHARD_TO_FULL):
             self._mark(inst.operands[0], "backward")
         if kind == "group" and inst not in self.prep.group_of:
@@ -289,6 +296,8 @@ class Driver:
                                tuple(self._key(s) for s in sources), level)
 
     def _count(self, inst: Instruction) -> None:
+        for stale in self.stale.values():
+            stale.add(inst)
         count = self.changes.get(inst, 0) + 1
         self.changes[inst] = count
         if count > MAX_CHANGES:
