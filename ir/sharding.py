@@ -102,13 +102,22 @@ class HloSharding:
     #: when no leaf carries metadata, else the value with its leaves' metadata (a cached result
     #: must carry the metadata of the arguments it was computed from)
     memo_key: object = field(init=False, repr=False, compare=False, default=None)
+    #: the tile counts of the data dims (tiled shardings; computed once, read constantly)
+    _counts: tuple[int, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self):
         self._validate()
         object.__setattr__(self, "_hash", hash(self._key()))
-        metadata = tuple(leaf.metadata for leaf in self.leaves())
-        object.__setattr__(self, "memo_key",
-                           self if not any(metadata) else (self, metadata))
+        if self.kind == "tuple":
+            metadata = tuple(leaf.metadata for leaf in self.elements)
+            object.__setattr__(self, "memo_key",
+                               self if not any(metadata) else (self, metadata))
+        else:
+            object.__setattr__(self, "memo_key",
+                               self if not self.metadata else (self, (self.metadata,)))
+        if self.kind == "tiled":
+            dims = self.tile_assignment.dims
+            object.__setattr__(self, "_counts", dims[:len(dims) - len(self.subgroup_types)])
 
     def _validate(self):
         kind = self.kind
@@ -246,9 +255,11 @@ class HloSharding:
                 self.shard_group)
 
     def __eq__(self, other) -> bool:
-        if not isinstance(other, HloSharding):
+        if self is other:
+            return True
+        if type(other) is not HloSharding:
             return NotImplemented
-        return self is other or (self._hash == other._hash and self._key() == other._key())
+        return self._hash == other._hash and self._key() == other._key()
 
     def __hash__(self) -> int:
         return self._hash
@@ -401,27 +412,27 @@ class HloSharding:
     def data_rank(self) -> int:
         """Number of data dims of `T` (its rank minus the subgroup dims); tiled shardings only."""
         self._require_tiled("data_rank")
-        return self.tile_assignment.ndim - len(self.subgroup_types)
+        return len(self._counts)
 
     @property
     def tile_counts(self) -> tuple[int, ...]:
         """How many pieces each array dim is cut into (the data dims of `T`); tiled only."""
         self._require_tiled("tile_counts")
-        return self.tile_assignment.dims[:self.data_rank]
+        return self._counts
 
     def tile_counts_for_rank(self, rank: int) -> tuple[int, ...]:
         """`tile_counts` for tiled shardings (checked against `rank`), all ones otherwise."""
         if self.kind != "tiled":
             return (1,) * rank
-        if self.data_rank != rank:
+        if len(self._counts) != rank:
             raise ShardingError(f"sharding {self.to_text()} has data rank {self.data_rank}, "
                                 f"array rank is {rank}")
-        return self.tile_counts
+        return self._counts
 
     @property
     def num_tiles(self) -> int:
         """Product of the data tile counts (replication excluded); 1 unless tiled."""
-        return prod(self.tile_counts) if self.kind == "tiled" else 1
+        return prod(self._counts) if self.kind == "tiled" else 1
 
     @property
     def total_num_tiles(self) -> int:
