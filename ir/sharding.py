@@ -40,6 +40,9 @@ from .tile_assignment import TileAssignment
 #: subgroup types in canonical order (replicated always last)
 SUBGROUP_TYPES = ("manual", "unreduced", "replicated")
 _SINGLE_KINDS = ("replicated", "manual", "unknown", "unreduced", "maximal", "tiled")
+#: every valid `subgroup_types`: distinct types in the order of SUBGROUP_TYPES
+_ORDERED_TYPES = frozenset(tuple(t for k, t in enumerate(SUBGROUP_TYPES) if mask >> k & 1)
+                           for mask in range(1 << len(SUBGROUP_TYPES)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +146,8 @@ class HloSharding:
                 raise ShardingError(f"tuple sharding elements must be leaf shardings, got {e!r}")
         if kind == "tuple" and self.shard_group is not None:
             raise ShardingError("a tuple sharding carries shard groups on its elements")
-        if not isinstance(self.metadata, tuple) or \
-                not all(isinstance(m, KeyValueList) for m in self.metadata):
+        if self.metadata != () and (not isinstance(self.metadata, tuple) or
+                                    not all(isinstance(m, KeyValueList) for m in self.metadata)):
             raise ShardingError(
                 f"sharding metadata must be a tuple of KeyValueList, got {self.metadata!r}")
         if kind == "tiled":
@@ -154,8 +157,7 @@ class HloSharding:
         ta, types = self.tile_assignment, self.subgroup_types
         if ta.num_devices == 1:
             raise ShardingError(f"a tiled sharding needs more than one device, got {ta.to_text()}")
-        ranks = [SUBGROUP_TYPES.index(t) if t in SUBGROUP_TYPES else -1 for t in types]
-        if -1 in ranks or ranks != sorted(set(ranks)):
+        if types not in _ORDERED_TYPES:
             raise ShardingError(f"subgroup types must be distinct, in the order {SUBGROUP_TYPES}; "
                                 f"got {list(types)}")
         if len(types) > ta.ndim:
@@ -285,8 +287,12 @@ class HloSharding:
 
     def with_shard_group(self, shard_group: ShardGroup | None) -> "HloSharding":
         if self.kind == "tuple":
-            return HloSharding("tuple", elements=tuple(e.with_shard_group(shard_group)
-                                                       for e in self.elements))
+            elements = tuple(e.with_shard_group(shard_group) for e in self.elements)
+            if all(new is old for new, old in zip(elements, self.elements)):
+                return self
+            return HloSharding("tuple", elements=elements)
+        if shard_group == self.shard_group:
+            return self
         return HloSharding(self.kind, self.tile_assignment, self.subgroup_types, self.device, (),
                            self.metadata, shard_group)
 
