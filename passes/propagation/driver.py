@@ -8,7 +8,8 @@ neighbours changed (XLA's `already_inferred_*` sets and `clear_cache`). A sweep 
 instructions in order with a heap; an instruction dirtied ahead of the cursor is visited in the
 same sweep, one dirtied behind it waits for the next iteration, exactly as in XLA's repeated
 sweeps, but the cost is proportional to the number of visits, not to the module size times the
-number of iterations. A level ends when an iteration changes nothing.
+number of iterations. A level ends when an iteration changes nothing. Levels 2 and 3 resume from
+the previous level's worklist (`_fixpoint` without `restart`) rather than marking everything dirty.
 
 Termination: every change strictly improves a sharding
 (docs/design/propagation.md#improving-a-sharding), except where control flow copies a
