@@ -26,6 +26,7 @@ to an identical module (`Module.difference() is None`).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .attributes import (
@@ -45,6 +46,8 @@ __all__ = ["print_module", "print_computation", "print_instruction", "print_shap
 #: attributes printed after `sharding=`, in this order (XLA's)
 _TRAILING = ("frontend_attributes", "control-predecessors", "metadata", "backend_config")
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+#: a character `_quote` escapes: a backslash, a double quote or a control character
+_NEEDS_ESCAPE = re.compile(r'[\\"\x00-\x1f]')
 
 
 def print_module(module: Module) -> str:
@@ -145,7 +148,7 @@ def format_literal(literal: Literal, shape: Shape) -> str:
 
 def _quote(value: str) -> str:
     """A C-escaped double-quoted string (control characters as 3-digit octal escapes)."""
-    if not any(c in _ESCAPES or c < " " for c in value):
+    if _NEEDS_ESCAPE.search(value) is None:
         return f'"{value}"'
     return '"' + "".join(_ESCAPES.get(c) or (f"\\{ord(c):03o}" if c < " " else c)
                          for c in value) + '"'

@@ -40,6 +40,9 @@ from .tile_assignment import TileAssignment
 #: subgroup types in canonical order (replicated always last)
 SUBGROUP_TYPES = ("manual", "unreduced", "replicated")
 _SINGLE_KINDS = ("replicated", "manual", "unknown", "unreduced", "maximal", "tiled")
+#: every valid `subgroup_types`: distinct types in the order of SUBGROUP_TYPES
+_ORDERED_TYPES = frozenset(tuple(t for k, t in enumerate(SUBGROUP_TYPES) if mask >> k & 1)
+                           for mask in range(1 << len(SUBGROUP_TYPES)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +105,22 @@ class HloSharding:
     #: when no leaf carries metadata, else the value with its leaves' metadata (a cached result
     #: must carry the metadata of the arguments it was computed from)
     memo_key: object = field(init=False, repr=False, compare=False, default=None)
+    #: the tile counts of the data dims (tiled shardings; computed once, read constantly)
+    _counts: tuple[int, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self):
         self._validate()
         object.__setattr__(self, "_hash", hash(self._key()))
-        metadata = tuple(leaf.metadata for leaf in self.leaves())
-        object.__setattr__(self, "memo_key",
-                           self if not any(metadata) else (self, metadata))
+        if self.kind == "tuple":
+            metadata = tuple(leaf.metadata for leaf in self.elements)
+            object.__setattr__(self, "memo_key",
+                               self if not any(metadata) else (self, metadata))
+        else:
+            object.__setattr__(self, "memo_key",
+                               self if not self.metadata else (self, (self.metadata,)))
+        if self.kind == "tiled":
+            dims = self.tile_assignment.dims
+            object.__setattr__(self, "_counts", dims[:len(dims) - len(self.subgroup_types)])
 
     def _validate(self):
         kind = self.kind
@@ -134,8 +146,8 @@ class HloSharding:
                 raise ShardingError(f"tuple sharding elements must be leaf shardings, got {e!r}")
         if kind == "tuple" and self.shard_group is not None:
             raise ShardingError("a tuple sharding carries shard groups on its elements")
-        if not isinstance(self.metadata, tuple) or \
-                not all(isinstance(m, KeyValueList) for m in self.metadata):
+        if self.metadata != () and (not isinstance(self.metadata, tuple) or
+                                    not all(isinstance(m, KeyValueList) for m in self.metadata)):
             raise ShardingError(
                 f"sharding metadata must be a tuple of KeyValueList, got {self.metadata!r}")
         if kind == "tiled":
@@ -145,8 +157,7 @@ class HloSharding:
         ta, types = self.tile_assignment, self.subgroup_types
         if ta.num_devices == 1:
             raise ShardingError(f"a tiled sharding needs more than one device, got {ta.to_text()}")
-        ranks = [SUBGROUP_TYPES.index(t) if t in SUBGROUP_TYPES else -1 for t in types]
-        if -1 in ranks or ranks != sorted(set(ranks)):
+        if types not in _ORDERED_TYPES:
             raise ShardingError(f"subgroup types must be distinct, in the order {SUBGROUP_TYPES}; "
                                 f"got {list(types)}")
         if len(types) > ta.ndim:
@@ -246,9 +257,11 @@ class HloSharding:
                 self.shard_group)
 
     def __eq__(self, other) -> bool:
-        if not isinstance(other, HloSharding):
+        if self is other:
+            return True
+        if type(other) is not HloSharding:
             return NotImplemented
-        return self is other or (self._hash == other._hash and self._key() == other._key())
+        return self._hash == other._hash and self._key() == other._key()
 
     def __hash__(self) -> int:
         return self._hash
@@ -263,15 +276,23 @@ class HloSharding:
         """The same sharding with `metadata` replacing its own (on every leaf for tuples)."""
         metadata = tuple(metadata)
         if self.kind == "tuple":
-            return HloSharding("tuple",
-                               elements=tuple(e.with_metadata(metadata) for e in self.elements))
+            elements = tuple(e.with_metadata(metadata) for e in self.elements)
+            if all(new is old for new, old in zip(elements, self.elements)):
+                return self
+            return HloSharding("tuple", elements=elements)
+        if metadata == self.metadata:
+            return self
         return HloSharding(self.kind, self.tile_assignment, self.subgroup_types, self.device, (),
                            metadata, self.shard_group)
 
     def with_shard_group(self, shard_group: ShardGroup | None) -> "HloSharding":
         if self.kind == "tuple":
-            return HloSharding("tuple", elements=tuple(e.with_shard_group(shard_group)
-                                                       for e in self.elements))
+            elements = tuple(e.with_shard_group(shard_group) for e in self.elements)
+            if all(new is old for new, old in zip(elements, self.elements)):
+                return self
+            return HloSharding("tuple", elements=elements)
+        if shard_group == self.shard_group:
+            return self
         return HloSharding(self.kind, self.tile_assignment, self.subgroup_types, self.device, (),
                            self.metadata, shard_group)
 
@@ -397,27 +418,27 @@ class HloSharding:
     def data_rank(self) -> int:
         """Number of data dims of `T` (its rank minus the subgroup dims); tiled shardings only."""
         self._require_tiled("data_rank")
-        return self.tile_assignment.ndim - len(self.subgroup_types)
+        return len(self._counts)
 
     @property
     def tile_counts(self) -> tuple[int, ...]:
         """How many pieces each array dim is cut into (the data dims of `T`); tiled only."""
         self._require_tiled("tile_counts")
-        return self.tile_assignment.dims[:self.data_rank]
+        return self._counts
 
     def tile_counts_for_rank(self, rank: int) -> tuple[int, ...]:
         """`tile_counts` for tiled shardings (checked against `rank`), all ones otherwise."""
         if self.kind != "tiled":
             return (1,) * rank
-        if self.data_rank != rank:
+        if len(self._counts) != rank:
             raise ShardingError(f"sharding {self.to_text()} has data rank {self.data_rank}, "
                                 f"array rank is {rank}")
-        return self.tile_counts
+        return self._counts
 
     @property
     def num_tiles(self) -> int:
         """Product of the data tile counts (replication excluded); 1 unless tiled."""
-        return prod(self.tile_counts) if self.kind == "tiled" else 1
+        return prod(self._counts) if self.kind == "tiled" else 1
 
     @property
     def total_num_tiles(self) -> int:

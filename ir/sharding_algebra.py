@@ -32,13 +32,14 @@ from gspmdc.errors import ShardingError, UnsupportedError
 
 from .shapes import ArrayShape, Shape, TupleShape
 from .sharding import SUBGROUP_TYPES, HloSharding
+from . import tile_assignment
 from .tile_assignment import TileAssignment
 
 # ---- the cache ---------------------------------------------------------------------------------
 
 #: entries kept per cached function before its table is emptied
 CACHE_SIZE = 1 << 16
-_TABLES: list[dict] = []
+_TABLES: list[dict] = [tile_assignment._INTERNED]
 
 
 def _key(value):

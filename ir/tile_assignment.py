@@ -29,6 +29,15 @@ from gspmdc.errors import ShardingError
 
 Digits = list[tuple[int, int]]
 
+#: entries kept in `_INTERNED` before it is emptied
+_INTERN_LIMIT = 1 << 16
+#: interned iota assignments and the results of their transformations, by `("iota", dims,
+#: iota parameters)` or `(operation, dims, iota parameters, argument)`: equal iota values are
+#: one object, so the array and coordinate table they materialise are built once per value, and
+#: transforming an iota the same way twice costs one lookup. Registered with (and emptied by)
+#: `sharding_algebra.clear_caches`, the project's one cache.
+_INTERNED: dict = {}
+
 
 def _ints(values: Iterable, what: str) -> tuple[int, ...]:
     try:
@@ -36,6 +45,21 @@ def _ints(values: Iterable, what: str) -> tuple[int, ...]:
     except (TypeError, ValueError):
         raise ShardingError(f"{what} must be a sequence of integers, got {values!r}") from None
     return out
+
+
+def _remember(key, make):
+    """`_INTERNED[key]`, made by `make()` when missing."""
+    found = _INTERNED.get(key)
+    if found is None:
+        if len(_INTERNED) >= _INTERN_LIMIT:
+            _INTERNED.clear()
+        found = _INTERNED[key] = make()
+    return found
+
+
+def _iota_value(dims: tuple[int, ...], iota: tuple) -> "TileAssignment":
+    """The one iota assignment with these dims and canonical parameters."""
+    return _remember(("iota", dims, iota), lambda: TileAssignment(dims, iota, None))
 
 
 def _brief(array: np.ndarray) -> str:
@@ -188,7 +212,7 @@ class TileAssignment:
             raise ShardingError(
                 f"iota transpose perm {list(perm)} is not a permutation of "
                 f"range({len(reshape_dims)}) (reshape dims {list(reshape_dims)})")
-        return cls(dims, _canonical(_digits(reshape_dims, perm)), None)
+        return _iota_value(dims, _canonical(_digits(reshape_dims, perm)))
 
     @classmethod
     def explicit(cls, dims: Sequence[int], device_ids: Iterable[int]) -> "TileAssignment":
@@ -232,7 +256,7 @@ class TileAssignment:
         if top == flat.size - 1:
             iota = _detect(flat)
             if iota is not None:
-                return cls(tuple(dims), iota, None)
+                return _iota_value(tuple(dims), iota)
         frozen = flat.reshape(dims).copy()
         frozen.setflags(write=False)
         return cls(tuple(dims), None, frozen)
@@ -293,7 +317,7 @@ class TileAssignment:
             raise ShardingError(
                 f"cannot reshape tile assignment {list(self._dims)} to {list(dims)}")
         if self._iota is not None:
-            return TileAssignment(dims, self._iota, None)
+            return _iota_value(dims, self._iota)
         return TileAssignment(dims, None, _frozen(self._array.reshape(dims)))
 
     def transpose(self, perm: Sequence[int]) -> "TileAssignment":
@@ -303,25 +327,35 @@ class TileAssignment:
             raise ShardingError(
                 f"transpose perm {list(perm)} is not a permutation of range({self.ndim}) "
                 f"(tile assignment dims {list(self._dims)})")
-        dims = tuple(self._dims[p] for p in perm)
         if perm == tuple(range(self.ndim)):
             return self
         if self._iota is not None:
-            groups = _align(_digits(*self._iota), self._dims)
-            if groups is not None:
-                digits = [d for p in perm for d in groups[p]]
-                return TileAssignment(dims, _canonical(digits), None)
+            return _remember(("transpose", self._dims, self._iota, perm),
+                             lambda: self._transposed(perm))
         return TileAssignment.from_array(self.array.transpose(perm))
+
+    def _transposed(self, perm: tuple[int, ...]) -> "TileAssignment":
+        groups = _align(_digits(*self._iota), self._dims)
+        if groups is None:
+            return TileAssignment.from_array(self.array.transpose(perm))
+        digits = [d for p in perm for d in groups[p]]
+        return _iota_value(tuple(self._dims[p] for p in perm), _canonical(digits))
 
     def sort_last_dim(self) -> "TileAssignment":
         """Sort the ids along the last dim (each replication group ascending,
         docs/design/sharding-algebra.md#canonical-forms)."""
         if self._iota is not None:
+            return _remember(("sort_last_dim", self._dims, self._iota),
+                             self._sorted_last_dim)
+        return self._sorted_last_dim()
+
+    def _sorted_last_dim(self) -> "TileAssignment":
+        if self._iota is not None:
             groups = _align(_digits(*self._iota), self._dims)
             if groups is not None:
                 groups[-1] = sorted(groups[-1], key=lambda d: -d[1])
                 digits = [d for g in groups for d in g]
-                return TileAssignment(self._dims, _canonical(digits), None)
+                return _iota_value(self._dims, _canonical(digits))
         last = self._dims[-1]
         return TileAssignment.from_array(np.sort(self.array.reshape(-1, last), axis=1), self._dims)
 

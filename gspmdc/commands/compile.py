@@ -9,7 +9,7 @@ from .arguments import (
     add_num_partitions, add_pass_reports, add_windowed_einsum_threshold, output_file,
 )
 
-#: the choices of --shardy-strategy (passes.shardy.driver.STRATEGIES, not imported at start-up)
+#: the choices of --shardy-strategy (passes.shardy.options.STRATEGIES, not imported at start-up)
 SHARDY_STRATEGIES = ("aggressive", "basic", "basic-then-aggressive")
 
 

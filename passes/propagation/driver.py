@@ -8,7 +8,8 @@ neighbours changed (XLA's `already_inferred_*` sets and `clear_cache`). A sweep 
 instructions in order with a heap; an instruction dirtied ahead of the cursor is visited in the
 same sweep, one dirtied behind it waits for the next iteration, exactly as in XLA's repeated
 sweeps, but the cost is proportional to the number of visits, not to the module size times the
-number of iterations. A level ends when an iteration changes nothing.
+number of iterations. A level ends when an iteration changes nothing. Levels 2 and 3 resume from
+the previous level's worklist (`_fixpoint` without `restart`) rather than marking everything dirty.
 
 Termination: every change strictly improves a sharding
 (docs/design/propagation.md#improving-a-sharding), except where control flow copies a
@@ -74,6 +75,9 @@ class Driver:
         self.prep = Prepared()
         self.fixed: set[Instruction] = set()
         self.dirty: dict[str, dict[str, set[Instruction]]] = {}
+        #: per sweep kind, the instructions whose sharding changed since that sweep last visited
+        #: them (what a level that does not restart must visit again)
+        self.stale: dict[str, set[Instruction]] = {kind: set() for kind in _KINDS}
         self.positions: dict[tuple[str, str], dict[Instruction, int]] = {}
         self.orders: dict[str, list[Instruction]] = {}
         self.active: tuple[str, str] | None = None
@@ -108,7 +112,7 @@ class Driver:
             self._record(member, "control flow", "tied through called computation", (source,))
         self._fix_provided()
         for level in LEVELS:
-            self._fixpoint(level, groups=True)
+            self._fixpoint(level, groups=True, restart=level < 2)
         if self.prep.shard_as:
             self._align_shard_as()
             self._fixpoint(LEVELS[-1], groups=False)
@@ -151,11 +155,18 @@ class Driver:
 
     # ---- the fixpoint -----------------------------------------------------------------------
 
-    def _fixpoint(self, level: int, groups: bool) -> None:
+    def _fixpoint(self, level: int, groups: bool, restart: bool = True) -> None:
+        """Run `level` to its fixpoint. With `restart` every instruction starts dirty; without
+        it, only those left dirty by the previous level, those that changed since their last
+        visit of a sweep (`stale`: a change marks the neighbours, not the instruction's own
+        sweeps) and those whose rules answer differently at `level` than at the level before
+        (`_newly_enabled`): every other instruction's last visit saw the same shardings and
+        would give the same answer."""
         self.level = level
         self.changes = {}
         ctx = Context(self.graph, self.rule_options, level)
         members = set(self.prep.group_of)
+        carried = self.dirty
         self.dirty = {"group": {}, "forward": {}, "backward": {}}
         for comp in self.graph.computations:
             order = self.graph.post_order(comp)
@@ -164,10 +175,22 @@ class Driver:
             self.positions[("backward", comp.name)] = {i: len(order) - 1 - k
                                                        for k, i in enumerate(order)}
             self.orders[comp.name] = order
-            self.dirty["forward"][comp.name] = set(order)
-            self.dirty["backward"][comp.name] = set(order)
-            if groups:
-                self.dirty["group"][comp.name] = {i for i in order if i in members}
+            if restart:
+                self.dirty["forward"][comp.name] = set(order)
+                self.dirty["backward"][comp.name] = set(order)
+                if groups:
+                    self.dirty["group"][comp.name] = {i for i in order if i in members}
+            else:
+                for kind in _KINDS:
+                    self.dirty[kind][comp.name] = set(carried[kind].get(comp.name, ()))
+        if not restart:
+            for kind, inst in self._newly_enabled(level):
+                self._mark(inst, kind)
+            for kind in _KINDS:
+                for inst in self.stale[kind]:
+                    self._mark(inst, kind)
+        else:
+            self.stale = {kind: set() for kind in _KINDS}
         while True:
             changed = False
             for comp in self.graph.computations:
@@ -175,6 +198,23 @@ class Driver:
                     changed |= self._sweep(ctx, comp.name, kind)
             if not changed:
                 return
+
+    def _newly_enabled(self, level: int):
+        """(kind, instruction) pairs whose visit may answer differently at `level` (2 or 3) than
+        at `level - 1`. Above level 1 the rules read the level only about broadcasts
+        (`passes_at_level`; the broadcast forward rule from level 3): at level 2 a broadcast
+        takes its users' sharding (backward) and its shard group's, and passes its own to its
+        operand (the operand's backward visit); at level 3 it takes its operand's (forward)."""
+        for comp in self.graph.computations:
+            for inst in comp.instructions:
+                if inst.opcode != "broadcast":
+                    continue
+                if level == 2:
+                    yield "backward", inst
+                    yield "group", inst
+                    for op in inst.operands:
+                        yield "backward", op
+                yield "forward", inst
 
     def _sweep(self, ctx: Context, comp: str, kind: str) -> bool:
         dirty = self.dirty[kind].get(comp)
@@ -198,6 +238,7 @@ class Driver:
         return changed
 
     def _visit(self, ctx: Context, inst: Instruction, kind: str, dirty: set[Instruction]) -> bool:
+        self.stale[kind].discard(inst)
         if kind == "backward" and target_of(inst) in (FULL_TO_SHARD, SHARD_TO_FULL):
             self._mark(inst.operands[0], "backward")
         if kind == "group" and inst not in self.prep.group_of:
@@ -256,6 +297,8 @@ class Driver:
                                tuple(self._key(s) for s in sources), level)
 
     def _count(self, inst: Instruction) -> None:
+        for stale in self.stale.values():
+            stale.add(inst)
         count = self.changes.get(inst, 0) + 1
         self.changes[inst] = count
         if count > MAX_CHANGES:

@@ -4,8 +4,8 @@
     propagate_shardy(module)        # in place: a module in Shardy form (xla.sdy.meshes)
 
 Modules: `axes` (mesh axis algebra), `factor_rules` (the op sharding rules, as data per opcode),
-`projection` (dimension <-> factor shardings), `factor_propagation` (the basic and aggressive
-strategies), `graph` (values and ops of a module), `prepare` (constant splitting, sharding
+`options` (`ShardyOptions`), `projection` (dimension <-> factor shardings), `factor_propagation`
+(the basic and aggressive strategies), `graph` (values and ops of a module), `prepare` (constant splitting, sharding
 constraints), `driver` (user priorities, op priorities, the worklist), `export` (writing the
 shardings back), `lower` (shard_maps and Shardy-only constructs in the partitioner's form),
 `import_gspmd` (a module in GSPMD form given a one-axis mesh, so that it propagates the Shardy
@@ -21,15 +21,8 @@ from gspmdc.ir.sdy import module_meshes
 from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
-from .driver import STRATEGIES, ShardyOptions, propagate
-from .export import export
-from .graph import Graph
-from .import_gspmd import to_shardy_form
 from .lower import ShardyToGspmd
-from .prepare import (
-    apply_constraints, open_conflicting_groups, reapply, shorten_constraint_chains,
-    split_constants,
-)
+from .options import STRATEGIES, ShardyOptions
 
 __all__ = ["propagate_shardy", "ShardyPropagation", "ShardyToGspmd", "ShardyOptions",
            "STRATEGIES"]
@@ -40,8 +33,18 @@ def propagate_shardy(module: Module, options: ShardyOptions | None = ShardyOptio
     HloShardings, the module staying in Shardy form; calls must be inlined already (shard_map
     bodies excepted). With `options` None nothing propagates: the shardings as written are
     completed (HloShardings everywhere, manual inside shard_maps). Returns the shardings'
-    `Provenance` (also written as `sharding_origin` attributes)."""
+    `Provenance` (also written as `sharding_origin` attributes). The propagation's modules are
+    imported here, not with the package: naming the pass (the pass table) must not load them."""
     from gspmdc.passes.spmd.call_graph import partitioned_computations, unshare_callees
+
+    from .driver import propagate
+    from .export import export
+    from .graph import Graph
+    from .import_gspmd import to_shardy_form
+    from .prepare import (
+        apply_constraints, open_conflicting_groups, reapply, shorten_constraint_chains,
+        split_constants,
+    )
     meshes = module_meshes(module)
     if meshes is None:          # GSPMD form: one mesh axis over the devices (import_gspmd)
         meshes = to_shardy_form(module)

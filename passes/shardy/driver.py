@@ -19,36 +19,15 @@ history of its sharding (`Change`s) for `explain`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from gspmdc.errors import ShardingError
 from gspmdc.ir.sdy import DimSharding, MaximalMesh, Meshes, TensorSharding
 
 from .factor_propagation import BACKWARD, BOTH, FORWARD, NONE, intersection, propagate as solve
 from .factor_propagation import union
 from .graph import Change, EdgeOp, Graph, RuleOp, View
+from .options import ShardyOptions
 from .projection import project, project_back
 
-__all__ = ["ShardyOptions", "propagate", "STRATEGIES"]
-
-STRATEGIES = ("aggressive", "basic", "basic-then-aggressive")
-
-
-@dataclass(frozen=True)
-class ShardyOptions:
-    """`strategy`: aggressive (Shardy's default), basic, or basic-then-aggressive;
-    `op_priorities`: run the five op-priority rounds (else one round with every op);
-    `conservative`: never propagate sub-axes."""
-
-    strategy: str = "aggressive"
-    op_priorities: bool = True
-    conservative: bool = False
-
-    def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ShardingError(f"unknown Shardy strategy {self.strategy!r} (expected one of "
-                                f"{', '.join(STRATEGIES)})")
-
+__all__ = ["propagate"]
 
 # ---------------------------------------------------------------------------------- op priorities
 

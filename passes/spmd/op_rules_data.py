@@ -210,14 +210,15 @@ def local_reshape_ok(in_shape: ArrayShape, out_shape: ArrayShape, a: HloSharding
     return True
 
 
-def _reshape_groups(source, target):
+@sharding_algebra.cached
+def _reshape_groups(source: tuple[int, ...], target: tuple[int, ...]):
     """Minimal runs of source and target dims with equal element counts: the cut points are the
     prefix products both shapes share."""
     ps, pt = np.cumprod(source, dtype=np.int64), np.cumprod(target, dtype=np.int64)
     cuts = np.intersect1d(ps, pt)
     gs, gt = np.searchsorted(cuts, ps), np.searchsorted(cuts, pt)
-    return [([int(d) for d in np.flatnonzero(gs == k)], [int(d) for d in np.flatnonzero(gt == k)])
-            for k in range(len(cuts))]
+    return tuple((tuple(int(d) for d in np.flatnonzero(gs == k)),
+                  tuple(int(d) for d in np.flatnonzero(gt == k))) for k in range(len(cuts)))
 
 
 def _is_kept_dim(ins, outs, in_shape, out_shape, a, b) -> bool:

@@ -293,11 +293,30 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     scatter = (True, False) if src.unreduced > 1 else (True,)
     # a masked gather only pays where padding inflates the all-gathers
     uneven = any(size % count for size, count in zip(dims, src.counts))
-    variants = [_staged(dims, src, dst, *flags, masked=masked)
-                for masked in ((False, True) if uneven else (False,))
-                for flags in itertools.product(scatter, *[(True, False)] * 3)]
+    variants = []
+    #: flag tuples of variants known to equal one already planned (flags that did nothing)
+    same: set[tuple[bool, ...]] = set()
+    for masked in ((False, True) if uneven else (False,)):
+        for flags in itertools.product(scatter, *[(True, False)] * 3):
+            if (masked, *flags) in same:
+                continue
+            inert: set[int] = set()
+            variants.append(_staged(dims, src, dst, *flags, masked=masked, inert=inert))
+            same.update(_with_flags_cleared((masked, *flags), inert))
     steps += min(variants, key=lambda v: (_cost(v, dims, width), len(v)))
     return _finish(shape, steps, width)
+
+
+def _with_flags_cleared(flags: tuple[bool, ...], inert: set[int]):
+    """Every flag tuple obtained from `flags` by clearing some of the set flags at positions
+    `inert` (flags that did nothing: clearing them plans the very same steps)."""
+    positions = sorted(inert)
+    for mask in range(1, 1 << len(positions)):
+        cleared = list(flags)
+        for k, position in enumerate(positions):
+            if mask >> k & 1:
+                cleared[position] = False
+        yield tuple(cleared)
 
 
 def _same_layout(a: Layout, b: Layout) -> bool:
@@ -347,17 +366,24 @@ def _split_aligned(size: int, t: int, factor: int) -> bool:
 # ---------------------------------------------------------------------------------- staging
 
 def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
-            early_slice: bool, early_permute: bool, masked: bool = False) -> list[Step]:
+            early_slice: bool, early_permute: bool, masked: bool = False,
+            inert: set[int] | None = None) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), all-to-alls (when
     `exchange`), slices before gathering (when `early_slice`), a permute before gathering (when
     `early_permute`, so the gathered groups already match the target), all-gathers (one masked
-    gather when `masked`), the final slice, a permute."""
+    gather when `masked`), the final slice, a permute. `inert` receives the positions in
+    `(masked, scatter, exchange, early_slice, early_permute)` of the set flags that added no
+    step (the same call with them cleared gives the same steps)."""
+    inert = set() if inert is None else inert
     steps: list[Step] = []
     state = src
     target = dst if dst.unreduced == 1 else \
-        Tiling.of_devices(dst.devices.reshape(dst.counts + (1, -1)))
+        Tiling(_partials_as_replicas(dst.sharding, dst.rank, dst.num_devices), dst.rank,
+               dst.num_devices)
     if state.unreduced > 1:
         state = _resolve_partials(dims, state, target, steps, scatter)
+    if scatter and not any(isinstance(step, ReduceScatter) for step in steps):
+        inert.add(1)
     rank = len(dims)
     down, up = [1] * rank, [1] * rank
     for d in range(rank):
@@ -371,7 +397,11 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
         else:
             down[d], up[d] = t, tt
     if exchange:
+        before = len(steps)
         state = _all_to_alls(dims, state, down, up, steps)
+        if len(steps) == before:
+            inert.add(2)
+    before = len(steps)
     if early_slice and any(f > 1 for f in down):
         factors = [1] * rank
         free = state.replication
@@ -384,6 +414,9 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
                                                        state.num_devices), rank, state.num_devices)
             steps.append(Slice(state, sliced))
             state = sliced
+    if early_slice and len(steps) == before:
+        inert.add(3)
+    before = len(steps)
     gathers = _gather_factors(dims, state, target, down)
     if early_permute and any(f > 1 for f in gathers):
         holders = _aligned_for_gathers(state, target, gathers)
@@ -392,6 +425,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
         if bool((pairs[:, 0] != pairs[:, 1]).any()):
             steps.append(Permute(state, aligned, pairs=pairs))
             state = aligned
+    if early_permute and len(steps) == before:
+        inert.add(4)
     gather_steps = []
     for d in range(rank - 1, -1, -1):
         if gathers[d] > 1:
@@ -401,6 +436,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             gather_steps.append(AllGather(state, gathered, dim=d, factor=gathers[d],
                                           groups=groups))
             state = gathered
+    if masked and not gather_steps:
+        inert.add(0)
     if masked and gather_steps:
         steps.append(MaskedGather(gather_steps[0].before, state,
                                   groups=_combined_groups(gather_steps)))
@@ -445,11 +482,27 @@ def _gather_factors(dims, state: Tiling, target: Tiling, down: list[int]) -> lis
     return factors
 
 
+@algebra.cached
+def _partials_as_replicas(s: HloSharding, rank: int, num_devices: int) -> HloSharding:
+    """The sharding whose replicas are `s`'s partial values and replicas (the target of a plan
+    to an unreduced value: every partial holds the data before `ZeroPartials`)."""
+    devices = algebra.device_array(s, rank, num_devices)
+    return algebra.sharding_of_devices(devices.reshape(devices.shape[:-2] + (1, -1)))
+
+
 def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> np.ndarray:
     """`state`'s tiles reassigned to devices so that gathering `gathers` leaves every device
     holding the tile its `target` tile nests in (most devices keep their tile): the holder of
-    each slot of `state.devices` (flattened)."""
-    rank = state.rank
+    each slot of `state.devices` (flattened; read-only)."""
+    return _holders_for_gathers(state.sharding, target.sharding, state.rank, state.num_devices,
+                                tuple(gathers))
+
+
+@algebra.cached
+def _holders_for_gathers(source: HloSharding, target_sharding: HloSharding, rank: int,
+                         num_devices: int, gathers: tuple[int, ...]) -> np.ndarray:
+    state = Tiling(source, rank, num_devices)
+    target = Tiling(target_sharding, rank, num_devices)
     gathered = np.asarray(state.counts) // np.asarray(gathers)
     up = np.asarray(target.counts) // gathered
     slot_devices = state.devices.reshape(-1)
@@ -457,7 +510,9 @@ def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> n
         state.devices.ndim, -1).T[:, :rank]
     slot_key = _keys(slot_index // np.asarray(gathers), gathered)
     device_key = _keys(target.coordinates()[:, :rank] // up, gathered)
-    return _match(slot_key, slot_devices, device_key)
+    holders = _match(slot_key, slot_devices, device_key)
+    holders.setflags(write=False)
+    return holders
 
 
 def _keys(coords: np.ndarray, counts) -> np.ndarray:
@@ -537,15 +592,25 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
 def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndarray]:
     """A tiling with `target`'s tiles in which every device's tile nests in its `state` tile
     (so a local slice reaches it), agreeing with `target` on as many devices as possible; and the
-    `[N, 2]` permute pairs (holder in it, device in `target`) of each target slot."""
-    rank = state.rank
+    `[N, 2]` permute pairs (holder in it, device in `target`) of each target slot (read-only)."""
+    compatible, pairs = _compatible(state.sharding, target.sharding, state.rank,
+                                    state.num_devices)
+    return Tiling(compatible, state.rank, state.num_devices), pairs
+
+
+@algebra.cached
+def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
+                num_devices: int) -> tuple[HloSharding, np.ndarray]:
+    state = Tiling(source, rank, num_devices)
+    target = Tiling(target_sharding, rank, num_devices)
     up = np.asarray(target.counts) // np.asarray(state.counts)
     slot_devices = target.devices.reshape(-1)
     slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
         target.devices.ndim, -1).T[:, :rank]
     holders = _match(_keys(slot_index // up, state.counts), slot_devices, state.tile_keys())
-    compatible = Tiling.of_devices(holders.reshape(target.devices.shape))
-    return compatible, np.column_stack([holders, slot_devices])
+    pairs = np.column_stack([holders, slot_devices])
+    pairs.setflags(write=False)
+    return algebra.sharding_of_devices(holders.reshape(target.devices.shape)), pairs
 
 
 __all__ = ["Maximal", "Layout", "Step", "AllReduce", "ReduceScatter", "AllToAll", "AllGather",

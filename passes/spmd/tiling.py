@@ -22,7 +22,7 @@ import numpy as np
 
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.sharding_algebra import (
-    device_array, partial_groups, propagate_along_dims, sharding_of_devices,
+    device_tiles, partial_groups, propagate_along_dims, sharding_of_devices,
 )
 
 
@@ -43,13 +43,13 @@ class Tiling:
     """The view of one sharding (see the module docstring); `sharding` is the viewed sharding
     without metadata."""
 
-    __slots__ = ("sharding", "devices", "_coords")
+    __slots__ = ("sharding", "devices", "_tiles")
 
     def __init__(self, sharding: HloSharding, rank: int, num_devices: int):
-        devices = device_array(sharding, rank, num_devices)
+        tiles = device_tiles(sharding, rank, num_devices)
         object.__setattr__(self, "sharding", _plain(sharding))
-        object.__setattr__(self, "devices", devices)
-        object.__setattr__(self, "_coords", None)
+        object.__setattr__(self, "devices", tiles.array)
+        object.__setattr__(self, "_tiles", tiles)
 
     def __setattr__(self, name, value):
         raise AttributeError("Tiling is immutable")
@@ -87,15 +87,9 @@ class Tiling:
         return self.devices.size
 
     def coordinates(self) -> np.ndarray:
-        """`[N, rank + 1]`: per device id, its tile index and its partial-value index."""
-        if self._coords is None:
-            shape = self.devices.shape
-            index = np.indices(shape, dtype=np.int64).reshape(len(shape), -1).T
-            table = np.empty((self.num_devices, self.rank + 1), dtype=np.int64)
-            table[self.devices.ravel()] = index[:, :-1]
-            table.setflags(write=False)
-            object.__setattr__(self, "_coords", table)
-        return self._coords
+        """`[N, rank + 1]`: per device id, its tile index and its partial-value index (read-only;
+        built once per device array: equal iota arrays are one tile assignment)."""
+        return self._tiles.coordinates()[:, :-1]
 
     def tile_keys(self) -> np.ndarray:
         """`[N]`: per device id, the flat index of its tile (row-major over `counts`)."""
