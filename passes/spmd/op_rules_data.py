@@ -1,6 +1,6 @@
 """Partitioning of values and data movement (docs/partitioning.md, "Per-op strategies"):
 `parameter`, `constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`,
-`get-tuple-element` and the `Sharding` custom-call (a reshard node).
+`get-tuple-element`, `opt-barrier` and the `Sharding` custom-call (a reshard node).
 
 - parameter: a parameter of the shard shape (entry parameters are scattered by the runtime).
 - constant: a whole constant when replicated or on one device, a shard-shaped constant when every
@@ -14,6 +14,7 @@
   `reshape_sharding` in either direction, docs/design/sharding-algebra.md, with the whole-tile
   condition checked below), else replicated; local reshape.
 - tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
+- opt-barrier: its operand takes its sharding; local barrier on the shards.
 - Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
   to the custom-call's (`reshard.py`).
 """
@@ -239,6 +240,19 @@ class TupleRule(PartitionRule):
             sharding = HloSharding.tuple(sharding.leaf_shardings(inst.shape))
         needs = tuple(sharding.subsharding(inst.shape, (i,)) for i in range(len(inst.operands)))
         return OpPlan(needs, sharding, "tuple elements keep their shardings")
+
+
+@PARTITION_RULES.register("opt-barrier", instance=True)
+class OptBarrierRule(PartitionRule):
+    """An optimization barrier passes its operand through unchanged: the operand takes the
+    barrier's own sharding (leaf by leaf) and the local barrier runs on the shards, as XLA
+    partitions it (like an elementwise op); nothing is gathered for it."""
+
+    def plan(self, inst, ctx):
+        leaves = [without_partials(s) for s in inst.sharding.leaf_shardings(inst.shape)]
+        sharding = HloSharding.tuple(leaves) if isinstance(inst.shape, TupleShape) \
+            else leaves[0]
+        return OpPlan((sharding,), sharding, "an optimization barrier keeps its sharding")
 
 
 @PARTITION_RULES.register("get-tuple-element", instance=True)
