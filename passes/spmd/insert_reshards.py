@@ -19,9 +19,10 @@ the module stays an ordinary, executable, re-parseable HLO module with global sh
 
 Reshards are shared: users needing the same value in the same sharding use one node; a value
 resharded back to a sharding it had is taken from before the reshard; tuples are resharded leaf by
-leaf (get-tuple-element, reshard, tuple); an `iota` or a `broadcast` needed in another sharding is
-computed again in it when that moves fewer bytes (a broadcast from its operand resharded to the
-tiling of the kept dims: a broadcast scalar is never gathered). Finally a reshard of a reshard nobody else uses is
+leaf (get-tuple-element, reshard, tuple); a constant or an `iota` needed in another sharding is
+computed again in it (no bytes), a `broadcast` too when that moves fewer bytes (from its operand
+resharded to the tiling of the kept dims: a broadcast of a replicated value moves none). The
+rules' costs count the reshards that move no bytes this way as free (`recomputed_for_free`). Finally a reshard of a reshard nobody else uses is
 replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + slice becomes one
 reduce-scatter), and unused reshard nodes are removed.
 
@@ -47,9 +48,9 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
-from .op_rules import OpPlan, PlanContext, replicated_for
+from .op_rules import OpPlan, PlanContext, free_target, replicated_for
 from .op_rules_control import boundary_shardings
-from .op_rules_data import broadcast_operand_sharding
+from .op_rules_data import broadcast_operand_sharding, is_splat
 from .partition_rules import rule_for
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
@@ -180,26 +181,36 @@ class _Rewriter:
 
     def _recompute(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
                    reason: str) -> Instruction | None:
-        """`value` computed again directly in `target` when that moves fewer bytes than
-        resharding it: an `iota` (no bytes), or a `broadcast` from its operand resharded to the
-        tiling of the kept dims (a replicated scalar: no bytes). None otherwise."""
-        if value.opcode not in ("iota", "broadcast") or value in self.created or \
-                target.is_tuple or target.kind not in ("replicated", "tiled") or \
-                target.has_unreduced or target.has_manual_leaf or value.sharding.has_manual_leaf:
+        """`value` computed again directly in `target` (a `free_target`) when that moves fewer
+        bytes than resharding it: a constant (no bytes: a splat one shard-shaped, else whole
+        and sliced locally), an iota (no bytes), a broadcast from its operand resharded to the
+        tiling of the kept dims (or to the target's device): no bytes from a replicated
+        operand (`recomputed_for_free`). None otherwise."""
+        if value.opcode not in ("constant", "iota", "broadcast") or \
+                isinstance(value.shape, TupleShape) or not free_target(target) or \
+                value.sharding.has_manual_leaf or value.sharding.has_unreduced:
             return None
         direct = self.ctx.cost(value.shape, value.sharding, target)
+        if direct == 0:
+            return None
         operands = []
+        sharding = target
         if value.opcode == "broadcast":
             operand = value.operands[0]
-            need = broadcast_operand_sharding(value, target, self.ctx.num_devices)
+            need = target if target.kind == "maximal" else \
+                broadcast_operand_sharding(value, target, self.ctx.num_devices)
             if self.ctx.cost(operand.shape, operand.sharding, need) >= direct:
                 return None
             operands.append(operand if operand.sharding == need else
                             self.reshard(operand, need, user, f"{role} (recomputed)", reason))
-        elif direct == 0:
-            return None
+        elif value.opcode == "constant" and target.is_tiled and not is_splat(value):
+            sharding = HloSharding.replicate()         # materialised whole, then sliced
         node = self.builder.add(value.opcode, value.shape, operands, dict(value.attrs),
-                                name=f"{value.name}.recomputed", sharding=target)
+                                name=f"{value.name}.recomputed", sharding=sharding)
+        node.literal = value.literal
+        if sharding != target:
+            self.created.add(node)
+            return self.reshard(node, target, user, role, reason)
         return node
 
     def _reshard_tuple(self, value, target, user, role, reason) -> Instruction:

@@ -49,7 +49,7 @@ class ParameterRule(PartitionRule):
 class ConstantRule(PartitionRule):
     def plan(self, inst, ctx):
         target = without_partials(inst.sharding)
-        if target.is_tile_maximal or target.is_tuple or not _is_splat(inst):
+        if target.is_tile_maximal or target.is_tuple or not is_splat(inst):
             if not target.is_tile_maximal:
                 target = replicated_for(inst.shape)
             return OpPlan((), target, "constants are materialised whole, then sliced")
@@ -65,7 +65,7 @@ class ConstantRule(PartitionRule):
         return local
 
 
-def _is_splat(inst: Instruction) -> bool:
+def is_splat(inst: Instruction) -> bool:
     """Whether every element of the constant has the same bits."""
     lit = inst.literal
     if lit is None or lit.elided or lit.value is None or lit.value.size == 0:
@@ -301,4 +301,4 @@ def partial_reducer(producer: Instruction) -> str | None:
     return None
 
 
-__all__ = ["broadcast_operand_sharding", "local_reshape_ok", "lower_reshard", "partial_reducer"]
+__all__ = ["broadcast_operand_sharding", "is_splat", "local_reshape_ok", "lower_reshard", "partial_reducer"]
