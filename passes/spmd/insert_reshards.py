@@ -41,6 +41,9 @@ from gspmdc.errors import ShardingError
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.ops import (
+    PARTITION_DEPENDENT, RNG_STATE, SIDE_EFFECTING, Trait, opcodes, with_trait,
+)
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.stage import Stage
@@ -127,6 +130,9 @@ class _Rewriter:
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         self.created: set[Instruction] = set()
+        #: values on one device (`{maximal device=k}`) that every partition computes whole
+        #: (`_computed_everywhere`)
+        self.everywhere: set[Instruction] = set()
 
     def run(self) -> None:
         comp, b = self.comp, self.builder
@@ -145,6 +151,8 @@ class _Rewriter:
                                                     plan.reason)
             inst.sharding = plan.result
             b.append(inst)
+            if self._computed_everywhere(inst):
+                self.everywhere.add(inst)
             if plan.result != desired:
                 replacement[inst] = self.reshard(inst, desired, inst, "result",
                                                  _result_reason(inst, plan))
@@ -165,7 +173,9 @@ class _Rewriter:
         key = (id(value), target)
         if key in self.cache:
             return self.cache[key]
-        if isinstance(value.shape, TupleShape):
+        if value in self.everywhere and target != value.sharding:
+            node = self.reshard(self._as_replicated(value), target, user, role, reason)
+        elif isinstance(value.shape, TupleShape):
             node = self._reshard_tuple(value, target, user, role, reason)
         elif (recomputed := self._recompute(value, target, user, role, reason)) is not None:
             node = recomputed
@@ -177,7 +187,42 @@ class _Rewriter:
                                     name=f"{value.name}.reshard", sharding=target)
         self.created.add(node)
         self.cache[key] = node
+        if self._computed_everywhere(node):
+            self.everywhere.add(node)
         return node
+
+    def _computed_everywhere(self, inst: Instruction) -> bool:
+        """Whether `inst`, on one device, holds the whole value on every partition: partitions
+        run an instruction on one device like any other, so a pure, deterministic op whose
+        operands every partition holds whole (replicated or themselves computed everywhere)
+        computes the same value everywhere, as does a reshard node onto one device from such a
+        value (a copy). XLA's partitioner moves such values to another device or to all of
+        them without a collective too."""
+        sharding = inst.sharding
+        if sharding.kind != "maximal" or isinstance(inst.shape, TupleShape):
+            return False
+        if is_inserted_reshard(inst):
+            return self._whole_everywhere(inst.operands[0])
+        if inst.opcode in _NOT_EVERYWHERE or inst in self.arrivals:
+            return False
+        return all(self._whole_everywhere(o) for o in inst.operands)
+
+    def _whole_everywhere(self, value: Instruction) -> bool:
+        return value in self.everywhere or (value.sharding is not None and
+                                            value.sharding.is_replicated)
+
+    def _as_replicated(self, value: Instruction) -> Instruction:
+        """A `{replicated}` view of `value`, which every partition computes whole (a copy)."""
+        key = (id(value), "everywhere")
+        if key not in self.cache:
+            metadata = reshard_metadata(value, value.sharding, HloSharding.replicate(), value,
+                                        "result", "every partition computes this value whole")
+            node = self.builder.add("copy", value.shape, [value], {"metadata": metadata},
+                                    name=f"{value.name}.everywhere",
+                                    sharding=HloSharding.replicate())
+            self.created.add(node)
+            self.cache[key] = node
+        return self.cache[key]
 
     def _recompute(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
                    reason: str) -> Instruction | None:
@@ -231,6 +276,14 @@ class _Rewriter:
                      name=f"{value.name}.resharded", sharding=target)
         self.created.add(node)
         return node
+
+
+#: opcodes whose value on one device may differ between partitions that compute it: their
+#: inputs or effects depend on the partition, they draw random numbers, they run called
+#: computations as control flow, or their rules run them on the device only
+_NOT_EVERYWHERE = PARTITION_DEPENDENT | SIDE_EFFECTING | RNG_STATE | \
+    with_trait(Trait.CONTROL_FLOW) | opcodes(
+    "parameter", "custom-call", "rng", "rng-bit-generator")
 
 
 def _result_reason(inst: Instruction, plan) -> str:
