@@ -51,7 +51,7 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
-from .op_rules import OpPlan, PlanContext, free_target, replicated_for
+from .op_rules import OpPlan, PlanContext, free_target, maximal_for, replicated_for
 from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
 from .partition_rules import rule_for
@@ -144,7 +144,7 @@ class _Rewriter:
                 plan = OpPlan((), self.arrivals[inst], "parameter of a partitioned callee: "
                                                        "it arrives as its call site passes it")
             else:
-                plan = rule_for(inst, self.module.computations).plan(inst, self.ctx)
+                plan = self._plan(inst)
             for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
                 if operand.sharding != need:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
@@ -190,6 +190,30 @@ class _Rewriter:
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
+
+    def _plan(self, inst: Instruction) -> OpPlan:
+        """The rule's plan for `inst`, or, when cheaper, the rule's plan for running `inst` on
+        the device of one of its operands that lives on one device (its result then resharded
+        to its annotation: e.g. a reduce of a value on one device reduces there and broadcasts
+        the small result instead of broadcasting the large input)."""
+        rule = rule_for(inst, self.module.computations)
+        plan = rule.plan(inst, self.ctx)
+        desired = inst.sharding
+        if inst.opcode in _NOT_EVERYWHERE or inst.opcode in ("tuple", "get-tuple-element") or \
+                desired.unique_device is not None or desired.has_manual_leaf:
+            return plan
+        devices = sorted({o.sharding.unique_device for o in inst.operands} - {None})
+        cost = self.ctx.plan_cost(inst, plan) if devices else 0.0
+        for device in devices:
+            inst.sharding = maximal_for(inst.shape, device)
+            try:
+                alternative = rule.plan(inst, self.ctx)
+            finally:
+                inst.sharding = desired
+            alternative_cost = self.ctx.plan_cost(inst, alternative)
+            if alternative_cost < cost:
+                plan, cost = alternative, alternative_cost
+        return plan
 
     def _computed_everywhere(self, inst: Instruction) -> bool:
         """Whether `inst`, on one device, holds the whole value on every partition: partitions
