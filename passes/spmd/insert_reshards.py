@@ -179,6 +179,9 @@ class _Rewriter:
             node = self._reshard_tuple(value, target, user, role, reason)
         elif (recomputed := self._recompute(value, target, user, role, reason)) is not None:
             node = recomputed
+        elif (recomputed := self._recompute_replicated(value, target, user, role,
+                                                        reason)) is not None:
+            node = recomputed
         else:
             metadata = reshard_metadata(value, value.sharding, target, user, role, reason)
             node = self.builder.add("custom-call", value.shape, [value],
@@ -214,6 +217,46 @@ class _Rewriter:
             if alternative_cost < cost:
                 plan, cost = alternative, alternative_cost
         return plan
+
+    def _recompute_replicated(self, value: Instruction, target: HloSharding, user: Instruction,
+                              role: str, reason: str) -> Instruction | None:
+        """`value` computed again whole on every partition from replicated forms of its
+        operands (not a contraction, whose whole work on every partition would cost more than
+        the bytes it saves), when each is had without communication (a replicated value, the replicated
+        value a reshard node was sliced from, a value on one device computed everywhere, a
+        constant or an iota), then sliced to `target`: no bytes instead of a collective (as
+        XLA's partitioned programs do for a tiled value of replicated inputs needed whole).
+        None when `value` is not a pure, deterministic array op or an operand is not had so."""
+        if value.opcode in _NOT_EVERYWHERE | _CONTRACTIONS or value in self.created or \
+                isinstance(value.shape, TupleShape) or not free_target(target) or \
+                value.sharding.has_manual_leaf or not value.operands or \
+                self.ctx.cost(value.shape, value.sharding, target) == 0:
+            return None
+        sources = [self._replicated_source(o) for o in value.operands]
+        if any(source is None for source in sources):
+            return None
+        replicated = HloSharding.replicate()
+        sources = [self.reshard(o, replicated, user, f"{role} (recomputed)", reason)
+                   if o.sharding != replicated else o for o in sources]
+        node = self.builder.add(value.opcode, value.shape, sources, dict(value.attrs),
+                                name=f"{value.name}.recomputed", sharding=replicated)
+        self.created.add(node)
+        if target == replicated:
+            return node
+        return self.reshard(node, target, user, role, reason)
+
+    def _replicated_source(self, operand: Instruction) -> Instruction | None:
+        """`operand`, or a value it is a reshard of, that gives its replicated form without
+        communication; None when there is none."""
+        if operand.sharding.is_replicated:
+            return operand
+        if is_inserted_reshard(operand) and operand.operands[0].sharding.is_replicated:
+            return operand.operands[0]
+        if operand in self.everywhere:
+            return self._as_replicated(operand)
+        if operand.opcode in ("constant", "iota") and not isinstance(operand.shape, TupleShape):
+            return operand
+        return None
 
     def _computed_everywhere(self, inst: Instruction) -> bool:
         """Whether `inst`, on one device, holds the whole value on every partition: partitions
@@ -308,6 +351,10 @@ class _Rewriter:
 _NOT_EVERYWHERE = PARTITION_DEPENDENT | SIDE_EFFECTING | RNG_STATE | \
     with_trait(Trait.CONTROL_FLOW) | opcodes(
     "parameter", "custom-call", "rng", "rng-bit-generator")
+
+
+#: ops doing far more work than their result's size, never recomputed whole to save a reshard
+_CONTRACTIONS = opcodes("dot", "convolution", "ragged-dot", "fft", "cholesky", "triangular-solve")
 
 
 def _result_reason(inst: Instruction, plan) -> str:
