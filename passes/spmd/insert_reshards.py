@@ -19,12 +19,21 @@ the module stays an ordinary, executable, re-parseable HLO module with global sh
 
 Reshards are shared: users needing the same value in the same sharding use one node; a value
 resharded back to a sharding it had is taken from before the reshard; tuples are resharded leaf by
-leaf (get-tuple-element, reshard, tuple); a constant or an `iota` needed in another sharding is
-computed again in it (no bytes), a `broadcast` too when that moves fewer bytes (from its operand
-resharded to the tiling of the kept dims: a broadcast of a replicated value moves none). The
-rules' costs count the reshards that move no bytes this way as free (`recomputed_for_free`). Finally a reshard of a reshard nobody else uses is
-replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + slice becomes one
-reduce-scatter), and unused reshard nodes are removed.
+leaf (get-tuple-element, reshard, tuple). Values are had without communication where they can
+be:
+- a constant or an `iota` needed in another sharding is computed again in it (no bytes), a
+  `broadcast` too when that moves fewer bytes (from its operand resharded to the tiling of the
+  kept dims: a broadcast of a replicated value moves none); the rules' costs count these
+  reshards as free (`recomputed_for_free`);
+- a value on one device that every partition computes whole (a pure op of replicated values)
+  reaches another device, or all of them, through a copy;
+- any other pure array op (not a contraction) whose operands are had replicated without
+  communication is computed again whole, then sliced to the sharding needed;
+- an instruction with an operand on one device runs on that device when its rule's plan for
+  that moves fewer bytes than the plan for its own sharding.
+Finally a reshard of a reshard nobody else uses is replaced by one direct reshard when that
+moves no more bytes (e.g. all-reduce + slice becomes one reduce-scatter), and unused reshard
+nodes are removed.
 
 Preconditions: shardings valid for `num_partitions` devices; unsharded instructions are treated
 as `{replicated}`. Manual values are never resharded (`op_rules_manual.py`).
@@ -51,7 +60,9 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
-from .op_rules import OpPlan, PlanContext, free_target, maximal_for, replicated_for
+from .op_rules import (
+    OpPlan, PlanContext, free_target, maximal_for, recomputed_for_free, replicated_for,
+)
 from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
 from .partition_rules import rule_for
@@ -254,7 +265,7 @@ class _Rewriter:
             return operand.operands[0]
         if operand in self.everywhere:
             return self._as_replicated(operand)
-        if operand.opcode in ("constant", "iota") and not isinstance(operand.shape, TupleShape):
+        if recomputed_for_free(operand):
             return operand
         return None
 
