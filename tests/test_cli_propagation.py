@@ -69,7 +69,8 @@ def test_explain_a_collective_of_a_compiled_module(tmp_path, capsys):
 DEAD_SOURCE = """HloModule m, num_partitions=2
 ENTRY e {
   p = f32[8,4] parameter(0)
-  n = f32[8,4] negate(p)
+  q = f32[4,4] parameter(1)
+  n = f32[8,4] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   dead = f32[8,4] copy(n), sharding={devices=[2,1]<=[2]}
   ROOT r = f32[8,4] add(n, n), sharding={replicated}
 }
@@ -78,7 +79,8 @@ ENTRY e {
 
 def test_explain_a_collective_whose_origin_chain_passes_a_removed_instruction(tmp_path, capsys):
     """`n` takes its sharding from the unused `dead`, which the partitioner's cleanup removes:
-    the chain says what happened to it instead of failing."""
+    the chain says what happened to it instead of failing. (`n` is a dot: an elementwise op of
+    the replicated parameter would be computed again whole, with no all-gather to explain.)"""
     source, out = tmp_path / "dead.hlo", tmp_path / "spmd.hlo"
     source.write_text(DEAD_SOURCE)
     assert main(["compile", str(source), "-n", "2", "-o", str(out)]) == 0

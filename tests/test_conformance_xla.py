@@ -166,10 +166,12 @@ SAMPLE_SEED = 0
 # costs a module, and the generator's sample moved with main's generator change.
 # Bytes are counted by the one cost model (ir/cost.py: each device's exact bytes, averaged), for both programs; since it
 # replaced the uniform ring formulas, XLA's program of fuzz/61 counts 110 bytes where gspmdc's
-# counts 112 (both were 112), the one module that moved.
+# counts 112 (both were 112), the one module that moved. Bytes not more than XLA's: 74 of 77
+# in both settings since values are had without communication where XLA has them so
+# (docs/partitioning.md, "Recomputing instead of resharding"; was 69 of 77).
 FLOORS = {
-    "off": {"instruction_agreement": 0.99, "module_agreement": 0.95, "bytes_not_more": 0.85},
-    "on": {"instruction_agreement": 0.99, "module_agreement": 0.95, "bytes_not_more": 0.85},
+    "off": {"instruction_agreement": 0.99, "module_agreement": 0.95, "bytes_not_more": 0.95},
+    "on": {"instruction_agreement": 0.99, "module_agreement": 0.95, "bytes_not_more": 0.95},
 }
 
 

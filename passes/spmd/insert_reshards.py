@@ -19,11 +19,21 @@ the module stays an ordinary, executable, re-parseable HLO module with global sh
 
 Reshards are shared: users needing the same value in the same sharding use one node; a value
 resharded back to a sharding it had is taken from before the reshard; tuples are resharded leaf by
-leaf (get-tuple-element, reshard, tuple); an `iota` or a `broadcast` needed in another sharding is
-computed again in it when that moves fewer bytes (a broadcast from its operand resharded to the
-tiling of the kept dims: a broadcast scalar is never gathered). Finally a reshard of a reshard nobody else uses is
-replaced by one direct reshard when that moves no more bytes (e.g. all-reduce + slice becomes one
-reduce-scatter), and unused reshard nodes are removed.
+leaf (get-tuple-element, reshard, tuple). Values are had without communication where they can
+be:
+- a constant or an `iota` needed in another sharding is computed again in it (no bytes), a
+  `broadcast` too when that moves fewer bytes (from its operand resharded to the tiling of the
+  kept dims: a broadcast of a replicated value moves none); the rules' costs count these
+  reshards as free (`recomputed_for_free`);
+- a value on one device that every partition computes whole (a pure op of replicated values)
+  reaches another device, or all of them, through a copy;
+- any other pure array op (not a contraction) whose operands are had replicated without
+  communication is computed again whole, then sliced to the sharding needed;
+- an instruction with an operand on one device runs on that device when its rule's plan for
+  that moves fewer bytes than the plan for its own sharding.
+Finally a reshard of a reshard nobody else uses is replaced by one direct reshard when that
+moves no more bytes (e.g. all-reduce + slice becomes one reduce-scatter), and unused reshard
+nodes are removed.
 
 Preconditions: shardings valid for `num_partitions` devices; unsharded instructions are treated
 as `{replicated}`. Manual values are never resharded (`op_rules_manual.py`).
@@ -40,6 +50,9 @@ from gspmdc.errors import ShardingError
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.ops import (
+    PARTITION_DEPENDENT, RNG_STATE, SIDE_EFFECTING, Trait, opcodes, with_trait,
+)
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.stage import Stage
@@ -47,9 +60,11 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
-from .op_rules import OpPlan, PlanContext, replicated_for
+from .op_rules import (
+    OpPlan, PlanContext, free_target, maximal_for, recomputed_for_free, replicated_for,
+)
 from .op_rules_control import boundary_shardings
-from .op_rules_data import broadcast_operand_sharding
+from .op_rules_data import broadcast_operand_sharding, is_splat
 from .partition_rules import rule_for
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
@@ -126,6 +141,9 @@ class _Rewriter:
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         self.created: set[Instruction] = set()
+        #: values on one device (`{maximal device=k}`) that every partition computes whole
+        #: (`_computed_everywhere`)
+        self.everywhere: set[Instruction] = set()
 
     def run(self) -> None:
         comp, b = self.comp, self.builder
@@ -137,13 +155,15 @@ class _Rewriter:
                 plan = OpPlan((), self.arrivals[inst], "parameter of a partitioned callee: "
                                                        "it arrives as its call site passes it")
             else:
-                plan = rule_for(inst, self.module.computations).plan(inst, self.ctx)
+                plan = self._plan(inst)
             for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
                 if operand.sharding != need:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
                                                     plan.reason)
             inst.sharding = plan.result
             b.append(inst)
+            if self._computed_everywhere(inst):
+                self.everywhere.add(inst)
             if plan.result != desired:
                 replacement[inst] = self.reshard(inst, desired, inst, "result",
                                                  _result_reason(inst, plan))
@@ -164,9 +184,14 @@ class _Rewriter:
         key = (id(value), target)
         if key in self.cache:
             return self.cache[key]
-        if isinstance(value.shape, TupleShape):
+        if value in self.everywhere and target != value.sharding:
+            node = self.reshard(self._as_replicated(value), target, user, role, reason)
+        elif isinstance(value.shape, TupleShape):
             node = self._reshard_tuple(value, target, user, role, reason)
         elif (recomputed := self._recompute(value, target, user, role, reason)) is not None:
+            node = recomputed
+        elif (recomputed := self._recompute_replicated(value, target, user, role,
+                                                        reason)) is not None:
             node = recomputed
         else:
             metadata = reshard_metadata(value, value.sharding, target, user, role, reason)
@@ -176,30 +201,139 @@ class _Rewriter:
                                     name=f"{value.name}.reshard", sharding=target)
         self.created.add(node)
         self.cache[key] = node
+        if self._computed_everywhere(node):
+            self.everywhere.add(node)
         return node
+
+    def _plan(self, inst: Instruction) -> OpPlan:
+        """The rule's plan for `inst`, or, when cheaper, the rule's plan for running `inst` on
+        the device of one of its operands that lives on one device (its result then resharded
+        to its annotation: e.g. a reduce of a value on one device reduces there and broadcasts
+        the small result instead of broadcasting the large input)."""
+        rule = rule_for(inst, self.module.computations)
+        plan = rule.plan(inst, self.ctx)
+        desired = inst.sharding
+        if inst.opcode in _NOT_EVERYWHERE or inst.opcode in ("tuple", "get-tuple-element") or \
+                desired.unique_device is not None or desired.has_manual_leaf:
+            return plan
+        devices = sorted({o.sharding.unique_device for o in inst.operands} - {None})
+        cost = self.ctx.plan_cost(inst, plan) if devices else 0.0
+        for device in devices:
+            inst.sharding = maximal_for(inst.shape, device)
+            try:
+                alternative = rule.plan(inst, self.ctx)
+            finally:
+                inst.sharding = desired
+            alternative_cost = self.ctx.plan_cost(inst, alternative)
+            if alternative_cost < cost:
+                plan, cost = alternative, alternative_cost
+        return plan
+
+    def _recompute_replicated(self, value: Instruction, target: HloSharding, user: Instruction,
+                              role: str, reason: str) -> Instruction | None:
+        """`value` computed again whole on every partition from replicated forms of its
+        operands (not a contraction, whose whole work on every partition would cost more than
+        the bytes it saves), when each is had without communication (a replicated value, the replicated
+        value a reshard node was sliced from, a value on one device computed everywhere, a
+        constant or an iota), then sliced to `target`: no bytes instead of a collective (as
+        XLA's partitioned programs do for a tiled value of replicated inputs needed whole).
+        None when `value` is not a pure, deterministic array op or an operand is not had so."""
+        if value.opcode in _NOT_EVERYWHERE | _CONTRACTIONS or value in self.created or \
+                isinstance(value.shape, TupleShape) or not free_target(target) or \
+                value.sharding.has_manual_leaf or not value.operands or \
+                self.ctx.cost(value.shape, value.sharding, target) == 0:
+            return None
+        sources = [self._replicated_source(o) for o in value.operands]
+        if any(source is None for source in sources):
+            return None
+        replicated = HloSharding.replicate()
+        sources = [self.reshard(o, replicated, user, f"{role} (recomputed)", reason)
+                   if o.sharding != replicated else o for o in sources]
+        node = self.builder.add(value.opcode, value.shape, sources, dict(value.attrs),
+                                name=f"{value.name}.recomputed", sharding=replicated)
+        self.created.add(node)
+        if target == replicated:
+            return node
+        return self.reshard(node, target, user, role, reason)
+
+    def _replicated_source(self, operand: Instruction) -> Instruction | None:
+        """`operand`, or a value it is a reshard of, that gives its replicated form without
+        communication; None when there is none."""
+        if operand.sharding.is_replicated:
+            return operand
+        if is_inserted_reshard(operand) and operand.operands[0].sharding.is_replicated:
+            return operand.operands[0]
+        if operand in self.everywhere:
+            return self._as_replicated(operand)
+        if recomputed_for_free(operand):
+            return operand
+        return None
+
+    def _computed_everywhere(self, inst: Instruction) -> bool:
+        """Whether `inst`, on one device, holds the whole value on every partition: partitions
+        run an instruction on one device like any other, so a pure, deterministic op whose
+        operands every partition holds whole (replicated or themselves computed everywhere)
+        computes the same value everywhere, as does a reshard node onto one device from such a
+        value (a copy). XLA's partitioner moves such values to another device or to all of
+        them without a collective too."""
+        sharding = inst.sharding
+        if sharding.kind != "maximal" or isinstance(inst.shape, TupleShape):
+            return False
+        if is_inserted_reshard(inst):
+            return self._whole_everywhere(inst.operands[0])
+        if inst.opcode in _NOT_EVERYWHERE or inst in self.arrivals:
+            return False
+        return all(self._whole_everywhere(o) for o in inst.operands)
+
+    def _whole_everywhere(self, value: Instruction) -> bool:
+        return value in self.everywhere or (value.sharding is not None and
+                                            value.sharding.is_replicated)
+
+    def _as_replicated(self, value: Instruction) -> Instruction:
+        """A `{replicated}` view of `value`, which every partition computes whole (a copy)."""
+        key = (id(value), "everywhere")
+        if key not in self.cache:
+            metadata = reshard_metadata(value, value.sharding, HloSharding.replicate(), value,
+                                        "result", "every partition computes this value whole")
+            node = self.builder.add("copy", value.shape, [value], {"metadata": metadata},
+                                    name=f"{value.name}.everywhere",
+                                    sharding=HloSharding.replicate())
+            self.created.add(node)
+            self.cache[key] = node
+        return self.cache[key]
 
     def _recompute(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
                    reason: str) -> Instruction | None:
-        """`value` computed again directly in `target` when that moves fewer bytes than
-        resharding it: an `iota` (no bytes), or a `broadcast` from its operand resharded to the
-        tiling of the kept dims (a replicated scalar: no bytes). None otherwise."""
-        if value.opcode not in ("iota", "broadcast") or value in self.created or \
-                target.is_tuple or target.kind not in ("replicated", "tiled") or \
-                target.has_unreduced or target.has_manual_leaf or value.sharding.has_manual_leaf:
+        """`value` computed again directly in `target` (a `free_target`) when that moves fewer
+        bytes than resharding it: a constant (no bytes: a splat one shard-shaped, else whole
+        and sliced locally), an iota (no bytes), a broadcast from its operand resharded to the
+        tiling of the kept dims (or to the target's device): no bytes from a replicated
+        operand (`recomputed_for_free`). None otherwise."""
+        if value.opcode not in ("constant", "iota", "broadcast") or \
+                isinstance(value.shape, TupleShape) or not free_target(target) or \
+                value.sharding.has_manual_leaf or value.sharding.has_unreduced:
             return None
         direct = self.ctx.cost(value.shape, value.sharding, target)
+        if direct == 0:
+            return None
         operands = []
+        sharding = target
         if value.opcode == "broadcast":
             operand = value.operands[0]
-            need = broadcast_operand_sharding(value, target, self.ctx.num_devices)
+            need = target if target.kind == "maximal" else \
+                broadcast_operand_sharding(value, target, self.ctx.num_devices)
             if self.ctx.cost(operand.shape, operand.sharding, need) >= direct:
                 return None
             operands.append(operand if operand.sharding == need else
                             self.reshard(operand, need, user, f"{role} (recomputed)", reason))
-        elif direct == 0:
-            return None
+        elif value.opcode == "constant" and target.is_tiled and not is_splat(value):
+            sharding = HloSharding.replicate()         # materialised whole, then sliced
         node = self.builder.add(value.opcode, value.shape, operands, dict(value.attrs),
-                                name=f"{value.name}.recomputed", sharding=target)
+                                name=f"{value.name}.recomputed", sharding=sharding)
+        node.literal = value.literal
+        if sharding != target:
+            self.created.add(node)
+            return self.reshard(node, target, user, role, reason)
         return node
 
     def _reshard_tuple(self, value, target, user, role, reason) -> Instruction:
@@ -220,6 +354,18 @@ class _Rewriter:
                      name=f"{value.name}.resharded", sharding=target)
         self.created.add(node)
         return node
+
+
+#: opcodes whose value on one device may differ between partitions that compute it: their
+#: inputs or effects depend on the partition, they draw random numbers, they run called
+#: computations as control flow, or their rules run them on the device only
+_NOT_EVERYWHERE = PARTITION_DEPENDENT | SIDE_EFFECTING | RNG_STATE | \
+    with_trait(Trait.CONTROL_FLOW) | opcodes(
+    "parameter", "custom-call", "rng", "rng-bit-generator")
+
+
+#: ops doing far more work than their result's size, never recomputed whole to save a reshard
+_CONTRACTIONS = opcodes("dot", "convolution", "ragged-dot", "fft", "cholesky", "triangular-solve")
 
 
 def _result_reason(inst: Instruction, plan) -> str:

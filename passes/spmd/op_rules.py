@@ -60,20 +60,48 @@ class Signature:
     operand_shapes: tuple[Shape, ...]
     operand_shardings: tuple[HloSharding, ...]
     operand_ids: tuple[int, ...]
+    #: per operand, whether it is computed again in the sharding a plan needs instead of
+    #: being resharded (`recomputed_for_free`)
+    operand_free: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
         ids: dict[int, int] = {}
         return cls(inst.shape, inst.sharding, tuple(o.shape for o in inst.operands),
                    tuple(o.sharding for o in inst.operands),
-                   tuple(ids.setdefault(id(o), len(ids)) for o in inst.operands))
+                   tuple(ids.setdefault(id(o), len(ids)) for o in inst.operands),
+                   tuple(recomputed_for_free(o) for o in inst.operands))
 
     def without_metadata(self) -> "Signature":
         """The same signature with metadata-free shardings (a plan made for it carries no
         instruction's metadata)."""
         return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
                          tuple(s.with_metadata(()) for s in self.operand_shardings),
-                         self.operand_ids)
+                         self.operand_ids, self.operand_free)
+
+
+def recomputed_for_free(value: Instruction) -> bool:
+    """Whether insert-reshards computes `value` again in any sharding a user needs
+    (`free_target`) instead of resharding it, moving no bytes: a constant (every partition
+    has it whole), an iota, a broadcast of a replicated value (each partition broadcasts its
+    part). XLA reaches the same for values it resharded from replicated ones through its
+    reshard cache. Rules' costs count such operands' reshards as free."""
+    if isinstance(value.shape, TupleShape) or value.sharding is None or \
+            value.sharding.has_manual_leaf or value.sharding.has_unreduced:
+        return False
+    if value.opcode in ("constant", "iota"):
+        return True
+    if value.opcode == "broadcast":
+        operand = value.operands[0].sharding
+        return operand is None or operand.is_replicated
+    return False
+
+
+def free_target(target: HloSharding) -> bool:
+    """Whether `target` is a sharding a `recomputed_for_free` value is computed again in: an
+    array sharding, tiled, replicated or on one device, without unreduced or manual subgroups."""
+    return not target.is_tuple and target.kind in ("replicated", "tiled", "maximal") and \
+        not target.has_unreduced and not target.has_manual_leaf
 
 
 class PlanContext:
@@ -100,10 +128,12 @@ class PlanContext:
     def cost_of(self, signature: "Signature", plan: OpPlan) -> float:
         """`plan_cost` for an instruction described by its `signature`."""
         total = plan.cost + self.cost(signature.shape, plan.result, signature.sharding)
+        free = signature.operand_free or (False,) * len(signature.operand_ids)
         operands = zip(signature.operand_ids, signature.operand_shapes,
-                       signature.operand_shardings)
-        for (_, shape, sharding), need in dict.fromkeys(zip(operands, plan.operands)):
-            total += self.cost(shape, sharding, need)
+                       signature.operand_shardings, free)
+        for (_, shape, sharding, recomputed), need in dict.fromkeys(zip(operands, plan.operands)):
+            if not (recomputed and free_target(need)):
+                total += self.cost(shape, sharding, need)
         return total
 
     def choose(self, inst: Instruction, candidates: Sequence[OpPlan],

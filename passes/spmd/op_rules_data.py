@@ -1,6 +1,6 @@
 """Partitioning of values and data movement (docs/partitioning.md, "Per-op strategies"):
 `parameter`, `constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`,
-`get-tuple-element` and the `Sharding` custom-call (a reshard node).
+`get-tuple-element`, `opt-barrier` and the `Sharding` custom-call (a reshard node).
 
 - parameter: a parameter of the shard shape (entry parameters are scattered by the runtime).
 - constant: a whole constant when replicated or on one device, a shard-shaped constant when every
@@ -14,6 +14,7 @@
   `reshape_sharding` in either direction, docs/design/sharding-algebra.md, with the whole-tile
   condition checked below), else replicated; local reshape.
 - tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
+- opt-barrier: its operand takes its sharding; local barrier on the shards.
 - Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
   to the custom-call's (`reshard.py`).
 """
@@ -48,7 +49,7 @@ class ParameterRule(PartitionRule):
 class ConstantRule(PartitionRule):
     def plan(self, inst, ctx):
         target = without_partials(inst.sharding)
-        if target.is_tile_maximal or target.is_tuple or not _is_splat(inst):
+        if target.is_tile_maximal or target.is_tuple or not is_splat(inst):
             if not target.is_tile_maximal:
                 target = replicated_for(inst.shape)
             return OpPlan((), target, "constants are materialised whole, then sliced")
@@ -64,7 +65,7 @@ class ConstantRule(PartitionRule):
         return local
 
 
-def _is_splat(inst: Instruction) -> bool:
+def is_splat(inst: Instruction) -> bool:
     """Whether every element of the constant has the same bits."""
     lit = inst.literal
     if lit is None or lit.elided or lit.value is None or lit.value.size == 0:
@@ -241,6 +242,19 @@ class TupleRule(PartitionRule):
         return OpPlan(needs, sharding, "tuple elements keep their shardings")
 
 
+@PARTITION_RULES.register("opt-barrier", instance=True)
+class OptBarrierRule(PartitionRule):
+    """An optimization barrier passes its operand through unchanged: the operand takes the
+    barrier's own sharding (leaf by leaf) and the local barrier runs on the shards, as XLA
+    partitions it (like an elementwise op); nothing is gathered for it."""
+
+    def plan(self, inst, ctx):
+        leaves = [without_partials(s) for s in inst.sharding.leaf_shardings(inst.shape)]
+        sharding = HloSharding.tuple(leaves) if isinstance(inst.shape, TupleShape) \
+            else leaves[0]
+        return OpPlan((sharding,), sharding, "an optimization barrier keeps its sharding")
+
+
 @PARTITION_RULES.register("get-tuple-element", instance=True)
 class GetTupleElementRule(PartitionRule):
     def plan(self, inst, ctx):
@@ -287,4 +301,4 @@ def partial_reducer(producer: Instruction) -> str | None:
     return None
 
 
-__all__ = ["broadcast_operand_sharding", "local_reshape_ok", "lower_reshard", "partial_reducer"]
+__all__ = ["broadcast_operand_sharding", "is_splat", "local_reshape_ok", "lower_reshard", "partial_reducer"]

@@ -34,8 +34,10 @@ padded shard, so it wins when padding dominates (f32[3,3] on 8 devices: 9 real e
 8 padded rows); on even dims the all-gathers always cost less.
 
 Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing before
-gathering, permuting before gathering, masked gathering) and the cheapest is kept (then the
-shortest, then the first), so the choice is deterministic.
+gathering, permuting before gathering, masked gathering) and the cheapest is kept (then the one
+all devices together send least with, then the shortest, then the first), so the choice is
+deterministic. All-gathers go cheapest first: dims that barely grow the shard (a size-1 dim split
+many ways) before the others, even dims in reverse dim order.
 """
 from __future__ import annotations
 
@@ -303,7 +305,8 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
             inert: set[int] = set()
             variants.append(_staged(dims, src, dst, *flags, masked=masked, inert=inert))
             same.update(_with_flags_cleared((masked, *flags), inert))
-    steps += min(variants, key=lambda v: (_cost(v, dims, width), len(v)))
+    steps += min(variants, key=lambda v: (_cost(v, dims, width), _total(v, dims, width),
+                                          len(v)))
     return _finish(shape, steps, width)
 
 
@@ -327,6 +330,13 @@ def _same_layout(a: Layout, b: Layout) -> bool:
 
 def _cost(steps, dims, width) -> int:
     return sum(traffic.max_sent for traffic in (s.traffic(dims, width) for s in steps)
+               if traffic is not None)
+
+
+def _total(steps, dims, width) -> int:
+    """The bytes all devices send (breaks ties between plans whose busiest device sends the
+    same)."""
+    return sum(traffic.total_sent for traffic in (s.traffic(dims, width) for s in steps)
                if traffic is not None)
 
 
@@ -428,7 +438,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if early_permute and len(steps) == before:
         inert.add(4)
     gather_steps = []
-    for d in range(rank - 1, -1, -1):
+    for d in _gather_order(dims, state, gathers):
         if gathers[d] > 1:
             after, groups = algebra.gather_tiles(state.sharding, d, gathers[d], rank,
                                                  state.num_devices)
@@ -453,6 +463,19 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if dst.unreduced > 1:
         steps.append(ZeroPartials(state, dst))
     return steps
+
+
+def _gather_order(dims, state: Tiling, gathers: list[int]) -> list[int]:
+    """The dims to gather, cheapest order first. A gather of factor g sends g - 1 times the
+    local shard it starts from and grows the shard by r (the gathered over the held size), so
+    doing dim d before dim e costs less exactly when (r_d - 1) / (g_d - 1) is smaller: dims
+    that barely grow the shard (a size-1 dim split many ways) go first. Even dims (r = g) keep
+    the reverse dim order."""
+    def key(d):
+        t, g = state.counts[d], gathers[d]
+        held, gathered = cdiv(dims[d], t), cdiv(dims[d], t // g)
+        return ((gathered / held - 1) / (g - 1), -d)
+    return sorted((d for d in range(len(dims)) if gathers[d] > 1), key=key)
 
 
 def _combined_groups(gathers: list[AllGather]) -> np.ndarray:
