@@ -40,8 +40,8 @@ from typing import Union
 
 from . import dtypes
 from .module import Computation, Instruction, Module
-from .schedule import (OPERAND_PRESERVING, communicating_computations, execution_order,
-                       fused_pads, is_identity_call)
+from .schedule import (OPERAND_PRESERVING, execution_order, fused_pads, is_identity_call,
+                       ordered_computations)
 from .shapes import ArrayShape, Shape, TupleShape
 
 #: a value as buffers: a buffer id, None (a token), or a tuple of values
@@ -128,7 +128,7 @@ class _Analysis:
         self.module = module
         self._passthrough: dict[str, list[tuple[int, int] | None]] = {}
         self._peaks: dict[tuple, _Result] = {}
-        self._communicates = communicating_computations(module)
+        self._ordered = ordered_computations(module)
 
     # -- which result elements of a computation are its parameters' -------------------------
 
@@ -191,7 +191,7 @@ class _Analysis:
         if not record and key in self._peaks:
             return self._peaks[key]
         fused = fused_pads(comp)
-        instructions = comp.parameters + execution_order(comp, self._communicates)
+        instructions = comp.parameters + execution_order(comp, self._ordered)
         last = len(instructions)
         counter = iter(range(1 << 62))
         values: dict[Instruction, Value] = {}

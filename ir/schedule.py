@@ -13,7 +13,8 @@ The order is chosen for memory, then collectives are issued early where memory a
    needed.
 2. *Early issue*: every collective is then moved up towards the last of the instructions
    computing its operands, the previous collective and the previous *barrier* (an instruction
-   with effects, a custom-call, or one calling a computation that has collectives), as far
+   with effects, a custom-call, or one calling a computation that has collectives or
+   effects), as far
    as the base order's peak allows: its result is live from its issue, so a collective that
    holds more than it frees (an all-gather) stops where the live bytes plus its result would
    exceed that peak; one that frees as much as it holds (an all-reduce or a reduce-scatter of
@@ -276,32 +277,34 @@ def _issue_early(order: list[int], reads: Mapping[int, list[int]], sizes: Mappin
     return [node for _, node in sorted(zip(keys, order))]
 
 
-def communicating_computations(module: Module) -> Callable[[str], bool]:
-    """Whether a computation of `module` (by name) has collectives, itself or in a computation
-    it calls (memoized)."""
+def ordered_computations(module: Module) -> Callable[[str], bool]:
+    """Whether a computation of `module` (by name) has collectives or instructions with effects
+    (such as `rng`, which advances the program's random state), itself or in a computation it
+    calls (memoized): an instruction calling it is a barrier, so it keeps its place among the
+    collectives and the other barriers."""
     known: dict[str, bool] = {}
 
-    def communicates(name: str) -> bool:
+    def ordered(name: str) -> bool:
         if name not in known:
-            known[name] = False                 # a call cycle is not a collective
-            known[name] = any(inst.opcode in COLLECTIVES or
-                              any(communicates(c) for c in inst.called_computation_names())
+            known[name] = False                 # a call cycle adds nothing
+            known[name] = any(inst.opcode in COLLECTIVES or inst.opcode in SIDE_EFFECTING or
+                              any(ordered(c) for c in inst.called_computation_names())
                               for inst in module.computation(name).instructions)
         return known[name]
-    return communicates
+    return ordered
 
 
-def execution_order(comp: Computation, communicates: Callable[[str], bool]) -> list[Instruction]:
+def execution_order(comp: Computation, ordered: Callable[[str], bool]) -> list[Instruction]:
     """`comp`'s instructions other than its parameters and fused pads (`fused_pads`) in the
-    order they execute (see the module docstring; `communicates`: see
-    `communicating_computations`); a dynamic-slice of a fused pad reads the pad's operand."""
+    order they execute (see the module docstring; `ordered`: see `ordered_computations`); a
+    dynamic-slice of a fused pad reads the pad's operand."""
     fused = fused_pads(comp)
     windows = {ds: pad for pad, ds in fused.items()}
     order = [inst for inst in comp.instructions
              if inst.opcode != "parameter" and inst not in fused]
     collectives = {id(inst) for inst in order if inst.opcode in COLLECTIVES}
     barriers = {id(inst) for inst in order if inst.opcode in BARRIER_OPCODES or
-                any(communicates(name) for name in inst.called_computation_names())}
+                any(ordered(name) for name in inst.called_computation_names())}
     by_id = {id(inst): inst for inst in order}
     reads = {id(inst): [id(op) for op in (windows[inst].operands + inst.operands[1:]
                                           if inst in windows else inst.operands)]
@@ -311,5 +314,5 @@ def execution_order(comp: Computation, communicates: Callable[[str], bool]) -> l
     return [by_id[node] for node in ids]
 
 
-__all__ = ["BARRIER_OPCODES", "OPERAND_PRESERVING", "issue_order", "communicating_computations",
+__all__ = ["BARRIER_OPCODES", "OPERAND_PRESERVING", "issue_order", "ordered_computations",
            "execution_order", "fused_pads", "is_identity_call", "result_bytes"]

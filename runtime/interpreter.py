@@ -226,13 +226,14 @@ class EvalContext:
         return value
 
     def communicates(self, computation_name: str) -> bool:
-        """Whether the computation (or one it calls) has collectives."""
+        """Whether the computation (or one it calls) has collectives or instructions with
+        effects (`gspmdc.ir.schedule.ordered_computations`: a call of it is a barrier)."""
         key = ("communicates", computation_name)
         if key not in self.cache:
             comp = self.module.computation(computation_name)
             self.cache[key] = any(
-                inst.opcode in COLLECTIVES or any(self.communicates(name)
-                                                   for name in inst.called_computation_names())
+                inst.opcode in COLLECTIVES or inst.opcode in SIDE_EFFECTING or
+                any(self.communicates(name) for name in inst.called_computation_names())
                 for inst in comp.instructions)
         return self.cache[key]
 

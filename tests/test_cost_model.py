@@ -15,7 +15,7 @@ from gspmdc.ir import cost as model
 from gspmdc.ir.cost import collective_seconds, instruction_traffic
 from gspmdc.ir.flops import instruction_flops
 from gspmdc.ir.liveness import memory_profile
-from gspmdc.ir.schedule import communicating_computations, execution_order, issue_order
+from gspmdc.ir.schedule import execution_order, issue_order, ordered_computations
 from gspmdc.passes.analysis.cost import program_cost
 from gspmdc.passes.analysis.machine import Machine, PRESETS, load_machine
 from gspmdc.runtime import io
@@ -283,7 +283,7 @@ def test_a_collective_is_issued_early_as_far_as_the_peak_allows(backend, w, issu
   ROOT t = (f32[512], {w.split()[0]}) tuple(ag, w), sharding={{{{replicated}}, {{replicated}}}}""",
                                   header=", num_partitions=2"))
     module = api.parse(program.read_text())
-    order = [i.name for i in execution_order(module.entry, communicating_computations(module))]
+    order = [i.name for i in execution_order(module.entry, ordered_computations(module))]
     assert (order.index("ag") < order.index("n1")) == issued_early
     assert memory_profile(module).peak_bytes == peak
     measured = tmp_path / "measured.json"
@@ -321,6 +321,33 @@ def test_free_first_order_defers_a_broadcast_to_its_use():
     reads = {1: [], 2: [0], 3: [2], 4: [3, 1]}
     sizes = {0: 8, 1: 8, 2: 1, 3: 1, 4: 1}
     assert issue_order(range(5), reads, sizes, set(), set()) == [0, 2, 3, 1, 4]
+
+
+def test_a_call_of_a_computation_drawing_random_numbers_keeps_its_place():
+    """`rng` advances the program's random state, so the draws happen in program order: the
+    free-first order (lower peak here: the call and the slice that frees its result before the
+    entry's large draw) must not run the call, whose computation draws, before that draw."""
+    text = hlo_module("""
+  zero = f32[] constant(0)
+  one = f32[] constant(1)
+  a = f32[1024] rng(zero, one), distribution=rng_uniform
+  c = f32[256] call(), to_apply=draw
+  s = f32[2] slice(c), slice={[0:2]}
+  ROOT t = (f32[1024], f32[2]) tuple(a, s)""", """
+draw {
+  lo = f32[] constant(0)
+  hi = f32[] constant(1)
+  ROOT r = f32[256] rng(lo, hi), distribution=rng_uniform
+}
+""")
+    module = api.parse(text)
+    order = [i.name for i in execution_order(module.entry, ordered_computations(module))]
+    assert order.index("a") < order.index("c")
+    # the same program without the draw inside the call may run the call first
+    module = api.parse(text.replace("ROOT r = f32[256] rng(lo, hi), distribution=rng_uniform",
+                                    "ROOT r = f32[256] broadcast(lo), dimensions={}"))
+    order = [i.name for i in execution_order(module.entry, ordered_computations(module))]
+    assert order.index("c") < order.index("a")
 
 
 def test_live_arrays_count_a_started_value_from_its_start():
