@@ -14,11 +14,10 @@ The order is chosen for memory, then collectives are issued early where memory a
 2. *Early issue*: every collective is then moved up towards the last of the instructions
    computing its operands, the previous collective and the previous *barrier* (an instruction
    with effects, a custom-call, or one calling a computation that has collectives or
-   effects), as far
-   as the base order's peak allows: its result is live from its issue, so a collective that
-   holds more than it frees (an all-gather) stops where the live bytes plus its result would
-   exceed that peak; one that frees as much as it holds (an all-reduce or a reduce-scatter of
-   an operand only it reads) goes all the way. Collectives keep their relative order and
+   effects), as far as the base order's peak allows: its result is live from its issue, so a
+   collective that holds more than it frees (an all-gather) stops where the live bytes plus
+   its result would exceed that peak; one that frees as much as it holds (an all-reduce or a
+   reduce-scatter of an operand only it reads) goes all the way. Collectives keep their relative order and
    never pass a barrier, so every partition issues the same collectives in the same order,
    and communication overlaps the computation between a collective's issue and its first use.
 
