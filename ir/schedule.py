@@ -17,9 +17,10 @@ The order is chosen for memory, then collectives are issued early where memory a
    effects), as far as the base order's peak allows: its result is live from its issue, so a
    collective that holds more than it frees (an all-gather) stops where the live bytes plus
    its result would exceed that peak; one that frees as much as it holds (an all-reduce or a
-   reduce-scatter of an operand only it reads) goes all the way. Collectives keep their relative order and
-   never pass a barrier, so every partition issues the same collectives in the same order,
-   and communication overlaps the computation between a collective's issue and its first use.
+   reduce-scatter of an operand only it reads) goes all the way. Collectives keep their
+   relative order and never pass a barrier, so every partition issues the same collectives in
+   the same order, and communication overlaps the computation between a collective's issue
+   and its first use.
 
 Live buffers, for choosing: each instruction's result bytes (`result_bytes`: none for the
 instructions whose value is their operands', such as tuples, get-tuple-element and the

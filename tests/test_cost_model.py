@@ -268,7 +268,8 @@ def test_a_collective_is_issued_early_as_far_as_the_peak_allows(backend, w, issu
     (p, ag, n1, n2: 5120 bytes): under a later peak of 7168 (p, n2, ag and a wide w while w is
     computed) it is, and the peak does not change. A narrow w (a slice of n2) frees n2, so the
     free-first order computes it before the all-gather, and the peak is p, w and ag (3080):
-    issued early, the all-gather would raise it, so it waits. Counted by the liveness analysis and measured by the runtime alike."""
+    issued early, the all-gather would raise it, so it waits. Counted by the liveness analysis
+    and measured by the runtime alike."""
     import json
     import subprocess
     import sys
