@@ -25,12 +25,12 @@ shapes are per device):
   parameters is the caller's operand; a `while`'s result element the body passes through is its
   operand's.
 
-Instructions run in the order the interpreter runs them (`gspmdc.ir.schedule`: program order,
-collectives issued as early as their operands allow, so a collective's result is live from its
-issue), and `peak_bytes` is the largest sum of live buffers at any instruction, inside called
-computations included. The interpreter
-measures the same quantity (`gspmdc run --profile`'s peak of live arrays), so the two agree to
-within what the program's own tuples and copies share.
+Instructions run in the order the interpreter runs them (`gspmdc.ir.schedule`: of program
+order and a free-first list schedule the one with the lower peak, then each collective issued
+early as far as that peak allows, so a collective's result is live from its issue), and
+`peak_bytes` is the largest sum of live buffers at any instruction, inside called computations
+included. The interpreter measures the same quantity (`gspmdc run --profile`'s peak of live
+arrays), so the two agree to within what the program's own tuples and copies share.
 """
 from __future__ import annotations
 
@@ -38,14 +38,11 @@ from dataclasses import dataclass
 from math import prod
 from typing import Union
 
-from . import dtypes, ops
-from .custom_call_targets import ANNOTATIONS, MANUAL_BOUNDARIES
+from . import dtypes
 from .module import Computation, Instruction, Module
-from .schedule import communicating_computations, execution_order, fused_pads
+from .schedule import (OPERAND_PRESERVING, execution_order, fused_pads, is_identity_call,
+                       ordered_computations)
 from .shapes import ArrayShape, Shape, TupleShape
-
-#: instructions whose value is their first operand's (no new buffer)
-OPERAND_PRESERVING = ops.opcodes("copy", "opt-barrier", "add-dependency", "domain")
 
 #: a value as buffers: a buffer id, None (a token), or a tuple of values
 Value = Union[int, None, tuple]
@@ -131,7 +128,7 @@ class _Analysis:
         self.module = module
         self._passthrough: dict[str, list[tuple[int, int] | None]] = {}
         self._peaks: dict[tuple, _Result] = {}
-        self._communicates = communicating_computations(module)
+        self._ordered = ordered_computations(module)
 
     # -- which result elements of a computation are its parameters' -------------------------
 
@@ -166,7 +163,7 @@ class _Analysis:
             return operand[inst.attr("index")] if isinstance(operand, tuple) else None
         if opcode in OPERAND_PRESERVING:
             return values.get(inst.operands[0])
-        if opcode == "custom-call" and _is_identity_call(inst):
+        if opcode == "custom-call" and is_identity_call(inst):
             if isinstance(inst.shape, TupleShape) and not inst.shape.elements:
                 return ()
             if len(inst.operands) == 1:
@@ -194,7 +191,7 @@ class _Analysis:
         if not record and key in self._peaks:
             return self._peaks[key]
         fused = fused_pads(comp)
-        instructions = comp.parameters + execution_order(comp, self._communicates)
+        instructions = comp.parameters + execution_order(comp, self._ordered)
         last = len(instructions)
         counter = iter(range(1 << 62))
         values: dict[Instruction, Value] = {}
@@ -202,8 +199,6 @@ class _Analysis:
         kind: dict[int, str] = {}
         defined: dict[int, int] = {}
         for i, inst in enumerate(instructions):
-            if inst in fused:
-                continue
             if inst.opcode == "parameter":
                 value = values[inst] = _fresh(inst.shape, counter)
                 for k, (leaf, shape) in enumerate(zip(_leaves(value), _arrays(inst.shape))):
@@ -220,8 +215,6 @@ class _Analysis:
                     size[leaf] = _bytes(shape)
         end = dict(defined)
         for i, inst in enumerate(instructions):
-            if inst in fused:
-                continue
             operands = inst.operands
             if operands and operands[0] in fused:
                 operands = list(operands[0].operands) + list(operands[1:])
@@ -246,7 +239,7 @@ class _Analysis:
         best = _Result(held, f"{comp.name}/(parameters)", _breakdown(live, size, kind), [])
         timeline: list[MemoryPoint] = []
         for i, inst in enumerate(instructions):
-            if inst in fused or inst.opcode == "parameter":
+            if inst.opcode == "parameter":
                 continue
             nested = self._nested(inst)
             during = held + (nested.peak if nested is not None else 0)
@@ -292,29 +285,6 @@ class _Analysis:
                 [self.run(c, carried) for c in (condition, body)]
             return max(runs, key=lambda r: r.peak)
         return None
-
-
-def _is_identity_call(inst: Instruction) -> bool:
-    """Whether `inst` (a custom-call) is an annotation or a manual-region boundary whose result
-    is its operand (or the tuple of its operands, or nothing) with the same shapes: it makes no
-    new buffer (the runtime returns the operands themselves)."""
-    if inst.attr("custom_call_target") not in ANNOTATIONS | MANUAL_BOUNDARIES:
-        return False
-    if isinstance(inst.shape, TupleShape) and not inst.shape.elements:
-        return True
-    shapes = [o.shape for o in inst.operands]
-    if len(shapes) == 1:
-        return _same_arrays(shapes[0], inst.shape)
-    return isinstance(inst.shape, TupleShape) and len(inst.shape.elements) == len(shapes) and \
-        all(_same_arrays(a, b) for a, b in zip(shapes, inst.shape.elements))
-
-
-def _same_arrays(a: Shape, b: Shape) -> bool:
-    """Same dimensions and element types, leaf by leaf (layouts aside)."""
-    leaves_a, leaves_b = list(a.leaves()), list(b.leaves())
-    return a.is_tuple == b.is_tuple and len(leaves_a) == len(leaves_b) and \
-        all(x.dims == y.dims and x.element_type == y.element_type
-            for x, y in zip(leaves_a, leaves_b))
 
 
 def _breakdown(live, size: dict[int, int], kind: dict[int, str],

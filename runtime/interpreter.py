@@ -25,11 +25,12 @@ program; collectives go through `ctx.backend` (a `CollectiveBackend`), `partitio
 the default, as XLA's CPU backend with its default flags, or `"per-op"`, every result rounded to
 its type. A backend may return a collective's result as a `Pending` (started, not
 finished: the MPI backend's nonblocking calls). Then the plan overlaps communication with
-computation, deterministically, the same way on every partition: each collective is issued as
-early as its operands allow, but never before an earlier collective or an instruction that calls
-a computation with collectives or may have effects (a custom-call, host I/O), so every partition
-issues the same collectives in the same order (`gspmdc.ir.schedule`, the order the liveness
-analysis counts memory in; every backend runs it); it is finished (and its result checked) right
+computation, deterministically, the same way on every partition: instructions run in the
+memory-aware order of `gspmdc.ir.schedule` (the order the liveness analysis counts memory in;
+every backend runs it), where each collective is issued early where memory allows, but never
+before an earlier collective or an instruction that calls a computation with collectives or may
+have effects (a custom-call, host I/O), so every partition issues the same collectives in the
+same order; it is finished (and its result checked) right
 before the first instruction that reads it, or at the end of its computation's run. Profiles
 charge a collective its start and its finish; a rank waiting for one is recorded at it.
 """
@@ -45,7 +46,7 @@ from gspmdc.errors import GspmdcError, RuntimeFailure, UnsupportedError
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.ops import COLLECTIVES, SIDE_EFFECTING, Trait, opcodes, with_trait
-from gspmdc.ir.schedule import BARRIER_OPCODES, fused_pads, issue_early
+from gspmdc.ir.schedule import BARRIER_OPCODES, fused_pads, issue_order, result_bytes
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from .collectives import CollectiveBackend, Pending, SinglePartitionBackend
@@ -225,13 +226,14 @@ class EvalContext:
         return value
 
     def communicates(self, computation_name: str) -> bool:
-        """Whether the computation (or one it calls) has collectives."""
+        """Whether the computation (or one it calls) has collectives or instructions with
+        effects (`gspmdc.ir.schedule.ordered_computations`: a call of it is a barrier)."""
         key = ("communicates", computation_name)
         if key not in self.cache:
             comp = self.module.computation(computation_name)
             self.cache[key] = any(
-                inst.opcode in COLLECTIVES or any(self.communicates(name)
-                                                   for name in inst.called_computation_names())
+                inst.opcode in COLLECTIVES or inst.opcode in SIDE_EFFECTING or
+                any(self.communicates(name) for name in inst.called_computation_names())
                 for inst in comp.instructions)
         return self.cache[key]
 
@@ -310,7 +312,7 @@ class _Plan:
 
     def _steps(self, folded: set[int]) -> tuple[list[tuple], tuple[int, ...]]:
         """The steps of every instruction except the folded ones and the foldable ones only they
-        read, collectives issued early (`_issue_early`), each step releasing the slots whose last
+        read, in the schedule's order (`_issue_order`), each step releasing the slots whose last
         use it is; and the collectives finished at the end."""
         comp = self.computation
         users: list[list[int]] = [[] for _ in range(self.num_slots)]
@@ -322,7 +324,7 @@ class _Plan:
             if i in self._pure and i != self.root_slot and users[i] and \
                     all(u in dropped for u in users[i]):
                 dropped.add(i)
-        order = self._issue_early([i for i, operands in enumerate(self._operands)
+        order = self._issue_order([i for i, operands in enumerate(self._operands)
                                    if i not in dropped and operands is not None])
         last_use: dict[int, int] = {}
         first_use: dict[int, int] = {}
@@ -368,13 +370,14 @@ class _Plan:
         at_end = tuple(s for s in order if s in self._collectives and s not in first_use)
         return steps, at_end
 
-    def _issue_early(self, order: list[int]) -> list[int]:
-        """`order` with the collectives issued early (`gspmdc.ir.schedule.issue_early`; an
-        unrounded value's slot stands for its instruction's)."""
+    def _issue_order(self, order: list[int]) -> list[int]:
+        """`order` in the schedule's order (`gspmdc.ir.schedule.issue_order`; an unrounded
+        value's slot stands for its instruction's)."""
         owner = {wide: slot for slot, wide in self._wide.items()}
-        reads = {slot: [owner.get(s, s) for s in self._operands[slot]]
-                 for slot in order if slot in self._collectives}
-        return issue_early(order, reads, self._collectives, self._barriers)
+        instructions = self.computation.instructions
+        reads = {slot: [owner.get(s, s) for s in self._operands[slot]] for slot in order}
+        sizes = {slot: result_bytes(instructions[slot]) for slot in order}
+        return issue_order(order, reads, sizes, self._collectives, self._barriers)
 
     def run(self, ctx: EvalContext, args: Sequence[Any]) -> Any:
         """The root's value for `args` (under `np.errstate(all="ignore")`, which the caller

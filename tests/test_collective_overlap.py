@@ -1,6 +1,7 @@
 """Collectives overlapped with computation: a backend that gives `Pending` results has each
-collective issued as early as its operands, the previous collective and the previous barrier
-allow, and finished right before its first use (or at the end of its computation); the order is
+collective issued as early as its operands, the previous collective, the previous barrier and
+the computation's peak memory allow (`gspmdc.ir.schedule`), and finished right before its first
+use (or at the end of its computation); the order is
 a function of the program alone. Also the MPI backend's waiting policy (`SpinBudget`) and the
 count of free cores it and the BLAS threads start from, which need no MPI."""
 from __future__ import annotations
@@ -73,13 +74,16 @@ def test_collectives_start_early_and_finish_at_first_use(logged):
     np.testing.assert_allclose(u, x + np.exp(-x))
     np.testing.assert_allclose(r2, np.sin(y))
     np.testing.assert_allclose(c, np.cos(np.sin(y)))
-    # r1 reads a parameter: issued first; r2 after s (its operand) but not before r1; r1 is
+    # The memory-aware order (`gspmdc.ir.schedule`; 16 bytes a value): free first, s (needed
+    # soonest, by c), n, then e (frees n), r1, u (frees r1 and e), c, r2 (frees s), a peak of 4
+    # values against program order's 5. Then r1 reads only a parameter: issued first; r2
+    # frees s as it holds its result, so it is issued right after s (not before r1); r1 is
     # finished right before its first user u, r2 at the end (only the root reads it)
-    assert logged == ["start r1", "n", "s", "start r2", "c", "e", "finish r1", "u",
+    assert logged == ["start r1", "s", "start r2", "n", "e", "finish r1", "u", "c",
                       "finish r2"]
     logged.clear()
     exe([x, y])
-    assert logged[:4] == ["start r1", "n", "s", "start r2"]
+    assert logged[:4] == ["start r1", "s", "start r2", "n"]
 
 
 def test_barriers_keep_their_place(logged):

@@ -15,6 +15,7 @@ from gspmdc.ir import cost as model
 from gspmdc.ir.cost import collective_seconds, instruction_traffic
 from gspmdc.ir.flops import instruction_flops
 from gspmdc.ir.liveness import memory_profile
+from gspmdc.ir.schedule import execution_order, issue_order, ordered_computations
 from gspmdc.passes.analysis.cost import program_cost
 from gspmdc.passes.analysis.machine import Machine, PRESETS, load_machine
 from gspmdc.runtime import io
@@ -257,25 +258,35 @@ def test_a_started_collective_counts_with_its_operand_on_mpi_ranks(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["local", "mpi"])
-def test_a_collective_issued_early_holds_its_result_from_its_issue(backend, tmp_path):
-    """The runtime issues the all-gather right after its operand (the parameter), before a, b
-    and c (`gspmdc.ir.schedule`): its result is live while b is computed, so the peak is p, ag,
-    a and b, not the program order's p, c and ag."""
+@pytest.mark.parametrize("w, issued_early, peak", [
+    ("f32[3,256] broadcast(n2), dimensions={1}", True, 1024 + 1024 + 2048 + 3072),
+    ("f32[2] slice(n2), slice={[0:2]}", False, 1024 + 8 + 2048)])
+def test_a_collective_is_issued_early_as_far_as_the_peak_allows(backend, w, issued_early, peak,
+                                                               tmp_path):
+    """The all-gather reads only the parameter; program order computes n1 and n2 first. Issued
+    right after the parameter (`gspmdc.ir.schedule`), its result is live while n1 and n2 are
+    (p, ag, n1, n2: 5120 bytes): under a later peak of 7168 (p, n2, ag and a wide w while w is
+    computed) it is, and the peak does not change. A narrow w (a slice of n2) frees n2, so the
+    free-first order computes it before the all-gather, and the peak is p, w and ag (3080):
+    issued early, the all-gather would raise it, so it waits. Counted by the liveness analysis
+    and measured by the runtime alike."""
     import json
     import subprocess
     import sys
     program = tmp_path / "early.hlo"
-    program.write_text(hlo_module("""
-  p = f32[256] parameter(0), sharding={replicated}
-  a = f32[256] negate(p)
-  b = f32[256] exponential(a)
-  c = f32[256] negate(b)
-  ag = f32[512] all-gather(p), channel_id=1, replica_groups={{0,1}}, dimensions={0},
+    program.write_text(hlo_module(f"""
+  p = f32[256] parameter(0), sharding={{replicated}}
+  n1 = f32[256] negate(p)
+  n2 = f32[256] negate(n1)
+  ag = f32[512] all-gather(p), channel_id=1, replica_groups={{{{0,1}}}}, dimensions={{0}},
     use_global_device_ids=true
-  ROOT t = (f32[512], f32[256]) tuple(ag, c), sharding={{replicated}, {replicated}}""",
+  w = {w}
+  ROOT t = (f32[512], {w.split()[0]}) tuple(ag, w), sharding={{{{replicated}}, {{replicated}}}}""",
                                   header=", num_partitions=2"))
-    peak = 1024 + 2048 + 1024 + 1024                   # p, ag, a, b while b is computed
-    assert memory_profile(api.parse(program.read_text())).peak_bytes == peak
+    module = api.parse(program.read_text())
+    order = [i.name for i in execution_order(module.entry, ordered_computations(module))]
+    assert (order.index("ag") < order.index("n1")) == issued_early
+    assert memory_profile(module).peak_bytes == peak
     measured = tmp_path / "measured.json"
     run = subprocess.run([sys.executable, "-m", "gspmdc", "run", program, "-n", "2", "-q",
                           "--backend", backend, "--profile-json", measured],
@@ -285,11 +296,59 @@ def test_a_collective_issued_early_holds_its_result_from_its_issue(backend, tmp_
 
 
 def test_collectives_are_issued_after_their_operands_in_their_order_and_not_past_barriers():
-    from gspmdc.ir.schedule import issue_early
     # 0 a; 1 collective reading 0; 2 b; 3 barrier; 4 c; 5 collective reading 2; 6 collective
-    # reading 4
-    order = issue_early(range(7), {1: [0], 5: [2], 6: [4]}, {1, 5, 6}, {3})
+    # reading 4 (nothing has bytes: memory never holds a collective back)
+    sizes = dict.fromkeys(range(7), 0)
+    order = issue_order(range(7), {1: [0], 5: [2], 6: [4]}, sizes, {1, 5, 6}, {3})
     assert order == [0, 1, 2, 3, 5, 4, 6]
+
+
+def test_an_all_gather_waits_where_issuing_it_early_would_raise_the_peak():
+    # 0 p (1 byte); 1 a = f(p) (4); 2 b = g(a) (4); 3 all-gather of p (4); 4 h(b, 3) (1).
+    # Program order peaks at 4 (b and the gather live: 1 + 4 + 4 + 1 = 10); issuing the
+    # gather before 1 would hold it while a and b are both live (1 + 4 + 4 + 4 = 13).
+    reads = {1: [0], 2: [1], 3: [0], 4: [2, 3]}
+    sizes = {0: 1, 1: 4, 2: 4, 3: 4, 4: 1}
+    assert issue_order(range(5), reads, sizes, {3}, set()) == [0, 1, 2, 3, 4]
+    # when the gather only replaces what it frees, it is issued right after its operand
+    sizes[3] = 1
+    assert issue_order(range(5), reads, sizes, {3}, set()) == [0, 3, 1, 2, 4]
+
+
+def test_free_first_order_defers_a_broadcast_to_its_use():
+    # 0 big (8); 1 broadcast (8) read only by 4; 2 r = reduce(big) (1); 3 s = f(r) (1);
+    # 4 g(3, 1) (1). Program order holds big and the broadcast together (16 + ...); the
+    # free-first order reduces big first and makes the broadcast right before its use.
+    reads = {1: [], 2: [0], 3: [2], 4: [3, 1]}
+    sizes = {0: 8, 1: 8, 2: 1, 3: 1, 4: 1}
+    assert issue_order(range(5), reads, sizes, set(), set()) == [0, 2, 3, 1, 4]
+
+
+def test_a_call_of_a_computation_drawing_random_numbers_keeps_its_place():
+    """`rng` advances the program's random state, so the draws happen in program order: the
+    free-first order (lower peak here: the call and the slice that frees its result before the
+    entry's large draw) must not run the call, whose computation draws, before that draw."""
+    text = hlo_module("""
+  zero = f32[] constant(0)
+  one = f32[] constant(1)
+  a = f32[1024] rng(zero, one), distribution=rng_uniform
+  c = f32[256] call(), to_apply=draw
+  s = f32[2] slice(c), slice={[0:2]}
+  ROOT t = (f32[1024], f32[2]) tuple(a, s)""", """
+draw {
+  lo = f32[] constant(0)
+  hi = f32[] constant(1)
+  ROOT r = f32[256] rng(lo, hi), distribution=rng_uniform
+}
+""")
+    module = api.parse(text)
+    order = [i.name for i in execution_order(module.entry, ordered_computations(module))]
+    assert order.index("a") < order.index("c")
+    # the same program without the draw inside the call may run the call first
+    module = api.parse(text.replace("ROOT r = f32[256] rng(lo, hi), distribution=rng_uniform",
+                                    "ROOT r = f32[256] broadcast(lo), dimensions={}"))
+    order = [i.name for i in execution_order(module.entry, ordered_computations(module))]
+    assert order.index("c") < order.index("a")
 
 
 def test_live_arrays_count_a_started_value_from_its_start():

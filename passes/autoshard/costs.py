@@ -98,7 +98,7 @@ class CostModel:
         key = (shape.without_layout(), have, want)
         found = self._reshards.get(key)
         if found is None:
-            steps = self._steps(shape, have, want)
+            steps = self.steps(shape, have, want)
             width = max(dtypes.byte_width(shape.element_type), 1)
             seconds = sum(self._step_seconds(step, shape) for step in steps)
             traffic = (s.traffic(shape.dims, width) for s in steps)
@@ -106,7 +106,8 @@ class CostModel:
                                                         if t is not None))
         return found
 
-    def _steps(self, shape: ArrayShape, have: HloSharding, want: HloSharding):
+    def steps(self, shape: ArrayShape, have: HloSharding, want: HloSharding
+              ) -> tuple[rp.Step, ...]:
         """The planner's steps for `shape`, planned once for all shapes of the same rank whose
         dims divide alike: a dim that every tile count divides (a multiple of the device
         count) is planned as the device count, since every step then moves a fixed fraction

@@ -36,7 +36,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext
 from gspmdc.passes.spmd.partition_rules import rule_for
-from gspmdc.passes.spmd.reshard_plan import AllReduce, ReduceScatter, plan_reshard
+from gspmdc.passes.spmd.reshard_plan import AllReduce, ReduceScatter
 from gspmdc.passes.spmd.tiling import Tiling
 
 from .candidates import mesh_axes, mesh_shardings
@@ -193,7 +193,7 @@ class StrategyTable:
             found = self._resolved[key] = [
                 want for want in self.candidates(first)
                 if _may_resolve(tiling, Tiling(want, first.rank, n)) and
-                _resolves(plan_reshard(first, have, want, n).steps)]
+                _resolves(self.costs.steps(first, have, want))]
         return [tuple([want] * len(shapes)) for want in found]
 
 
