@@ -100,6 +100,35 @@ ENTRY main {
   r = f32[8,8] copy(c), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
   ROOT t = (f32[8,8], f32[8,8]) tuple(r, c)
 }""", 4, False, {"c": "{devices=[2,2]<=[4]}"}),
+    # each get-tuple-element user replaces its element in the tuple sharding the earlier users
+    # already improved (XLA updates the instruction after each user): both elements of the
+    # scatter take their users' [2] at level 0, before the operand's 1,0 order could reach
+    # element 1 at level 1
+    "tuple_operand_collects_every_get_tuple_element_user": Behaviour("""
+HloModule m, num_partitions=2
+min2 {
+  a0 = s32[] parameter(0)
+  a1 = s32[] parameter(1)
+  b0 = s32[] parameter(2)
+  b1 = s32[] parameter(3)
+  m0 = s32[] minimum(a0, b0)
+  m1 = s32[] minimum(a1, b1)
+  ROOT r = (s32[], s32[]) tuple(m0, m1)
+}
+ENTRY main {
+  c = s32[] constant(-3)
+  b = s32[2] broadcast(c), dimensions={}
+  p1 = s32[2] parameter(0), sharding={devices=[2]1,0}
+  idx = s32[1,4] parameter(1)
+  w0 = s32[4] parameter(2)
+  w1 = s32[4] parameter(3)
+  s = (s32[2], s32[2]) scatter(b, p1, idx, w0, w1), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=0, to_apply=min2
+  g1 = s32[2] get-tuple-element(s), index=1
+  r1 = s32[2] reshape(g1), sharding={devices=[2]<=[2]}
+  g0 = s32[2] get-tuple-element(s), index=0
+  r0 = s32[2] reshape(g0), sharding={devices=[2]<=[2]}
+  ROOT t = (s32[2], s32[2]) tuple(r0, r1)
+}""", 2, False, {"s": "{{devices=[2]<=[2]}, {devices=[2]<=[2]}}"}),
 }
 
 
