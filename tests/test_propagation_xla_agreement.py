@@ -129,6 +129,33 @@ ENTRY main {
   r0 = s32[2] reshape(g0), sharding={devices=[2]<=[2]}
   ROOT t = (s32[2], s32[2]) tuple(r0, r1)
 }""", 2, False, {"s": "{{devices=[2]<=[2]}, {devices=[2]<=[2]}}"}),
+    # the final level-3 fixpoint visits every instruction again: update 1 (b3) was visited in
+    # level 3 before the indices took their sharding from update 0 (which is also operand 0),
+    # and takes the indices' sharding then
+    "final_fixpoint_revisits_an_update_after_its_indices": Behaviour("""
+HloModule m, num_partitions=4
+add2 {
+  a0 = s32[] parameter(0)
+  a1 = s32[] parameter(1)
+  b0 = s32[] parameter(2)
+  b1 = s32[] parameter(3)
+  r0 = s32[] add(a0, b0)
+  r1 = s32[] add(a1, b1)
+  ROOT t = (s32[], s32[]) tuple(r0, r1)
+}
+ENTRY main {
+  c5 = s32[] constant(2)
+  b4 = s32[6,2] broadcast(c5), dimensions={}
+  c6 = s32[6,1] constant({ {-3}, {-1}, {3}, {7}, {2}, {1} })
+  c4 = s32[] constant(-3)
+  b3 = s32[6,2] broadcast(c4), dimensions={}
+  s = (s32[6,2], s32[6,2]) scatter(b4, b4, c6, b4, b3), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add2, sharding={{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}, {devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}}
+  g1 = s32[6,2] get-tuple-element(s), index=1
+  g0 = s32[6,2] get-tuple-element(s), index=0
+  ROOT t = (s32[6,2], s32[6,2]) tuple(g1, g0)
+}""", 4, False, {"b4": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}",
+                 "c6": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}",
+                 "b3": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}"}),
 }
 
 

@@ -1,7 +1,8 @@
 """The propagation driver (docs/design/propagation.md#the-driver): four aggressiveness levels, each
 a fixpoint of three sweeps per
 computation (shard groups, forward in post order, backward in reverse post order), run as a
-worklist.
+worklist, then (after aligning `shard_as` groups) one more level-3 fixpoint that visits every
+instruction again, as XLA's does.
 
 Each sweep visits only instructions that are *dirty* for it: initially all, afterwards those whose
 neighbours changed (XLA's `already_inferred_*` sets and `clear_cache`). A sweep walks its dirty
@@ -115,7 +116,7 @@ class Driver:
             self._fixpoint(level, groups=True, restart=level < 2)
         if self.prep.shard_as:
             self._align_shard_as()
-            self._fixpoint(LEVELS[-1], groups=False)
+        self._fixpoint(LEVELS[-1], groups=True)
         self._remove_barriers()
         self._finalize_entry()
         if self.prep.cse_originals is not None:
