@@ -159,21 +159,7 @@ ENTRY main {
 }
 
 
-#: behaviours gspmdc does not reproduce yet, with the reason (strict: an unexpected pass fails)
-KNOWN_DIVERGENT = {
-    "final_fixpoint_revisits_an_update_after_its_indices":
-        "levels 2 and 3 resume from the previous level's worklist instead of revisiting every "
-        "instruction as XLA does, so the indices (whose sibling update was sharded after their "
-        "level-2 visit) are not revisited at level 3",
-}
-
-
-def _behaviours():
-    return [pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_DIVERGENT[name], strict=True))
-            if name in KNOWN_DIVERGENT else name for name in sorted(BEHAVIOURS)]
-
-
-@pytest.mark.parametrize("name", _behaviours())
+@pytest.mark.parametrize("name", sorted(BEHAVIOURS))
 def test_gspmdc_gives_xlas_shardings(name):
     b = BEHAVIOURS[name]
     module = run(b.text, propagate_to_output=b.on, propagate_to_parameters=b.on)
@@ -189,7 +175,7 @@ def xla():
         yield oracle
 
 
-@pytest.mark.parametrize("name", _behaviours())
+@pytest.mark.parametrize("name", sorted(BEHAVIOURS))
 def test_xla_agrees_on_every_instruction(xla, name):
     b = BEHAVIOURS[name]
     answer = xla.partition(b.text, b.num_partitions, to_output=b.on, to_parameters=b.on)

@@ -160,7 +160,8 @@ class Driver:
         """Run `level` to its fixpoint. With `restart` every instruction starts dirty; without
         it, only those left dirty by the previous level, those that changed since their last
         visit of a sweep (`stale`: a change marks the neighbours, not the instruction's own
-        sweeps) and those whose rules answer differently at `level` than at the level before
+        sweeps; nor the backward sweep of the other operands of its users, whose rules read every
+        operand) and those whose rules answer differently at `level` than at the level before
         (`_newly_enabled`): every other instruction's last visit saw the same shardings and
         would give the same answer."""
         self.level = level
@@ -300,6 +301,8 @@ class Driver:
     def _count(self, inst: Instruction) -> None:
         for stale in self.stale.values():
             stale.add(inst)
+        for user in self.graph.users.get(inst, ()):
+            self.stale["backward"].update(o for o in user.operands if o is not inst)
         count = self.changes.get(inst, 0) + 1
         self.changes[inst] = count
         if count > MAX_CHANGES:
