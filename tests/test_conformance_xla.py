@@ -103,6 +103,28 @@ def test_shrink_returns_the_module_when_nothing_smaller_diverges():
     assert shrink(BIG, lambda text: text == BIG) == BIG
 
 
+SORTED = """HloModule m, num_partitions=2
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY main {
+  x = f32[4,8] parameter(0), sharding={devices=[1,2]<=[2]}
+  ROOT s = f32[4,8] sort(x), dimensions={1}, to_apply=lt, sharding={devices=[1,2]<=[2]}
+}
+"""
+
+
+def test_a_sort_xla_tiles_along_its_sort_dimension_is_a_deliberate_difference():
+    from conformance.deliberate import SORT_ALONG_SORT_DIM, deliberate_differences
+    assert deliberate_differences(api.parse(SORTED)) == [SORT_ALONG_SORT_DIM]
+    other_dim = SORTED.replace("dimensions={1}", "dimensions={0}")
+    assert deliberate_differences(api.parse(other_dim)) == []
+    unsharded = SORTED.replace(", to_apply=lt, sharding={devices=[1,2]<=[2]}", ", to_apply=lt")
+    assert deliberate_differences(api.parse(unsharded)) == []
+
+
 # ---- with XLA ----------------------------------------------------------------------------------
 
 @needs_xla

@@ -100,6 +100,62 @@ ENTRY main {
   r = f32[8,8] copy(c), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
   ROOT t = (f32[8,8], f32[8,8]) tuple(r, c)
 }""", 4, False, {"c": "{devices=[2,2]<=[4]}"}),
+    # each get-tuple-element user replaces its element in the tuple sharding the earlier users
+    # already improved (XLA updates the instruction after each user): both elements of the
+    # scatter take their users' [2] at level 0, before the operand's 1,0 order could reach
+    # element 1 at level 1
+    "tuple_operand_collects_every_get_tuple_element_user": Behaviour("""
+HloModule m, num_partitions=2
+min2 {
+  a0 = s32[] parameter(0)
+  a1 = s32[] parameter(1)
+  b0 = s32[] parameter(2)
+  b1 = s32[] parameter(3)
+  m0 = s32[] minimum(a0, b0)
+  m1 = s32[] minimum(a1, b1)
+  ROOT r = (s32[], s32[]) tuple(m0, m1)
+}
+ENTRY main {
+  c = s32[] constant(-3)
+  b = s32[2] broadcast(c), dimensions={}
+  p1 = s32[2] parameter(0), sharding={devices=[2]1,0}
+  idx = s32[1,4] parameter(1)
+  w0 = s32[4] parameter(2)
+  w1 = s32[4] parameter(3)
+  s = (s32[2], s32[2]) scatter(b, p1, idx, w0, w1), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=0, to_apply=min2
+  g1 = s32[2] get-tuple-element(s), index=1
+  r1 = s32[2] reshape(g1), sharding={devices=[2]<=[2]}
+  g0 = s32[2] get-tuple-element(s), index=0
+  r0 = s32[2] reshape(g0), sharding={devices=[2]<=[2]}
+  ROOT t = (s32[2], s32[2]) tuple(r0, r1)
+}""", 2, False, {"s": "{{devices=[2]<=[2]}, {devices=[2]<=[2]}}"}),
+    # the final level-3 fixpoint visits every instruction again: update 1 (b3) was visited in
+    # level 3 before the indices took their sharding from update 0 (which is also operand 0),
+    # and takes the indices' sharding then
+    "final_fixpoint_revisits_an_update_after_its_indices": Behaviour("""
+HloModule m, num_partitions=4
+add2 {
+  a0 = s32[] parameter(0)
+  a1 = s32[] parameter(1)
+  b0 = s32[] parameter(2)
+  b1 = s32[] parameter(3)
+  r0 = s32[] add(a0, b0)
+  r1 = s32[] add(a1, b1)
+  ROOT t = (s32[], s32[]) tuple(r0, r1)
+}
+ENTRY main {
+  c5 = s32[] constant(2)
+  b4 = s32[6,2] broadcast(c5), dimensions={}
+  c6 = s32[6,1] constant({ {-3}, {-1}, {3}, {7}, {2}, {1} })
+  c4 = s32[] constant(-3)
+  b3 = s32[6,2] broadcast(c4), dimensions={}
+  s = (s32[6,2], s32[6,2]) scatter(b4, b4, c6, b4, b3), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add2, sharding={{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}, {devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}}
+  g1 = s32[6,2] get-tuple-element(s), index=1
+  g0 = s32[6,2] get-tuple-element(s), index=0
+  ROOT t = (s32[6,2], s32[6,2]) tuple(g1, g0)
+}""", 4, False, {"b4": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}",
+                 "c6": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}",
+                 "b3": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}"}),
 }
 
 

@@ -30,6 +30,9 @@ from .opclass import passes_at_level
 
 BackwardRule = Callable[[Context, Instruction, Instruction], "HloSharding | None"]
 
+#: `from_user`'s default for `current`: the instruction's own sharding
+_OWN = object()
+
 #: the level at which lookahead reads user shardings (XLA passes INT64_MAX)
 _ANY_LEVEL = 1 << 30
 
@@ -183,16 +186,22 @@ def _tuple(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | 
 
 @BACKWARD_RULES.register("get-tuple-element")
 def _get_tuple_element(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
-    """A tuple sharding for the operand: its current one (or all data dims replicated, keeping
-    manual subgroups) with the leaves at the user's index replaced by the user's sharding."""
+    return tuple_with_element(inst, user, inst.sharding)
+
+
+def tuple_with_element(inst: Instruction, user: Instruction,
+                       current: HloSharding | None) -> HloSharding | None:
+    """A tuple sharding for the operand of get-tuple-element `user`: `current` (the operand's
+    sharding; None: all data dims replicated, keeping manual subgroups) with the leaves at the
+    user's index replaced by the user's sharding."""
     shape = inst.shape
     index = user.attrs["index"]
     start = sum(sum(1 for _ in e.leaves()) for e in shape.elements[:index])
     user_leaves = list(_user_sharding(user).leaves())
     if not user_leaves:
         return None
-    if inst.sharding is not None:
-        leaves = list(for_shape(inst.sharding, shape).elements)
+    if current is not None:
+        leaves = list(for_shape(current, shape).elements)
     else:
         leaves = [algebra.replicate_all_data_dims(user_leaves[0], leaf.rank) if user_leaves[0].is_tiled
                   else (user_leaves[0] if user_leaves[0].is_manual else HloSharding.replicate())
@@ -321,11 +330,18 @@ def default_rule(ctx: Context, inst: Instruction, user: Instruction) -> HloShard
 BACKWARD_RULES.set_default(default_rule)
 
 
-def from_user(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
-    """XLA's GetShardingFromUser: the sharding `inst` should have for `user`, or None."""
+def from_user(ctx: Context, inst: Instruction, user: Instruction,
+              current: HloSharding | None | object = _OWN) -> HloSharding | None:
+    """XLA's GetShardingFromUser: the sharding `inst` should have for `user`, or None.
+    `current`: the sharding `inst` has at this point of its update from its users when that is
+    not yet `inst.sharding` (XLA updates the instruction after each user, so a get-tuple-element
+    user replaces its element in the tuple sharding the earlier users already improved)."""
     if not passes_at_level(user, ctx.level) or not is_spatially_partitioned(user.sharding):
         return None
-    candidate = BACKWARD_RULES.lookup(user.opcode)(ctx, inst, user)
+    if user.opcode == "get-tuple-element" and current is not _OWN:
+        candidate = tuple_with_element(inst, user, current)
+    else:
+        candidate = BACKWARD_RULES.lookup(user.opcode)(ctx, inst, user)
     return None if candidate is None else for_shape(candidate, inst.shape)
 
 

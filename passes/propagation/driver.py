@@ -1,7 +1,8 @@
 """The propagation driver (docs/design/propagation.md#the-driver): four aggressiveness levels, each
 a fixpoint of three sweeps per
 computation (shard groups, forward in post order, backward in reverse post order), run as a
-worklist.
+worklist, then (after aligning `shard_as` groups) one more level-3 fixpoint that visits every
+instruction again, as XLA's does.
 
 Each sweep visits only instructions that are *dirty* for it: initially all, afterwards those whose
 neighbours changed (XLA's `already_inferred_*` sets and `clear_cache`). A sweep walks its dirty
@@ -115,7 +116,7 @@ class Driver:
             self._fixpoint(level, groups=True, restart=level < 2)
         if self.prep.shard_as:
             self._align_shard_as()
-            self._fixpoint(LEVELS[-1], groups=False)
+        self._fixpoint(LEVELS[-1], groups=True)
         self._remove_barriers()
         self._finalize_entry()
         if self.prep.cse_originals is not None:
@@ -159,7 +160,8 @@ class Driver:
         """Run `level` to its fixpoint. With `restart` every instruction starts dirty; without
         it, only those left dirty by the previous level, those that changed since their last
         visit of a sweep (`stale`: a change marks the neighbours, not the instruction's own
-        sweeps) and those whose rules answer differently at `level` than at the level before
+        sweeps; nor the backward sweep of the other operands of its users, whose rules read every
+        operand) and those whose rules answer differently at `level` than at the level before
         (`_newly_enabled`): every other instruction's last visit saw the same shardings and
         would give the same answer."""
         self.level = level
@@ -299,6 +301,8 @@ class Driver:
     def _count(self, inst: Instruction) -> None:
         for stale in self.stale.values():
             stale.add(inst)
+        for user in self.graph.users.get(inst, ()):
+            self.stale["backward"].update(o for o in user.operands if o is not inst)
         count = self.changes.get(inst, 0) + 1
         self.changes[inst] = count
         if count > MAX_CHANGES:

@@ -122,7 +122,7 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
         if user.opcode == "rng-bit-generator":
             return Proposal(for_shape(HloSharding.replicate(), inst.shape),
                             "rng-bit-generator seed", (user,))
-        candidate = from_user(ctx, inst, user)
+        candidate = from_user(ctx, inst, user, acc.value)
         if candidate is not None and target_of(inst) == BARRIER_TO:
             candidate = for_shape(HloSharding.replicate(), inst.shape)
         if candidate is not None and acc.improve(candidate, user):

@@ -17,6 +17,7 @@ from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 
 from .correspondence import ShardingVerdict, compare_shardings
+from .deliberate import deliberate_differences
 from .oracle import XlaAnswer, XlaOracle
 
 #: cases whose values are not compared: larger than this many bytes in one value, or more
@@ -58,7 +59,9 @@ class CaseResult:
     - "xla-crashed": XLA's process died or timed out (the case is not counted);
     - "skipped": one partition: XLA neither propagates nor partitions (not counted).
     `values`: "compared" or "not run: <why>"; `value_mismatch` maps "gspmdc" and "XLA" to what
-    differs from the reference interpreter (or why its run failed) where it does."""
+    differs from the reference interpreter (or why its run failed) where it does.
+    `deliberate`: when the shardings differ, the deliberate differences from XLA
+    (`deliberate.py`) the module gives occasion to."""
 
     case: Case
     status: str
@@ -72,6 +75,7 @@ class CaseResult:
     our_spmd: str | None = None
     xla_spmd: str | None = None
     propagated: Module | None = None
+    deliberate: list[str] = field(default_factory=list)
 
     @property
     def compared_shardings(self) -> list[ShardingVerdict]:
@@ -263,9 +267,10 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
         propagated_text, spmd = getattr(e, "propagated_text", None), None
     if propagated_text is not None:
         result.propagated = api.parse(propagated_text, "<gspmdc propagated>", verify=False)
-        result.shardings = compare_shardings(
-            before, result.propagated, api.parse(xla.propagated, "<xla propagated>",
-                                                 verify=False))
+        theirs = api.parse(xla.propagated, "<xla propagated>", verify=False)
+        result.shardings = compare_shardings(before, result.propagated, theirs)
+        if not result.shardings_agree:
+            result.deliberate = deliberate_differences(theirs)
     result.xla_spmd = xla.spmd
     if spmd is None:
         return result

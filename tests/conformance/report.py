@@ -2,6 +2,8 @@
 
 A divergence class names what differs, coarsely enough that one fix removes the whole class:
 - ("sharding", opcode): an instruction of that opcode is sharded differently;
+- ("deliberate", what): the shardings differ in a module that shows a difference gspmdc makes on
+  purpose (`deliberate.py`; its other sharding differences, if any, are not classed);
 - ("bytes", opcode): gspmdc sends more collective bytes than XLA, most of the excess in
   collectives made for instructions of that opcode (each partitioner records the instruction
   a collective serves in its metadata: gspmdc its name, XLA its op_name);
@@ -57,9 +59,12 @@ def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
         classes.append(("rejected", _message_class(result.detail)))
     elif result.status == "gspmdc-crashed":
         classes.append(("crashed", _message_class(result.detail)))
-    for v in result.shardings:
-        if v.compared and not v.agrees and ("sharding", v.opcode) not in classes:
-            classes.append(("sharding", v.opcode))
+    if result.deliberate:
+        classes += [("deliberate", reason) for reason in result.deliberate]
+    else:
+        for v in result.shardings:
+            if v.compared and not v.agrees and ("sharding", v.opcode) not in classes:
+                classes.append(("sharding", v.opcode))
     if result.bytes_compared and result.our_bytes > result.xla_bytes:
         from gspmdc import api
         origins = _origin_opcodes(api.parse(result.before, "<before>", verify=False))
@@ -83,6 +88,11 @@ class Figures:
     instructions_absent: int = 0
     modules_compared: int = 0
     modules_agreeing: int = 0
+    #: modules whose shardings differ where gspmdc differs from XLA on purpose (`deliberate.py`),
+    #: and the instructions compared / agreeing in all the other modules
+    modules_deliberate: int = 0
+    instructions_elsewhere: int = 0
+    instructions_agreeing_elsewhere: int = 0
     bytes_compared: int = 0
     bytes_equal: int = 0
     bytes_fewer: int = 0
@@ -107,6 +117,11 @@ class Figures:
         if r.shardings:
             self.modules_compared += 1
             self.modules_agreeing += r.shardings_agree
+            if r.deliberate:
+                self.modules_deliberate += 1
+            else:
+                self.instructions_elsewhere += len(compared)
+                self.instructions_agreeing_elsewhere += sum(v.agrees for v in compared)
         if r.bytes_compared:
             self.bytes_compared += 1
             self.bytes_equal += r.our_bytes == r.xla_bytes
@@ -130,8 +145,8 @@ class Figures:
         return self.cases - self.status["xla-rejected"] - self.status["xla-crashed"] - \
             self.status["skipped"]
 
-    def percent(self, part: int, whole: int) -> str:
-        return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
+    def percent(self, part: int, whole: int, digits: int = 1) -> str:
+        return f"{100.0 * part / whole:.{digits}f}%" if whole else "n/a"
 
     @property
     def instruction_agreement(self) -> float:
@@ -140,6 +155,18 @@ class Figures:
     @property
     def module_agreement(self) -> float:
         return self.modules_agreeing / self.modules_compared if self.modules_compared else 1.0
+
+    @property
+    def instruction_agreement_elsewhere(self) -> float:
+        """Per-instruction agreement over the modules without a deliberate difference."""
+        return self.instructions_agreeing_elsewhere / self.instructions_elsewhere \
+            if self.instructions_elsewhere else 1.0
+
+    @property
+    def module_agreement_elsewhere(self) -> float:
+        """Modules agreeing fully among those without a deliberate difference."""
+        whole = self.modules_compared - self.modules_deliberate
+        return self.modules_agreeing / whole if whole else 1.0
 
     @property
     def gspmdc_value_agreement(self) -> float:
@@ -154,11 +181,17 @@ class Figures:
             f"{self.xla_partitioned} (rejected {s['xla-rejected']}, crashed "
             f"{s['xla-crashed']}); of those gspmdc "
             f"rejected {s['gspmdc-rejected']}, crashed {s['gspmdc-crashed']}",
-            f"shardings: {self.percent(self.instructions_agreeing, self.instructions)} of "
+            f"shardings: {self.percent(self.instructions_agreeing, self.instructions, 2)} of "
             f"{self.instructions} instructions agree; "
-            f"{self.percent(self.modules_agreeing, self.modules_compared)} of "
+            f"{self.percent(self.modules_agreeing, self.modules_compared, 2)} of "
             f"{self.modules_compared} modules agree fully "
             f"({self.instructions_absent} instructions absent on one side, not compared)",
+            f"shardings without the {self.modules_deliberate} modules that differ on purpose "
+            f"(docs/propagation.md): "
+            f"{self.percent(self.instructions_agreeing_elsewhere, self.instructions_elsewhere, 2)}"
+            f" of {self.instructions_elsewhere} instructions agree; "
+            f"{self.percent(self.modules_agreeing, self.modules_compared - self.modules_deliberate, 2)}"
+            f" of {self.modules_compared - self.modules_deliberate} modules agree fully",
             f"bytes: {self.bytes_compared} modules compared: gspmdc <= XLA on "
             f"{self.bytes_equal + self.bytes_fewer} (equal {self.bytes_equal}, fewer "
             f"{self.bytes_fewer}), more on {self.bytes_more}; unknown trip count "

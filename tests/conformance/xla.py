@@ -118,9 +118,9 @@ def _print_evidence(r: CaseResult, target: tuple[str, str], out) -> None:
     kind, what = target
     if kind in ("rejected", "crashed"):
         print(f"  gspmdc: {r.detail}", file=out)
-    elif kind == "sharding":
+    elif kind in ("sharding", "deliberate"):
         for v in r.shardings:
-            if v.compared and not v.agrees and v.opcode == what:
+            if v.compared and not v.agrees and (kind == "deliberate" or v.opcode == what):
                 print(f"  {v.describe()}", file=out)
     elif kind == "bytes":
         print(f"  bytes each device sends: gspmdc {r.our_bytes:g}, XLA {r.xla_bytes:g}", file=out)
