@@ -414,8 +414,7 @@ class _Plan:
             except GspmdcError:
                 raise
             except Exception as e:
-                raise RuntimeFailure(f"{self.computation.name}/{inst.name}: {inst.opcode} failed: "
-                                     f"{type(e).__name__}: {e}") from e
+                raise self._kernel_failure(inst, e) from e
             if dims is not None:
                 if type(value) is not np.ndarray and type(value) is not Pending:
                     value = _as_array(value, self.computation, inst)
@@ -468,8 +467,7 @@ class _Plan:
             except GspmdcError:
                 raise
             except Exception as e:
-                raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
-                                     f"{type(e).__name__}: {e}") from e
+                raise self._kernel_failure(inst, e) from e
             if type(value) is Pending:
                 pass                                # checked when finished
             elif dims is not None:
@@ -504,6 +502,12 @@ class _Plan:
         if folds is not None and self.foldable is not None:
             self._fold(folds)
 
+    def _kernel_failure(self, inst: Instruction, e: Exception) -> RuntimeFailure:
+        """The error of a kernel (or a collective being finished) that raised something other than
+        a GspmdcError."""
+        return RuntimeFailure(f"{self.computation.name}/{inst.name}: {inst.opcode} failed: "
+                              f"{type(e).__name__}: {e}")
+
     def _finish(self, ctx: EvalContext, s: int, pending: Pending) -> Any:
         """The checked value of the pending collective in slot `s`."""
         comp = self.computation
@@ -513,8 +517,7 @@ class _Plan:
         except GspmdcError:
             raise
         except Exception as e:
-            raise RuntimeFailure(f"{comp.name}/{inst.name}: {inst.opcode} failed: "
-                                 f"{type(e).__name__}: {e}") from e
+            raise self._kernel_failure(inst, e) from e
         dims, dtype = _expected(inst.shape)
         if dims is not None:
             if type(value) is not np.ndarray:
