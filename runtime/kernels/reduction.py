@@ -2,8 +2,10 @@
 
 Semantics are XLA's:
 - `reduce(x..., init...)` over `dimensions` is `f(init, f(...))` over the reduced elements (the
-  association order is unspecified; reducers matching a numpy ufunc use the ufunc's reduction, others
-  are applied as an order-preserving pairwise tree); variadic reduces give tuples;
+  association order is unspecified; reducers matching a numpy ufunc use the ufunc's reduction,
+  variadic reducers of the forms of `reducer_forms.py` (a ufunc per output, argmax/argmin) their
+  whole-array equivalent, others are applied as an order-preserving pairwise tree); variadic
+  reduces give tuples;
 - `reduce-window` reduces each window (size, stride, padding, base dilation = `lhs_dilate`, window
   dilation = `rhs_dilate`); padding and dilation holes are *skipped*, not combined, so a non-identity
   init is combined exactly once per window;
@@ -27,6 +29,7 @@ from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import TupleShape
 
 from .. import computation_patterns as patterns
+from .. import reducer_forms
 from . import narrow_reduction
 from .structural import pad_array
 
@@ -40,19 +43,44 @@ def _reduce(inst, args, ctx):
     x = xs[0]
     kept = tuple(x.shape[d] for d in range(x.ndim) if d not in dims)
     count = prod(x.shape[d] for d in dims)
-    ufunc = patterns.reducer_ufunc_of(ctx, name) if n == 1 else None
+    form = _reducer_form(ctx, name, n)
     if count == 0 or prod(kept) == 0:
         results = [np.broadcast_to(init, kept) for init in inits]
-    elif _rounds_every_step(ufunc, x.dtype):
-        results = [narrow_reduction.reduce(x, dims, ufunc, inits[0], _identity(ufunc, x.dtype))]
-    elif ufunc is not None:
-        reduced = ufunc.reduce(x, axis=dims, dtype=x.dtype)
-        results = [np.asarray(ufunc(inits[0], reduced)).astype(x.dtype, copy=False)]
+    elif isinstance(form, np.ufunc):
+        results = [_ufunc_reduce(form, x, dims, inits[0])]
+    elif isinstance(form, tuple):
+        results = [_ufunc_reduce(ufunc, v, dims, init) for ufunc, v, init in zip(form, xs, inits)]
     else:
         moved = [np.moveaxis(v, dims, range(-len(dims), 0)).reshape(kept + (count,)) for v in xs]
-        folded, _ = _fold_last_axis(ctx, name, moved, None)
+        if isinstance(form, reducer_forms.ArgSelection):
+            folded = list(reducer_forms.selected_arg(form, *moved))
+        else:
+            folded, _ = _fold_last_axis(ctx, name, moved, None)
         results = _leaves(patterns.apply_scalar_computation(ctx, name, inits + folded))
     return tuple(results) if isinstance(inst.shape, TupleShape) else results[0]
+
+
+def _reducer_form(ctx, name: str, n: int):
+    """How `reduce` runs the reducer `name` of `n` operands: a ufunc (one operand), a tuple of
+    ufuncs (`reducer_forms.elementwise_ufuncs`), an `ArgSelection`, or None (the pairwise fold
+    of the computation). Worked out once per evaluation context."""
+    if n == 1:
+        return patterns.reducer_ufunc_of(ctx, name)
+    key = ("reducer-form", name)
+    if key not in ctx.cache:
+        computation = ctx.module.computation(name)
+        ctx.cache[key] = reducer_forms.elementwise_ufuncs(computation) or \
+            reducer_forms.arg_selection(computation)
+    return ctx.cache[key]
+
+
+def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, dims: tuple[int, ...],
+                  init: np.ndarray) -> np.ndarray:
+    """`init` combined with the reduction of `x` over `dims` by `ufunc` (non-empty)."""
+    if _rounds_every_step(ufunc, x.dtype):
+        return narrow_reduction.reduce(x, dims, ufunc, init, _identity(ufunc, x.dtype))
+    reduced = ufunc.reduce(x, axis=dims, dtype=x.dtype)
+    return np.asarray(ufunc(init, reduced)).astype(x.dtype, copy=False)
 
 
 @KERNELS.register("reduce-window")
