@@ -328,3 +328,73 @@ twice_plus {
   ROOT r = f32[] add(d, new)
 }""")
     np.testing.assert_array_equal(run_hlo(text, x, source), expected)
+
+
+# cumulative windows (JAX's cumsum): run as a cumulative ufunc, in the window loop's order
+
+def cumulative_module(dtype: str, shape, axis: int, reverse: bool, reducer_text: str,
+                      name: str, init: str = "0") -> str:
+    n = shape[axis]
+    size = "x".join(str(n) if d == axis else "1" for d in range(len(shape)))
+    pad = "x".join((f"0_{n - 1}" if reverse else f"{n - 1}_0") if d == axis else "0_0"
+                   for d in range(len(shape)))
+    dims = ",".join(map(str, shape))
+    return module(f"""
+  p = {dtype}[{dims}] parameter(0)
+  c = {dtype}[] constant({init})
+  ROOT r = {dtype}[{dims}] reduce-window(p, c), window={{size={size} pad={pad}}}, to_apply={name}""",
+                  reducer_text.replace("f32", dtype))
+
+
+def test_cumulative_sum_window_is_the_sequential_prefix_sum_bit_for_bit():
+    x = (RNG.standard_normal((3, 16, 4)) * 10.0 ** RNG.integers(-3, 4, (3, 16, 4))).astype(np.float32)
+    x[0, 3, 0] = -0.0
+    got = run_hlo(cumulative_module("f32", x.shape, 1, False, ADD, "add"), x)
+    expected = np.empty_like(x)
+    for i, k in itertools.product(range(3), range(4)):
+        acc = np.float32(-0.0)              # the padding: adding it changes nothing
+        for j in range(16):
+            acc = np.float32(acc + x[i, j, k])
+            expected[i, j, k] = acc
+    assert got.tobytes() == expected.tobytes()
+
+
+def test_cumulative_sum_window_adds_the_init_after_the_prefix():
+    x = RNG.standard_normal((5, 7)).astype(np.float64)
+    got = run_hlo(cumulative_module("f64", x.shape, 1, False, ADD, "add", "0.5"), x)
+    np.testing.assert_array_equal(got, np.cumsum(x, axis=1) + 0.5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumulative_integer_sum_and_max_windows_in_both_directions(reverse):
+    x = RNG.integers(-50, 50, (6, 9)).astype(np.int32)
+    prefix = (lambda f, v: np.flip(f(np.flip(v, 0), axis=0), 0)) if reverse else \
+        (lambda f, v: f(v, axis=0))
+    got = run_hlo(cumulative_module("s32", x.shape, 0, reverse, ADD, "add"), x)
+    np.testing.assert_array_equal(got, prefix(np.cumsum, x))
+    got = run_hlo(cumulative_module("s32", x.shape, 0, reverse, MAX, "max", "-2147483648"), x)
+    np.testing.assert_array_equal(got, prefix(np.maximum.accumulate, x))
+
+
+def test_reverse_cumulative_float_sum_keeps_the_window_order():
+    x = (RNG.standard_normal(12) * 10.0 ** RNG.integers(-4, 5, 12)).astype(np.float32)
+    got = run_hlo(cumulative_module("f32", x.shape, 0, True, ADD, "add"), x)
+    expected = np.empty_like(x)
+    for i in range(12):
+        acc = np.float32(x[i])              # window elements x[i], x[i+1], ... left to right
+        for j in range(i + 1, 12):
+            acc = np.float32(acc + x[j])
+        expected[i] = acc
+    assert got.tobytes() == expected.tobytes()
+
+
+def test_a_shorter_window_padded_like_a_prefix_is_a_sliding_sum():
+    x = RNG.standard_normal((2, 20)).astype(np.float64)
+    text = module("""
+  p = f64[2,20] parameter(0)
+  c = f64[] constant(0)
+  ROOT r = f64[2,20] reduce-window(p, c), window={size=1x16 pad=0_0x15_0}, to_apply=add""",
+                  ADD.replace("f32", "f64"))
+    expected = reduce_window_reference(x, 0.0, lambda a, b: a + b, (1, 16), (1, 1), (0, 15),
+                                       (0, 0), (1, 1), (1, 1))
+    np.testing.assert_allclose(run_hlo(text, x), expected, rtol=1e-12, atol=1e-12)

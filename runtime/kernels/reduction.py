@@ -8,7 +8,9 @@ Semantics are XLA's:
   reduces give tuples;
 - `reduce-window` reduces each window (size, stride, padding, base dilation = `lhs_dilate`, window
   dilation = `rhs_dilate`); padding and dilation holes are *skipped*, not combined, so a non-identity
-  init is combined exactly once per window;
+  init is combined exactly once per window; ufunc reducers combine a window's elements left to
+  right, then the init; a window that makes every output a prefix along one dimension (JAX's
+  cumsum) is a cumulative ufunc (`accumulate`) in that order;
 - `select-and-scatter`: in each window the element chosen by iterating in row-major order and
   replacing the current choice `c` by `e` whenever `select(c, e)` is false (padding is never
   chosen); then `output = init` everywhere and `output[chosen] = scatter(output[chosen], source)`
@@ -100,7 +102,11 @@ def _reduce_window(inst, args, ctx):
             view = _window_view(x, identity, window)
             results = [narrow_reduction.sequential(view, x.ndim, ufunc, inits[0])]
         else:
-            reduced = _reduce_windows(ufunc, x, identity, window, out_dims)
+            axis, reverse = _prefix_axis(window, x.shape)
+            if axis is not None and (not reverse or x.dtype.kind in "biu"):
+                reduced = _accumulate(ufunc, x, axis, reverse)
+            else:
+                reduced = _reduce_windows(ufunc, x, identity, window, out_dims)
             results = [np.asarray(ufunc(inits[0], reduced)).astype(x.dtype, copy=False)]
     else:
         size = prod(w.size for w in window)
@@ -178,6 +184,41 @@ def _reduce_windows(ufunc: np.ufunc, x: np.ndarray, identity: np.ndarray, window
         else:
             ufunc(result, tap, out=result)
     return result
+
+
+def _prefix_axis(window, shape: tuple[int, ...]) -> tuple[int | None, bool]:
+    """`(axis, reverse)` when the window makes every output a prefix of `axis` (a cumulative
+    reduction, as JAX writes cumsum): along `axis` a window at least as long as the dimension,
+    padded low (a prefix) or high (`reverse`: a suffix) by its size less one, stride and
+    dilations 1; every other dimension a window of one element without padding. Else
+    `(None, False)`."""
+    axis, reverse = None, False
+    for d, w in enumerate(window):
+        if w.stride != 1 or w.base_dilation != 1 or w.window_dilation != 1:
+            return None, False
+        if w.size == 1 and w.padding_low == w.padding_high == 0:
+            continue
+        if axis is not None or w.size < shape[d] or w.size < 2:
+            return None, False
+        if (w.padding_low, w.padding_high) == (w.size - 1, 0):
+            axis = d
+        elif (w.padding_low, w.padding_high) == (0, w.size - 1):
+            axis, reverse = d, True
+        else:
+            return None, False
+    return axis, reverse
+
+
+def _accumulate(ufunc: np.ufunc, x: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
+    """The cumulative `ufunc` of `x` along `axis`: `out[i] = x[0] . x[1] . ... . x[i]` (from the
+    end with `reverse`), combined left to right as the window loop of `_reduce_windows` does
+    (padding, the identity, first: it changes nothing), so a forward prefix is bit-exact for
+    floats too. A reverse prefix is combined from the end, which only integer and boolean
+    reductions allow (the caller's condition)."""
+    if not reverse:
+        return ufunc.accumulate(x, axis=axis, dtype=x.dtype)
+    flipped = np.flip(x, axis)
+    return np.flip(ufunc.accumulate(flipped, axis=axis, dtype=x.dtype), axis)
 
 
 def _fold_last_axis(ctx, name: str, xs: list[np.ndarray], valid: np.ndarray | None):
