@@ -115,24 +115,36 @@ def arg_selection(computation: Computation) -> ArgSelection | None:
 def selected_arg(form: ArgSelection, values: np.ndarray, indices: np.ndarray):
     """The pairwise fold of the argmax / argmin reducer along the last axis (non-empty):
     `(value, index)` arrays of the leading shape (module docstring)."""
-    nan = values != values
-    has_nan = bool(nan.any())
+    floating = values.dtype.kind not in "biu"
+    nan = np.isnan(values) if floating else None
+    has_nan = nan is not None and bool(nan.any())
     # NaNs are set to the other extreme, so the extreme is that of the other elements
     extreme = np.where(nan, values.dtype.type(-np.inf if form.largest else np.inf), values) \
         if has_nan else values
-    best = extreme.max(axis=-1) if form.largest else extreme.min(axis=-1)
-    tied = values == best[..., None]
-    index_limit = indices.dtype.type(np.iinfo(indices.dtype).max)
-    best_index = np.where(tied, indices, index_limit).min(axis=-1)
-    rightmost = values.shape[-1] - 1 - np.argmax(tied[..., ::-1], axis=-1)
-    value = np.take_along_axis(values, rightmost[..., None], axis=-1)[..., 0]
+    value = extreme.max(axis=-1) if form.largest else extreme.min(axis=-1)
+    tied = values == value[..., None]
+    index = np.where(tied, indices, indices.dtype.type(np.iinfo(indices.dtype).max)).min(axis=-1)
+    if floating and bool((value == 0).any()):
+        # -0.0 and 0.0 tie: the value is the rightmost tied element's
+        rightmost = values.shape[-1] - 1 - np.argmax(tied[..., ::-1], axis=-1)
+        value = np.take_along_axis(values, rightmost[..., None], axis=-1)[..., 0]
     if has_nan:
         any_nan = nan.any(axis=-1)
         first = np.argmax(nan, axis=-1)[..., None]
         value = np.where(any_nan, np.take_along_axis(values, first, axis=-1)[..., 0], value)
-        best_index = np.where(any_nan, np.take_along_axis(indices, first, axis=-1)[..., 0],
-                              best_index)
-    return value, best_index
+        index = np.where(any_nan, np.take_along_axis(indices, first, axis=-1)[..., 0], index)
+    return value, index
+
+
+def combined_arg(form: ArgSelection, a: tuple[np.ndarray, np.ndarray],
+                 b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The reducer applied once to the (value, index) pairs `a` and `b` (broadcast together)."""
+    (a_value, a_index), (b_value, b_index) = a, b
+    pick = a_value > b_value if form.largest else a_value < b_value
+    if a_value.dtype.kind not in "biu":
+        pick |= np.isnan(a_value)
+    pick_index = pick | ((a_value == b_value) & (a_index < b_index))
+    return np.where(pick, a_value, b_value), np.where(pick_index, a_index, b_index)
 
 
 def _default_comparison(element_type: str) -> str:

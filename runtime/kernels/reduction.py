@@ -55,10 +55,11 @@ def _reduce(inst, args, ctx):
     else:
         moved = [np.moveaxis(v, dims, range(-len(dims), 0)).reshape(kept + (count,)) for v in xs]
         if isinstance(form, reducer_forms.ArgSelection):
-            folded = list(reducer_forms.selected_arg(form, *moved))
+            folded = reducer_forms.selected_arg(form, *moved)
+            results = list(reducer_forms.combined_arg(form, tuple(inits), folded))
         else:
             folded, _ = _fold_last_axis(ctx, name, moved, None)
-        results = _leaves(patterns.apply_scalar_computation(ctx, name, inits + folded))
+            results = _leaves(patterns.apply_scalar_computation(ctx, name, inits + folded))
     return tuple(results) if isinstance(inst.shape, TupleShape) else results[0]
 
 
