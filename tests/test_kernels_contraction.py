@@ -244,6 +244,17 @@ def test_convolution_in_im2col_chunks(monkeypatch, case, budget):
     test_convolution_window_attributes(case)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 7])
+@pytest.mark.parametrize("case", ["everything", "rhs_dilation_reversal"])
+def test_convolution_in_cache_sized_tiles_of_a_few_rows(monkeypatch, case, rows):
+    """Tiles of `MIN_TILE_ROWS` patches when TILE_BYTES holds fewer (the last tile partial, one
+    copy buffer for all): the result is unchanged."""
+    from gspmdc.runtime.kernels import convolution
+    monkeypatch.setattr(convolution, "TILE_BYTES", 1)
+    monkeypatch.setattr(convolution, "MIN_TILE_ROWS", rows)
+    test_convolution_window_attributes(case)
+
+
 def test_convolution_odd_dim_labels():
     # canonical lhs [N=2, C=3, S0=5, S1=4], rhs [O=2, I=3, K0=2, K1=3]
     lhs, rhs = normal(2, 3, 5, 4), normal(2, 3, 2, 3)

@@ -6,8 +6,9 @@ for JAX's `b01f` / `01io` layouts nothing moves). The input is base-dilated and 
 its own type, only when the window asks for it; every output position's patch is then a strided
 window of it (`sliding_window_view`: window strides, window dilation), ordered `[K..., I]` so
 that the input's contiguous channel runs stay contiguous. Output positions are cut into tiles of
-at most `IM2COL_BYTES` of patches; a tile's patches are copied once, straight into a contiguous
-buffer of the accumulation type (f32 for bf16 and f16), and multiplied by the kernel matrix
+about `TILE_BYTES` of patches (at most `IM2COL_BYTES`); a tile's patches are copied once, straight
+into a contiguous buffer of the accumulation type (f32 for bf16 and f16; one buffer reused by
+every tile), and multiplied by the kernel matrix
 `[K * I, O / G]` into the tile's rows of the result, which is itself channels-last `[N', P..., O]`.
 A group (`feature_group_count`: the channels and output features split group-major;
 `batch_group_count`: the batch and output features split group-major) is one such product per
@@ -35,6 +36,13 @@ from .contraction import accumulation_dtype, to_result
 #: the most patch bytes one tile copies (the memory a convolution needs beyond its input and
 #: output)
 IM2COL_BYTES = 64 << 20
+#: the patch bytes a tile copies when they make at least `MIN_TILE_ROWS` rows: a tile the size of
+#: a core's L2 cache is still there when the matrix product reads it (a tile of the whole
+#: output streams its patches through memory twice: a third slower on ResNet's 3x3 layers)
+TILE_BYTES = 1 << 20
+#: the fewest patches a tile holds (within `IM2COL_BYTES`): a product of a few rows would read
+#: the whole kernel matrix for each of them
+MIN_TILE_ROWS = 256
 
 
 @KERNELS.register("convolution")
@@ -105,17 +113,22 @@ def convolution(inst, args, ctx):
 def _multiply_tiles(patches: np.ndarray, lead_rank: int, matrix: np.ndarray, out: np.ndarray,
                     acc: np.dtype) -> None:
     """`out[r] = patch r @ matrix` for the patches of `patches` (`[lead..., K..., I]`: the first
-    `lead_rank` axes number the patches, row-major), a tile of rows at a time (`_tiles`). A tile
-    is copied once into a contiguous buffer of type `acc`, unless it already is one (1x1 kernels
-    at stride 1)."""
+    `lead_rank` axes number the patches, row-major), a tile of rows at a time (`_tiles`, sized
+    by `TILE_BYTES`, `MIN_TILE_ROWS` and `IM2COL_BYTES`). A tile is copied once into a contiguous
+    buffer of type `acc` (the same for every tile), unless it already is one (1x1 kernels at
+    stride 1)."""
     width = matrix.shape[0]
-    max_rows = max(1, IM2COL_BYTES // max(width * acc.itemsize, 1))
+    row_bytes = max(width * acc.itemsize, 1)
+    max_rows = max(1, min(max(TILE_BYTES // row_bytes, MIN_TILE_ROWS), IM2COL_BYTES // row_bytes))
+    buffer = None
     for index, span in _tiles(patches.shape[:lead_rank], max_rows):
         tile = patches[index]
         if tile.dtype != acc or not tile.flags.c_contiguous:
-            buffer = np.empty(tile.shape, acc)
-            buffer[...] = tile
-            tile = buffer
+            if buffer is None:
+                buffer = np.empty(min(max_rows, out.shape[0]) * width, acc)
+            copy = buffer[:tile.size].reshape(tile.shape)
+            copy[...] = tile
+            tile = copy
         np.matmul(tile.reshape(-1, width), matrix, out=out[span])
 
 
