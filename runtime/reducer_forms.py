@@ -118,10 +118,8 @@ def selected_arg(form: ArgSelection, values: np.ndarray, indices: np.ndarray):
     floating = values.dtype.kind not in "biu"
     nan = np.isnan(values) if floating else None
     has_nan = nan is not None and bool(nan.any())
-    # NaNs are set to the other extreme, so the extreme is that of the other elements
-    extreme = np.where(nan, values.dtype.type(-np.inf if form.largest else np.inf), values) \
-        if has_nan else values
-    value = extreme.max(axis=-1) if form.largest else extreme.min(axis=-1)
+    # rows with a NaN get a NaN extreme and no tied element here: they are decided below
+    value = values.max(axis=-1) if form.largest else values.min(axis=-1)
     tied = values == value[..., None]
     index = np.where(tied, indices, indices.dtype.type(np.iinfo(indices.dtype).max)).min(axis=-1)
     if floating and bool((value == 0).any()):

@@ -4,6 +4,7 @@ which spellings are recognised, and the results against folds written here with 
 indices."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -121,7 +122,7 @@ def pairwise_fold(init, pairs, largest):
 
 def awkward_values(shape, dtype):
     """Few distinct values: many ties, signed zeros, infinities and NaNs (floats)."""
-    if np.dtype(dtype).kind == "f":
+    if np.dtype(dtype).kind not in "iu":
         pool = np.array([0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, np.nan, 2.0], dtype)
     else:
         info = np.iinfo(dtype)
@@ -131,16 +132,17 @@ def awkward_values(shape, dtype):
 
 @pytest.mark.parametrize("largest", [True, False])
 @pytest.mark.parametrize("value_type, dtype", [("f32", np.float32), ("f64", np.float64),
-                                               ("s32", np.int32)])
+                                               ("bf16", ml_dtypes.bfloat16), ("s32", np.int32)])
 @pytest.mark.parametrize("nan_rate", [0.0, 0.3])
 def test_argmax_and_argmin_equal_the_folds_bit_for_bit(largest, value_type, dtype, nan_rate):
     rows, count = 300, 7
     values = awkward_values((rows, count), dtype)
-    if np.dtype(dtype).kind == "f":
+    floating = np.dtype(dtype).kind not in "iu"
+    if floating:
         values = np.where(values != values, dtype(0.5), values)
         values = np.where(RNG.random((rows, count)) < nan_rate, dtype(np.nan), values)
     indices = RNG.integers(0, 4, (rows, count)).astype(np.int32)   # repeated, not in order
-    init_value = dtype(-np.inf if largest else np.inf) if np.dtype(dtype).kind == "f" \
+    init_value = dtype(-np.inf if largest else np.inf) if floating \
         else np.iinfo(dtype).min if largest else np.iinfo(dtype).max
     text = hlo_module(f"""
   p = {value_type}[{rows},{count}] parameter(0)
