@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from interpreter_helpers import run_hlo, single_op
+from interpreter_helpers import single_op
 
 BF16 = ml_dtypes.bfloat16
 RNG = np.random.default_rng(7)
@@ -275,24 +275,6 @@ def test_select_with_array_and_scalar_predicates():
     np.testing.assert_array_equal(out, np.where(mask, a, b))
     out = single_op("select", ("f32", (3, 4)), [np.array(False), a, b])
     np.testing.assert_array_equal(out, b)
-
-
-@pytest.mark.parametrize("value", [False, True])
-def test_select_with_a_broadcast_predicate_of_one_value(value):
-    a, b = normal(3, 4), normal(3, 4)
-    text = """HloModule m
-ENTRY e {
-  p = pred[] parameter(0)
-  a = f32[3,4] parameter(1)
-  b = f32[3,4] parameter(2)
-  mask = pred[3,4] broadcast(p), dimensions={}
-  ROOT r = f32[3,4] select(mask, a, b)
-}"""
-    out = run_hlo(text, np.array(value), a, b)
-    np.testing.assert_array_equal(out, np.where(np.full((3, 4), value), a, b))
-    empty = text.replace("3,4", "0,4")
-    out = run_hlo(empty, np.array(value), a[:0], b[:0])
-    assert out.shape == (0, 4)
 
 
 def test_clamp_with_scalar_and_array_bounds():

@@ -216,12 +216,7 @@ def _compare(inst, args, ctx):
 
 @KERNELS.register("select")
 def _select(inst, args, ctx):
-    """`select(pred, on_true, on_false)`; a predicate that is one value (a scalar, or a broadcast
-    of one: every stride 0) picks a whole operand, which is returned as it is."""
-    pred, on_true, on_false = args
-    if not any(pred.strides) and pred.size:
-        return on_true if pred.flat[0] else on_false
-    return np.where(pred, on_true, on_false)
+    return np.where(*args)
 
 
 @KERNELS.register("clamp")
