@@ -33,7 +33,7 @@ import numpy as np
 
 from gspmdc.ir import dtypes
 from gspmdc.ir.module import Computation, Instruction
-from gspmdc.ir.shapes import ArrayShape, TupleShape
+from gspmdc.ir.shapes import ArrayShape
 
 _UFUNCS = {
     "add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
@@ -67,6 +67,8 @@ def elementwise_ufuncs(computation: Computation) -> tuple[np.ufunc, ...] | None:
     if root.opcode != "tuple" or len(root.operands) != n or len(params) != 2 * n or n < 2:
         return None
     by_number = {p.parameter_number: p for p in params}
+    if set(by_number) != set(range(2 * n)) or any(not _is_scalar(p) for p in params):
+        return None
     ufuncs = []
     for k, element in enumerate(root.operands):
         ufunc = _UFUNCS.get(element.opcode)
@@ -74,10 +76,12 @@ def elementwise_ufuncs(computation: Computation) -> tuple[np.ufunc, ...] | None:
             return None
         if {id(op) for op in element.operands} != {id(by_number[k]), id(by_number[n + k])}:
             return None
-        if element.shape.dims or by_number[k].shape.dims:
-            return None
         ufuncs.append(ufunc)
     return tuple(ufuncs)
+
+
+def _is_scalar(inst: Instruction) -> bool:
+    return isinstance(inst.shape, ArrayShape) and not inst.shape.dims
 
 
 def arg_selection(computation: Computation) -> ArgSelection | None:
@@ -90,10 +94,10 @@ def arg_selection(computation: Computation) -> ArgSelection | None:
     by_number = {p.parameter_number: p for p in params}
     if set(by_number) != {0, 1, 2, 3}:
         return None
+    if any(not _is_scalar(p) for p in params):
+        return None
     a, ai, b, bi = (by_number[k] for k in range(4))
     value_type, index_type = a.shape.element_type, ai.shape.element_type
-    if any(not isinstance(p.shape, ArrayShape) or p.shape.dims for p in params):
-        return None
     if b.shape.element_type != value_type or bi.shape.element_type != index_type:
         return None
     floating = dtypes.is_float(value_type)
