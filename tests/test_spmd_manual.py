@@ -272,6 +272,27 @@ ENTRY entry {
         partition(text, 2)
 
 
+def test_manual_constant_feeding_an_ordinary_op_is_taken_as_replicated():
+    # XLA's CSE can leave one {manual} constant shared by a manual region and a tiled op: a
+    # constant is the same on every device, so the tiled op takes it as its replicated value
+    text = """
+HloModule shared_constant
+ENTRY entry {
+  p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  lo = f32[] constant(-1)
+  c = f32[] constant(0.5), sharding={manual}
+  b = f32[8] broadcast(c), dimensions={}, sharding={devices=[4]<=[4]}
+  m = f32[] multiply(c, c), sharding={manual}
+  r = f32[8] rng(lo, c), distribution=rng_uniform, sharding={devices=[4]<=[4]}
+  ROOT a = f32[8] add(p, b), sharding={devices=[4]<=[4]}
+}
+"""
+    spmd = partition(text, 4)
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(run_global(spmd, [x], 4), x + 0.5)
+    assert not any(i.opcode in ("all-gather", "all-reduce") for i in spmd.entry.instructions)
+
+
 def test_shard_map_form_with_sharding_annotations_inside_the_region():
     # JAX's shard_map: Sharding annotations around the boundaries, {manual} inside
     text = """

@@ -106,9 +106,10 @@ def _partition(module: Module, comp: Computation, arrivals: dict[Instruction, Hl
 
 def prepare_computation(comp: Computation, num_partitions: int) -> None:
     """Give unsharded instructions `{replicated}` (tuple-shaped: per leaf), turn
-    `{unknown}` into `{replicated}`, drop shard groups (propagation hints, not layouts), and
+    `{unknown}` into `{replicated}`, drop shard groups (propagation hints, not layouts),
     validate every sharding against its shape and `num_partitions` (ShardingError naming the
-    instruction)."""
+    instruction), and give users outside a manual region their own `{replicated}` copy of a
+    `{manual}` constant (`_replicated_constants`)."""
     for inst in comp.instructions:
         if inst.sharding is not None:
             inst.sharding = inst.sharding.with_shard_group(None)
@@ -127,6 +128,41 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
             inst.sharding.validate(inst.shape, num_partitions)
         except ShardingError as e:
             raise ShardingError(f"instruction {inst.name}: {e}") from None
+    _replicated_constants(comp)
+
+
+def _replicated_constants(comp: Computation) -> None:
+    """A `{manual}` constant (as XLA's CSE leaves one shared by a manual region and an
+    ordinary op) holds the same literal on every device, i.e. its replicated value: each user
+    whose sharding has no manual part gets a `{replicated}` copy of it in its place (XLA's
+    partitioner takes such a value as replicated too). Any other manual value used outside a
+    manual region stays an error (its per-device data has no global meaning)."""
+    users = comp.users()
+    copies: dict[Instruction, Instruction] = {}
+    instructions = []
+    for inst in comp.instructions:
+        instructions.append(inst)
+        if inst.opcode != "constant" or inst.sharding.kind != "manual":
+            continue
+        outside = [u for u in users[inst] if not u.sharding.has_manual_leaf]
+        if not outside:
+            continue
+        copy = Instruction(f"{inst.name}.replicated", "constant", inst.shape,
+                           attrs=dict(inst.attrs), sharding=HloSharding.replicate(),
+                           literal=inst.literal)
+        instructions.append(copy)
+        copies[inst] = copy
+        for user in outside:
+            user.operands = [copy if o is inst else o for o in user.operands]
+    if copies:
+        taken = {i.name for i in comp.instructions}
+        for copy in copies.values():
+            name, k = copy.name, 1
+            while name in taken:
+                name, k = f"{copy.name}.{k}", k + 1
+            copy.name = name
+            taken.add(name)
+        comp.instructions = instructions
 
 
 class _Rewriter:
