@@ -26,6 +26,17 @@ class Behaviour:
     expected: dict = field(default_factory=dict)
 
 
+DUS_BASE = """
+HloModule m, num_partitions=2
+ENTRY main {
+  b = f32[2,9] parameter(0), sharding={devices=[2,1]<=[2]}
+  u = f32[2,3] parameter(1), sharding={replicated}
+  i = s32[] parameter(2)
+  j = s32[] parameter(3), sharding={replicated}
+  d = f32[2,9] dynamic-update-slice(b, u, i, j)
+  ROOT t = (f32[2,9]) tuple(d), sharding={{devices=[1,2]<=[2]}}
+}"""
+
 BEHAVIOURS = {
     # one flag for several parameters / a root tuple of several elements: XLA keeps the uneven
     # shardings propagation gives the entry (f32[2] over 6 devices); a single array root is
@@ -156,6 +167,13 @@ ENTRY main {
 }""", 4, False, {"b4": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}",
                  "c6": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}",
                  "b3": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}"}),
+    # a dynamic-update-slice tries its update's sharding (sliced dims replicated), then its
+    # base's: a replicated update is improved on by the tiled base, before the root's different
+    # tiling reaches it backward (and with the options on, the update parameter follows it)
+    "dynamic_update_slice_base_improves_on_a_replicated_update": Behaviour(DUS_BASE, 2, False,
+                                                                           {"d": "{devices=[2,1]<=[2]}"}),
+    "dynamic_update_slice_base_improves_on_a_replicated_update_options_on": Behaviour(
+        DUS_BASE, 2, True, {"d": "{devices=[2,1]<=[2]}", "u": "{devices=[2,1]<=[2]}"}),
 }
 
 

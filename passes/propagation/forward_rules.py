@@ -269,7 +269,8 @@ def _concatenate(ctx: Context, inst: Instruction) -> Proposal | None:
 @FORWARD_RULES.register("dynamic-slice", "dynamic-update-slice")
 def _dynamic_slice(ctx: Context, inst: Instruction) -> Proposal | None:
     """The sliced value's sharding (dynamic-slice operand, update of a dynamic-update-slice) with
-    the sliced dims replicated; a dynamic-update-slice otherwise follows its operand 0."""
+    the sliced dims replicated; then a dynamic-update-slice's base (operand 0) improves on
+    that in turn, as XLA tries both (a replicated update leaves the base's tiling to win)."""
     is_update = inst.opcode == "dynamic-update-slice"
     acc = ctx.accumulate(inst)
     sliced_value = inst.operands[1 if is_update else 0]
@@ -282,8 +283,7 @@ def _dynamic_slice(ctx: Context, inst: Instruction) -> Proposal | None:
             sliced = tuple(d for d in range(inst.shape.rank)
                            if inst.shape.dims[d] != sliced_value.shape.dims[d])
             candidate = partially_replicate_on_dims(s, sliced)
-        if acc.improve(candidate, sliced_value, aggressive=aggressive):
-            return acc.result(inst.opcode)
+        acc.improve(candidate, sliced_value, aggressive=aggressive)
     if is_update and _partitioned(inst.operands[0]):
         acc.improve(inst.operands[0].sharding, inst.operands[0])
     return acc.result(inst.opcode)
