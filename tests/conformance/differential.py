@@ -7,6 +7,7 @@ the two are compared three ways (see `run_case`).
 from __future__ import annotations
 
 import dataclasses
+import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -61,7 +62,9 @@ class CaseResult:
     `values`: "compared" or "not run: <why>"; `value_mismatch` maps "gspmdc" and "XLA" to what
     differs from the reference interpreter (or why its run failed) where it does.
     `deliberate`: when the shardings differ, the deliberate differences from XLA
-    (`deliberate.py`) the module gives occasion to."""
+    (`deliberate.py`) the module gives occasion to. `seconds`: where the case's time went, by
+    stage ("prepare", XLA's stages as `XlaAnswer.seconds`, "gspmdc compile", "compare",
+    "reference", "gspmdc run")."""
 
     case: Case
     status: str
@@ -76,6 +79,7 @@ class CaseResult:
     xla_spmd: str | None = None
     propagated: Module | None = None
     deliberate: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def compared_shardings(self) -> list[ShardingVerdict]:
@@ -194,6 +198,7 @@ class Prepared:
     inputs: list | None
     output_shapes: list | None
     skipped: str | None
+    seconds: float = 0.0
 
     def send(self, oracle: XlaOracle) -> None:
         oracle.send(self.case.text, self.case.num_partitions,
@@ -221,6 +226,7 @@ def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | Cas
     cannot parse it or there is nothing to compare."""
     if case.num_partitions < 2:
         return CaseResult(case, "skipped", "one partition: XLA neither propagates nor partitions")
+    started = time.monotonic()
     try:
         original = api.parse(case.text, case.name)
     except GspmdcError as e:
@@ -237,7 +243,21 @@ def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | Cas
             inputs = [leaf for p, v in zip(original.entry.parameters, arguments)
                       for leaf in _leaves(v, p.shape)]
             output_shapes = [leaf.dims for leaf in original.entry.root.shape.leaves()]
-    return Prepared(case, original, arguments, inputs, output_shapes, skipped)
+    return Prepared(case, original, arguments, inputs, output_shapes, skipped,
+                    time.monotonic() - started)
+
+
+class _Clock:
+    """Seconds since the last `lap`, added to `seconds` under a stage's name."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds = seconds
+        self.last = time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self.last
+        self.last = now
 
 
 def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
@@ -251,11 +271,13 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     case, original, inputs, skipped = (prepared.case, prepared.original, prepared.inputs,
                                        prepared.skipped)
     n = case.num_partitions
+    seconds = {"prepare": prepared.seconds, **xla.seconds}
     if not xla.ok and xla.stage in ("crash", "timeout"):
-        return CaseResult(case, "xla-crashed", xla.error)
+        return CaseResult(case, "xla-crashed", xla.error, seconds=seconds)
     if not xla.ok and xla.stage == "compile":
-        return CaseResult(case, "xla-rejected", xla.error)
-    result = CaseResult(case, "compared", before=xla.before)
+        return CaseResult(case, "xla-rejected", xla.error, seconds=seconds)
+    result = CaseResult(case, "compared", before=xla.before, seconds=seconds)
+    clock = _Clock(seconds)
     try:
         before = api.parse(xla.before, case.name)
         propagated_text, spmd = _gspmdc_compile(xla.before, case)
@@ -265,6 +287,7 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     except Exception as e:  # noqa: BLE001 - an internal error is a finding, not a stop
         result.status, result.detail = "gspmdc-crashed", _crash_line(e)
         propagated_text, spmd = getattr(e, "propagated_text", None), None
+    clock.lap("gspmdc compile")
     if propagated_text is not None:
         result.propagated = api.parse(propagated_text, "<gspmdc propagated>", verify=False)
         theirs = api.parse(xla.propagated, "<xla propagated>", verify=False)
@@ -273,10 +296,12 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
             result.deliberate = deliberate_differences(theirs)
     result.xla_spmd = xla.spmd
     if spmd is None:
+        clock.lap("compare")
         return result
     result.our_spmd = api.to_text(spmd)
     result.our_bytes = collective_bytes(result.our_spmd, n)
     result.xla_bytes = collective_bytes(xla.spmd, n)
+    clock.lap("compare")
     if skipped is None and not _same_leaves(before, original):
         skipped = "XLA's import changed the entry signature"
     if skipped is not None:
@@ -291,6 +316,7 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     except GspmdcError as e:
         result.values = f"not run: the reference interpreter stopped: {_line(e)}"
         return result
+    clock.lap("reference")
     result.values = "compared"
     try:
         problem = _value_mismatch(want, _run_gspmdc(result.our_spmd, inputs, n, VALUE_ROUNDING),
@@ -299,6 +325,7 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
         problem = f"run failed: {_line(e)}"
     if problem is not None:
         result.value_mismatch["gspmdc"] = problem
+    clock.lap("gspmdc run")
     problem = _value_mismatch(want, xla.outputs, reference) if xla.ok else \
         f"run failed: {xla.error}"
     if problem is not None:

@@ -104,30 +104,33 @@ class Figures:
     values_xla_agreeing: int = 0
     values_skipped: Counter = field(default_factory=Counter)
     classes: Counter = field(default_factory=Counter)
+    #: seconds spent per stage (`CaseResult.seconds`), summed over the cases
+    seconds: Counter = field(default_factory=Counter)
 
-    def add(self, r: CaseResult) -> None:
+    def add(self, r) -> None:
+        """Count one case (a `summary.CaseSummary`)."""
         self.cases += 1
         self.status[r.status] += 1
+        self.seconds.update(r.seconds)
         if r.status in ("xla-rejected", "xla-crashed", "skipped"):
             return
-        compared = r.compared_shardings
-        self.instructions += len(compared)
-        self.instructions_agreeing += sum(v.agrees for v in compared)
-        self.instructions_absent += len(r.shardings) - len(compared)
-        if r.shardings:
+        self.instructions += r.instructions
+        self.instructions_agreeing += r.agreeing
+        self.instructions_absent += r.absent
+        if r.propagated:
             self.modules_compared += 1
             self.modules_agreeing += r.shardings_agree
             if r.deliberate:
                 self.modules_deliberate += 1
             else:
-                self.instructions_elsewhere += len(compared)
-                self.instructions_agreeing_elsewhere += sum(v.agrees for v in compared)
+                self.instructions_elsewhere += r.instructions
+                self.instructions_agreeing_elsewhere += r.agreeing
         if r.bytes_compared:
             self.bytes_compared += 1
             self.bytes_equal += r.our_bytes == r.xla_bytes
             self.bytes_fewer += r.our_bytes < r.xla_bytes
             self.bytes_more += r.our_bytes > r.xla_bytes
-        elif r.our_spmd is not None:
+        elif r.spmd_made:
             self.bytes_unknown += 1
         if r.values == "compared":
             self.values_compared += 1
@@ -136,7 +139,7 @@ class Figures:
             self.values_xla_agreeing += "XLA" not in r.value_mismatch
         elif r.values.startswith("not run: "):
             self.values_skipped[r.values[len("not run: "):].split(":")[0][:60]] += 1
-        for c in set(divergence_classes(r)):
+        for c in set(r.classes):
             self.classes[c] += 1
 
     @property
@@ -202,4 +205,7 @@ class Figures:
             f"{self.percent(self.values_agreeing, self.values_compared)}",
             "values not run: " + (", ".join(f"{k} {v}" for k, v in
                                              self.values_skipped.most_common()) or "none"),
+            f"seconds per case ({self.cases - s['skipped']} cases): " + (", ".join(
+                f"{stage} {seconds / max(1, self.cases - s['skipped']):.3f}"
+                for stage, seconds in self.seconds.most_common()) or "none"),
         ]

@@ -51,12 +51,20 @@ def corpus_modules(shared: Path = SHARED) -> list[tuple[str, str, int]]:
 SEED_STRIDE = 1_000_000
 
 
-def fuzz_cases(count: int, seed: int) -> list[Case]:
-    """`count` generated modules from run seed `seed`, each under both option settings (the
-    generator's own choice of options is replaced by the two settings)."""
+def in_shard(index: int, shard: tuple[int, int]) -> bool:
+    """Whether module `index` of a run belongs to shard `shard` = (i, k): every k-th module from
+    the i-th, so that k shards of a run hold each of its modules exactly once."""
+    i, k = shard
+    return index % k == i
+
+
+def fuzz_cases(count: int, seed: int, shard: tuple[int, int] = (0, 1)) -> list[Case]:
+    """`count` generated modules from run seed `seed` (those of `shard`, see `in_shard`), each
+    under both option settings (the generator's own choice of options is replaced by the two
+    settings)."""
     from fuzz import case
     found = []
-    for i in range(count):
+    for i in range(shard[0], count, shard[1]):
         generated = case(seed * SEED_STRIDE + i)
         found += [Case(f"fuzz/{generated.seed} [{'on' if out else 'off'}]", generated.text,
                        generated.num_partitions, out, params, generated.reference_text)
@@ -64,10 +72,12 @@ def fuzz_cases(count: int, seed: int) -> list[Case]:
     return found
 
 
-def corpus_cases(count: int, seed: int, shared: Path = SHARED) -> list[Case]:
-    """`count` corpus modules drawn by `seed` (all of them when `count` is larger), each under
-    both option settings."""
+def corpus_cases(count: int, seed: int, shard: tuple[int, int] = (0, 1),
+                 shared: Path = SHARED) -> list[Case]:
+    """`count` corpus modules drawn by `seed` (all of them when `count` is larger; those of
+    `shard`, see `in_shard`), each under both option settings."""
     modules = corpus_modules(shared)
     random.Random(seed).shuffle(modules)
     return [Case(f"{name} [{'on' if out else 'off'}]", text, n, out, params)
-            for name, text, n in modules[:count] for out, params in SETTINGS]
+            for index, (name, text, n) in enumerate(modules[:count]) if in_shard(index, shard)
+            for out, params in SETTINGS]

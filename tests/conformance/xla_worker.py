@@ -3,8 +3,9 @@ sharding propagation and SPMD partitioner (jax/jaxlib 0.10.2, CPU) on annotated 
 XLA's partitioned program run on N host devices (`python -m ... xla_worker N [excess]`: with
 `excess`, XLA's default `--xla_allow_excess_precision=true`, else false).
 
-jax fixes its device count when it is first imported, so one worker serves one N for its whole
-life. The worker reads requests from standard input and writes answers to its original standard
+jax fixes its device count when its backend starts, so one worker serves one N for its whole
+life. Workers are forked from a zygote process that has imported jax once (`zygote`), so a
+worker starts in a fraction of a second instead of jax's import time. The worker reads requests from standard input and writes answers to its original standard
 output, both as pickled dicts (pickle frames are self-delimiting); whatever XLA prints goes to
 standard error. A request is
 
@@ -15,8 +16,11 @@ standard error. A request is
 `output_shapes`: the global dims of the result's array leaves, in order)
 and the answer is
 
-    {"ok": True, "before": str, "propagated": str, "spmd": str, "outputs": list | None}
-    {"ok": False, "stage": "compile" | "run", "error": str}
+    {"ok": True, "before": str, "propagated": str, "spmd": str, "outputs": list | None,
+     "seconds": dict}
+    {"ok": False, "stage": "compile" | "run", "error": str, "seconds": dict}
+
+(`seconds`: where the worker's time went, "XLA compile" (with reading the dumps), "XLA run")
 
 `before` is the module XLA's sharding-propagation pass starts from (after its import and the
 passes before it: call inlining, conditional canonicalization), `propagated` the module after
@@ -38,6 +42,7 @@ import pickle
 import re
 import sys
 import tempfile
+import time
 import traceback
 
 DUMP_PASSES = "sharding-propagation|spmd-partitioning"
@@ -156,22 +161,29 @@ class XlaCompiler:
         return out
 
     def answer(self, request: dict) -> dict:
+        seconds = {}
+        started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="xla-oracle-") as dump_dir:
             try:
                 executable = self.compile(request["text"], request["to_output"],
                                           request["to_parameters"], dump_dir)
                 before, propagated, spmd = _read_dumps(dump_dir)
             except Exception as e:  # XLA's errors arrive as XlaRuntimeError/ValueError
-                return {"ok": False, "stage": "compile", "error": _first_line(e)}
+                return {"ok": False, "stage": "compile", "error": _first_line(e),
+                        "seconds": {"XLA compile": time.monotonic() - started}}
+        seconds["XLA compile"] = time.monotonic() - started
         outputs = None
         if request.get("inputs") is not None:
+            started = time.monotonic()
             try:
                 outputs = self.run(executable, request["inputs"], request["output_shapes"])
             except Exception as e:
                 return {"ok": False, "stage": "run", "error": _first_line(e),
-                        "before": before, "propagated": propagated, "spmd": spmd}
+                        "before": before, "propagated": propagated, "spmd": spmd,
+                        "seconds": seconds}
+            seconds["XLA run"] = time.monotonic() - started
         return {"ok": True, "before": before, "propagated": propagated, "spmd": spmd,
-                "outputs": outputs}
+                "outputs": outputs, "seconds": seconds}
 
 
 def _replicated():
@@ -263,5 +275,75 @@ def serve(num_devices: int, excess_precision: bool = False) -> None:
         answers.flush()
 
 
+def zygote(channel_fd: int) -> None:
+    """Import jax once, then fork a worker (`serve`) per request on the Unix socket
+    `channel_fd` (SOCK_SEQPACKET), so that starting a worker (the first for a device count, or
+    the replacement of one XLA killed) takes a fork instead of jax's import. jax reads the
+    device count and the other XLA flags when its CPU backend starts, which each worker does
+    after the fork. Messages (client -> zygote, reply):
+
+        b"fork N E" + fds (requests, answers, log)  ->  b"pid P"   (E: 1 = excess precision)
+        b"reap P T"                                 ->  b"status S" (exit status as subprocess
+                                                                    gives it; killed after T s)
+
+    The zygote starts with b"ready" (or b"error ..."), and ends when the socket closes."""
+    import signal
+    import socket
+    import time
+    channel = socket.socket(fileno=channel_fd)
+    try:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        import jax  # noqa: F401 - imported once here, inherited by every forked worker
+        from jax._src import sharding_impls, xla_bridge  # noqa: F401
+        from jax._src.lib import _jax, xla_client  # noqa: F401
+        from jaxlib import _hlo  # noqa: F401
+        import numpy  # noqa: F401
+    except Exception:
+        channel.send(b"error " + traceback.format_exc().encode()[-2000:])
+        return
+    channel.send(b"ready")
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(channel, 1024, 3)
+        except OSError:
+            return
+        if not message:
+            return
+        words = message.decode().split()
+        if words[0] == "fork":
+            pid = os.fork()
+            if pid == 0:
+                channel.close()
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                for target, fd in zip((0, 1, 2), fds):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                code = 0
+                try:
+                    serve(int(words[1]), words[2] == "1")
+                except BaseException:  # noqa: BLE001 - the client sees the pipe close
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    sys.stderr.flush()
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            channel.send(f"pid {pid}".encode())
+        elif words[0] == "reap":
+            pid, deadline = int(words[1]), time.monotonic() + float(words[2])
+            done, status = os.waitpid(pid, os.WNOHANG)
+            while not done and time.monotonic() < deadline:
+                time.sleep(0.01)
+                done, status = os.waitpid(pid, os.WNOHANG)
+            if not done:
+                os.kill(pid, signal.SIGKILL)
+                _, status = os.waitpid(pid, 0)
+            channel.send(f"status {os.waitstatus_to_exitcode(status)}".encode())
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2:] == ["excess"])
+    if sys.argv[1] == "zygote":
+        zygote(int(sys.argv[2]))
+    else:
+        serve(int(sys.argv[1]), sys.argv[2:] == ["excess"])
