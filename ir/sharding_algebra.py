@@ -382,7 +382,9 @@ def reshape_sharding(s: HloSharding, source_dims, target_dims) -> HloSharding | 
     """The sharding of `reshape(x)` from dims `source_dims` to `target_dims` given `x`'s sharding
     `s`, or None when no tile can follow (XLA's ReshapeSharding). The tile assignment is only
     reshaped, never permuted: tiles that cannot follow (a sharded size-1 dim that disappears, the
-    remainder of a gcd split) become replication. When every sharded source dim divides evenly,
+    remainder of a gcd split) become replication. Between equal dims too the scan decides (as
+    in XLA): a sharded size-1 dim after an unsharded one hands its tiles to the first size-1
+    target dim (`[1,1,4]` tiled `[1,2,4]` becomes `[2,1,4]`). When every sharded source dim divides evenly,
     every device's elements lie inside its target tile; for uneven dims XLA's answer may let them
     straddle tiles (callers that need containment check it themselves)."""
     _leaf(s, "reshape_sharding")
@@ -392,8 +394,8 @@ def reshape_sharding(s: HloSharding, source_dims, target_dims) -> HloSharding | 
     if s.data_rank != len(source) or prod(source) != prod(target):
         raise ShardingError(f"reshape_sharding: {s.to_text()} cannot map {list(source)} "
                             f"to {list(target)}")
-    if source == target:
-        return s
+    if source == target and not any(d == 1 and c > 1 for d, c in zip(source, s.tile_counts)):
+        return s                    # the scan maps every dim to itself
     scan = _reshape_tile_counts(source, target, s.tile_counts)
     if scan is None:
         return None

@@ -174,6 +174,16 @@ ENTRY main {
                                                                            {"d": "{devices=[2,1]<=[2]}"}),
     "dynamic_update_slice_base_improves_on_a_replicated_update_options_on": Behaviour(
         DUS_BASE, 2, True, {"d": "{devices=[2,1]<=[2]}", "u": "{devices=[2,1]<=[2]}"}),
+    # XLA's reshape scan runs between equal shapes too: the size-1 dim tiled 2 ways after an
+    # untiled one hands its tiles to the first size-1 dim of the operand
+    "reshape_between_equal_shapes_moves_a_tiled_size_one_dim": Behaviour("""
+HloModule m, num_partitions=8
+ENTRY main {
+  p = f32[1,1,4] parameter(0)
+  n = f32[1,1,4] negate(p)
+  r = f32[1,1,4] reshape(n), sharding={devices=[1,2,4]<=[8]}
+  ROOT t = (f32[1,1,4]) tuple(r)
+}""", 8, False, {"n": "{devices=[2,1,4]<=[8]}", "r": "{devices=[1,2,4]<=[8]}"}),
 }
 
 

@@ -665,3 +665,13 @@ def test_the_compiler_has_one_cache():
            for n, line in enumerate(p.read_text().splitlines(), 1)
            if functools_cache.search(line)]
     assert own == []
+
+
+def test_reshape_between_equal_shapes_scans_like_xla():
+    """Equal source and target dims are scanned too (XLA's ReshapeSharding has no shortcut): the
+    untiled size-1 dim 0 merges away, so the size-1 dim 1's 2 tiles land on target dim 0; without
+    a tiled size-1 dim the scan maps every dim to itself."""
+    assert algebra.reshape_sharding(iota([1, 2, 4]), [1, 1, 4], [1, 1, 4]) == iota([2, 1, 4])
+    assert algebra.propagate_through_reshape(iota([1, 2, 4]), [1, 1, 4], [1, 1, 4]) == \
+        iota([2, 1, 4])
+    assert algebra.reshape_sharding(iota([1, 2]), [1, 4], [1, 4]) == iota([1, 2])
