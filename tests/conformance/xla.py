@@ -173,6 +173,12 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
                         help="seconds XLA may take on one case")
 
 
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
 def merge(argv: list[str]) -> int:
     """`merge FILE...`: the report over the union of shard result files."""
     parser = argparse.ArgumentParser(prog="python -m conformance.xla merge",
@@ -234,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     with XlaOracle(timeout=args.timeout) as oracle:
         if args.results is not None:
             with open(args.results, "a") as sink:
+                if sink.tell() > 0 and not _ends_with_newline(args.results):
+                    sink.write("\n")                   # a line torn when a shard was cut off
                 def record(summary: CaseSummary) -> None:
                     sink.write(summary.to_json() + "\n")
                     sink.flush()

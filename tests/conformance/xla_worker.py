@@ -317,7 +317,6 @@ def zygote(channel_fd: int) -> None:
             pid = os.fork()
             if pid == 0:
                 channel.close()
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
                 for target, fd in zip((0, 1, 2), fds):
                     os.dup2(fd, target)
                     os.close(fd)
