@@ -384,9 +384,9 @@ def reshape_sharding(s: HloSharding, source_dims, target_dims) -> HloSharding | 
     reshaped, never permuted: tiles that cannot follow (a sharded size-1 dim that disappears, the
     remainder of a gcd split) become replication. Between equal dims too the scan decides (as
     in XLA): a sharded size-1 dim after an unsharded one hands its tiles to the first size-1
-    target dim (`[1,1,4]` tiled `[1,2,4]` becomes `[2,1,4]`). When every sharded source dim divides evenly,
-    every device's elements lie inside its target tile; for uneven dims XLA's answer may let them
-    straddle tiles (callers that need containment check it themselves)."""
+    target dim (`[1,1,4]` tiled `[1,2,4]` becomes `[2,1,4]`). When every sharded source dim
+    divides evenly, every device's elements lie inside its target tile; for uneven dims XLA's
+    answer may let them straddle tiles (callers that need containment check it themselves)."""
     _leaf(s, "reshape_sharding")
     if not s.is_tiled:
         return s

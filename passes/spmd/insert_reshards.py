@@ -138,31 +138,20 @@ def _replicated_constants(comp: Computation) -> None:
     partitioner takes such a value as replicated too). Any other manual value used outside a
     manual region stays an error (its per-device data has no global meaning)."""
     users = comp.users()
-    copies: dict[Instruction, Instruction] = {}
+    names = NameUniquer(i.name for i in comp.instructions)
     instructions = []
     for inst in comp.instructions:
         instructions.append(inst)
-        if inst.opcode != "constant" or inst.sharding.kind != "manual":
-            continue
         outside = [u for u in users[inst] if not u.sharding.has_manual_leaf]
-        if not outside:
+        if inst.opcode != "constant" or inst.sharding.kind != "manual" or not outside:
             continue
-        copy = Instruction(f"{inst.name}.replicated", "constant", inst.shape,
+        copy = Instruction(names(f"{inst.name}.replicated"), "constant", inst.shape,
                            attrs=dict(inst.attrs), sharding=HloSharding.replicate(),
                            literal=inst.literal)
         instructions.append(copy)
-        copies[inst] = copy
         for user in outside:
             user.operands = [copy if o is inst else o for o in user.operands]
-    if copies:
-        taken = {i.name for i in comp.instructions}
-        for copy in copies.values():
-            name, k = copy.name, 1
-            while name in taken:
-                name, k = f"{copy.name}.{k}", k + 1
-            copy.name = name
-            taken.add(name)
-        comp.instructions = instructions
+    comp.instructions = instructions
 
 
 class _Rewriter:
