@@ -158,31 +158,82 @@ class PadDim:
     interior: int = 0
 
 
-@dataclass(frozen=True, slots=True)
 class ReplicaGroups:
     """`replica_groups=...` in any of XLA's forms, materialised as explicit groups.
 
     `groups` is a tuple of groups (tuples of ids, order significant); the empty tuple is `{}`, meaning
     one group with every participant. Equality ignores the text form; the printer chooses the iota
-    form `[G,S]<=[...]T(...)` whenever it matches.
+    form `[G,S]<=[...]T(...)` whenever it matches. Immutable. Built from a `[G, S]` array
+    (`from_array`, what the partitioner emits), the value keeps the array and makes the tuples
+    only when they are read, so building, hashing and comparing the groups of a collective over
+    thousands of devices costs array operations, not one Python object per device.
     """
 
-    groups: tuple[tuple[int, ...], ...]
+    __slots__ = ("_groups", "_array", "_hash")
+
+    def __init__(self, groups: tuple[tuple[int, ...], ...] = ()):
+        object.__setattr__(self, "_groups", tuple(tuple(g) for g in groups))
+        object.__setattr__(self, "_array", None)
+        object.__setattr__(self, "_hash", None)
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> "ReplicaGroups":
         """From a `[num_groups, group_size]` integer array."""
-        return cls(tuple(map(tuple, np.asarray(array, dtype=np.int64).tolist())))
+        array = np.array(array, dtype=np.int64)
+        array.setflags(write=False)
+        value = object.__new__(cls)
+        object.__setattr__(value, "_groups", None)
+        object.__setattr__(value, "_array", array)
+        object.__setattr__(value, "_hash", None)
+        return value
+
+    def __setattr__(self, name, value):
+        raise AttributeError("ReplicaGroups is immutable")
+
+    @property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        if self._groups is None:
+            object.__setattr__(self, "_groups", tuple(map(tuple, self._array.tolist())))
+        return self._groups
 
     @property
     def is_all(self) -> bool:
-        return not self.groups
+        return not (len(self._array) if self._groups is None else self._groups)
 
     def as_array(self) -> np.ndarray | None:
-        """The groups as a `[G, S]` array, or None when they are empty or ragged."""
-        if not self.groups or len({len(g) for g in self.groups}) != 1:
-            return None
-        return np.asarray(self.groups, dtype=np.int64)
+        """The groups as a `[G, S]` array (read-only), or None when they are empty or ragged."""
+        if self._array is None:
+            if not self._groups or len({len(g) for g in self._groups}) != 1:
+                return None
+            array = np.asarray(self._groups, dtype=np.int64)
+            array.setflags(write=False)
+            object.__setattr__(self, "_array", array)
+        return self._array
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, ReplicaGroups):
+            return NotImplemented
+        if self is other:
+            return True
+        a, b = self.as_array(), other.as_array()
+        if a is not None and b is not None:
+            return a.shape == b.shape and bool(np.array_equal(a, b))
+        return self.groups == other.groups
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            array = self.as_array()
+            key = self.groups if array is None else (array.shape, array.tobytes())
+            object.__setattr__(self, "_hash", hash(key))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"ReplicaGroups(groups={self.groups!r})"
+
+    def __reduce__(self):
+        if self._groups is None:
+            return (ReplicaGroups.from_array, (np.array(self._array),))
+        return (ReplicaGroups, (self._groups,))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ collective it wraps, its `async-done` nothing. Devices in no group send nothing.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, log2
 from typing import Sequence
@@ -36,37 +35,78 @@ from .ops import COLLECTIVES
 from .shapes import Shape
 
 
-@dataclass(frozen=True, eq=False)
 class Traffic:
     """The bytes one execution of a collective moves: `sent[d]` and `received[d]` for every device
     d of the program (read-only int64 arrays). `num_groups` groups of `group_size` members (a
     collective-permute: its pairs, groups of two, or of one when no pair moves data);
-    `operand_bytes` the bytes of one member's operands."""
+    `operand_bytes` the bytes of one member's operands.
 
-    kind: str
-    num_groups: int
-    group_size: int
-    operand_bytes: int
-    sent: np.ndarray
-    received: np.ndarray
+    A collective over groups is stored by group member (`by_member`): the member at position k of
+    every group sends and receives the same bytes, so `max_sent` and `total_sent` (what the reshard
+    planner compares) cost the same at 8 and at 4096 devices; the per-device arrays are built on
+    first use."""
 
-    def __post_init__(self):
-        for array in (self.sent, self.received):
+    __slots__ = ("kind", "num_groups", "group_size", "operand_bytes", "num_devices", "_groups",
+                 "_member_sent", "_member_received", "_sent", "_received")
+
+    def __init__(self, kind: str, num_groups: int, group_size: int, operand_bytes: int,
+                 sent: np.ndarray, received: np.ndarray):
+        for name, value in (("kind", kind), ("num_groups", num_groups),
+                            ("group_size", group_size), ("operand_bytes", operand_bytes),
+                            ("num_devices", sent.size), ("_groups", None),
+                            ("_member_sent", None), ("_member_received", None),
+                            ("_sent", sent), ("_received", received)):
+            object.__setattr__(self, name, value)
+        for array in (sent, received):
             array.setflags(write=False)
 
+    @classmethod
+    def by_member(cls, kind: str, groups: np.ndarray, operand_bytes: int, member_sent,
+                  member_received, num_devices: int) -> "Traffic":
+        """A collective over `groups` (`[G, g]`, disjoint) whose member at position k sends
+        `member_sent[k]` and receives `member_received[k]` bytes; devices in no group send
+        nothing."""
+        traffic = object.__new__(cls)
+        count, g = groups.shape
+        for name, value in (("kind", kind), ("num_groups", count), ("group_size", g),
+                            ("operand_bytes", operand_bytes), ("num_devices", num_devices),
+                            ("_groups", groups),
+                            ("_member_sent", np.asarray(member_sent, dtype=np.int64)),
+                            ("_member_received", np.asarray(member_received, dtype=np.int64)),
+                            ("_sent", None), ("_received", None)):
+            object.__setattr__(traffic, name, value)
+        return traffic
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Traffic is immutable")
+
     @property
-    def num_devices(self) -> int:
-        return self.sent.size
+    def sent(self) -> np.ndarray:
+        if self._sent is None:
+            object.__setattr__(self, "_sent", _per_device(self._groups, self._member_sent,
+                                                          self.num_devices))
+        return self._sent
+
+    @property
+    def received(self) -> np.ndarray:
+        if self._received is None:
+            object.__setattr__(self, "_received", _per_device(
+                self._groups, self._member_received, self.num_devices))
+        return self._received
 
     @property
     def total_sent(self) -> int:
         """Bytes sent by all devices together."""
-        return int(self.sent.sum())
+        if self._sent is None:
+            return self.num_groups * int(self._member_sent.sum())
+        return int(self._sent.sum())
 
     @property
     def max_sent(self) -> int:
         """Bytes sent by the busiest device."""
-        return int(self.sent.max()) if self.sent.size else 0
+        if self._sent is None:
+            return int(self._member_sent.max()) if self._groups.size else 0
+        return int(self._sent.max()) if self._sent.size else 0
 
     @property
     def mean_sent(self) -> Fraction:
@@ -94,9 +134,11 @@ def _chunks(elements: int, parts: int) -> np.ndarray:
 
 
 def _per_device(groups: np.ndarray, per_member: np.ndarray, num_devices: int) -> np.ndarray:
-    """`[N]` array: `per_member[k]` for the member at position k of its group, 0 elsewhere."""
+    """`[N]` array: `per_member[k]` for the member at position k of its group, 0 elsewhere
+    (read-only)."""
     out = np.zeros(num_devices, dtype=np.int64)
     out[groups] = per_member[None, :]
+    out.setflags(write=False)
     return out
 
 
@@ -107,55 +149,50 @@ def _groups(groups) -> np.ndarray:
 def all_gather(groups, operand_bytes: int, num_devices: int) -> Traffic:
     """Every member sends its operand to the g-1 others (around a ring) and receives theirs."""
     groups = _groups(groups)
-    count, g = groups.shape
+    g = groups.shape[1]
     each = np.full(g, (g - 1) * operand_bytes, dtype=np.int64)
-    return Traffic("all-gather", count, g, operand_bytes, _per_device(groups, each, num_devices),
-                   _per_device(groups, each, num_devices))
+    return Traffic.by_member("all-gather", groups, operand_bytes, each, each, num_devices)
 
 
 def reduce_scatter(groups, elements: int, width: int, num_devices: int) -> Traffic:
     """A ring reduce-scatter of an operand of `elements` elements: member r ends with chunk r and
     sends every other chunk once; it receives what member r-1 sends."""
     groups = _groups(groups)
-    count, g = groups.shape
+    g = groups.shape[1]
     sent = (elements - _chunks(elements, g)) * width
-    return Traffic("reduce-scatter", count, g, elements * width,
-                   _per_device(groups, sent, num_devices),
-                   _per_device(groups, np.roll(sent, 1), num_devices))
+    return Traffic.by_member("reduce-scatter", groups, elements * width, sent,
+                             np.roll(sent, 1), num_devices)
 
 
 def all_reduce(groups, elements: int, width: int, num_devices: int) -> Traffic:
     """A ring reduce-scatter, then a ring all-gather of the reduced chunks: member r sends every
     chunk but its own, then every chunk but member r+1's."""
     groups = _groups(groups)
-    count, g = groups.shape
+    g = groups.shape[1]
     c = _chunks(elements, g)
     sent = (2 * elements - c - np.roll(c, -1)) * width
-    return Traffic("all-reduce", count, g, elements * width,
-                   _per_device(groups, sent, num_devices),
-                   _per_device(groups, np.roll(sent, 1), num_devices))
+    return Traffic.by_member("all-reduce", groups, elements * width, sent,
+                             np.roll(sent, 1), num_devices)
 
 
 def all_to_all(groups, elements: int, width: int, num_devices: int) -> Traffic:
     """Member r splits its operand of `elements` elements into g blocks and sends block j to member
     j: every block but its own; it receives block r of every other member."""
     groups = _groups(groups)
-    count, g = groups.shape
+    g = groups.shape[1]
     c = _chunks(elements, g)
-    return Traffic("all-to-all", count, g, elements * width,
-                   _per_device(groups, (elements - c) * width, num_devices),
-                   _per_device(groups, (g - 1) * c * width, num_devices))
+    return Traffic.by_member("all-to-all", groups, elements * width, (elements - c) * width,
+                             (g - 1) * c * width, num_devices)
 
 
 def all_to_all_tuple(groups, operand_bytes: Sequence[int], num_devices: int) -> Traffic:
     """The tuple form: member r sends its operand j to member j (every operand but its own r-th)
     and receives operand r of every other member."""
     groups = _groups(groups)
-    count, g = groups.shape
+    g = groups.shape[1]
     sizes = np.asarray(operand_bytes, dtype=np.int64)
-    return Traffic("all-to-all", count, g, int(sizes.sum()),
-                   _per_device(groups, sizes.sum() - sizes, num_devices),
-                   _per_device(groups, (g - 1) * sizes, num_devices))
+    return Traffic.by_member("all-to-all", groups, int(sizes.sum()), sizes.sum() - sizes,
+                             (g - 1) * sizes, num_devices)
 
 
 def collective_permute(pairs, operand_bytes: int, num_devices: int) -> Traffic:
@@ -173,12 +210,11 @@ def collective_permute(pairs, operand_bytes: int, num_devices: int) -> Traffic:
 def collective_broadcast(groups, operand_bytes: int, num_devices: int) -> Traffic:
     """Member 0 of each group is the source; the operand travels down the chain of members."""
     groups = _groups(groups)
-    count, g = groups.shape
+    g = groups.shape[1]
     sent = np.where(np.arange(g) < g - 1, operand_bytes, 0)
     received = np.where(np.arange(g) > 0, operand_bytes, 0)
-    return Traffic("collective-broadcast", count, g, operand_bytes,
-                   _per_device(groups, sent, num_devices),
-                   _per_device(groups, received, num_devices))
+    return Traffic.by_member("collective-broadcast", groups, operand_bytes, sent,
+                             received, num_devices)
 
 
 def instruction_traffic(inst: Instruction, num_partitions: int,

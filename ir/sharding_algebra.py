@@ -1002,6 +1002,21 @@ def gather_tiles(s: HloSharding, dim: int, factor: int, rank: int,
     return sharding_of_devices(_merge_axis(split, dim + 1, split.ndim - 1, major=True)), groups
 
 
+def coarsen_tiles(s: HloSharding, factors: Sequence[int], rank: int,
+                  num_devices: int) -> HloSharding:
+    """The sharding in which every device holds the tile that contains its tile of `s` once the
+    minor `factors[d]` part of each data dim d's tiles is gathered into replication (the
+    sharding `gather_tiles` leads to, without the groups; partial values stay partial). Stays
+    in iota form: comparing two coarsened shardings tells whether every device's tiles nest,
+    at any device count."""
+    tiles = device_tiles(s, rank, num_devices)
+    for d, factor in enumerate(factors):
+        if factor > 1:
+            split = _split_axis(tiles, d, factor)
+            tiles = _merge_axis(split, d + 1, split.ndim - 1, major=True)
+    return sharding_of_devices(tiles)
+
+
 def move_tiles(s: HloSharding, source: int, target: int, factor: int, rank: int,
                num_devices: int) -> tuple[HloSharding, np.ndarray]:
     """All-to-all: the minor `factor` part of data dim `source`'s tiles becomes the minor part of
@@ -1037,6 +1052,7 @@ __all__ = [
     "find_common_sharding", "GroupedSharding", "group_on_dims", "ungroup", "device_tiles",
     "device_array",
     "sharding_of_devices", "unreduce_on_dims", "insert_dims", "partial_groups",
-    "all_reduce_partials", "reduce_scatter_partials", "gather_tiles", "move_tiles",
+    "all_reduce_partials", "reduce_scatter_partials", "gather_tiles", "coarsen_tiles",
+    "move_tiles",
     "split_replication",
 ]

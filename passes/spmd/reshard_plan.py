@@ -529,6 +529,8 @@ def _holders_for_gathers(source: HloSharding, target_sharding: HloSharding, rank
     gathered = np.asarray(state.counts) // np.asarray(gathers)
     up = np.asarray(target.counts) // gathered
     slot_devices = state.devices.reshape(-1)
+    if _nested(source, gathers, target_sharding, tuple(int(f) for f in up), rank, num_devices):
+        return slot_devices
     slot_index = np.indices(state.devices.shape, dtype=np.int64).reshape(
         state.devices.ndim, -1).T[:, :rank]
     slot_key = _keys(slot_index // np.asarray(gathers), gathered)
@@ -536,6 +538,18 @@ def _holders_for_gathers(source: HloSharding, target_sharding: HloSharding, rank
     holders = _match(slot_key, slot_devices, device_key)
     holders.setflags(write=False)
     return holders
+
+
+def _nested(source: HloSharding, source_factors, target: HloSharding, target_factors,
+            rank: int, num_devices: int) -> bool:
+    """Whether every device holds the same tile of `source` coarsened by `source_factors` as of
+    `target` coarsened by `target_factors` (`algebra.coarsen_tiles`; no partial values on either
+    side): then `_match` keeps every device where it is. Decided on the shardings, so it costs
+    the same at any device count for iota tile assignments."""
+    if any(algebra.device_tiles(s, rank, num_devices).dims[-2] > 1 for s in (source, target)):
+        return False
+    return algebra.coarsen_tiles(source, source_factors, rank, num_devices) == \
+        algebra.coarsen_tiles(target, target_factors, rank, num_devices)
 
 
 def _keys(coords: np.ndarray, counts) -> np.ndarray:
@@ -628,6 +642,12 @@ def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
     target = Tiling(target_sharding, rank, num_devices)
     up = np.asarray(target.counts) // np.asarray(state.counts)
     slot_devices = target.devices.reshape(-1)
+    if _nested(source, (1,) * rank, target_sharding, tuple(int(f) for f in up), rank,
+               num_devices):
+        pairs = np.column_stack([slot_devices, slot_devices])
+        pairs.setflags(write=False)
+        return algebra.sharding_of_devices(algebra.device_tiles(target_sharding, rank,
+                                                                num_devices)), pairs
     slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
         target.devices.ndim, -1).T[:, :rank]
     holders = _match(_keys(slot_index // up, state.counts), slot_devices, state.tile_keys())
