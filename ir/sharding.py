@@ -87,6 +87,14 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
+#: entries kept in `_TILED` before it is emptied
+_TILED_LIMIT = 1 << 14
+#: `HloSharding.tiled` results without metadata or shard group, by (tile assignment, subgroup
+#: types). Registered with (and emptied by) `sharding_algebra.clear_caches`, the project's one
+#: cache.
+_TILED: dict = {}
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class HloSharding:
     """An immutable sharding value; build it with the class methods (`replicate`, `tiled`, ...),
@@ -196,9 +204,29 @@ class HloSharding:
         size-1 subgroup dims dropped, same-typed
         subgroup dims merged, types ordered manual < unreduced < replicated, replication groups
         sorted; degenerates to `{replicated}`/`{manual}`/`{unreduced}` when no data dim is cut
-        and one subgroup type remains, and to `{replicated}` on a single device."""
-        ta, types = tile_assignment, tuple(subgroup_types)
+        and one subgroup type remains, and to `{replicated}` on a single device.
+
+        Without metadata or shard group the value is made once per (tile assignment, subgroup
+        types) and shared (`_TILED`): compilation builds the same few shardings thousands of
+        times."""
         metadata = tuple(metadata)
+        if metadata or shard_group is not None or not isinstance(tile_assignment, TileAssignment):
+            return cls._canonical_tiled(tile_assignment, tuple(subgroup_types), metadata,
+                                        shard_group)
+        try:
+            key = (tile_assignment, tuple(subgroup_types))
+            found = _TILED.get(key)
+        except TypeError:               # unhashable subgroup types: the checks name them
+            return cls._canonical_tiled(tile_assignment, tuple(subgroup_types), (), None)
+        if found is None:
+            if len(_TILED) >= _TILED_LIMIT:
+                _TILED.clear()
+            found = _TILED[key] = cls._canonical_tiled(*key, (), None)
+        return found
+
+    @classmethod
+    def _canonical_tiled(cls, ta, types: tuple, metadata: tuple,
+                         shard_group: ShardGroup | None) -> "HloSharding":
         if not isinstance(ta, TileAssignment):
             raise ShardingError(f"tile assignment must be a TileAssignment, got {ta!r}")
         bad = [t for t in types if t not in SUBGROUP_TYPES]

@@ -32,14 +32,14 @@ from gspmdc.errors import ShardingError, UnsupportedError
 
 from .shapes import ArrayShape, Shape, TupleShape
 from .sharding import SUBGROUP_TYPES, HloSharding
-from . import tile_assignment
+from . import sharding, tile_assignment
 from .tile_assignment import TileAssignment
 
 # ---- the cache ---------------------------------------------------------------------------------
 
 #: entries kept per cached function before its table is emptied
 CACHE_SIZE = 1 << 16
-_TABLES: list[dict] = [tile_assignment._INTERNED]
+_TABLES: list[dict] = [tile_assignment._INTERNED, sharding._TILED]
 
 
 def _key(value):
@@ -54,8 +54,8 @@ def _key(value):
     return value
 
 
-#: argument types whose memo key is not the argument itself
-_KEYED = (HloSharding, list, np.ndarray)
+#: argument types that count as tuples of dims in a memo key
+_SEQUENCES = (list, np.ndarray)
 
 
 def cached(fn: Callable) -> Callable:
@@ -67,7 +67,9 @@ def cached(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def memo(*args, **kwargs):
-        key = tuple([_key(a) if isinstance(a, _KEYED) else a for a in args])
+        # `_key` inlined: this runs for every call of every cached function
+        key = tuple([a.memo_key if type(a) is HloSharding else
+                     tuple([int(v) for v in a]) if type(a) in _SEQUENCES else a for a in args])
         if kwargs:
             key += tuple((name, _key(value)) for name, value in sorted(kwargs.items()))
         try:

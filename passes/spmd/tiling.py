@@ -32,6 +32,8 @@ def cdiv(a: int, b: int) -> int:
 
 def _plain(s: HloSharding) -> HloSharding:
     """`s` without metadata and shard group (`{unknown}` read as `{replicated}`)."""
+    if not s.metadata and s.shard_group is None and s.kind != "unknown":
+        return s
     if s.kind in ("replicated", "unknown"):
         return HloSharding.replicate()
     if s.kind == "tiled":
