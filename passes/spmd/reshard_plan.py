@@ -430,10 +430,10 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     gathers = _gather_factors(dims, state, target, down)
     if early_permute and any(f > 1 for f in gathers):
         holders = _aligned_for_gathers(state, target, gathers)
-        aligned = Tiling.of_devices(holders.reshape(state.devices.shape))
-        pairs = np.column_stack([state.devices.reshape(-1), holders])
-        if bool((pairs[:, 0] != pairs[:, 1]).any()):
-            steps.append(Permute(state, aligned, pairs=pairs))
+        sources = state.devices.reshape(-1)
+        if bool((sources != holders).any()):
+            aligned = Tiling.of_devices(holders.reshape(state.devices.shape))
+            steps.append(Permute(state, aligned, pairs=np.column_stack([sources, holders])))
             state = aligned
     if early_permute and len(steps) == before:
         inert.add(4)
