@@ -169,6 +169,41 @@ def iota_replica_groups(groups: np.ndarray) -> tuple[tuple[int, ...], tuple[int,
     return _detect(flat)
 
 
+def atomic_axes(*assignments: "TileAssignment") -> list[list[Digits]] | None:
+    """For iota assignments of the same devices: per assignment, per axis, the digits
+    `(radix, stride)` of the device id whose values make up the axis index (major first), all
+    cut at the same places, so that two axes read the same part of the device id exactly when
+    they list the same digits, and axes list no digit in common exactly when they read
+    independent parts of it. None when an assignment is explicit, or the digits of the
+    assignments do not cut into one mixed radix."""
+    groups = []
+    for ta in assignments:
+        if ta._iota is None:
+            return None
+        axes = _align(_digits(*ta._iota), ta.dims)
+        if axes is None:
+            return None
+        groups.append(axes)
+    cuts = sorted({c for axes in groups for axis in axes for radix, stride in axis
+                   for c in (stride, radix * stride)})
+    if any(b % a for a, b in zip(cuts, cuts[1:])):
+        return None
+    place = {c: k for k, c in enumerate(cuts)}
+
+    def cut(radix: int, stride: int) -> Digits:
+        low, high = place[stride], place[radix * stride]
+        return [(cuts[k + 1] // cuts[k], cuts[k]) for k in range(high - 1, low - 1, -1)]
+    return [[[atom for digit in axis for atom in cut(*digit)] for axis in axes]
+            for axes in groups]
+
+
+def from_axes(dims: Sequence[int], axes: Sequence[Digits]) -> "TileAssignment":
+    """The iota assignment of `dims` whose axis k has its index made of the digits `axes[k]`
+    (major first; together a mixed radix of the device ids, as `atomic_axes` gives them)."""
+    return _iota_value(tuple(int(d) for d in dims),
+                       _canonical([digit for axis in axes for digit in axis]))
+
+
 class TileAssignment:
     """An immutable array of distinct device ids (see the module docstring for the two forms).
 
@@ -404,4 +439,4 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
-__all__ = ["TileAssignment", "iota_replica_groups"]
+__all__ = ["TileAssignment", "iota_replica_groups", "atomic_axes", "from_axes"]

@@ -36,6 +36,7 @@ from gspmdc.ir import sharding_algebra
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.sharding_algebra import cached
+from gspmdc.ir.tile_assignment import atomic_axes, from_axes
 
 from .op_rules import OpPlan, PartitionRule, PlanContext, Signature, clone, without_partials
 from .tiling import Tiling, remap
@@ -98,6 +99,37 @@ def dot_result(lhs: Tiling, rhs: Tiling, dn: DotDims) -> Tiling | None:
     sums), or None when the pair is not compatible."""
     if lhs.unreduced > 1 or rhs.unreduced > 1:
         return None
+    axes = atomic_axes(lhs.tiles, rhs.tiles)
+    if axes is not None:
+        return _dot_result_of_axes(lhs, rhs, dn, *axes)
+    return _dot_result_by_devices(lhs, rhs, dn)
+
+
+def _dot_result_of_axes(lhs: Tiling, rhs: Tiling, dn: DotDims, lhs_axes,
+                        rhs_axes) -> Tiling | None:
+    """`dot_result` of iota operands, on the digits of the device ids each tile index reads
+    (`atomic_axes`), at any device count: the paired dims must read the same digits, and the
+    output blocks cover the output evenly exactly when no digit is read twice."""
+    pairs = zip(dn.lhs_batch + dn.lhs_contracting, dn.rhs_batch + dn.rhs_contracting)
+    if any(lhs_axes[a] != rhs_axes[b] for a, b in pairs):
+        return None
+    out = [lhs_axes[d] for d in dn.lhs_batch + dn.lhs_free] + \
+        [rhs_axes[d] for d in dn.rhs_free]
+    partial = [digit for d in dn.lhs_contracting for digit in lhs_axes[d]]
+    read = [digit for axis in out for digit in axis] + partial
+    seen = set(read)
+    if len(seen) != len(read):
+        return None
+    rest = [digit for axis in lhs_axes for digit in axis if digit not in seen]
+    counts = [lhs.counts[d] for d in dn.lhs_batch + dn.lhs_free] + \
+        [rhs.counts[d] for d in dn.rhs_free]
+    u = prod(lhs.counts[d] for d in dn.lhs_contracting)
+    tiles = from_axes(counts + [u, lhs.num_devices // (prod(counts) * u)], out + [partial, rest])
+    return Tiling(sharding_algebra.sharding_of_devices(tiles), len(counts), lhs.num_devices)
+
+
+def _dot_result_by_devices(lhs: Tiling, rhs: Tiling, dn: DotDims) -> Tiling | None:
+    """`dot_result` on per-device coordinate tables (explicit device orders)."""
     lc, rc = lhs.coordinates(), rhs.coordinates()
     for a, b in zip(dn.lhs_batch + dn.lhs_contracting, dn.rhs_batch + dn.rhs_contracting):
         if lhs.counts[a] != rhs.counts[b] or not np.array_equal(lc[:, a], rc[:, b]):

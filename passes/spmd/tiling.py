@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.tile_assignment import TileAssignment
 from gspmdc.ir.sharding_algebra import (
     device_tiles, partial_groups, propagate_along_dims, sharding_of_devices,
 )
@@ -67,6 +68,12 @@ class Tiling:
         return cls(sharding_of_devices(devices), devices.ndim - 2, devices.size)
 
     # ---- queries ------------------------------------------------------------------------------
+
+    @property
+    def tiles(self) -> TileAssignment:
+        """`devices` as a tile assignment (iota where the sharding is: arithmetic on it costs the
+        same at any device count)."""
+        return self._tiles
 
     @property
     def counts(self) -> tuple[int, ...]:
