@@ -53,6 +53,7 @@ from gspmdc.ir import cost, dtypes
 from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
+from gspmdc.ir.tile_assignment import atomic_axes, from_axes
 
 from .manual_groups import auto_equivalent, same_manual_groups
 from .tiling import Tiling, cdiv
@@ -580,14 +581,9 @@ def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
     for d in range(len(dims) if scatter else 0):
         t, tt = state.counts[d], target.counts[d]
         if tt % (t * u) == 0 and _split_aligned(dims[d], t, u):
-            groups = state.partial_groups()
-            position = (target.coordinates()[:, d] // (tt // (t * u))) % u
-            member = position[groups]
-            if (np.sort(member, axis=1) == np.arange(u)).all():
-                groups = np.take_along_axis(groups, np.argsort(member, axis=1), axis=1)
-            scattered = Tiling(algebra.reduce_scatter_partials(
-                state.sharding, d, groups, state.rank, state.num_devices), state.rank,
-                state.num_devices)
+            groups, after = _scatter_by_axes(state, target, d) or \
+                _scatter_by_devices(state, target, d)
+            scattered = Tiling(after, state.rank, state.num_devices)
             steps.append(ReduceScatter(state, scattered, dim=d, groups=groups))
             return scattered
     groups = state.partial_groups()
@@ -595,6 +591,54 @@ def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
                      state.rank, state.num_devices)
     steps.append(AllReduce(state, reduced, groups=groups))
     return reduced
+
+
+def _scatter_by_devices(state: Tiling, target: Tiling,
+                        d: int) -> tuple[np.ndarray, HloSharding]:
+    """The groups `[G, u]` of a reduce-scatter of `state`'s partial values into dim `d` (member
+    j of a group receives block j: ordered so that it is the block the device's `target` tile
+    is in, where every group's devices hold distinct ones) and the sharding after it."""
+    u, t, tt = state.unreduced, state.counts[d], target.counts[d]
+    groups = state.partial_groups()
+    position = (target.coordinates()[:, d] // (tt // (t * u))) % u
+    member = position[groups]
+    if (np.sort(member, axis=1) == np.arange(u)).all():
+        groups = np.take_along_axis(groups, np.argsort(member, axis=1), axis=1)
+    return groups, algebra.reduce_scatter_partials(state.sharding, d, groups, state.rank,
+                                                   state.num_devices)
+
+
+def _scatter_by_axes(state: Tiling, target: Tiling,
+                     d: int) -> tuple[np.ndarray, HloSharding] | None:
+    """`_scatter_by_devices` for iota tilings, on the digits of the device ids (`atomic_axes`):
+    the block of the target tile is read from the middle digits of the target's dim `d`; the
+    groups follow them when they are the digits of the partial index, else the partial index.
+    None where the digits do not tell (explicit device orders, blocks that cut a digit)."""
+    axes = atomic_axes(state.tiles, target.tiles)
+    if axes is None:
+        return None
+    state_axes, target_axes = axes
+    u, rank = state.unreduced, state.rank
+    digits = target_axes[d]
+    end, size = len(digits), 1
+    while size < target.counts[d] // (state.counts[d] * u) and end > 0:
+        end -= 1
+        size *= digits[end][0]
+    start, block = end, 1
+    while block < u and start > 0:
+        start -= 1
+        block *= digits[start][0]
+    if size * (state.counts[d] * u) != target.counts[d] or block != u:
+        return None
+    partial = state_axes[rank]
+    order = digits[start:end] if set(digits[start:end]) == set(partial) else partial
+    others = [digit for a, axis in enumerate(state_axes) if a != rank for digit in axis]
+    groups = from_axes((state.num_devices // u, u), [others, order]).array
+    counts = list(state.counts)
+    counts[d] *= u
+    after = [axis + order if a == d else axis for a, axis in enumerate(state_axes[:rank])]
+    tiles = from_axes(counts + [1, state.replication], after + [[], state_axes[-1]])
+    return groups, algebra.sharding_of_devices(tiles)
 
 
 def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],

@@ -46,12 +46,11 @@ class Tiling:
     """The view of one sharding (see the module docstring); `sharding` is the viewed sharding
     without metadata."""
 
-    __slots__ = ("sharding", "devices", "_tiles")
+    __slots__ = ("sharding", "_tiles")
 
     def __init__(self, sharding: HloSharding, rank: int, num_devices: int):
         tiles = device_tiles(sharding, rank, num_devices)
         object.__setattr__(self, "sharding", _plain(sharding))
-        object.__setattr__(self, "devices", tiles.array)
         object.__setattr__(self, "_tiles", tiles)
 
     def __setattr__(self, name, value):
@@ -76,24 +75,30 @@ class Tiling:
         return self._tiles
 
     @property
+    def devices(self) -> np.ndarray:
+        """The device array `counts + (u, r)` (read-only; built on first use, once per tile
+        assignment)."""
+        return self._tiles.array
+
+    @property
     def counts(self) -> tuple[int, ...]:
-        return tuple(self.devices.shape[:-2])
+        return self._tiles.dims[:-2]
 
     @property
     def rank(self) -> int:
-        return self.devices.ndim - 2
+        return self._tiles.ndim - 2
 
     @property
     def unreduced(self) -> int:
-        return self.devices.shape[-2]
+        return self._tiles.dims[-2]
 
     @property
     def replication(self) -> int:
-        return self.devices.shape[-1]
+        return self._tiles.dims[-1]
 
     @property
     def num_devices(self) -> int:
-        return self.devices.size
+        return self._tiles.num_devices
 
     def coordinates(self) -> np.ndarray:
         """`[N, rank + 1]`: per device id, its tile index and its partial-value index (read-only;

@@ -1,8 +1,9 @@
-"""The dot's result sharding decided on the digits of iota device ids (`_dot_result_of_axes`,
-the same at any device count) against the per-device tables (`_dot_result_by_devices`, which
-explicit device orders use), on random iota operand pairs: compatible ones (both operands cut
-from one mesh), incompatible ones (the rhs from another device order) and operands whose tiles
-read overlapping parts of the device ids."""
+"""Partitioner decisions taken on the digits of iota device ids (the same at any device count)
+against the per-device tables that explicit device orders use, on random iota layouts: the dot's
+result sharding (`_dot_result_of_axes` / `_dot_result_by_devices`: compatible operand pairs cut
+from one mesh, incompatible ones from another device order, tiles that read overlapping parts of
+the device ids) and the groups of a reduce-scatter of partial values (`_scatter_by_axes` /
+`_scatter_by_devices`: targets whose blocks follow the partial index or not)."""
 from __future__ import annotations
 
 import random
@@ -15,6 +16,7 @@ from gspmdc.ir.tile_assignment import TileAssignment, atomic_axes, from_axes
 from gspmdc.passes.spmd.op_rules_dot import (
     DotDims, _dot_result_by_devices, _dot_result_of_axes, dot_result,
 )
+from gspmdc.passes.spmd.reshard_plan import _scatter_by_axes, _scatter_by_devices
 from gspmdc.passes.spmd.tiling import Tiling
 
 #: lhs [b, m, k] x rhs [b, k, n] -> [b, m, n]
@@ -106,3 +108,48 @@ def test_atomic_axes_cut_both_assignments_alike():
             coordinates = np.argwhere(ta.array == ids[:, None, None])[:, 1:]
             assert np.array_equal(index, coordinates[:, k])
     assert atomic_axes(TileAssignment.explicit((2, 2), [3, 1, 2, 0])) is None
+
+
+# ---- reduce-scatter groups of partial values ----------------------------------------------------
+
+def _partial_state(mesh: TileAssignment) -> Tiling:
+    """A rank-2 value tiled by mesh axes 0 and 1, partial over axis 2, replicated over 3, 4."""
+    moved = mesh.reshape(mesh.dims[:3] + (mesh.dims[3] * mesh.dims[4],))
+    sharding = HloSharding.tiled(moved, ("unreduced", "replicated"))
+    return Tiling(sharding, 2, mesh.num_devices)
+
+
+def _scatter_target(mesh: TileAssignment, d: int, order: list[int]) -> Tiling:
+    """Dim d tiled by the mesh axes d and 2 (in `order`), the other dim by its axis, replicated
+    over axes 3 and 4."""
+    other = 1 - d
+    moved = mesh.transpose(order + [other, 3, 4] if d == 0 else [0] + order + [3, 4])
+    c = moved.dims
+    dims = [c[0] * c[1], c[2], c[3] * c[4]] if d == 0 else [c[0], c[1] * c[2], c[3] * c[4]]
+    return Tiling(HloSharding.tiled(moved.reshape(dims), ("replicated",)), 2, mesh.num_devices)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_scatter_groups_by_axes_agree_with_devices(seed):
+    rng = random.Random(1000 + seed)
+    decided = 0
+    for _ in range(16):
+        n = rng.choice([8, 16, 24, 32, 64])
+        mesh = _mesh(n, rng)
+        state = _partial_state(mesh)
+        if state.unreduced == 1:
+            continue
+        d = rng.randrange(2)
+        order = [d, 2] if rng.random() < 0.5 else [2, d]
+        target = _scatter_target(mesh if rng.random() < 0.7 else _mesh(n, rng), d, order)
+        if target.counts[d] % (state.counts[d] * state.unreduced):
+            continue
+        found = _scatter_by_axes(state, target, d)
+        if found is None:
+            continue
+        decided += 1
+        groups, after = found
+        expected_groups, expected_after = _scatter_by_devices(state, target, d)
+        assert np.array_equal(groups, expected_groups), (state, target, d)
+        assert after == expected_after and after.to_text() == expected_after.to_text()
+    assert decided
