@@ -458,7 +458,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
         compatible, pairs = compatible_subtiling(state, target)
         if compatible != state:
             steps.append(Slice(state, compatible))
-        if bool((pairs[:, 0] != pairs[:, 1]).any()):
+        if pairs is not None and bool((pairs[:, 0] != pairs[:, 1]).any()):
             steps.append(Permute(compatible, target, pairs=pairs))
         state = target
     if dst.unreduced > 1:
@@ -670,10 +670,12 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
     return state
 
 
-def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndarray]:
+def compatible_subtiling(state: Tiling,
+                         target: Tiling) -> tuple[Tiling, np.ndarray | None]:
     """A tiling with `target`'s tiles in which every device's tile nests in its `state` tile
     (so a local slice reaches it), agreeing with `target` on as many devices as possible; and the
-    `[N, 2]` permute pairs (holder in it, device in `target`) of each target slot (read-only)."""
+    `[N, 2]` permute pairs (holder in it, device in `target`) of each target slot (read-only), or
+    None when `target` itself is that tiling (no device moves: decided on the shardings)."""
     compatible, pairs = _compatible(state.sharding, target.sharding, state.rank,
                                     state.num_devices)
     return Tiling(compatible, state.rank, state.num_devices), pairs
@@ -681,17 +683,14 @@ def compatible_subtiling(state: Tiling, target: Tiling) -> tuple[Tiling, np.ndar
 
 @algebra.cached
 def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
-                num_devices: int) -> tuple[HloSharding, np.ndarray]:
+                num_devices: int) -> tuple[HloSharding, np.ndarray | None]:
     state = Tiling(source, rank, num_devices)
     target = Tiling(target_sharding, rank, num_devices)
     up = np.asarray(target.counts) // np.asarray(state.counts)
-    slot_devices = target.devices.reshape(-1)
     if _nested(source, (1,) * rank, target_sharding, tuple(int(f) for f in up), rank,
                num_devices):
-        pairs = np.column_stack([slot_devices, slot_devices])
-        pairs.setflags(write=False)
-        return algebra.sharding_of_devices(algebra.device_tiles(target_sharding, rank,
-                                                                num_devices)), pairs
+        return algebra.sharding_of_devices(target.tiles), None
+    slot_devices = target.devices.reshape(-1)
     slot_index = np.indices(target.devices.shape, dtype=np.int64).reshape(
         target.devices.ndim, -1).T[:, :rank]
     holders = _match(_keys(slot_index // up, state.counts), slot_devices, state.tile_keys())
