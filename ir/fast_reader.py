@@ -129,8 +129,14 @@ class _Reader:
             self.line_start = self.breaks[index - 1] + 1 if index else 0
             self.line_end = self.breaks[index] if index < len(self.breaks) else len(self.text)
         column = start - self.line_start + 1
-        return Token(kind, self.text[start:end], start, self.line, column, self.line,
-                     column + end - start, end)
+        # lark's Token with every field set, as `Token(kind, value, start, line, column, ...)`
+        # makes it (without its argument checks: this runs for every token)
+        value = self.text[start:end]
+        token = str.__new__(Token, value)
+        token.type, token.value, token.start_pos, token.end_pos = kind, value, start, end
+        token.line, token.column = self.line, column
+        token.end_line, token.end_column = self.line, column + end - start
+        return token
 
     def match(self, pattern: re.Pattern, pos: int) -> re.Match:
         found = pattern.match(self.text, pos)
