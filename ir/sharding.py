@@ -93,6 +93,9 @@ _TILED_LIMIT = 1 << 14
 #: types). Registered with (and emptied by) `sharding_algebra.clear_caches`, the project's one
 #: cache.
 _TILED: dict = {}
+#: `HloSharding.shard_shape` of tiled shardings, by (sharding, array shape): lowering asks for
+#: the shard shape of every instruction more than once. Registered like `_TILED`.
+_SHARD_SHAPES: dict = {}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -585,11 +588,18 @@ class HloSharding:
                     return TupleShape(tuple(rebuild(e) for e in s.elements))
                 return next(leaves).shard_shape(s)
             return rebuild(shape)
-        counts = self._leaf_for_array(shape)
         if self.kind != "tiled":
+            self._leaf_for_array(shape)
             return shape
-        dims = tuple(_cdiv(s, t) for s, t in zip(shape.dims, counts))
-        return ArrayShape(shape.element_type, dims, shape.layout)
+        key = (self, shape)
+        found = _SHARD_SHAPES.get(key)
+        if found is None:
+            counts = self._leaf_for_array(shape)
+            dims = tuple(_cdiv(s, t) for s, t in zip(shape.dims, counts))
+            if len(_SHARD_SHAPES) >= _TILED_LIMIT:
+                _SHARD_SHAPES.clear()
+            found = _SHARD_SHAPES[key] = ArrayShape(shape.element_type, dims, shape.layout)
+        return found
 
     def _table_rows(self, num_devices: int | None) -> int:
         if self.kind == "tiled":

@@ -39,7 +39,7 @@ from .tile_assignment import TileAssignment
 
 #: entries kept per cached function before its table is emptied
 CACHE_SIZE = 1 << 16
-_TABLES: list[dict] = [tile_assignment._INTERNED, sharding._TILED]
+_TABLES: list[dict] = [tile_assignment._INTERNED, sharding._TILED, sharding._SHARD_SHAPES]
 
 
 def _key(value):
