@@ -3,7 +3,9 @@ against the per-device tables that explicit device orders use, on random iota la
 result sharding (`_dot_result_of_axes` / `_dot_result_by_devices`: compatible operand pairs cut
 from one mesh, incompatible ones from another device order, tiles that read overlapping parts of
 the device ids) and the groups of a reduce-scatter of partial values (`_scatter_by_axes` /
-`_scatter_by_devices`: targets whose blocks follow the partial index or not)."""
+`_scatter_by_devices`: targets whose blocks follow the partial index or not) and whether a
+reshard target's tiles nest in the held ones (`_nested`, on coarsened shardings, against the
+planner's per-device match)."""
 from __future__ import annotations
 
 import random
@@ -16,7 +18,9 @@ from gspmdc.ir.tile_assignment import TileAssignment, atomic_axes, from_axes
 from gspmdc.passes.spmd.op_rules_dot import (
     DotDims, _dot_result_by_devices, _dot_result_of_axes, dot_result,
 )
-from gspmdc.passes.spmd.reshard_plan import _scatter_by_axes, _scatter_by_devices
+from gspmdc.passes.spmd.reshard_plan import (
+    _keys, _match, _nested, _scatter_by_axes, _scatter_by_devices, compatible_subtiling,
+)
 from gspmdc.passes.spmd.tiling import Tiling
 
 #: lhs [b, m, k] x rhs [b, k, n] -> [b, m, n]
@@ -153,3 +157,47 @@ def test_scatter_groups_by_axes_agree_with_devices(seed):
         assert np.array_equal(groups, expected_groups), (state, target, d)
         assert after == expected_after and after.to_text() == expected_after.to_text()
     assert decided
+
+
+# ---- reshard targets whose tiles already nest ----------------------------------------------------
+
+def _tiled(mesh: TileAssignment, axes: list[int]) -> Tiling:
+    """A rank-2 value tiled by mesh axes `axes[0]` and `axes[1]` (each a list of axes, major
+    first), replicated over the others."""
+    data = [a for group in axes for a in group]
+    rest = [a for a in range(5) if a not in data]
+    moved = mesh.transpose(data + rest)
+    c = moved.dims
+    dims = [int(np.prod(c[:len(axes[0])])), int(np.prod(c[len(axes[0]):len(data)])),
+            int(np.prod(c[len(data):]))]
+    return Tiling(HloSharding.tiled(moved.reshape(dims), ("replicated",)), 2, mesh.num_devices)
+
+
+def test_nesting_decided_on_shardings_agrees_with_the_device_match():
+    rng = random.Random(2000)
+    nested = moved = 0
+    for _ in range(300):
+        n = rng.choice([8, 16, 24, 32, 64])
+        mesh = _mesh(n, rng)
+        # state tiles dim 0 by axis 0 and dim 1 by axis 1; the target refines them with axes
+        # from the replication (nesting), or comes from another device order
+        state = _tiled(mesh, [[0], [1]])
+        extra = [[0, 2], [1]] if rng.random() < 0.5 else [[0], [1, 3]]
+        target = _tiled(mesh if rng.random() < 0.6 else _mesh(n, rng), extra)
+        if any(b % a for a, b in zip(state.counts, target.counts)):
+            continue
+        up = tuple(b // a for a, b in zip(state.counts, target.counts))
+        slots = target.devices.reshape(-1)
+        index = np.indices(target.devices.shape).reshape(target.devices.ndim, -1).T[:, :2]
+        holders = _match(_keys(index // np.asarray(up), state.counts), slots, state.tile_keys())
+        keeps_all = bool(np.array_equal(holders, slots))
+        decided = _nested(state.sharding, (1, 1), target.sharding, up, 2, n)
+        assert decided == keeps_all, (state, target)
+        compatible, pairs = compatible_subtiling(state, target)
+        if decided:
+            nested += 1
+            assert pairs is None and compatible == target
+        else:
+            moved += 1
+            assert np.array_equal(pairs[:, 0], holders)
+    assert nested and moved
