@@ -431,8 +431,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     gathers = _gather_factors(dims, state, target, down)
     if early_permute and any(f > 1 for f in gathers):
         holders = _aligned_for_gathers(state, target, gathers)
-        sources = state.devices.reshape(-1)
-        if bool((sources != holders).any()):
+        sources = None if holders is None else state.devices.reshape(-1)
+        if sources is not None and bool((sources != holders).any()):
             aligned = Tiling.of_devices(holders.reshape(state.devices.shape))
             steps.append(Permute(state, aligned, pairs=np.column_stack([sources, holders])))
             state = aligned
@@ -514,24 +514,26 @@ def _partials_as_replicas(s: HloSharding, rank: int, num_devices: int) -> HloSha
     return algebra.sharding_of_devices(devices.reshape(devices.shape[:-2] + (1, -1)))
 
 
-def _aligned_for_gathers(state: Tiling, target: Tiling, gathers: list[int]) -> np.ndarray:
+def _aligned_for_gathers(state: Tiling, target: Tiling,
+                         gathers: list[int]) -> np.ndarray | None:
     """`state`'s tiles reassigned to devices so that gathering `gathers` leaves every device
     holding the tile its `target` tile nests in (most devices keep their tile): the holder of
-    each slot of `state.devices` (flattened; read-only)."""
+    each slot of `state.devices` (flattened; read-only), or None when every device already
+    does (decided on the shardings)."""
     return _holders_for_gathers(state.sharding, target.sharding, state.rank, state.num_devices,
                                 tuple(gathers))
 
 
 @algebra.cached
 def _holders_for_gathers(source: HloSharding, target_sharding: HloSharding, rank: int,
-                         num_devices: int, gathers: tuple[int, ...]) -> np.ndarray:
+                         num_devices: int, gathers: tuple[int, ...]) -> np.ndarray | None:
     state = Tiling(source, rank, num_devices)
     target = Tiling(target_sharding, rank, num_devices)
     gathered = np.asarray(state.counts) // np.asarray(gathers)
     up = np.asarray(target.counts) // gathered
-    slot_devices = state.devices.reshape(-1)
     if _nested(source, gathers, target_sharding, tuple(int(f) for f in up), rank, num_devices):
-        return slot_devices
+        return None
+    slot_devices = state.devices.reshape(-1)
     slot_index = np.indices(state.devices.shape, dtype=np.int64).reshape(
         state.devices.ndim, -1).T[:, :rank]
     slot_key = _keys(slot_index // np.asarray(gathers), gathered)
