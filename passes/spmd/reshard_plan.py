@@ -549,8 +549,10 @@ def _nested(source: HloSharding, source_factors, target: HloSharding, target_fac
     `target` coarsened by `target_factors` (`algebra.coarsen_tiles`; no partial values on either
     side): then `_match` keeps every device where it is. Decided on the shardings, so it costs
     the same at any device count for iota tile assignments."""
-    if any(algebra.device_tiles(s, rank, num_devices).dims[-2] > 1 for s in (source, target)):
-        return False
+    for s, factors in ((source, source_factors), (target, target_factors)):
+        tiles = algebra.device_tiles(s, rank, num_devices)
+        if tiles.dims[-2] > 1 or any(c % f for c, f in zip(tiles.dims, factors)):
+            return False
     return algebra.coarsen_tiles(source, source_factors, rank, num_devices) == \
         algebra.coarsen_tiles(target, target_factors, rank, num_devices)
 
