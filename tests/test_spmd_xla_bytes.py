@@ -97,6 +97,27 @@ def test_a_value_on_one_device_computed_everywhere_moves_for_free():
     np.testing.assert_allclose(e, np.exp(x), rtol=1e-6)
 
 
+ON_ONE_DEVICE_THEN_EVERYWHERE = """HloModule m, num_partitions=2
+
+ENTRY main {
+  p = f32[4] parameter(0), sharding={maximal device=0}
+  s = f32[2] slice(p), slice={[1:3]}
+  n = f32[2] negate(s), sharding={maximal device=1}
+  ROOT c = f32[2] copy(n)
+}
+"""
+
+
+def test_a_value_broadcast_from_one_device_stays_broadcast():
+    """`s` runs on device 0 (its operand's) and is broadcast to be replicated; `n` then runs
+    whole on every partition, so its move to all of them is a copy. The broadcast must stay:
+    replaced by a direct permute from device 0 to 1, partition 0 would negate zeros (the
+    program returned -0.0 there)."""
+    spmd = check_equivalent(ON_ONE_DEVICE_THEN_EVERYWHERE, 2, propagate=True)
+    p = np.array([0.5, -0.25, 0.75, 2.0], dtype=np.float32)
+    np.testing.assert_array_equal(run_global(spmd, [p], 2), -p[1:3])
+
+
 REDUCE_ON_DEVICE = """HloModule m, num_partitions=4
 
 """ + reducer("add") + """

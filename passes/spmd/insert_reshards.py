@@ -198,7 +198,7 @@ class _Rewriter:
                                 "a callee's root takes the sharding its call site planned")
         comp.instructions = b.instructions
         comp.root = root
-        _collapse_chains(comp, self.ctx.num_devices)
+        _collapse_chains(comp, self.ctx.num_devices, self.everywhere)
         _remove_dead(comp, self.created)
 
     def reshard(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
@@ -401,9 +401,13 @@ def _result_reason(inst: Instruction, plan) -> str:
     return f"the local {inst.opcode} is laid out differently ({plan.reason})"
 
 
-def _collapse_chains(comp: Computation, num_devices: int) -> None:
+def _collapse_chains(comp: Computation, num_devices: int,
+                     everywhere: set[Instruction]) -> None:
     """Replace `reshard(reshard(x))` whose inner node has no other use by one reshard of `x` when
-    the direct plan moves no more bytes."""
+    the direct plan moves no more bytes. A chain whose outer node lives on one device but is
+    computed whole on every partition (in `everywhere`) only because its inner node is
+    replicated stays: its users were planned on that, and the direct reshard would give the
+    value to its device alone."""
     users = comp.users()
     for inst in comp.instructions:
         if not is_inserted_reshard(inst):
@@ -412,6 +416,8 @@ def _collapse_chains(comp: Computation, num_devices: int) -> None:
         if not is_inserted_reshard(inner) or users[inner] != [inst] or inner is comp.root:
             continue
         source = inner.operands[0]
+        if inst in everywhere and source not in everywhere and not source.sharding.is_replicated:
+            continue
         two_steps = plan_reshard(inner.shape, source.sharding, inner.sharding, num_devices).cost \
             + plan_reshard(inst.shape, inner.sharding, inst.sharding, num_devices).cost
         direct = plan_reshard(inst.shape, source.sharding, inst.sharding, num_devices).cost
