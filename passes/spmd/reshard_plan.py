@@ -299,6 +299,9 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     variants = []
     #: flag tuples of variants known to equal one already planned (flags that did nothing)
     same: set[tuple[bool, ...]] = set()
+    # slicing from replicas before the all-to-alls needs replicas (or partials that become
+    # replicas); planned after the same variant without it, kept where it changed something
+    firsts = (False, True) if src.replication > 1 or src.unreduced > 1 else (False,)
     for masked in ((False, True) if uneven else (False,)):
         for flags in itertools.product(scatter, *[(True, False)] * 3):
             if (masked, *flags) in same:
@@ -306,6 +309,11 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
             inert: set[int] = set()
             variants.append(_staged(dims, src, dst, *flags, masked=masked, inert=inert))
             same.update(_with_flags_cleared((masked, *flags), inert))
+            if firsts[-1] and flags[1] and 2 not in inert:
+                first = _staged(dims, src, dst, *flags, masked=masked, slice_first=True,
+                                inert=inert)
+                if 5 not in inert:
+                    variants.append(first)
     steps += min(variants, key=lambda v: (_cost(v, dims, width), _total(v, dims, width),
                                           len(v)))
     return _finish(shape, steps, width)
@@ -378,13 +386,14 @@ def _split_aligned(size: int, t: int, factor: int) -> bool:
 
 def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             early_slice: bool, early_permute: bool, masked: bool = False,
-            inert: set[int] | None = None) -> list[Step]:
-    """Partial sums (reduce-scattered when `scatter` and possible), all-to-alls (when
-    `exchange`), slices before gathering (when `early_slice`), a permute before gathering (when
-    `early_permute`, so the gathered groups already match the target), all-gathers (one masked
-    gather when `masked`), the final slice, a permute. `inert` receives the positions in
-    `(masked, scatter, exchange, early_slice, early_permute)` of the set flags that added no
-    step (the same call with them cleared gives the same steps)."""
+            slice_first: bool = False, inert: set[int] | None = None) -> list[Step]:
+    """Partial sums (reduce-scattered when `scatter` and possible), slices from replicas of the
+    dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards),
+    all-to-alls (when `exchange`), slices before gathering (when `early_slice`), a permute
+    before gathering (when `early_permute`, so the gathered groups already match the target),
+    all-gathers (one masked gather when `masked`), the final slice, a permute. `inert` receives
+    the positions in `(masked, scatter, exchange, early_slice, early_permute, slice_first)` of
+    the set flags that added no step (the same call with them cleared gives the same steps)."""
     inert = set() if inert is None else inert
     steps: list[Step] = []
     state = src
@@ -407,6 +416,11 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             down[d] = t // tt
         else:
             down[d], up[d] = t, tt
+    if slice_first:
+        before = len(steps)
+        state = _slice_from_replicas(dims, state, down, up, steps)
+        if len(steps) == before:
+            inert.add(5)
     if exchange:
         before = len(steps)
         state = _all_to_alls(dims, state, down, up, steps)
@@ -414,17 +428,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             inert.add(2)
     before = len(steps)
     if early_slice and any(f > 1 for f in down):
-        factors = [1] * rank
-        free = state.replication
-        for d in range(rank):
-            f = gcd(up[d], free) if down[d] == 1 else 1
-            if f > 1 and _slice_aligned(dims[d], state.counts[d], f):
-                factors[d], free, up[d] = f, free // f, up[d] // f
-        if prod(factors) > 1:
-            sliced = Tiling(algebra.split_replication(state.sharding, factors, rank,
-                                                       state.num_devices), rank, state.num_devices)
-            steps.append(Slice(state, sliced))
-            state = sliced
+        state = _slice_from_replicas(dims, state, down, up, steps)
     if early_slice and len(steps) == before:
         inert.add(3)
     before = len(steps)
@@ -464,6 +468,25 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if dst.unreduced > 1:
         steps.append(ZeroPartials(state, dst))
     return steps
+
+
+def _slice_from_replicas(dims, state: Tiling, down: list[int], up: list[int],
+                         steps: list[Step]) -> Tiling:
+    """Split `state`'s replicas into tiles of the dims that gain tiles (`up`, lowered by what
+    is sliced) and lose none, where the slice stays aligned: a local `Slice` step."""
+    rank = len(dims)
+    factors = [1] * rank
+    free = state.replication
+    for d in range(rank):
+        f = gcd(up[d], free) if down[d] == 1 else 1
+        if f > 1 and _slice_aligned(dims[d], state.counts[d], f):
+            factors[d], free, up[d] = f, free // f, up[d] // f
+    if prod(factors) == 1:
+        return state
+    sliced = Tiling(algebra.split_replication(state.sharding, factors, rank, state.num_devices),
+                    rank, state.num_devices)
+    steps.append(Slice(state, sliced))
+    return sliced
 
 
 def _gather_order(dims, state: Tiling, gathers: list[int]) -> list[int]:
