@@ -1,5 +1,6 @@
-"""No more collective bytes than XLA (issue 13) in the reshard planner's choices, class by
-class as the XLA oracle found them on random modules (`make conformance-xla`). Bytes are worked
+"""No more collective bytes than XLA (issue 13) in the reshard planner's choices and the halo
+exchanges, class by class as the XLA oracle found them on random modules
+(`make conformance-xla`). Bytes are worked
 out by hand from the cost model's formulas (`gspmdc.ir.cost`: all-to-all = every block but the
 device's own, collective-permute = the buffer when the device sends to another); values against
 numpy; with the `[xla]` extra, against XLA's own partitioned program (skipped without it)."""
@@ -14,6 +15,7 @@ from gspmdc.passes.spmd.reshard_plan import plan_reshard
 
 from conformance.differential import Case, run_case
 from conformance.oracle import xla_available
+from hlo_text import reducer
 from spmd_partition_helpers import check_equivalent, collectives, run_global
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
@@ -46,8 +48,36 @@ def test_replicas_are_sliced_before_the_all_to_all():
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
 
+HALO_TRIMMED = """HloModule m, num_partitions=8
+
+""" + reducer("add") + """
+ENTRY e {
+  x = f32[10] parameter(0), sharding={devices=[8]<=[8]}
+  z = f32[] constant(0)
+  ROOT r = f32[10] reduce-window(x, z), window={size=3 pad=1_1}, to_apply=add,
+    sharding={devices=[8]<=[8]}
+}
+"""
+
+
+def test_halos_go_only_to_shards_whose_outputs_read_them():
+    """f32[10] in 8 shards of 2: shards 5-7 hold only padding and have no real output, and
+    shard 4's outputs (8, 9) read nothing right of element 9. One element travels from each
+    neighbour: the permute from the left has pairs into shards 1-4 only, the one from the
+    right into shards 0-3 (4 senders x 4 B each, 4 B per device on average; to every
+    neighbour it was 7 senders each way, 7 B per device)."""
+    spmd = check_equivalent(HALO_TRIMMED, 8)
+    assert collectives(spmd) == [
+        ("collective-permute", [(0, 1), (1, 2), (2, 3), (3, 4)]),
+        ("collective-permute", [(1, 0), (2, 1), (3, 2), (4, 3)])]
+    x = np.arange(10, dtype=np.float32)
+    want = np.convolve(x, np.ones(3, np.float32), mode="same")
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), want)
+
+
 @needs_xla
-@pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8)], ids=["slice-first"])
+@pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8)],
+                         ids=["slice-first", "halo-trimmed"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

@@ -23,7 +23,10 @@ Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over sha
   `[0, wc)`): `from_left` elements from the shards to the left, `from_right` from the right. A
   halo longer than a shard takes several hops (one `collective-permute` each, distance 1, 2, ...).
   The exchange is contiguous: it covers the span of the reads (with window dilation, elements
-  between taps may travel although no output reads them);
+  between taps may travel although no output reads them). A shard receives only from the hops
+  its own real outputs reach (`reach_left(i)`, `reach_right(i)`): the permute of hop h has no
+  pair into a shard that reads nothing that far (as XLA trims the halos of shards without
+  output), so its buffer there stays zero and is never read;
 - `mask`: whether real outputs read positions outside `[0, valid)` (explicit padding, uneven
   padding garbage, zeros from missing neighbours): those are replaced by the pad value.
 
@@ -36,7 +39,7 @@ exchanged one after another (`windowed_input`): corners arrive through the secon
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -99,6 +102,8 @@ class HaloPlan:
     offsets: np.ndarray       # where each shard's window starts in the padded concatenation
     pad_left: int             # elements padded before / after the concatenation
     pad_right: int
+    reach_left: np.ndarray    # per shard, how many hops to the left its real outputs read
+    reach_right: np.ndarray
 
     @property
     def static(self) -> bool:
@@ -134,12 +139,18 @@ class HaloPlan:
 
     def to_text(self) -> str:
         """`describe()` followed by the rest of the plan: `shards=n,input=Ib,output=W,
-        window=window_input,valid=v,offsets=..` and `pad=low_high` when there is padding."""
+        window=window_input,valid=v,offsets=..`, `pad=low_high` when there is padding and
+        `reach_left=..` / `reach_right=..` when some shard needs fewer hops than the others."""
         text = f"{self.describe()},shards={self.shards},input={self.input_shard}," \
                f"output={self.output_shard},window={self.window_input},valid={self.valid}," \
                f"offsets={_table(self.offsets)}"
-        return text + (f",pad={self.pad_left}_{self.pad_right}"
-                       if self.pad_left or self.pad_right else "")
+        if self.pad_left or self.pad_right:
+            text += f",pad={self.pad_left}_{self.pad_right}"
+        for side, reach, amount in (("left", self.reach_left, self.from_left),
+                                    ("right", self.reach_right, self.from_right)):
+            if (reach != _full_reach(self.shards, len(self.hops(amount)), side)).any():
+                text += f",reach_{side}={_table(reach)}"
+        return text
 
     @classmethod
     def from_text(cls, text: str) -> "HaloPlan":
@@ -153,7 +164,8 @@ class HaloPlan:
         if _FIELD.sub("", text).strip(", "):
             raise ValueError(f"cannot read {text!r}")
         missing = [k for k in _REQUIRED if k not in fields]
-        unknown = sorted(set(fields) - set(_REQUIRED) - {"dilate", "mask", "pad"})
+        unknown = sorted(set(fields) - set(_REQUIRED) -
+                         {"dilate", "mask", "pad", "reach_left", "reach_right"})
         if missing or unknown:
             raise ValueError(f"missing {missing}" if missing else f"unknown {unknown}")
         n = _int(fields, "shards")
@@ -172,9 +184,18 @@ class HaloPlan:
             pad_left, pad_right = int(low), int(high)
         except ValueError:
             raise ValueError(f"pad={fields['pad']} is not low_high") from None
-        return cls(n, dilation, ib, number["output"], window, number["valid"], start, left,
+        plan = cls(n, dilation, ib, number["output"], window, number["valid"], start, left,
                    right, number["from_left"], number["from_right"], "mask" in fields, offsets,
-                   pad_left, pad_right)
+                   pad_left, pad_right, np.zeros(n, np.int64), np.zeros(n, np.int64))
+        reach = {}
+        for side in ("left", "right"):
+            hops = len(plan.hops(number[f"from_{side}"]))
+            key = f"reach_{side}"
+            full = _full_reach(n, hops, side)
+            reach[side] = _array(fields[key], n, key) if key in fields else full
+            if ((reach[side] < 0) | (reach[side] > full)).any():
+                raise ValueError(f"{key} must lie between 0 and the hops to the edge")
+        return replace(plan, reach_left=reach["left"], reach_right=reach["right"])
 
 
 _FIELD = re.compile(r"([a-z_]+)(?:=(\[[-0-9,]*\]|-?\d+(?:_-?\d+)?))?(?=,|$)")
@@ -243,7 +264,20 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
                                window_input) - length))
     offsets = np.where(real, offsets, np.clip(offsets, 0, length + pad_right - window_input))
     return HaloPlan(n, b, ib, w, window_input, valid, start, left, right, from_left, from_right,
-                    mask, offsets, pad_left, pad_right)
+                    mask, offsets, pad_left, pad_right,
+                    np.minimum(_hops_reached(need_left, ib), _full_reach(n, n, "left")),
+                    np.minimum(_hops_reached(need_right, ib), _full_reach(n, n, "right")))
+
+
+def _full_reach(n: int, hops: int, side: str) -> np.ndarray:
+    """Per shard, the hops of `hops` that have a sender on `side` (none past the edge)."""
+    distance = np.arange(n, dtype=np.int64)
+    return np.minimum(hops, distance if side == "left" else n - 1 - distance)
+
+
+def _hops_reached(need: np.ndarray, shard: int) -> np.ndarray:
+    """Per shard, how many neighbours' shards of `shard` base elements a halo of `need` spans."""
+    return -(-need // shard) if shard else np.zeros_like(need)
 
 
 def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int) -> float:
@@ -330,10 +364,10 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
     if plan.identity:
         return value
     b = ctx.builder
-    pieces = [_receive(ctx, value, dim, tiling, h, size, from_left=True)
+    pieces = [_receive(ctx, value, dim, tiling, h, size, plan.reach_left, from_left=True)
               for h, size in reversed(list(enumerate(plan.hops(plan.from_left), 1)))]
     pieces.append(value)
-    pieces += [_receive(ctx, value, dim, tiling, h, size, from_left=False)
+    pieces += [_receive(ctx, value, dim, tiling, h, size, plan.reach_right, from_left=False)
                for h, size in enumerate(plan.hops(plan.from_right), 1)]
     value = _concatenate(b, pieces, dim)
     if plan.base_dilation > 1:
@@ -413,16 +447,23 @@ def _need(pad_value: Instruction | None) -> Instruction:
 
 
 def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
-             size: int, from_left: bool) -> Instruction:
+             size: int, reach: np.ndarray, from_left: bool) -> Instruction:
     """The piece each shard receives from the shard `hop` positions to its left (the sender's
-    last `size` elements) or right (its first `size`); shards without a sender get zeros."""
+    last `size` elements) or right (its first `size`), for the shards whose `reach` (by
+    ordinal) is at least `hop`; the others (and shards without a sender) get zeros."""
     n, local = tiling.counts[dim], value.shape.dims[dim]
     piece = _slice_dim(ctx.builder, value, dim, local - size, local) if from_left else \
         _slice_dim(ctx.builder, value, dim, 0, size)
     devices = tiling.devices
     low = np.take(devices, np.arange(0, n - hop), axis=dim).ravel()
     high = np.take(devices, np.arange(hop, n), axis=dim).ravel()
+    ordinals = np.take(np.indices(devices.shape)[dim], np.arange(hop, n), axis=dim).ravel()
+    receiving = reach[ordinals - hop if not from_left else ordinals] >= hop
     pairs = np.stack([low, high], axis=1) if from_left else np.stack([high, low], axis=1)
+    pairs = pairs[receiving]
+    if not len(pairs):
+        b = ctx.builder
+        return b.broadcast(b.zero(piece.shape.element_type), piece.shape.dims)
     return ctx.builder.collective_permute(piece, pairs, ctx.channels())
 
 
