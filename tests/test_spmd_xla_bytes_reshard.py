@@ -75,9 +75,61 @@ def test_halos_go_only_to_shards_whose_outputs_read_them():
     np.testing.assert_array_equal(run_global(spmd, [x], 8), want)
 
 
+HALO_ONE_WAY = """HloModule m, num_partitions=2
+
+""" + reducer("add") + """
+ENTRY e {
+  x = f32[4,4] parameter(0), sharding={devices=[1,2]<=[2]}
+  z = f32[] constant(0)
+  ROOT r = f32[4,1] reduce-window(x, z), window={size=1x4 stride=1x4}, to_apply=add,
+    sharding={devices=[1,2]<=[2]}
+}
+"""
+
+
+def test_a_halo_only_one_shard_needs_beats_an_equal_gather():
+    """The one output column lives on shard 0 and reads all 4 columns: device 1 sends its
+    [4,2] shard (32 B) to device 0 and device 0 sends nothing; gathering the operand costs
+    each device 32 B too. On equal bytes for the busiest device the plan all devices together
+    send fewer bytes with wins: the halo (32 B in all, against 64 B)."""
+    spmd = check_equivalent(HALO_ONE_WAY, 2)
+    assert collectives(spmd) == [("collective-permute", [(1, 0)])]
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_array_equal(run_global(spmd, [x], 2)[:, :1], x.sum(axis=1, keepdims=True))
+
+
+HALO_TWO_DIMS = """HloModule m, num_partitions=4
+
+""" + reducer("add", element_type="u64") + """
+ENTRY e {
+  p = u64[5,4,4,7] parameter(0), sharding={devices=[2,1,2,1]1,0,2,3}
+  z = u64[] constant(0)
+  ROOT r = u64[3,2,3,4] reduce-window(p, z), window={size=3x2x4x2 stride=2x3x1x2
+    pad=2_0x0_0x1_1x1_1 lhs_dilate=1x2x1x1 rhs_dilate=1x2x1x2}, to_apply=add,
+    sharding={devices=[2,1,2,1]1,0,2,3}
+}
+"""
+
+
+def test_halo_bytes_count_what_each_device_sends():
+    """Halos on dims 0 and 2, two shards each: on dim 0 only ordinal 1 reads a row from the
+    left ([1,4,2,7] u64 = 448 B, sent by ordinal 0); on dim 2 (dim 0 widened to its window of
+    5) ordinal 1 reads one column from the left (1120 B, sent by ordinal 0) and ordinal 0 two
+    columns from the right (2240 B, sent by ordinal 1). The busiest device (ordinal 0 on
+    dim 0, ordinal 1 on dim 2) sends 448 + 2240 = 2688 B, less than gathering both dims
+    (3584 B); counting every halo on every device (3808 B) chose the gather. On average
+    (448 + 1120 + 2240) / 2 = 1904 B per device, as XLA."""
+    from gspmdc import api
+    from conformance.differential import collective_bytes
+    spmd = check_equivalent(HALO_TWO_DIMS, 4)
+    assert [c[0] for c in collectives(spmd)] == ["collective-permute"] * 3
+    assert collective_bytes(api.to_text(spmd), 4) == 1904
+
+
 @needs_xla
-@pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8)],
-                         ids=["slice-first", "halo-trimmed"])
+@pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8), (HALO_ONE_WAY, 2),
+                                    (HALO_TWO_DIMS, 4)],
+                         ids=["slice-first", "halo-trimmed", "halo-one-way", "halo-two-dims"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

@@ -281,17 +281,43 @@ def _hops_reached(need: np.ndarray, shard: int) -> np.ndarray:
 
 
 def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int) -> float:
-    """Bytes each partition sends to exchange `plans` (dim → plan) on a value whose local shard
-    has `local_dims`, the dims exchanged in increasing order (earlier exchanges widen later
-    pieces)."""
+    """Bytes the busiest partition sends to exchange `plans` (dim → plan) on a value whose
+    local shard has `local_dims`, the dims exchanged in increasing order (earlier exchanges
+    widen later pieces). A partition's bytes are a sum over dims of what its ordinal on each
+    dim sends, and every combination of ordinals is some partition's: the busiest sends the
+    sum of the per-dim maxima."""
+    return sum(float(sent.max(initial=0)) * other * width
+               for sent, other in _sent_by_dim(plans, local_dims))
+
+
+def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
+                     num_devices: int) -> float:
+    """Bytes all `num_devices` partitions together send to exchange `plans` (as
+    `halo_bytes`)."""
+    return sum(float(sent.sum()) * (num_devices // sent.size) * other * width
+               for sent, other in _sent_by_dim(plans, local_dims))
+
+
+def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]):
+    """Per exchanged dim: the elements of that dim each shard ordinal sends (to the shards
+    whose `reach` covers it) and the elements of the other dims one such element carries."""
     dims = [int(d) for d in local_dims]
-    total = 0.0
     for d in sorted(plans):
         plan = plans[d]
         dims[d] = plan.input_shard
-        total += plan.exchanged * int(np.prod(dims)) // max(dims[d], 1) * width
+        other = int(np.prod(dims)) // max(dims[d], 1)
+        n = plan.shards
+        sent = np.zeros(n, dtype=np.int64)
+        for amount, reach, step in ((plan.from_left, plan.reach_left, 1),
+                                    (plan.from_right, plan.reach_right, -1)):
+            for hop, size in enumerate(plan.hops(amount), 1):
+                receiver = np.arange(n) + step * hop          # the sender's receiver
+                inside = (receiver >= 0) & (receiver < n)
+                reads = np.zeros(n, dtype=bool)
+                reads[inside] = reach[receiver[inside]] >= hop
+                sent += np.where(reads, size, 0)
+        yield sent, other
         dims[d] = plan.window_input
-    return total
 
 
 # ---- the plans of an instruction, as the halo-exchange pass records them (`halo=`) ------------
@@ -512,5 +538,5 @@ def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid:
     return b.select(inside, x, b.broadcast(fill, dims))
 
 
-__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes",
+__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "halo_total_bytes",
            "describe_plans", "recorded_plans", "windowed_input", "exchange_halo", "return_halo"]

@@ -31,7 +31,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import Shape, TupleShape
 
 from .reshard import EmitContext
-from .reshard_plan import reshard_cost
+from .reshard_plan import plan_reshard, reshard_cost
 from .tiling import Tiling
 
 
@@ -46,6 +46,8 @@ class OpPlan:
     reason: str
     #: bytes per device the local computation itself sends (e.g. a halo exchange)
     cost: float = 0.0
+    #: bytes all devices together send in it (None: `cost` on every device)
+    total: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,29 @@ class PlanContext:
         for (_, shape, sharding, recomputed), need in dict.fromkeys(zip(operands, plan.operands)):
             if not (recomputed and free_target(need)):
                 total += self.cost(shape, sharding, need)
+        return total
+
+    def total(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
+        """Bytes all devices together send resharding a value of `shape`."""
+        if source == target:
+            return 0.0
+        leaves = list(shape.leaves())
+        return sum(plan_reshard(s, a, b, self.num_devices).total for s, a, b in
+                   zip(leaves, source.leaf_shardings(shape), target.leaf_shardings(shape)))
+
+    def total_of(self, inst: Instruction, plan: OpPlan) -> float:
+        """Bytes all devices together send for `plan` of `inst` (as `plan_cost`, summed over
+        the devices instead of the busiest one's): breaks ties between plans whose busiest
+        device sends the same."""
+        signature = Signature.of(inst)
+        own = plan.cost * self.num_devices if plan.total is None else plan.total
+        total = own + self.total(signature.shape, plan.result, signature.sharding)
+        free = signature.operand_free or (False,) * len(signature.operand_ids)
+        operands = zip(signature.operand_ids, signature.operand_shapes,
+                       signature.operand_shardings, free)
+        for (_, shape, sharding, recomputed), need in dict.fromkeys(zip(operands, plan.operands)):
+            if not (recomputed and free_target(need)):
+                total += self.total(shape, sharding, need)
         return total
 
     def choose(self, inst: Instruction, candidates: Sequence[OpPlan],

@@ -21,7 +21,9 @@ Candidates (the fewest bytes moved wins, halo bytes counted by `OpPlan.cost`): t
 result tiling and the first operand's tiling carried through, each either *kept* on windowed dims
 (the operands take the same tiling and exchange halos: `collective-permute`s, no gather) or with
 the windowed dims *gathered* (no halo), and everything replicated. So a halo larger than a gather
-is never chosen (on equal bytes the gather wins: one collective instead of several permutes).
+is never chosen. On equal bytes for the busiest device the candidate all devices together send
+fewer bytes with wins (a halo only some shards need: `halo.halo_total_bytes`), then the gather
+(one collective instead of several permutes).
 
 The `halo-exchange` pass computes each operand's `HaloPlan`s from its planned sharding
 (`halo_plans`) and records them in `frontend_attributes={halo="..."}` (`describe_plans`);
@@ -46,8 +48,8 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .halo import (
-    HaloPlan, WindowedDim, describe_plans, halo_bytes, plan_halo, recorded_plans, return_halo,
-    windowed_input,
+    HaloPlan, WindowedDim, describe_plans, halo_bytes, halo_total_bytes, plan_halo,
+    recorded_plans, return_halo, windowed_input,
 )
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .op_rules_indexed import masked_window
@@ -124,7 +126,7 @@ class WindowRule(PartitionRule):
 
         def candidate(tiling: Tiling, reason: str) -> OpPlan:
             operand_tiling = self.operand_tiling(inst, tiling)
-            shardings, cost = [], 0.0
+            shardings, cost, total = [], 0.0, 0.0
             for operand, window in zip(inst.operands, windows):
                 if window is None:
                     shardings.append(replicated)
@@ -133,13 +135,15 @@ class WindowRule(PartitionRule):
                 plans = self._plans(inst, window, operand_tiling, scans)
                 if plans:
                     local = operand_tiling.shard_dims(operand.shape.dims)
-                    cost += halo_bytes(plans, local,
-                                       dtypes.byte_width(operand.shape.element_type))
-            cost += self.extra_cost(inst, operand_tiling, ctx.computations)
+                    width = dtypes.byte_width(operand.shape.element_type)
+                    cost += halo_bytes(plans, local, width)
+                    total += halo_total_bytes(plans, local, width, ctx.num_devices)
+            extra = self.extra_cost(inst, operand_tiling, ctx.computations)
             result = tiling.sharding
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
-            return OpPlan(tuple(shardings), result, reason, cost)
+            return OpPlan(tuple(shardings), result, reason, cost + extra,
+                          total + extra * ctx.num_devices)
 
         bases = [(ctx.tiling(target, rank), "the result's tiling")]
         first = inst.operands[0]
@@ -162,8 +166,10 @@ class WindowRule(PartitionRule):
                                         "dims"))
         candidates.append(candidate(Tiling.replicated(rank, ctx.num_devices),
                                     f"{inst.opcode} runs replicated"))
-        # on a tie, one gather beats many permutes
-        return ctx.choose(inst, candidates, tie_break=lambda plan: plan.cost)
+        # on a tie, the fewest bytes over all devices (halos trimmed to the shards that read
+        # them), then one gather beats many permutes
+        return ctx.choose(inst, candidates,
+                          tie_break=lambda plan: (ctx.total_of(inst, plan), plan.cost))
 
     # ---- lowering -----------------------------------------------------------------------------
 

@@ -230,11 +230,12 @@ class SendToDevice(Step):
 @dataclass(frozen=True, eq=False)
 class ReshardPlan:
     """Steps turning `source` into `target` for an array of `shape`; `cost` = the bytes the
-    busiest device sends, summed over the steps."""
+    busiest device sends, summed over the steps; `total` = the bytes all devices send."""
 
     shape: ArrayShape
     steps: tuple[Step, ...]
     cost: int
+    total: int = 0
 
     @property
     def collectives(self) -> list[str]:
@@ -350,7 +351,8 @@ def _total(steps, dims, width) -> int:
 
 
 def _finish(shape: ArrayShape, steps: list[Step], width: int) -> ReshardPlan:
-    return ReshardPlan(shape, tuple(steps), _cost(steps, shape.dims, width))
+    return ReshardPlan(shape, tuple(steps), _cost(steps, shape.dims, width),
+                       _total(steps, shape.dims, width))
 
 
 # ---------------------------------------------------------------------------------- alignment
