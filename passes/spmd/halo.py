@@ -23,10 +23,11 @@ Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over sha
   `[0, wc)`): `from_left` elements from the shards to the left, `from_right` from the right. A
   halo longer than a shard takes several hops (one `collective-permute` each, distance 1, 2, ...).
   The exchange is contiguous: it covers the span of the reads (with window dilation, elements
-  between taps may travel although no output reads them). A shard receives only from the hops
-  its own real outputs reach (`reach_left(i)`, `reach_right(i)`): the permute of hop h has no
-  pair into a shard that reads nothing that far (as XLA trims the halos of shards without
-  output), so its buffer there stays zero and is never read;
+  between taps may travel although no output reads them). A shard receives only the hops whose
+  elements its own real outputs read: hops `skip(i) + 1 .. reach(i)` on each side (`reach_left`,
+  `skip_left`, `reach_right`, `skip_right`); the permute of any other hop has no pair into it
+  (as XLA trims the halos of shards without output), so its buffer there stays zero and is
+  never read;
 - `mask`: whether real outputs read positions outside `[0, valid)` (explicit padding, uneven
   padding garbage, zeros from missing neighbours): those are replaced by the pad value.
 
@@ -102,8 +103,16 @@ class HaloPlan:
     offsets: np.ndarray       # where each shard's window starts in the padded concatenation
     pad_left: int             # elements padded before / after the concatenation
     pad_right: int
-    reach_left: np.ndarray    # per shard, how many hops to the left its real outputs read
+    reach_left: np.ndarray    # per shard, the farthest hop to the left its real outputs read
     reach_right: np.ndarray
+    skip_left: np.ndarray     # per shard, the nearest hops to the left it does not read
+    skip_right: np.ndarray
+
+    def receives(self, side: str, hop: int) -> np.ndarray:
+        """Per shard, whether it receives hop `hop` from the `side` ("left" or "right")."""
+        reach, skip = (self.reach_left, self.skip_left) if side == "left" else \
+            (self.reach_right, self.skip_right)
+        return (skip < hop) & (hop <= reach)
 
     @property
     def static(self) -> bool:
@@ -140,7 +149,8 @@ class HaloPlan:
     def to_text(self) -> str:
         """`describe()` followed by the rest of the plan: `shards=n,input=Ib,output=W,
         window=window_input,valid=v,offsets=..`, `pad=low_high` when there is padding and
-        `reach_left=..` / `reach_right=..` when some shard needs fewer hops than the others."""
+        `reach_left=..` / `skip_left=..` (and right) when some shard needs fewer hops than the
+        others."""
         text = f"{self.describe()},shards={self.shards},input={self.input_shard}," \
                f"output={self.output_shard},window={self.window_input},valid={self.valid}," \
                f"offsets={_table(self.offsets)}"
@@ -150,6 +160,9 @@ class HaloPlan:
                                     ("right", self.reach_right, self.from_right)):
             if (reach != _full_reach(self.shards, len(self.hops(amount)), side)).any():
                 text += f",reach_{side}={_table(reach)}"
+        for side, skip in (("left", self.skip_left), ("right", self.skip_right)):
+            if skip.any():
+                text += f",skip_{side}={_table(skip)}"
         return text
 
     @classmethod
@@ -165,7 +178,8 @@ class HaloPlan:
             raise ValueError(f"cannot read {text!r}")
         missing = [k for k in _REQUIRED if k not in fields]
         unknown = sorted(set(fields) - set(_REQUIRED) -
-                         {"dilate", "mask", "pad", "reach_left", "reach_right"})
+                         {"dilate", "mask", "pad", "reach_left", "reach_right", "skip_left",
+                          "skip_right"})
         if missing or unknown:
             raise ValueError(f"missing {missing}" if missing else f"unknown {unknown}")
         n = _int(fields, "shards")
@@ -186,16 +200,21 @@ class HaloPlan:
             raise ValueError(f"pad={fields['pad']} is not low_high") from None
         plan = cls(n, dilation, ib, number["output"], window, number["valid"], start, left,
                    right, number["from_left"], number["from_right"], "mask" in fields, offsets,
-                   pad_left, pad_right, np.zeros(n, np.int64), np.zeros(n, np.int64))
-        reach = {}
+                   pad_left, pad_right, *[np.zeros(n, np.int64)] * 4)
+        got = {}
         for side in ("left", "right"):
             hops = len(plan.hops(number[f"from_{side}"]))
-            key = f"reach_{side}"
             full = _full_reach(n, hops, side)
-            reach[side] = _array(fields[key], n, key) if key in fields else full
-            if ((reach[side] < 0) | (reach[side] > full)).any():
-                raise ValueError(f"{key} must lie between 0 and the hops to the edge")
-        return replace(plan, reach_left=reach["left"], reach_right=reach["right"])
+            reach = _array(fields[f"reach_{side}"], n, f"reach_{side}") \
+                if f"reach_{side}" in fields else full
+            skip = _array(fields[f"skip_{side}"], n, f"skip_{side}") \
+                if f"skip_{side}" in fields else np.zeros(n, np.int64)
+            if ((reach < 0) | (reach > full)).any():
+                raise ValueError(f"reach_{side} must lie between 0 and the hops to the edge")
+            if ((skip < 0) | (skip > np.maximum(reach, 0))).any():
+                raise ValueError(f"skip_{side} must lie between 0 and reach_{side}")
+            got[f"reach_{side}"], got[f"skip_{side}"] = reach, skip
+        return replace(plan, **got)
 
 
 _FIELD = re.compile(r"([a-z_]+)(?:=(\[[-0-9,]*\]|-?\d+(?:_-?\d+)?))?(?=,|$)")
@@ -263,21 +282,35 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
     pad_right = int(max(0, max(int((offsets[real] + window_input).max(initial=0)),
                                window_input) - length))
     offsets = np.where(real, offsets, np.clip(offsets, 0, length + pad_right - window_input))
-    return HaloPlan(n, b, ib, w, window_input, valid, start, left, right, from_left, from_right,
-                    mask, offsets, pad_left, pad_right,
-                    np.minimum(_hops_reached(need_left, ib), _full_reach(n, n, "left")),
-                    np.minimum(_hops_reached(need_right, ib), _full_reach(n, n, "right")))
+    plan = HaloPlan(n, b, ib, w, window_input, valid, start, left, right, from_left,
+                    from_right, mask, offsets, pad_left, pad_right, *[np.zeros(n, np.int64)] * 4)
+    # the hops whose elements the real outputs read: [data_lo, data_hi) against each hop's
+    # base range (the last `size` elements of shard i - h, the first of shard i + h)
+    got = {}
+    for side, amount in (("left", from_left), ("right", from_right)):
+        needed = np.zeros((n, 0), dtype=bool)
+        for hop, size in enumerate(plan.hops(amount), 1):
+            if side == "left":
+                hop_lo, hop_hi = ib * (i - hop + 1) - b * size, ib * (i - hop + 1)
+            else:
+                hop_lo, hop_hi = ib * (i + hop), ib * (i + hop) + b * size
+            reads = reads_data & (hop_lo < data_hi) & (data_lo < hop_hi)
+            needed = np.column_stack([needed, reads])
+        count = needed.shape[1]
+        any_hop = needed.any(axis=1)
+        reach = np.where(any_hop, count - np.argmax(needed[:, ::-1], axis=1), 0) if count else \
+            np.zeros(n, np.int64)
+        skip = np.where(any_hop, np.argmax(needed, axis=1), 0) if count else np.zeros(n, np.int64)
+        full = _full_reach(n, n, side)
+        got[f"reach_{side}"] = np.minimum(reach, full).astype(np.int64)
+        got[f"skip_{side}"] = np.minimum(skip, got[f"reach_{side}"]).astype(np.int64)
+    return replace(plan, **got)
 
 
 def _full_reach(n: int, hops: int, side: str) -> np.ndarray:
     """Per shard, the hops of `hops` that have a sender on `side` (none past the edge)."""
     distance = np.arange(n, dtype=np.int64)
     return np.minimum(hops, distance if side == "left" else n - 1 - distance)
-
-
-def _hops_reached(need: np.ndarray, shard: int) -> np.ndarray:
-    """Per shard, how many neighbours' shards of `shard` base elements a halo of `need` spans."""
-    return -(-need // shard) if shard else np.zeros_like(need)
 
 
 def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int) -> float:
@@ -308,13 +341,12 @@ def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]):
         other = int(np.prod(dims)) // max(dims[d], 1)
         n = plan.shards
         sent = np.zeros(n, dtype=np.int64)
-        for amount, reach, step in ((plan.from_left, plan.reach_left, 1),
-                                    (plan.from_right, plan.reach_right, -1)):
+        for amount, side, step in ((plan.from_left, "left", 1), (plan.from_right, "right", -1)):
             for hop, size in enumerate(plan.hops(amount), 1):
                 receiver = np.arange(n) + step * hop          # the sender's receiver
                 inside = (receiver >= 0) & (receiver < n)
                 reads = np.zeros(n, dtype=bool)
-                reads[inside] = reach[receiver[inside]] >= hop
+                reads[inside] = plan.receives(side, hop)[receiver[inside]]
                 sent += np.where(reads, size, 0)
         yield sent, other
         dims[d] = plan.window_input
@@ -390,10 +422,12 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
     if plan.identity:
         return value
     b = ctx.builder
-    pieces = [_receive(ctx, value, dim, tiling, h, size, plan.reach_left, from_left=True)
+    pieces = [_receive(ctx, value, dim, tiling, h, size, plan.receives("left", h),
+                       from_left=True)
               for h, size in reversed(list(enumerate(plan.hops(plan.from_left), 1)))]
     pieces.append(value)
-    pieces += [_receive(ctx, value, dim, tiling, h, size, plan.reach_right, from_left=False)
+    pieces += [_receive(ctx, value, dim, tiling, h, size, plan.receives("right", h),
+                        from_left=False)
                for h, size in enumerate(plan.hops(plan.from_right), 1)]
     value = _concatenate(b, pieces, dim)
     if plan.base_dilation > 1:
@@ -473,10 +507,10 @@ def _need(pad_value: Instruction | None) -> Instruction:
 
 
 def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
-             size: int, reach: np.ndarray, from_left: bool) -> Instruction:
+             size: int, receives: np.ndarray, from_left: bool) -> Instruction:
     """The piece each shard receives from the shard `hop` positions to its left (the sender's
-    last `size` elements) or right (its first `size`), for the shards whose `reach` (by
-    ordinal) is at least `hop`; the others (and shards without a sender) get zeros."""
+    last `size` elements) or right (its first `size`), for the shards that `receives` it (by
+    ordinal); the others (and shards without a sender) get zeros."""
     n, local = tiling.counts[dim], value.shape.dims[dim]
     piece = _slice_dim(ctx.builder, value, dim, local - size, local) if from_left else \
         _slice_dim(ctx.builder, value, dim, 0, size)
@@ -484,7 +518,7 @@ def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop
     low = np.take(devices, np.arange(0, n - hop), axis=dim).ravel()
     high = np.take(devices, np.arange(hop, n), axis=dim).ravel()
     ordinals = np.take(np.indices(devices.shape)[dim], np.arange(hop, n), axis=dim).ravel()
-    receiving = reach[ordinals - hop if not from_left else ordinals] >= hop
+    receiving = receives[ordinals - hop if not from_left else ordinals]
     pairs = np.stack([low, high], axis=1) if from_left else np.stack([high, low], axis=1)
     pairs = pairs[receiving]
     if not len(pairs):
