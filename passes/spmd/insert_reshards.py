@@ -50,9 +50,6 @@ from gspmdc.errors import ShardingError
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Computation, Instruction, Module
-from gspmdc.ir.ops import (
-    PARTITION_DEPENDENT, RNG_STATE, SIDE_EFFECTING, Trait, opcodes, with_trait,
-)
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import TupleShape
 from gspmdc.ir.stage import Stage
@@ -61,7 +58,8 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
 from .op_rules import (
-    OpPlan, PlanContext, free_target, maximal_for, recomputed_for_free, replicated_for,
+    CONTRACTIONS, NOT_EVERYWHERE, OpPlan, PlanContext,
+    free_target, maximal_for, recomputed_for_free, replicated_for,
 )
 from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
@@ -238,7 +236,7 @@ class _Rewriter:
         rule = rule_for(inst, self.module.computations)
         plan = rule.plan(inst, self.ctx)
         desired = inst.sharding
-        if inst.opcode in _NOT_EVERYWHERE or inst.opcode in ("tuple", "get-tuple-element") or \
+        if inst.opcode in NOT_EVERYWHERE or inst.opcode in ("tuple", "get-tuple-element") or \
                 desired.unique_device is not None or desired.has_manual_leaf:
             return plan
         devices = sorted({o.sharding.unique_device for o in inst.operands} - {None})
@@ -263,7 +261,7 @@ class _Rewriter:
         constant or an iota), then sliced to `target`: no bytes instead of a collective (as
         XLA's partitioned programs do for a tiled value of replicated inputs needed whole).
         None when `value` is not a pure, deterministic array op or an operand is not had so."""
-        if value.opcode in _NOT_EVERYWHERE | _CONTRACTIONS or value in self.created or \
+        if value.opcode in NOT_EVERYWHERE | CONTRACTIONS or value in self.created or \
                 isinstance(value.shape, TupleShape) or not free_target(target) or \
                 value.sharding.has_manual_leaf or not value.operands or \
                 self.ctx.cost(value.shape, value.sharding, target) == 0:
@@ -306,7 +304,7 @@ class _Rewriter:
             return False
         if is_inserted_reshard(inst):
             return self._whole_everywhere(inst.operands[0])
-        if inst.opcode in _NOT_EVERYWHERE or inst in self.arrivals:
+        if inst.opcode in NOT_EVERYWHERE or inst in self.arrivals:
             return False
         return all(self._whole_everywhere(o) for o in inst.operands)
 
@@ -344,7 +342,8 @@ class _Rewriter:
         operands = []
         sharding = target
         if value.opcode == "broadcast":
-            operand = value.operands[0]
+            # from the replicated form of the operand when it is had for free
+            operand = self._replicated_source(value.operands[0]) or value.operands[0]
             need = target if target.kind == "maximal" else \
                 broadcast_operand_sharding(value, target, self.ctx.num_devices)
             if self.ctx.cost(operand.shape, operand.sharding, need) >= direct:
@@ -380,17 +379,6 @@ class _Rewriter:
         self.created.add(node)
         return node
 
-
-#: opcodes whose value on one device may differ between partitions that compute it: their
-#: inputs or effects depend on the partition, they draw random numbers, they run called
-#: computations as control flow, or their rules run them on the device only
-_NOT_EVERYWHERE = PARTITION_DEPENDENT | SIDE_EFFECTING | RNG_STATE | \
-    with_trait(Trait.CONTROL_FLOW) | opcodes(
-    "parameter", "custom-call", "rng", "rng-bit-generator")
-
-
-#: ops doing far more work than their result's size, never recomputed whole to save a reshard
-_CONTRACTIONS = opcodes("dot", "convolution", "ragged-dot", "fft", "cholesky", "triangular-solve")
 
 
 def _result_reason(inst: Instruction, plan) -> str:

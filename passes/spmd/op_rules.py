@@ -26,11 +26,14 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from gspmdc.ir.module import Instruction
-from gspmdc.ir.ops import PARTITION_RULES
+from gspmdc.ir.ops import (
+    PARTITION_DEPENDENT, PARTITION_RULES, RNG_STATE, SIDE_EFFECTING, Trait, opcodes, with_trait,
+)
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import Shape, TupleShape
 
 from .reshard import EmitContext
+from .reshard_nodes import is_inserted_reshard
 from .reshard_plan import plan_reshard, reshard_cost
 from .tiling import Tiling
 
@@ -82,15 +85,53 @@ class Signature:
                          self.operand_ids, self.operand_free)
 
 
+#: opcodes whose value on one device may differ between partitions that compute it: their
+#: inputs or effects depend on the partition, they draw random numbers, they run called
+#: computations as control flow, or their rules run them on the device only
+NOT_EVERYWHERE = PARTITION_DEPENDENT | SIDE_EFFECTING | RNG_STATE | \
+    with_trait(Trait.CONTROL_FLOW) | opcodes(
+    "parameter", "custom-call", "rng", "rng-bit-generator")
+
+#: ops doing far more work than their result's size, never recomputed whole to save a reshard
+CONTRACTIONS = opcodes("dot", "convolution", "ragged-dot", "fft", "cholesky", "triangular-solve")
+
+
 def recomputed_for_free(value: Instruction) -> bool:
     """Whether insert-reshards computes `value` again in any sharding a user needs
     (`free_target`) instead of resharding it, moving no bytes: a constant (every partition
     has it whole), an iota, a broadcast of a replicated value (each partition broadcasts its
-    part). XLA reaches the same for values it resharded from replicated ones through its
-    reshard cache. Rules' costs count such operands' reshards as free."""
-    if isinstance(value.shape, TupleShape) or value.sharding is None or \
-            value.sharding.has_manual_leaf or value.sharding.has_unreduced:
+    part), or a pure array op (not a contraction) whose operands are all replicated or one of
+    those (computed again whole on every partition, then sliced). XLA reaches the same for
+    values it resharded from replicated ones through its reshard cache. Rules' costs count
+    such operands' reshards as free."""
+    if not _free_value(value):
         return False
+    if _free_leaf(value):
+        return True
+    return value.opcode not in NOT_EVERYWHERE | CONTRACTIONS and bool(value.operands) and \
+        all(_replicated_for_free(o) for o in value.operands)
+
+
+def _replicated_for_free(operand: Instruction) -> bool:
+    """Whether insert-reshards has `operand` replicated without communication: it is
+    replicated, a reshard node of a replicated value, or a free leaf (`_free_leaf`)."""
+    if operand.sharding is None or isinstance(operand.shape, TupleShape):
+        return False
+    if operand.sharding.is_replicated:
+        return True
+    if is_inserted_reshard(operand):
+        source = operand.operands[0].sharding
+        return source is not None and source.is_replicated
+    return _free_value(operand) and _free_leaf(operand)
+
+
+def _free_value(value: Instruction) -> bool:
+    return not isinstance(value.shape, TupleShape) and value.sharding is not None and \
+        not value.sharding.has_manual_leaf and not value.sharding.has_unreduced
+
+
+def _free_leaf(value: Instruction) -> bool:
+    """A constant, an iota or a broadcast of a replicated value."""
     if value.opcode in ("constant", "iota"):
         return True
     if value.opcode == "broadcast":
@@ -264,5 +305,6 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
     return sharding is not None and sharding.has_manual_leaf
 
 
-__all__ = ["OpPlan", "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
+__all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "recomputed_for_free", "free_target", "OpPlan",
+           "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]
