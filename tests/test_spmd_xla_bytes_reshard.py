@@ -126,10 +126,54 @@ def test_halo_bytes_count_what_each_device_sends():
     assert collective_bytes(api.to_text(spmd), 4) == 1904
 
 
+SPLIT_ACROSS = _copy_module("f32", "14", "{devices=[2,2]<=[4] last_tile_dim_replicate}",
+                            "{devices=[4]<=[4]}", 4)
+
+
+def test_tiles_that_do_not_nest_take_the_boundary_piece_from_a_neighbour():
+    """f32[14] in 2 tiles of 7 (each held twice) to 4 tiles of 4: device 1's tile [4,8) lies
+    across the boundary at 7; devices 0, 2 and 3 slice theirs from their own tile, device 1
+    slices [4,7) and receives element 7 from device 2 (the first holder of [7,14)): one
+    permute of 4 B. Gathering the dim whole (7 elements from the other tile) sent 28 B per
+    device."""
+    plan = plan_reshard(ArrayShape("f32", (14,)),
+                        parse_sharding("{devices=[2,2]<=[4] last_tile_dim_replicate}"),
+                        parse_sharding("{devices=[4]<=[4]}"), 4)
+    assert plan.cost == 4 and plan.total == 4
+    spmd = check_equivalent(SPLIT_ACROSS, 4)
+    assert collectives(spmd) == [("collective-permute", [(2, 1)])]
+    x = np.arange(14, dtype=np.float32)
+    np.testing.assert_array_equal(run_global(spmd, [x], 4), x)
+
+
+GATHER_ACROSS = _copy_module("f32", "9", "{devices=[8]<=[8]}",
+                             "{devices=[4,2]<=[8] last_tile_dim_replicate}", 8)
+
+
+def test_tiles_that_do_not_nest_gather_their_pieces_in_rounds():
+    """f32[9] in 8 tiles of 2 (devices 5-7 hold padding) to 4 tiles of 3 held twice: devices
+    2k and 2k+1 need [3k, 3k+3), from 2 source tiles. The pieces held elsewhere go in three
+    permute rounds, a device sending and receiving at most one piece per round: {0->1, 1->0,
+    2->3, 3->4, 4->5} (buffers of 2 elements), {1->2, 3->5} (2), {1->3} (1). Device 1, the
+    busiest, sends 8 + 8 + 4 = 20 B; all devices 40 + 16 + 4 = 60 B. Gathering the dim whole
+    sent 7 x 8 = 56 B from every device."""
+    plan = plan_reshard(ArrayShape("f32", (9,)), parse_sharding("{devices=[8]<=[8]}"),
+                        parse_sharding("{devices=[4,2]<=[8] last_tile_dim_replicate}"), 8)
+    assert plan.cost == 20 and plan.total == 60
+    spmd = check_equivalent(GATHER_ACROSS, 8)
+    assert collectives(spmd) == [
+        ("collective-permute", [(0, 1), (1, 0), (2, 3), (3, 4), (4, 5)]),
+        ("collective-permute", [(1, 2), (3, 5)]),
+        ("collective-permute", [(1, 3)])]
+    x = np.arange(9, dtype=np.float32)
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8), (HALO_ONE_WAY, 2),
-                                    (HALO_TWO_DIMS, 4)],
-                         ids=["slice-first", "halo-trimmed", "halo-one-way", "halo-two-dims"])
+                                    (HALO_TWO_DIMS, 4), (SPLIT_ACROSS, 4), (GATHER_ACROSS, 8)],
+                         ids=["slice-first", "halo-trimmed", "halo-one-way", "halo-two-dims",
+                              "split-across", "gather-across"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

@@ -14,6 +14,8 @@ instruction holding its shard in the plan's target layout. Each step becomes:
 | `MaskedGather`        | padding zeroed; `dynamic-update-slice` into zeros; `all-reduce`   |
 | `Slice`               | pad (uneven); `dynamic-slice` at table offsets `new - old`        |
 | `Permute`             | `collective-permute`, one pair per target device                  |
+| `Exchange`            | per round: `dynamic-slice` of the piece, `collective-permute`,     |
+|                       | placed into the new tile (`dynamic-update-slice`) and selected     |
 | `ZeroPartials`        | `select(partial index == 0, x, 0)`                                |
 | `BroadcastFromDevice` | `select(partition-id == k, x, 0)`; `all-reduce` (add, or for pred) |
 | `SendToDevice`        | `collective-permute {k -> j}`                                     |
@@ -43,8 +45,8 @@ from gspmdc.passes.pass_manager import ChannelIds
 from .builder import Builder, scalar_reducer
 from .partition_ids import PartitionTables
 from .reshard_plan import (
-    AllGather, AllReduce, AllToAll, BroadcastFromDevice, MaskedGather, Permute, ReduceScatter,
-    ReshardPlan, SendToDevice, Slice, ZeroPartials,
+    AllGather, AllReduce, AllToAll, BroadcastFromDevice, Exchange, MaskedGather, Permute,
+    ReduceScatter, ReshardPlan, SendToDevice, Slice, ZeroPartials,
 )
 
 
@@ -183,6 +185,44 @@ def _permute(ctx, value, shape, step: Permute, reducer):
     return ctx.builder.collective_permute(value, step.pairs, ctx.channels())
 
 
+def _exchange(ctx, value, shape, step: Exchange, reducer):
+    """Per round (the local pieces first): every device cuts the piece it sends out of its shard
+    (padded so the cut never clamps), the round's permute moves it, the receiver writes it at its
+    place in a zero tile and keeps it where the piece lies (padding of the new tile is zero)."""
+    b, tables = ctx.builder, ctx.tables
+    new = step.after.shard_dims(shape.dims)
+    t = value.shape.element_type
+    held = value.shape.dims
+    rank = len(new)
+    result = None
+    for r in step.rounds:
+        padded = b.pad_high(value, [h + s for h, s in zip(held, r.size)])
+        piece = b.dynamic_slice(padded, [tables.lookup(r.send_at[:, d], f"exchange.send.{d}")
+                                         for d in range(rank)], list(r.size))
+        if r.pairs is not None:
+            piece = b.collective_permute(piece, r.pairs, ctx.channels())
+        room = [n + s for n, s in zip(new, r.size)]
+        zeros = b.broadcast(b.zero(t), room)
+        starts = [tables.lookup(r.place_at[:, d], f"exchange.place.{d}") for d in range(rank)]
+        placed = b.add("dynamic-update-slice", zeros.shape.with_dims(room),
+                       [zeros, piece, *starts])
+        placed = b.slice_to(placed, new)
+        if result is None and not (r.lo != 0).any() and \
+                (r.hi == np.asarray(new)).all():
+            result = placed
+            continue
+        keep = None
+        for d in range(rank):
+            index = b.iota("s32", new, d)
+            low = b.broadcast(tables.lookup(r.lo[:, d], f"exchange.lo.{d}"), new)
+            high = b.broadcast(tables.lookup(r.hi[:, d], f"exchange.hi.{d}"), new)
+            inside = b.binary("and", b.compare(index, low, "GE"), b.compare(index, high, "LT"))
+            keep = inside if keep is None else b.binary("and", keep, inside)
+        base = result if result is not None else b.broadcast(b.zero(t), new)
+        result = b.select(keep, placed, base)
+    return result if result is not None else b.broadcast(b.zero(t), new)
+
+
 def _zero_partials(ctx, value, shape, step: ZeroPartials, reducer):
     b = ctx.builder
     keep = b.compare(ctx.tables.partial_index(step.after), ctx.tables.zero(), "EQ")
@@ -214,6 +254,7 @@ def _select_scalar(b: Builder, predicate: Instruction, value: Instruction) -> In
 _EMITTERS = {
     AllReduce: _all_reduce, ReduceScatter: _reduce_scatter, AllGather: _all_gather,
     AllToAll: _all_to_all, MaskedGather: _masked_gather, Slice: _slice, Permute: _permute,
+    Exchange: _exchange,
     ZeroPartials: _zero_partials,
     BroadcastFromDevice: _broadcast_from_device, SendToDevice: _send_to_device,
 }

@@ -20,12 +20,18 @@ Steps between tilings (`tiling.py`), in the order a plan uses them:
 | `AllGather(d, g)`   | dim d keeps fewer tiles (minor factor g gathered)    | all-gather     |
 | `MaskedGather`      | the same gathers as one sum (uneven dims, see below) | all-reduce     |
 | `Permute`           | same tiles, other devices                            | permute        |
+| `Exchange`          | tiles that do not nest (uneven dims): the pieces     | permutes       |
 | `ZeroPartials`      | the target is unreduced: keep one partial per group  | none           |
 
 and `BroadcastFromDevice` (maximal → replicated: select on partition-id, all-reduce) and
 `SendToDevice` (maximal → other maximal: one collective-permute). Uneven dims are handled by the
 alignment rules: a step that would cut a padded tile across real data falls back to gathering
 that dim completely (slicing from the full dim is always exact).
+
+An `Exchange` (`reshard_exchange.py`) is planned beside the staged variants when some dim's
+tiles do not nest (where they would fall back to gathering the dim whole): every device builds
+its new tile from the pieces of the source tiles it overlaps, received by a few
+collective-permutes.
 
 A `MaskedGather` replaces the all-gathers of a plan by one all-reduce: every device places its
 shard (padding zeroed) at its offset in a zero buffer of the gathered shard's shape and the group
@@ -56,6 +62,7 @@ from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.tile_assignment import atomic_axes, from_axes
 
 from .manual_groups import auto_equivalent, same_manual_groups
+from .reshard_exchange import Round, plan_exchange
 from .tiling import Tiling, cdiv
 
 
@@ -196,6 +203,30 @@ class Permute(Step):
 
 
 @dataclass(frozen=True, eq=False)
+class Exchange(Step):
+    """Each device's `after` tile assembled from the pieces of the `before` tiles it overlaps:
+    its own piece locally, the others by one collective-permute per round
+    (`reshard_exchange.py`)."""
+
+    rounds: tuple[Round, ...] = ()
+    collective = "collective-permute"
+
+    def traffic(self, dims, width):
+        n = self.before.num_devices
+        parts = [cost.collective_permute(r.pairs, prod(r.size) * width, n)
+                 for r in self.rounds if r.pairs is not None]
+        if not parts:
+            return None
+        return cost.Traffic("collective-permute", sum(p.num_groups for p in parts), 2,
+                            max(p.operand_bytes for p in parts), sum(p.sent for p in parts),
+                            sum(p.received for p in parts))
+
+    def describe(self):
+        moving = sum(r.pairs is not None for r in self.rounds)
+        return f"collective-permutes of the pieces of the new tiles ({moving} rounds)"
+
+
+@dataclass(frozen=True, eq=False)
 class ZeroPartials(Step):
     def describe(self):
         return "keep one partial value per group, zero the others"
@@ -315,9 +346,26 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
                                 inert=inert)
                 if 5 not in inert:
                     variants.append(first)
+    if src.unreduced == dst.unreduced == 1 and _misaligned(dims, src, dst):
+        rounds = plan_exchange(dims, src, dst)
+        if rounds is not None:
+            variants.append([Exchange(src, dst, rounds=tuple(rounds))])
     steps += min(variants, key=lambda v: (_cost(v, dims, width), _total(v, dims, width),
                                           len(v)))
     return _finish(shape, steps, width)
+
+
+def _misaligned(dims, src: Tiling, dst: Tiling) -> bool:
+    """Whether some dim's tiles neither nest in the held ones nor gather into the target's."""
+    for size, t, tt in zip(dims, src.counts, dst.counts):
+        if t == tt:
+            continue
+        if tt % t == 0 and _slice_aligned(size, t, tt // t):
+            continue
+        if t % tt == 0 and _gather_aligned(size, t, t // tt):
+            continue
+        return True
+    return False
 
 
 def _with_flags_cleared(flags: tuple[bool, ...], inert: set[int]):
@@ -729,6 +777,6 @@ def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
 
 
 __all__ = ["Maximal", "Layout", "Step", "AllReduce", "ReduceScatter", "AllToAll", "AllGather",
-           "MaskedGather", "Slice", "Permute", "ZeroPartials", "BroadcastFromDevice",
+           "MaskedGather", "Slice", "Permute", "Exchange", "ZeroPartials", "BroadcastFromDevice",
            "SendToDevice", "ReshardPlan", "plan_reshard", "reshard_cost", "layout_of",
            "compatible_subtiling", "local_dims"]

@@ -1,0 +1,123 @@
+"""Piece exchange: a reshard between tilings whose tiles do not nest, as collective-permutes
+of the pieces each device's new tile needs (docs/partitioning.md, "Resharding").
+
+Where a dim's tiles do not nest (an uneven dim cut 4 ways to 2 or 8 ways: f32[9] in tiles of 2
+to tiles of 3 or of 5), slicing or gathering tiles cannot give the target's tiles, and the plain
+plan gathers the dim whole. Each target tile overlaps only a few source tiles, though: every
+device takes the part of its new tile that it holds from its own shard and receives each other
+part from one device holding it. XLA's partitioner shifts such boundary elements with
+collective-permutes too.
+
+`plan_exchange(dims, source, target)` (two tilings without partial values of an array of `dims`)
+lists the pieces: for every target device and every source tile its tile overlaps (in real
+elements, padding never travels), the intersection box. A piece the device holds itself is
+*local*; the others are assigned to *rounds*, each one `collective-permute` in which a device
+sends at most one piece and receives at most one (a source tile held by several devices is sent
+by whichever is free, the least busy first). A round's buffer has the largest of its pieces'
+sizes per dim. The result says per round, per device, where the piece it sends starts in its
+shard and where the piece it receives lies in its new tile; None when more than `MAX_ROUNDS`
+rounds would be needed (the gathers cost less then).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .tiling import Tiling
+
+#: more rounds than this and the exchange is not planned
+MAX_ROUNDS = 4
+
+
+@dataclass(frozen=True, eq=False)
+class Round:
+    """One collective-permute of pieces (or the local pieces when `pairs` is None). Arrays are
+    `[N, rank]`, indexed by device: `send_at` where the piece a device sends starts in its
+    shard, `place_at` where the piece it receives starts in its new tile, `lo` / `hi` the part
+    of its new tile the piece fills (`lo == hi`: it receives nothing)."""
+
+    pairs: np.ndarray | None        # [P, 2] (source, target)
+    size: tuple[int, ...]
+    send_at: np.ndarray
+    place_at: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling) -> list[Round] | None:
+    """The rounds turning `source` into `target` (see the module docstring)."""
+    rank = len(dims)
+    n = source.num_devices
+    extent = np.asarray(dims, dtype=np.int64)
+    held = np.asarray(source.shard_dims(dims), dtype=np.int64)
+    tile = np.asarray(target.shard_dims(dims), dtype=np.int64)
+    src = source.coordinates()[:, :rank]
+    tgt = target.coordinates()[:, :rank]
+    s_lo = src * held
+    s_hi = np.minimum(s_lo + held, extent)
+    t_lo = tgt * tile
+    t_hi = np.minimum(t_lo + tile, extent)
+    keys, tile_of = np.unique(src, axis=0, return_inverse=True)
+    tile_of = tile_of.reshape(-1)
+    holders = [np.flatnonzero(tile_of == k) for k in range(len(keys))]
+    k_lo = keys * held
+    k_hi = np.minimum(k_lo + held, extent)
+    lo = np.maximum(t_lo[:, None, :], k_lo[None, :, :])        # [N, K, rank]
+    hi = np.minimum(t_hi[:, None, :], k_hi[None, :, :])
+    overlaps = (lo < hi).all(axis=2)
+    local: list = []
+    remote: list[tuple[int, int]] = []
+    for device, k in zip(*np.nonzero(overlaps)):
+        if tile_of[device] == k:
+            local.append((device, device, lo[device, k], hi[device, k]))
+        else:
+            remote.append((int(device), int(k)))
+    rounds: list[list] = []
+    busy = np.zeros(n, dtype=np.int64)
+    for device, k in sorted(remote, key=lambda p: (p[1], p[0])):
+        for members in rounds:
+            if any(receiver == device for _, receiver, _, _ in members):
+                continue
+            sender = _free_holder(holders[k], members, busy)
+            if sender is not None:
+                break
+        else:
+            if len(rounds) == MAX_ROUNDS:
+                return None
+            members = []
+            rounds.append(members)
+            sender = _free_holder(holders[k], members, busy)
+        busy[sender] += 1
+        members.append((sender, device, lo[device, k], hi[device, k]))
+    return [_round(members, n, rank, s_lo, t_lo, local=index == 0)
+            for index, members in enumerate([local] + rounds) if members]
+
+
+def _free_holder(holders: np.ndarray, members: list, busy: np.ndarray) -> int | None:
+    taken = {sender for sender, _, _, _ in members}
+    free = [int(h) for h in holders if int(h) not in taken]
+    return min(free, key=lambda h: (busy[h], h)) if free else None
+
+
+def _round(members: list, n: int, rank: int, s_lo: np.ndarray, t_lo: np.ndarray,
+           local: bool) -> Round:
+    size = np.zeros(rank, dtype=np.int64)
+    send_at = np.zeros((n, rank), dtype=np.int64)
+    place_at = np.zeros((n, rank), dtype=np.int64)
+    lo = np.zeros((n, rank), dtype=np.int64)
+    hi = np.zeros((n, rank), dtype=np.int64)
+    for sender, receiver, piece_lo, piece_hi in members:
+        size = np.maximum(size, piece_hi - piece_lo)
+        send_at[sender] = piece_lo - s_lo[sender]
+        place_at[receiver] = piece_lo - t_lo[receiver]
+        lo[receiver] = piece_lo - t_lo[receiver]
+        hi[receiver] = piece_hi - t_lo[receiver]
+    pairs = None if local else \
+        np.array([(sender, receiver) for sender, receiver, _, _ in members], dtype=np.int64)
+    for array in (send_at, place_at, lo, hi):
+        array.setflags(write=False)
+    return Round(pairs, tuple(int(s) for s in size), send_at, place_at, lo, hi)
+
+
+__all__ = ["Round", "plan_exchange", "MAX_ROUNDS"]
