@@ -18,8 +18,10 @@ side (one `collective-permute` per shard-sized hop), `dilate=b` a local base dil
 of the plan (`HaloPlan.to_text`): `shards`, the local base elements of a shard (`input`), the
 outputs of a shard (`output`), the window input each shard computes on (`window`), the real
 base positions (`valid`), where each shard's window starts in the concatenation of received
-and own elements (`offsets`) and the padding of that concatenation (`pad=low_high`, when
-any). A cumulative reduce-window records `prefix scan over n shards ...` instead
+and own elements (`offsets`), the padding of that concatenation (`pad=low_high`, when
+any) and, when some shard receives fewer hops than its neighbours offer, per shard the farthest
+hop it receives (`reach_left`, `reach_right`) and the near hops it skips (`skip_left`,
+`skip_right`). A cumulative reduce-window records `prefix scan over n shards ...` instead
 (`prefix_scan.py`). The program is otherwise unchanged (it still evaluates to the same result).
 lower-spmd reads the plans back (`halo.recorded_plans`) and emits exactly them, without
 computing them again.
