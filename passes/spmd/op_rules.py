@@ -75,7 +75,8 @@ class Signature:
         return cls(inst.shape, inst.sharding, tuple(o.shape for o in inst.operands),
                    tuple(o.sharding for o in inst.operands),
                    tuple(ids.setdefault(id(o), len(ids)) for o in inst.operands),
-                   tuple(recomputed_for_free(o) for o in inst.operands))
+                   tuple(recomputed_for_free(o, whole=inst.opcode not in CONTRACTIONS)
+                         for o in inst.operands))
 
     def without_metadata(self) -> "Signature":
         """The same signature with metadata-free shardings (a plan made for it carries no
@@ -96,19 +97,21 @@ NOT_EVERYWHERE = PARTITION_DEPENDENT | SIDE_EFFECTING | RNG_STATE | \
 CONTRACTIONS = opcodes("dot", "convolution", "ragged-dot", "fft", "cholesky", "triangular-solve")
 
 
-def recomputed_for_free(value: Instruction) -> bool:
+def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
     """Whether insert-reshards computes `value` again in any sharding a user needs
     (`free_target`) instead of resharding it, moving no bytes: a constant (every partition
     has it whole), an iota, a broadcast of a replicated value (each partition broadcasts its
     part), or a pure array op (not a contraction) whose operands are all replicated or one of
     those (computed again whole on every partition, then sliced). XLA reaches the same for
     values it resharded from replicated ones through its reshard cache. Rules' costs count
-    such operands' reshards as free."""
+    such operands' reshards as free; a contraction's (`whole=False`) only the first three, so
+    that its operands computed whole do not make running the whole contraction on every
+    partition look free."""
     if not _free_value(value):
         return False
     if _free_leaf(value):
         return True
-    return value.opcode not in NOT_EVERYWHERE | CONTRACTIONS and bool(value.operands) and \
+    return whole and value.opcode not in NOT_EVERYWHERE | CONTRACTIONS and bool(value.operands) and \
         all(_replicated_for_free(o) for o in value.operands)
 
 
