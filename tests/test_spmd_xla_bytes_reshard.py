@@ -183,3 +183,26 @@ def test_no_more_bytes_than_xla(text, n):
     assert result.status == "compared", result.detail
     assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
     assert "gspmdc" not in result.value_mismatch and "XLA" not in result.value_mismatch
+
+
+def test_the_last_row_read_by_shard_0_travels_in_one_permute():
+    """`slice={[3:4]}` of a dim of 4 in 4 shards of 1 (`jnp.roll`'s wrap-around row): shard 0
+    reads element 3, three hops to its right, and nothing in between, so the plan records that
+    it reaches hop 3 and skips hops 1 and 2 (the text round-trips); one permute from shard 3
+    instead of three. A plan whose skip exceeds its reach is refused."""
+    from gspmdc.passes.spmd.halo import HaloPlan, WindowedDim, plan_halo
+    plan = plan_halo(WindowedDim(4, 4, 1, 1, -3, 0))
+    text = plan.to_text()
+    assert text.endswith("reach_right=[3,0,0,0],skip_right=[2,0,0,0]")
+    again = HaloPlan.from_text(text)
+    assert [bool(again.receives("right", hop)[0]) for hop in (1, 2, 3)] == [False, False, True]
+    with pytest.raises(ValueError, match="skip_right"):
+        HaloPlan.from_text(text.replace("skip_right=[2,0,0,0]", "skip_right=[2,1,0,0]"))
+    spmd = check_equivalent("""HloModule m, num_partitions=4
+
+ENTRY e {
+  x = f32[4,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[1,3] slice(x), slice={[3:4], [0:3]}, sharding={devices=[4,1]<=[4]}
+}
+""", 4)
+    assert collectives(spmd) == [("collective-permute", [(3, 0)])]
