@@ -143,6 +143,21 @@ def _free_leaf(value: Instruction) -> bool:
     return False
 
 
+def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
+                        measure: Callable[[Shape, HloSharding, HloSharding], float]) -> float:
+    """`own` plus the bytes `measure` gives for the reshards `plan` asks of an instruction
+    described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
+    reshards a value used twice the same way once), none for an operand computed again for
+    free in a free target."""
+    total = own + measure(signature.shape, plan.result, signature.sharding)
+    free = signature.operand_free or (False,) * len(signature.operand_ids)
+    operands = zip(signature.operand_ids, signature.operand_shapes,
+                   signature.operand_shardings, free)
+    for (_, shape, sharding, recomputed), need in dict.fromkeys(zip(operands, plan.operands)):
+        if not (recomputed and free_target(need)):
+            total += measure(shape, sharding, need)
+    return total
+
 def free_target(target: HloSharding) -> bool:
     """Whether `target` is a sharding a `recomputed_for_free` value is computed again in: an
     array sharding, tiled, replicated or on one device, without unreduced or manual subgroups."""
@@ -173,14 +188,7 @@ class PlanContext:
 
     def cost_of(self, signature: "Signature", plan: OpPlan) -> float:
         """`plan_cost` for an instruction described by its `signature`."""
-        total = plan.cost + self.cost(signature.shape, plan.result, signature.sharding)
-        free = signature.operand_free or (False,) * len(signature.operand_ids)
-        operands = zip(signature.operand_ids, signature.operand_shapes,
-                       signature.operand_shardings, free)
-        for (_, shape, sharding, recomputed), need in dict.fromkeys(zip(operands, plan.operands)):
-            if not (recomputed and free_target(need)):
-                total += self.cost(shape, sharding, need)
-        return total
+        return _with_reshard_bytes(plan.cost, signature, plan, self.cost)
 
     def total(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes all devices together send resharding a value of `shape`."""
@@ -196,14 +204,7 @@ class PlanContext:
         device sends the same."""
         signature = Signature.of(inst)
         own = plan.cost * self.num_devices if plan.total is None else plan.total
-        total = own + self.total(signature.shape, plan.result, signature.sharding)
-        free = signature.operand_free or (False,) * len(signature.operand_ids)
-        operands = zip(signature.operand_ids, signature.operand_shapes,
-                       signature.operand_shardings, free)
-        for (_, shape, sharding, recomputed), need in dict.fromkeys(zip(operands, plan.operands)):
-            if not (recomputed and free_target(need)):
-                total += self.total(shape, sharding, need)
-        return total
+        return _with_reshard_bytes(own, signature, plan, self.total)
 
     def choose(self, inst: Instruction, candidates: Sequence[OpPlan],
                tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
