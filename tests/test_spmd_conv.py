@@ -240,6 +240,23 @@ def test_weight_gradient_exchanges_input_halos_and_all_reduces_partial_sums(n, r
         assert "all-gather" not in kinds(spmd) and kinds(spmd).count("all-reduce") == 1
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_weight_gradient_whose_shards_read_only_their_own_rows_has_a_valid_local_window(n):
+    """When the kernel spans the whole input row dim (one output row, no padding) each
+    partition's taps read exactly its own input rows: no halo is exchanged, and the local
+    convolution's window is the kernel shard's size — the printed program re-parses (the
+    verifier checks window size against the kernel) and computes the reference's values."""
+    text = module(f"""
+  x = f32[3,8,2] parameter(0), sharding={tiled(n, 3, 1)}
+  k = f32[3,8,4] parameter(1), sharding={tiled(n, 3, 1)}
+  ROOT c = f32[1,2,4] convolution(x, k), window={{size=8 stride=2}}, dim_labels=f0b_i0o->0bf, sharding={{replicated}}""")
+    spmd = check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+    assert kinds(spmd) == ["all-reduce"]
+    local = [i for i in api.parse(api.to_text(spmd)).entry.instructions
+             if i.opcode == "convolution"]
+    assert [w.size for w in local[0].attr("window").dims] == [8 // n]
+
+
 def test_xla_weight_gradient_cases_are_equivalent_without_gathers():
     path = SHARED / "conformance" / "xla-partitioner.json"
     if not path.is_file():

@@ -238,7 +238,7 @@ class ConvolutionRule(PartitionRule):
                 lhs = windowed_input(ctx, lhs, lt, plans,
                                      ctx.builder.zero(lhs_op.shape.element_type))
         local = clone(inst, ctx, [lhs, rhs])
-        if plans:
+        if plans or cd.kernel_tiled:                     # windows exchanged or kernel taps split
             labels = inst.attr("dim_labels")
             window = list(inst.attr("window").dims)
             for k, (d, r) in enumerate(zip(labels.lhs_spatial, labels.rhs_spatial)):
