@@ -125,6 +125,22 @@ def test_a_sort_xla_tiles_along_its_sort_dimension_is_a_deliberate_difference():
     assert deliberate_differences(api.parse(unsharded)) == []
 
 
+def test_a_result_propagated_manual_has_no_global_value_to_compare():
+    """With propagation to the output, a `{manual}` constant that is also an output makes that
+    output manual (XLA agrees): each device returns its own value, so values are not compared."""
+    from conformance.differential import _manual_result
+    text = """HloModule m, num_partitions=2
+
+ENTRY main {
+  x = f32[4] parameter(0), sharding={devices=[2]<=[2]}
+  c = f32[] constant(0.5), sharding={manual}
+  ROOT t = (f32[4], f32[]) tuple(x, c), sharding={{devices=[2]<=[2]}, {SHARDING}}
+}
+"""
+    assert _manual_result(api.parse(text.replace("SHARDING", "manual")))
+    assert not _manual_result(api.parse(text.replace("SHARDING", "replicated")))
+
+
 # ---- with XLA ----------------------------------------------------------------------------------
 
 @needs_xla

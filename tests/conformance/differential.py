@@ -161,6 +161,14 @@ def _values_skipped(module: Module) -> str | None:
     return None
 
 
+def _manual_result(spmd: Module) -> bool:
+    """Whether propagation gave the result a `{manual}` leaf (or a manual subgroup): each device
+    then returns its own value and there is no global array to compare with the reference."""
+    sharding = spmd.entry.root.sharding
+    return sharding is not None and any(
+        leaf.kind == "manual" or "manual" in leaf.subgroup_types for leaf in sharding.leaves())
+
+
 def _leaves(value, shape) -> list:
     from gspmdc.runtime.sharded_io import flatten_value
     return [np.asarray(v) for v in flatten_value(value, shape)]
@@ -304,6 +312,8 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     clock.lap("compare")
     if skipped is None and not _same_leaves(before, original):
         skipped = "XLA's import changed the entry signature"
+    if skipped is None and _manual_result(spmd):
+        skipped = "a {manual} result (per-device values, no global array)"
     if skipped is not None:
         result.values = f"not run: {skipped}"
         return result
