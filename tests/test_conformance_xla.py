@@ -125,6 +125,29 @@ def test_a_sort_xla_tiles_along_its_sort_dimension_is_a_deliberate_difference():
     assert deliberate_differences(api.parse(unsharded)) == []
 
 
+def test_a_variadic_sort_with_one_result_tiled_along_the_sort_dimension_is_deliberate():
+    """XLA may give a variadic sort's results different shardings (one taken back from a user,
+    the other left replicated): one result tiled along the sort dim is enough."""
+    from conformance.deliberate import SORT_ALONG_SORT_DIM, deliberate_differences
+    text = """HloModule m, num_partitions=2
+lt {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+ENTRY main {
+  x = s32[4,8] parameter(0)
+  y = s32[4,8] parameter(1)
+  ROOT s = (s32[4,8], s32[4,8]) sort(x, y), dimensions={1}, to_apply=lt, sharding={{replicated}, {devices=[1,2]<=[2]}}
+}
+"""
+    assert deliberate_differences(api.parse(text)) == [SORT_ALONG_SORT_DIM]
+    other = text.replace("{devices=[1,2]<=[2]}}", "{devices=[2,1]<=[2]}}")
+    assert deliberate_differences(api.parse(other)) == []
+
+
 def test_a_result_propagated_manual_has_no_global_value_to_compare():
     """With propagation to the output, a `{manual}` constant that is also an output makes that
     output manual (XLA agrees): each device returns its own value, so values are not compared."""

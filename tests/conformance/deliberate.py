@@ -15,14 +15,16 @@ SORT_ALONG_SORT_DIM = "a sort XLA tiles along its sort dimension"
 
 def deliberate_differences(xla_propagated: Module) -> list[str]:
     """The deliberate differences (their descriptions, above) that XLA's propagated module gives
-    occasion to: here, a sort whose first result XLA tiles along the sort dimension."""
+    occasion to: here, a sort one of whose results XLA tiles along the sort dimension (XLA may
+    give a variadic sort's results different shardings, e.g. one taken back from a user tiled
+    along the sort dimension and the others replicated; gspmdc's sort moves those tiles too)."""
     found = []
     for _, inst in xla_propagated.all_instructions():
         if inst.opcode != "sort" or inst.sharding is None:
             continue
-        first = next(iter(inst.sharding.leaf_shardings(inst.shape)))
         dim = inst.attrs["dimensions"][0]
-        if first.is_tiled and first.tile_counts[dim] > 1:
+        if any(leaf.is_tiled and leaf.tile_counts[dim] > 1
+               for leaf in inst.sharding.leaf_shardings(inst.shape)):
             found.append(SORT_ALONG_SORT_DIM)
             break
     return found
