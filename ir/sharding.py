@@ -361,10 +361,11 @@ class HloSharding:
 
     # ---- kind predicates ----------------------------------------------------------------------
 
-    def _all_leaves(self, predicate) -> bool:
-        if self.kind == "tuple":
-            return all(predicate(e) for e in self.elements)
-        return predicate(self)
+    def _all_leaves(self, kinds: tuple[str, ...]) -> bool:
+        """Whether every leaf's kind is one of `kinds` (asked constantly: arrays answer first)."""
+        if self.kind != "tuple":
+            return self.kind in kinds
+        return all(e.kind in kinds for e in self.elements)
 
     @property
     def is_tuple(self) -> bool:
@@ -373,29 +374,29 @@ class HloSharding:
     @property
     def is_replicated(self) -> bool:
         """Every (leaf) sharding is `{replicated}` (true for the empty tuple)."""
-        return self._all_leaves(lambda s: s.kind == "replicated")
+        return self._all_leaves(("replicated",))
 
     @property
     def is_manual(self) -> bool:
-        return self._all_leaves(lambda s: s.kind == "manual")
+        return self._all_leaves(("manual",))
 
     @property
     def is_unknown(self) -> bool:
-        return self._all_leaves(lambda s: s.kind == "unknown")
+        return self._all_leaves(("unknown",))
 
     @property
     def is_unreduced(self) -> bool:
-        return self._all_leaves(lambda s: s.kind == "unreduced")
+        return self._all_leaves(("unreduced",))
 
     @property
     def is_maximal(self) -> bool:
         """Single-device (`{maximal device=k}`) on every leaf."""
-        return self._all_leaves(lambda s: s.kind == "maximal")
+        return self._all_leaves(("maximal",))
 
     @property
     def is_tile_maximal(self) -> bool:
         """Replicated or single-device on every leaf (XLA's IsTileMaximal; manual is not)."""
-        return self._all_leaves(lambda s: s.kind in ("replicated", "maximal"))
+        return self._all_leaves(("replicated", "maximal"))
 
     @property
     def is_tiled(self) -> bool:
@@ -418,6 +419,8 @@ class HloSharding:
     @property
     def has_manual_leaf(self) -> bool:
         """Some leaf is `{manual}` or has a manual subgroup (per-device data)."""
+        if self.kind != "tuple":
+            return self.kind == "manual" or "manual" in self.subgroup_types
         return any(leaf.kind == "manual" or leaf.has_manual_subgroup for leaf in self.leaves())
 
     @property

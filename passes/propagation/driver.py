@@ -116,7 +116,8 @@ class Driver:
             self._fixpoint(level, groups=True, restart=level < 2)
         if self.prep.shard_as:
             self._align_shard_as()
-        self._fixpoint(LEVELS[-1], groups=True)
+        # alignment changes shardings behind the worklist's back: then every instruction again
+        self._fixpoint(LEVELS[-1], groups=True, restart=bool(self.prep.shard_as))
         self._remove_barriers()
         self._finalize_entry()
         if self.prep.cse_originals is not None:
@@ -164,6 +165,7 @@ class Driver:
         operand) and those whose rules answer differently at `level` than at the level before
         (`_newly_enabled`): every other instruction's last visit saw the same shardings and
         would give the same answer."""
+        enables = level != self.level
         self.level = level
         self.changes = {}
         ctx = Context(self.graph, self.rule_options, level)
@@ -186,7 +188,7 @@ class Driver:
                 for kind in _KINDS:
                     self.dirty[kind][comp.name] = set(carried[kind].get(comp.name, ()))
         if not restart:
-            for kind, inst in self._newly_enabled(level):
+            for kind, inst in (self._newly_enabled(level) if enables else ()):
                 self._mark(inst, kind)
             for kind in _KINDS:
                 for inst in self.stale[kind]:
