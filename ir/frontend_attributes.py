@@ -33,6 +33,8 @@ def set_frontend_attribute(inst: Instruction, key: str, value: object | None) ->
     value is a string or a typed value that prints as one (`ir/sdy.py`'s); the list keeps its
     separator."""
     attrs = inst.attrs.get("frontend_attributes")
+    if attrs is None and value is None:
+        return
     items = tuple(kv for kv in (attrs.items if attrs is not None else ()) if kv[0] != key)
     if value is not None:
         items += ((key, value),)

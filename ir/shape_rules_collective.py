@@ -22,8 +22,8 @@ from .attributes import ReplicaGroups
 from .module import Instruction, Module
 from .ops import SHAPE_RULES, opcodes
 from .shape_rules_common import (
-    attr_bool, attr_ints, attr_value, called, check_dimension_list, check_reducer, given_shape,
-    operand_array, require, require_same_element_type, strip, tuple_or_single,
+    attr_bool, attr_ints, attr_value, called, check_dimension_list, check_reducer, fail,
+    given_shape, operand_array, require_same_element_type, strip, tuple_or_single,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
@@ -70,18 +70,19 @@ def _check_groups(inst: Instruction) -> None:
     """Global ids need a channel; each id appears in at most one group, once; some ops need
     groups of equal size."""
     has_channel = inst.attrs.get("channel_id") is not None
-    require(has_channel or not attr_bool(inst, "use_global_device_ids"),
-            "use_global_device_ids=true needs a channel_id")
+    if not (has_channel or not attr_bool(inst, "use_global_device_ids")):
+        fail("use_global_device_ids=true needs a channel_id")
     groups = inst.attrs.get("replica_groups")
     if not isinstance(groups, ReplicaGroups):
         return
     ids = [i for g in groups.groups for i in g]
-    require(all(i >= 0 for i in ids) and len(set(ids)) == len(ids),
-            f"replica_groups {[list(g) for g in groups.groups]} repeat or contain negative ids")
-    require(all(g for g in groups.groups), "replica_groups contain an empty group")
+    if not (all(i >= 0 for i in ids) and len(set(ids)) == len(ids)):
+        fail(f"replica_groups {[list(g) for g in groups.groups]} repeat or contain negative ids")
+    if not all(g for g in groups.groups):
+        fail("replica_groups contain an empty group")
     if inst.opcode in _EQUAL_GROUP_OPS:
-        require(len({len(g) for g in groups.groups}) <= 1,
-                f"{inst.opcode} needs replica groups of equal size")
+        if not len({len(g) for g in groups.groups}) <= 1:
+            fail(f"{inst.opcode} needs replica groups of equal size")
 
 
 def _operands(inst: Instruction) -> list[ArrayShape]:
@@ -106,7 +107,8 @@ def all_reduce(inst: Instruction, module: Module) -> Shape:
 
 def _scatter_dimension(inst: Instruction, xs: list[ArrayShape]) -> int:
     dims = attr_ints(inst, "dimensions")
-    require(len(dims) == 1, f"{inst.opcode} needs exactly one dimension, found {list(dims)}")
+    if len(dims) != 1:
+        fail(f"{inst.opcode} needs exactly one dimension, found {list(dims)}")
     for x in xs:
         check_dimension_list(dims, x.rank, f"{inst.opcode} dimension")
     return dims[0]
@@ -115,8 +117,8 @@ def _scatter_dimension(inst: Instruction, xs: list[ArrayShape]) -> int:
 def _given_results(inst: Instruction, count: int) -> list[ArrayShape]:
     out = given_shape(inst)
     results = list(out.elements) if count > 1 and isinstance(out, TupleShape) else [out]
-    require(len(results) == count and all(isinstance(r, ArrayShape) for r in results),
-            f"{inst.opcode} of {count} operands cannot give {out}")
+    if not (len(results) == count and all(isinstance(r, ArrayShape) for r in results)):
+        fail(f"{inst.opcode} of {count} operands cannot give {out}")
     return results
 
 
@@ -129,18 +131,19 @@ def _resize(inst: Instruction, module: Module, grow: bool) -> Shape:
     if g is not None:
         results = []
         for x in xs:
-            require(grow or x.dims[d] % g == 0, f"dimension {d} of {x} is not divisible by the "
-                    f"group size {g}")
+            if not (grow or x.dims[d] % g == 0):
+                fail(f"dimension {d} of {x} is not divisible by the "
+                     f"group size {g}")
             size = x.dims[d] * g if grow else x.dims[d] // g
             results.append(x.with_dims(x.dims[:d] + (size,) + x.dims[d + 1:]))
         return tuple_or_single(results)
     results = _given_results(inst, len(xs))
     for x, r in zip(xs, results):
         small, big = (x, r) if grow else (r, x)
-        require(r.element_type == x.element_type and r.rank == x.rank
+        if not (r.element_type == x.element_type and r.rank == x.rank
                 and all(a == b for k, (a, b) in enumerate(zip(x.dims, r.dims)) if k != d)
-                and (big.dims[d] == 0 if small.dims[d] == 0 else big.dims[d] % small.dims[d] == 0),
-                f"{inst.opcode} of {x} along dimension {d} cannot give {r}")
+                and (big.dims[d] == 0 if small.dims[d] == 0 else big.dims[d] % small.dims[d] == 0)):
+            fail(f"{inst.opcode} of {x} along dimension {d} cannot give {r}")
     return tuple_or_single(results)
 
 
@@ -163,13 +166,14 @@ def all_to_all(inst: Instruction, module: Module) -> Shape:
     xs = _operands(inst)
     g = group_size(inst, module)
     if "dimensions" in inst.attrs:
-        require(len(xs) == 1, f"all-to-all with dimensions takes one operand, found {len(xs)}")
+        if len(xs) != 1:
+            fail(f"all-to-all with dimensions takes one operand, found {len(xs)}")
         d = _scatter_dimension(inst, xs)
-        require(g is None or xs[0].dims[d] % g == 0,
-                f"dimension {d} of {xs[0]} is not divisible by the group size {g}")
+        if not (g is None or xs[0].dims[d] % g == 0):
+            fail(f"dimension {d} of {xs[0]} is not divisible by the group size {g}")
         return strip(xs[0])
-    require(g is None or len(xs) == g,
-            f"tuple all-to-all needs one operand per group member ({g}), found {len(xs)}")
+    if not (g is None or len(xs) == g):
+        fail(f"tuple all-to-all needs one operand per group member ({g}), found {len(xs)}")
     require_same_element_type(xs, "all-to-all operands")
     return TupleShape(tuple(strip(x) for x in xs))
 
@@ -179,16 +183,19 @@ def collective_permute(inst: Instruction, module: Module) -> Shape:
     """Shape unchanged; every id is at most once a source and at most once a target."""
     x = operand_array(inst, 0)
     pairs = attr_value(inst, "source_target_pairs")
-    require(isinstance(pairs, tuple) and all(
+    if not (isinstance(pairs, tuple) and all(
         isinstance(p, tuple) and len(p) == 2 and all(isinstance(i, int) and i >= 0 for i in p)
-        for p in pairs), f"source_target_pairs must be {{source,target}} pairs, found {pairs!r}")
+        for p in pairs)):
+        fail(f"source_target_pairs must be {{source,target}} pairs, found {pairs!r}")
     sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
-    require(len(set(sources)) == len(sources), f"collective-permute repeats a source: {sources}")
-    require(len(set(targets)) == len(targets), f"collective-permute repeats a target: {targets}")
+    if len(set(sources)) != len(sources):
+        fail(f"collective-permute repeats a source: {sources}")
+    if len(set(targets)) != len(targets):
+        fail(f"collective-permute repeats a target: {targets}")
     partitions = _module_int(module, "num_partitions", None)
     if inst.attrs.get("channel_id") is not None and partitions is not None:
-        require(all(i < partitions for i in sources + targets),
-                f"source_target_pairs name a partition >= num_partitions={partitions}")
+        if not all(i < partitions for i in sources + targets):
+            fail(f"source_target_pairs name a partition >= num_partitions={partitions}")
     return strip(x)
 
 

@@ -7,8 +7,10 @@ of the opcode, and returns the result shape. Where the result cannot be derived 
 attributes (reshape, iota, convert, ...), the rule validates the instruction's given shape
 (`inst.shape`, None when the text omitted it) and returns it.
 
-Rules raise `ShapeRuleError` with a message that does not name the instruction; `infer_shape` adds
-the name. Derived shapes never carry layouts.
+Rules raise `ShapeRuleError` (`fail`) with a message that does not name the instruction;
+`infer_shape` adds the name. A check is written `if <problem>: fail(f"...")`, so that its message
+is formatted only when it fails: the verifier runs every rule on every instruction. Derived
+shapes never carry layouts.
 """
 from __future__ import annotations
 
@@ -30,59 +32,58 @@ def fail(message: str) -> NoReturn:
     raise ShapeRuleError(message)
 
 
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        fail(message)
-
-
 # ---- operands and the given shape -------------------------------------------------------------
 
 def operand_shape(inst: Instruction, i: int) -> Shape:
     shape = inst.operands[i].shape
-    require(shape is not None, f"operand {i} ({inst.operands[i].name}) has no shape")
+    if shape is None:
+        fail(f"operand {i} ({inst.operands[i].name}) has no shape")
     return shape
 
 
 def operand_array(inst: Instruction, i: int) -> ArrayShape:
     """Operand i's shape, which must be an array (not a tuple, not a token)."""
     shape = operand_shape(inst, i)
-    require(isinstance(shape, ArrayShape) and not shape.is_token,
-            f"operand {i} must be an array, found {shape}")
+    if not (isinstance(shape, ArrayShape) and not shape.is_token):
+        fail(f"operand {i} must be an array, found {shape}")
     return shape
 
 
 def operand_scalar(inst: Instruction, i: int) -> ArrayShape:
     shape = operand_array(inst, i)
-    require(shape.rank == 0, f"operand {i} must be a scalar, found {shape}")
+    if shape.rank != 0:
+        fail(f"operand {i} must be a scalar, found {shape}")
     return shape
 
 
 def operand_token(inst: Instruction, i: int) -> ArrayShape:
     shape = operand_shape(inst, i)
-    require(isinstance(shape, ArrayShape) and shape.is_token,
-            f"operand {i} must be a token, found {shape}")
+    if not (isinstance(shape, ArrayShape) and shape.is_token):
+        fail(f"operand {i} must be a token, found {shape}")
     return shape
 
 
 def given_shape(inst: Instruction) -> Shape:
     """The result shape written in the text; rules for ops whose result is not inferable need it."""
-    require(inst.shape is not None, f"{inst.opcode} requires an explicit result shape")
+    if inst.shape is None:
+        fail(f"{inst.opcode} requires an explicit result shape")
     return inst.shape.without_layout()
 
 
 def given_array(inst: Instruction) -> ArrayShape:
     shape = given_shape(inst)
-    require(isinstance(shape, ArrayShape) and not shape.is_token,
-            f"result shape must be an array, found {shape}")
+    if not (isinstance(shape, ArrayShape) and not shape.is_token):
+        fail(f"result shape must be an array, found {shape}")
     return shape
 
 
 def given_tuple(inst: Instruction, size: int | None = None) -> TupleShape:
     shape = given_shape(inst)
-    require(isinstance(shape, TupleShape), f"result shape must be a tuple, found {shape}")
+    if not isinstance(shape, TupleShape):
+        fail(f"result shape must be a tuple, found {shape}")
     if size is not None:
-        require(len(shape.elements) == size,
-                f"result shape must be a {size}-tuple, found {shape}")
+        if len(shape.elements) != size:
+            fail(f"result shape must be a {size}-tuple, found {shape}")
     return shape
 
 
@@ -111,28 +112,30 @@ _MISSING = object()
 def attr_value(inst: Instruction, name: str, default=_MISSING):
     if name in inst.attrs:
         return inst.attrs[name]
-    require(default is not _MISSING, f"missing attribute {name}")
+    if default is _MISSING:
+        fail(f"missing attribute {name}")
     return default
 
 
 def attr_int(inst: Instruction, name: str, default=_MISSING) -> int:
     value = attr_value(inst, name, default)
-    require(isinstance(value, int) and not isinstance(value, bool),
-            f"attribute {name} must be an integer, found {value!r}")
+    if not (isinstance(value, int) and not isinstance(value, bool)):
+        fail(f"attribute {name} must be an integer, found {value!r}")
     return value
 
 
 def attr_ints(inst: Instruction, name: str, default=_MISSING) -> tuple[int, ...]:
     value = attr_value(inst, name, default)
-    require(isinstance(value, tuple)
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
-            f"attribute {name} must be a list of integers, found {value!r}")
+    if not (isinstance(value, tuple)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        fail(f"attribute {name} must be a list of integers, found {value!r}")
     return value
 
 
 def attr_bool(inst: Instruction, name: str, default: bool = False) -> bool:
     value = attr_value(inst, name, default)
-    require(isinstance(value, bool), f"attribute {name} must be true or false, found {value!r}")
+    if not isinstance(value, bool):
+        fail(f"attribute {name} must be true or false, found {value!r}")
     return value
 
 
@@ -141,8 +144,8 @@ def attr_ident(inst: Instruction, name: str, allowed: frozenset[str], default=_M
     if name not in inst.attrs and default is not _MISSING:
         return default
     value = attr_value(inst, name)
-    require(isinstance(value, (Ident, str)) and str(value) in allowed,
-            f"attribute {name} must be one of {', '.join(sorted(allowed))}, found {value!r}")
+    if not (isinstance(value, (Ident, str)) and str(value) in allowed):
+        fail(f"attribute {name} must be one of {', '.join(sorted(allowed))}, found {value!r}")
     return str(value)
 
 
@@ -150,10 +153,13 @@ def check_dimension_list(dims: tuple[int, ...], rank: int, what: str, *,
                          increasing: bool = False) -> None:
     """Dimension numbers must be unique and in [0, rank) (and strictly increasing if asked)."""
     for d in dims:
-        require(0 <= d < rank, f"{what} {d} is out of range for rank {rank}")
-    require(len(set(dims)) == len(dims), f"{what} {list(dims)} has duplicates")
+        if not 0 <= d < rank:
+            fail(f"{what} {d} is out of range for rank {rank}")
+    if len(set(dims)) != len(dims):
+        fail(f"{what} {list(dims)} has duplicates")
     if increasing:
-        require(list(dims) == sorted(dims), f"{what} {list(dims)} must be sorted")
+        if list(dims) != sorted(dims):
+            fail(f"{what} {list(dims)} must be sorted")
 
 
 # ---- element types ------------------------------------------------------------------------------
@@ -169,8 +175,9 @@ def same_type_ignoring_fp_precision(a: str, b: str) -> bool:
 
 def require_same_element_type(shapes: list[ArrayShape], what: str) -> str:
     types = {s.element_type for s in shapes}
-    require(len(types) == 1, f"{what} must have one element type, found "
-            + ", ".join(str(s) for s in shapes))
+    if len(types) != 1:
+        fail(f"{what} must have one element type, found "
+             + ", ".join(str(s) for s in shapes))
     return shapes[0].element_type
 
 
@@ -179,39 +186,41 @@ def require_same_element_type(shapes: list[ArrayShape], what: str) -> str:
 def called(inst: Instruction, module: Module, attr: str) -> Computation:
     """The computation an attribute (`to_apply=`, `body=`, ...) refers to."""
     ref = attr_value(inst, attr)
-    require(isinstance(ref, ComputationRef),
-            f"attribute {attr} must name a computation, found {ref!r}")
-    require(ref.name in module.computations, f"{attr} refers to unknown computation {ref.name}")
+    if not isinstance(ref, ComputationRef):
+        fail(f"attribute {attr} must name a computation, found {ref!r}")
+    if ref.name not in module.computations:
+        fail(f"{attr} refers to unknown computation {ref.name}")
     return module.computations[ref.name]
 
 
 def called_list(inst: Instruction, module: Module, attr: str) -> list[Computation]:
     refs = attr_value(inst, attr)
-    require(isinstance(refs, tuple) and all(isinstance(r, ComputationRef) for r in refs),
-            f"attribute {attr} must list computations, found {refs!r}")
+    if not (isinstance(refs, tuple) and all(isinstance(r, ComputationRef) for r in refs)):
+        fail(f"attribute {attr} must list computations, found {refs!r}")
     for r in refs:
-        require(r.name in module.computations, f"{attr} refers to unknown computation {r.name}")
+        if r.name not in module.computations:
+            fail(f"{attr} refers to unknown computation {r.name}")
     return [module.computations[r.name] for r in refs]
 
 
 def signature(comp: Computation) -> tuple[list[Shape], Shape]:
     """(parameter shapes by parameter number, root shape) of a computation."""
-    require(comp.root is not None and comp.root.shape is not None,
-            f"computation {comp.name} has no root shape")
+    if not (comp.root is not None and comp.root.shape is not None):
+        fail(f"computation {comp.name} has no root shape")
     params = [i for i in comp.instructions if i.opcode == "parameter"]
-    require(all(isinstance(p.parameter_number, int) and p.shape is not None for p in params),
-            f"computation {comp.name} has a parameter without number or shape")
+    if not all(isinstance(p.parameter_number, int) and p.shape is not None for p in params):
+        fail(f"computation {comp.name} has a parameter without number or shape")
     return [p.shape for p in comp.parameters], comp.root.shape
 
 
 def check_call_signature(comp: Computation, args: list[Shape], what: str) -> Shape:
     """`comp` must take parameters compatible with `args`; returns its root shape."""
     params, result = signature(comp)
-    require(len(params) == len(args),
-            f"{what} {comp.name} takes {len(params)} parameters, but {len(args)} are passed")
+    if len(params) != len(args):
+        fail(f"{what} {comp.name} takes {len(params)} parameters, but {len(args)} are passed")
     for i, (p, a) in enumerate(zip(params, args)):
-        require(compatible(p, a),
-                f"{what} {comp.name} parameter {i} has shape {p}, but the argument is {a}")
+        if not compatible(p, a):
+            fail(f"{what} {comp.name} parameter {i} has shape {p}, but the argument is {a}")
     return result.without_layout()
 
 
@@ -221,33 +230,33 @@ def check_reducer(comp: Computation, accumulator_types: list[str], input_types: 
     accumulators (a scalar when N == 1, else an N-tuple). Floating precision may differ (XLA)."""
     n = len(accumulator_types)
     params, result = signature(comp)
-    require(len(params) == 2 * n,
-            f"{what} {comp.name} must take {2 * n} scalar parameters, found {len(params)}")
+    if len(params) != 2 * n:
+        fail(f"{what} {comp.name} must take {2 * n} scalar parameters, found {len(params)}")
     results = list(result.elements) if result.is_tuple else [result]
-    require(len(results) == n,
-            f"{what} {comp.name} must return {n} scalars, returns {result}")
+    if len(results) != n:
+        fail(f"{what} {comp.name} must return {n} scalars, returns {result}")
     declared = list(accumulator_types) + list(input_types)
     for i, (p, t) in enumerate(zip(params, declared)):
-        require(isinstance(p, ArrayShape) and p.rank == 0 and not p.is_token
-                and same_type_ignoring_fp_precision(p.element_type, t),
-                f"{what} {comp.name} parameter {i} must be a {t}[] scalar, found {p}")
+        if not (isinstance(p, ArrayShape) and p.rank == 0 and not p.is_token
+                and same_type_ignoring_fp_precision(p.element_type, t)):
+            fail(f"{what} {comp.name} parameter {i} must be a {t}[] scalar, found {p}")
     for i, (r, t) in enumerate(zip(results, accumulator_types)):
-        require(isinstance(r, ArrayShape) and r.rank == 0 and not r.is_token
-                and same_type_ignoring_fp_precision(r.element_type, t),
-                f"{what} {comp.name} result {i} must be a {t}[] scalar, found {r}")
+        if not (isinstance(r, ArrayShape) and r.rank == 0 and not r.is_token
+                and same_type_ignoring_fp_precision(r.element_type, t)):
+            fail(f"{what} {comp.name} result {i} must be a {t}[] scalar, found {r}")
 
 
 def check_scalar_function(comp: Computation, param_types: list[str], what: str) -> ArrayShape:
     """A computation of scalars with the given parameter types returning one scalar."""
     params, result = signature(comp)
-    require(len(params) == len(param_types),
-            f"{what} {comp.name} must take {len(param_types)} scalar parameters, "
-            f"found {len(params)}")
+    if len(params) != len(param_types):
+        fail(f"{what} {comp.name} must take {len(param_types)} scalar parameters, "
+             f"found {len(params)}")
     for i, (p, t) in enumerate(zip(params, param_types)):
-        require(isinstance(p, ArrayShape) and p.rank == 0 and p.element_type == t,
-                f"{what} {comp.name} parameter {i} must be a {t}[] scalar, found {p}")
-    require(isinstance(result, ArrayShape) and result.rank == 0 and not result.is_token,
-            f"{what} {comp.name} must return a scalar, returns {result}")
+        if not (isinstance(p, ArrayShape) and p.rank == 0 and p.element_type == t):
+            fail(f"{what} {comp.name} parameter {i} must be a {t}[] scalar, found {p}")
+    if not (isinstance(result, ArrayShape) and result.rank == 0 and not result.is_token):
+        fail(f"{what} {comp.name} must return a scalar, returns {result}")
     return result.without_layout()
 
 
@@ -260,14 +269,14 @@ def window_output_dims(window, dims: tuple[int, ...], what: str) -> tuple[int, .
     dilated window = (window - 1) * window_dilation + 1;
     output = 0 if the window exceeds the padded base, else (padded - dilated window) // stride + 1.
     """
-    require(isinstance(window, Window),
-            f"{what} needs a window={{size=...}} attribute, found {window!r}")
-    require(len(window.dims) == len(dims),
-            f"{what} window has {len(window.dims)} dims, the operand has {len(dims)}")
+    if not isinstance(window, Window):
+        fail(f"{what} needs a window={{size=...}} attribute, found {window!r}")
+    if len(window.dims) != len(dims):
+        fail(f"{what} window has {len(window.dims)} dims, the operand has {len(dims)}")
     out = []
     for k, (w, size) in enumerate(zip(window.dims, dims)):
-        require(w.size >= 1 and w.stride >= 1 and w.base_dilation >= 1 and w.window_dilation >= 1,
-                f"{what} window dimension {k} has a non-positive size, stride or dilation")
+        if not (w.size >= 1 and w.stride >= 1 and w.base_dilation >= 1 and w.window_dilation >= 1):
+            fail(f"{what} window dimension {k} has a non-positive size, stride or dilation")
         base = (size - 1) * w.base_dilation + 1 if size > 0 else 0
         padded = base + w.padding_low + w.padding_high
         extent = (w.size - 1) * w.window_dilation + 1

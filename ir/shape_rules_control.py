@@ -11,8 +11,8 @@ from . import sdy
 from .module import Instruction, Module
 from .ops import SHAPE_RULES
 from .shape_rules_common import (
-    called, called_list, check_call_signature, given_shape, given_tuple, operand_array,
-    operand_shape, require, strip,
+    called, called_list, check_call_signature, fail, given_shape, given_tuple, operand_array,
+    operand_shape, strip,
 )
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 
@@ -27,11 +27,11 @@ def while_(inst: Instruction, module: Module) -> Shape:
     state = strip(operand_shape(inst, 0))
     cond, body = called(inst, module, "condition"), called(inst, module, "body")
     verdict = check_call_signature(cond, [state], "condition")
-    require(verdict == ArrayShape("pred", ()),
-            f"condition {cond.name} must return pred[], returns {verdict}")
+    if verdict != ArrayShape("pred", ()):
+        fail(f"condition {cond.name} must return pred[], returns {verdict}")
     result = check_call_signature(body, [state], "body")
-    require(compatible(result, state),
-            f"body {body.name} returns {result}, but the loop state is {state}")
+    if not compatible(result, state):
+        fail(f"body {body.name} returns {result}, but the loop state is {state}")
     return state
 
 
@@ -43,21 +43,23 @@ def conditional(inst: Instruction, module: Module) -> Shape:
     selector = operand_array(inst, 0)
     if "branch_computations" in inst.attrs:
         branches = called_list(inst, module, "branch_computations")
-        require(selector.without_layout() == ArrayShape("s32", ()),
-                f"branch index must be s32[], found {selector}")
-        require(len(branches) >= 1, "conditional needs at least one branch")
+        if selector.without_layout() != ArrayShape("s32", ()):
+            fail(f"branch index must be s32[], found {selector}")
+        if not len(branches) >= 1:
+            fail("conditional needs at least one branch")
     else:
         branches = [called(inst, module, "true_computation"),
                     called(inst, module, "false_computation")]
-        require(selector.without_layout() == ArrayShape("pred", ()),
-                f"predicate must be pred[], found {selector}")
+        if selector.without_layout() != ArrayShape("pred", ()):
+            fail(f"predicate must be pred[], found {selector}")
     args = _operand_shapes(inst)[1:]
-    require(len(args) == len(branches),
-            f"conditional has {len(branches)} branches but {len(args)} branch operands")
+    if len(args) != len(branches):
+        fail(f"conditional has {len(branches)} branches but {len(args)} branch operands")
     results = [check_call_signature(b, [a], "branch") for b, a in zip(branches, args)]
     for branch, result in zip(branches[1:], results[1:]):
-        require(compatible(result, results[0]), f"branch {branch.name} returns {result}, "
-                f"branch {branches[0].name} returns {results[0]}")
+        if not compatible(result, results[0]):
+            fail(f"branch {branch.name} returns {result}, "
+                 f"branch {branches[0].name} returns {results[0]}")
     return results[0]
 
 
@@ -87,22 +89,23 @@ def custom_call(inst: Instruction, module: Module) -> Shape:
     a sharding constraint or barrier has its operand's shape."""
     shape = given_shape(inst)
     target = inst.attr("custom_call_target")
-    require(target is None or isinstance(target, str),
-            f"custom_call_target must be a string, found {getattr(target, 'text', target)}")
+    if not (target is None or isinstance(target, str)):
+        fail(f"custom_call_target must be a string, found {getattr(target, 'text', target)}")
     if target in _ONE_OPERAND:
-        require(len(inst.operands) == 1,
-                f"custom-call {target} takes 1 operand, found {len(inst.operands)}")
+        if len(inst.operands) != 1:
+            fail(f"custom-call {target} takes 1 operand, found {len(inst.operands)}")
     if target == targets.SDY_FUNC_RESULT_SHARDING and sdy.module_meshes(module) is not None:
         # in a Shardy module it names the entry result's sharding; elsewhere (as for XLA's
         # GSPMD partitioner) it is an identity annotation
-        require(sdy.SHARDING in sdy.frontend(inst),
-                f"custom-call {target} needs its {sdy.SHARDING} frontend attribute")
+        if sdy.SHARDING not in sdy.frontend(inst):
+            fail(f"custom-call {target} needs its {sdy.SHARDING} frontend attribute")
     if target in _SOME_OPERANDS:
-        require(len(inst.operands) >= 1, f"custom-call {target} takes at least 1 operand, found 0")
+        if not len(inst.operands) >= 1:
+            fail(f"custom-call {target} takes at least 1 operand, found 0")
     if target in _ANNOTATIONS:
-        require(compatible(strip(operand_shape(inst, 0)), shape),
-                f"custom-call {target} must have its operand's shape "
-                f"{strip(operand_shape(inst, 0))}, found {shape}")
+        if not compatible(strip(operand_shape(inst, 0)), shape):
+            fail(f"custom-call {target} must have its operand's shape "
+                 f"{strip(operand_shape(inst, 0))}, found {shape}")
     return shape
 
 
@@ -114,20 +117,22 @@ def async_start(inst: Instruction, module: Module) -> Shape:
     result = check_call_signature(called(inst, module, attr), _operand_shapes(inst),
                                   "async computation")
     out = given_tuple(inst)
-    require(len(out.elements) >= 2, f"{inst.opcode} result must be ((operands), result, "
-            f"context...), found {out}")
-    require(compatible(out.elements[0], TupleShape(tuple(_operand_shapes(inst)))),
-            f"{inst.opcode} result element 0 {out.elements[0]} must be the operand tuple")
-    require(compatible(out.elements[1], result), f"{inst.opcode} result element 1 "
-            f"{out.elements[1]} must be the async computation's result {result}")
+    if not len(out.elements) >= 2:
+        fail(f"{inst.opcode} result must be ((operands), result, "
+             f"context...), found {out}")
+    if not compatible(out.elements[0], TupleShape(tuple(_operand_shapes(inst)))):
+        fail(f"{inst.opcode} result element 0 {out.elements[0]} must be the operand tuple")
+    if not compatible(out.elements[1], result):
+        fail(f"{inst.opcode} result element 1 "
+             f"{out.elements[1]} must be the async computation's result {result}")
     return out
 
 
 def _async_state(inst: Instruction) -> TupleShape:
     state = operand_shape(inst, 0)
-    require(isinstance(state, TupleShape) and len(state.elements) >= 2,
-            f"{inst.opcode} operand must be an async start's ((operands), result, context...), "
-            f"found {state}")
+    if not (isinstance(state, TupleShape) and len(state.elements) >= 2):
+        fail(f"{inst.opcode} operand must be an async start's ((operands), result, context...), "
+             f"found {state}")
     return state
 
 

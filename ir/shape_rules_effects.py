@@ -11,8 +11,8 @@ from . import dtypes
 from .module import Instruction, Module
 from .ops import SHAPE_RULES
 from .shape_rules_common import (
-    attr_ident, given_array, given_shape, given_tuple, operand_array, operand_scalar, operand_shape,
-    operand_token, require, require_same_element_type, strip,
+    attr_ident, fail, given_array, given_shape, given_tuple, operand_array, operand_scalar,
+    operand_shape, operand_token, require_same_element_type, strip,
 )
 from .shapes import ArrayShape, Shape, TupleShape, compatible
 
@@ -32,7 +32,8 @@ def infeed(inst: Instruction, module: Module) -> Shape:
     """infeed(token): given `(data, token[])`."""
     operand_token(inst, 0)
     out = given_tuple(inst, 2)
-    require(out.elements[1] == TOKEN, f"infeed result must end in token[], found {out}")
+    if out.elements[1] != TOKEN:
+        fail(f"infeed result must end in token[], found {out}")
     return out
 
 
@@ -43,8 +44,8 @@ def outfeed(inst: Instruction, module: Module) -> Shape:
     operand_token(inst, 1)
     declared = inst.attrs.get("outfeed_shape")
     if isinstance(declared, (ArrayShape, TupleShape)):
-        require(compatible(declared, data),
-                f"outfeed_shape {declared} differs from the data {data}")
+        if not compatible(declared, data):
+            fail(f"outfeed_shape {declared} differs from the data {data}")
     return TOKEN
 
 
@@ -56,9 +57,9 @@ def send(inst: Instruction, module: Module) -> Shape:
 
 def _transfer_state(inst: Instruction) -> TupleShape:
     state = operand_shape(inst, 0)
-    require(isinstance(state, TupleShape) and len(state.elements) == 3
-            and state.elements[2].without_layout() == TOKEN,
-            f"{inst.opcode} operand must be a (data, u32[], token[]) transfer, found {state}")
+    if not (isinstance(state, TupleShape) and len(state.elements) == 3
+            and state.elements[2].without_layout() == TOKEN):
+        fail(f"{inst.opcode} operand must be a (data, u32[], token[]) transfer, found {state}")
     return state
 
 
@@ -73,8 +74,8 @@ def recv(inst: Instruction, module: Module) -> Shape:
     """recv(token): given `(data, u32[], token[])`."""
     operand_token(inst, 0)
     out = given_tuple(inst, 3)
-    require(out.elements[1] == _CONTEXT and out.elements[2] == TOKEN,
-            f"recv result must be (data, u32[], token[]), found {out}")
+    if not (out.elements[1] == _CONTEXT and out.elements[2] == TOKEN):
+        fail(f"recv result must be (data, u32[], token[]), found {out}")
     return out
 
 
@@ -92,10 +93,11 @@ def rng(inst: Instruction, module: Module) -> Shape:
     a, b = operand_scalar(inst, 0), operand_scalar(inst, 1)
     t = require_same_element_type([a, b], "rng parameters")
     distribution = attr_ident(inst, "distribution", _DISTRIBUTIONS)
-    require(distribution == "rng_uniform" or dtypes.is_float(t),
-            f"rng_normal needs floating parameters, found {a}")
+    if not (distribution == "rng_uniform" or dtypes.is_float(t)):
+        fail(f"rng_normal needs floating parameters, found {a}")
     out = given_array(inst)
-    require(out.element_type == t, f"rng result {out} must have the parameters' type {t}")
+    if out.element_type != t:
+        fail(f"rng result {out} must have the parameters' type {t}")
     return out
 
 
@@ -107,12 +109,14 @@ def rng_bit_generator(inst: Instruction, module: Module) -> Shape:
     out = given_shape(inst)
     bits = out
     if isinstance(out, TupleShape):
-        require(len(out.elements) == 2, f"rng-bit-generator gives (state, bits), found {out}")
+        if len(out.elements) != 2:
+            fail(f"rng-bit-generator gives (state, bits), found {out}")
         new_state, bits = out.elements
-        require(compatible(new_state, state), f"rng-bit-generator must return the state {state} "
-                f"first, found {new_state}")
-    require(isinstance(bits, ArrayShape) and dtypes.is_unsigned(bits.element_type),
-            f"rng-bit-generator bits must be an unsigned integer array, found {bits}")
+        if not compatible(new_state, state):
+            fail(f"rng-bit-generator must return the state {state} "
+                 f"first, found {new_state}")
+    if not (isinstance(bits, ArrayShape) and dtypes.is_unsigned(bits.element_type)):
+        fail(f"rng-bit-generator bits must be an unsigned integer array, found {bits}")
     return out
 
 

@@ -14,7 +14,7 @@ from .ops import (
     CATALOGUE, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, SHAPE_RULES, TYPED_ELEMENTWISE, ResultType,
 )
 from .shape_rules_common import (
-    attr_ident, attr_int, complex_component, given_array, operand_array, require,
+    attr_ident, attr_int, complex_component, fail, given_array, operand_array,
     require_same_element_type, strip,
 )
 from .shapes import ArrayShape, Shape
@@ -24,8 +24,8 @@ _COMPARISON_TYPES = frozenset({"FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED"})
 
 
 def _same_dims(shapes: list[ArrayShape], what: str) -> None:
-    require(len({s.dims for s in shapes}) == 1,
-            f"{what} must have identical dimensions, found " + ", ".join(map(str, shapes)))
+    if len({s.dims for s in shapes}) != 1:
+        fail(f"{what} must have identical dimensions, found " + ", ".join(map(str, shapes)))
 
 
 def _typed(inst: Instruction, x: ArrayShape) -> ArrayShape:
@@ -33,7 +33,8 @@ def _typed(inst: Instruction, x: ArrayShape) -> ArrayShape:
     types = CATALOGUE[inst.opcode].types
     wanted = f"a {types.operands.value} operand" if len(inst.operands) == 1 \
         else f"{types.operands.value} operands"
-    require(types.operands.accepts(x.element_type), f"{inst.opcode} needs {wanted}, found {x}")
+    if not types.operands.accepts(x.element_type):
+        fail(f"{inst.opcode} needs {wanted}, found {x}")
     if types.result is ResultType.PRED:
         return x.with_element_type("pred")
     if types.result is ResultType.COMPONENT and dtypes.is_complex(x.element_type):
@@ -61,14 +62,14 @@ def binary(inst: Instruction, module: Module) -> Shape:
 def reduce_precision(inst: Instruction, module: Module) -> Shape:
     """A floating operand's shape; `exponent_bits` >= 1 and `mantissa_bits` >= 0 (XLA)."""
     x = operand_array(inst, 0)
-    require(dtypes.is_float(x.element_type),
-            f"reduce-precision needs a floating operand, found {x}")
-    require(attr_int(inst, "exponent_bits") >= 1,
-            f"reduce-precision exponent_bits must be at least 1, found "
-            f"{inst.attrs['exponent_bits']}")
-    require(attr_int(inst, "mantissa_bits") >= 0,
-            f"reduce-precision mantissa_bits must not be negative, found "
-            f"{inst.attrs['mantissa_bits']}")
+    if not dtypes.is_float(x.element_type):
+        fail(f"reduce-precision needs a floating operand, found {x}")
+    if not attr_int(inst, "exponent_bits") >= 1:
+        fail(f"reduce-precision exponent_bits must be at least 1, found "
+             f"{inst.attrs['exponent_bits']}")
+    if not attr_int(inst, "mantissa_bits") >= 0:
+        fail(f"reduce-precision mantissa_bits must not be negative, found "
+             f"{inst.attrs['mantissa_bits']}")
     return strip(x)
 
 
@@ -78,7 +79,8 @@ def complex_(inst: Instruction, module: Module) -> Shape:
     a, b = operand_array(inst, 0), operand_array(inst, 1)
     _same_dims([a, b], "operands")
     t = require_same_element_type([a, b], "operands")
-    require(t in ("f32", "f64"), f"complex needs f32 or f64 operands, found {a}")
+    if t not in ("f32", "f64"):
+        fail(f"complex needs f32 or f64 operands, found {a}")
     return a.with_element_type("c64" if t == "f32" else "c128")
 
 
@@ -98,10 +100,12 @@ def select(inst: Instruction, module: Module) -> Shape:
     """select(pred, on_true, on_false): all three have the same dims (current XLA has no scalar
     predicate form)."""
     p, t, f = (operand_array(inst, i) for i in range(3))
-    require(p.element_type == "pred", f"select predicate must be pred, found {p}")
+    if p.element_type != "pred":
+        fail(f"select predicate must be pred, found {p}")
     _same_dims([t, f], "select branches")
     require_same_element_type([t, f], "select branches")
-    require(p.dims == t.dims, f"select predicate {p} does not match the branches {t}")
+    if p.dims != t.dims:
+        fail(f"select predicate {p} does not match the branches {t}")
     return strip(t)
 
 
@@ -111,8 +115,8 @@ def clamp(inst: Instruction, module: Module) -> Shape:
     lo, x, hi = (operand_array(inst, i) for i in range(3))
     require_same_element_type([lo, x, hi], "clamp operands")
     for bound in (lo, hi):
-        require(bound.rank == 0 or bound.dims == x.dims,
-                f"clamp bound {bound} must be a scalar or match the operand {x}")
+        if not (bound.rank == 0 or bound.dims == x.dims):
+            fail(f"clamp bound {bound} must be a scalar or match the operand {x}")
     return strip(x)
 
 
@@ -120,9 +124,10 @@ def clamp(inst: Instruction, module: Module) -> Shape:
 def convert(inst: Instruction, module: Module) -> Shape:
     """Given result shape: the operand's dims, any element type (complex -> real is not allowed)."""
     x, out = operand_array(inst, 0), given_array(inst)
-    require(out.dims == x.dims, f"convert result {out} must have the operand's dims {x}")
-    require(not (dtypes.is_complex(x.element_type) and not dtypes.is_complex(out.element_type)),
-            f"convert from complex {x} to real {out} is not allowed (use real/imag)")
+    if out.dims != x.dims:
+        fail(f"convert result {out} must have the operand's dims {x}")
+    if (dtypes.is_complex(x.element_type) and not dtypes.is_complex(out.element_type)):
+        fail(f"convert from complex {x} to real {out} is not allowed (use real/imag)")
     return out
 
 
@@ -131,16 +136,16 @@ def stochastic_convert(inst: Instruction, module: Module) -> Shape:
     """stochastic-convert(x, random) -> given signed integer type with x's dims: x floating,
     `random` unsigned of x's bit width with x's dims (the conversions XLA implements)."""
     x, random, out = operand_array(inst, 0), operand_array(inst, 1), given_array(inst)
-    require(dtypes.is_float(x.element_type),
-            f"stochastic-convert needs a floating operand, found {x}")
-    require(dtypes.is_unsigned(random.element_type)
-            and dtypes.bit_width(random.element_type) == dtypes.bit_width(x.element_type),
-            f"stochastic-convert random bits must be unsigned of the operand's width, found "
-            f"{random} for {x}")
+    if not dtypes.is_float(x.element_type):
+        fail(f"stochastic-convert needs a floating operand, found {x}")
+    if not (dtypes.is_unsigned(random.element_type)
+            and dtypes.bit_width(random.element_type) == dtypes.bit_width(x.element_type)):
+        fail(f"stochastic-convert random bits must be unsigned of the operand's width, found "
+             f"{random} for {x}")
     _same_dims([x, random], "operands")
-    require(dtypes.is_signed(out.element_type) and out.dims == x.dims,
-            f"stochastic-convert result {out} must be a signed integer array with the operand's "
-            f"dims {x}")
+    if not (dtypes.is_signed(out.element_type) and out.dims == x.dims):
+        fail(f"stochastic-convert result {out} must be a signed integer array with the operand's "
+             f"dims {x}")
     return out
 
 
@@ -155,10 +160,11 @@ def bitcast_convert(inst: Instruction, module: Module) -> Shape:
     elif w_in > w_out:
         expected = x.dims + (w_in // w_out,)
     else:
-        require(x.rank >= 1 and x.dims[-1] == w_out // w_in,
-                f"bitcast-convert from {x} to the wider {out.element_type} needs a minor "
-                f"dimension of size {w_out // w_in}")
+        if not (x.rank >= 1 and x.dims[-1] == w_out // w_in):
+            fail(f"bitcast-convert from {x} to the wider {out.element_type} needs a minor "
+                 f"dimension of size {w_out // w_in}")
         expected = x.dims[:-1]
-    require(out.dims == expected, f"bitcast-convert from {x} must give "
-            f"{ArrayShape(out.element_type, expected)}, found {out}")
+    if out.dims != expected:
+        fail(f"bitcast-convert from {x} must give "
+             f"{ArrayShape(out.element_type, expected)}, found {out}")
     return out

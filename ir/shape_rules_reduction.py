@@ -11,8 +11,8 @@ from .module import Instruction, Module
 from .ops import SHAPE_RULES
 from .shape_rules_common import (
     attr_bool, attr_int, attr_ints, attr_value, called, check_dimension_list, check_reducer,
-    check_scalar_function, operand_array, operand_scalar, require, strip,
-    tuple_or_single, window_output_dims,
+    check_scalar_function, fail, operand_array, operand_scalar, strip, tuple_or_single,
+    window_output_dims,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
@@ -21,13 +21,14 @@ def _inputs_and_inits(inst: Instruction) -> tuple[list[ArrayShape], list[ArraySh
     """The N inputs (one dims) and N scalar init values of a variadic reduce/reduce-window. Their
     element types may differ; the reducer relates them (accumulator i has init i's type)."""
     count = len(inst.operands)
-    require(count % 2 == 0, f"{inst.opcode} needs N inputs and N init values, "
-            f"found {count} operands")
+    if count % 2 != 0:
+        fail(f"{inst.opcode} needs N inputs and N init values, "
+             f"found {count} operands")
     n = count // 2
     inputs = [operand_array(inst, i) for i in range(n)]
     inits = [operand_scalar(inst, n + i) for i in range(n)]
-    require(len({x.dims for x in inputs}) == 1,
-            f"{inst.opcode} inputs must have identical dims, found " + ", ".join(map(str, inputs)))
+    if len({x.dims for x in inputs}) != 1:
+        fail(f"{inst.opcode} inputs must have identical dims, found " + ", ".join(map(str, inputs)))
     return inputs, inits
 
 
@@ -62,11 +63,12 @@ def select_and_scatter(inst: Instruction, module: Module) -> Shape:
     values into init's type; the result is the operand's shape."""
     x, source, init = operand_array(inst, 0), operand_array(inst, 1), operand_scalar(inst, 2)
     dims = window_output_dims(attr_value(inst, "window"), x.dims, "select-and-scatter")
-    require(source.dims == dims, f"source {source} must have the window output dims {list(dims)}")
+    if source.dims != dims:
+        fail(f"source {source} must have the window output dims {list(dims)}")
     t = x.element_type
     selected = check_scalar_function(called(inst, module, "select"), [t, t], "select")
-    require(selected.element_type == "pred",
-            f"select computation must return pred[], returns {selected}")
+    if selected.element_type != "pred":
+        fail(f"select computation must return pred[], returns {selected}")
     check_reducer(called(inst, module, "scatter"), [init.element_type], [source.element_type],
                   "scatter")
     return strip(x)
@@ -77,15 +79,17 @@ def sort(inst: Instruction, module: Module) -> Shape:
     """sort(x_1..x_N), dimensions={d}: comparator (x_1, x_1, ..., x_N, x_N scalars) -> pred[];
     the result is the operand (N = 1) or the tuple of operands."""
     xs = [operand_array(inst, i) for i in range(len(inst.operands))]
-    require(len({x.dims for x in xs}) == 1,
-            "sort operands must have identical dims, found " + ", ".join(map(str, xs)))
+    if len({x.dims for x in xs}) != 1:
+        fail("sort operands must have identical dims, found " + ", ".join(map(str, xs)))
     dims = attr_ints(inst, "dimensions")
-    require(len(dims) == 1, f"sort needs exactly one dimension, found {list(dims)}")
+    if len(dims) != 1:
+        fail(f"sort needs exactly one dimension, found {list(dims)}")
     check_dimension_list(dims, xs[0].rank, "sort dimension")
     attr_bool(inst, "is_stable")
     types = [t for x in xs for t in (x.element_type, x.element_type)]
     result = check_scalar_function(called(inst, module, "to_apply"), types, "comparator")
-    require(result.element_type == "pred", f"comparator must return pred[], returns {result}")
+    if result.element_type != "pred":
+        fail(f"comparator must return pred[], returns {result}")
     return tuple_or_single([strip(x) for x in xs])
 
 
@@ -94,11 +98,11 @@ def map_(inst: Instruction, module: Module) -> Shape:
     """map(x_1..x_N), to_apply=f: f takes one scalar per operand; the result has the operands'
     dims and f's result type."""
     xs = [operand_array(inst, i) for i in range(len(inst.operands))]
-    require(len({x.dims for x in xs}) == 1,
-            "map operands must have identical dims, found " + ", ".join(map(str, xs)))
+    if len({x.dims for x in xs}) != 1:
+        fail("map operands must have identical dims, found " + ", ".join(map(str, xs)))
     dims = attr_ints(inst, "dimensions", tuple(range(xs[0].rank)))
-    require(dims == tuple(range(xs[0].rank)),
-            f"map dimensions {list(dims)} must list every operand dimension in order")
+    if dims != tuple(range(xs[0].rank)):
+        fail(f"map dimensions {list(dims)} must list every operand dimension in order")
     result = check_scalar_function(called(inst, module, "to_apply"),
                                    [x.element_type for x in xs], "mapped computation")
     return ArrayShape(result.element_type, xs[0].dims)
@@ -110,7 +114,7 @@ def top_k(inst: Instruction, module: Module) -> Shape:
     x = operand_array(inst, 0)
     k = attr_int(inst, "k")
     attr_bool(inst, "largest", True)
-    require(x.rank >= 1 and 0 <= k <= x.dims[-1],
-            f"k={k} must be between 0 and the last dimension of {x}")
+    if not (x.rank >= 1 and 0 <= k <= x.dims[-1]):
+        fail(f"k={k} must be between 0 and the last dimension of {x}")
     dims = x.dims[:-1] + (k,)
     return TupleShape((x.with_dims(dims), ArrayShape("s32", dims)))

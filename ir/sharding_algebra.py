@@ -67,9 +67,16 @@ def cached(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def memo(*args, **kwargs):
-        # `_key` inlined: this runs for every call of every cached function
-        key = tuple([a.memo_key if type(a) is HloSharding else
-                     tuple([int(v) for v in a]) if type(a) in _SEQUENCES else a for a in args])
+        # `_key` inlined: this runs for every call of every cached function. Usually no
+        # argument needs a key of its own (no metadata, no list): the arguments are the key.
+        key = args
+        for a in args:
+            kind = type(a)
+            if (kind is HloSharding and a.memo_key is not a) or kind in _SEQUENCES:
+                key = tuple([a.memo_key if type(a) is HloSharding else
+                             tuple([int(v) for v in a]) if type(a) in _SEQUENCES else a
+                             for a in args])
+                break
         if kwargs:
             key += tuple((name, _key(value)) for name, value in sorted(kwargs.items()))
         try:

@@ -62,11 +62,18 @@ def _takes_manual_forward(ctx: Context, inst: Instruction) -> bool:
 
 
 def _supported(ctx: Context, inst: Instruction, *, backward: bool) -> bool:
-    comp = ctx.graph.computation_of[inst]
-    return supports_spatial_partitioning(
-        inst, comp, is_spmd=ctx.is_spmd, is_callee=ctx.graph.is_callee(comp),
-        to_output=ctx.options.to_output and not backward,
-        to_parameters=ctx.options.to_parameters and backward)
+    """`supports_spatial_partitioning` for a forward or a backward visit: a question about the
+    graph and the pass options only, answered once per instruction and direction."""
+    def answer(inst: Instruction) -> bool:
+        comp = ctx.graph.computation_of[inst]
+        return supports_spatial_partitioning(
+            inst, comp, is_spmd=ctx.is_spmd, is_callee=ctx.graph.is_callee(comp),
+            to_output=ctx.options.to_output and not backward,
+            to_parameters=ctx.options.to_parameters and backward)
+    return ctx.graph.derived(_SUPPORTED[backward], inst, answer)
+
+
+_SUPPORTED = ("supported forward", "supported backward")
 
 
 def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:

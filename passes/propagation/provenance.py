@@ -70,11 +70,11 @@ class Provenance:
         for comp in module.computations.values():
             for inst in comp.instructions:
                 steps = self.history.get((comp.name, inst.name))
-                set_frontend_attribute(inst, SHARDING_ORIGIN, None)
                 if inst.sharding is None or not steps or \
                         (len(steps) == 1 and steps[0].how == ANNOTATION):
-                    continue
-                set_frontend_attribute(inst, SHARDING_ORIGIN, _encode(steps, comp.name))
+                    set_frontend_attribute(inst, SHARDING_ORIGIN, None)
+                else:
+                    set_frontend_attribute(inst, SHARDING_ORIGIN, _encode(steps, comp.name))
 
     @classmethod
     def from_module(cls, module: Module) -> "Provenance":
