@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .attributes import Literal, called_computation_names
+from .attributes import COMPUTATION_ATTRIBUTES, Literal, called_computation_names
 from .shapes import Shape
 
 
@@ -40,9 +40,12 @@ class Instruction:
         return self.attrs.get(name, default)
 
     def called_computation_names(self) -> list[str]:
+        """The computations the instruction's attributes name, in attribute order (only the
+        catalogue's computation attributes can name one)."""
         names: list[str] = []
-        for value in self.attrs.values():
-            names.extend(called_computation_names(value))
+        for key, value in self.attrs.items():
+            if key in COMPUTATION_ATTRIBUTES:
+                names.extend(called_computation_names(value))
         return names
 
     def __repr__(self) -> str:

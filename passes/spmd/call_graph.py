@@ -61,9 +61,11 @@ def unshare_callees(module: Module) -> None:
     names = NameUniquer(module.computations)
     # computations applied to elements (reducers, comparators) stay as they are: a control-flow
     # site naming one of them gets its own copy
-    reached: set[str] = {module.entry_name} | {
-        name for _, inst in module.all_instructions()
-        for name in set(inst.called_computation_names()) - set(control_flow_callees(inst))}
+    reached: set[str] = {module.entry_name}
+    for _, inst in module.all_instructions():
+        called = inst.called_computation_names()
+        if called:
+            reached.update(set(called) - set(control_flow_callees(inst)))
     added: list[Computation] = []
 
     def visit(comp: Computation) -> None:
