@@ -38,6 +38,7 @@ from .mesh import Mesh
 from .module import Computation, Instruction, Module
 from .sdy import SdyAttribute
 from .shapes import Shape, TupleShape
+from .sharding_algebra import cached
 from .tile_assignment import iota_replica_groups
 
 __all__ = ["print_module", "print_computation", "print_instruction", "print_shape",
@@ -185,7 +186,10 @@ def _slice_dim(d: SliceDim) -> str:
     return f"[{d.start}:{d.limit}" + (f":{d.stride}]" if d.stride != 1 else "]")
 
 
+@cached
 def _replica_groups(groups: ReplicaGroups) -> str:
+    """The text of replica groups: the iota form when one matches (found once per distinct
+    groups: every layer's collectives repeat the same few)."""
     array = groups.as_array()
     if array is not None:
         iota = iota_replica_groups(array)

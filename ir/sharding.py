@@ -292,7 +292,12 @@ class HloSharding:
             return True
         if type(other) is not HloSharding:
             return NotImplemented
-        return self._hash == other._hash and self._key() == other._key()
+        # field by field rather than through `_key()`: equal values that are not the same object
+        # are compared constantly (a plan's sharding against an operand's)
+        return self._hash == other._hash and self.kind == other.kind and \
+            self.tile_assignment == other.tile_assignment and \
+            self.subgroup_types == other.subgroup_types and self.device == other.device and \
+            self.elements == other.elements and self.shard_group == other.shard_group
 
     def __hash__(self) -> int:
         return self._hash

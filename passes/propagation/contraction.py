@@ -9,7 +9,7 @@ spatial dims (`conv_spatial`), which have no dot interpretation.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
@@ -32,11 +32,23 @@ class DimMap:
 
 @dataclass(frozen=True, slots=True)
 class ContractionDims:
+    """A contraction's dim maps; a key of the candidates' memo tables, so its hash is computed
+    once (and `_interned` makes equal values one object, compared by identity)."""
+
     batch: tuple[DimMap, ...]
     contracting: tuple[DimMap, ...]
     lhs_non_contracting: tuple[DimMap, ...]
     rhs_non_contracting: tuple[DimMap, ...]
     conv_spatial: tuple[DimMap, ...] = ()
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.batch, self.contracting,
+                                                self.lhs_non_contracting,
+                                                self.rhs_non_contracting, self.conv_spatial)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def non_contracting(self, operand: int) -> tuple[DimMap, ...]:
         return self.lhs_non_contracting if operand == 0 else self.rhs_non_contracting
@@ -56,7 +68,7 @@ def dot_dims(dot: Instruction) -> ContractionDims:
                 if d not in rhs_batch and d not in rhs_contracting]
     lhs_nc = tuple(DimMap(d, -1, len(batch) + k) for k, d in enumerate(lhs_free))
     rhs_nc = tuple(DimMap(-1, d, len(batch) + len(lhs_free) + k) for k, d in enumerate(rhs_free))
-    return ContractionDims(batch, contracting, lhs_nc, rhs_nc)
+    return _interned(ContractionDims(batch, contracting, lhs_nc, rhs_nc))
 
 
 def _spatial_is_parallel(wd, lhs_size: int) -> bool:
@@ -101,8 +113,14 @@ def convolution_dims(conv: Instruction) -> ContractionDims:
             rhs_nc.append(dim)
         else:
             conv_spatial.append(dim)
-    return ContractionDims(tuple(batch), tuple(contracting), tuple(lhs_nc), tuple(rhs_nc),
-                           tuple(conv_spatial))
+    return _interned(ContractionDims(tuple(batch), tuple(contracting), tuple(lhs_nc),
+                                     tuple(rhs_nc), tuple(conv_spatial)))
+
+
+@cached
+def _interned(dims: ContractionDims) -> ContractionDims:
+    """The first of the equal values built (the repeated layers of a model share one)."""
+    return dims
 
 
 @cached

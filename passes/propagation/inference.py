@@ -125,12 +125,13 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
         return None
     acc = ctx.accumulate(inst)
     labels: list[str] = []
+    barrier_to = target_of(inst) == BARRIER_TO
     for user in users:
         if user.opcode == "rng-bit-generator":
             return Proposal(for_shape(HloSharding.replicate(), inst.shape),
                             "rng-bit-generator seed", (user,))
         candidate = from_user(ctx, inst, user, acc.value)
-        if candidate is not None and target_of(inst) == BARRIER_TO:
+        if candidate is not None and barrier_to:
             candidate = for_shape(HloSharding.replicate(), inst.shape)
         if candidate is not None and acc.improve(candidate, user):
             labels.append(_rule_label(user))
