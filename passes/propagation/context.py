@@ -54,14 +54,17 @@ class Context:
 
     def single_consumer(self, inst: Instruction) -> bool:
         """Exactly one user that is not the computation root: resharding is paid once anyway, so
-        forward rules may replace a tiling aggressively."""
+        forward rules may replace a tiling aggressively (a fact of the graph, found once)."""
+        return self.graph.derived("single consumer", inst, self._single_consumer)
+
+    def _single_consumer(self, inst: Instruction) -> bool:
         return self.graph.non_root_users(inst) == 1
 
     def accumulate(self, inst: Instruction) -> "Accumulator":
         return Accumulator(self, inst)
 
 
-@dataclass
+@dataclass(slots=True)
 class Accumulator:
     """A running sharding for `inst`, improved step by step (XLA's MaybeImproveInstructionSharding
     applied to the instruction in turn)."""

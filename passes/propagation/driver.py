@@ -174,11 +174,12 @@ class Driver:
         self.dirty = {"group": {}, "forward": {}, "backward": {}}
         for comp in self.graph.computations:
             order = self.graph.post_order(comp)
-            self.positions[("forward", comp.name)] = {i: k for k, i in enumerate(order)}
-            self.positions[("group", comp.name)] = self.positions[("forward", comp.name)]
-            self.positions[("backward", comp.name)] = {i: len(order) - 1 - k
-                                                       for k, i in enumerate(order)}
-            self.orders[comp.name] = order
+            if self.orders.get(comp.name) is not order:     # the graph changed: new positions
+                self.positions[("forward", comp.name)] = {i: k for k, i in enumerate(order)}
+                self.positions[("group", comp.name)] = self.positions[("forward", comp.name)]
+                self.positions[("backward", comp.name)] = {i: len(order) - 1 - k
+                                                           for k, i in enumerate(order)}
+                self.orders[comp.name] = order
             if restart:
                 self.dirty["forward"][comp.name] = set(order)
                 self.dirty["backward"][comp.name] = set(order)
