@@ -1,8 +1,9 @@
 """The propagation driver (docs/design/propagation.md#the-driver): four aggressiveness levels, each
 a fixpoint of three sweeps per
 computation (shard groups, forward in post order, backward in reverse post order), run as a
-worklist, then (after aligning `shard_as` groups) one more level-3 fixpoint that visits every
-instruction again, as XLA's does.
+worklist, then (after aligning `shard_as` groups) one more level-3 fixpoint, as XLA's does: it
+visits every instruction again when the alignment changed shardings, else it resumes from level
+3's worklist like levels 2 and 3.
 
 Each sweep visits only instructions that are *dirty* for it: initially all, afterwards those whose
 neighbours changed (XLA's `already_inferred_*` sets and `clear_cache`). A sweep walks its dirty
