@@ -164,8 +164,8 @@ class Driver:
         visit of a sweep (`stale`: a change marks the neighbours, not the instruction's own
         sweeps; nor the backward sweep of the other operands of its users, whose rules read every
         operand) and those whose rules answer differently at `level` than at the level before
-        (`_newly_enabled`): every other instruction's last visit saw the same shardings and
-        would give the same answer."""
+        (`_newly_enabled`, when `level` is a new one): every other instruction's last visit saw
+        the same shardings and would give the same answer."""
         enables = level != self.level
         self.level = level
         self.changes = {}
