@@ -55,13 +55,14 @@ class Context:
     def single_consumer(self, inst: Instruction) -> bool:
         """Exactly one user that is not the computation root: resharding is paid once anyway, so
         forward rules may replace a tiling aggressively (a fact of the graph, found once)."""
-        return self.graph.derived("single consumer", inst, self._single_consumer)
-
-    def _single_consumer(self, inst: Instruction) -> bool:
-        return self.graph.non_root_users(inst) == 1
+        return self.graph.derived("single consumer", inst, _single_consumer, self.graph)
 
     def accumulate(self, inst: Instruction) -> "Accumulator":
         return Accumulator(self, inst)
+
+
+def _single_consumer(inst: Instruction, graph: ModuleGraph) -> bool:
+    return graph.non_root_users(inst) == 1
 
 
 @dataclass(slots=True)

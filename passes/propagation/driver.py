@@ -228,24 +228,29 @@ class Driver:
             return False
         order = self.orders[comp]
         positions = self.positions[(kind, comp)]
-        self.heap = sorted(positions[i] for i in dirty)
+        # `_mark` pushes onto this heap (the same list) what is dirtied ahead of the cursor
+        heap = self.heap = sorted(positions[i] for i in dirty)
         self.active, self.cursor = (kind, comp), -1
         changed = False
+        last = len(order) - 1 if kind == "backward" else None
+        pop, visit = heapq.heappop, self._visit
         try:
-            while self.heap:
-                p = heapq.heappop(self.heap)
-                inst = order[p] if kind != "backward" else order[len(order) - 1 - p]
+            while heap:
+                p = pop(heap)
+                inst = order[p] if last is None else order[last - p]
                 if inst not in dirty:
                     continue
                 self.cursor = p
-                changed |= self._visit(ctx, inst, kind, dirty)
+                if visit(ctx, inst, kind, dirty):
+                    changed = True
         finally:
             self.active = None
         return changed
 
     def _visit(self, ctx: Context, inst: Instruction, kind: str, dirty: set[Instruction]) -> bool:
         self.stale[kind].discard(inst)
-        if kind == "backward" and target_of(inst) in (FULL_TO_SHARD, SHARD_TO_FULL):
+        if kind == "backward" and inst.opcode == "custom-call" and \
+                target_of(inst) in (FULL_TO_SHARD, SHARD_TO_FULL):
             self._mark(inst.operands[0], "backward")
         if kind == "group" and inst not in self.prep.group_of:
             dirty.discard(inst)
@@ -344,12 +349,16 @@ class Driver:
             self._mark(op, "backward")
         for user in self.graph.users.get(users_of or inst, ()):
             self._mark(user, "forward")
-            for name in user.called_computation_names():
-                for param in self.module.computations[name].parameters:
-                    self._mark(param, "forward")
+            for param in self.graph.derived("callee parameters", user, self._callee_parameters):
+                self._mark(param, "forward")
         for member in self.prep.group_members(inst):
             if member is not inst:
                 self._mark(member, "group")
+
+    def _callee_parameters(self, inst: Instruction) -> list[Instruction]:
+        """The parameters of the computations `inst` calls."""
+        return [param for name in inst.called_computation_names()
+                for param in self.module.computations[name].parameters]
 
     # ---- after the levels -------------------------------------------------------------------
 

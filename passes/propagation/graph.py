@@ -44,7 +44,7 @@ class ModuleGraph:
                     for name in self.called(inst):
                         self.caller[name] = inst
         self._post_orders: dict[str, list[Instruction]] = {}
-        self._memo: dict[tuple, object] = {}
+        self._memo: dict[str, dict[Instruction, object]] = {}
 
     def called(self, inst: Instruction) -> list[str]:
         """Names of the computations a control-flow instruction calls (while: body, condition)."""
@@ -64,14 +64,16 @@ class ModuleGraph:
         root = self.computation_of[inst].root
         return sum(1 for u in self.users[inst] if u is not root)
 
-    def derived(self, kind: str, inst: Instruction, compute):
-        """`compute(inst)`, computed once per instruction (dimension analyses of dots,
-        convolutions, gathers...: they depend only on the fixed graph)."""
-        key = (kind, inst)
+    def derived(self, kind: str, inst: Instruction, compute, *args):
+        """`compute(inst, *args)`, computed once per instruction and `kind` (dimension analyses
+        of dots, convolutions, gathers...: they depend only on the fixed graph)."""
+        table = self._memo.get(kind)
+        if table is None:
+            table = self._memo[kind] = {}
         try:
-            return self._memo[key]
+            return table[inst]
         except KeyError:
-            value = self._memo[key] = compute(inst)
+            value = table[inst] = compute(inst, *args)
             return value
 
     def invalidate(self, comp: Computation) -> None:

@@ -64,13 +64,15 @@ def _takes_manual_forward(ctx: Context, inst: Instruction) -> bool:
 def _supported(ctx: Context, inst: Instruction, *, backward: bool) -> bool:
     """`supports_spatial_partitioning` for a forward or a backward visit: a question about the
     graph and the pass options only, answered once per instruction and direction."""
-    def answer(inst: Instruction) -> bool:
-        comp = ctx.graph.computation_of[inst]
-        return supports_spatial_partitioning(
-            inst, comp, is_spmd=ctx.is_spmd, is_callee=ctx.graph.is_callee(comp),
-            to_output=ctx.options.to_output and not backward,
-            to_parameters=ctx.options.to_parameters and backward)
-    return ctx.graph.derived(_SUPPORTED[backward], inst, answer)
+    return ctx.graph.derived(_SUPPORTED[backward], inst, _supports, ctx, backward)
+
+
+def _supports(inst: Instruction, ctx: Context, backward: bool) -> bool:
+    comp = ctx.graph.computation_of[inst]
+    return supports_spatial_partitioning(
+        inst, comp, is_spmd=ctx.is_spmd, is_callee=ctx.graph.is_callee(comp),
+        to_output=ctx.options.to_output and not backward,
+        to_parameters=ctx.options.to_parameters and backward)
 
 
 _SUPPORTED = ("supported forward", "supported backward")
