@@ -94,10 +94,17 @@ def print_instruction(inst: Instruction) -> str:
     raw = [n for n, v in attrs.items() if n not in _TRAILING and isinstance(v, RawAttr)]
     pieces = [f"{n}={format_attribute(n, attrs[n])}" for n in own]
     if inst.sharding is not None:
-        pieces.append("sharding=" + inst.sharding.to_text())
+        pieces.append("sharding=" + _sharding_text(inst.sharding))
     pieces += [f"{n}={format_attribute(n, attrs[n])}" for n in _TRAILING if n in attrs]
     pieces += [f"{n}={attrs[n].text}" for n in raw]
     return ", ".join([text] + pieces) if pieces else text
+
+
+@cached
+def _sharding_text(sharding) -> str:
+    """A sharding's text, metadata included (made once per distinct value: a model's layers
+    repeat a few shardings)."""
+    return sharding.to_text()
 
 
 def print_shape(shape: Shape) -> str:

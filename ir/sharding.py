@@ -96,6 +96,9 @@ _TILED: dict = {}
 #: `HloSharding.shard_shape` of tiled shardings, by (sharding, array shape): lowering asks for
 #: the shard shape of every instruction more than once. Registered like `_TILED`.
 _SHARD_SHAPES: dict = {}
+#: (sharding, shape, number of devices) triples `HloSharding.validate` accepted: the
+#: partitioner validates every instruction's sharding. Registered like `_TILED`.
+_VALID: dict = {}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -680,6 +683,15 @@ class HloSharding:
     def validate(self, shape: Shape, num_devices: int | None = None) -> None:
         """Check the sharding fits `shape` (and `num_devices` partitions): tuple leaf count, data
         rank == array rank, device ids `< N` and, for tiled shardings, all N devices present."""
+        key = (self, shape, num_devices)
+        if key in _VALID:
+            return
+        self._check_fits(shape, num_devices)
+        if len(_VALID) >= _TILED_LIMIT:
+            _VALID.clear()
+        _VALID[key] = True
+
+    def _check_fits(self, shape: Shape, num_devices: int | None) -> None:
         if self.kind == "tuple":
             if not isinstance(shape, TupleShape):
                 raise ShardingError(f"tuple sharding {self.to_text()} for non-tuple shape {shape}")

@@ -39,7 +39,8 @@ from .tile_assignment import TileAssignment
 
 #: entries kept per cached function before its table is emptied
 CACHE_SIZE = 1 << 16
-_TABLES: list[dict] = [tile_assignment._INTERNED, sharding._TILED, sharding._SHARD_SHAPES]
+_TABLES: list[dict] = [tile_assignment._INTERNED, sharding._TILED, sharding._SHARD_SHAPES,
+                       sharding._VALID]
 
 
 def _key(value):
