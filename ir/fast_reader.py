@@ -110,32 +110,61 @@ def read_records(text: str) -> ModuleText | None:
         return None
 
 
+class _Breaks:
+    """The line breaks of a text: the line and column of an offset."""
+
+    __slots__ = ("offsets",)
+
+    def __init__(self, text: str):
+        self.offsets = [m.start() for m in re.finditer("\n", text)]
+
+    def line_and_column(self, offset: int) -> tuple[int, int]:
+        index = bisect_left(self.offsets, offset)
+        return index + 1, offset - (self.offsets[index - 1] + 1 if index else 0) + 1
+
+
+class _Token(Token):
+    """lark's Token whose line and column are found from its offset when read: only error
+    messages read them, and the reader makes a token for every name, opcode and attribute. The
+    end is given on the first line (`end_column` = column + length)."""
+
+    __slots__ = ("breaks",)
+
+    @property
+    def line(self) -> int:
+        return self.breaks.line_and_column(self.start_pos)[0]
+
+    @property
+    def column(self) -> int:
+        return self.breaks.line_and_column(self.start_pos)[1]
+
+    @property
+    def end_line(self) -> int:
+        return self.line
+
+    @property
+    def end_column(self) -> int:
+        return self.column + self.end_pos - self.start_pos
+
+
 class _Reader:
-    """One read of one text: a cursor that matches forms at positions and makes tokens whose line
-    and column come from the table of line breaks (the line of the last token is remembered)."""
+    """One read of one text: a cursor that matches forms at positions and makes tokens that find
+    their line and column in the table of line breaks."""
 
     def __init__(self, text: str):
         self.text = text
-        self.breaks = [m.start() for m in re.finditer("\n", text)]
-        self.line, self.line_start, self.line_end = 1, 0, -1
+        self.breaks = _Breaks(text)
         self.shardings: dict[str, object] = {}
 
     # ---- positions and tokens -----------------------------------------------------------------
 
     def token(self, kind: str, start: int, end: int) -> Token:
-        if not self.line_start <= start <= self.line_end:
-            index = bisect_left(self.breaks, start)
-            self.line = index + 1
-            self.line_start = self.breaks[index - 1] + 1 if index else 0
-            self.line_end = self.breaks[index] if index < len(self.breaks) else len(self.text)
-        column = start - self.line_start + 1
-        # lark's Token with every field set, as `Token(kind, value, start, line, column, ...)`
-        # makes it (without its argument checks: this runs for every token)
+        # a lark Token with the fields `Token(kind, value, start, ...)` sets (without its
+        # argument checks: this runs for every token), line and column read lazily
         value = self.text[start:end]
-        token = str.__new__(Token, value)
+        token = str.__new__(_Token, value)
         token.type, token.value, token.start_pos, token.end_pos = kind, value, start, end
-        token.line, token.column = self.line, column
-        token.end_line, token.end_column = self.line, column + end - start
+        token.breaks = self.breaks
         return token
 
     def match(self, pattern: re.Pattern, pos: int) -> re.Match:
