@@ -27,6 +27,7 @@ from gspmdc.errors import GspmdcError, HloSyntaxError
 
 from .attributes import STACK_FRAME_INDEX
 from .fast_reader import read_records
+from .gc_pause import paused_collection
 from .grammar_callbacks import Records
 from .module import Module
 from .module_builder import ModuleBuilder
@@ -73,6 +74,11 @@ def parse_module(text: str, filename: str = "<string>", *, verify: bool = False)
     mismatches, invalid shardings, uninferable shapes, ...). `verify`: also run the verifier
     (`verifier.verify_module`); its error about an instruction then starts with the
     instruction's file:line:col and shows the line."""
+    with paused_collection():
+        return _parse_module(text, filename, verify)
+
+
+def _parse_module(text: str, filename: str, verify: bool) -> Module:
     records = read_records(text) or _parse(text, filename, "start")
     builder = ModuleBuilder(text)
     try:

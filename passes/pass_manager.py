@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar
 
 from gspmdc.errors import GspmdcError
+from gspmdc.ir.gc_pause import paused_collection
 from gspmdc.ir.module import Module
 from gspmdc.ir.stage import Stage, module_stage, set_stage
 from gspmdc.ir.verifier import verify_module
@@ -91,7 +92,14 @@ PipelineCallback = Callable[[int, ModulePass, Module, float], None]
 
 def run_pipeline(ctx: PassContext, module: Module, passes: list[ModulePass],
                  callback: PipelineCallback | None = None) -> Module:
-    """Run `passes` in order on `module` (see the module docstring); the resulting module."""
+    """Run `passes` in order on `module` (see the module docstring); the resulting module. The
+    cyclic garbage collector is paused meanwhile (`gc_pause`)."""
+    with paused_collection():
+        return _run(ctx, module, passes, callback)
+
+
+def _run(ctx: PassContext, module: Module, passes: list[ModulePass],
+         callback: PipelineCallback | None) -> Module:
     for index, pass_ in enumerate(passes):
         check_can_run(pass_, module, ctx)
         ctx.channel_ids.account_for(module)
