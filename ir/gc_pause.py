@@ -1,4 +1,5 @@
-"""Pausing Python's cyclic garbage collector while a module is read or compiled.
+"""Pausing Python's cyclic garbage collector while a module is read, compiled or printed
+(`parse_module`, `run_pipeline`, `print_module`).
 
 Reading and compiling a module makes millions of objects that all live until the end (the
 instructions, their shapes and shardings, the memo tables of the sharding algebra, the rules'

@@ -33,6 +33,7 @@ from .attributes import (
     STACK_FRAME_INDEX, ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, Literal,
     PadDim, RawAttr, ReplicaGroups, SliceDim, Window,
 )
+from .gc_pause import paused_collection
 from .literal_text import format_array
 from .mesh import Mesh
 from .module import Computation, Instruction, Module
@@ -52,7 +53,13 @@ _NEEDS_ESCAPE = re.compile(r'[\\"\x00-\x1f]')
 
 
 def print_module(module: Module) -> str:
-    """The whole module as HLO text (ends with a newline)."""
+    """The whole module as HLO text (ends with a newline; the cyclic garbage collector paused
+    meanwhile, `gc_pause`)."""
+    with paused_collection():
+        return _print_module(module)
+
+
+def _print_module(module: Module) -> str:
     header = "HloModule " + module.name
     # XLA's order: frontend attributes last
     for name, value in sorted(module.attrs.items(), key=lambda kv: kv[0] == "frontend_attributes"):
