@@ -63,6 +63,8 @@ _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_CO
 _POLL_SECONDS = 0.05
 #: after mpiexec ended, how long the ranks' connections may take to close
 _DRAIN_SECONDS = 5.0
+#: how long the launcher waits for MPICH's termination report to name the rank that died first
+_REPORT_SECONDS = 3.0
 #: signals that stop the job (exit 3)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -256,6 +258,7 @@ class _Session:
                 return self._fail(f"{what} by {name}; all ranks were stopped")
             dead = self._died()
             if dead is not None:
+                dead = self._culprit(dead)
                 self.stop()
                 return self._fail(f"{dead.name()} terminated unexpectedly (killed or crashed) "
                                   f"while {self._position(dead)}; the job was stopped")
@@ -323,6 +326,24 @@ class _Session:
         if not dead:
             return None
         return next((r for r in dead if r.pid in self.reported_pids), dead[0])
+
+    def _culprit(self, dead: _Rank) -> _Rank:
+        """The rank that died first, once ranks' connections closed unannounced. The kernel closes
+        a dead process's connection before its parent learns of the death, so MPICH kills the
+        others only after the culprit's connection closed: one closed connection names the
+        culprit. When several closed between two looks, their order is not the order of the
+        deaths: wait (at most `_REPORT_SECONDS`) for MPICH's termination report, which names the
+        process that failed, or for `mpiexec` to end without one."""
+        deadline = time.monotonic() + _REPORT_SECONDS
+        while sum(r.ended is None for r in self.closed) > 1 \
+                and not any(r.pid in self.reported_pids for r in self.closed) \
+                and time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                for relay in self.relays:
+                    relay.join(timeout=max(deadline - time.monotonic(), 0.0))
+                break
+            self.poll(_POLL_SECONDS)
+        return self._died() or dead
 
     def _position(self, rank: _Rank) -> str:
         if not rank.local:

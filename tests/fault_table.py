@@ -159,7 +159,7 @@ def run_case(fault: str, phase: str, workdir: Path) -> Result:
         _wait_until(lambda: (workdir / "paused").exists() or proc.poll() is not None,
                     "the paused rank")
         if phase == "collective":
-            _wait_until(lambda: _at_all_reduce(tmp, 0) or proc.poll() is not None,
+            _wait_until(lambda: at_all_reduce(tmp, 0) or proc.poll() is not None,
                         "rank 0 in the all-reduce")
         segments = mapped_segments(tag)
         assert proc.poll() is None, f"the job ended early: {proc.communicate()}"
@@ -205,13 +205,15 @@ def _wait_clean(tag: str, tmp: Path, out_dir: Path, segments: set[str]) -> float
     return time.monotonic()
 
 
-def _at_all_reduce(tmp: Path, rank: int) -> bool:
+def at_all_reduce(tmp: Path, rank: int, program: str = PROGRAM) -> bool:
+    """The position board of the run under `tmp` (its TMPDIR) shows `rank` in the entry's
+    all-reduce of `program` (an `all_reduce_after` program)."""
     from gspmdc.ir.parser import parse_module
     from gspmdc.runtime.rank_position import read_board_file
     boards = list(tmp.glob("gspmdc-run-*/positions"))
     if not boards:
         return False
-    module = parse_module(PROGRAM)
+    module = parse_module(program)
     position = next(i for i, (comp, inst) in enumerate(module.all_instructions())
                     if comp is module.entry and inst.name == "r")     # not the reducer's root
     try:

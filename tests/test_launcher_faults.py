@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_table import all_reduce_after, tagged_processes, wait_gone
+from fault_table import all_reduce_after, at_all_reduce, tagged_processes, wait_gone
 
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -46,9 +46,10 @@ CUSTOM_CALL_TARGETS["gspmdc_test.sleep_on_partition_1"] = _sleep
 def job(tmp_path):
     """(program path for a target, environment with the plugin and a unique tag, output path)."""
     (tmp_path / "sitecustomize.py").write_text(PLUGIN)
+    (tmp_path / "tmp").mkdir()
     tag = uuid.uuid4().hex
     env = dict(os.environ, PYTHONPATH=str(tmp_path), GSPMDC_TEST_TAG=tag,
-               GSPMDC_TEST_DIR=str(tmp_path))
+               GSPMDC_TEST_DIR=str(tmp_path), TMPDIR=str(tmp_path / "tmp"))
 
     def program(target: str) -> Path:
         path = tmp_path / f"{target}.hlo"
@@ -129,7 +130,11 @@ def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, vict
     program, env, out = job
     tag = env["GSPMDC_TEST_TAG"]
     with asleep_on_rank_1(job) as proc:
-        time.sleep(0.5)                  # let the others reach the all-reduce
+        if victim != 1:                  # the position board shows it in the all-reduce
+            deadline = time.monotonic() + 60
+            while not at_all_reduce(Path(env["TMPDIR"]), victim, program("sleep_on_partition_1")
+                                    .read_text()) and time.monotonic() < deadline:
+                time.sleep(0.05)
         ranks = rank_processes(tag)
         os.kill(ranks[victim], signal.SIGKILL)
         start = time.monotonic()
@@ -188,10 +193,16 @@ def test_local_backend_failure_and_timeout(job):
     assert proc.returncode == 3
     assert "partition 1: main/c: custom-call failed: ValueError: injected failure" in proc.stderr
     assert not out.exists()
-    proc, seconds = run([program("sleep_on_partition_1"), "--backend", "local", "--timeout",
-                         "1", "--outputs", out], env)
-    assert proc.returncode == 3 and "timed out after 1 s" in proc.stderr
-    assert seconds < 10 and not out.exists()
+    asleep = Path(env["GSPMDC_TEST_DIR"], "asleep")
+    proc, _ = run([program("sleep_on_partition_1"), "--backend", "local", "--timeout", "2",
+                   "--outputs", out], env)
+    ended = time.time()
+    assert proc.returncode == 3 and "timed out after 2 s" in proc.stderr
+    assert not out.exists()
+    # the local backend's deadline is armed before its threads start, so the job ends within the
+    # timeout (and a grace period) of partition 1 beginning its 60 s sleep, however long
+    # Python, the imports and the compile took on a loaded machine
+    assert asleep.exists() and ended - asleep.stat().st_mtime < 2 + 5
 
 
 def test_of_ranks_that_closed_at_once_the_culprit_is_the_one_mpich_names(tmp_path):
@@ -234,6 +245,15 @@ def test_of_ranks_that_closed_at_once_the_culprit_is_the_one_mpich_names(tmp_pat
     session.reported_pids = set()
     assert session._died() is session.closed[0]
     assert session._never_connected() == [1]
+    # the report comes after the connections closed: the launcher waits for it (or mpiexec's end)
+    session.closed.sort(key=lambda r: r.number)                 # rank 0 seen first
+    session.proc = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.5); "
+                                     f"sys.stdout.write({banner!r})"], stdout=subprocess.PIPE,
+                                    text=True)
+    session.relays = [_relay(session.proc.stdout, io.StringIO(), session.reported_pids)]
+    assert session._culprit(session.closed[0]).number == 2
+    session.proc.wait()
+    session.proc = None
     session.close()
 
 
