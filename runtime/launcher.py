@@ -53,6 +53,7 @@ from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 from . import mpi_processes, rank_link
 from .cores import with_blas_threads
 from .rank_position import create_board_file, describe, describe_ranks, read_board_file
+from .reaper import start_reaper
 
 if TYPE_CHECKING:       # annotations only: mpiexec starts before the job module is imported
     from .job import Job
@@ -130,9 +131,7 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
     job = prepare() if num_partitions is None else None
     n = job.num_partitions if job is not None else num_partitions
     run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))
-    reaper = subprocess.Popen([sys.executable, "-m", "gspmdc.runtime.reaper", str(run_dir),
-                               repr(started)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    reaper = start_reaper(run_dir, started)
     session = signals = None
     try:
         create_board_file(run_dir / "positions", n)
@@ -141,7 +140,7 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
         command = [mpiexec, "-n", str(n)] + (["-f", hostfile] if hostfile else []) + \
             [sys.executable, "-m", "gspmdc.runtime.rank", address, token]
         session = _Session(n, run_dir, listener, token, started,
-                           on_local_pid=lambda pid: _tell(reaper, f"pid {pid}"))
+                           on_local_pid=lambda pid: reaper.tell(f"pid {pid}"))
         session.start(command)
         if job is None:
             job = prepare()             # while the ranks start
@@ -153,16 +152,8 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
         if signals is not None:
             signals.restore()
         shutil.rmtree(run_dir, ignore_errors=True)
-        _tell(reaper, "done")           # it exits on its own: no need to wait for it
-        reaper.stdin.close()
-
-
-def _tell(reaper: subprocess.Popen, line: str) -> None:
-    try:
-        reaper.stdin.write(line + "\n")
-        reaper.stdin.flush()
-    except (BrokenPipeError, ValueError):
-        pass
+        reaper.tell("done")             # it exits on its own: no need to wait for it
+        reaper.close()
 
 
 class _SignalRecorder:
