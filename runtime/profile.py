@@ -33,16 +33,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from time import perf_counter, time
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from gspmdc.ir.cost import instruction_traffic
-from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
-from gspmdc.ir.flops import executed_computations, instruction_flops
-from gspmdc.ir.liveness import shape_bytes
 from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.ops import COLLECTIVES, opcodes
 
 from .live_arrays import LiveArrays
+
+if TYPE_CHECKING:       # the cost model is imported when the profile is read, after the run
+    from gspmdc.ir.cost_figures import CostFigures
 
 #: instructions whose own (exclusive) time is interpretation: they only call computations
 CONTROL_OPCODES = opcodes("while", "call", "conditional", "fusion", "call-start", "call-done",
@@ -96,69 +95,75 @@ class ProfileRecorder:
 
     def __init__(self, partition: int, num_partitions: int, started_at: float | None = None,
                  module: Module | None = None):
-        self._profile = RankProfile(partition, flops=None if module is None else 0)
+        self._partition = partition
         self._started_at = started_at
+        self._startup: float | None = None
         self._num_partitions = num_partitions
-        self._models: dict[int, tuple[CollectiveStats, int, int]] = {}
-        self._flops: dict[int, int] = {}
-        if module is not None:
-            self._flops = {id(inst): instruction_flops(inst, module)
-                           for comp in executed_computations(module) for inst in comp.instructions}
-            self._computation = {id(inst): comp.name for comp in module.computations.values()
-                                 for inst in comp.instructions}
-        else:
-            self._computation = {}
+        self._module = module
         self.live_arrays = LiveArrays()
+        self.reset()
 
     def on_step(self, inst: Instruction, seconds: float) -> None:
+        # counts and seconds only: bytes and operations per execution are looked up once, in
+        # `profile()`, so that nothing of the cost model runs before or during the evaluation
         opcode = inst.opcode
         if opcode in COLLECTIVES:
-            stats, sent, received = self._model(inst)
-            stats.calls += 1
-            stats.seconds += seconds
-            stats.bytes_sent += sent
-            stats.bytes_received += received
-            self._profile.collective_seconds += seconds
+            record = self._collectives.get(id(inst))
+            if record is None:
+                record = self._collectives[id(inst)] = [inst, 0, 0.0]
+            record[1] += 1
+            record[2] += seconds
+            self._collective_seconds += seconds
         elif opcode not in CONTROL_OPCODES:
-            self._profile.kernel_seconds += seconds
-        if self._profile.flops is not None:
-            self._profile.flops += self._flops.get(id(inst), 0)
+            self._kernel_seconds += seconds
+        if self._module is not None:
+            key = id(inst)
+            self._steps[key] = self._steps.get(key, 0) + 1
 
     def reset(self) -> None:
         """Forget the times, calls, bytes and operations recorded so far; keep the start-up (and
         the peak of live arrays, which repeated runs of one program share)."""
-        self._profile = RankProfile(self._profile.partition, startup=self._profile.startup,
-                                    flops=None if self._profile.flops is None else 0)
-        self._models.clear()
+        self._wall = self._kernel_seconds = self._collective_seconds = 0.0
+        self._collectives: dict[int, list] = {}     # id -> [instruction, calls, seconds]
+        self._steps: dict[int, int] = {}            # id -> executions
 
     def timed(self, fn: Callable[[], object]) -> object:
         """Call `fn()` and add its duration to the wall time (the first call records the
         start-up)."""
-        if self._started_at is not None and self._profile.startup is None:
-            self._profile.startup = time() - self._started_at
+        if self._started_at is not None and self._startup is None:
+            self._startup = time() - self._started_at
         start = perf_counter()
         try:
             return fn()
         finally:
-            self._profile.wall += perf_counter() - start
+            self._wall += perf_counter() - start
 
     def profile(self) -> RankProfile:
-        self._profile.peak_live_bytes = self.live_arrays.peak
-        return self._profile
-
-    def _model(self, inst: Instruction) -> tuple[CollectiveStats, int, int]:
-        """The stats of `inst` and the bytes this partition sends and receives per execution."""
-        model = self._models.get(id(inst))
-        if model is None:
-            me = self._profile.partition
+        """What was recorded, with each collective's bytes by the cost model and the operations
+        of the instructions run (given the module)."""
+        from gspmdc.ir.cost import instruction_traffic
+        me = self._partition
+        profile = RankProfile(me, self._wall, self._kernel_seconds, self._collective_seconds,
+                              startup=self._startup, peak_live_bytes=self.live_arrays.peak)
+        where = {} if self._module is None else \
+            {id(inst): comp.name for comp in self._module.computations.values()
+             for inst in comp.instructions}
+        for inst, calls, seconds in self._collectives.values():
             traffic = instruction_traffic(inst, self._num_partitions)
-            stats = self._profile.collectives.setdefault(
+            stats = profile.collectives.setdefault(
                 inst.name, CollectiveStats(inst.opcode, traffic.group_size,
-                                           self._computation.get(id(inst), ""),
-                                           traffic.num_groups))
-            model = self._models[id(inst)] = (stats, int(traffic.sent[me]),
-                                              int(traffic.received[me]))
-        return model
+                                           where.get(id(inst), ""), traffic.num_groups))
+            stats.calls += calls
+            stats.seconds += seconds
+            stats.bytes_sent += calls * int(traffic.sent[me])
+            stats.bytes_received += calls * int(traffic.received[me])
+        module = self._module
+        if module is not None:
+            from gspmdc.ir.flops import executed_computations, instruction_flops
+            profile.flops = sum(self._steps[id(inst)] * instruction_flops(inst, module)
+                                for comp in executed_computations(module)
+                                for inst in comp.instructions if id(inst) in self._steps)
+        return profile
 
 
 def format_profiles(profiles: Sequence[RankProfile]) -> str:
@@ -199,6 +204,8 @@ def measured_figures(module: Module, profiles: Sequence[RankProfile]) -> CostFig
     partition, the bytes each collective sent and received over the run, the operations run,
     the peak of live arrays; a collective's `seconds` and the step's are the slowest
     partition's."""
+    from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
+    from gspmdc.ir.liveness import shape_bytes
     n = len(profiles)
     ordered = sorted(profiles, key=lambda p: p.partition)
     names = sorted({name for p in ordered for name in p.collectives})
