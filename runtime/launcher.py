@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import secrets
 import selectors
 import shutil
 import signal
@@ -43,7 +42,6 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -55,7 +53,9 @@ from .cores import with_blas_threads
 from .rank_position import create_board_file, describe, describe_ranks, read_board_file
 from .reaper import start_reaper
 
-if TYPE_CHECKING:       # annotations only: mpiexec starts before the job module is imported
+if TYPE_CHECKING:       # annotations only: mpiexec starts before these are imported
+    import zipfile
+
     from .job import Job
 
 #: environment variables that MPI launchers set in every rank
@@ -136,7 +136,7 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
     try:
         create_board_file(run_dir / "positions", n)
         listener, address = rank_link.listen(address_host, str(run_dir / "ranks.sock"))
-        token = secrets.token_hex(16)
+        token = os.urandom(16).hex()
         command = [mpiexec, "-n", str(n)] + (["-f", hostfile] if hostfile else []) + \
             [sys.executable, "-m", "gspmdc.runtime.rank", address, token]
         session = _Session(n, run_dir, listener, token, started,
@@ -478,6 +478,7 @@ class _OutputReceiver:
         return self._member is not None
 
     def begin(self, name: str, nbytes: int) -> None:
+        import zipfile
         if self._zip is None:
             self._zip = zipfile.ZipFile(self.path, "w", allowZip64=True)
         self._member = self._zip.open(name + ".npy", "w", force_zip64=True)
@@ -500,6 +501,7 @@ class _OutputReceiver:
         self._member = None
 
     def commit(self, target: str) -> None:
+        import zipfile
         from gspmdc.atomic import atomic_output
         if self._zip is None:
             self._zip = zipfile.ZipFile(self.path, "w")
