@@ -41,6 +41,7 @@ from pathlib import Path
 from gspmdc.errors import EXIT_RUNTIME
 
 from . import mpi_processes
+from .collector import paused_collector
 from .rank_link import RankLink, rank_from_environment
 
 #: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
@@ -58,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         link = RankLink(args[0], args[1], rank_from_environment(), socket.gethostname(),
                         mpi_processes.host_identity())
-        _load_runtime()
-        job, board_path = link.receive_job()
+        with paused_collector():
+            _load_runtime()
+            job, board_path = link.receive_job()
         link.watch_launcher(_launcher_lost)
     except (OSError, ConnectionError) as e:
         print(f"gspmdc: error: rank {rank_from_environment()}: cannot reach the launcher: {e}",
