@@ -319,15 +319,15 @@ class _Session:
         return next((r for r in dead if r.pid in self.reported_pids), dead[0])
 
     def _culprit(self, dead: _Rank) -> _Rank:
-        """The rank that died first, once ranks' connections closed unannounced. The kernel closes
-        a dead process's connection before its parent learns of the death, so MPICH kills the
-        others only after the culprit's connection closed: one closed connection names the
-        culprit. When several closed between two looks, their order is not the order of the
-        deaths: wait (at most `_REPORT_SECONDS`) for MPICH's termination report, which names the
-        process that failed, or for `mpiexec` to end without one."""
+        """The rank that died first, once a rank's connection closed unannounced (`dead`, the
+        first seen). The order in which connections close is not the order of the deaths: a
+        dying process closes its files in descriptor order, and MPICH, woken by the first of
+        them (its own pipes, which are older than the connection to gspmdc), may kill the other
+        ranks, whose connections close, before the dying rank's connection does. MPICH's
+        termination report names the process that failed: wait (at most `_REPORT_SECONDS`) for
+        it, or for `mpiexec` to end without one, then fall back to the first seen."""
         deadline = time.monotonic() + _REPORT_SECONDS
-        while sum(r.ended is None for r in self.closed) > 1 \
-                and not any(r.pid in self.reported_pids for r in self.closed) \
+        while not any(r.pid in self.reported_pids for r in self.closed) \
                 and time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 for relay in self.relays:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -245,8 +248,15 @@ def test_of_ranks_that_closed_at_once_the_culprit_is_the_one_mpich_names(tmp_pat
     session.reported_pids = set()
     assert session._died() is session.closed[0]
     assert session._never_connected() == [1]
-    # the report comes after the connections closed: the launcher waits for it (or mpiexec's end)
-    session.closed.sort(key=lambda r: r.number)                 # rank 0 seen first
+    # rank 0's connection closed first, the culprit's (rank 2's) closes later and the report
+    # comes later still: the launcher waits for the report (or mpiexec's end)
+    rank_2 = next(r for r in session.closed if r.number == 2)
+    session.closed = [r for r in session.closed if r.number == 0]
+    ours, theirs = socket.socketpair()
+    session.buffers[ours] = bytearray()
+    session.ranks[ours] = rank_2
+    session.selector.register(ours, selectors.EVENT_READ)
+    threading.Timer(0.2, theirs.close).start()
     session.proc = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.5); "
                                      f"sys.stdout.write({banner!r})"], stdout=subprocess.PIPE,
                                     text=True)
