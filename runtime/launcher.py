@@ -64,8 +64,6 @@ _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_CO
 _POLL_SECONDS = 0.05
 #: after mpiexec ended, how long the ranks' connections may take to close
 _DRAIN_SECONDS = 5.0
-#: how long the launcher waits for MPICH's termination report to name the rank that died first
-_REPORT_SECONDS = 3.0
 #: signals that stop the job (exit 3)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -73,8 +71,6 @@ _BANNER = re.compile(r"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STR
                      r"This typically refers to a problem with your application\.|"
                      r"Please see the FAQ page for debugging suggestions|"
                      r"Abort\(\d+\) on node \d+.*)$")
-#: the line of MPICH's termination banner naming the process that ended the job
-_REPORTED_PID = re.compile(r"^=   PID (\d+) RUNNING AT ")
 
 
 def under_mpi() -> bool:
@@ -214,7 +210,6 @@ class _Session:
         self.closed: list[_Rank] = []         # ranks whose connection closed, in order
         self.output: _OutputReceiver | None = None
         self.proc: subprocess.Popen | None = None
-        self.reported_pids: set[int] = set()
         self.relays: list[threading.Thread] = []
         self.payloads: dict[str | None, bytes] = {}
 
@@ -230,8 +225,7 @@ class _Session:
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
         self.on_local_pid(self.proc.pid)
-        self.relays = [_relay(self.proc.stdout, sys.stdout, self.reported_pids),
-                       _relay(self.proc.stderr, sys.stderr, self.reported_pids)]
+        self.relays = [_relay(self.proc.stdout, sys.stdout), _relay(self.proc.stderr, sys.stderr)]
 
     def supervise(self, job: Job, signals: _SignalRecorder) -> int:
         """Send `job` to the ranks and watch them until the job ends; the exit code."""
@@ -249,7 +243,6 @@ class _Session:
                 return self._fail(f"{what} by {name}; all ranks were stopped")
             dead = self._died()
             if dead is not None:
-                dead = self._culprit(dead)
                 self.stop()
                 return self._fail(f"{dead.name()} terminated unexpectedly (killed or crashed) "
                                   f"while {self._position(dead)}; the job was stopped")
@@ -309,32 +302,14 @@ class _Session:
 
     def _died(self) -> _Rank | None:
         """The rank that died first: of the ranks whose connection closed unannounced (unless a
-        rank reported its own failure, which stops the others), the one MPICH's termination
-        report names, else the first seen."""
+        rank reported its own failure, which stops the others), the first seen. The kernel
+        closes a dead process's connection as it exits; MPICH's proxy kills the other ranks
+        (with SIGKILL, like a rank killed from outside) only once it learned of the death, and
+        the connections that close together are reported in the order they closed. MPICH's own
+        termination report is no help: it names the first rank of the node, whichever died."""
         if any(r.ended == "failed" for r in self._everyone()):
             return None
-        dead = [r for r in self.closed if r.ended is None]
-        if not dead:
-            return None
-        return next((r for r in dead if r.pid in self.reported_pids), dead[0])
-
-    def _culprit(self, dead: _Rank) -> _Rank:
-        """The rank that died first, once a rank's connection closed unannounced (`dead`, the
-        first seen). The order in which connections close is not the order of the deaths: a
-        dying process closes its files in descriptor order, and MPICH, woken by the first of
-        them (its own pipes, which are older than the connection to gspmdc), may kill the other
-        ranks, whose connections close, before the dying rank's connection does. MPICH's
-        termination report names the process that failed: wait (at most `_REPORT_SECONDS`) for
-        it, or for `mpiexec` to end without one, then fall back to the first seen."""
-        deadline = time.monotonic() + _REPORT_SECONDS
-        while not any(r.pid in self.reported_pids for r in self.closed) \
-                and time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                for relay in self.relays:
-                    relay.join(timeout=max(deadline - time.monotonic(), 0.0))
-                break
-            self.poll(_POLL_SECONDS)
-        return self._died() or dead
+        return next((r for r in self.closed if r.ended is None), None)
 
     def _position(self, rank: _Rank) -> str:
         if not rank.local:
@@ -524,17 +499,12 @@ def _rank_environment(n: int) -> dict[str, str]:
     return with_blas_threads(dict(os.environ), n)
 
 
-def _relay(stream, target, reported_pids: set[int]) -> threading.Thread:
+def _relay(stream, target) -> threading.Thread:
     """Copy a stream of `mpiexec` to ours line by line, without MPICH's termination banner and
-    MPI_Abort notices (gspmdc prints its own message); the pids the banner names (`PID 4711
-    RUNNING AT host`) go to `reported_pids`."""
+    MPI_Abort notices (gspmdc prints its own message)."""
     def copy():
         for line in stream:
-            line_text = line.rstrip("\n")
-            reported = _REPORTED_PID.match(line_text)
-            if reported:
-                reported_pids.add(int(reported.group(1)))
-            elif not _BANNER.match(line_text):
+            if not _BANNER.match(line.rstrip("\n")):
                 try:
                     target.write(line)
                     target.flush()
