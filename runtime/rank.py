@@ -39,9 +39,9 @@ import threading
 from pathlib import Path
 
 from gspmdc.errors import EXIT_RUNTIME
+from gspmdc.ir.gc_pause import paused_collection
 
 from . import mpi_processes
-from .collector import paused_collector
 from .rank_link import RankLink, rank_from_environment
 
 #: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         link = RankLink(args[0], args[1], rank_from_environment(), socket.gethostname(),
                         mpi_processes.host_identity())
-        with paused_collector():
+        with paused_collection(freeze=True):
             _load_runtime()
             job, board_path = link.receive_job()
         link.watch_launcher(_launcher_lost)

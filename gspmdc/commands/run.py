@@ -39,8 +39,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         """The job, compiled by the driver (imported when called: with `-n`, `mpiexec` starts
         before numpy, the IR and the partitioner are imported, so the ranks start while this
         process prepares the job)."""
-        from gspmdc.runtime.collector import paused_collector
-        with paused_collector():
+        from gspmdc.ir.gc_pause import paused_collection
+        with paused_collection(freeze=True):
             from gspmdc.prepare import CompileOptions, prepare_job
         return prepare_job(args.file, options, started_at,
                            CompileOptions(args.windowed_einsum_threshold, args.stage,
