@@ -164,6 +164,8 @@ class _Rewriter:
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         self.created: set[Instruction] = set()
+        #: the tuples `_reshard_tuple` built (each of its operands is one element, resharded)
+        self.tuples: set[Instruction] = set()
         #: values on one device (`{maximal device=k}`) that every partition computes whole
         #: (`_computed_everywhere`)
         self.everywhere: set[Instruction] = set()
@@ -201,9 +203,19 @@ class _Rewriter:
 
     def reshard(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
                 reason: str) -> Instruction:
-        """`value` laid out as `target` (a shared reshard node, or an earlier value)."""
-        if is_inserted_reshard(value) and value.operands[0].sharding == target:
-            return value.operands[0]
+        """`value` laid out as `target` (a shared reshard node, or an earlier value). An
+        element of a tuple this pass resharded is that element's own node; a reshard node is
+        resharded from its source when that moves fewer bytes (its source itself when it has
+        `target`)."""
+        if value.opcode == "get-tuple-element" and value.operands[0] in self.tuples:
+            value = value.operands[0].operands[value.attr("index")]
+        if is_inserted_reshard(value):
+            source = value.operands[0]
+            if source.sharding == target:
+                return source
+            if self.ctx.cost(value.shape, source.sharding, target) < \
+                    self.ctx.cost(value.shape, value.sharding, target):
+                return self.reshard(source, target, user, role, reason)
         key = (id(value), target)
         if key in self.cache:
             return self.cache[key]
@@ -261,10 +273,39 @@ class _Rewriter:
         constant or an iota), then sliced to `target`: no bytes instead of a collective (as
         XLA's partitioned programs do for a tiled value of replicated inputs needed whole).
         None when `value` is not a pure, deterministic array op or an operand is not had so."""
-        if value.opcode in NOT_EVERYWHERE | CONTRACTIONS or value in self.created or \
+        element = value.opcode == "get-tuple-element"
+        if value.opcode in NOT_EVERYWHERE | CONTRACTIONS or \
+                (value in self.created and not element) or \
                 isinstance(value.shape, TupleShape) or not free_target(target) or \
                 value.sharding.has_manual_leaf or not value.operands or \
                 self.ctx.cost(value.shape, value.sharding, target) == 0:
+            return None
+        replicated = HloSharding.replicate()
+        if element:
+            whole = self._recomputed_whole(value.operands[0], user, role, reason)
+            if whole is None:
+                return None
+            node = self.builder.add(value.opcode, value.shape, [whole], dict(value.attrs),
+                                    name=f"{value.name}.recomputed", sharding=replicated)
+        else:
+            node = self._recomputed_whole(value, user, role, reason)
+            if node is None:
+                return None
+        self.created.add(node)
+        if target == replicated:
+            return node
+        return self.reshard(node, target, user, role, reason)
+
+    def _recomputed_whole(self, value: Instruction, user: Instruction, role: str,
+                          reason: str) -> Instruction | None:
+        """`value` (an array or a tuple) computed again, replicated, from the replicated forms
+        of its operands, each had without communication (`_replicated_source`); one node per
+        value. None when `value` is not a pure op (not a contraction) of such operands."""
+        key = (id(value), "whole")
+        if key in self.cache:
+            return self.cache[key]
+        if value.opcode in NOT_EVERYWHERE | CONTRACTIONS or value in self.created or \
+                value.sharding.has_manual_leaf or not value.operands:
             return None
         sources = [self._replicated_source(o) for o in value.operands]
         if any(source is None for source in sources):
@@ -273,11 +314,11 @@ class _Rewriter:
         sources = [self.reshard(o, replicated, user, f"{role} (recomputed)", reason)
                    if o.sharding != replicated else o for o in sources]
         node = self.builder.add(value.opcode, value.shape, sources, dict(value.attrs),
-                                name=f"{value.name}.recomputed", sharding=replicated)
+                                name=f"{value.name}.recomputed",
+                                sharding=replicated_for(value.shape))
         self.created.add(node)
-        if target == replicated:
-            return node
-        return self.reshard(node, target, user, role, reason)
+        self.cache[key] = node
+        return node
 
     def _replicated_source(self, operand: Instruction) -> Instruction | None:
         """`operand`, or a value it is a reshard of, that gives its replicated form without
@@ -377,6 +418,7 @@ class _Rewriter:
         node = b.add("tuple", value.shape, elements, {"metadata": metadata},
                      name=f"{value.name}.resharded", sharding=target)
         self.created.add(node)
+        self.tuples.add(node)
         return node
 
 

@@ -102,16 +102,29 @@ def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
     (`free_target`) instead of resharding it, moving no bytes: a constant (every partition
     has it whole), an iota, a broadcast of a replicated value (each partition broadcasts its
     part), or a pure array op (not a contraction) whose operands are all replicated or one of
-    those (computed again whole on every partition, then sliced). XLA reaches the same for
+    those (computed again whole on every partition, then sliced), or an element of such a
+    tuple-shaped op (a sort's, a topk's), or a reshard node of a replicated value (the
+    value it was sliced from). XLA reaches the same for
     values it resharded from replicated ones through its reshard cache. Rules' costs count
     such operands' reshards as free; a contraction's (`whole=False`) only the first three, so
     that its operands computed whole do not make running the whole contraction on every
     partition look free."""
     if not _free_value(value):
         return False
-    if _free_leaf(value):
+    if _free_leaf(value) or _reshard_of_replicated(value):
         return True
-    return whole and value.opcode not in NOT_EVERYWHERE | CONTRACTIONS and bool(value.operands) and \
+    if whole and value.opcode == "get-tuple-element":
+        return whole_of_free_operands(value.operands[0])
+    return whole and whole_of_free_operands(value)
+
+
+def whole_of_free_operands(value: Instruction) -> bool:
+    """Whether `value` (an array or a tuple, e.g. a sort's) is a pure op, not a contraction,
+    whose operands are all had replicated without communication (`_replicated_for_free`):
+    every partition can compute it again whole."""
+    return value.opcode not in NOT_EVERYWHERE | CONTRACTIONS and bool(value.operands) and \
+        value.sharding is not None and not value.sharding.has_manual_leaf and \
+        not any(leaf.has_unreduced for leaf in value.sharding.leaves()) and \
         all(_replicated_for_free(o) for o in value.operands)
 
 
@@ -120,12 +133,18 @@ def _replicated_for_free(operand: Instruction) -> bool:
     replicated, a reshard node of a replicated value, or a free leaf (`_free_leaf`)."""
     if operand.sharding is None or isinstance(operand.shape, TupleShape):
         return False
-    if operand.sharding.is_replicated:
+    if operand.sharding.is_replicated or _reshard_of_replicated(operand):
         return True
-    if is_inserted_reshard(operand):
-        source = operand.operands[0].sharding
-        return source is not None and source.is_replicated
     return _free_value(operand) and _free_leaf(operand)
+
+
+def _reshard_of_replicated(value: Instruction) -> bool:
+    """Whether `value` is a reshard node of a replicated value (insert-reshards takes any
+    sharding of it from that value, sliced locally)."""
+    if not is_inserted_reshard(value):
+        return False
+    source = value.operands[0].sharding
+    return source is not None and source.is_replicated
 
 
 def _free_value(value: Instruction) -> bool:
@@ -309,6 +328,7 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
     return sharding is not None and sharding.has_manual_leaf
 
 
-__all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "recomputed_for_free", "free_target", "OpPlan",
+__all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "recomputed_for_free", "whole_of_free_operands",
+           "free_target", "OpPlan",
            "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]

@@ -78,12 +78,16 @@ class _KeptDimsRule(PartitionRule):
         rank = leaf.rank
         kept = _kept_dims(inst)
         folded = [d for d in range(rank) if d not in kept]
-        target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
-        if target.kind == "maximal":
-            return [self.plan_for(inst, target, f"{inst.opcode} on one device")]
-        candidates = [self.plan_for(
-            inst, algebra.partially_replicate_on_dims(ctx.tiling(target, rank).sharding, folded),
-            f"{inst.opcode} keeps the result's tiling of its kept dims")]
+        candidates = []
+        for target in dict.fromkeys(map(without_partials,
+                                        inst.sharding.leaf_shardings(inst.shape))):
+            if target.kind == "maximal":
+                candidates.append(self.plan_for(inst, target, f"{inst.opcode} on one device"))
+            else:
+                candidates.append(self.plan_for(
+                    inst, algebra.partially_replicate_on_dims(ctx.tiling(target, rank).sharding,
+                                                              folded),
+                    f"{inst.opcode} keeps the result's tiling of its kept dims"))
         source = inst.operands[0].sharding
         if source.is_tiled and source == without_partials(source):
             plain = ctx.tiling(source, rank).sharding
