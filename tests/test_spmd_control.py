@@ -69,19 +69,29 @@ def test_while_with_sharded_state_runs_locally():
 
 
 def test_while_init_and_body_root_are_resharded_to_the_loop_sharding():
-    # the init arrives replicated and the body computes z column-sharded: the init is sliced
-    # before the loop (no collective) and z is resharded to rows inside the body (all-to-all)
+    # the init arrives replicated and the body computes d and z column-sharded: the init is
+    # sliced before the loop (no collective) and z is resharded to rows inside the body
+    columns = "sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}"
     text = WHILE.replace("a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}",
                          "a = f32[8,6] parameter(0), sharding={replicated}") \
         .replace("t = (s32[], f32[8,6], f32[6,6]) tuple(zero, a, w),\n    sharding={{replicated}, "
                  "{devices=[4,1]<=[4]}, {replicated}}",
-                 "t = (s32[], f32[8,6], f32[6,6]) tuple(zero, a, w)") \
-        .replace("z = f32[8,6] tanh(d), sharding={devices=[4,1]<=[4]}",
-                 "z = f32[8,6] tanh(d), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}")
-    spmd = check_equivalent(text, 4)
+                 "t = (s32[], f32[8,6], f32[6,6]) tuple(zero, a, w)")
+    resharded = text.replace("z = f32[8,6] tanh(d), sharding={devices=[4,1]<=[4]}",
+                             f"z = f32[8,6] tanh(d), {columns}") \
+        .replace("rhs_contracting_dims={0},\n    sharding={devices=[4,1]<=[4]}",
+                 f"rhs_contracting_dims={{0}},\n    {columns}")
+    spmd = check_equivalent(resharded, 4)
     assert _collective_opcodes(spmd.entry) == []
     assert "all-to-all" in _collective_opcodes(_computation(spmd, "body")) or \
         "all-gather" in _collective_opcodes(_computation(spmd, "body"))
+    # z alone annotated in columns: its only user, the loop state, reads it in rows, so the
+    # body computes it in rows from the row-sharded d (no collective)
+    alone = text.replace("z = f32[8,6] tanh(d), sharding={devices=[4,1]<=[4]}",
+                         f"z = f32[8,6] tanh(d), {columns}")
+    spmd = check_equivalent(alone, 4)
+    assert _collective_opcodes(spmd.entry) == []
+    assert _collective_opcodes(_computation(spmd, "body")) == []
 
 
 def test_while_condition_reading_sharded_state_is_replicated():

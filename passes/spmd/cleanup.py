@@ -12,6 +12,7 @@ its control-flow callees (each computation on its own).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from gspmdc.ir.module import Computation, Instruction, Module
@@ -72,14 +73,28 @@ def _key(inst: Instruction):
     return (inst.opcode, inst.shape, tuple(id(o) for o in inst.operands), attrs, literal)
 
 
-def eliminate_common_subexpressions(comp: Computation) -> None:
+def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str] = frozenset()
+                                    ) -> None:
+    """Merge equal instructions (see the module's docstring). `annotated`: the computation is
+    not partitioned yet; instructions merge only with equal shardings, and never those of the
+    opcodes `annotated` names."""
     seen: dict = {}
     mapping: dict[Instruction, Instruction] = {}
     kept = []
+    skipped = _KEEP | annotated
+    if annotated:
+        # before partitioning only ops sharing their first operand are looked at (constants
+        # and iotas are computed again for free wherever they are needed)
+        first_uses = Counter(id(i.operands[0]) for i in comp.instructions if i.operands)
     for inst in comp.instructions:
         inst.operands = [mapping.get(o, o) for o in inst.operands]
-        key = None if inst.opcode in _KEEP or inst.attr("custom_call_has_side_effect") \
-            else _key(inst)
+        if inst.opcode in skipped or inst.attr("custom_call_has_side_effect") or \
+                (annotated and (not inst.operands or first_uses[id(inst.operands[0])] < 2)):
+            key = None
+        else:
+            key = _key(inst)
+        if key is not None and annotated:
+            key = (key, inst.sharding)
         if key is not None and key in seen and inst is not comp.root:
             mapping[inst] = seen[key]
             continue

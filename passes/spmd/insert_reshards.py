@@ -57,9 +57,10 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
+from .cleanup import eliminate_common_subexpressions
 from .op_rules import (
     CONTRACTIONS, NOT_EVERYWHERE, OpPlan, PlanContext,
-    free_target, maximal_for, recomputed_for_free, replicated_for,
+    free_target, maximal_for, read_from, recomputed_for_free, replicated_for, result_chain,
 )
 from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
@@ -127,6 +128,7 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
         except ShardingError as e:
             raise ShardingError(f"instruction {inst.name}: {e}") from None
     _replicated_constants(comp)
+    eliminate_common_subexpressions(comp, annotated=NOT_EVERYWHERE)
 
 
 def _replicated_constants(comp: Computation) -> None:
@@ -160,7 +162,7 @@ class _Rewriter:
         self.comp = comp
         self.arrivals = arrivals or {}
         self.root_sharding = root_sharding
-        self.ctx = PlanContext(num_partitions, module.computations)
+        self.ctx = PlanContext(num_partitions, module.computations, self._result_needs)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         self.created: set[Instruction] = set()
@@ -169,18 +171,29 @@ class _Rewriter:
         #: values on one device (`{maximal device=k}`) that every partition computes whole
         #: (`_computed_everywhere`)
         self.everywhere: set[Instruction] = set()
+        #: what users see of an instruction planned so far (its reshard to its annotation)
+        self.replacement: dict[Instruction, Instruction] = {}
+        self.users = comp.users()
+        #: the instruction being planned and its annotation (`_result_needs`)
+        self.planning: tuple[Instruction, HloSharding] | None = None
+        self.looking_ahead = False
+        #: whether a plan made while looking ahead went without needs it asked for
+        self.needs_missed = False
+        #: plans made while looking ahead, with the operands (and their shardings) they saw
+        self.ahead: dict[Instruction, tuple[tuple, OpPlan]] = {}
 
     def run(self) -> None:
         comp, b = self.comp, self.builder
-        replacement: dict[Instruction, Instruction] = {}
+        replacement = self.replacement
         for inst in comp.instructions:
             inst.operands = [replacement.get(o, o) for o in inst.operands]
             desired = inst.sharding
+            self.planning = (inst, desired)
             if inst in self.arrivals:
                 plan = OpPlan((), self.arrivals[inst], "parameter of a partitioned callee: "
                                                        "it arrives as its call site passes it")
             else:
-                plan = self._plan(inst)
+                plan = self._planned_ahead(inst) or self._plan(inst)
             for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
                 if operand.sharding != need:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
@@ -190,8 +203,7 @@ class _Rewriter:
             if self._computed_everywhere(inst):
                 self.everywhere.add(inst)
             if plan.result != desired:
-                replacement[inst] = self.reshard(inst, desired, inst, "result",
-                                                 _result_reason(inst, plan))
+                replacement[inst] = self._reshard_result(inst, plan, desired)
         root = replacement.get(comp.root, comp.root)
         if self.root_sharding is not None and root.sharding != self.root_sharding:
             root = self.reshard(root, self.root_sharding, comp.root, "result",
@@ -202,18 +214,18 @@ class _Rewriter:
         _remove_dead(comp, self.created)
 
     def reshard(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
-                reason: str) -> Instruction:
+                reason: str, look_through: bool = True) -> Instruction:
         """`value` laid out as `target` (a shared reshard node, or an earlier value). An
         element of a tuple this pass resharded is that element's own node; a reshard node is
-        resharded from its source when that moves fewer bytes (its source itself when it has
-        `target`)."""
+        resharded from its source when that moves fewer bytes (unless not to
+        `look_through`: a result's `result_chain`), its source itself when it has `target`."""
         if value.opcode == "get-tuple-element" and value.operands[0] in self.tuples:
             value = value.operands[0].operands[value.attr("index")]
         if is_inserted_reshard(value):
             source = value.operands[0]
             if source.sharding == target:
                 return source
-            if self.ctx.cost(value.shape, source.sharding, target) < \
+            if look_through and self.ctx.cost(value.shape, source.sharding, target) < \
                     self.ctx.cost(value.shape, value.sharding, target):
                 return self.reshard(source, target, user, role, reason)
         key = (id(value), target)
@@ -239,6 +251,53 @@ class _Rewriter:
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
+
+    def _reshard_result(self, inst: Instruction, plan: OpPlan,
+                        desired: HloSharding) -> Instruction:
+        """`inst`, computed in `plan.result`, resharded to its annotation `desired` for its
+        users; through the summed form of a partial result (`result_chain`) when some user's
+        need reads that form (`read_from`), each user then resharded from the cheapest one."""
+        reason = _result_reason(inst, plan)
+        chain = result_chain(plan.result, desired)
+        value = inst
+        if len(chain) == 3 and any(read_from(inst.shape, chain, need, self.ctx.cost) == 1
+                                   for need in self.ctx.known_needs(inst)):
+            value = self.reshard(inst, chain[1], inst, "result", reason)
+        return self.reshard(value, desired, inst, "result", reason, look_through=False)
+
+    def _result_needs(self, inst: Instruction) -> tuple[HloSharding, ...]:
+        """The shardings the users of `inst`, the instruction being planned, will read it in:
+        each user's plan for `inst` in its annotation (users are planned ahead, one level),
+        and the annotation where `inst` is the root. Empty for any other instruction (and
+        while looking ahead)."""
+        if self.looking_ahead or self.planning is None or self.planning[0] is not inst:
+            self.needs_missed = self.needs_missed or self.looking_ahead
+            return ()
+        desired = self.planning[1]
+        needs = [desired] if inst is self.comp.root else []
+        saved, inst.sharding = inst.sharding, desired
+        self.looking_ahead = True
+        try:
+            for user in self.users[inst]:
+                user.operands = [self.replacement.get(o, o) for o in user.operands]
+                plan = self._planned_ahead(user)
+                if plan is None:
+                    self.needs_missed = False
+                    plan = self._plan(user)
+                    if not self.needs_missed:
+                        self.ahead[user] = (_plan_key(user), plan)
+                needs += [need for operand, need in zip(user.operands, plan.operands)
+                          if operand is inst]
+        finally:
+            inst.sharding = saved
+            self.looking_ahead = False
+        return tuple(dict.fromkeys(needs))
+
+    def _planned_ahead(self, inst: Instruction) -> OpPlan | None:
+        """The plan made for `inst` while looking ahead, if its operands are still the same
+        values in the same shardings (and no needs of its own were missed then)."""
+        ahead = self.ahead.get(inst)
+        return ahead[1] if ahead is not None and ahead[0] == _plan_key(inst) else None
 
     def _plan(self, inst: Instruction) -> OpPlan:
         """The rule's plan for `inst`, or, when cheaper, the rule's plan for running `inst` on
@@ -421,6 +480,13 @@ class _Rewriter:
         self.tuples.add(node)
         return node
 
+
+
+def _plan_key(inst: Instruction) -> tuple:
+    """What a plan of `inst` made ahead must still match: its sharding, its operands and
+    theirs."""
+    return (inst.sharding, tuple(id(o) for o in inst.operands),
+            tuple(o.sharding for o in inst.operands))
 
 
 def _result_reason(inst: Instruction, plan) -> str:

@@ -22,7 +22,7 @@ instructions with manual shardings and the region boundaries use the rules of
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from gspmdc.ir.module import Instruction
@@ -68,6 +68,9 @@ class Signature:
     #: per operand, whether it is computed again in the sharding a plan needs instead of
     #: being resharded (`recomputed_for_free`)
     operand_free: tuple[bool, ...] = ()
+    #: the shardings the instruction's users read it in (their plans', and the annotation
+    #: where it is the root); empty: not known, the result is priced to the annotation
+    result_needs: tuple[HloSharding, ...] = ()
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
@@ -83,7 +86,8 @@ class Signature:
         instruction's metadata)."""
         return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
                          tuple(s.with_metadata(()) for s in self.operand_shardings),
-                         self.operand_ids, self.operand_free)
+                         self.operand_ids, self.operand_free,
+                         tuple(s.with_metadata(()) for s in self.result_needs))
 
 
 #: opcodes whose value on one device may differ between partitions that compute it: their
@@ -113,18 +117,23 @@ def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
         return False
     if _free_leaf(value) or _reshard_of_replicated(value):
         return True
-    if whole and value.opcode == "get-tuple-element":
-        return whole_of_free_operands(value.operands[0])
-    return whole and whole_of_free_operands(value)
+    if not whole:
+        return False
+    if value.opcode == "get-tuple-element":
+        whole_tuple = value.operands[0]
+        sharding = whole_tuple.sharding
+        return sharding is not None and not sharding.has_manual_leaf and \
+            not any(leaf.has_unreduced for leaf in sharding.leaves()) and \
+            _whole_of_free_operands(whole_tuple)
+    return _whole_of_free_operands(value)
 
 
-def whole_of_free_operands(value: Instruction) -> bool:
+def _whole_of_free_operands(value: Instruction) -> bool:
     """Whether `value` (an array or a tuple, e.g. a sort's) is a pure op, not a contraction,
     whose operands are all had replicated without communication (`_replicated_for_free`):
-    every partition can compute it again whole."""
+    every partition can compute it again whole (if its own sharding holds no per-device or
+    partial data)."""
     return value.opcode not in NOT_EVERYWHERE | CONTRACTIONS and bool(value.operands) and \
-        value.sharding is not None and not value.sharding.has_manual_leaf and \
-        not any(leaf.has_unreduced for leaf in value.sharding.leaves()) and \
         all(_replicated_for_free(o) for o in value.operands)
 
 
@@ -168,7 +177,7 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
     free in a free target."""
-    total = own + measure(signature.shape, plan.result, signature.sharding)
+    total = own + _result_bytes(signature, plan.result, measure)
     free = signature.operand_free or (False,) * len(signature.operand_ids)
     operands = zip(signature.operand_ids, signature.operand_shapes,
                    signature.operand_shardings, free)
@@ -176,6 +185,53 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
         if not (recomputed and free_target(need)):
             total += measure(shape, sharding, need)
     return total
+
+def result_chain(result: HloSharding, annotated: HloSharding) -> tuple[HloSharding, ...]:
+    """The shardings insert-reshards may have a result computed in `result` in, each a reshard
+    of the one before: `result`, its summed form where it holds partial values (one all-reduce
+    every user can slice or permute from; made only where a user reads it), and the
+    annotation users see."""
+    chain = [result]
+    summed = without_partials(result)
+    if summed != result and summed != annotated:
+        chain.append(summed)
+    if annotated != chain[-1]:
+        chain.append(annotated)
+    return tuple(chain)
+
+
+def _result_bytes(signature: "Signature", result: HloSharding,
+                  measure: Callable[[Shape, HloSharding, HloSharding], float]) -> float:
+    """The bytes `measure` gives for having a result computed in `result` where its users
+    need it (`signature.result_needs`): each need is read from the last sharding of
+    `result_chain`, or from an earlier one where that moves fewer bytes (as insert-reshards
+    reshards a reshard node from its source), and the chain's reshards up to the last one read
+    are paid once. With no needs known, the reshard to the annotation."""
+    shape, annotated = signature.shape, signature.sharding
+    if not signature.result_needs:
+        return measure(shape, result, annotated)
+    chain = result_chain(result, annotated)
+    total, used = 0.0, 0
+    for need in signature.result_needs:
+        k = read_from(shape, chain, need, measure)
+        total += measure(shape, chain[k], need)
+        used = max(used, k)
+    return total + sum(measure(shape, a, b) for a, b in zip(chain[:used], chain[1:used + 1]))
+
+
+def read_from(shape: Shape, chain: Sequence[HloSharding], need: HloSharding,
+              measure: Callable[[Shape, HloSharding, HloSharding], float]) -> int:
+    """Which sharding of a `result_chain` a user needing `need` reads: the last, or an
+    earlier one while that moves fewer bytes (stopping at one equal to `need`)."""
+    k = len(chain) - 1
+    while k > 0:
+        if chain[k - 1] == need:
+            return k - 1
+        if measure(shape, chain[k - 1], need) >= measure(shape, chain[k], need):
+            return k
+        k -= 1
+    return k
+
 
 def free_target(target: HloSharding) -> bool:
     """Whether `target` is a sharding a `recomputed_for_free` value is computed again in: an
@@ -187,23 +243,53 @@ def free_target(target: HloSharding) -> bool:
 class PlanContext:
     """Costs and choices for planning on `num_devices` partitions."""
 
-    def __init__(self, num_devices: int, computations: dict | None = None):
+    def __init__(self, num_devices: int, computations: dict | None = None,
+                 result_needs: Callable[[Instruction], tuple[HloSharding, ...]] | None = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
+        #: the shardings an instruction's users read it in (insert-reshards' look-ahead);
+        #: an empty tuple where they are not known
+        self.result_needs = result_needs
+        self._needs: dict[Instruction, tuple[HloSharding, ...]] = {}
+        self._costs: dict[tuple, float] = {}
+
+    def known_needs(self, inst: Instruction) -> tuple[HloSharding, ...]:
+        """The needs of `inst`'s users, where a plan of it asked for them (else empty)."""
+        return self._needs.get(inst, ())
+
+    def signature(self, inst: Instruction, plans: Sequence[OpPlan]) -> "Signature":
+        """`inst`'s signature, with its users' needs (`result_needs`) once some plan asked of
+        it computes a result in another sharding than `inst`'s (before that the users'
+        reshards are the same for all its plans); every later question about `inst` gets the
+        same needs, so that its plans are compared alike."""
+        signature = Signature.of(inst)
+        if self.result_needs is None:
+            return signature
+        needs = self._needs.get(inst)
+        if needs is None and any(p.result != inst.sharding for p in plans):
+            needs = self.result_needs(inst)
+            if needs:
+                self._needs[inst] = needs
+        return replace(signature, result_needs=needs) if needs else signature
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""
         if source == target:
             return 0.0
-        leaves = list(shape.leaves())
-        return sum(reshard_cost(s, a, b, self.num_devices) for s, a, b in
-                   zip(leaves, source.leaf_shardings(shape), target.leaf_shardings(shape)))
+        key = (shape, source, target)
+        cost = self._costs.get(key)
+        if cost is None:
+            leaves = list(shape.leaves())
+            cost = self._costs[key] = sum(
+                reshard_cost(s, a, b, self.num_devices) for s, a, b in
+                zip(leaves, source.leaf_shardings(shape), target.leaf_shardings(shape)))
+        return cost
 
     def plan_cost(self, inst: Instruction, plan: OpPlan) -> float:
         """Bytes per device of `plan`: its own traffic, each distinct operand reshard once
         (insert-reshards reshards a value used twice the same way once) and the result's."""
-        return self.cost_of(Signature.of(inst), plan)
+        return self.cost_of(self.signature(inst, (plan,)), plan)
 
     def cost_of(self, signature: "Signature", plan: OpPlan) -> float:
         """`plan_cost` for an instruction described by its `signature`."""
@@ -221,7 +307,7 @@ class PlanContext:
         """Bytes all devices together send for `plan` of `inst` (as `plan_cost`, summed over
         the devices instead of the busiest one's): breaks ties between plans whose busiest
         device sends the same."""
-        signature = Signature.of(inst)
+        signature = self.signature(inst, (plan,))
         own = plan.cost * self.num_devices if plan.total is None else plan.total
         return _with_reshard_bytes(own, signature, plan, self.total)
 
@@ -229,7 +315,7 @@ class PlanContext:
                tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
         """The candidate moving the fewest bytes (then the smallest `tie_break`, then the
         first)."""
-        return self.choose_for(Signature.of(inst), candidates, tie_break)
+        return self.choose_for(self.signature(inst, candidates), candidates, tie_break)
 
     def choose_for(self, signature: "Signature", candidates: Sequence[OpPlan],
                    tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
@@ -328,7 +414,7 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
     return sharding is not None and sharding.has_manual_leaf
 
 
-__all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "recomputed_for_free", "whole_of_free_operands",
-           "free_target", "OpPlan",
+__all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "recomputed_for_free",
+           "result_chain", "read_from", "free_target", "OpPlan",
            "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]
