@@ -105,14 +105,20 @@ def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str]
     _replace_uses(comp, mapping)
 
 
-def eliminate_dead_code(comp: Computation) -> None:
+def live_instructions(comp: Computation) -> set[Instruction]:
+    """The instructions DCE keeps: what the root uses, and the ops never removed."""
     live = {comp.root}
     for inst in reversed(comp.instructions):
         if inst in live or inst.opcode in _KEEP:
             live.add(inst)
             live.update(inst.operands)
+    return live
+
+
+def eliminate_dead_code(comp: Computation) -> None:
+    live = live_instructions(comp)
     comp.instructions = [i for i in comp.instructions if i in live]
 
 
 __all__ = ["Cleanup", "simplify_tuples", "eliminate_common_subexpressions",
-           "eliminate_dead_code"]
+           "live_instructions", "eliminate_dead_code"]

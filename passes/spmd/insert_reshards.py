@@ -1,9 +1,15 @@
 """The insert-reshards pass: decide each instruction's partitioning strategy and make every
 resharding explicit in the (still global) IR.
 
-For each instruction `h` of the entry computation, in program order, the op rule's plan
-(`op_rules.py`) names the sharding each operand needs and the sharding `h`'s local computation
-produces. The pass then
+Equal pure instructions with equal shardings (same opcode, operands and attributes) are merged
+first: one value, planned once for all its users. For each instruction `h` of the entry
+computation, in program order, the op rule's plan (`op_rules.py`) names the sharding each
+operand needs and the sharding `h`'s local computation produces. Plans are chosen looking one
+op ahead: when some candidate computes `h` in another sharding than its annotation, each is
+priced with the reshards `h`'s users will ask for (their plans for `h` in its annotation,
+`PlanContext.result_needs`), read from the annotation or straight from the computed result
+where that moves fewer bytes, and from the summed form of a partial result where users read
+that (`result_chain`: one all-reduce for all of them). The pass then
 
 - inserts a reshard node before `h` for every operand whose sharding differs from the needed one;
 - sets `h.sharding` to the produced sharding, and when that differs from `h`'s annotation inserts
@@ -28,7 +34,9 @@ be:
 - a value on one device that every partition computes whole (a pure op of replicated values)
   reaches another device, or all of them, through a copy;
 - any other pure array op (not a contraction) whose operands are had replicated without
-  communication is computed again whole, then sliced to the sharding needed;
+  communication is computed again whole, then sliced to the sharding needed; an element of a
+  tuple-shaped one (a sort's, a topk's) too, from the op computed again whole;
+- a reshard node is resharded from its source where that moves fewer bytes;
 - an instruction with an operand on one device runs on that device when its rule's plan for
   that moves fewer bytes than the plan for its own sharding.
 Finally a reshard of a reshard nobody else uses is replaced by one direct reshard when that
@@ -57,7 +65,7 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
-from .cleanup import eliminate_common_subexpressions
+from .cleanup import eliminate_common_subexpressions, live_instructions
 from .op_rules import (
     CONTRACTIONS, NOT_EVERYWHERE, OpPlan, PlanContext,
     free_target, maximal_for, read_from, recomputed_for_free, replicated_for, result_chain,
@@ -107,8 +115,9 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
     """Give unsharded instructions `{replicated}` (tuple-shaped: per leaf), turn
     `{unknown}` into `{replicated}`, drop shard groups (propagation hints, not layouts),
     validate every sharding against its shape and `num_partitions` (ShardingError naming the
-    instruction), and give users outside a manual region their own `{replicated}` copy of a
-    `{manual}` constant (`_replicated_constants`)."""
+    instruction), give users outside a manual region their own `{replicated}` copy of a
+    `{manual}` constant (`_replicated_constants`), and merge equal pure instructions with equal
+    shardings (not those `NOT_EVERYWHERE` names)."""
     for inst in comp.instructions:
         if inst.sharding is not None:
             inst.sharding = inst.sharding.with_shard_group(None)
@@ -173,7 +182,11 @@ class _Rewriter:
         self.everywhere: set[Instruction] = set()
         #: what users see of an instruction planned so far (its reshard to its annotation)
         self.replacement: dict[Instruction, Instruction] = {}
-        self.users = comp.users()
+        #: the users of each instruction whose values reach the root (dead ones, e.g. an
+        #: annotation's copy nothing reads, are removed later and need nothing)
+        self.users = {inst: [u for u in users if u in live]
+                      for live in [live_instructions(comp)]
+                      for inst, users in comp.users().items()}
         #: the instruction being planned and its annotation (`_result_needs`)
         self.planning: tuple[Instruction, HloSharding] | None = None
         self.looking_ahead = False
