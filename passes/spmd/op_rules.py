@@ -211,11 +211,12 @@ def _result_bytes(signature: "Signature", result: HloSharding,
     if not signature.result_needs:
         return measure(shape, result, annotated)
     chain = result_chain(result, annotated)
-    total, used = 0.0, 0
-    for need in signature.result_needs:
-        k = read_from(shape, chain, need, measure)
-        total += measure(shape, chain[k], need)
-        used = max(used, k)
+    reads = [read_from(shape, chain, need, measure) for need in signature.result_needs]
+    total = sum(measure(shape, chain[k], need) for k, need in zip(reads, signature.result_needs))
+    if len(chain) == 3 and 1 not in reads:
+        chain = chain[0], chain[2]                # the summed form is made only when read
+        reads = [min(k, 1) for k in reads]
+    used = max(reads)
     return total + sum(measure(shape, a, b) for a, b in zip(chain[:used], chain[1:used + 1]))
 
 
