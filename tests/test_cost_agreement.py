@@ -163,7 +163,8 @@ def test_the_agreement_score_counts_what_differs():
 
 
 def test_corpus_cases_are_compared_or_listed_with_the_reason(tmp_path):
-    from conformance.score_cost import unmeasured_cases
+    from conformance.score import MachineLimits
+    from conformance.score_cost import large_cases, unmeasured_cases
     small = """HloModule small
 ENTRY e {
   p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
@@ -187,9 +188,94 @@ ENTRY e {
     (tmp_path / "conformance" / "xla-propagation.json").write_text(json.dumps({"cases": cases}))
     compared = propagation_agreement_cases(tmp_path)
     assert [(c["name"], c["num_devices"]) for c in compared] == [("Small:1", 4)]
-    assert unmeasured_cases(tmp_path)["xla-propagation.json"] == [
-        ("Large:2", "a value of 256.0 MiB"), ("Io:3", "host I/O (infeed)")]
-    assert unmeasured_cases(tmp_path)["xla-partitioner.json"] == []
+    # the 256 MiB value fits a machine of 1 GiB of memory and disk (half of it), not one of 256
+    roomy, cramped = MachineLimits(1 << 29, 1 << 30), MachineLimits(1 << 27, 1 << 28)
+    assert [c["name"] for c in large_cases(tmp_path, roomy)["xla-propagation.json"]] == \
+        ["Large:2"]
+    assert unmeasured_cases(tmp_path, roomy)["xla-propagation.json"] == \
+        [("Io:3", "host I/O (infeed)")]
+    assert large_cases(tmp_path, cramped)["xla-propagation.json"] == []
+    assert unmeasured_cases(tmp_path, cramped)["xla-propagation.json"] == [
+        ("Large:2", "too large for this machine: a value of 0.2 GiB (limit 0.1 GiB)"),
+        ("Io:3", "host I/O (infeed)")]
+    assert unmeasured_cases(tmp_path, roomy)["xla-partitioner.json"] == []
+
+
+def test_the_local_backend_measures_what_mpi_ranks_measure(tmp_path):
+    """The path of the cases over the MPI limits (`gspmdc run --backend local` in a child
+    process under the machine's limits) measures the figures MPI ranks measure, on a program
+    with a loop, a reshard and a reduction."""
+    from conformance.score import MachineLimits
+    from conformance.score_cost import _measure_on_mpi, compare, measure_on_local_backend
+    program = tmp_path / "loop.hlo"
+    program.write_text("""HloModule loop
+body {
+  s = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[16,8] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  y = f32[16,8] copy(x), sharding={devices=[1,2]<=[2]}
+  z = f32[16,8] multiply(y, y), sharding={devices=[2,1]<=[2]}
+  ROOT t = (s32[], f32[16,8]) tuple(j, z)
+}
+cond {
+  s = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(i, three), direction=LT
+}
+ENTRY e {
+  p = f32[16,8] parameter(0), sharding={devices=[2,1]<=[2]}
+  zero = s32[] constant(0)
+  init = (s32[], f32[16,8]) tuple(zero, p)
+  w = (s32[], f32[16,8]) while(init), condition=cond, body=body
+  r = f32[16,8] get-tuple-element(w), index=1
+  c = f32[] constant(0)
+  ROOT s = f32[8] reduce(r, c), dimensions={0}, to_apply=add, sharding={replicated}
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}""")
+    from conformance.score import run_isolated
+    local = run_isolated(MachineLimits(8 << 30, 16 << 30, timeout_seconds=120),
+                         measure_on_local_backend, str(program), 2, 120)
+    mpi = _measure_on_mpi(program, 2, tmp_path, None)
+    assert local["collectives"] and local["kind"] == mpi["kind"] == "measured"
+    for key in ("total_bytes_sent_per_device", "total_bytes_received_per_device",
+                "flops_per_device", "peak_memory_bytes_per_device",
+                "parameter_bytes_per_device", "output_bytes_per_device"):
+        assert local[key] == mpi[key], key
+    assert [(c["name"], c["calls"], c["bytes_sent_per_device"]) for c in local["collectives"]] \
+        == [(c["name"], c["calls"], c["bytes_sent_per_device"]) for c in mpi["collectives"]]
+    agreement = compare(mpi, local)
+    assert agreement.collectives_equal == agreement.collectives and agreement.flops_equal
+
+
+def test_the_score_resumes_from_its_journal(tmp_path, capsys):
+    """Outcomes in the journal are taken, not run again; new ones are appended."""
+    from conformance.score_cost import score
+    program = """HloModule m
+ENTRY e {
+  p = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT c = f32[8,4] copy(p), sharding={replicated}
+}"""
+    (tmp_path / "conformance").mkdir()
+    (tmp_path / "conformance" / "xla-partitioner.json").write_text(json.dumps({"cases": [
+        {"name": name, "num_devices": 2, "hlo": program, "opcodes": ["copy", "parameter"]}
+        for name in ("Earlier", "Later")]}))
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text(json.dumps({"corpus": "XLA partitioner cases", "name": "Earlier",
+                                   "refused": "run: recorded before"}) + "\n")
+    assert score(tmp_path, verbose=False, journal=journal) == 0
+    out = capsys.readouterr().out
+    assert "refused: XLA partitioner cases Earlier: run: recorded before" in out
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [(e["name"], sorted(e)) for e in lines] == [
+        ("Earlier", ["corpus", "name", "refused"]), ("Later", ["agreement", "corpus", "name"])]
+    assert lines[1]["agreement"]["collectives_equal"] == 1
 
 
 def test_the_score_compares_both_conformance_corpora(tmp_path, capsys):
@@ -210,4 +296,6 @@ ENTRY e {
             for line in capsys.readouterr().out.splitlines() if line.startswith("| XLA")}
     # compared, refused, not measured, collectives equal (the all-gather of the result)
     assert rows == {"XLA partitioner cases": ["1", "0", "1", "1 / 1"],
-                    "XLA propagation cases": ["1", "0", "0", "1 / 1"]}
+                    "XLA partitioner cases over 64 MiB (local backend)": ["0", "0", "0", "0 / 0"],
+                    "XLA propagation cases": ["1", "0", "0", "1 / 1"],
+                    "XLA propagation cases over 64 MiB (local backend)": ["0", "0", "0", "0 / 0"]}

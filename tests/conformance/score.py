@@ -1,7 +1,7 @@
 """Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
 
     cd tests && python -m conformance.score parse|propagate|partition|cost [--shared DIR]
-                                            [--verbose] [--cases NAME ...]
+                                            [--verbose] [--cases NAME ...] [--journal FILE]
 
 `parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
 modules parsed, round-tripped (`parse(print(parse(t)))` identical to `parse(t)`), verified, and
@@ -62,7 +62,11 @@ class MachineLimits:
 
     def too_large(self, module) -> str | None:
         """Why `module` is not attempted here, or None."""
-        largest, work = largest_value_bytes(module), multiply_adds(module)
+        return self.too_large_for(largest_value_bytes(module), multiply_adds(module))
+
+    def too_large_for(self, largest: int, work: float) -> str | None:
+        """Why a module whose largest value has `largest` bytes and whose dots and convolutions
+        do `work` multiply-adds is not attempted here, or None."""
         if largest > self.storage_bytes // 2:
             return (f"too large for this machine: a value of {largest / 2**30:.1f} GiB "
                     f"(limit {self.storage_bytes / 2 / 2**30:.1f} GiB)")
@@ -330,8 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the shared corpora folder (default: ../shared beside the repo)")
     parser.add_argument("--verbose", action="store_true", help="list every failure")
     parser.add_argument("--cases", metavar="NAME", nargs="+", default=None,
-                        help="partition: score only the cases with these names (a re-check; "
-                             "the figure then covers those cases only)")
+                        help="partition, cost: score only the cases (cost: and JAX programs) "
+                             "with these names (a re-check; the figure then covers those only)")
+    parser.add_argument("--journal", type=Path, default=None, metavar="FILE",
+                        help="cost: append each program's outcome to FILE and take those "
+                             "already there instead of running them again (resumable)")
     args = parser.parse_args(argv)
     shared = args.shared or default_shared_dir()
     if not shared.is_dir():
@@ -340,10 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "propagate":
         from .score_propagation import score
         return score(shared, args.verbose)
+    limits = MachineLimits.of_this_machine()
     if args.stage == "cost":
         from .score_cost import score
-        return score(shared, args.verbose)
-    limits = MachineLimits.of_this_machine()
+        return score(shared, args.verbose, args.cases, args.journal, limits)
     if args.stage == "partition":
         from .score_partition import score
         return score(shared, limits, args.verbose, args.cases)
