@@ -274,7 +274,8 @@ ENTRY e {
     assert "refused: XLA partitioner cases Earlier: run: recorded before" in out
     lines = [json.loads(line) for line in journal.read_text().splitlines()]
     assert [(e["name"], sorted(e)) for e in lines] == [
-        ("Earlier", ["corpus", "name", "refused"]), ("Later", ["agreement", "corpus", "name"])]
+        ("Earlier", ["corpus", "name", "refused"]),
+        ("Later", ["agreement", "corpus", "name", "seconds"])]
     assert lines[1]["agreement"]["collectives_equal"] == 1
 
 

@@ -36,9 +36,10 @@ XLA's memory analysis (`memory_per_device` in `reference.json`). A program with 
 one branch where the model counts the costlier: it is counted apart, as within the model's bound
 when no measured figure exceeds the model's (the peak of live arrays by at most 10%).
 
-`--journal FILE` appends each program's outcome to FILE (one JSON line) as it finishes and takes
-the outcomes already there instead of running those programs again, so a scoring run cut off
-resumes where it stopped; `--cases` scores only the named programs (the table then covers those).
+`--journal FILE` appends each program's outcome to FILE (one JSON line, with the seconds it
+took) as it finishes and takes the outcomes already there instead of running those programs
+again, so a scoring run cut off resumes where it stopped; `--cases` scores only the named
+programs (the table then covers those).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -380,6 +382,7 @@ def _record(score: CorpusScore, name: str, compare_one, verbose: bool,
     """File the outcome of `compare_one()` under `name` (the journal's, when it has one)."""
     outcome = done.get((score.name, name))
     if outcome is None:
+        start = time.perf_counter()
         try:
             result = compare_one()
         except NotMeasured as e:
@@ -389,7 +392,8 @@ def _record(score: CorpusScore, name: str, compare_one, verbose: bool,
                 {"agreement": asdict(result)}
         if journal is not None:
             with journal.open("a") as f:
-                f.write(json.dumps({"corpus": score.name, "name": name, **outcome}) + "\n")
+                f.write(json.dumps({"corpus": score.name, "name": name, **outcome,
+                                    "seconds": round(time.perf_counter() - start, 1)}) + "\n")
     if "agreement" in outcome:
         score.agreements[name] = Agreement(**outcome["agreement"])
     elif "refused" in outcome:
@@ -409,6 +413,7 @@ def _read_journal(journal: Path | None) -> dict[tuple[str, str], dict]:
     for line in journal.read_text().splitlines():
         if line.strip():
             entry = json.loads(line)
+            entry.pop("seconds", None)
             done[entry.pop("corpus"), entry.pop("name")] = entry
     return done
 
