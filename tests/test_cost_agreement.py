@@ -13,9 +13,12 @@ the model is an upper bound (equal when the branches cost the same). The conform
 XLA's partitioner cases and XLA's propagation cases (annotated global modules, partitioned here
 for the devices their shardings name); the normal suite runs a sample of the quick ones (every
 `SAMPLE_STEP`-th case with values up to 1 MiB and dots up to 10^6 multiply-adds), and
-`pytest -m slow tests/test_cost_agreement.py` runs all the others that fit this machine (the
-cases of `conformance.score_cost.agreement_cases` and `propagation_agreement_cases`); `make
-cost-agreement` prints the figures of docs/cost.md.
+`pytest -m slow tests/test_cost_agreement.py` runs all the others small enough for MPI ranks (the
+cases of `conformance.score_cost.agreement_cases` and `propagation_agreement_cases`). The cases
+over those limits run on the local backend under the machine's limits, as the partition scorer
+runs its large cases, only in `make cost-agreement` (`python -m conformance.score cost`: an hour
+or more, with values of up to 38 GiB in files), which prints the figures of docs/cost.md; here a
+small program checks that that path measures what MPI ranks measure.
 """
 from __future__ import annotations
 
@@ -300,3 +303,29 @@ ENTRY e {
                     "XLA partitioner cases over 64 MiB (local backend)": ["0", "0", "0", "0 / 0"],
                     "XLA propagation cases": ["1", "0", "0", "1 / 1"],
                     "XLA propagation cases over 64 MiB (local backend)": ["0", "0", "0", "0 / 0"]}
+
+
+#: the case over the MPI limits the normal suite compares on the local backend (a quick one with
+#: a collective: some 30 s)
+LARGE_SAMPLE = "CollectivePermuteSimplifyZero"
+
+
+def test_a_case_over_the_mpi_limits_agrees_on_the_local_backend(tmp_path):
+    """A 111 MiB case of XLA's partitioner tests (a collective-permute on 2 partitions), on the
+    path `make cost-agreement` takes for every case too large for MPI ranks."""
+    from conformance.score import MachineLimits, largest_value_bytes
+    from conformance.score_cost import MPI_VALUE_BYTES, compare_program, large_cases
+    from gspmdc import api
+    limits = MachineLimits.of_this_machine()
+    case = next((c for c in large_cases(SHARED, limits)["xla-partitioner.json"]
+                 if c["name"] == LARGE_SAMPLE), None)
+    if case is None:
+        pytest.skip(f"{LARGE_SAMPLE} is not in {SHARED} or does not fit this machine")
+    program = tmp_path / "case.hlo"
+    program.write_text(case["hlo"])
+    assert largest_value_bytes(api.parse(case["hlo"])) > MPI_VALUE_BYTES
+    agreement = compare_program(program, case["num_devices"], tmp_path, limits=limits)
+    assert not isinstance(agreement, str), agreement
+    assert agreement.collectives == agreement.collectives_equal == 1 and agreement.flops_equal
+    assert len(agreement.peak_deviations) == 2
+    assert all(abs(d) <= MEMORY_TOLERANCE for d in agreement.peak_deviations)
