@@ -1,7 +1,8 @@
 """Score gspmdc on the team's corpora (XLA's conformance cases and the JAX programs).
 
     cd tests && python -m conformance.score parse|propagate|partition|cost [--shared DIR]
-                                            [--verbose] [--cases NAME ...] [--journal FILE]
+                                            [--verbose] [--cases NAME ...] [--timeout SECONDS]
+                                            [--journal FILE]
 
 `parse` reports, for both XLA corpora (`conformance/xla-propagation.json`, `xla-partitioner.json`):
 modules parsed, round-tripped (`parse(print(parse(t)))` identical to `parse(t)`), verified, and
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
@@ -336,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", metavar="NAME", nargs="+", default=None,
                         help="partition, cost: score only the cases (cost: and JAX programs) "
                              "with these names (a re-check; the figure then covers those only)")
+    parser.add_argument("--timeout", type=int, default=None, metavar="SECONDS",
+                        help="partition, cost: the time a case may run in its child process "
+                             f"(default {CASE_TIMEOUT_SECONDS})")
     parser.add_argument("--journal", type=Path, default=None, metavar="FILE",
                         help="cost: append each program's outcome to FILE and take those "
                              "already there instead of running them again (resumable)")
@@ -348,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         from .score_propagation import score
         return score(shared, args.verbose)
     limits = MachineLimits.of_this_machine()
+    if args.timeout is not None:
+        limits = dataclasses.replace(limits, timeout_seconds=args.timeout)
     if args.stage == "cost":
         from .score_cost import score
         return score(shared, args.verbose, args.cases, args.journal, limits)
