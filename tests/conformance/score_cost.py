@@ -2,7 +2,7 @@
 modelled before running agree with what `gspmdc run --profile-json` counts.
 
     cd tests && python -m conformance.score cost [--shared DIR] [--verbose] [--cases NAME ...]
-                                                 [--journal FILE]      (make cost-agreement)
+                                       [--timeout SECONDS] [--journal FILE]  (make cost-agreement)
 
 Every program is modelled in-process (the partitioned program of `gspmdc cost`, on the default
 machine) and run as a user would run it. The programs: the JAX programs (`jax-programs/*/
@@ -18,7 +18,8 @@ annotated global modules, on the partitions their shardings name). Where a progr
   in-process: `measure_on_local_backend`), the partition scorer's way for the cases it runs
   (`conformance.score`): one process draws the global inputs once, arrays over an eighth of the
   memory live in files (`runtime/spill.py`), and the run is a child process under this
-  machine's limits (`MachineLimits`, `run_isolated`: memory capped, killed after its timeout);
+  machine's limits (`MachineLimits`, `run_isolated`: memory capped, killed after its timeout,
+  `--timeout`);
   the cases of `large_cases`;
 - not at all when the case has host I/O, does not parse, or is too large for this machine
   (`MachineLimits.too_large`, as the partition scorer decides): `unmeasured_cases` lists them with
@@ -106,10 +107,16 @@ def unmeasured_cases(shared: Path, limits: MachineLimits) -> dict[str, list[tupl
 
 def _runs_on_mpi(shared: Path, corpus: str, quick: bool) -> list[dict]:
     """The cases of one corpus file run on MPI ranks; `quick`: only the quick ones."""
-    max_bytes, max_work = (QUICK_VALUE_BYTES, QUICK_MULTIPLY_ADDS) if quick else \
-        (MPI_VALUE_BYTES, MPI_MULTIPLY_ADDS)
     return [case for case, why, largest, work in _sized_cases(shared, corpus)
-            if why is None and largest <= max_bytes and work <= max_work]
+            if why is None and _fits_mpi(largest, work, quick)]
+
+
+def _fits_mpi(largest: int, work: float, quick: bool = False) -> bool:
+    """Whether a case whose largest value has `largest` bytes and whose dots and convolutions
+    do `work` multiply-adds runs on MPI ranks (`quick`: is one of the quick cases)."""
+    if quick:
+        return largest <= QUICK_VALUE_BYTES and work <= QUICK_MULTIPLY_ADDS
+    return largest <= MPI_VALUE_BYTES and work <= MPI_MULTIPLY_ADDS
 
 
 def _classified(shared: Path, corpus: str, limits: MachineLimits) -> list[tuple[dict, str]]:
@@ -117,7 +124,7 @@ def _classified(shared: Path, corpus: str, limits: MachineLimits) -> list[tuple[
     compared."""
     classified = []
     for case, why, largest, work in _sized_cases(shared, corpus):
-        if why is None and largest <= MPI_VALUE_BYTES and work <= MPI_MULTIPLY_ADDS:
+        if why is None and _fits_mpi(largest, work):
             why = ON_MPI
         elif why is None:
             why = limits.too_large_for(largest, work) or ON_LOCAL
