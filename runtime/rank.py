@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 from gspmdc.errors import EXIT_RUNTIME
@@ -46,6 +47,9 @@ from .rank_link import RankLink, rank_from_environment
 
 #: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
 _WATCHDOG_STAGGER_SECONDS = 1.0
+#: time a failing rank of the user's own mpiexec leaves MPICH to forward its message before
+#: MPI_Abort
+_FORWARDING_SECONDS = 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +272,11 @@ def _abort(comm, rank: int, partition: int | None, error: BaseException,
     print(f"gspmdc: error: {where}: {message}", file=sys.stderr, flush=True)
     if link is not None:
         link.finish("failed")
+    else:
+        # started by the user's mpiexec: the message reaches the user only through MPICH's
+        # forwarding of this rank's stderr, which MPI_Abort can cut off (the proxies are killed
+        # before they pass on what they read): give it a moment
+        time.sleep(_FORWARDING_SECONDS)
     _abort_job(comm)
 
 
