@@ -257,14 +257,18 @@ add {
     assert agreement.collectives_equal == agreement.collectives and agreement.flops_equal
 
 
-def test_the_score_resumes_from_its_journal(tmp_path, capsys):
-    """Outcomes in the journal are taken, not run again; new ones are appended."""
-    from conformance.score_cost import score
-    program = """HloModule m
+#: a two-partition program with one all-gather, for the scorer's own tests
+GATHERED_COPY = """HloModule m
 ENTRY e {
   p = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
   ROOT c = f32[8,4] copy(p), sharding={replicated}
 }"""
+
+
+def test_the_score_resumes_from_its_journal(tmp_path, capsys):
+    """Outcomes in the journal are taken, not run again; new ones are appended."""
+    from conformance.score_cost import score
+    program = GATHERED_COPY
     (tmp_path / "conformance").mkdir()
     (tmp_path / "conformance" / "xla-partitioner.json").write_text(json.dumps({"cases": [
         {"name": name, "num_devices": 2, "hlo": program, "opcodes": ["copy", "parameter"]}
@@ -284,11 +288,7 @@ ENTRY e {
 
 def test_the_score_compares_both_conformance_corpora(tmp_path, capsys):
     from conformance.score_cost import score
-    program = """HloModule m
-ENTRY e {
-  p = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
-  ROOT c = f32[8,4] copy(p), sharding={replicated}
-}"""
+    program = GATHERED_COPY
     (tmp_path / "conformance").mkdir()
     (tmp_path / "conformance" / "xla-propagation.json").write_text(json.dumps({"cases": [
         {"name": "Gathered", "line": 7, "hlo": program, "opcodes": ["copy", "parameter"]}]}))
