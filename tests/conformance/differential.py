@@ -161,12 +161,20 @@ def _values_skipped(module: Module) -> str | None:
     return None
 
 
-def _manual_result(spmd: Module) -> bool:
-    """Whether propagation gave the result a `{manual}` leaf (or a manual subgroup): each device
-    then returns its own value and there is no global array to compare with the reference."""
-    sharding = spmd.entry.root.sharding
-    return sharding is not None and any(
-        leaf.kind == "manual" or "manual" in leaf.subgroup_types for leaf in sharding.leaves())
+def _no_global_result(spmd: Module, n: int) -> str | None:
+    """Why the result of `spmd` has no global array to compare with the reference (the
+    runtime's own test, `ShardedLeaf.check_global_io`: e.g. propagation made a leaf `{manual}`,
+    so each device returns its own value), or None."""
+    from gspmdc.errors import UnsupportedError
+    from gspmdc.runtime.sharded_io import spmd_signature
+    try:
+        for leaf in spmd_signature(spmd, n).output.leaves:
+            leaf.check_global_io("the result", output=True)
+    except UnsupportedError as e:
+        return f"no global result: {e}"
+    except GspmdcError:
+        return None                      # the run reports it
+    return None
 
 
 def _leaves(value, shape) -> list:
@@ -312,8 +320,8 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     clock.lap("compare")
     if skipped is None and not _same_leaves(before, original):
         skipped = "XLA's import changed the entry signature"
-    if skipped is None and _manual_result(spmd):
-        skipped = "a {manual} result (per-device values, no global array)"
+    if skipped is None:
+        skipped = _no_global_result(spmd, n)
     if skipped is not None:
         result.values = f"not run: {skipped}"
         return result
