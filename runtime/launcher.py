@@ -17,8 +17,8 @@ whole job on any failure, and leave nothing behind.
   ranks on other hosts), learns its pid and host, and sends it the job (pickled once);
 - passes rank output through live (without MPICH's termination banners);
 - stops the job (every process of it on this machine killed at once; ranks elsewhere exit when
-  their connection closes) when a rank's connection closes without `done`/`failed` (named with
-  its host, pid and the instruction it was executing), at `--timeout` (naming where every rank
+  their connection closes) when a rank ends without `done`/`failed` (named with its host, pid,
+  how it ended and the instruction it was executing), at `--timeout` (naming where every rank
   was), or on SIGTERM, SIGINT or SIGHUP;
 - receives the outputs from rank 0 and writes the output file (atomically) only after every rank
   finished: an output never appears after `gspmdc run` returned;
@@ -66,6 +66,9 @@ _POLL_SECONDS = 0.05
 _DRAIN_SECONDS = 5.0
 #: signals that stop the job (exit 3)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: signals a process raises on itself when it fails (a rank killed by one of them crashed)
+_CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT,
+                  signal.SIGSYS, signal.SIGTRAP)
 
 _BANNER = re.compile(r"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING.*|"
                      r"This typically refers to a problem with your application\.|"
@@ -183,6 +186,9 @@ class _Rank:
     ready: bool = False
     #: `done` or `failed` once the rank said so
     ended: str | None = None
+    #: how the rank ended, as its supervisor said (`ended STATUS`: an exit status, or minus a
+    #: signal)
+    status: int | None = None
 
     def name(self) -> str:
         where = "" if self.local else f" on {self.host}"
@@ -208,6 +214,7 @@ class _Session:
         self.buffers: dict[socket.socket, bytearray] = {}
         self.ranks: dict[socket.socket, _Rank] = {}
         self.closed: list[_Rank] = []         # ranks whose connection closed, in order
+        self.deaths: list[_Rank] = []         # ranks that ended unannounced, as supervisors said
         self.output: _OutputReceiver | None = None
         self.proc: subprocess.Popen | None = None
         self.relays: list[threading.Thread] = []
@@ -244,8 +251,7 @@ class _Session:
             dead = self._died()
             if dead is not None:
                 self.stop()
-                return self._fail(f"{dead.name()} terminated unexpectedly (killed or crashed) "
-                                  f"while {self._position(dead)}; the job was stopped")
+                return self._fail(self._death(dead))
             if self.proc.poll() is not None:
                 return self._ended()
             if deadline is not None and time.time() > deadline:
@@ -264,8 +270,7 @@ class _Session:
         dead = self._died()
         code = self.proc.returncode
         if dead is not None:
-            return self._fail(f"{dead.name()} terminated unexpectedly (killed or crashed) while "
-                              f"{self._position(dead)}; the job was stopped")
+            return self._fail(self._death(dead))
         if any(r.ended == "failed" for r in self._everyone()):
             return code if code in (2, 3) else EXIT_RUNTIME     # the rank printed its error
         if code in (0, 1) and self._all_done():
@@ -301,15 +306,35 @@ class _Session:
         return [r for r in range(self.num_partitions) if r not in seen]
 
     def _died(self) -> _Rank | None:
-        """The rank that died first: of the ranks whose connection closed unannounced (unless a
-        rank reported its own failure, which stops the others), the first seen. The kernel
-        closes a dead process's connection as it exits; MPICH's proxy kills the other ranks
-        (with SIGKILL, like a rank killed from outside) only once it learned of the death, and
-        the connections that close together are reported in the order they closed. MPICH's own
-        termination report is no help: it names the first rank of the node, whichever died."""
+        """The rank that died first (None while none did, or when a rank reported its own
+        failure, which stops the others): the first whose supervisor said `ended` before the
+        rank said `done`/`failed`. Its supervisor said so before exiting, hence before MPICH's
+        proxy killed any other rank (with SIGKILL, like a rank killed from outside), so this
+        does not depend on the order in which the connections are read. Failing that (the
+        supervisor itself was killed), the first rank whose connection closed unannounced as
+        the launcher saw them: connections that close within one look of `epoll` come in no
+        particular order. MPICH's own termination report is no help: it names the first rank
+        of the node, whichever died."""
         if any(r.ended == "failed" for r in self._everyone()):
             return None
+        if self.deaths:
+            return self.deaths[0]
         return next((r for r in self.closed if r.ended is None), None)
+
+    def _death(self, dead: _Rank) -> str:
+        """The message naming `dead`, how it ended and where."""
+        if dead.status is None:
+            how = "killed or crashed"
+        elif dead.status >= 0:
+            how = f"exited with status {dead.status}"
+        else:
+            try:
+                name = signal.Signals(-dead.status).name
+            except ValueError:
+                name = f"signal {-dead.status}"
+            how = f"crashed with {name}" if -dead.status in _CRASH_SIGNALS else f"killed by {name}"
+        return f"{dead.name()} terminated unexpectedly ({how}) while {self._position(dead)}; " \
+            "the job was stopped"
 
     def _position(self, rank: _Rank) -> str:
         if not rank.local:
@@ -383,6 +408,10 @@ class _Session:
             rank.ready = True
         elif words and words[0] in ("done", "failed"):
             rank.ended = words[0]
+        elif len(words) == 2 and words[0] == "ended" and words[1].lstrip("-").isdigit():
+            rank.status = int(words[1])
+            if rank.ended is None:
+                self.deaths.append(rank)
         elif len(words) == 3 and words[0] == "output" and self.output is not None \
                 and rank.number == 0:
             self.output.begin(words[1], int(words[2]))

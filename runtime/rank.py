@@ -3,12 +3,14 @@
 Two ways in:
 
 - `main`: `python -m gspmdc.runtime.rank ADDRESS TOKEN`, started by the launcher's `mpiexec`
-  (`launcher.py`). First thing, before importing anything heavy, the rank asks the kernel to kill
-  it when its parent (MPICH's proxy) dies and connects to the launcher (`rank_link.py`): from
-  then on the launcher knows its pid and host and names it if it dies. Then, while the launcher
-  may still be partitioning the program, the rank imports the runtime (numpy, the interpreter,
-  the kernels, the MPI backend; never the parser or the passes) and starts MPI, and only then
-  receives the job; from then on it exits (3) if the launcher's connection closes. Once every
+  (`launcher.py`). First thing, before importing anything heavy, the process asks the kernel to
+  kill it when its parent (MPICH's proxy) dies, connects to the launcher (`rank_link.py`) and
+  forks: the parent stays a small *supervisor* that waits for its child, the rank proper, and
+  tells the launcher how it ended (`supervise_rank`); the child (killed with its supervisor)
+  says hello: from then on the launcher knows its pid and host and names it if it dies. Then,
+  while the launcher may still be partitioning the program, the rank imports the runtime
+  (numpy, the interpreter, the kernels, the MPI backend; never the parser or the passes) and
+  starts MPI, and only then receives the job; from then on it exits (3) if the launcher's connection closes. Once every
   rank is past `MPI_Init`, the names of MPICH's shared-memory segments are removed
   (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0 sends the
   outputs to the launcher, which writes the file once every rank has finished. Timeouts are the
@@ -43,7 +45,7 @@ from gspmdc.errors import EXIT_RUNTIME
 from gspmdc.ir.gc_pause import paused_collection
 
 from . import mpi_processes
-from .rank_link import RankLink, rank_from_environment
+from .rank_link import RankLink, connect, rank_from_environment, supervise_rank
 
 #: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
 _WATCHDOG_STAGGER_SECONDS = 1.0
@@ -61,16 +63,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mpi_processes.die_with_parent(signal.SIGKILL)
     try:
-        link = RankLink(args[0], args[1], rank_from_environment(), socket.gethostname(),
+        connection = connect(args[0])
+    except OSError as e:
+        return _unreachable(e)
+    rank_pid = os.fork()
+    if rank_pid:
+        return supervise_rank(rank_pid, connection)
+    mpi_processes.die_with_parent(signal.SIGKILL)
+    try:
+        link = RankLink(connection, args[1], rank_from_environment(), socket.gethostname(),
                         mpi_processes.host_identity())
         with paused_collection(freeze=True):
             _load_runtime()
             job, board_path = link.receive_job()
         link.watch_launcher(_launcher_lost)
     except (OSError, ConnectionError) as e:
-        print(f"gspmdc: error: rank {rank_from_environment()}: cannot reach the launcher: {e}",
-              file=sys.stderr)
-        return EXIT_RUNTIME
+        return _unreachable(e)
     from mpi4py import MPI
     from .backends.mpi import wait
     from .rank_position import STARTING, WAITING, PositionBoard
@@ -82,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     mpi_processes.unlink_segments(mpi_processes.mapped_mpich_segments())
     link.say("ready")
     return execute_on_mpi(job, link, board)
+
+
+def _unreachable(error: OSError | ConnectionError) -> int:
+    print(f"gspmdc: error: rank {rank_from_environment()}: cannot reach the launcher: {error}",
+          file=sys.stderr)
+    return EXIT_RUNTIME
 
 
 def _load_runtime() -> None:

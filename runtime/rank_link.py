@@ -12,17 +12,27 @@ lines:
     ready                (MPI started, its shared-memory names removed)
     output NAME NBYTES, then NBYTES bytes: one `.npy` member of the output file (rank 0)
     done | failed        (before a normal exit | after reporting its own error)
+    ended STATUS         (from the rank's supervisor once the rank ended: its exit status, or
+                          minus the signal that killed it)
 
-The connection stays open for the rank's life. Its closing is how each side learns the other died:
-the kernel closes a killed process's socket at once. The launcher names a rank whose connection
-closed without `done`/`failed`; a rank whose launcher's connection closed (the launcher was killed,
-or stopped the job) removes the MPICH segments it maps and exits (`watch_launcher`).
+The process `mpiexec` starts connects and forks (`rank.py`): the child is the rank proper and
+says everything but `ended`; the parent, its supervisor, holds the same connection, waits for the
+child and says `ended` (`supervise_rank`). A rank that dies without `done`/`failed` is named by
+its `ended` line, which its supervisor sends before it exits, so before MPICH's proxy, seeing the
+supervisor fail, kills the other ranks: the first `ended` without `done`/`failed` names the rank
+that died first whatever order the launcher reads its connections in. The connection closes when
+both processes have ended (or the supervisor is killed: the kernel kills its rank with it), and
+its closing is how each side learns the other died; a connection that closes without `done`,
+`failed` or `ended` names its rank too, but only by the order in which the launcher saw the
+closes. A rank whose launcher's connection closed (the launcher was killed, or stopped the job)
+removes the MPICH segments it maps and exits (`watch_launcher`).
 """
 from __future__ import annotations
 
 import io
 import os
 import pickle
+import signal
 import socket
 import threading
 
@@ -59,8 +69,9 @@ def connect(address: str, timeout: float = 30.0) -> socket.socket:
 class RankLink:
     """A rank's end of the connection (see the module docstring)."""
 
-    def __init__(self, address: str, token: str, rank: int, host: str, identity: str):
-        self._socket = connect(address)
+    def __init__(self, connection: socket.socket, token: str, rank: int, host: str,
+                 identity: str):
+        self._socket = connection
         self._lock = threading.Lock()
         self.finished = False
         self.say(f"hello {rank} {os.getpid()} {host} {identity} {token}")
@@ -133,6 +144,24 @@ class RankLink:
                 raise ConnectionError("the launcher closed the connection")
             data += chunk
         return bytes(data)
+
+
+def supervise_rank(pid: int, connection: socket.socket) -> int:
+    """The supervisor's part (the parent the rank proper was forked from, sharing its
+    connection): wait for the rank to end, tell the launcher how (`ended STATUS`), and exit as
+    it did (a signal `S` as status `128 + S`, as a shell reports it) so that MPICH's proxy sees
+    the same failure. Signals that would stop the supervisor before the rank are ignored: the
+    rank gets its own, and the supervisor follows it."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    try:
+        connection.sendall(f"ended {code}\n".encode())
+    except OSError:
+        pass                        # the launcher is gone or stopped the job
+    connection.close()
+    return code if code >= 0 else 128 - code
 
 
 def rank_from_environment() -> int:

@@ -106,7 +106,7 @@ if PHASE is not None:
 
 #: per phase: the rank that pauses, the rank a rank fault hits, what the timeout must name
 _PAUSER = {"start-up": 1, "compute": 1, "collective": 1, "output": 0}
-_VICTIM = {"start-up": 1, "compute": 1, "collective": 0, "output": 0}
+VICTIM = {"start-up": 1, "compute": 1, "collective": 0, "output": 0}
 HUNG = {"start-up": "rank 0 waiting for the other ranks to start; rank 1 setting up (before the "
                     "first instruction)",
         "compute": "rank 1 executing main/c (custom-call)",
@@ -169,7 +169,7 @@ def run_case(fault: str, phase: str, workdir: Path) -> Result:
         elif fault.endswith("launcher"):
             proc.send_signal(getattr(signal, fault.split()[0]))
         else:
-            victim_pid = rank_pids(tag)[_VICTIM[phase]]
+            victim_pid = rank_pids(tag)[VICTIM[phase]]
             os.kill(victim_pid, getattr(signal, fault.split()[0]))
         _, stderr = proc.communicate(timeout=_PATIENCE)
         exited = time.monotonic()
@@ -247,20 +247,23 @@ def tagged_processes(tag: str) -> list[int]:
 
 
 def rank_pids(tag: str) -> dict[int, int]:
-    """{rank: pid} of the job's rank processes."""
-    ranks = {}
+    """{rank: pid} of the job's ranks proper: the processes running `gspmdc.runtime.rank` with
+    an MPI rank in their environment whose parent runs it too (the parent, which `mpiexec`
+    started, is the rank's supervisor)."""
+    candidates = {}
     for pid in tagged_processes(tag):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].split()[1])
         except OSError:
             continue
         if b"gspmdc.runtime.rank" not in cmdline:
             continue
         for item in environ:
             if item.startswith(b"PMI_RANK="):
-                ranks[int(item[9:])] = pid
-    return ranks
+                candidates[pid] = (int(item[9:]), parent)
+    return {rank: pid for pid, (rank, parent) in candidates.items() if parent in candidates}
 
 
 def mapped_segments(tag: str) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fault_table import FAULTS, HUNG, MPIEXEC, PHASES, TIMEOUT, run_case
+from fault_table import FAULTS, HUNG, MPIEXEC, PHASES, TIMEOUT, VICTIM, run_case
 
 #: the bound every row must meet, seconds (exit, and everything gone)
 BOUND = 10.0
@@ -25,8 +25,9 @@ def test_fault_ends_the_job_cleanly(fault, phase, tmp_path):
     assert result.seconds_to_clean < BOUND, result.row()
     assert result.leftovers == [], result.row()
     if fault.endswith("rank"):
-        assert f"rank {result.stderr.split('rank ')[1].split()[0]} (pid {result.victim_pid}) " \
-            "terminated unexpectedly" in result.stderr
+        how = "killed by SIGKILL" if fault.startswith("SIGKILL") else "crashed with SIGSEGV"
+        assert f"rank {VICTIM[phase]} (pid {result.victim_pid}) terminated unexpectedly ({how}) " \
+            "while " in result.stderr, result.stderr
     elif fault.startswith("hang"):
         assert f"the run timed out after {TIMEOUT:g} s: " in result.stderr
         assert HUNG[phase] in result.stderr, result.stderr

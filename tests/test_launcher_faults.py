@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_table import all_reduce_after, at_all_reduce, tagged_processes, wait_gone
+from fault_table import all_reduce_after, at_all_reduce, rank_pids, tagged_processes, wait_gone
 
 GSPMDC = Path(sys.executable).with_name("gspmdc")
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -58,23 +58,6 @@ def job(tmp_path):
     yield program, env, tmp_path / "out.npz"
     wait_gone(tag, 10.0)
     assert tagged_processes(tag) == [], "processes left behind"
-
-
-def rank_processes(tag: str) -> dict[int, int]:
-    """{rank: pid} of the MPI ranks carrying the tag."""
-    ranks = {}
-    for pid in tagged_processes(tag):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"gspmdc.runtime.rank" not in cmdline or b"mpiexec" in cmdline.split(b"\0")[0]:
-            continue
-        for item in environ:
-            if item.startswith(b"PMI_RANK="):
-                ranks[int(item[9:])] = pid
-    return ranks
 
 
 def run(args, env, timeout=60):
@@ -135,14 +118,14 @@ def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, vict
             while not at_all_reduce(Path(env["TMPDIR"]), victim, program("sleep_on_partition_1")
                                     .read_text()) and time.monotonic() < deadline:
                 time.sleep(0.05)
-        ranks = rank_processes(tag)
+        ranks = rank_pids(tag)
         os.kill(ranks[victim], signal.SIGKILL)
         start = time.monotonic()
         stdout, stderr = proc.communicate(timeout=30)
         seconds = time.monotonic() - start
     assert proc.returncode == 3, stderr
-    assert f"rank {victim} (pid {ranks[victim]}) terminated unexpectedly (killed or crashed) " \
-        f"while executing {instruction}; the job was stopped" in stderr
+    assert f"rank {victim} (pid {ranks[victim]}) terminated unexpectedly (killed by SIGKILL) " \
+        f"while executing {instruction}; the job was stopped" in stderr, stderr
     assert "BAD TERMINATION" not in stdout
     assert seconds < 10 and not out.exists()
     wait_gone(tag)
@@ -167,7 +150,7 @@ def test_ctrl_c_stops_every_rank(job):
     program, env, out = job
     tag = env["GSPMDC_TEST_TAG"]
     with asleep_on_rank_1(job) as proc:
-        assert len(rank_processes(tag)) == 4
+        assert len(rank_pids(tag)) == 4
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 3 and "interrupted" in stderr
@@ -205,10 +188,66 @@ def test_local_backend_failure_and_timeout(job):
     assert asleep.exists() and ended - asleep.stat().st_mtime < 2 + 5
 
 
-def test_the_culprit_is_the_first_rank_whose_connection_closed(tmp_path):
-    """The rank whose connection closed first is named, not the one MPICH's termination banner
-    names (the first rank of the node, whichever died: here rank 0, pid 100), and the banner is
-    not passed through."""
+def _session_with_ranks(tmp_path, ranks: list[tuple[int, int]]):
+    """A launcher session on a real socket whose `ranks` ((number, pid)) connected and got the
+    job; the session and each rank's client end."""
+    from gspmdc.runtime import rank_link
+    from gspmdc.runtime.job import Job, RunOptions
+    from gspmdc.runtime.launcher import _Session
+    from gspmdc.runtime.mpi_processes import host_identity
+    from gspmdc.runtime.rank_position import create_board_file
+    tmp_path.mkdir(exist_ok=True)
+    create_board_file(tmp_path / "positions", 4)
+    listener, address = rank_link.listen(None, str(tmp_path / "ranks.sock"))
+    session = _Session(4, tmp_path, listener, "secret", time.time(), on_local_pid=lambda _: None)
+    session.job = Job(None, None, None, 4, RunOptions())
+    clients = {}
+    for rank, pid in ranks:
+        client = rank_link.connect(address)
+        client.sendall(f"hello {rank} {pid} vm {host_identity()} secret\n".encode())
+        clients[rank] = client
+    deadline = time.monotonic() + 10
+    while len(session.ranks) < len(ranks) and time.monotonic() < deadline:
+        session.poll(0.05)
+    for client in clients.values():
+        assert client.recv(4).startswith(b"job ")      # each got the job
+    return session, clients
+
+
+def test_the_culprit_is_the_rank_whose_supervisor_said_it_ended_whatever_order_is_read(tmp_path):
+    """Rank 1's supervisor says its rank was killed (SIGKILL) before MPICH's proxy kills the
+    others; the launcher reads everything in one look, in whatever order `epoll` gives: rank 1
+    is named, with its signal. A rank that said `done` before its supervisor's `ended 0`, or one
+    that reported its own failure, is no culprit."""
+    session, clients = _session_with_ranks(tmp_path, [(0, 100), (1, 101), (2, 202), (3, 303)])
+    clients[3].sendall(b"done\nended 0\n")
+    clients[1].sendall(b"ended -9\n")
+    for rank in (0, 1, 2):                              # the proxy kills the others
+        clients[rank].close()
+    time.sleep(0.2)                                     # everything is there before one look
+    for _ in range(3):
+        session.poll(0.05)
+    assert sorted(r.number for r in session.closed) == [0, 1, 2]
+    dead = session._died()
+    assert dead.number == 1
+    assert session._death(dead) == "rank 1 (pid 101) terminated unexpectedly (killed by " \
+        "SIGKILL) while setting up (before the first instruction); the job was stopped"
+    session.close()
+
+    crashed, clients = _session_with_ranks(tmp_path / "crash", [(0, 100), (1, 101)])
+    clients[0].sendall(b"ended -11\n")
+    clients[1].sendall(b"ended 5\n")
+    for _ in range(3):
+        crashed.poll(0.05)
+    deaths = {r.number: crashed._death(r) for r in crashed.deaths}
+    assert "(crashed with SIGSEGV)" in deaths[0] and "(exited with status 5)" in deaths[1]
+    crashed.close()
+
+
+def test_without_supervisor_the_culprit_is_the_first_rank_whose_connection_closed(tmp_path):
+    """When no supervisor said anything (it was killed itself), the rank whose connection closed
+    first is named, not the one MPICH's termination banner names (the first rank of the node,
+    whichever died: here rank 0, pid 100), and the banner is not passed through."""
     import io
     from gspmdc.runtime import rank_link
     from gspmdc.runtime.job import Job, RunOptions

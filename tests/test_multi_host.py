@@ -203,6 +203,6 @@ def test_killing_one_hosts_ranks_stops_the_job_naming_host_and_rank(hosts, env, 
             proc.kill()
             proc.wait()
     assert proc.returncode == 3, stderr
-    assert f"rank 2 (pid {victims[0]} on h3) terminated unexpectedly (killed or crashed)" \
+    assert f"rank 2 (pid {victims[0]} on h3) terminated unexpectedly (killed by SIGKILL)" \
         in stderr, stderr
     assert seconds < 10 and not out.exists()
