@@ -3,10 +3,12 @@ async-update, async-done and the call-start/call-done spelling).
 
 Semantics are XLA's:
 - `call(args), to_apply=c` and `fusion(args), calls=c` evaluate `c` on the operands;
-- `while(init), condition=c, body=b`: `state = init; while c(state): state = b(state)`; a
-  deterministic loop (condition and body pure functions of the state on this partition) whose
-  body leaves the state bitwise unchanged can never finish, which is reported as a
-  RuntimeFailure instead of hanging;
+- `while(init), condition=c, body=b`: `state = init; while c(state): state = b(state)`. Two
+  loops can never finish, and are reported as a RuntimeFailure instead of hanging: one whose
+  condition cannot change (`gspmdc.ir.while_loops`: it reads only state elements the body
+  passes through unchanged), as soon as the condition first holds; and a deterministic loop
+  (condition and body pure functions of the state on this partition) whose body leaves the
+  state bitwise unchanged, after that iteration;
 - `conditional(p, a, b)` with a `pred[]` selector runs `true_computation(a)` or
   `false_computation(b)`; with an `s32[]` index it runs `branch_computations[i]` on operand `i + 1`,
   and an index outside `[0, N)` runs the last branch;
@@ -22,8 +24,8 @@ import numpy as np
 
 from gspmdc.errors import RuntimeFailure
 from gspmdc.ir import dtypes
-from gspmdc.ir.ops import COLLECTIVES, HOST_IO, KERNELS, RNG_STATE
-
+from gspmdc.ir.ops import KERNELS
+from gspmdc.ir.while_loops import invariant_condition_elements, is_pure
 
 
 @KERNELS.register("call")
@@ -39,10 +41,12 @@ def _fusion(inst, args, ctx):
 @KERNELS.register("while")
 def _while(inst, args, ctx):
     condition, body = inst.attrs["condition"].name, inst.attrs["body"].name
-    deterministic = _is_deterministic(ctx, body) and _is_deterministic(ctx, condition)
+    deterministic = _is_pure(ctx, body) and _is_pure(ctx, condition)
     state = args[0]
     iteration = 0
     while ctx.call(condition, [state]):
+        if iteration == 0:
+            _refuse_if_endless(inst, ctx)
         new_state = ctx.call(body, [state])
         iteration += 1
         if deterministic and _same_value(new_state, state):
@@ -53,24 +57,29 @@ def _while(inst, args, ctx):
     return state
 
 
-#: ops whose results are not a function of their operands on this partition: random numbers,
-#: and values from other partitions (collectives) or the host
-_IMPURE_OPCODES = RNG_STATE | COLLECTIVES | HOST_IO
-
-
-def _is_deterministic(ctx, computation_name: str) -> bool:
-    """Whether the computation (with everything it calls) is a pure function of its arguments
-    on this partition. (A partitioned loop whose counter lives on another device keeps its
-    local state unchanged while its condition, reading the counter through a collective, moves
-    on.)"""
-    key = ("deterministic", computation_name)
+def _refuse_if_endless(inst, ctx) -> None:
+    """Raise RuntimeFailure when the condition of `inst`, which has just held, cannot change
+    (`invariant_condition_elements`), before the body runs even once."""
+    key = ("invariant condition", inst)
     if key not in ctx.cache:
-        comp = ctx.module.computation(computation_name)
-        ctx.cache[key] = all(
-            inst.opcode not in _IMPURE_OPCODES
-            and not (inst.opcode == "custom-call" and inst.attr("custom_call_has_side_effect"))
-            and all(_is_deterministic(ctx, name) for name in inst.called_computation_names())
-            for inst in comp.instructions)
+        ctx.cache[key] = invariant_condition_elements(inst, ctx.module)
+    read = ctx.cache[key]
+    if read is not None:
+        elements = f"reads only loop-state element{'s' if len(read) > 1 else ''} " \
+            f"{', '.join(map(str, read))}, which the body passes through unchanged" if read \
+            else "reads nothing of the loop state"
+        raise RuntimeFailure(f"while loop {inst.name} cannot terminate: its condition holds and "
+                             f"{elements}, so it holds forever")
+
+
+def _is_pure(ctx, computation_name: str) -> bool:
+    """Whether the computation (with everything it calls) is a pure function of its arguments
+    on this partition (`is_pure`). (A partitioned loop whose counter lives on another device
+    keeps its local state unchanged while its condition, reading the counter through a
+    collective, moves on.)"""
+    key = ("pure", computation_name)
+    if key not in ctx.cache:
+        ctx.cache[key] = is_pure(ctx.module.computation(computation_name), ctx.module)
     return ctx.cache[key]
 
 
