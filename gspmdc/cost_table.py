@@ -57,7 +57,16 @@ def _time(cost: ProgramCost) -> list[str]:
     figures = cost.figures
     step = figures.modelled_step_seconds
     if step is None:
-        return ["modelled step time: unknown (a loop's trip count is not static)"]
+        endless = figures.extra.get("endless_loops")
+        if not endless:
+            return ["modelled step time: unknown (a loop's trip count is not static)"]
+        return ["modelled step time: unknown (a loop never terminates once entered)"] + \
+            [f"  {loop['computation']}/{loop['name']}: its condition reads "
+             + (f"only element{'s' * (len(loop['condition_reads']) > 1)} "
+                f"{', '.join(map(str, loop['condition_reads']))} of the loop state, "
+                "which the body passes through unchanged" if loop["condition_reads"]
+                else "nothing of the loop state")
+             for loop in endless]
     lines = [f"modelled step time: {format_seconds(step)}"]
     utilization = figures.extra["modelled_utilization"]
     if utilization is not None:

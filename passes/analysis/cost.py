@@ -16,7 +16,9 @@ For a partitioned (SPMD) module on `num_partitions` partitions and a `Machine`:
   for those limited by the memory bandwidth, one entry per collective opcode; a conditional
   counts its most expensive branch, so the step time is an upper bound where branches differ);
 - the modelled utilization: the operations of dots and convolutions over the step time and the
-  peak rate (the measure of the GSPMD paper's utilization figures).
+  peak rate (the measure of the GSPMD paper's utilization figures);
+- the loops that never terminate once entered (`endless_loops`: their condition cannot change,
+  `gspmdc.ir.while_loops`); their trip count, and what depends on it, is unknown.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from gspmdc.ir.cost_figures import CollectiveFigures, CostFigures
 from gspmdc.ir.flops import executed_computations, instruction_flops
 from gspmdc.ir.liveness import OPERAND_PRESERVING, MemoryProfile, memory_profile, shape_bytes
 from gspmdc.ir.module import Instruction, Module
+from gspmdc.ir.while_loops import invariant_condition_elements
 from gspmdc.passes.spmd.traffic import execution_counts, trip_count
 
 from .machine import Machine
@@ -103,9 +106,25 @@ def program_cost(module: Module, num_partitions: int, machine: Machine) -> Progr
                                "loop_state": memory.peak_loop_state_bytes,
                                "temporaries": memory.peak_temporary_bytes},
                "fits_in_memory": None if machine.memory_bytes is None else
-               memory.peak_bytes <= machine.memory_bytes})
+               memory.peak_bytes <= machine.memory_bytes,
+               "endless_loops": _endless_loops(module)})
     ranked = sorted(times, key=lambda t: -(t.seconds or 0.0))
     return ProgramCost(figures, memory, tuple(ranked), machine)
+
+
+def _endless_loops(module: Module) -> list[dict]:
+    """The while loops a run executes whose condition cannot change
+    (`invariant_condition_elements`): once entered, they never terminate. Each as `name`,
+    `computation` and `condition_reads` (the loop-state elements its condition reads)."""
+    endless = []
+    for comp in executed_computations(module):
+        for inst in comp.instructions:
+            if inst.opcode == "while":
+                read = invariant_condition_elements(inst, module)
+                if read is not None:
+                    endless.append({"name": inst.name, "computation": comp.name,
+                                    "condition_reads": list(read)})
+    return endless
 
 
 @dataclass(frozen=True)
