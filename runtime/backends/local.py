@@ -14,7 +14,9 @@ wait), so a program that is not SPMD fails with a clear error instead of hanging
 fails, the barrier is aborted: partitions waiting at a collective stop at once, the others at their
 next collective, and `run_local` raises the first failure naming the partition (the interpreter's
 message names the computation and instruction). Numpy releases the GIL in large kernels, so
-partitions compute in parallel.
+partitions compute in parallel; for the run, the BLAS numpy loaded runs the threads
+`cores.chosen_blas_threads` gives each partition (one on a busy machine), whenever numpy was
+loaded.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from ..collectives import (
     CollectiveBackend, fold, gather_concat, group_of, participant_groups, permute_pairs,
     permute_source, scatter_block, split_blocks,
 )
+from ..blas import blas_threads_set_to
+from ..cores import chosen_blas_threads
 from ..interpreter import Executable, ValueHook
 from ..options import DEFAULT_ROUNDING
 from ..profile import ProfileRecorder
@@ -246,35 +250,36 @@ def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
 
     threads = [threading.Thread(target=partition_main, args=(p,), daemon=True,
                                 name=f"gspmdc-partition-{p}") for p in range(n)]
-    for p, t in enumerate(threads):
-        try:
-            t.start()
-        except RuntimeError as e:              # the system's limit on threads
+    with blas_threads_set_to(chosen_blas_threads(n)):
+        for p, t in enumerate(threads):
+            try:
+                t.start()
+            except RuntimeError as e:              # the system's limit on threads
+                board.abort()
+                for started in threads[:p]:
+                    started.join(_STOP_GRACE_SECONDS)
+                raise RuntimeFailure(f"cannot start the thread of partition {p} ({e}): the local "
+                                     f"backend runs one thread per partition, and {n} are too "
+                                     "many for this system; use --backend mpi") from None
+        deadline = None if timeout is None else monotonic() + timeout
+        with done:
+            while finished[0] < n and not failures:
+                remaining = None if deadline is None else deadline - monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                done.wait(remaining)
+            timed_out = finished[0] < n and not failures
+        if timed_out or failures:
             board.abort()
-            for started in threads[:p]:
-                started.join(_STOP_GRACE_SECONDS)
-            raise RuntimeFailure(f"cannot start the thread of partition {p} ({e}): the local "
-                                 f"backend runs one thread per partition, and {n} are too "
-                                 "many for this system; use --backend mpi") from None
-    deadline = None if timeout is None else monotonic() + timeout
-    with done:
-        while finished[0] < n and not failures:
-            remaining = None if deadline is None else deadline - monotonic()
-            if remaining is not None and remaining <= 0:
-                break
-            done.wait(remaining)
-        timed_out = finished[0] < n and not failures
-    if timed_out or failures:
-        board.abort()
-        stop = monotonic() + _STOP_GRACE_SECONDS
-        for t in threads:
-            t.join(max(stop - monotonic(), 0.0))
-    if timed_out:
-        raise RuntimeFailure(f"the run timed out after {timeout:g} s")
-    if failures:
-        p, error = failures[0]
-        raise _on_partition(error, p) from error
-    return results, [b - a for a, b in zip(marks, marks[1:])]
+            stop = monotonic() + _STOP_GRACE_SECONDS
+            for t in threads:
+                t.join(max(stop - monotonic(), 0.0))
+        if timed_out:
+            raise RuntimeFailure(f"the run timed out after {timeout:g} s")
+        if failures:
+            p, error = failures[0]
+            raise _on_partition(error, p) from error
+        return results, [b - a for a, b in zip(marks, marks[1:])]
 
 
 def _on_partition(error: BaseException, partition: int) -> GspmdcError:

@@ -1,0 +1,68 @@
+"""The thread count of the BLAS library numpy has loaded, set while the process runs.
+
+The BLAS thread variables (`cores.BLAS_THREAD_VARIABLES`) are read once, when numpy loads its
+BLAS; a process that had numpy loaded before it knew how many partitions it would run (the local
+backend called from Python: the API, the conformance scorers, the tests) must set the count
+through the library itself. OpenBLAS, numpy's own (wheels bundle it with a `scipy_` prefix and
+64-bit-integer suffixes) or the system's, is found among the process's mapped libraries and
+asked through its `openblas_set_num_threads` / `openblas_get_num_threads` entry points; with
+any other BLAS, or where the process's mappings cannot be read, nothing is changed.
+"""
+from __future__ import annotations
+
+import ctypes
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+#: the names OpenBLAS builds give their thread-count entry points, as (set, get) pairs
+_ENTRY_POINTS = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+                 ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+                 ("openblas_set_num_threads", "openblas_get_num_threads"))
+
+
+class BlasThreads(NamedTuple):
+    """A loaded BLAS library's thread-count setter and getter."""
+
+    set: ctypes._CFuncPtr
+    get: ctypes._CFuncPtr
+
+
+@lru_cache(maxsize=1)
+def loaded_blas() -> BlasThreads | None:
+    """The thread-count entry points of the OpenBLAS this process has loaded, or None."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    paths = sorted({line.split()[-1] for line in maps.splitlines()
+                    if "openblas" in line.rsplit("/", 1)[-1]})
+    for path in paths:
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for setter, getter in _ENTRY_POINTS:
+            if hasattr(library, setter) and hasattr(library, getter):
+                set_threads, get_threads = getattr(library, setter), getattr(library, getter)
+                set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
+                get_threads.argtypes, get_threads.restype = [], ctypes.c_int
+                return BlasThreads(set_threads, get_threads)
+    return None
+
+
+@contextmanager
+def blas_threads_set_to(threads: int) -> Iterator[None]:
+    """Within the block, the loaded BLAS runs `threads` threads; its count before is restored
+    after (nothing changes when no OpenBLAS is loaded)."""
+    library = loaded_blas()
+    if library is None:
+        yield
+        return
+    before = library.get()
+    library.set(threads)
+    try:
+        yield
+    finally:
+        library.set(before)
