@@ -350,6 +350,28 @@ def test_convolution_bf16_in_tiles_accumulates_in_f32(monkeypatch):
     np.testing.assert_array_equal(out.astype(np.float64), expected.transpose(0, 2, 3, 1))
 
 
+@pytest.mark.parametrize("rows", [None, 3])
+def test_convolution_spatial_major_bf16_as_in_while_conv(monkeypatch, rows):
+    """XLA's `WhileConv` layout, `0bf_io0->0bf` with a size-1 window: the spatial dim leads and
+    the batch sits in the middle, so the channels-last view of the input is a transposed one and
+    each tile's patches are gathered from it; bf16 accumulated in f32 and rounded once. Against
+    the definition, in one tile and in tiles of 3 rows (crossing spatial positions)."""
+    from gspmdc.runtime.kernels import convolution
+    if rows is not None:
+        monkeypatch.setattr(convolution, "TILE_BYTES", 1)
+        monkeypatch.setattr(convolution, "MIN_TILE_ROWS", rows)
+    # sums of 6 products of integers in [-2, 2): exact in f32 and in bf16
+    lhs = RNG.integers(-2, 2, (5, 4, 6)).astype(np.float32)         # [S, N, C]
+    rhs = RNG.integers(-2, 2, (6, 7, 1)).astype(np.float32)         # [I, O, K]
+    expected = conv_by_definition(lhs.transpose(1, 2, 0), rhs.transpose(1, 0, 2), [1],
+                                  [(0, 0)], [1], [1], [0])          # [N, O, S]
+    out = run("convolution", "bf16", (5, 4, 7),
+              [lhs.astype(ml_dtypes.bfloat16), rhs.astype(ml_dtypes.bfloat16)],
+              window=window([1]), dim_labels=ConvDimLabels("0bf", "io0", "0bf"))
+    assert out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(out.astype(np.float64), expected.transpose(2, 0, 1))
+
+
 def test_convolution_batch_groups():
     lhs, rhs = normal(4, 3, 5), normal(4, 3, 2)                # 2 batch groups of 2
     expected = conv_by_definition(lhs, rhs, [1], [(0, 0)], [1], [1], [0], bgc=2)
