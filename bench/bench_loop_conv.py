@@ -32,7 +32,7 @@ import jax_programs  # noqa: E402
 
 N = 16
 ROUNDS = 3
-EXECUTIONS = 2
+EXECUTIONS = 1
 B, C = 128, 2048
 
 PROGRAM = f"""HloModule while_conv

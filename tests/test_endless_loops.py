@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from gspmdc.cost_table import format_cost
 from gspmdc.errors import RuntimeFailure
 from gspmdc.ir.parser import parse_module
 from gspmdc.ir.while_loops import invariant_condition_elements
@@ -127,8 +128,13 @@ def test_the_terminating_loop_computes_the_convolution_by_numpy():
 
 def test_gspmdc_cost_names_the_endless_loop():
     module = parse_module(loop_module(PASSED_THROUGH))
-    figures = program_cost(module, N, PRESETS["tpu-v3"]).figures
+    cost = program_cost(module, N, PRESETS["tpu-v3"])
+    figures = cost.figures
     assert figures.modelled_step_seconds is None
+    assert format_cost(cost).splitlines()[-2:] == [
+        "modelled step time: unknown (a loop never terminates once entered)",
+        "  main/w: its condition reads only element 0 of the loop state, which the body passes "
+        "through unchanged"]
     assert figures.extra["endless_loops"] == [
         {"name": "w", "computation": "main", "condition_reads": [0]}]
     assert program_cost(parse_module(loop_module()), N,
