@@ -9,7 +9,10 @@ multiply-adds per iteration), with its counter incremented (the test's own loop 
 terminates) for one iteration. In-process, each of the 16 partition threads drives the
 OpenBLAS numpy loaded; when that library runs its default thread pool (one per core), the
 spinning pools make the run several times slower than the command (the scorer's WhileConv runs
-took 3.5 times the CPU). Target: in-process / command <= 1.2.
+took 3.5 times the CPU), which is why `run_local` sets the library's count for the run
+(`runtime/blas.py`). Target: in-process / command <= 1.2. Measured at loads of 16-19: 0.97
+(30.5 s and 31.5 s per execution); with the library left at its two threads, 2.01 (57.8 s and
+25.9 s).
 
 Each side's time is the median of `EXECUTIONS` executions after a first one; the ratio is the
 median over `ROUNDS` rounds of the two sides run back to back, taking turns going first.
