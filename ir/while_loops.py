@@ -5,8 +5,9 @@
 talks to other partitions or the host, or has a side effect) that reads the state only through
 `get-tuple-element`, and `b`'s root is a tuple that passes each element `c` reads through
 unchanged (its operand i is `get-tuple-element(b's parameter), index=i`), then `c` sees the
-same values in every iteration: if it holds once it holds forever, whatever else the body computes (collectives included). XLA's propagation test
-`WhileConv` is such a loop: its counter is never incremented.
+same values in every iteration: if it holds once it holds forever, whatever else the body
+computes (collectives included). XLA's propagation test `WhileConv` is such a loop: its counter
+is never incremented.
 
 The runtime refuses to run one (instead of hanging) and `gspmdc cost` names it.
 """
