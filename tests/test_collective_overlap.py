@@ -11,6 +11,7 @@ import pytest
 
 from gspmdc.ir.parser import parse_module
 from gspmdc.runtime import cores
+from gspmdc.runtime.backends import mpi as mpi_backend
 from gspmdc.runtime.backends.mpi import _MAX_SPIN_SECONDS, _MIN_SPIN_SECONDS, SpinBudget
 from gspmdc.runtime.collectives import Pending, SinglePartitionBackend
 from gspmdc.runtime.interpreter import Executable
@@ -141,6 +142,50 @@ def test_the_spin_budget_shrinks_when_waits_outlast_it_and_regrows_with_short_wa
         budget.ended_spinning(1.0)
     assert budget.spin == _MAX_SPIN_SECONDS
     assert SpinBudget(oversubscribed=True).spin == _MIN_SPIN_SECONDS
+
+
+def test_past_the_spin_budget_a_wait_sleeps_in_short_steps_then_backs_off(monkeypatch):
+    """Waiting past the spin budget: sleeps of 20 us (no yields) while the wait is young, then
+    sleeps doubling up to 0.2 ms; the requests are tested after every sleep."""
+    clock = [0.0]
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        clock[0] += seconds
+    monkeypatch.setattr(mpi_backend.time, "sleep", sleep)
+    monkeypatch.setattr(mpi_backend.time, "perf_counter", lambda: clock[0])
+    tests = []
+
+    def testall(requests):
+        tests.append(len(sleeps))
+        return len(sleeps) == 300
+    mpi_backend._sleep_until_done(testall, [], stepping_until=1e-3)
+    stepping = [s for s in sleeps if s == mpi_backend._STEP_SECONDS]
+    assert len(stepping) == 50                  # 1 ms of 20 us steps
+    assert sleeps[:50] == stepping
+    assert sleeps[50:55] == [40e-6, 80e-6, 160e-6, 200e-6, 200e-6]
+    assert max(sleeps) == mpi_backend._MAX_SLEEP_SECONDS
+    assert tests == list(range(301))            # one test before and after every sleep
+
+
+def test_precise_sleeps_sets_the_timer_slack_of_the_thread():
+    """The `auto` waiter's 20 us steps last 20 us: the thread's timer slack is 1 us (Linux)."""
+    import ctypes
+    import threading
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "prctl"):
+        pytest.skip("no prctl here")
+    seen = []
+
+    def thread():                               # a fresh thread: the test's own keeps its slack
+        before = libc.prctl(30, 0, 0, 0, 0)     # PR_GET_TIMERSLACK
+        mpi_backend.precise_sleeps()
+        seen.extend([before, libc.prctl(30, 0, 0, 0, 0)])
+    worker = threading.Thread(target=thread)
+    worker.start()
+    worker.join()
+    assert seen[0] != 1000 and seen[1] == 1000
 
 
 @pytest.mark.parametrize("affinity, load, free, threads_for_two", [
