@@ -157,10 +157,10 @@ def test_past_the_spin_budget_a_wait_sleeps_in_short_steps_then_backs_off(monkey
     monkeypatch.setattr(mpi_backend.time, "perf_counter", lambda: clock[0])
     tests = []
 
-    def testall(requests):
+    def done():
         tests.append(len(sleeps))
         return len(sleeps) == 300
-    mpi_backend._sleep_until_done(testall, [], stepping_until=1e-3)
+    mpi_backend._sleep_until_done(done, stepping_until=1e-3)
     stepping = [s for s in sleeps if s == mpi_backend._STEP_SECONDS]
     assert len(stepping) == 50                  # 1 ms of 20 us steps
     assert sleeps[:50] == stepping

@@ -47,8 +47,8 @@ from run to run); by default native float sums are used, whose association order
 
 Waiting (`wait=` of `MpiBackend`, `gspmdc run --mpi-wait`, `Waiter`): `blocking` completes
 requests with MPI's own `Waitall` (it busy-polls: the lowest latency when every rank has a core to
-itself); `polite` tests the requests for ~100 µs, then sleeps with backoff up to 0.2 ms, leaving the
-CPU to other processes; `auto` (the default) adapts. It starts from the machine: the cores this
+itself); `polite` tests the requests for ~100 µs, then sleeps as `auto` does past its spin, leaving
+the CPU to other processes; `auto` (the default) adapts. It starts from the machine: the cores this
 rank may run on, less those other work keeps busy (the 1-minute load average, rounded), against the
 ranks of the job on this machine. With a core per rank it spins before sleeping, otherwise it
 sleeps almost at once. Then every wait adjusts the spin budget: waits that end while spinning keep
@@ -120,19 +120,19 @@ def rank_of_partition(module: Module, size: int) -> list[int]:
 
 
 def wait(request) -> None:
-    """Complete an MPI request (or a list of them) politely: spin briefly, then sleep with
-    backoff, leaving the CPU to other processes."""
+    """Complete an MPI request (or a list of them) politely: spin briefly, then sleep (as `auto`
+    waiting does past its spin), leaving the CPU to other processes."""
     from mpi4py import MPI
-    test = MPI.Request.Testall if isinstance(request, list) else request.Test
-    args = (request,) if isinstance(request, list) else ()
+    if isinstance(request, list):
+        def done():
+            return MPI.Request.Testall(request)
+    else:
+        done = request.Test
     start = time.perf_counter()
     while time.perf_counter() - start < _SPIN_SECONDS:
-        if test(*args):
+        if done():
             return
-    pause = 2e-5
-    while not test(*args):
-        time.sleep(pause)
-        pause = min(pause * 2, _MAX_SLEEP_SECONDS)
+    _sleep_until_done(done, time.perf_counter() + _STEPPING_SECONDS)
 
 
 class SpinBudget:
@@ -186,20 +186,20 @@ class Waiter:
             now = time.perf_counter()
             if now > deadline:
                 self.budget.outlasted()
-                _sleep_until_done(testall, requests, now + _STEPPING_SECONDS)
+                _sleep_until_done(lambda: testall(requests), now + _STEPPING_SECONDS)
                 return
         self.budget.ended_spinning(time.perf_counter() - start)
 
 
-def _sleep_until_done(testall, requests: list, stepping_until: float) -> None:
-    """Sleep in `_STEP_SECONDS` steps, testing `requests` after each, until they are complete;
-    past `stepping_until` (a `perf_counter` time) the sleeps double up to `_MAX_SLEEP_SECONDS`."""
+def _sleep_until_done(done, stepping_until: float) -> None:
+    """Sleep in `_STEP_SECONDS` steps until `done()` (called after each sleep) is true; past
+    `stepping_until` (a `perf_counter` time) the sleeps double up to `_MAX_SLEEP_SECONDS`."""
     sleep = time.sleep
-    while not testall(requests):
+    while not done():
         sleep(_STEP_SECONDS)
         if time.perf_counter() > stepping_until:
             pause = _STEP_SECONDS
-            while not testall(requests):
+            while not done():
                 pause = min(pause * 2, _MAX_SLEEP_SECONDS)
                 sleep(pause)
             return
@@ -207,7 +207,7 @@ def _sleep_until_done(testall, requests: list, stepping_until: float) -> None:
 
 def precise_sleeps() -> None:
     """Ask Linux to end this thread's sleeps when they are due (a timer slack of 1 µs instead of
-    50 µs): `auto` waiting sleeps in 20 µs steps. Nothing happens where prctl is unavailable."""
+    50 µs): waiting sleeps in 20 µs steps. Nothing happens where prctl is unavailable."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS, 0, 0, 0)
@@ -312,8 +312,7 @@ class MpiBackend(CollectiveBackend):
         self._groups: dict[int, _Group] = {}
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
         self.waiter = Waiter(wait, wait == "auto" and oversubscribed(self._comm))
-        if wait == "auto":
-            precise_sleeps()
+        precise_sleeps()
         self._byte = MPI.BYTE
         self._buffers = RecycledBuffers(_RECYCLED_BYTES)
         for _, inst in module.all_instructions():
