@@ -9,7 +9,10 @@ Each computation is compiled once per executable into a plan (kernel, instructio
 slots to release) that calls, while loops and conditionals reuse. Instructions run in program
 order; a value is released right after its last use, so memory holds only live values. One fusion:
 a `pad` read only by a `dynamic-slice` is not evaluated, the slice reads its window from the pad's
-operand (`fused_pads`; the hooks see the dynamic-slice only). Values are immutable: kernels
+operand (`fused_pads`; the hooks see the dynamic-slice only). Identity instructions (a `copy`, a
+`reshape` or `broadcast` to the operand's own dimensions, an identity `transpose`) are not executed
+when no value hook or live-array count watches: their readers read the operand (`on_step` reports
+them with no time, as folded ones). Values are immutable: kernels
 never write into their operands, and a result may alias an operand (a view). Kernels run under
 `np.errstate(all="ignore")`: HLO arithmetic has no traps.
 
@@ -190,7 +193,8 @@ class EvalContext:
         if plan is None:
             plan = self._plans[computation_name] = _Plan(
                 self.module.computation(computation_name), self.communicates, self.rounding,
-                None if self.position is None else self.position.numbers)
+                None if self.position is None else self.position.numbers,
+                alias_identities=self.on_value is None and self.live_arrays is None)
         return plan.run(self, args)
 
     def timed(self, kernel: Kernel, inst: Instruction, args: list) -> Any:
@@ -264,15 +268,19 @@ class _Plan:
 
     __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps", "initial",
                  "foldable", "finish_at_end", "skipped", "_operands", "_windows", "_pure",
-                 "_collectives", "_barriers", "_wide", "_rounded", "_numbers")
+                 "_collectives", "_barriers", "_wide", "_rounded", "_numbers", "_aliased")
 
     def __init__(self, comp: Computation, communicates: Callable[[str], bool],
-                 rounding: str = DEFAULT_ROUNDING, numbers: Mapping[int, int] | None = None):
+                 rounding: str = DEFAULT_ROUNDING, numbers: Mapping[int, int] | None = None,
+                 alias_identities: bool = False):
         self.computation = comp
         self._numbers = numbers
         slot = {inst: i for i, inst in enumerate(comp.instructions)}
         readers = unrounded_readers(comp) if rounding == "xla" else {}
         wide = {inst: len(comp.instructions) + k for k, inst in enumerate(readers)}
+        alias = _identity_aliases(comp, readers) if alias_identities else {}
+        #: the slots of the identity instructions whose readers read their operand's slot
+        self._aliased = frozenset(slot[inst] for inst in alias)
         #: instruction slot -> the slot of its unrounded (f32) value
         self._wide = {slot[inst]: s for inst, s in wide.items()}
         self.num_slots = len(comp.instructions) + len(wide)
@@ -288,7 +296,8 @@ class _Plan:
                 else inst.operands
             skipped = inst.opcode == "parameter" or inst in fused
             self._operands.append(None if skipped else tuple(
-                wide[op] if inst in readers.get(op, ()) else slot[op] for op in operands))
+                wide[op] if inst in readers.get(op, ()) else slot[alias.get(op, op)]
+                for op in operands))
         read = {s for operands in self._operands if operands is not None for s in operands}
         #: the instructions with an unrounded value whose rounded value is read too
         self._rounded = {i for i in self._wide if i == self.root_slot or i in read}
@@ -319,7 +328,7 @@ class _Plan:
         for i, operands in enumerate(self._operands):
             for s in operands or ():
                 users[s].append(i)
-        dropped = set(folded)
+        dropped = set(folded) | self._aliased
         for i in range(len(self._operands) - 1, -1, -1):
             if i in self._pure and i != self.root_slot and users[i] and \
                     all(u in dropped for u in users[i]):
@@ -545,6 +554,41 @@ class _Plan:
                 self.initial[s] = value
         if kept:
             self.steps, self.finish_at_end = self._steps(kept)
+
+
+def _identity_aliases(comp: Computation,
+                      readers: Mapping[Instruction, Any]) -> dict[Instruction, Instruction]:
+    """{instruction: the instruction whose value it is} for the instructions of `comp` whose
+    value is their operand's, unchanged (a `copy`, a `reshape` or `broadcast` to the operand's
+    own dimensions in order, a `transpose` by the identity): their readers read the operand
+    instead, and they are not executed. Not the root, nor what takes part in bf16 rounding
+    (`readers`: instruction -> the users reading its unrounded value)."""
+    rounding = set(readers) | {user for users in readers.values() for user in users}
+    alias: dict[Instruction, Instruction] = {}
+    for inst in comp.instructions:
+        if inst is comp.root or inst in rounding or not _is_identity(inst):
+            continue
+        source = inst.operands[0]
+        if source not in rounding:
+            alias[inst] = alias.get(source, source)
+    return alias
+
+
+def _is_identity(inst: Instruction) -> bool:
+    """Whether `inst`'s value is its (single) operand's, the same array."""
+    opcode = inst.opcode
+    if opcode == "copy":
+        return True
+    if opcode not in ("reshape", "broadcast", "transpose") or not isinstance(inst.shape, ArrayShape):
+        return False
+    dims = inst.shape.dims
+    operand = inst.operands[0].shape
+    if not isinstance(operand, ArrayShape) or operand.dims != dims:
+        return False
+    if opcode == "reshape":
+        return True
+    order = tuple(inst.attrs.get("dimensions", ()))
+    return order == tuple(range(len(dims)))
 
 
 def _fetcher(slots: tuple[int, ...]) -> Callable[[list], list]:

@@ -215,3 +215,54 @@ def test_constants_are_folded_once_per_executable(monkeypatch):
     # first execution: halves and pids (loop iteration 1), bigs and cs; later executions: cs
     # only (a view of the product, which is not kept)
     assert calls == {"broadcast": 4 + 2 * 1, "multiply": 3, "partition-id": 1}
+
+
+IDENTITIES = """
+HloModule identities
+ENTRY main {
+  x = f32[2,3] parameter(0)
+  y = f32[2,3] parameter(1)
+  c = f32[2,3] copy(x)
+  r = f32[2,3] reshape(c)
+  b = f32[2,3] broadcast(r), dimensions={0,1}
+  t = f32[2,3] transpose(b), dimensions={0,1}
+  flipped = f32[3,2] transpose(t), dimensions={1,0}
+  back = f32[2,3] transpose(flipped), dimensions={1,0}
+  s = f32[2,3] add(t, y)
+  ROOT out = (f32[2,3], f32[2,3], f32[2,3]) tuple(s, back, r)
+}"""
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_identity_instructions_are_not_executed_unless_values_are_watched(monkeypatch, hooked):
+    """A copy, a reshape or broadcast to the operand's own dimensions and an identity transpose
+    give their operand's value: without a value hook or live-array count their readers read the
+    operand and they do not run (a profile reports them with no time); with one they run and are
+    reported like any instruction. A transpose that moves dimensions runs either way."""
+    from gspmdc.runtime.interpreter import Executable
+    from gspmdc.runtime.live_arrays import LiveArrays
+    ran = []
+    for opcode in ("copy", "reshape", "broadcast", "transpose"):
+        kernel = KERNELS[opcode]
+
+        def spy(inst, args, ctx, kernel=kernel):
+            ran.append(inst.name)
+            return kernel(inst, args, ctx)
+        monkeypatch.setitem(KERNELS.rules, opcode, spy)
+    steps, values = {}, {}
+    exe = Executable(parse_module(IDENTITIES), on_step=lambda inst, t: steps.update({inst.name: t}),
+                     on_value=(lambda inst, v: values.update({inst.name: v})) if hooked else None,
+                     live_arrays=LiveArrays() if hooked else None)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.full((2, 3), 10, np.float32)
+    s, back, r = exe([x, y])
+    np.testing.assert_array_equal(s, x + 10)
+    np.testing.assert_array_equal(back, x)
+    np.testing.assert_array_equal(r, x)
+    if hooked:
+        assert ran == ["c", "r", "b", "t", "flipped", "back"]
+        assert set(values) >= {"c", "r", "b", "t", "flipped", "back"}
+    else:
+        assert ran == ["flipped", "back"]
+        assert {name: steps[name] for name in "crbt"} == {name: 0.0 for name in "crbt"}
+    assert steps["flipped"] > 0 and steps["back"] > 0
