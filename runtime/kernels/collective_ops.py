@@ -50,19 +50,32 @@ def _in_f32(args):
     return [a.astype(np.float32) if a.dtype == _BF16 else a for a in args]
 
 
-def _rounded(inst, values):
-    """Reduced values in the instruction's result types (bf16 results were reduced in f32), or
-    a pending list of them."""
+def _reduced(inst, args, ctx, reduce):
+    """`reduce(operands)` (the backend's reduction of the operands, a list or a pending one) in
+    the instruction's result types: when an operand's type is not its result's (bf16, or an
+    unrounded f32 value), the operands are reduced in f32 and the results rounded."""
+    types = ctx.cache.get(("result-types", id(inst)))
+    if types is None:
+        types = ctx.cache[("result-types", id(inst))] = tuple(
+            dtypes.numpy_dtype(shape.element_type) for shape in inst.shape.leaves())
+    if _BF16 not in types and all(a.dtype == t for a, t in zip(args, types)):
+        return reduce(args)
+    return _rounded(types, reduce(_in_f32(args)))
+
+
+def _rounded(types, values):
+    """Reduced values in the result `types` (bf16 results were reduced in f32), or a pending
+    list of them."""
     if type(values) is Pending:
-        return values.then(lambda finished: _rounded(inst, finished))
-    return [v.astype(dtypes.numpy_dtype(shape.element_type), copy=False)
-            for v, shape in zip(values, inst.shape.leaves())]
+        return values.then(lambda finished: _rounded(types, finished))
+    return [v.astype(t, copy=False) for v, t in zip(values, types)]
 
 
 @KERNELS.register("all-reduce")
 def _all_reduce(inst, args, ctx):
-    return _result(inst, _rounded(inst, ctx.backend.all_reduce(inst, _in_f32(args),
-                                                               _reduction(inst, ctx))))
+    reduction = _reduction(inst, ctx)
+    return _result(inst, _reduced(inst, args, ctx,
+                                  lambda xs: ctx.backend.all_reduce(inst, xs, reduction)))
 
 
 @KERNELS.register("all-gather")
@@ -72,8 +85,9 @@ def _all_gather(inst, args, ctx):
 
 @KERNELS.register("reduce-scatter")
 def _reduce_scatter(inst, args, ctx):
-    return _result(inst, _rounded(inst, ctx.backend.reduce_scatter(
-        inst, _in_f32(args), inst.attrs["dimensions"][0], _reduction(inst, ctx))))
+    dim, reduction = inst.attrs["dimensions"][0], _reduction(inst, ctx)
+    return _result(inst, _reduced(inst, args, ctx, lambda xs: ctx.backend.reduce_scatter(
+        inst, xs, dim, reduction)))
 
 
 @KERNELS.register("all-to-all")
