@@ -19,10 +19,15 @@ import os
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (its affinity)."""
+    return len(os.sched_getaffinity(0))
+
+
 def free_cores() -> int:
     """The cores this process may run on that other work leaves free (see the module
     docstring)."""
-    return max(len(os.sched_getaffinity(0)) - round(os.getloadavg()[0]), 0)
+    return max(machine_cores() - round(os.getloadavg()[0]), 0)
 
 
 def blas_threads(workers: int) -> int:

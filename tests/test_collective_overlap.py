@@ -145,8 +145,9 @@ def test_the_spin_budget_shrinks_when_waits_outlast_it_and_regrows_with_short_wa
 
 
 def test_past_the_spin_budget_a_wait_sleeps_in_short_steps_then_backs_off(monkeypatch):
-    """Waiting past the spin budget: sleeps of 20 us (no yields) while the wait is young, then
-    sleeps doubling up to 0.2 ms; the requests are tested after every sleep."""
+    """Waiting past the spin budget (the job's ranks fit the machine's cores): sleeps of 20 us
+    (no yields) while the wait is young, then sleeps doubling up to 0.2 ms; the requests are
+    tested after every sleep."""
     clock = [0.0]
     sleeps = []
 
@@ -155,18 +156,28 @@ def test_past_the_spin_budget_a_wait_sleeps_in_short_steps_then_backs_off(monkey
         clock[0] += seconds
     monkeypatch.setattr(mpi_backend.time, "sleep", sleep)
     monkeypatch.setattr(mpi_backend.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(mpi_backend.os, "sched_yield", lambda: sleeps.append("yield"))
     tests = []
 
     def done():
         tests.append(len(sleeps))
         return len(sleeps) == 300
-    mpi_backend._sleep_until_done(done, stepping_until=1e-3)
+    mpi_backend._sleep_in_steps(done, stepping_until=1e-3)
     stepping = [s for s in sleeps if s == mpi_backend._STEP_SECONDS]
-    assert len(stepping) == 50                  # 1 ms of 20 us steps
-    assert sleeps[:50] == stepping
-    assert sleeps[50:55] == [40e-6, 80e-6, 160e-6, 200e-6, 200e-6]
-    assert max(sleeps) == mpi_backend._MAX_SLEEP_SECONDS
+    assert len(stepping) == 51                  # 1 ms of 20 us steps, then the backoff's first
+    assert sleeps[:51] == stepping
+    assert sleeps[51:55] == [40e-6, 80e-6, 160e-6, 200e-6]
+    assert set(sleeps[55:]) == {mpi_backend._MAX_SLEEP_SECONDS}
     assert tests == list(range(301))            # one test before and after every sleep
+    # crowded (more ranks than cores): yields first, then the backoff at once
+    sleeps.clear()
+    tests.clear()
+
+    def done_after_eight():
+        tests.append(len(sleeps))
+        return len(sleeps) == 8
+    mpi_backend._yield_then_back_off(done_after_eight)
+    assert sleeps == ["yield"] * 4 + [20e-6, 40e-6, 80e-6, 160e-6]
 
 
 def test_precise_sleeps_sets_the_timer_slack_of_the_thread():

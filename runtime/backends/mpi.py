@@ -47,26 +47,31 @@ from run to run); by default native float sums are used, whose association order
 
 Waiting (`wait=` of `MpiBackend`, `gspmdc run --mpi-wait`, `Waiter`): `blocking` completes
 requests with MPI's own `Waitall` (it busy-polls: the lowest latency when every rank has a core to
-itself); `polite` tests the requests for ~100 µs, then sleeps as `auto` does past its spin, leaving
-the CPU to other processes; `auto` (the default) adapts. It starts from the machine: the cores this
+itself); `polite` tests the requests for ~100 µs, then sleeps with backoff up to 0.2 ms, leaving the
+CPU to other processes; `auto` (the default) adapts. It starts from the machine: the cores this
 rank may run on, less those other work keeps busy (the 1-minute load average, rounded), against the
 ranks of the job on this machine. With a core per rank it spins before sleeping, otherwise it
 sleeps almost at once. Then every wait adjusts the spin budget: waits that end while spinning keep
 it (it grows towards twice their typical length, at most 0.2 ms), waits that outlast it halve it, so
 that on a machine that turns out to be oversubscribed (the ranks' waits are long: the peer is not
 running) the ranks stop burning the CPU the others need, and on an idle one they keep spinning.
-Past the budget it sleeps in short steps (`_STEP_SECONDS`, 20 µs) and tests the requests after
-each: a sleeping rank is woken at once by the scheduler when its step ends (it has used little CPU),
-whereas a rank that yields the CPU (`sched_yield`) or sleeps longer waits behind the other runnable
-processes for a time slice, milliseconds on a loaded machine. Waits that last beyond
-`_STEPPING_SECONDS` (the peer is far behind) back off to sleeps of up to 0.2 ms. The backend
-asks Linux for sleeps as short as requested (`precise_sleeps`: the thread's timer slack set to 1 µs,
-from the default 50 µs, which would make every 20 µs step last 70 µs).
+Past the budget, when the job's ranks on this machine are no more than its cores, it sleeps in
+short steps (`_STEP_SECONDS`, 20 µs) and tests the requests after each: a rank that slept briefly
+is run again as soon as its step ends (it has used little CPU), whereas one that yields the CPU
+(`sched_yield`) or sleeps longer waits behind the other runnable processes for a time slice,
+milliseconds on a machine loaded by other work. Waits that last beyond `_STEPPING_SECONDS` (the
+peer is far behind) back off to sleeps of up to 0.2 ms. For these steps the backend asks Linux
+for sleeps as short as requested (`precise_sleeps`: the thread's timer slack set to 1 µs, from
+the default 50 µs, which would make every 20 µs step last 70 µs). When the job's own ranks
+outnumber the cores (e.g. 8 ranks on 2 cores) the rank waited for needs the waiting rank's core:
+each step's wake-up would take it away (a sleep and wake-up costs about 25 µs of CPU in a VM), so
+past the budget the rank yields the CPU a few times, then sleeps with backoff up to 0.2 ms.
 """
 from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 
 import numpy as np
@@ -80,7 +85,7 @@ from ..collectives import (
     CollectiveBackend, Pending, Reduction, fold, group_of, participant_groups, permute_pairs,
     permute_source,
 )
-from ..cores import free_cores
+from ..cores import free_cores, machine_cores
 from ..options import WAIT_MODES
 from .recycled_buffers import RecycledBuffers
 
@@ -92,11 +97,13 @@ _SPIN_SECONDS = 1e-4
 _RECYCLED_BYTES = 256 << 20
 _MAX_SLEEP_SECONDS = 2e-4
 #: `auto` waiting: the spin budget's bounds; past it, sleeps of `_STEP_SECONDS` until the wait has
-#: lasted `_STEPPING_SECONDS`, then sleeps growing to `_MAX_SLEEP_SECONDS`
+#: lasted `_STEPPING_SECONDS`, then sleeps growing to `_MAX_SLEEP_SECONDS` (on a crowded machine:
+#: `_YIELDS` yields of the CPU, then the growing sleeps)
 _MIN_SPIN_SECONDS = 2e-6
 _MAX_SPIN_SECONDS = 2e-4
 _STEP_SECONDS = 2e-5
 _STEPPING_SECONDS = 5e-3
+_YIELDS = 4
 #: PR_SET_TIMERSLACK of prctl(2), and the slack `precise_sleeps` asks for (nanoseconds)
 _PR_SET_TIMERSLACK = 29
 _TIMER_SLACK_NS = 1000
@@ -120,8 +127,8 @@ def rank_of_partition(module: Module, size: int) -> list[int]:
 
 
 def wait(request) -> None:
-    """Complete an MPI request (or a list of them) politely: spin briefly, then sleep (as `auto`
-    waiting does past its spin), leaving the CPU to other processes."""
+    """Complete an MPI request (or a list of them) politely: spin briefly, then sleep with
+    backoff up to 0.2 ms, leaving the CPU to other processes."""
     from mpi4py import MPI
     if isinstance(request, list):
         def done():
@@ -132,12 +139,12 @@ def wait(request) -> None:
     while time.perf_counter() - start < _SPIN_SECONDS:
         if done():
             return
-    _sleep_until_done(done, time.perf_counter() + _STEPPING_SECONDS)
+    _backoff(done)
 
 
 class SpinBudget:
-    """How long `auto` waiting spins before yielding the CPU (see the module docstring): the
-    seconds in `spin`, between `_MIN_SPIN_SECONDS` and `_MAX_SPIN_SECONDS`."""
+    """How long `auto` waiting spins before sleeping (see the module docstring): the seconds in
+    `spin`, between `_MIN_SPIN_SECONDS` and `_MAX_SPIN_SECONDS`."""
 
     __slots__ = ("spin", "_typical")
 
@@ -159,16 +166,18 @@ class SpinBudget:
 class Waiter:
     """How this rank completes the requests of its collectives, under one of `WAIT_MODES` (see
     the module docstring). `oversubscribed`: whether the ranks of the job on this machine
-    outnumber its free cores (`auto` starts from it)."""
+    outnumber its free cores (`auto` starts from it); `crowded`: whether they outnumber its
+    cores (`auto` then yields and backs off past its spin instead of sleeping in steps)."""
 
-    __slots__ = ("mode", "budget")
+    __slots__ = ("mode", "budget", "crowded")
 
-    def __init__(self, mode: str, oversubscribed: bool):
+    def __init__(self, mode: str, oversubscribed: bool, crowded: bool = False):
         if mode not in WAIT_MODES:
             raise GspmdcError(f"the MPI waiting policy must be one of {', '.join(WAIT_MODES)}, "
                               f"got {mode!r}")
         self.mode = mode
         self.budget = SpinBudget(oversubscribed)
+        self.crowded = crowded
 
     def wait(self, requests: list) -> None:
         """Complete every request of `requests`."""
@@ -186,28 +195,46 @@ class Waiter:
             now = time.perf_counter()
             if now > deadline:
                 self.budget.outlasted()
-                _sleep_until_done(lambda: testall(requests), now + _STEPPING_SECONDS)
+                if self.crowded:
+                    _yield_then_back_off(lambda: testall(requests))
+                else:
+                    _sleep_in_steps(lambda: testall(requests), now + _STEPPING_SECONDS)
                 return
         self.budget.ended_spinning(time.perf_counter() - start)
 
 
-def _sleep_until_done(done, stepping_until: float) -> None:
+def _sleep_in_steps(done, stepping_until: float) -> None:
     """Sleep in `_STEP_SECONDS` steps until `done()` (called after each sleep) is true; past
-    `stepping_until` (a `perf_counter` time) the sleeps double up to `_MAX_SLEEP_SECONDS`."""
+    `stepping_until` (a `perf_counter` time), `_backoff`."""
     sleep = time.sleep
     while not done():
         sleep(_STEP_SECONDS)
         if time.perf_counter() > stepping_until:
-            pause = _STEP_SECONDS
-            while not done():
-                pause = min(pause * 2, _MAX_SLEEP_SECONDS)
-                sleep(pause)
+            _backoff(done)
             return
+
+
+def _yield_then_back_off(done) -> None:
+    """Yield the CPU (`sched_yield`) `_YIELDS` times, then `_backoff`, until `done()`."""
+    for _ in range(_YIELDS):
+        os.sched_yield()
+        if done():
+            return
+    _backoff(done)
+
+
+def _backoff(done) -> None:
+    """Sleep until `done()` (called before each sleep) is true, sleeps doubling from
+    `_STEP_SECONDS` up to `_MAX_SLEEP_SECONDS`."""
+    pause = _STEP_SECONDS
+    while not done():
+        time.sleep(pause)
+        pause = min(pause * 2, _MAX_SLEEP_SECONDS)
 
 
 def precise_sleeps() -> None:
     """Ask Linux to end this thread's sleeps when they are due (a timer slack of 1 µs instead of
-    50 µs): waiting sleeps in 20 µs steps. Nothing happens where prctl is unavailable."""
+    50 µs): `auto` waiting sleeps in 20 µs steps. Nothing happens where prctl is unavailable."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS, 0, 0, 0)
@@ -215,14 +242,13 @@ def precise_sleeps() -> None:
         pass
 
 
-def oversubscribed(comm) -> bool:
-    """Whether the ranks of `comm` on this machine outnumber the cores other work leaves free
-    (`cores.free_cores`; collective over `comm`)."""
+def ranks_on_this_machine(comm) -> int:
+    """How many ranks of `comm` run on this machine (collective over `comm`)."""
     from mpi4py import MPI
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_here = local.Get_size()
     local.Free()
-    return ranks_here > free_cores()
+    return ranks_here
 
 
 def _native_op(reduction: Reduction, dtype: np.dtype):
@@ -311,8 +337,13 @@ class MpiBackend(CollectiveBackend):
         self._split_cache: dict[tuple, object] = {}
         self._groups: dict[int, _Group] = {}
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
-        self.waiter = Waiter(wait, wait == "auto" and oversubscribed(self._comm))
-        precise_sleeps()
+        if wait == "auto":
+            here = ranks_on_this_machine(self._comm)
+            self.waiter = Waiter(wait, here > free_cores(), crowded=here > machine_cores())
+            if not self.waiter.crowded:
+                precise_sleeps()
+        else:
+            self.waiter = Waiter(wait, False)
         self._byte = MPI.BYTE
         self._buffers = RecycledBuffers(_RECYCLED_BYTES)
         for _, inst in module.all_instructions():
