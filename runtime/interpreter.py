@@ -579,7 +579,8 @@ def _is_identity(inst: Instruction) -> bool:
     opcode = inst.opcode
     if opcode == "copy":
         return True
-    if opcode not in ("reshape", "broadcast", "transpose") or not isinstance(inst.shape, ArrayShape):
+    if opcode not in ("reshape", "broadcast", "transpose") or \
+            not isinstance(inst.shape, ArrayShape):
         return False
     dims = inst.shape.dims
     operand = inst.operands[0].shape

@@ -10,11 +10,11 @@ Two ways in:
   says hello: from then on the launcher knows its pid and host and names it if it dies. Then,
   while the launcher may still be partitioning the program, the rank imports the runtime
   (numpy, the interpreter, the kernels, the MPI backend; never the parser or the passes) and
-  starts MPI, and only then receives the job; from then on it exits (3) if the launcher's connection closes. Once every
-  rank is past `MPI_Init`, the names of MPICH's shared-memory segments are removed
-  (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0 sends the
-  outputs to the launcher, which writes the file once every rank has finished. Timeouts are the
-  launcher's.
+  starts MPI, and only then receives the job; from then on it exits (3) if the launcher's
+  connection closes. Once every rank is past `MPI_Init`, the names of MPICH's shared-memory
+  segments are removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job
+  ends. Rank 0 sends the outputs to the launcher, which writes the file once every rank has
+  finished. Timeouts are the launcher's.
 - `run_in_place(prepare, options)`, when the process already is an MPI rank (the user ran
   `mpiexec ... gspmdc run`, or `srun`): rank 0 prepares the job and broadcasts it; if
   preparation fails every rank exits with its exit code. Rank 0 writes the outputs (atomically);
