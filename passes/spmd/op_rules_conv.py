@@ -33,6 +33,11 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   window those taps read by the same halo exchange (a window of the output's size sliding by
   the window dilation per tap) and convolves it with its taps into a partial sum of the whole
   output; the result's reshard adds the partial sums. Other kernel spatial tilings are gathered.
+  A spatial dim whose one window covers the whole input and kernel (`whole_window_dims`: no
+  padding or dilation, one output there) is such a contracted dim whatever the kernel's tiling:
+  an input tiled there is convolved in place with the kernel's matching taps (sliced) and the
+  small partial result all-reduced, instead of gathering the input (XLA's partitioner treats
+  that dim as a dot's contracting dim).
 
 Candidates: the operands as they are, one operand aligned to the other on batch/contracting dims,
 both derived from the output's tiling, everything replicated — each also with its windowed dims
@@ -154,6 +159,22 @@ class ConvDims:
         return out
 
 
+def whole_window_dims(inst: Instruction) -> frozenset:
+    """The spatial dims (window positions) whose one window covers the whole input and the
+    whole kernel (no padding, dilation or reversal; one output there): a dot's contracting dim
+    in all but name. Tiled alike on input and kernel, each partition convolves its part of the
+    window into a partial sum of the output, added by the result's all-reduce (the
+    weight-gradient form with a one-element output, `ConvDims.gradient`), instead of gathering
+    the input."""
+    labels, window = inst.attr("dim_labels"), inst.attr("window")
+    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+    return frozenset(
+        k for k, w in enumerate(window.dims if window is not None else ())
+        if w.size > 1 and lhs.dims[labels.lhs_spatial[k]] == rhs.dims[labels.rhs_spatial[k]] == w.size and
+        (w.padding_low, w.padding_high, w.base_dilation, w.window_dilation) == (0, 0, 1, 1) and
+        not w.window_reversal)
+
+
 def _trivial(w) -> bool:
     return (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation,
             w.window_dilation) == (1, 1, 0, 0, 1, 1)
@@ -196,6 +217,9 @@ class ConvolutionRule(PartitionRule):
         variants = [ConvDims.of(inst)]
         if rt is not None and ConvDims.planned(inst, rt).kernel_tiled:
             variants.append(ConvDims.planned(inst, rt))
+        whole = whole_window_dims(inst)
+        if whole:
+            variants.append(ConvDims.of(inst, whole))
         candidates, seen = [], set()
         width = dtypes.byte_width(lhs_op.shape.element_type)
         for cd in variants:
@@ -327,4 +351,4 @@ def _local_work(inst: Instruction, plan: OpPlan) -> float:
     return float(prod(out.dims) * per_output)
 
 
-__all__ = ["ConvDims", "conv_result", "ConvolutionRule"]
+__all__ = ["ConvDims", "conv_result", "whole_window_dims", "ConvolutionRule"]

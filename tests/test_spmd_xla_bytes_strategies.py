@@ -1,0 +1,54 @@
+"""No more collective bytes than XLA (issue 13) by the partitioner's per-op strategies, as XLA's
+partitioner has them: a convolution whose window covers a tiled spatial dim whole convolves each
+partition's part of the window and all-reduces the small partial result (instead of gathering
+the input). Bytes per device by hand from the cost model's formulas (`gspmdc.ir.cost`: a ring
+all-reduce of B bytes over g devices sends 2 (g-1)/g B); values against the unpartitioned
+program; with the `[xla]` extra, against XLA's own partitioned program (skipped without it)."""
+from __future__ import annotations
+
+import pytest
+
+from gspmdc.passes.spmd.traffic import collective_traffic
+
+from conformance.differential import Case, run_case
+from conformance.oracle import xla_available
+from spmd_partition_helpers import check_equivalent, collectives
+
+needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
+
+
+def _sent(spmd, n: int) -> float:
+    """Bytes a device sends in `spmd`'s collectives (the mean over devices, as the comparison
+    with XLA counts them)."""
+    return float(sum(t.total_sent_bytes for t in collective_traffic(spmd, n)))
+
+
+WHOLE_WINDOW_CONV = """HloModule m, num_partitions=2
+
+ENTRY e {
+  x = f32[7,3,4,4] parameter(0), sharding={devices=[1,1,2,1]<=[2]}
+  k = f32[4,2,4,2] parameter(1), sharding={replicated}
+  ROOT c = f32[3,1,4,2] convolution(x, k), window={size=4x2 stride=1x2 pad=0_0x1_1},
+    dim_labels=1b0f_io01->b01f, sharding={replicated}
+}
+"""
+
+
+def test_a_window_covering_a_tiled_dim_whole_adds_partial_convolutions():
+    """Input spatial dim 0 (size 4) is tiled in two and the window (size 4, no padding) covers
+    it whole: each partition convolves its two rows with the kernel's matching two taps (a
+    slice of the replicated kernel) into a partial f32[3,1,4,2] output (96 B), and one
+    all-reduce adds them: 96 B per device (2 (g-1)/g x 96), XLA's figure. Gathering the input
+    sent 7*3*2*4*4 = 672 B per device."""
+    spmd = check_equivalent(WHOLE_WINDOW_CONV, 2)
+    assert [op for op, _ in collectives(spmd)] == ["all-reduce"]
+    assert _sent(spmd, 2) == 96
+
+
+@needs_xla
+def test_whole_window_conv_sends_no_more_than_xla():
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as oracle:
+        result = run_case(Case("whole-window", WHOLE_WINDOW_CONV, 2, False, False), oracle)
+    assert result.our_bytes is not None and result.xla_bytes is not None
+    assert result.our_bytes <= result.xla_bytes
