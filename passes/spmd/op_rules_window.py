@@ -343,7 +343,9 @@ class SliceRule(WindowRule):
     # A third strategy beside halos and gathering (XLA's for a stage read in pipelining): the
     # operand stays tiled on the sliced dims, each partition cuts the part of the slice in its
     # own range (zero elsewhere), and the result is a partial value the reshard sums. It moves
-    # about twice the result instead of the whole sliced dims.
+    # about twice the result instead of the whole sliced dims. A strided dim cuts the range
+    # the slice spans, then takes every stride-th element of it locally (both are linear, so
+    # the partial values still sum to the slice).
 
     def plan(self, inst, ctx):
         chosen = super().plan(inst, ctx)
@@ -353,7 +355,7 @@ class SliceRule(WindowRule):
             return chosen
         tiling = ctx.tiling(source, operand.shape.rank)
         sliced = _sliced_tiled_dims(inst, tiling)
-        if not sliced or any(inst.attr("slice")[d].stride != 1 for d in sliced):
+        if not sliced:
             return chosen
         masked = OpPlan((source,), algebra.unreduce_on_dims(tiling.sharding, sliced),
                         "slice keeps its operand tiled on sliced dims: each partition cuts "
@@ -383,9 +385,20 @@ class SliceRule(WindowRule):
             local = b.add("slice", local.shape.with_dims([len(range(c.start, c.limit, c.stride))
                                                           for c in cut]), [local], {"slice": cut})
         starts = [b.constant(0 if w else s.start, "s32") for w, s in zip(whole, slices)]
-        sizes = [n if w else s.limit - s.start for w, s, n in zip(whole, slices, local.shape.dims)]
-        return masked_window(inst, ctx, local, starts, sizes, tiling,
-                             _sliced_tiled_dims(inst, tiling))
+        spans = [n if w else (out - 1) * s.stride + 1
+                 for w, s, n, out in zip(whole, slices, local.shape.dims, inst.shape.dims)]
+        window = masked_window(inst, ctx, local, starts, spans, tiling,
+                               _sliced_tiled_dims(inst, tiling))
+        if all(w or s.stride == 1 for w, s in zip(whole, slices)):
+            return window
+        window.name = b.names(f"{inst.name}.span")     # the strided slice stands for `inst`
+        strided = tuple(SliceDim(0, n, 1 if w else s.stride)
+                        for w, s, n in zip(whole, slices, window.shape.dims))
+        return b.append(Instruction(inst.name, "slice", inst.sharding.shard_shape(inst.shape),
+                                    [window], {**({"metadata": inst.attrs["metadata"]}
+                                                  if "metadata" in inst.attrs else {}),
+                                               "slice": strided},
+                                    sharding=inst.sharding))
 
 
 def _sliced_tiled_dims(inst: Instruction, tiling: Tiling) -> list[int]:
