@@ -6,6 +6,7 @@ all-reduce of B bytes over g devices sends 2 (g-1)/g B); values against the unpa
 program; with the `[xla]` extra, against XLA's own partitioned program (skipped without it)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gspmdc.passes.spmd.traffic import collective_traffic
@@ -71,3 +72,67 @@ def test_a_strided_slice_of_a_tiled_dim_sums_each_partitions_part():
     spmd = check_equivalent(STRIDED_SLICE.format(n=2), 2)
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
     assert _sent(spmd, 2) == 48
+
+
+INTERIOR_PAD = """HloModule m, num_partitions={n}
+
+ENTRY e {{
+  p = f32[{rows},2] parameter(0), sharding={{devices=[{n},1]<=[{n}]}}
+  v = f32[] parameter(1), sharding={{replicated}}
+  ROOT q = f32[{out},2] pad(p, v), padding={low}_{high}_{interior}x0_0,
+    sharding={{devices=[{n},1]<=[{n}]}}
+}}
+"""
+
+
+def test_an_interior_pad_whose_windows_read_only_holes_of_a_neighbour_sends_nothing():
+    """f32[3,2] tiled in three, padded 3 low, 1 high, 2 between rows: f32[11,2] in shards of
+    4 rows, row k at 3 + 3k, so each shard's rows are its own row and pad values. The halo
+    planner counted the holes after the left neighbour's row as a read of that row and sent it
+    (a permute of one row from two devices: 2.7 B per device; XLA sends nothing)."""
+    spmd = check_equivalent(INTERIOR_PAD.format(n=3, rows=3, out=11, low=3, high=1,
+                                                interior=2), 3)
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("n,rows,low,high,interior", [
+    (2, 5, 1, 2, 2), (3, 5, 0, 0, 3), (4, 5, 2, 1, 1), (4, 7, 3, 0, 2), (3, 4, 0, 2, 4),
+    (4, 3, 1, 1, 3)])
+def test_interior_pads_of_tiled_rows_keep_their_values(n, rows, low, high, interior):
+    """Pads whose windows read holes next to a neighbour's rows (some such holes, some the
+    neighbour's real rows) reproduce the unpartitioned pad, uneven shards included."""
+    out = low + rows + (rows - 1) * interior + high
+    check_equivalent(INTERIOR_PAD.format(n=n, rows=rows, out=out, low=low, high=high,
+                                         interior=interior), n)
+
+
+SCATTER_INTO_ONE_ELEMENT = """HloModule m, num_partitions=4
+
+maximum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+
+ENTRY e {
+  p = f32[1,3] parameter(0), sharding={devices=[4,1]3,2,1,0}
+  i = s32[5,1] parameter(1), sharding={replicated}
+  u = f32[5,3] parameter(2), sharding={replicated}
+  ROOT s = f32[1,3] scatter(p, i, u), update_window_dims={1}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=maximum,
+    sharding={devices=[4,1]3,2,1,0}
+}
+"""
+
+
+def test_a_scatter_into_a_size_one_dim_tiled_over_devices_stays_local():
+    """Dim 0 has one row, tiled four ways (device 3 holds it, the others padding): each
+    partition scatters into its own shard with the indices shifted by its offset (updates of
+    other rows dropped by the scatter's bounds check), as for a longer indexed dim. The row was
+    gathered to every partition first (a masked all-reduce)."""
+    text = SCATTER_INTO_ONE_ELEMENT
+    inputs = [np.arange(3, dtype=np.float32).reshape(1, 3),
+              np.array([[0], [1], [0], [-1], [0]], dtype=np.int32),
+              np.linspace(-2, 5, 15, dtype=np.float32).reshape(5, 3)]
+    spmd = check_equivalent(text, 4, inputs=inputs)
+    assert collectives(spmd) == []

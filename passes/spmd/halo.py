@@ -268,6 +268,9 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
     need_lo = s * first - dim.padding_low                    # base range the real outputs read
     need_hi = s * (last - 1) + dim.extent - dim.padding_low
     data_lo, data_hi = np.maximum(need_lo, 0), np.minimum(need_hi, valid)
+    # only the real elements (base positions b*k) of that range travel: trimmed to the first
+    # and last of them, a read of holes alone (the pad value, rebuilt locally) needs nothing
+    data_lo, data_hi = b * -(-data_lo // b), b * ((data_hi - 1) // b) + 1
     reads_data = real & (data_lo < data_hi)
     need_left = np.where(reads_data, np.maximum(ib * i - data_lo, 0), 0)
     need_right = np.where(reads_data, np.maximum(data_hi - ib * (i + 1), 0), 0)

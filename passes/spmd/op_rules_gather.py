@@ -286,7 +286,7 @@ class ScatterDims:
                 to_operand.append(d)
                 to_indices.append(-1)
                 to_updates.append(window[d])
-            elif size == 1 and d in to_operand_map and operand.dims[d] > 1:
+            elif size == 1 and d in to_operand_map:
                 indexed.append(d)
                 to_operand.append(d)
                 to_indices.append(-1)
