@@ -136,3 +136,29 @@ def test_a_scatter_into_a_size_one_dim_tiled_over_devices_stays_local():
               np.linspace(-2, 5, 15, dtype=np.float32).reshape(5, 3)]
     spmd = check_equivalent(text, 4, inputs=inputs)
     assert collectives(spmd) == []
+
+
+PRED_GATHER = """HloModule m, num_partitions={n}
+
+ENTRY e {{
+  p = pred[{size},2] parameter(0), sharding={{devices=[{n},1]<=[{n}]}}
+  i = s32[4,1] parameter(1), sharding={{replicated}}
+  ROOT g = pred[4,2] gather(p, i), offset_dims={{1}}, collapsed_slice_dims={{0}},
+    start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,2}}, sharding={{replicated}}
+}}
+"""
+
+
+@pytest.mark.parametrize("n,size", [(2, 8), (3, 7), (4, 1)])
+def test_a_pred_gather_of_a_tiled_indexed_dim_ors_the_masked_local_gathers(n, size):
+    """Rows of a `pred` operand tiled on its indexed dim (uneven on 3; one row tiled four
+    ways): each partition gathers the rows in its range (false elsewhere) and one all-reduce
+    with `or` combines them (8 B x 2 (n-1)/n per device), as XLA does; the operand was
+    gathered whole before (pred has no sum, the partial form was not used). The one row tiled
+    four ways is cheaper still to gather (2 B from its one holder)."""
+    rng = np.random.default_rng(n)
+    inputs = [rng.random((size, 2)) < 0.5,
+              rng.integers(-1, size + 1, size=(4, 1)).astype(np.int32)]
+    spmd = check_equivalent(PRED_GATHER.format(n=n, size=size), n, inputs=inputs)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert _sent(spmd, n) == (8 * 2 * (n - 1) / n if size > 1 else 3)

@@ -24,7 +24,7 @@ Candidates (fewest bytes wins, first on ties): the annotated result's tiling wit
 tiles of its indexed dims, the annotated result's tiling alone, the operand's tiling carried
 through, the indices' tiling with the operand's indexed tiles, the indices' tiling alone, and
 everything replicated. A candidate whose device groups do not combine into one tiling is skipped.
-`pred` gathers do not use partial values (no sum), so their indexed dims are gathered.
+`pred` gathers combine their partial values by `or` (the masked results are `false`).
 
 Scatter (`ScatterRule`) tiles its operand (= result) dims the same way: dims the updates cover
 whole (updates tiled alike), batching dims (indices and updates tiled alike) and dims addressed
@@ -107,10 +107,7 @@ class GatherDims:
             to_indices[out] = i
             if i in idx_batching:
                 to_operand[out] = op_batching[idx_batching.index(i)]
-        indexed = tuple(d for d in start_map if sizes[d] == 1 and d not in op_batching
-                        and operand.dims[d] > 1)
-        if inst.shape.element_type == "pred":
-            indexed = ()
+        indexed = tuple(d for d in start_map if sizes[d] == 1 and d not in op_batching)
         return cls(rank, operand.rank, indices.rank, ivd, tuple(to_operand) + indexed,
                    tuple(to_indices) + (-1,) * len(indexed), indexed, tuple(batch))
 
