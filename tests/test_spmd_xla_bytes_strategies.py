@@ -162,3 +162,27 @@ def test_a_pred_gather_of_a_tiled_indexed_dim_ors_the_masked_local_gathers(n, si
     spmd = check_equivalent(PRED_GATHER.format(n=n, size=size), n, inputs=inputs)
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
     assert _sent(spmd, n) == (8 * 2 * (n - 1) / n if size > 1 else 3)
+
+
+WHOLE_DIM_STARTS = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = f32[8,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  u = f32[8,2] parameter(1), sharding={devices=[4,1]<=[4]}
+  i = s32[] parameter(2), sharding={maximal device=1}
+  j = s32[] parameter(3), sharding={replicated}
+  d = f32[8,3] dynamic-update-slice(p, u, i, j), sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[8,2] dynamic-slice(d, i, j), dynamic_slice_sizes={8,2},
+    sharding={devices=[4,1]<=[4]}
+}
+"""
+
+
+def test_the_start_of_a_dim_taken_whole_is_not_broadcast():
+    """Dim 0 is updated and sliced whole: HLO clamps its start `i` to 0 whatever it is, so
+    the start on device 1 is not broadcast to the others (a select + all-reduce of 4 B) and
+    each partition works on its rows with start 0 there."""
+    inputs = [np.arange(24, dtype=np.float32).reshape(8, 3),
+              -np.arange(16, dtype=np.float32).reshape(8, 2), np.int32(5), np.int32(1)]
+    spmd = check_equivalent(WHOLE_DIM_STARTS, 4, inputs=inputs)
+    assert collectives(spmd) == []

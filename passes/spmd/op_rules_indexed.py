@@ -4,8 +4,10 @@
 Each op has *kept* dims, along which it works index by index (a dynamic slice or update covering
 the whole dim, a dim that is not sorted, every dim of a TopK but the last): candidates tile the
 result and the array operands alike on kept dims only (from the annotated result, or from the
-first operand), the other dims whole; start indices are replicated. Locally, dynamic-slice sizes
-become the shard size on tiled kept dims (their start is clamped to 0 both globally and locally).
+first operand), the other dims whole; start indices are replicated, but those of kept dims (HLO
+clamps them to 0 whatever they are) stay as they are and read as 0 locally. Locally, dynamic-slice
+sizes become the shard size on tiled kept dims (their start is clamped to 0 both globally and
+locally).
 
 More strategies, chosen by bytes like the others:
 
@@ -65,6 +67,28 @@ def _kept_dims(inst: Instruction) -> list[int]:
     return list(range(rank - 1))                                  # topk, TopK
 
 
+def _ignored_starts(inst: Instruction) -> set[int]:
+    """The start-index operands of a dynamic-(update-)slice whose value never matters: those of
+    kept dims, whose start HLO clamps to 0 whatever it is. They are not resharded (a start on
+    one device is not broadcast) and lowering reads 0 for them (`_local_operands`)."""
+    if inst.opcode not in ("dynamic-slice", "dynamic-update-slice"):
+        return set()
+    arrays = _array_operands(inst)
+    return {arrays + d for d in _kept_dims(inst)
+            if inst.operands[arrays + d].sharding is not None and
+            not inst.operands[arrays + d].sharding.has_manual_leaf}
+
+
+def _local_operands(inst: Instruction, ctx: LowerContext) -> list[Instruction]:
+    """`inst`'s local operands, a start its plan left unresharded (`_ignored_starts`: not
+    replicated, so maybe not this partition's) replaced by 0."""
+    local = ctx.operands(inst)
+    for k in _ignored_starts(inst):
+        if not inst.operands[k].sharding.is_replicated:
+            local[k] = ctx.builder.constant(0, inst.operands[k].shape.element_type)
+    return local
+
+
 def _array_operands(inst: Instruction) -> int:
     """How many leading operands are arrays tiled like the result (the rest: scalar indices)."""
     return {"dynamic-slice": 1, "dynamic-update-slice": 2}.get(inst.opcode, len(inst.operands))
@@ -108,7 +132,10 @@ class _KeptDimsRule(PartitionRule):
         if operands is None:
             operands = (sharding,) * arrays
         scalar = sharding if sharding.kind == "maximal" else HloSharding.replicate()
-        operands = operands + (scalar,) * (len(inst.operands) - arrays)
+        ignored = _ignored_starts(inst) if sharding.kind != "maximal" else set()
+        operands = operands + tuple(
+            inst.operands[k].sharding if k in ignored else scalar
+            for k in range(arrays, len(inst.operands)))
         if isinstance(inst.shape, TupleShape):
             result = HloSharding.tuple([sharding] * len(inst.shape.elements))
         else:
@@ -198,7 +225,7 @@ class DynamicSliceRule(_KeptDimsRule):
         tiling, tiled = _tiled_sliced_dims(inst, ctx)
         if tiled:
             return _masked_slice(inst, ctx, tiling, tiled)
-        local = clone(inst, ctx)
+        local = clone(inst, ctx, _local_operands(inst, ctx))
         local.attrs["dynamic_slice_sizes"] = tuple(local.shape.dims)
         return local
 
@@ -225,7 +252,7 @@ class DynamicUpdateSliceRule(_KeptDimsRule):
     def lower(self, inst, ctx: LowerContext):
         tiling, tiled = _tiled_sliced_dims(inst, ctx)
         if not tiled:
-            return clone(inst, ctx)
+            return clone(inst, ctx, _local_operands(inst, ctx))
         return _masked_update(inst, ctx, tiling, tiled)
 
 
@@ -303,7 +330,7 @@ def _masked_slice(inst: Instruction, ctx: LowerContext, tiling: Tiling,
                   tiled: list[int]) -> Instruction:
     """This partition's addend of a dynamic-slice of an operand tiled on the sliced dims
     `tiled`: the window over its own range, zero elsewhere (see the module docstring)."""
-    local_operand, *starts = ctx.operands(inst)
+    local_operand, *starts = _local_operands(inst, ctx)
     starts = [ctx.builder.convert(s, "s32") for s in starts]
     return masked_window(inst, ctx, local_operand, starts, inst.attr("dynamic_slice_sizes"),
                          tiling, tiled)
@@ -385,7 +412,7 @@ def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
     """The local dynamic-update-slice of an operand tiled on the sliced dims `tiled` (see the
     module docstring)."""
     b = ctx.builder
-    local_operand, local_update, *starts = ctx.operands(inst)
+    local_operand, local_update, *starts = _local_operands(inst, ctx)
     operand_dims = inst.operands[0].shape.dims
     update_dims = inst.operands[1].shape.dims
     shard = tiling.shard_dims(operand_dims)
