@@ -186,3 +186,26 @@ def test_the_start_of_a_dim_taken_whole_is_not_broadcast():
               -np.arange(16, dtype=np.float32).reshape(8, 2), np.int32(5), np.int32(1)]
     spmd = check_equivalent(WHOLE_DIM_STARTS, 4, inputs=inputs)
     assert collectives(spmd) == []
+
+
+SHARED_BROADCAST = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f32[16,8] parameter(0), sharding={maximal device=0}
+  i = s32[] parameter(1), sharding={replicated}
+  a = f32[16,8] negate(p), sharding={replicated}
+  s = f32[4,8] dynamic-slice(p, i, i), dynamic_slice_sizes={4,8}, sharding={maximal device=0}
+  ROOT t = (f32[16,8], f32[4,8]) tuple(a, s), sharding={{replicated}, {devices=[1,2]0,1}}
+}
+"""
+
+
+def test_a_value_already_broadcast_for_one_user_is_free_for_the_next():
+    """`p` on device 0 is broadcast for the replicated negate (512 B per device); the
+    dynamic-slice after it, annotated on device 0 but needed tiled, then runs on that
+    replicated copy (its reshard node is shared: no more bytes) and is sliced to its tiles,
+    instead of running on device 0 and broadcasting its f32[4,8] result (128 B more)."""
+    inputs = [np.arange(128, dtype=np.float32).reshape(16, 8), np.int32(9)]
+    spmd = check_equivalent(SHARED_BROADCAST, 2, inputs=inputs)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert _sent(spmd, 2) == 512

@@ -171,9 +171,12 @@ class _Rewriter:
         self.comp = comp
         self.arrivals = arrivals or {}
         self.root_sharding = root_sharding
-        self.ctx = PlanContext(num_partitions, module.computations, self._result_needs)
+        self.ctx = PlanContext(num_partitions, module.computations, self._result_needs,
+                               self._had)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
+        #: per value (by id), the shardings `cache` holds a reshard of it to
+        self.resharded_to: dict[int, set[HloSharding]] = {}
         self.created: set[Instruction] = set()
         #: the tuples `_reshard_tuple` built (each of its operands is one element, resharded)
         self.tuples: set[Instruction] = set()
@@ -261,6 +264,7 @@ class _Rewriter:
                                     name=f"{value.name}.reshard", sharding=target)
         self.created.add(node)
         self.cache[key] = node
+        self.resharded_to.setdefault(id(value), set()).add(target)
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
@@ -305,6 +309,11 @@ class _Rewriter:
             inst.sharding = saved
             self.looking_ahead = False
         return tuple(dict.fromkeys(needs))
+
+    def _had(self, value: Instruction) -> frozenset:
+        """The shardings `value` was already resharded to for earlier users (shared nodes:
+        a plan needing one of them moves no more bytes for it)."""
+        return frozenset(self.resharded_to.get(id(value), ()))
 
     def _planned_ahead(self, inst: Instruction) -> OpPlan | None:
         """The plan made for `inst` while looking ahead, if its operands are still the same

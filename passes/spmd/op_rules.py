@@ -71,6 +71,9 @@ class Signature:
     #: the shardings the instruction's users read it in (their plans', and the annotation
     #: where it is the root); empty: not known, the result is priced to the annotation
     result_needs: tuple[HloSharding, ...] = ()
+    #: per operand, the shardings insert-reshards already resharded it to for an earlier
+    #: user (a reshard node every later user shares: no more bytes); empty: none known
+    operand_had: tuple[frozenset, ...] = ()
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
@@ -87,7 +90,9 @@ class Signature:
         return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
                          tuple(s.with_metadata(()) for s in self.operand_shardings),
                          self.operand_ids, self.operand_free,
-                         tuple(s.with_metadata(()) for s in self.result_needs))
+                         tuple(s.with_metadata(()) for s in self.result_needs),
+                         tuple(frozenset(s.with_metadata(()) for s in had)
+                               for had in self.operand_had))
 
 
 #: opcodes whose value on one device may differ between partitions that compute it: their
@@ -176,13 +181,16 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     """`own` plus the bytes `measure` gives for the reshards `plan` asks of an instruction
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
-    free in a free target."""
+    free in a free target or already resharded to the sharding needed for an earlier user."""
     total = own + _result_bytes(signature, plan.result, measure)
-    free = signature.operand_free or (False,) * len(signature.operand_ids)
+    count = len(signature.operand_ids)
+    free = signature.operand_free or (False,) * count
+    had = signature.operand_had or (frozenset(),) * count
     operands = zip(signature.operand_ids, signature.operand_shapes,
-                   signature.operand_shardings, free)
-    for (_, shape, sharding, recomputed), need in dict.fromkeys(zip(operands, plan.operands)):
-        if not (recomputed and free_target(need)):
+                   signature.operand_shardings, free, had)
+    for (_, shape, sharding, recomputed, earlier), need in \
+            dict.fromkeys(zip(operands, plan.operands)):
+        if not (recomputed and free_target(need)) and need not in earlier:
             total += measure(shape, sharding, need)
     return total
 
@@ -245,13 +253,16 @@ class PlanContext:
     """Costs and choices for planning on `num_devices` partitions."""
 
     def __init__(self, num_devices: int, computations: dict | None = None,
-                 result_needs: Callable[[Instruction], tuple[HloSharding, ...]] | None = None):
+                 result_needs: Callable[[Instruction], tuple[HloSharding, ...]] | None = None,
+                 had: Callable[[Instruction], frozenset] | None = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
         #: the shardings an instruction's users read it in (insert-reshards' look-ahead);
         #: an empty tuple where they are not known
         self.result_needs = result_needs
+        #: the shardings insert-reshards already resharded a value to (for earlier users)
+        self.had = had
         self._needs: dict[Instruction, tuple[HloSharding, ...]] = {}
         self._costs: dict[tuple, float] = {}
 
@@ -265,6 +276,10 @@ class PlanContext:
         reshards are the same for all its plans); every later question about `inst` gets the
         same needs, so that its plans are compared alike."""
         signature = Signature.of(inst)
+        if self.had is not None and inst.opcode not in CONTRACTIONS:
+            had = tuple(self.had(o) for o in inst.operands)
+            if any(had):
+                signature = replace(signature, operand_had=had)
         if self.result_needs is None:
             return signature
         needs = self._needs.get(inst)
