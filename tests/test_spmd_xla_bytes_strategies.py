@@ -209,3 +209,21 @@ def test_a_value_already_broadcast_for_one_user_is_free_for_the_next():
     spmd = check_equivalent(SHARED_BROADCAST, 2, inputs=inputs)
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
     assert _sent(spmd, 2) == 512
+
+
+DIMENSION_SIZE = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = f32[14,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  n = s32[] get-dimension-size(p), dimensions={0}, sharding={replicated}
+  m = s32[] get-dimension-size(p), dimensions={1}, sharding={maximal device=2}
+  ROOT t = (s32[], s32[]) tuple(n, m), sharding={{replicated}, {maximal device=2}}
+}
+"""
+
+
+def test_get_dimension_size_of_a_tiled_value_is_its_global_size_without_a_gather():
+    """The size of a static dim is known whatever the operand's tiling (14 for the tiled dim,
+    not a partition's 4 rows): no collective. It ran on the operand gathered whole."""
+    spmd = check_equivalent(DIMENSION_SIZE, 4, inputs=[np.zeros((14, 8), np.float32)])
+    assert collectives(spmd) == []

@@ -1,11 +1,12 @@
 """Partitioning of values and data movement (docs/partitioning.md, "Per-op strategies"):
-`parameter`, `constant`, `iota`, `broadcast`, `transpose`, `reshape`, `tuple`,
-`get-tuple-element`, `opt-barrier` and the `Sharding` custom-call (a reshard node).
+`parameter`, `constant`, `get-dimension-size`, `iota`, `broadcast`, `transpose`, `reshape`,
+`tuple`, `get-tuple-element`, `opt-barrier` and the `Sharding` custom-call (a reshard node).
 
 - parameter: a parameter of the shard shape (entry parameters are scattered by the runtime).
 - constant: a whole constant when replicated or on one device, a shard-shaped constant when every
   element is equal; otherwise the whole constant, resharded (a local slice).
 - iota: a local iota; along a tiled dim, plus this partition's offset (a table lookup).
+- get-dimension-size: the global size of the dim (a constant), its operand left as it is.
 - broadcast: the operand in the result's sharding restricted to the kept dims, or the result in
   the operand's sharding extended by untiled new dims; local broadcast to the shard shape.
 - transpose: the operand in the result's sharding transposed back, or the result in the operand's
@@ -73,6 +74,27 @@ def is_splat(inst: Instruction) -> bool:
     flat = np.ascontiguousarray(lit.value).reshape(-1)
     raw = flat.view(np.uint8).reshape(flat.size, -1)
     return bool((raw == raw[0]).all())
+
+
+@PARTITION_RULES.register("get-dimension-size", instance=True)
+class GetDimensionSizeRule(PartitionRule):
+    """`get-dimension-size` of a static shape is the global size of that dim, whatever the
+    operand's sharding: the operand is not resharded and the local op is that constant."""
+
+    def plan(self, inst, ctx):
+        result = without_partials(inst.sharding)
+        if result.kind not in ("replicated", "maximal"):
+            result = HloSharding.replicate()
+        return OpPlan((inst.operands[0].sharding,), result,
+                      "get-dimension-size is its operand's global size")
+
+    def lower(self, inst, ctx):
+        (dim,) = inst.attr("dimensions")
+        local = clone(inst, ctx, [], ArrayShape("s32", ()))
+        local.opcode = "constant"
+        local.attrs = {k: v for k, v in local.attrs.items() if k == "metadata"}
+        local.literal = Literal(np.asarray(inst.operands[0].shape.dims[dim], dtype=np.int32))
+        return local
 
 
 @PARTITION_RULES.register("iota", instance=True)
