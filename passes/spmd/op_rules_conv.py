@@ -170,7 +170,8 @@ def whole_window_dims(inst: Instruction) -> frozenset:
     lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
     return frozenset(
         k for k, w in enumerate(window.dims if window is not None else ())
-        if w.size > 1 and lhs.dims[labels.lhs_spatial[k]] == rhs.dims[labels.rhs_spatial[k]] == w.size and
+        if w.size > 1 and
+        lhs.dims[labels.lhs_spatial[k]] == rhs.dims[labels.rhs_spatial[k]] == w.size and
         (w.padding_low, w.padding_high, w.base_dilation, w.window_dilation) == (0, 0, 1, 1) and
         not w.window_reversal)
 

@@ -107,7 +107,9 @@ class GatherDims:
             to_indices[out] = i
             if i in idx_batching:
                 to_operand[out] = op_batching[idx_batching.index(i)]
-        indexed = tuple(d for d in start_map if sizes[d] == 1 and d not in op_batching)
+        # a size-1 dim sliced whole is a pass-through dim already
+        indexed = tuple(d for d in start_map if sizes[d] == 1 and d not in op_batching
+                        and d not in to_operand)
         return cls(rank, operand.rank, indices.rank, ivd, tuple(to_operand) + indexed,
                    tuple(to_indices) + (-1,) * len(indexed), indexed, tuple(batch))
 
