@@ -227,3 +227,47 @@ def test_get_dimension_size_of_a_tiled_value_is_its_global_size_without_a_gather
     not a partition's 4 rows): no collective. It ran on the operand gathered whole."""
     spmd = check_equivalent(DIMENSION_SIZE, 4, inputs=[np.zeros((14, 8), np.float32)])
     assert collectives(spmd) == []
+
+
+
+TWO_DIM_SCATTER = """HloModule m, num_partitions=4
+
+ENTRY e {
+  a = f32[2,6,2] parameter(0), sharding={replicated}
+  b = f32[2,6,16,2] parameter(1), sharding={devices=[2,1,1,2]<=[4]}
+  ROOT d = f32[6,16] dot(a, b), lhs_batch_dims={1}, lhs_contracting_dims={2,0},
+    rhs_batch_dims={1}, rhs_contracting_dims={3,0}, sharding={devices=[2,2]<=[4]}
+}
+"""
+
+
+def test_partial_sums_reduce_scatter_into_two_tiled_dims_in_stages():
+    """The kernel is tiled on both contracting dims (four tiles), the replicated lhs is sliced
+    alike: each partition's dot is a partial f32[6,16] (384 B). No one dim of the `[2,2]`
+    output takes all four partials, so a reduce-scatter over pairs into rows (192 B each) and
+    one over the other pairs into columns (96 B) send 288 B per device, XLA's figure. Without
+    the staged form the all-reduce and slice cost 576 B, and the dot moved the kernel to the
+    output's tiling by two all-to-alls instead (384 B)."""
+    spmd = check_equivalent(TWO_DIM_SCATTER, 4)
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter", "reduce-scatter"]
+    assert _sent(spmd, 4) == 288
+
+
+GATHER_OF_A_SIZE_ONE_DIM = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f32[1,6] parameter(0), sharding={devices=[2,1]<=[2]}
+  i = s32[3,2] parameter(1), sharding={replicated}
+  ROOT g = f32[3,1,2] gather(p, i), offset_dims={1,2}, collapsed_slice_dims={},
+    start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,2}, sharding={replicated}
+}
+"""
+
+
+def test_a_size_one_dim_sliced_whole_is_not_also_an_indexed_dim():
+    """Dim 0 has one row and the slice takes it whole: it is a pass-through dim of the gather,
+    not also an indexed one (taking it as both asked one dim of the extended space to carry
+    two operand dims' tiles, and compiling failed)."""
+    inputs = [np.arange(6, dtype=np.float32).reshape(1, 6),
+              np.array([[0, 1], [0, 4], [0, 3]], dtype=np.int32)]
+    check_equivalent(GATHER_OF_A_SIZE_ONE_DIM, 2, inputs=inputs)

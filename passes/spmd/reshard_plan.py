@@ -663,11 +663,57 @@ def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
             scattered = Tiling(after, state.rank, state.num_devices)
             steps.append(ReduceScatter(state, scattered, dim=d, groups=groups))
             return scattered
+    if scatter:
+        state = _scatter_in_stages(dims, state, target, steps)
+        if state.unreduced == 1:
+            return state
     groups = state.partial_groups()
     reduced = Tiling(algebra.all_reduce_partials(state.sharding, state.rank, state.num_devices),
                      state.rank, state.num_devices)
     steps.append(AllReduce(state, reduced, groups=groups))
     return reduced
+
+
+def _scatter_in_stages(dims, state: Tiling, target: Tiling, steps: list[Step]) -> Tiling:
+    """Partial sums no one dim takes whole (a target tiling several dims): reduce-scatter a
+    factor of the partial count into each dim the target tiles by a multiple of it, in dim
+    order, while partials remain (f32[6,16] summed over 4 partitions into `[2,2]`: two
+    reduce-scatters over pairs, the bytes of one over four). What remains is all-reduced."""
+    for d in range(len(dims)):
+        u = state.unreduced
+        if u == 1:
+            break
+        t, tt = state.counts[d], target.counts[d]
+        for f in range(u, 1, -1):
+            if u % f == 0 and tt % (t * f) == 0 and _split_aligned(dims[d], t, f):
+                state = _scatter_factor(state, target, d, f, steps)
+                break
+    return state
+
+
+def _scatter_factor(state: Tiling, target: Tiling, d: int, f: int, steps: list[Step]) -> Tiling:
+    """Reduce-scatter `f` of `state`'s partial values into dim `d` (member j of a group takes
+    block j of its tile): the groups are the major or the minor `f` of the partial index, the
+    one whose blocks contain the devices' `target` tiles where either does."""
+    array, rank = state.devices, state.rank
+    counts, (u, r) = array.shape[:rank], array.shape[rank:]
+    within = target.coordinates()[:, d] // (target.counts[d] // (state.counts[d] * f))
+    chosen = None
+    for major in (True, False):
+        split, axis = ((f, u // f), rank) if major else ((u // f, f), rank + 1)
+        parts = array.reshape(counts + split + (r,))
+        groups = np.moveaxis(parts, axis, -1).reshape(-1, f)
+        merged = np.moveaxis(parts, axis, d + 1).reshape(
+            counts[:d] + (counts[d] * f,) + counts[d + 1:] + (u // f, r))
+        after = Tiling.of_devices(merged)
+        fits = bool((after.coordinates()[:, d] == within).all())
+        if chosen is None or fits:
+            chosen = groups, after
+        if fits:
+            break
+    groups, after = chosen
+    steps.append(ReduceScatter(state, after, dim=d, groups=groups))
+    return after
 
 
 def _scatter_by_devices(state: Tiling, target: Tiling,
