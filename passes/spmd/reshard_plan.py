@@ -14,6 +14,7 @@ Steps between tilings (`tiling.py`), in the order a plan uses them:
 | step                | when                                                | communication  |
 |---------------------|-----------------------------------------------------|----------------|
 | `ReduceScatter(d)`  | partial sums; the target tiles dim d by their count  | reduce-scatter |
+|                     | (or by a factor of it, dim after dim: in stages)     |                |
 | `AllReduce`         | partial sums otherwise                               | all-reduce     |
 | `AllToAll(i, j, g)` | a factor g of tiles moves from dim i to dim j        | all-to-all     |
 | `Slice`             | target tiles nest in held tiles (uses replication)   | none           |
