@@ -100,6 +100,10 @@ _SHARD_SHAPES: dict = {}
 #: partitioner validates every instruction's sharding. Registered like `_TILED`.
 _VALID: dict = {}
 
+#: the metadata-free `{replicated}`, `{manual}`, `{unknown}` and `{unreduced}` values, one each
+#: (`HloSharding._plain`; immutable, so sharing them is safe)
+_PLAIN: dict = {}
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class HloSharding:
@@ -184,19 +188,30 @@ class HloSharding:
 
     @classmethod
     def replicate(cls, metadata=(), shard_group: ShardGroup | None = None) -> "HloSharding":
-        return cls("replicated", metadata=tuple(metadata), shard_group=shard_group)
+        return cls._plain("replicated", metadata, shard_group)
 
     @classmethod
     def manual(cls, metadata=(), shard_group: ShardGroup | None = None) -> "HloSharding":
-        return cls("manual", metadata=tuple(metadata), shard_group=shard_group)
+        return cls._plain("manual", metadata, shard_group)
 
     @classmethod
     def unknown(cls, metadata=(), shard_group: ShardGroup | None = None) -> "HloSharding":
-        return cls("unknown", metadata=tuple(metadata), shard_group=shard_group)
+        return cls._plain("unknown", metadata, shard_group)
 
     @classmethod
     def unreduced(cls, metadata=(), shard_group: ShardGroup | None = None) -> "HloSharding":
-        return cls("unreduced", metadata=tuple(metadata), shard_group=shard_group)
+        return cls._plain("unreduced", metadata, shard_group)
+
+    @classmethod
+    def _plain(cls, kind: str, metadata, shard_group: ShardGroup | None) -> "HloSharding":
+        """A sharding of `kind` without tiles or device; without metadata or shard group the
+        one shared value of that kind (`_PLAIN`: `{replicated}` is asked for constantly)."""
+        if not metadata and shard_group is None:
+            found = _PLAIN.get(kind)
+            if found is None:
+                found = _PLAIN[kind] = cls(kind)
+            return found
+        return cls(kind, metadata=tuple(metadata), shard_group=shard_group)
 
     @classmethod
     def maximal(cls, device: int, metadata=(),
