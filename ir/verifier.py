@@ -13,6 +13,12 @@ every problem as a list of messages (empty when the module is valid). Checks:
   while condition/body, conditional branches, ...); the sharding fits the shape and the module's
   `num_partitions` devices (`HloSharding.validate`; an outfeed's sharding describes its data).
 
+The shape check is a function of the opcode, the result and operand shapes, the attributes other
+than `metadata` and `frontend_attributes`, and the called computations, which are the module's
+throughout: an instruction equal in all of these to one that passed passes too, unchecked (the
+layers of a model repeat the same few instructions thousands of times). Constants, whose check
+reads the literal, are always checked.
+
 Messages read `computation main, instruction add.3: result shape f32[4] is incompatible with
 inferred f32[8]`; a raised error about one instruction names it in its `instruction` attribute
 (the parser then adds the instruction's place in the text: `parse_module(..., verify=True)`).
@@ -51,8 +57,9 @@ def verify_module(module: Module, collect: bool = False) -> list[str] | None:
     problems = _Problems(collect)
     _verify_entry(module, problems)
     _verify_call_graph(module, problems)
+    passed: set[tuple] = set()
     for comp in module.computations.values():
-        _verify_computation(module, comp, problems)
+        _verify_computation(module, comp, problems, passed)
     return problems.messages if collect else None
 
 
@@ -92,7 +99,8 @@ def _verify_call_graph(module: Module, problems: _Problems) -> None:
                 stack.append(iter(_callees(module, module.computations[callee])))
 
 
-def _verify_computation(module: Module, comp: Computation, problems: _Problems) -> None:
+def _verify_computation(module: Module, comp: Computation, problems: _Problems,
+                        passed: set[tuple]) -> None:
     where = f"computation {comp.name}"
     names = Counter(inst.name for inst in comp.instructions)
     for name in sorted(n for n, count in names.items() if count > 1):
@@ -105,7 +113,7 @@ def _verify_computation(module: Module, comp: Computation, problems: _Problems) 
     _verify_parameters(comp, problems)
     defined: set[int] = set()
     for inst in comp.instructions:
-        _verify_instruction(module, comp, inst, members, defined, problems)
+        _verify_instruction(module, comp, inst, members, defined, problems, passed)
         defined.add(id(inst))
 
 
@@ -139,7 +147,9 @@ def _sharded_shape(inst: Instruction) -> Shape:
 
 
 def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
-                        members: set[int], defined: set[int], problems: _Problems) -> None:
+                        members: set[int], defined: set[int], problems: _Problems,
+                        passed: set[tuple]) -> None:
+    """Check `inst`; `passed` holds the shape-check keys (`_shape_key`) that passed so far."""
     where = f"computation {comp.name}, instruction {inst.name}"
     structural = True
     for i, operand in enumerate(inst.operands):
@@ -162,14 +172,38 @@ def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
         problems.add(f"{where}: no result shape", instruction=inst)
         return
     if structural:
-        try:
-            check_shape(inst, module)
-        except UnsupportedError as e:
-            problems.add(f"computation {comp.name}, {e}", UnsupportedError, inst)
-        except VerificationError as e:
-            problems.add(f"computation {comp.name}, {e}", instruction=inst)
+        key = _shape_key(inst)
+        if key is None or key not in passed:
+            try:
+                check_shape(inst, module)
+            except UnsupportedError as e:
+                problems.add(f"computation {comp.name}, {e}", UnsupportedError, inst)
+            except VerificationError as e:
+                problems.add(f"computation {comp.name}, {e}", instruction=inst)
+            else:
+                if key is not None:
+                    passed.add(key)
     if inst.sharding is not None:
         try:
             inst.sharding.validate(_sharded_shape(inst), module.num_partitions)
         except (GspmdcError, ValueError) as e:
             problems.add(f"{where}: invalid sharding: {e}", instruction=inst)
+
+
+#: attributes the shape rules never read
+_NOT_SHAPE_ATTRIBUTES = frozenset({"metadata", "frontend_attributes"})
+
+
+def _shape_key(inst: Instruction) -> tuple | None:
+    """What `check_shape` reads of `inst` (opcode, result and operand shapes, attributes but
+    metadata and frontend attributes), or None when that is not a hashable value or the check
+    also reads a literal."""
+    if inst.literal is not None:
+        return None
+    key = (inst.opcode, inst.shape, tuple([o.shape for o in inst.operands]),
+           tuple([item for item in inst.attrs.items() if item[0] not in _NOT_SHAPE_ATTRIBUTES]))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
