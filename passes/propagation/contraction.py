@@ -56,16 +56,24 @@ class ContractionDims:
 
 def dot_dims(dot: Instruction) -> ContractionDims:
     """XLA's ParseDotGeneralFromDot: output dims are batch, lhs free, rhs free, in order."""
-    lhs_batch = dot.attrs.get("lhs_batch_dims", ())
-    rhs_batch = dot.attrs.get("rhs_batch_dims", ())
-    lhs_contracting = dot.attrs.get("lhs_contracting_dims", ())
-    rhs_contracting = dot.attrs.get("rhs_contracting_dims", ())
+    attrs = dot.attrs
+    return _dot_dims(tuple(attrs.get("lhs_batch_dims", ())),
+                     tuple(attrs.get("rhs_batch_dims", ())),
+                     tuple(attrs.get("lhs_contracting_dims", ())),
+                     tuple(attrs.get("rhs_contracting_dims", ())),
+                     dot.operands[0].shape.rank, dot.operands[1].shape.rank)
+
+
+@cached
+def _dot_dims(lhs_batch: tuple[int, ...], rhs_batch: tuple[int, ...],
+              lhs_contracting: tuple[int, ...], rhs_contracting: tuple[int, ...],
+              lhs_rank: int, rhs_rank: int) -> ContractionDims:
+    """`dot_dims` of a dot with these dimension numbers and operand ranks (the same few for
+    every layer of a model)."""
     batch = tuple(DimMap(l, r, i) for i, (l, r) in enumerate(zip(lhs_batch, rhs_batch)))
     contracting = tuple(DimMap(l, r, -1) for l, r in zip(lhs_contracting, rhs_contracting))
-    lhs_free = [d for d in range(dot.operands[0].shape.rank)
-                if d not in lhs_batch and d not in lhs_contracting]
-    rhs_free = [d for d in range(dot.operands[1].shape.rank)
-                if d not in rhs_batch and d not in rhs_contracting]
+    lhs_free = [d for d in range(lhs_rank) if d not in lhs_batch and d not in lhs_contracting]
+    rhs_free = [d for d in range(rhs_rank) if d not in rhs_batch and d not in rhs_contracting]
     lhs_nc = tuple(DimMap(d, -1, len(batch) + k) for k, d in enumerate(lhs_free))
     rhs_nc = tuple(DimMap(-1, d, len(batch) + len(lhs_free) + k) for k, d in enumerate(rhs_free))
     return _interned(ContractionDims(batch, contracting, lhs_nc, rhs_nc))

@@ -265,6 +265,9 @@ class PlanContext:
         self.had = had
         self._needs: dict[Instruction, tuple[HloSharding, ...]] = {}
         self._costs: dict[tuple, float] = {}
+        #: `choose_for` without tie-break: the index of the candidate chosen, by (signature,
+        #: candidates) (equal questions, e.g. every layer of a model, have the same answer)
+        self._chosen: dict[tuple, int] = {}
 
     def known_needs(self, inst: Instruction) -> tuple[HloSharding, ...]:
         """The needs of `inst`'s users, where a plan of it asked for them (else empty)."""
@@ -335,11 +338,20 @@ class PlanContext:
 
     def choose_for(self, signature: "Signature", candidates: Sequence[OpPlan],
                    tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
-        """`choose` for an instruction described by its `signature`."""
+        """`choose` for an instruction described by its `signature`. Costs are functions of
+        the signature and the plans (shardings compared without metadata), so without a
+        tie-break the choice is remembered by its index, and the plan returned is always one
+        of `candidates`."""
         def key(item):
             index, plan = item
             return (self.cost_of(signature, plan), tie_break(plan) if tie_break else 0.0, index)
-        return min(enumerate(candidates), key=key)[1]
+        if tie_break is not None:
+            return min(enumerate(candidates), key=key)[1]
+        question = (signature, tuple(candidates))
+        index = self._chosen.get(question)
+        if index is None:
+            index = self._chosen[question] = min(enumerate(candidates), key=key)[0]
+        return candidates[index]
 
     def tiling(self, sharding: HloSharding, rank: int) -> Tiling:
         return Tiling(sharding, rank, self.num_devices)
