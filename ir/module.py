@@ -83,8 +83,11 @@ class Computation:
         result: dict[Instruction, list[Instruction]] = {i: [] for i in self.instructions}
         for inst in self.instructions:
             for op in inst.operands:
-                if inst not in result[op]:
-                    result[op].append(inst)
+                # users are appended in program order: `inst` can only be the last one so far
+                # (an operand used twice), never needing a search of a long list
+                users = result[op]
+                if not users or users[-1] is not inst:
+                    users.append(inst)
         return result
 
     def __repr__(self) -> str:

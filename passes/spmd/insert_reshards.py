@@ -67,7 +67,7 @@ from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
 from .cleanup import eliminate_common_subexpressions, live_instructions
 from .op_rules import (
-    CONTRACTIONS, NOT_EVERYWHERE, OpPlan, PlanContext,
+    NOT_EVERYWHERE, NOT_RECOMPUTED, OpPlan, PlanContext,
     free_target, maximal_for, read_from, recomputed_for_free, replicated_for, result_chain,
 )
 from .op_rules_control import boundary_shardings
@@ -355,7 +355,7 @@ class _Rewriter:
         XLA's partitioned programs do for a tiled value of replicated inputs needed whole).
         None when `value` is not a pure, deterministic array op or an operand is not had so."""
         element = value.opcode == "get-tuple-element"
-        if value.opcode in NOT_EVERYWHERE | CONTRACTIONS or \
+        if value.opcode in NOT_RECOMPUTED or \
                 (value in self.created and not element) or \
                 isinstance(value.shape, TupleShape) or not free_target(target) or \
                 value.sharding.has_manual_leaf or not value.operands or \
@@ -385,7 +385,7 @@ class _Rewriter:
         key = (id(value), "whole")
         if key in self.cache:
             return self.cache[key]
-        if value.opcode in NOT_EVERYWHERE | CONTRACTIONS or value in self.created or \
+        if value.opcode in NOT_RECOMPUTED or value in self.created or \
                 value.sharding.has_manual_leaf or not value.operands:
             return None
         sources = [self._replicated_source(o) for o in value.operands]

@@ -78,11 +78,12 @@ class Signature:
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
         ids: dict[int, int] = {}
-        return cls(inst.shape, inst.sharding, tuple(o.shape for o in inst.operands),
-                   tuple(o.sharding for o in inst.operands),
-                   tuple(ids.setdefault(id(o), len(ids)) for o in inst.operands),
-                   tuple(recomputed_for_free(o, whole=inst.opcode not in CONTRACTIONS)
-                         for o in inst.operands))
+        operands = inst.operands
+        whole = inst.opcode not in CONTRACTIONS
+        return cls(inst.shape, inst.sharding, tuple([o.shape for o in operands]),
+                   tuple([o.sharding for o in operands]),
+                   tuple([ids.setdefault(id(o), len(ids)) for o in operands]),
+                   tuple([recomputed_for_free(o, whole) for o in operands]))
 
     def without_metadata(self) -> "Signature":
         """The same signature with metadata-free shardings (a plan made for it carries no
@@ -104,6 +105,9 @@ NOT_EVERYWHERE = PARTITION_DEPENDENT | SIDE_EFFECTING | RNG_STATE | \
 
 #: ops doing far more work than their result's size, never recomputed whole to save a reshard
 CONTRACTIONS = opcodes("dot", "convolution", "ragged-dot", "fft", "cholesky", "triangular-solve")
+
+#: ops never computed again whole on every partition (either of the two above)
+NOT_RECOMPUTED = NOT_EVERYWHERE | CONTRACTIONS
 
 
 def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
@@ -138,7 +142,7 @@ def _whole_of_free_operands(value: Instruction) -> bool:
     whose operands are all had replicated without communication (`_replicated_for_free`):
     every partition can compute it again whole (if its own sharding holds no per-device or
     partial data)."""
-    return value.opcode not in NOT_EVERYWHERE | CONTRACTIONS and bool(value.operands) and \
+    return value.opcode not in NOT_RECOMPUTED and bool(value.operands) and \
         all(_replicated_for_free(o) for o in value.operands)
 
 
@@ -442,7 +446,7 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
     return sharding is not None and sharding.has_manual_leaf
 
 
-__all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "recomputed_for_free",
+__all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "NOT_RECOMPUTED", "recomputed_for_free",
            "result_chain", "read_from", "free_target", "OpPlan",
            "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]
