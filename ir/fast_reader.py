@@ -424,7 +424,15 @@ class _Reader:
     # ---- attributes with a rule of their own ----------------------------------------------------
 
     def sharding_attr(self, token: Token, pos: int) -> tuple[Attr, int]:
-        """`sharding=`, decoded once per distinct text (named-mesh forms are left to lark)."""
+        """`sharding=`, decoded once per distinct text (named-mesh forms are left to lark). A
+        text up to the first `}` that is one already decoded is that sharding: decoded texts
+        are whole balanced groups, and such a group's end is where the scan ends on the same
+        characters (a tuple's first `}` closes an element, never a decoded text)."""
+        end = self.text.find("}", pos) + 1
+        if end:
+            sharding = self.shardings.get(self.text[pos:end])
+            if sharding is not None:
+                return Attr("sharding", sharding, token), _SPACE.match(self.text, end).end()
         depth, end = _balanced(self.text, pos) if self.text.startswith("{", pos) else (0, pos)
         if not depth:
             raise _Outside

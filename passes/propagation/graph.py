@@ -67,13 +67,10 @@ class ModuleGraph:
     def derived(self, kind: str, inst: Instruction, compute, *args):
         """`compute(inst, *args)`, computed once per instruction and `kind` (dimension analyses
         of dots, convolutions, gathers...: they depend only on the fixed graph)."""
-        table = self._memo.get(kind)
-        if table is None:
-            table = self._memo[kind] = {}
         try:
-            return table[inst]
+            return self._memo[kind][inst]
         except KeyError:
-            value = table[inst] = compute(inst, *args)
+            value = self._memo.setdefault(kind, {})[inst] = compute(inst, *args)
             return value
 
     def invalidate(self, comp: Computation) -> None:

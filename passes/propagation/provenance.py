@@ -23,6 +23,7 @@ from gspmdc.ir.frontend_attributes import (
 )
 from gspmdc.ir.module import Instruction, Module
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.sharding_algebra import cached
 
 ANNOTATION = "annotation"
 
@@ -56,9 +57,9 @@ class Provenance:
 
     def record(self, key: Key, sharding: HloSharding | None, how: str, rule: str = "",
                sources: tuple[Key, ...] = (), level: int | None = None) -> None:
-        steps = self.history.setdefault(key, [])
-        refs = tuple((s, self.version(s)) for s in sources if s != key)
-        steps.append(OriginStep(sharding, how, rule, refs, level))
+        history = self.history
+        refs = tuple([(s, max(len(history.get(s, ())) - 1, 0)) for s in sources if s != key])
+        history.setdefault(key, []).append(OriginStep(sharding, how, rule, refs, level))
 
     def forget(self, key: Key) -> None:
         self.history.pop(key, None)
@@ -146,7 +147,14 @@ def _removed(module: Module, comp: str) -> str:
 
 
 def _text(s: HloSharding | None) -> str:
-    return "{}" if s is None else s.to_text(include_metadata=False)
+    return "{}" if s is None else _plain_text(s)
+
+
+@cached
+def _plain_text(s: HloSharding) -> str:
+    """A sharding's text without metadata (made once per distinct sharding: a model's layers
+    repeat a few)."""
+    return s.to_text(include_metadata=False)
 
 
 def _sharding_text(s: HloSharding | None, inst: Instruction, module: Module) -> str:
