@@ -97,14 +97,20 @@ def print_instruction(inst: Instruction) -> str:
         args = ", ".join("%" + o.name for o in inst.operands)
     text = f"%{inst.name} = {print_shape(inst.shape)} {inst.opcode}({args})"
     attrs = inst.attrs
-    own = [n for n, v in attrs.items() if n not in _TRAILING and not isinstance(v, RawAttr)]
-    raw = [n for n, v in attrs.items() if n not in _TRAILING and isinstance(v, RawAttr)]
-    pieces = [f"{n}={format_attribute(n, attrs[n])}" for n in own]
+    pieces = [text]
+    raw = []
+    for n, v in attrs.items():
+        if n in _TRAILING:
+            continue
+        if isinstance(v, RawAttr):
+            raw.append(f"{n}={v.text}")
+        else:
+            pieces.append(f"{n}={format_attribute(n, v)}")
     if inst.sharding is not None:
         pieces.append("sharding=" + _sharding_text(inst.sharding))
     pieces += [f"{n}={format_attribute(n, attrs[n])}" for n in _TRAILING if n in attrs]
-    pieces += [f"{n}={attrs[n].text}" for n in raw]
-    return ", ".join([text] + pieces) if pieces else text
+    pieces += raw
+    return ", ".join(pieces) if len(pieces) > 1 else text
 
 
 @cached

@@ -63,14 +63,14 @@ def simplify_tuples(comp: Computation) -> None:
 
 
 def _key(inst: Instruction):
-    attrs = tuple((k, v) for k, v in inst.attrs.items() if k not in _IGNORED_ATTRS)
+    attrs = tuple([item for item in inst.attrs.items() if item[0] not in _IGNORED_ATTRS])
     literal = None
     if inst.literal is not None and inst.literal.value is not None:
         value = inst.literal.value
         literal = (value.dtype.str, value.shape, value.tobytes())
     elif inst.literal is not None:
         return None
-    return (inst.opcode, inst.shape, tuple(id(o) for o in inst.operands), attrs, literal)
+    return (inst.opcode, inst.shape, tuple([id(o) for o in inst.operands]), attrs, literal)
 
 
 def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str] = frozenset()
