@@ -137,7 +137,7 @@ class BroadcastRule(PartitionRule):
         source = operand.sharding
         if source.is_tiled and source == without_partials(source):
             extended = sharding_algebra.transpose(ctx.tiling(source, operand.shape.rank).sharding,
-                                                  list(np.argsort(dims)))
+                                                  _order(dims))
             extended = sharding_algebra.insert_dims(extended, new)
             candidates.append(OpPlan((source,), extended,
                                      "broadcast keeps the operand's tiling"))
@@ -155,7 +155,13 @@ def broadcast_operand_sharding(inst: Instruction, target: HloSharding,
     plain = Tiling(target, rank, num_devices).sharding
     restricted = sharding_algebra.remove_dims(
         sharding_algebra.partially_replicate_on_dims(plain, new), new)
-    return sharding_algebra.transpose(restricted, list(np.argsort(np.argsort(dims))))
+    return sharding_algebra.transpose(restricted, _order(_order(dims)))
+
+
+def _order(values: list[int]) -> list[int]:
+    """The positions of distinct `values` in increasing order of value (an argsort without
+    numpy's conversion of a short list)."""
+    return sorted(range(len(values)), key=values.__getitem__)
 
 
 @PARTITION_RULES.register("transpose", instance=True)
@@ -169,7 +175,7 @@ class TransposeRule(PartitionRule):
             candidates.append(OpPlan((target,), target, "transpose of a whole value"))
         else:
             back = sharding_algebra.transpose(ctx.tiling(target, rank).sharding,
-                                              list(np.argsort(perm)))
+                                              _order(perm))
             candidates.append(OpPlan((back,), target,
                                      "transpose operand takes the result's tiling"))
         source = inst.operands[0].sharding
