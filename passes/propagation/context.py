@@ -7,7 +7,7 @@ recording which neighbours contributed); a backward rule returns the candidate o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.shapes import TupleShape
@@ -65,18 +65,17 @@ def _single_consumer(inst: Instruction, graph: ModuleGraph) -> bool:
     return graph.non_root_users(inst) == 1
 
 
-@dataclass(slots=True)
 class Accumulator:
     """A running sharding for `inst`, improved step by step (XLA's MaybeImproveInstructionSharding
-    applied to the instruction in turn)."""
+    applied to the instruction in turn), starting from its current one."""
 
-    ctx: Context
-    inst: Instruction
-    value: HloSharding | None = None
-    sources: list[Instruction] = field(default_factory=list)
+    __slots__ = ("ctx", "inst", "value", "sources")
 
-    def __post_init__(self):
-        self.value = self.inst.sharding
+    def __init__(self, ctx: Context, inst: Instruction):
+        self.ctx = ctx
+        self.inst = inst
+        self.value: HloSharding | None = inst.sharding
+        self.sources: list[Instruction] = []
 
     def improve(self, candidate: HloSharding | None, source: Instruction | None = None, *,
                 aggressive: bool = False) -> bool:
