@@ -374,6 +374,9 @@ class RuleTable:
         self.default: Any = None
         #: opcodes the layer handles outside its table (no rule needed, none allowed)
         self.elsewhere = elsewhere
+        #: opcodes without a rule that `lookup` found the catalogue does not refuse (they take
+        #: the default, which is set once; asked for every visit of every elementwise op)
+        self._not_refused: set[str] = set()
 
     def add(self, rule: Any, *opcodes: str, targets: tuple[str, ...] = ()) -> None:
         for key, table in [(o, self.rules) for o in opcodes] + \
@@ -417,8 +420,11 @@ class RuleTable:
         rule = self.rules.get(opcode) if rule is None else rule
         if rule is not None:
             return rule
+        if opcode in self._not_refused:
+            return self.default
         reason = refusal(opcode, self.layer)
         if reason is None and self.default is not None:
+            self._not_refused.add(opcode)
             return self.default
         raise UnsupportedError(reason or f"no {self.layer.value} rule for {opcode}")
 

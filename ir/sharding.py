@@ -397,10 +397,14 @@ class HloSharding:
     @property
     def is_replicated(self) -> bool:
         """Every (leaf) sharding is `{replicated}` (true for the empty tuple)."""
+        if self.kind != "tuple":            # arrays answer first: asked constantly
+            return self.kind == "replicated"
         return self._all_leaves(("replicated",))
 
     @property
     def is_manual(self) -> bool:
+        if self.kind != "tuple":
+            return self.kind == "manual"
         return self._all_leaves(("manual",))
 
     @property
@@ -419,6 +423,8 @@ class HloSharding:
     @property
     def is_tile_maximal(self) -> bool:
         """Replicated or single-device on every leaf (XLA's IsTileMaximal; manual is not)."""
+        if self.kind != "tuple":
+            return self.kind == "replicated" or self.kind == "maximal"
         return self._all_leaves(("replicated", "maximal"))
 
     @property
