@@ -13,6 +13,8 @@ from gspmdc.ir.ops import opcodes
 
 #: opcodes whose called computations take part in propagation (XLA's computation_map)
 CONTROL_FLOW = opcodes("while", "conditional", "call")
+#: marks a fact `ModuleGraph.derived` has not computed yet (facts may be None or False)
+_UNKNOWN = object()
 _MAIN_THREAD = "main"
 
 
@@ -67,11 +69,15 @@ class ModuleGraph:
     def derived(self, kind: str, inst: Instruction, compute, *args):
         """`compute(inst, *args)`, computed once per instruction and `kind` (dimension analyses
         of dots, convolutions, gathers...: they depend only on the fixed graph)."""
-        try:
-            return self._memo[kind][inst]
-        except KeyError:
-            value = self._memo.setdefault(kind, {})[inst] = compute(inst, *args)
-            return value
+        table = self._memo.get(kind)
+        if table is None:
+            table = self._memo[kind] = {}
+        # `get` rather than a KeyError: about half the questions are first ones (the facts of
+        # every instruction, asked once each), and raising costs more than a lookup
+        value = table.get(inst, _UNKNOWN)
+        if value is _UNKNOWN:
+            value = table[inst] = compute(inst, *args)
+        return value
 
     def invalidate(self, comp: Computation) -> None:
         """Forget `comp`'s cached post order after its instruction list changed."""
