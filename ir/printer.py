@@ -129,6 +129,11 @@ def print_shape(shape: Shape) -> str:
 
 def format_attribute(name: str, value: Any) -> str:
     """The text of one attribute value (`name` decides the spelling of empty `padding`)."""
+    kind = type(value)
+    if kind is tuple and value and name != "padding" and all(type(v) is int for v in value):
+        return "{" + ",".join(map(str, value)) + "}"        # dims lists: the common case
+    if kind is int:
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, Ident)):
