@@ -7,12 +7,7 @@ plans) and hardly any reference cycles. With the collector running, every few hu
 it scans the young ones, and from time to time everything alive: about an eighth of the time of a
 10,000-instruction compile, for nothing to free. `paused_collection()` turns it off for the
 duration and back on afterwards if it was on (uses nest); objects are still freed as their last
-reference goes. Turning it back on, the objects made meanwhile join the oldest generation
-directly (`gc.freeze()` then `gc.unfreeze()`, which move whole generations without looking at
-them): left in the youngest, the first collection after the pause would scan every one of them
-(about 3% of a 10,000-instruction compile, 2026-11-26); in the oldest, the few cycles made
-meanwhile are collected by the next full collection. Not while objects are frozen (`freeze`
-below): unfreezing would thaw those too.
+reference goes, and the few cycles made meanwhile are collected by the next collection after it.
 The collector is process-wide: other threads run without it while a compile is under way.
 
 Start-up (`gspmdc run` importing the partitioner, each rank importing numpy, mpi4py and the
@@ -41,8 +36,5 @@ def paused_collection(*, freeze: bool = False):
     finally:
         if freeze:
             gc.freeze()
-        elif enabled and gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
         if enabled:
             gc.enable()
