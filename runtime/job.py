@@ -131,8 +131,7 @@ def execute_local(job: Job) -> int:
         if job.options.profiling else None
     results, run_times = run_local_timed(module, per_partition, n, repeat=job.options.repeat,
                                          recorders=recorders, timeout=job.options.timeout,
-                                         rounding=job.options.rounding,
-                                         started_at=job.started_at)
+                                         rounding=job.options.rounding)
     profiles = [r.profile() for r in recorders] if recorders is not None else None
     return finish(job, module, assemble_outputs(signature, results), inputs, profiles,
                   run_times=run_times)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from time import monotonic, perf_counter, time
+from time import monotonic, perf_counter
 from typing import Any, Sequence
 
 import numpy as np
@@ -194,14 +194,11 @@ def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
                     num_partitions: int | None = None, *, repeat: int = 0,
                     recorders: Sequence[ProfileRecorder] | None = None,
                     timeout: float | None = None, rounding: str = DEFAULT_ROUNDING,
-                    on_value: Sequence[ValueHook] | None = None,
-                    started_at: float | None = None) -> tuple[list[Any], list[float]]:
+                    on_value: Sequence[ValueHook] | None = None) -> tuple[list[Any], list[float]]:
     """`run_local`, executing the program `1 + repeat` times (each partition reuses its
     `Executable`): the root values of the last run, and the time of each run after the first
     (from all partitions starting it to all finishing it). The recorders profile the runs after
-    the first when there are some. `timeout` bounds all runs together, counted from
-    `started_at` (a `time.time()`: `gspmdc run` passes its own start, so that start-up counts)
-    or, by default, from the start of the partitions' threads."""
+    the first when there are some. `timeout` bounds all runs together."""
     n = len(per_partition_args) if num_partitions is None else num_partitions
     if len(per_partition_args) != n:
         raise GspmdcError(f"run_local: {len(per_partition_args)} argument lists for {n} "
@@ -264,8 +261,7 @@ def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
                 raise RuntimeFailure(f"cannot start the thread of partition {p} ({e}): the local "
                                      f"backend runs one thread per partition, and {n} are too "
                                      "many for this system; use --backend mpi") from None
-        already = 0.0 if started_at is None else max(time() - started_at, 0.0)
-        deadline = None if timeout is None else monotonic() + timeout - already
+        deadline = None if timeout is None else monotonic() + timeout
         with done:
             while finished[0] < n and not failures:
                 remaining = None if deadline is None else deadline - monotonic()
