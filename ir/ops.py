@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gspmdc.errors import UnsupportedError
 
 from . import custom_call_targets, dtypes
+
+if TYPE_CHECKING:
+    from .module import Instruction
 
 
 class Trait(enum.Enum):
@@ -321,6 +324,15 @@ PARTITION_DEPENDENT = with_trait(Trait.COLLECTIVE, Trait.HOST_IO, Trait.DEVICE_I
                                  Trait.ASYNC) | opcodes("rng-get-and-update-state")
 #: every attribute name that refers to called computations
 CALLED_COMPUTATION_ATTRIBUTES = frozenset(a for op in _OPS for a in op.calls)
+
+
+def has_side_effect(inst: Instruction) -> bool:
+    """Whether `inst` acts on the world: a side-effecting opcode, or a custom call that declares
+    `custom_call_has_side_effect=true` (other custom calls count as functions of their
+    operands, as in XLA)."""
+    if inst.opcode == "custom-call":
+        return bool(inst.attrs.get("custom_call_has_side_effect", False))
+    return inst.opcode in SIDE_EFFECTING
 
 
 # ---- layers and their rule tables ----------------------------------------------------------------

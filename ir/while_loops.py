@@ -14,11 +14,11 @@ The runtime refuses to run one (instead of hanging) and `gspmdc cost` names it.
 from __future__ import annotations
 
 from .module import Computation, Instruction, Module
-from .ops import COLLECTIVES, HOST_IO, RNG_STATE, SIDE_EFFECTING
+from .ops import COLLECTIVES, HOST_IO, RNG_STATE, has_side_effect
 
 #: opcodes whose result is not a function of their operands on this partition (random numbers,
-#: values from other partitions or the host), or that act on the world
-_NOT_PURE = RNG_STATE | COLLECTIVES | HOST_IO | SIDE_EFFECTING
+#: values from other partitions or the host)
+_NOT_FUNCTIONS = RNG_STATE | COLLECTIVES | HOST_IO
 
 
 def invariant_condition_elements(loop: Instruction, module: Module) -> tuple[int, ...] | None:
@@ -41,11 +41,9 @@ def invariant_condition_elements(loop: Instruction, module: Module) -> tuple[int
 
 def is_pure(computation: Computation, module: Module) -> bool:
     """Whether `computation`, with everything it calls, is a function of its arguments on this
-    partition (see `_NOT_PURE`; a custom call counts as pure unless it declares a side
-    effect)."""
+    partition: no instruction of `_NOT_FUNCTIONS`, none with a side effect (`has_side_effect`)."""
     return all(
-        inst.opcode not in _NOT_PURE
-        and not (inst.opcode == "custom-call" and inst.attr("custom_call_has_side_effect"))
+        inst.opcode not in _NOT_FUNCTIONS and not has_side_effect(inst)
         and all(is_pure(module.computation(name), module)
                 for name in inst.called_computation_names())
         for inst in computation.instructions)

@@ -3,7 +3,7 @@ it, and how to remove them all (Linux `/proc`; elsewhere these do nothing).
 
 - `die_with_parent(signal)`: `prctl(PR_SET_PDEATHSIG)`, so the kernel sends `signal` to this
   process the moment its parent dies (`mpiexec` is started with SIGKILL: a launcher killed with
-  SIGKILL takes `mpiexec`, whose proxies then kill their ranks).
+  SIGKILL takes `mpiexec`, whose proxies then kill their ranks); `prctl` for other options.
 - `host_identity()`: this machine and network namespace (boot id + network namespace inode); two
   processes with the same identity can share files in `/tmp`, Unix sockets and shared memory.
 - MPICH's shared memory: each node's ranks share a segment `/dev/shm/mpich_shm_<job>_<node>`
@@ -38,9 +38,14 @@ _GONE_SECONDS = 5.0
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Have the kernel send `sig` to this process when its parent exits (Linux; else nothing).
     Called in the child between fork and exec, or first thing in a process."""
+    prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def prctl(option: int, value: int) -> None:
+    """`prctl(option, value)` for this thread or process (Linux; where the C library has no
+    prctl, nothing)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 

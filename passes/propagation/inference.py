@@ -17,7 +17,7 @@ from gspmdc.ir.custom_call_targets import (
     BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL, target_of,
 )
 from gspmdc.ir.module import Instruction
-from gspmdc.ir.ops import Trait, opcodes, with_trait
+from gspmdc.ir.ops import Trait, has_side_effect, opcodes, with_trait
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.sharding_algebra import for_shape, is_spatially_partitioned
@@ -26,9 +26,7 @@ from .backward_rules import from_user
 from .context import Context, Proposal
 from .forward_rules import forward_rule
 from .improve import improved_sharding
-from .opclass import (
-    has_side_effect, is_elementwise, passes_at_level, supports_spatial_partitioning,
-)
+from .opclass import is_elementwise, passes_at_level, supports_spatial_partitioning
 
 _MANUAL_TUPLE_OPS = opcodes("reduce", "sort", "reduce-window")
 _ASYNC_OPS = with_trait(Trait.ASYNC) | opcodes("call-start", "call-done")

@@ -17,7 +17,7 @@ from gspmdc.ir.custom_call_targets import (
     BARRIERS, PASS_THROUGH, SAME_RANK_PASS_THROUGH, SHARDING, target_of,
 )
 from gspmdc.ir.module import Computation, Instruction
-from gspmdc.ir.ops import ELEMENTWISE, SIDE_EFFECTING, opcodes
+from gspmdc.ir.ops import ELEMENTWISE, opcodes
 from gspmdc.ir.shapes import ArrayShape
 
 #: ops (besides elementwise ones and the Sharding custom-call) that pass shardings at level 0
@@ -54,12 +54,6 @@ def is_elementwise(inst: Instruction) -> bool:
         return isinstance(operand, ArrayShape) and isinstance(inst.shape, ArrayShape) and \
             dtypes.bit_width(operand.element_type) == dtypes.bit_width(inst.shape.element_type)
     return inst.opcode in ELEMENTWISE
-
-
-def has_side_effect(inst: Instruction) -> bool:
-    if inst.opcode == "custom-call":
-        return bool(inst.attrs.get("custom_call_has_side_effect", False))
-    return inst.opcode in SIDE_EFFECTING
 
 
 def is_pass_through_custom_call(inst: Instruction) -> bool:

@@ -86,6 +86,7 @@ from ..collectives import (
     permute_source,
 )
 from ..cores import free_cores, machine_cores
+from ..mpi_processes import prctl
 from ..options import WAIT_MODES
 from .recycled_buffers import RecycledBuffers
 
@@ -235,11 +236,7 @@ def _backoff(done) -> None:
 def precise_sleeps() -> None:
     """Ask Linux to end this thread's sleeps when they are due (a timer slack of 1 µs instead of
     50 µs): `auto` waiting sleeps in 20 µs steps. Nothing happens where prctl is unavailable."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS)
 
 
 def ranks_on_this_machine(comm) -> int:
