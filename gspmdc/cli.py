@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+import time
 
 from gspmdc import __version__
 from gspmdc.commands import COMMANDS
@@ -33,9 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, started_at: float | None = None) -> int:
+    """Run the command `argv` (default: this process's arguments) and return its exit code.
+    `started_at` (a `time.time()`) is when the command started, from which `run --timeout` and
+    the profile's start-up count: the `gspmdc` command passes its process's start; a call from a
+    running program (tests, notebooks) leaves it to default to the call."""
+    started_at = time.time() if started_at is None else started_at
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.started_at = started_at
     try:
         return args.run(args)
     except InternalError as e:
@@ -65,7 +72,8 @@ def console_main() -> None:
     """The `gspmdc` command: `main()`, then exit. Every object is frozen first, so that the
     interpreter's teardown does not collect them one by one (with numpy, the parser and the passes
     loaded that takes longer than many commands)."""
-    code = main()
+    from gspmdc.runtime.mpi_processes import process_started_at
+    code = main(started_at=process_started_at())
     gc.freeze()
     sys.exit(code)
 

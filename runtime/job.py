@@ -131,6 +131,7 @@ def execute_local(job: Job) -> int:
         if job.options.profiling else None
     results, run_times = run_local_timed(module, per_partition, n, repeat=job.options.repeat,
                                          recorders=recorders, timeout=job.options.timeout,
+                                         started_at=job.started_at,
                                          rounding=job.options.rounding)
     profiles = [r.profile() for r in recorders] if recorders is not None else None
     return finish(job, module, assemble_outputs(signature, results), inputs, profiles,
@@ -200,7 +201,8 @@ def _reference_outputs(job: Job, reference: Module, inputs: Sequence[Any]) -> An
     from .sharded_io import assemble_outputs, split_inputs
     signature = job.reference_spmd_signature
     results = run_local(spmd, split_inputs(signature, values), job.num_partitions,
-                        timeout=job.options.timeout, rounding=job.options.rounding)
+                        timeout=job.options.timeout, started_at=job.started_at,
+                        rounding=job.options.rounding)
     return assemble_outputs(signature, results)
 
 

@@ -1,7 +1,7 @@
 """`gspmdc run --backend mpi` from a plain process: start `mpiexec`, supervise the ranks, stop the
 whole job on any failure, and leave nothing behind.
 
-`launch(prepare, num_partitions, mpiexec, hostfile)`:
+`launch(prepare, num_partitions, mpiexec, started_at, hostfile)`:
 
 - makes a private run directory (the ranks' position board, `rank_position.py`; the Unix socket;
   the output being received) and starts the *reaper* (`reaper.py`), which cleans up if this
@@ -121,16 +121,16 @@ def address_towards(host: str) -> str:
 # ====================================================================================== launch
 
 def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
-           hostfile: str | None = None) -> int:
+           started_at: float, hostfile: str | None = None) -> int:
     """Run the job `prepare()` returns on MPI ranks, one per partition, and return the exit code
     (see the module docstring). `num_partitions`: the number of partitions when it is known
-    before the job is prepared (it must then be the job's), else None."""
-    started = mpi_processes.process_started_at()        # --timeout counts from here
+    before the job is prepared (it must then be the job's), else None. `started_at` (a
+    `time.time()`): when `gspmdc run` started, from which `--timeout` counts."""
     address_host = address_towards(hostfile_hosts(hostfile)[0]) if hostfile else None
     job = prepare() if num_partitions is None else None
     n = job.num_partitions if job is not None else num_partitions
     run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))
-    reaper = start_reaper(run_dir, started)
+    reaper = start_reaper(run_dir, started_at)
     session = signals = None
     try:
         create_board_file(run_dir / "positions", n)
@@ -138,7 +138,7 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
         token = os.urandom(16).hex()
         command = [mpiexec, "-n", str(n)] + (["-f", hostfile] if hostfile else []) + \
             [sys.executable, "-m", "gspmdc.runtime.rank", address, token]
-        session = _Session(n, run_dir, listener, token, started,
+        session = _Session(n, run_dir, listener, token, started_at,
                            on_local_pid=lambda pid: reaper.tell(f"pid {pid}"))
         session.start(command)
         if job is None:

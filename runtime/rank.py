@@ -162,7 +162,7 @@ def execute_on_mpi(job, link: RankLink | None = None, board=None) -> int:
     if board is None:
         board = PositionBoard(None, rank, comm.Get_size())
     module = job.spmd
-    watchdog = _arm_watchdog(comm, job.options.timeout, board, module) \
+    watchdog = _arm_watchdog(comm, job.options.timeout, job.started_at, board, module) \
         if link is None else None
     partition = None
     try:
@@ -302,9 +302,9 @@ def _abort_job(comm) -> None:
     os._exit(EXIT_RUNTIME)
 
 
-def _arm_watchdog(comm, timeout: float | None, board, module):
-    """A timer that ends the whole job when `timeout` seconds pass. Rank 0 reports it with where
-    it was in `module`."""
+def _arm_watchdog(comm, timeout: float | None, started_at: float | None, board, module):
+    """A timer that ends the whole job `timeout` seconds after `started_at` (a `time.time()`;
+    None: now). Rank 0 reports it with where it was in `module`."""
     if timeout is None:
         return None
     from .rank_position import describe_ranks
@@ -316,7 +316,8 @@ def _arm_watchdog(comm, timeout: float | None, board, module):
             print(f"gspmdc: error: the run timed out after {timeout:g} s: {where}",
                   file=sys.stderr, flush=True)
         _abort_job(comm)
-    timer = threading.Timer(timeout + (0 if rank == 0 else _WATCHDOG_STAGGER_SECONDS), expire)
+    left = timeout if started_at is None else max(timeout - (time.time() - started_at), 0.0)
+    timer = threading.Timer(left + (0 if rank == 0 else _WATCHDOG_STAGGER_SECONDS), expire)
     timer.daemon = True
     timer.start()
     return timer

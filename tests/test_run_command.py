@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from gspmdc.cli import main
 from gspmdc.ir.parser import parse_module
 from gspmdc import prepare
+from gspmdc.runtime.mpi_processes import process_started_at
 from gspmdc.runtime.compare import (
     Bound, check_tolerance, compare_output_arrays, compare_outputs, path_precision,
 )
@@ -85,6 +87,24 @@ ENTRY main {
   ROOT t = (f32[3,3], f32[3], s32[]) tuple(n, total, k), sharding={{devices=[4,1]<=[4]}, {replicated}, {maximal device=2}}
 }
 """
+
+
+@pytest.mark.parametrize("backend,timeout", [("local", 5), pytest.param("mpi", 20, marks=needs_mpi)])
+def test_timeout_counts_from_when_the_command_started(tmp_path, capsys, backend, timeout):
+    """`--timeout` counts from the `started_at` given to `main` (the `gspmdc` command gives its
+    process's start): a command said to have started long ago is already out of time, whatever
+    its backend; a call without one counts from the call, however old this process is."""
+    inputs, _ = mlp_inputs(tmp_path)
+    argv = ["run", str(MLP), "--backend", backend, "--inputs", str(inputs),
+            "--timeout", str(timeout)]
+    start = time.monotonic()
+    assert main(argv, started_at=time.time() - 100) == 3
+    assert f"the run timed out after {timeout} s" in capsys.readouterr().err
+    assert time.monotonic() - start < timeout
+    age = time.time() - process_started_at()
+    if age < timeout + 1:
+        time.sleep(timeout + 1 - age)            # this process is now older than the timeout
+    assert main(argv) == 0, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])

@@ -22,10 +22,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     manual regions: partitioned); --global / --partitioned say it for a module that records
     none."""
     import os
-    from gspmdc.runtime import launcher, mpi_processes, rank
+    from gspmdc.runtime import launcher, rank
     from gspmdc.runtime.cores import with_blas_threads
     from gspmdc.runtime.options import RunOptions
-    started_at = mpi_processes.process_started_at()
+    started_at = args.started_at
     options = RunOptions(num_partitions=args.num_partitions, inputs=_absolute(args.inputs),
                          seed=args.seed, outputs=_absolute(args.outputs), check=args.check,
                          profile=args.profile, profile_json=_absolute(args.profile_json),
@@ -62,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ.update(with_blas_threads(dict(os.environ), args.num_partitions or 1))
         from gspmdc.runtime.job import execute_local
         return execute_local(prepare())
-    return launcher.launch(prepare, options.num_partitions, mpiexec, hostfile)
+    return launcher.launch(prepare, options.num_partitions, mpiexec, started_at, hostfile)
 
 
 def _absolute(path: str | None) -> str | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from time import monotonic, perf_counter
+from time import monotonic, perf_counter, time
 from typing import Any, Sequence
 
 import numpy as np
@@ -174,31 +174,35 @@ class LocalBackend(CollectiveBackend):
 def run_local(module: Module, per_partition_args: Sequence[Sequence[Any]],
               num_partitions: int | None = None, *,
               recorders: Sequence[ProfileRecorder] | None = None,
-              timeout: float | None = None, rounding: str = DEFAULT_ROUNDING,
+              timeout: float | None = None, started_at: float | None = None,
+              rounding: str = DEFAULT_ROUNDING,
               on_value: Sequence[ValueHook] | None = None) -> list[Any]:
     """Run the SPMD `module` on `num_partitions` partitions (default: one per argument list) and
     return each partition's root value, in partition order.
 
     `per_partition_args[p]` are partition p's entry arguments. `recorders`, one per partition,
     profile the run. `on_value`, one per partition, see every value (`evaluate`'s hook).
-    `timeout` (seconds) bounds the whole run. `rounding` is the interpreter's
+    `timeout` (seconds) bounds the whole run, counted from `started_at` (a `time.time()`;
+    default: this call). `rounding` is the interpreter's
     (`runtime/rounding.py`). Raises the first failure of any
     partition with its message prefixed by `partition p:` (same error class; RuntimeFailure for
     kernel failures, divergence and timeouts).
     """
     return run_local_timed(module, per_partition_args, num_partitions, recorders=recorders,
-                           timeout=timeout, rounding=rounding, on_value=on_value)[0]
+                           timeout=timeout, started_at=started_at, rounding=rounding,
+                           on_value=on_value)[0]
 
 
 def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
                     num_partitions: int | None = None, *, repeat: int = 0,
                     recorders: Sequence[ProfileRecorder] | None = None,
-                    timeout: float | None = None, rounding: str = DEFAULT_ROUNDING,
+                    timeout: float | None = None, started_at: float | None = None,
+                    rounding: str = DEFAULT_ROUNDING,
                     on_value: Sequence[ValueHook] | None = None) -> tuple[list[Any], list[float]]:
     """`run_local`, executing the program `1 + repeat` times (each partition reuses its
     `Executable`): the root values of the last run, and the time of each run after the first
     (from all partitions starting it to all finishing it). The recorders profile the runs after
-    the first when there are some. `timeout` bounds all runs together."""
+    the first when there are some. `timeout` bounds all runs together, from `started_at`."""
     n = len(per_partition_args) if num_partitions is None else num_partitions
     if len(per_partition_args) != n:
         raise GspmdcError(f"run_local: {len(per_partition_args)} argument lists for {n} "
@@ -261,7 +265,8 @@ def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
                 raise RuntimeFailure(f"cannot start the thread of partition {p} ({e}): the local "
                                      f"backend runs one thread per partition, and {n} are too "
                                      "many for this system; use --backend mpi") from None
-        deadline = None if timeout is None else monotonic() + timeout
+        deadline = None if timeout is None else \
+            monotonic() + timeout - (0.0 if started_at is None else time() - started_at)
         with done:
             while finished[0] < n and not failures:
                 remaining = None if deadline is None else deadline - monotonic()
