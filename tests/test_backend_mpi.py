@@ -307,7 +307,7 @@ def test_the_waiting_policy_travels_with_the_job(tmp_path, monkeypatch):
     from gspmdc.runtime import launcher
     jobs = []
     monkeypatch.setattr(launcher, "launch",
-                        lambda prepare, n, mpiexec, hostfile: jobs.append(prepare()) or 0)
+                        lambda prepare, n, mpiexec, started_at, hostfile: jobs.append(prepare()) or 0)
     program = tmp_path / "matmul.hlo"
     program.write_text(MATMUL2)
     assert main(["run", str(program), "--mpi-wait", "polite"]) == 0
