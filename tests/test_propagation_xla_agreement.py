@@ -184,6 +184,62 @@ ENTRY main {
   r = f32[1,1,4] reshape(n), sharding={devices=[1,2,4]<=[8]}
   ROOT t = (f32[1,1,4]) tuple(r)
 }""", 8, False, {"n": "{devices=[2,1,4]<=[8]}", "r": "{devices=[1,2,4]<=[8]}"}),
+    # a fusion whose fused computation holds only parameters, constants and elementwise ops
+    # is elementwise (XLA's IsElementwise looks inside): it takes its operand's sharding
+    # forward at level 0 and passes its user's backward (the fusions are dead code: XLA's
+    # partitioner refuses a live fusion it has sharded, see docs/propagation.md)
+    "elementwise_fusion_passes_shardings_both_ways": Behaviour("""
+HloModule m, num_partitions=2
+fused.0 {
+  a = f32[8,4] parameter(0)
+  b = s32[8,4] parameter(1)
+  c = f32[8,4] constant({{1,2,3,4},{1,2,3,4},{1,2,3,4},{1,2,3,4},{1,2,3,4},{1,2,3,4},{1,2,3,4},{5,6,7,8}})
+  m = f32[8,4] multiply(a, a)
+  k = f32[8,4] convert(b)
+  s = f32[8,4] add(m, k)
+  ROOT r = f32[8,4] subtract(s, c)
+}
+fused.1 {
+  a = f32[8,4] parameter(0)
+  ROOT e = f32[8,4] exponential(a)
+}
+ENTRY main {
+  x = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  i = s32[8,4] parameter(1)
+  f = f32[8,4] fusion(x, i), kind=kLoop, calls=fused.0
+  y = f32[8,4] parameter(2)
+  l = f32[8,4] log(y)
+  g = f32[8,4] fusion(l), kind=kOutput, calls=fused.1
+  n = f32[8,4] negate(g), sharding={devices=[1,2]<=[2]}
+  ROOT t = (f32[8,4]) tuple(x)
+}""", 2, False, {"f": "{devices=[2,1]<=[2]}", "g": "{devices=[1,2]<=[2]}",
+                 "l": "{devices=[1,2]<=[2]}", "i": None}),
+    # a fusion holding anything else (a reduce, a broadcast) is opaque: no sharding either way
+    "fusion_with_a_reduce_or_a_broadcast_is_opaque": Behaviour("""
+HloModule m, num_partitions=2
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused.0 {
+  a = f32[8,4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[8] reduce(a, z), dimensions={1}, to_apply=add
+}
+fused.1 {
+  a = f32[8,4] parameter(0)
+  z = f32[] constant(2)
+  b = f32[8,4] broadcast(z), dimensions={}
+  ROOT m = f32[8,4] multiply(a, b)
+}
+ENTRY main {
+  x = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  f = f32[8] fusion(x), kind=kInput, calls=fused.0
+  g = f32[8,4] fusion(x), kind=kLoop, calls=fused.1
+  n = f32[8,4] negate(g)
+  ROOT t = (f32[8,4]) tuple(x)
+}""", 2, False, {"f": None, "g": None, "n": None}),
 }
 
 

@@ -336,7 +336,7 @@ def from_user(ctx: Context, inst: Instruction, user: Instruction,
     `current`: the sharding `inst` has at this point of its update from its users when that is
     not yet `inst.sharding` (XLA updates the instruction after each user, so a get-tuple-element
     user replaces its element in the tuple sharding the earlier users already improved)."""
-    if not passes_at_level(user, ctx.level) or not is_spatially_partitioned(user.sharding):
+    if not passes_at_level(user, ctx.level, ctx.graph) or not is_spatially_partitioned(user.sharding):
         return None
     if user.opcode == "get-tuple-element" and current is not _OWN:
         candidate = tuple_with_element(inst, user, current)

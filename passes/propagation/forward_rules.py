@@ -452,7 +452,7 @@ def default_rule(ctx: Context, inst: Instruction) -> Proposal | None:
     """Elementwise ops at levels >= 1 (SPMD) improve successively with every sharded operand, so
     partial shardings of different operands merge; other ops (and level 0) take the
     representative operand's sharding."""
-    if is_elementwise(inst) and ctx.may_combine:
+    if is_elementwise(inst, ctx.graph) and ctx.may_combine:
         acc = ctx.accumulate(inst)
         lone = len(inst.operands) == 1 and ctx.single_consumer(inst)
         for op in inst.operands:
@@ -469,7 +469,7 @@ def default_rule(ctx: Context, inst: Instruction) -> Proposal | None:
     if op is None or not _partitioned(op):
         return None
     return _follow(ctx, inst, op, op.sharding,
-                   "elementwise" if is_elementwise(inst) else inst.opcode)
+                   "elementwise" if is_elementwise(inst, ctx.graph) else inst.opcode)
 
 
 FORWARD_RULES.set_default(default_rule)

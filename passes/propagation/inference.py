@@ -70,14 +70,14 @@ def _supports(inst: Instruction, ctx: Context, backward: bool) -> bool:
     return supports_spatial_partitioning(
         inst, comp, is_spmd=ctx.is_spmd, is_callee=ctx.graph.is_callee(comp),
         to_output=ctx.options.to_output and not backward,
-        to_parameters=ctx.options.to_parameters and backward)
+        to_parameters=ctx.options.to_parameters and backward, graph=ctx.graph)
 
 
 _SUPPORTED = ("supported forward", "supported backward")
 
 
 def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
-    if not passes_at_level(inst, ctx.level) or _is_manual(inst.sharding):
+    if not passes_at_level(inst, ctx.level, ctx.graph) or _is_manual(inst.sharding):
         return None
     if (inst.sharding is None or inst.sharding.is_tile_maximal) and _takes_manual_forward(ctx, inst):
         for op in inst.operands:
@@ -102,8 +102,8 @@ def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
     return forward_rule(inst)(ctx, inst)
 
 
-def _rule_label(user: Instruction) -> str:
-    if is_elementwise(user):
+def _rule_label(ctx: Context, user: Instruction) -> str:
+    if is_elementwise(user, ctx.graph):
         return "elementwise"
     return target_of(user) or user.opcode
 
@@ -134,12 +134,12 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
         if candidate is not None and barrier_to:
             candidate = for_shape(HloSharding.replicate(), inst.shape)
         if candidate is not None and acc.improve(candidate, user):
-            labels.append(_rule_label(user))
+            labels.append(_rule_label(ctx, user))
     return acc.result(", ".join(dict.fromkeys(labels)))
 
 
 def infer_from_group(ctx: Context, inst: Instruction, members: list[Instruction]) -> Proposal | None:
-    if not passes_at_level(inst, ctx.level) or _is_manual(inst.sharding) or \
+    if not passes_at_level(inst, ctx.level, ctx.graph) or _is_manual(inst.sharding) or \
             target_of(inst) == BARRIER_TO:
         return None
     if inst.sharding is None or inst.sharding.is_tile_maximal:

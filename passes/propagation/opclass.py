@@ -1,7 +1,8 @@
 """Op classes that sharding propagation distinguishes (XLA's sharding_propagation.cc helpers).
 
-* `is_elementwise`: XLA's `IsElementwise` (the catalogue's `ELEMENTWISE`: unary, binary and
-  ternary elementwise ops, `rng`, `map`; `bitcast-convert` only between equal bit widths).
+* `is_elementwise`: XLA's `IsElementwise` (`ir/elementwise.py`: the catalogue's `ELEMENTWISE`
+  ops, `bitcast-convert` only between equal bit widths, and fusions whose fused computation is
+  elementwise).
 * `passes_at_level`: which ops may pass a sharding through at an aggressiveness level
 (docs/design/propagation.md#the-driver).
 * `supports_spatial_partitioning`: which instructions may receive a sharding at all
@@ -12,13 +13,15 @@
 """
 from __future__ import annotations
 
-from gspmdc.ir import dtypes
 from gspmdc.ir.custom_call_targets import (
     BARRIERS, PASS_THROUGH, SAME_RANK_PASS_THROUGH, SHARDING, target_of,
 )
+from gspmdc.ir.elementwise import is_elementwise_fusion, is_elementwise_op
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.ops import ELEMENTWISE, opcodes
 from gspmdc.ir.shapes import ArrayShape
+
+from .graph import ModuleGraph
 
 #: ops (besides elementwise ones and the Sharding custom-call) that pass shardings at level 0
 _LEVEL0 = opcodes("transpose", "reshape", "tuple", "get-tuple-element", "while", "dynamic-slice",
@@ -48,12 +51,16 @@ def is_custom_call(inst: Instruction, name: str) -> bool:
     return target_of(inst) == name
 
 
-def is_elementwise(inst: Instruction) -> bool:
-    if inst.opcode == "bitcast-convert":
-        operand = inst.operands[0].shape
-        return isinstance(operand, ArrayShape) and isinstance(inst.shape, ArrayShape) and \
-            dtypes.bit_width(operand.element_type) == dtypes.bit_width(inst.shape.element_type)
-    return inst.opcode in ELEMENTWISE
+def is_elementwise(inst: Instruction, graph: ModuleGraph | None = None) -> bool:
+    """XLA's `IsElementwise`; a fusion counts only with the `graph` to read its fused
+    computation in (answered once per fusion)."""
+    if inst.opcode == "fusion":
+        return graph is not None and graph.derived("elementwise fusion", inst, _fusion, graph)
+    return is_elementwise_op(inst)
+
+
+def _fusion(inst: Instruction, graph: ModuleGraph) -> bool:
+    return is_elementwise_fusion(inst, graph.module.computations)
 
 
 def is_pass_through_custom_call(inst: Instruction) -> bool:
@@ -72,22 +79,24 @@ def is_barrier(inst: Instruction) -> bool:
     return target_of(inst) in BARRIERS
 
 
-def passes_at_level(inst: Instruction, level: int) -> bool:
+def passes_at_level(inst: Instruction, level: int, graph: ModuleGraph | None = None) -> bool:
     """XLA's CanPropagateThroughAtAggressiveLevel: level 0 admits only pass-through ops, levels
     below 2 exclude broadcast."""
-    if level < 1 and not (is_elementwise(inst) or is_custom_call(inst, SHARDING)) \
+    if level < 1 and not (is_elementwise(inst, graph) or is_custom_call(inst, SHARDING)) \
             and inst.opcode not in _LEVEL0:
         return False
     return not (level < 2 and inst.opcode == "broadcast")
 
 
 def supports_spatial_partitioning(inst: Instruction, comp: Computation, *, is_spmd: bool,
-                                  is_callee: bool, to_output: bool, to_parameters: bool) -> bool:
+                                  is_callee: bool, to_output: bool, to_parameters: bool,
+                                  graph: ModuleGraph | None = None) -> bool:
     """XLA's SupportSpatialPartitioning. `is_callee`: `comp` is a control-flow callee;
-    `to_output` / `to_parameters`: propagation into the entry root / entry parameters allowed."""
+    `to_output` / `to_parameters`: propagation into the entry root / entry parameters allowed;
+    `graph`: where an elementwise fusion's computation is read."""
     if comp.root is inst and not is_callee and not (comp.is_entry and to_output):
         return False
-    if is_elementwise(inst) and (inst.opcode != "rng" or is_spmd):
+    if is_elementwise(inst, graph) and (inst.opcode != "rng" or is_spmd):
         return True
     opcode = inst.opcode
     if opcode in _PARTITIONABLE:

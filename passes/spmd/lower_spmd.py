@@ -14,7 +14,8 @@ The module header gets `num_partitions=N`, `entry_computation_layout` (when pres
 local shapes, and `spmd_global_signature={(global parameter shapes)->global result shape}`: with
 the shardings the entry parameters and root keep, what a runtime needs to scatter inputs and
 assemble outputs. Other called computations (reducers, comparators) run unchanged on every
-partition; their shardings are dropped.
+partition; their shardings are dropped. An elementwise fusion calls a local copy of its fused
+computation (`op_rules_fusion.py`); a fused computation no fusion calls any more is removed.
 """
 from __future__ import annotations
 
@@ -45,8 +46,12 @@ class LowerSpmd(ModulePass):
     def apply(self, ctx: PassContext, module: Module) -> Module:
         signature = global_signature(module)
         partitioned = partitioned_computations(module)
+        fused = {inst.attr("calls").name for _, inst in module.all_instructions()
+                 if inst.opcode == "fusion"}
         for comp in partitioned:
             _lower(module, comp, ctx)
+        if fused:
+            _drop_uncalled(module, fused)
         for other in module.computations.values():
             if all(other is not comp for comp in partitioned):
                 for inst in other.instructions:
@@ -74,6 +79,15 @@ def _lower(module: Module, comp: Computation, pass_ctx: PassContext) -> None:
     root_sharding = comp.root.sharding
     comp.root = ctx.local[comp.root]
     comp.root.sharding = root_sharding
+
+
+def _drop_uncalled(module: Module, names: set[str]) -> None:
+    """Remove the computations of `names` no instruction calls any more (fused computations
+    whose fusions now call local copies, `op_rules_fusion.py`)."""
+    called = {name for _, inst in module.all_instructions()
+              for name in inst.called_computation_names()}
+    module.computations = {name: comp for name, comp in module.computations.items()
+                           if name in called or name not in names}
 
 
 def global_signature(module: Module) -> str:
