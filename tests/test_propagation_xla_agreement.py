@@ -240,6 +240,41 @@ ENTRY main {
   n = f32[8,4] negate(g)
   ROOT t = (f32[8,4]) tuple(x)
 }""", 2, False, {"f": None, "g": None, "n": None}),
+    # a scatter with explicit batch dims takes the parallel candidates over them first: the
+    # update sharded along the batch dim gives its output that sharding before the operand
+    # (sharded as finely along the scattered dim) can; the other output, whose update is not
+    # sharded, keeps its operand's; a single-output scatter likewise
+    "scatter_explicit_batch_dims_come_before_the_operand": Behaviour("""
+HloModule m, num_partitions=2
+mx2 {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  r0 = f32[] maximum(a0, b0)
+  r1 = f32[] maximum(a1, b1)
+  ROOT r = (f32[], f32[]) tuple(r0, r1)
+}
+mx {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+ENTRY main {
+  op = f32[8,14] parameter(0), sharding={devices=[2,1]<=[2]}
+  c7 = s32[] constant(7)
+  idx = s32[1,14,1] broadcast(c7), dimensions={}
+  c = f32[] constant(0.75)
+  first = f32[1,14] broadcast(c), dimensions={}
+  second = f32[1,14] parameter(1), sharding={devices=[1,2]<=[2]}
+  s = (f32[8,14], f32[8,14]) scatter(op, op, idx, first, second), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, input_batching_dims={1}, scatter_indices_batching_dims={1}, to_apply=mx2
+  g1 = f32[8,14] get-tuple-element(s), index=1
+  g0 = f32[8,14] get-tuple-element(s), index=0
+  one = f32[8,14] scatter(op, idx, second), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, input_batching_dims={1}, scatter_indices_batching_dims={1}, to_apply=mx
+  n = f32[8,14] negate(one)
+  ROOT t = (f32[8,14], f32[8,14], f32[8,14]) tuple(g1, g0, n)
+}""", 2, False, {"s": "{{devices=[2,1]<=[2]}, {devices=[1,2]<=[2]}}", "g1": "{devices=[1,2]<=[2]}",
+                 "g0": "{devices=[2,1]<=[2]}", "one": "{devices=[1,2]<=[2]}"}),
 }
 
 

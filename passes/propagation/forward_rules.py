@@ -418,11 +418,18 @@ def _scatter_parallel(acc: Accumulator, view: IndexedOp, pairs: list[tuple[int, 
 
 @FORWARD_RULES.register("scatter")
 def _scatter(ctx: Context, inst: Instruction) -> Proposal | None:
-    """Each output takes its operand's sharding, then parallel-dim candidates from operands,
-    indices and updates, then each update's passthrough dims; non-SPMD: replicated."""
+    """Parallel-dim candidates over the explicit batch dims from operands, indices and updates
+    first, then each output takes its operand's sharding, then (when the indices or an update
+    are sharded) the implicit parallel dims' candidates and each update's passthrough dims;
+    non-SPMD: replicated after the explicit batch dims. The order matters where candidates
+    tie: an update sharded along a batch dim gives its output its sharding before an operand
+    sharded as finely along another dim can."""
     n = scatter_operand_count(inst)
     operands, indices, updates = inst.operands[:n], inst.operands[n], inst.operands[n + 1:]
     acc = ctx.accumulate(inst)
+    view = ctx.graph.derived("scatter", inst, scatter_view)
+    if view.operand_batching:
+        _scatter_parallel(acc, view, view.explicit_parallel(), inst)
     if not ctx.is_spmd:
         for k in range(n):
             acc.improve_leaf(k, HloSharding.replicate())
@@ -432,9 +439,6 @@ def _scatter(ctx: Context, inst: Instruction) -> Proposal | None:
             acc.improve_leaf(k, op.sharding, op)
     if not _partitioned(indices) and not any(_partitioned(u) for u in updates):
         return acc.result("scatter")
-    view = ctx.graph.derived("scatter", inst, scatter_view)
-    if view.operand_batching:
-        _scatter_parallel(acc, view, view.explicit_parallel(), inst)
     implicit = view.implicit_parallel(indices)
     if implicit:
         _scatter_parallel(acc, view, implicit, inst)
