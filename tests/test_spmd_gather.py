@@ -204,6 +204,23 @@ def test_scatter_with_a_tiled_window_dim_keeps_operand_and_updates_tiled(n):
     assert collectives(spmd) == []
 
 
+def test_scatter_window_covering_a_tiled_indexed_dim_keeps_its_index():
+    """The updates cover tiled dim 0 whole and an index component addresses it: the window is in
+    bounds only at 0, on every shard alike, so that component is not shifted by the shard's
+    offset (shifting made the shards after the first skip the update: fuzz/9400000031)."""
+    text = scatter_module("""
+  x = f32[4,3] parameter(0), sharding={replicated}
+  i = s32[5,3,2] parameter(1), sharding={replicated}
+  u = f32[5,4,3,1] parameter(2), sharding={replicated}
+  ROOT s = f32[4,3] scatter(x, i, u), update_window_dims={1,3}, inserted_window_dims={}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=2, to_apply=add, sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}""")
+    indices = np.stack([np.array([[0, 0, 1], [0, -1, 0], [2, 0, 0], [0, 0, 0], [0, 3, 0]]),
+                        np.array([[0, 1, 2], [2, 1, 0], [1, 3, -1], [1, 2, 0], [0, 0, 2]])],
+                       axis=-1).astype(np.int32)
+    updates = np.arange(60, dtype=np.float32).reshape(5, 4, 3, 1)
+    spmd = check_equivalent(text, 8, inputs=[table(4, 3), indices, updates])
+    assert collectives(spmd) == []
+
+
 @pytest.mark.parametrize("n", DEVICES)
 def test_scatter_with_explicit_batch_dims_tiled_alike(n):
     text = scatter_module(f"""

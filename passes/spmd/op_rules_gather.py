@@ -159,13 +159,16 @@ def _index_vectors(b, indices: Instruction, ivd: int) -> Instruction:
 
 
 def _offset_vector(ctx, tiling: Tiling, dims, components, shape: ArrayShape,
-                   ivd: int) -> Instruction:
+                   ivd: int, shifted=None) -> Instruction:
     """`shape`-shaped: this partition's offset on operand dim `components[c]` at position c of
-    the index vector dim, in the indices' element type."""
+    the index vector dim, in the indices' element type; 0 for a component whose dim is not in
+    `shifted` (when given)."""
     b = ctx.builder
     offsets = ctx.tables.offsets(tiling, dims)
-    vector = b.add("concatenate", ArrayShape("s32", (len(components),)),
-                   [b.reshape(offsets[d], (1,)) for d in components], {"dimensions": (0,)})
+    parts = [b.reshape(offsets[d], (1,)) if shifted is None or d in shifted
+             else b.constant([0], "s32") for d in components]
+    vector = b.add("concatenate", ArrayShape("s32", (len(components),)), parts,
+                   {"dimensions": (0,)})
     return b.broadcast(b.convert(vector, shape.element_type), shape.dims, (ivd,))
 
 
@@ -420,9 +423,11 @@ class ScatterRule(PartitionRule):
             if operand.sharding.is_tiled else None
         if tiling is not None and any(tiling.counts[d] > 1 for d in dims.indexed):
             vectors = _index_vectors(b, local[count], ivd)
+            # a dim the update windows cover whole keeps its index: the window is in bounds
+            # on every shard exactly when it is in bounds globally (at 0)
             offsets = _offset_vector(ctx, tiling, operand.shape.dims,
                                      list(inst.attr("scatter_dims_to_operand_dims")),
-                                     vectors.shape, ivd)
+                                     vectors.shape, ivd, set(dims.indexed))
             local[count] = b.binary("subtract", vectors, offsets)
         leaf = inst.sharding.leaf_shardings(inst.shape)[0]
         result = None if leaf.kind == "maximal" else \
