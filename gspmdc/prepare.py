@@ -29,7 +29,6 @@ from gspmdc.ir.module import Module
 from gspmdc.ir.ops import HOST_IO
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.stage import Stage, module_stage, recorded_stage
-from gspmdc.passes.pipeline import compile_spmd
 from gspmdc.runtime.job import Job, check_executable, check_input_file
 from gspmdc.runtime.options import RunOptions
 from gspmdc.runtime.sharded_io import PADDINGS, spmd_signature
@@ -185,7 +184,9 @@ def _in_gspmd_form(module: Module) -> Module:
 
 def _partition(module: Module, n: int, options: CompileOptions) -> Module:
     """The SPMD program of the global `module` for `n` partitions, compiled as `options` say
-    (`stage` aside, which `prepare_job` has read)."""
+    (`stage` aside, which `prepare_job` has read). The partitioner is imported here: an
+    already-partitioned program starts its ranks without it."""
+    from gspmdc.passes.pipeline import compile_spmd
     return compile_spmd(module, n, windowed_einsum_threshold=options.windowed_einsum_threshold,
                         propagation=options.propagation, shardy_strategy=options.shardy_strategy)
 

@@ -35,9 +35,10 @@ from .parse_records import (
     Attr, ComputationText, InstructionText, Lit, ModuleText, Span, Value,
 )
 from .shape_text import ShapeTextError, array_shape
+from .shapes import ArrayShape
 from .sharding_text import explicit_tiles, iota_tiles, single_sharding
 
-__all__ = ["read_records"]
+__all__ = ["read_array_shape", "read_records"]
 
 _CALLBACKS = Records()
 
@@ -107,6 +108,17 @@ def read_records(text: str) -> ModuleText | None:
     try:
         return _Reader(text).module()
     except (_Outside, ParseProblem, ShapeTextError, ShardingError, ValueError):
+        return None
+
+
+def read_array_shape(text: str) -> ArrayShape | None:
+    """The shape of `text` when it is one array shape (the grammar's ARRAY_SHAPE terminal,
+    nothing around it) within the limits, else None (the grammar reads it)."""
+    if not _ARRAY_SHAPE.fullmatch(text):
+        return None
+    try:
+        return array_shape(text)
+    except ShapeTextError:
         return None
 
 

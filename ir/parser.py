@@ -26,7 +26,7 @@ from lark.exceptions import UnexpectedInput
 from gspmdc.errors import GspmdcError, HloSyntaxError
 
 from .attributes import STACK_FRAME_INDEX
-from .fast_reader import read_records
+from .fast_reader import read_array_shape, read_records
 from .gc_pause import paused_collection
 from .grammar_callbacks import Records
 from .module import Module
@@ -128,8 +128,10 @@ def read_source(path) -> str:
 
 
 def parse_shape(text: str) -> Shape:
-    """A shape such as `f32[8,16]{1,0}` or `(f32[2], s32[])`."""
-    return _parse(text, "<shape>", "shape_text")
+    """A shape such as `f32[8,16]{1,0}` or `(f32[2], s32[])`. One array shape is read by the
+    fast reader (`gspmdc run` reads the global signature's shapes, and needs lark for nothing
+    else when the module was read fast); anything else, and every error, by the grammar."""
+    return read_array_shape(text) or _parse(text, "<shape>", "shape_text")
 
 
 def parse_sharding(text: str) -> HloSharding:

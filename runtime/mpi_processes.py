@@ -4,6 +4,8 @@ it, and how to remove them all (Linux `/proc`; elsewhere these do nothing).
 - `die_with_parent(signal)`: `prctl(PR_SET_PDEATHSIG)`, so the kernel sends `signal` to this
   process the moment its parent dies (`mpiexec` is started with SIGKILL: a launcher killed with
   SIGKILL takes `mpiexec`, whose proxies then kill their ranks); `prctl` for other options.
+- `name_process(name)`: the name `ps` shows (`gspmdc-rank-R` for a rank, `gspmdc-super-R` for its
+  supervisor).
 - `host_identity()`: this machine and network namespace (boot id + network namespace inode); two
   processes with the same identity can share files in `/tmp`, Unix sockets and shared memory.
 - MPICH's shared memory: each node's ranks share a segment `/dev/shm/mpich_shm_<job>_<node>`
@@ -47,6 +49,16 @@ def prctl(option: int, value: int) -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
+        pass
+
+
+def name_process(name: str) -> None:
+    """The name `ps` and `top` show for this process (`/proc/self/comm`: Linux, 15 characters
+    at most; elsewhere nothing)."""
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(name[:15])
+    except OSError:
         pass
 
 

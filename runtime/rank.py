@@ -2,19 +2,21 @@
 
 Two ways in:
 
-- `main`: `python -m gspmdc.runtime.rank ADDRESS TOKEN`, started by the launcher's `mpiexec`
-  (`launcher.py`). First thing, before importing anything heavy, the process asks the kernel to
-  kill it when its parent (MPICH's proxy) dies, connects to the launcher (`rank_link.py`) and
-  forks: the parent stays a small *supervisor* that waits for its child, the rank proper, and
-  tells the launcher how it ended (`supervise_rank`); the child (killed with its supervisor)
-  says hello: from then on the launcher knows its pid and host and names it if it dies. Then,
-  while the launcher may still be partitioning the program, the rank imports the runtime
-  (numpy, the interpreter, the kernels, the MPI backend; never the parser or the passes) and
-  starts MPI, and only then receives the job; from then on it exits (3) if the launcher's
-  connection closes. Once every rank is past `MPI_Init`, the names of MPICH's shared-memory
-  segments are removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job
-  ends. Rank 0 sends the outputs to the launcher, which writes the file once every rank has
-  finished. Timeouts are the launcher's.
+- `run_rank(connection, token, start_mpi)`: the rank proper, forked from its supervisor, which
+  connected to the launcher (`rank_link.py`) and waits for it to tell the launcher how it ended
+  (`supervise_rank`). It says hello (from then on the launcher knows its pid and host and names it
+  if it dies), starts MPI (`start_mpi()`) and only then receives the job, while the launcher may
+  still be partitioning the program; from then on it exits (3) if the launcher's connection
+  closes. Once every rank is past `MPI_Init`, the names of MPICH's shared-memory segments are
+  removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0
+  sends the outputs to the launcher, which writes the file once every rank has finished.
+  Timeouts are the launcher's. On the launcher's machine the rank server forks the supervisor and
+  the rank, the runtime already loaded (`rank_server.py`); on other hosts `main` does:
+- `main`: `python -m gspmdc.runtime.rank ADDRESS TOKEN`, started by the launcher's `mpiexec` on
+  other hosts. First thing, the process asks the kernel to kill it when its parent (MPICH's
+  proxy) dies, connects to the launcher and forks: the parent stays the supervisor, the child
+  (killed with its supervisor) imports the runtime (numpy, the interpreter, the kernels, the MPI
+  backend; never the parser or the passes) and starts MPI in `run_rank`.
 - `run_in_place(prepare, options)`, when the process already is an MPI rank (the user ran
   `mpiexec ... gspmdc run`, or `srun`): rank 0 prepares the job and broadcasts it; if
   preparation fails every rank exits with its exit code. Rank 0 writes the outputs (atomically);
@@ -40,6 +42,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from gspmdc.errors import EXIT_RUNTIME
 from gspmdc.ir.gc_pause import paused_collection
@@ -55,7 +58,8 @@ _FORWARDING_SECONDS = 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rank entry point of `launcher.launch` (see the module docstring)."""
+    """Rank entry point of `launcher.launch` for ranks on other hosts (see the module
+    docstring)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print("usage: python -m gspmdc.runtime.rank ADDRESS TOKEN (started by gspmdc run)",
@@ -65,20 +69,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         connection = connect(args[0])
     except OSError as e:
-        return _unreachable(e)
+        return unreachable(e)
     rank_pid = os.fork()
     if rank_pid:
+        mpi_processes.name_process(f"gspmdc-super-{rank_from_environment()}")
         return supervise_rank(rank_pid, connection)
     mpi_processes.die_with_parent(signal.SIGKILL)
+    mpi_processes.name_process(f"gspmdc-rank-{rank_from_environment()}")
+    return run_rank(connection, args[1], _load_runtime)
+
+
+def run_rank(connection: socket.socket, token: str, start_mpi: Callable[[], None]) -> int:
+    """The rank proper, forked from its supervisor, which holds the same `connection` to the
+    launcher: say hello, `start_mpi()` (with whatever it still has to import) and receive the
+    job (the launcher may still be partitioning the program meanwhile), wait for every rank to be
+    past `MPI_Init`, remove MPICH's segment names, run the job. The exit code."""
     try:
-        link = RankLink(connection, args[1], rank_from_environment(), socket.gethostname(),
+        link = RankLink(connection, token, rank_from_environment(), socket.gethostname(),
                         mpi_processes.host_identity())
         with paused_collection(freeze=True):
-            _load_runtime()
+            start_mpi()
             job, board_path = link.receive_job()
         link.watch_launcher(_launcher_lost)
     except (OSError, ConnectionError) as e:
-        return _unreachable(e)
+        return unreachable(e)
     from mpi4py import MPI
     from .backends.mpi import wait
     from .rank_position import STARTING, WAITING, PositionBoard
@@ -92,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     return execute_on_mpi(job, link, board)
 
 
-def _unreachable(error: OSError | ConnectionError) -> int:
+def unreachable(error: OSError | ConnectionError) -> int:
+    """Report that this rank cannot reach its launcher; the exit code."""
     print(f"gspmdc: error: rank {rank_from_environment()}: cannot reach the launcher: {error}",
           file=sys.stderr)
     return EXIT_RUNTIME

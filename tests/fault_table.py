@@ -247,23 +247,17 @@ def tagged_processes(tag: str) -> list[int]:
 
 
 def rank_pids(tag: str) -> dict[int, int]:
-    """{rank: pid} of the job's ranks proper: the processes running `gspmdc.runtime.rank` with
-    an MPI rank in their environment whose parent runs it too (the parent, which `mpiexec`
-    started, is the rank's supervisor)."""
-    candidates = {}
+    """{rank: pid} of the job's ranks proper: the processes named `gspmdc-rank-R` (what `ps`
+    shows; their supervisors are `gspmdc-super-R`)."""
+    found = {}
     for pid in tagged_processes(tag):
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            parent = int(Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].split()[1])
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
-        if b"gspmdc.runtime.rank" not in cmdline:
-            continue
-        for item in environ:
-            if item.startswith(b"PMI_RANK="):
-                candidates[pid] = (int(item[9:]), parent)
-    return {rank: pid for pid, (rank, parent) in candidates.items() if parent in candidates}
+        if name.startswith("gspmdc-rank-") and name[12:].isdigit():
+            found[int(name[12:])] = pid
+    return found
 
 
 def mapped_segments(tag: str) -> set[str]:

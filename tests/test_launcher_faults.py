@@ -199,7 +199,7 @@ def _session_with_ranks(tmp_path, ranks: list[tuple[int, int]]):
     tmp_path.mkdir(exist_ok=True)
     create_board_file(tmp_path / "positions", 4)
     listener, address = rank_link.listen(None, str(tmp_path / "ranks.sock"))
-    session = _Session(4, tmp_path, listener, "secret", time.time(), on_local_pid=lambda _: None)
+    session = _Session(4, tmp_path, listener, "secret", time.time(), None, on_local_pid=lambda _: None)
     session.job = Job(None, None, None, 4, RunOptions())
     clients = {}
     for rank, pid in ranks:
@@ -260,7 +260,7 @@ def test_without_supervisor_the_culprit_is_the_first_rank_whose_connection_close
     assert shown.getvalue() == "rank output\n"
     listener, address = rank_link.listen(None, str(tmp_path / "ranks.sock"))
     told = []
-    session = _Session(4, tmp_path, listener, "secret", time.time(), on_local_pid=told.append)
+    session = _Session(4, tmp_path, listener, "secret", time.time(), None, on_local_pid=told.append)
     session.job = Job(None, None, None, 4, RunOptions())
     clients = {}
     for rank, pid in [(0, 100), (2, 202), (3, 303)]:

@@ -1,0 +1,249 @@
+"""The rank server of a `gspmdc run` job on one machine: one process that loads the runtime once
+and forks every rank from it.
+
+A rank needs Python, numpy, mpi4py and the runtime's modules before it can start MPI: about 0.3 s
+of CPU each, most of a job's start-up when N ranks share a few cores. So the launcher
+(`launcher.py`) starts this server first thing (`start_rank_server`: `python -m
+gspmdc.runtime.rank_server`, a fresh process in its own session, killed with the launcher, given
+the listening socket), and `mpiexec` starts N *rank stubs* (`rank_stub.py`: Python without
+`site`, the standard library only). The server imports the runtime and mpi4py (MPI loaded, not
+started; numpy's BLAS single-threaded) with the cyclic garbage collector paused and the result
+frozen, then serves one connection per stub, until it served as many as the stubs' `PMI_SIZE`:
+
+- the stub sends every file descriptor it has (its standard streams, the PMI socket and control
+  descriptor that MPICH's proxy gave it) with their numbers, its working directory and its
+  environment (the MPI rank, the PMI descriptors' numbers, the BLAS thread counts);
+- the server forks the rank's *supervisor*, which takes the stub's environment, connects to the
+  launcher (`rank_link.py`) and forks the rank proper; the rank puts the stub's descriptors at
+  the stub's numbers, takes its directory and its BLAS thread count (`_set_blas_threads`), and
+  runs `rank.run_rank`, which says hello and starts MPI (`MPI_Init_thread` finds the proxy's PMI
+  descriptor as the stub would have). It ends through the C library's `exit` after
+  `MPI_Finalize` (`_exit_rank`: MPICH says goodbye to its proxy at exit, and a fork must not
+  return into the server's loop);
+- the supervisor waits for the rank, says `ended STATUS` to the launcher, then sends the status
+  to the stub, which exits with it: MPICH's proxy sees the rank's failure after the launcher
+  heard who failed, as with a rank it started itself. When the stub's connection closes first
+  (the proxy killed it: another rank failed, or the job is being stopped), the supervisor kills
+  the rank.
+
+`ps` shows each rank as `gspmdc-rank-R`, its supervisor as `gspmdc-super-R` and the server as
+`gspmdc-ranks`. A rank dies with its supervisor (`prctl(PR_SET_PDEATHSIG)`); supervisors outlive
+the server, which exits once it served every stub: a rank exits when its launcher connection
+closes, and the launcher and its reaper kill the ranks they know by pid.
+
+Ranks on other hosts (`--hostfile`) have no server: they run `python -m gspmdc.runtime.rank`
+(`rank.main`), which connects and forks its supervisor itself.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from gspmdc.errors import RuntimeFailure
+
+from . import mpi_processes
+from .cores import BLAS_THREAD_VARIABLES
+
+#: how many descriptors a stub may send (the kernel's limit for one message is 253)
+MAX_DESCRIPTORS = 253
+#: bytes of the stub's message header: the length of what follows
+HEADER_BYTES = 8
+
+
+def start_rank_server(path: str, launcher_address: str, token: str) -> subprocess.Popen:
+    """Start the rank server (`python -m gspmdc.runtime.rank_server`) listening on the Unix
+    socket `path`, whose ranks connect to the launcher at `launcher_address` with `token`. The
+    socket listens before this returns: stubs may connect while the server is still loading."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(1024)
+        environment = {**os.environ, **{name: "1" for name in BLAS_THREAD_VARIABLES}}
+        return subprocess.Popen(
+            [sys.executable, "-m", "gspmdc.runtime.rank_server", str(listener.fileno()),
+             launcher_address, token],
+            stdin=subprocess.DEVNULL, pass_fds=[listener.fileno()], start_new_session=True,
+            env=environment, preexec_fn=mpi_processes.die_with_parent)
+    except OSError as e:
+        raise RuntimeFailure(f"cannot start the rank server: {e}") from None
+    finally:
+        listener.close()
+
+
+def main(argv: list[str]) -> int:
+    """`python -m gspmdc.runtime.rank_server LISTENER_FD LAUNCHER_ADDRESS TOKEN` (started by
+    `start_rank_server`)."""
+    mpi_processes.name_process("gspmdc-ranks")
+    listener = socket.socket(fileno=int(argv[0]))
+    _load_runtime()
+    return _serve(listener, argv[1], argv[2])
+
+
+def _load_runtime() -> None:
+    """Import what a rank needs, MPI loaded but not started, the objects frozen (`gc_pause`).
+    numpy's BLAS loads single-threaded (`start_rank_server`'s environment): each rank sets its
+    own count (`_set_blas_threads`)."""
+    import mpi4py
+    mpi4py.rc.initialize = False    # each rank starts MPI itself, with its proxy's PMI socket
+    mpi4py.rc.finalize = False      # and finalizes it itself (`_exit_rank`)
+    from gspmdc.ir.gc_pause import paused_collection
+    with paused_collection(freeze=True):
+        from mpi4py import MPI  # noqa: F401
+        from . import interpreter, job, rank  # noqa: F401
+        from .backends import mpi  # noqa: F401
+        # what the ranks of some jobs import before their first instruction (random inputs,
+        # input files read in threads, --profile's recorder) and rank 0 after its last
+        # (--check): once here rather than in each rank
+        import concurrent.futures  # noqa: F401
+        import numpy.random  # noqa: F401
+        from . import compare, profile  # noqa: F401
+        from .blas import loaded_blas
+        loaded_blas()               # found once (cached) for every rank
+
+
+def _serve(listener: socket.socket, launcher_address: str, token: str) -> int:
+    """Serve stubs until as many as the job's ranks (`PMI_SIZE` of their environment) were
+    served (see the module docstring)."""
+    served, ranks = 0, None
+    while ranks is None or served < ranks:
+        stub, _ = listener.accept()
+        descriptors, numbers, directory, environment = _receive(stub)
+        served += 1
+        if ranks is None and environment.get("PMI_SIZE", "").isdigit():
+            ranks = int(environment["PMI_SIZE"])
+        if os.fork() == 0:
+            code = 3
+            try:
+                listener.close()
+                code = _supervise(stub, descriptors, numbers, directory, environment,
+                                  launcher_address, token)
+            finally:
+                os._exit(code)
+        stub.close()
+        for fd in descriptors:
+            os.close(fd)
+        _reap()
+    return 0
+
+
+def _reap() -> None:
+    """Collect the supervisors that ended (a server whose stubs do not say how many ranks there
+    are serves until the launcher ends it)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _receive(stub: socket.socket) -> tuple[list[int], list[int], str, dict[str, str]]:
+    """(descriptors received, the stub's numbers for them, its directory, its environment)."""
+    data, descriptors, _, _ = socket.recv_fds(stub, 1 << 16, MAX_DESCRIPTORS)
+    size = int.from_bytes(data[:HEADER_BYTES], "little")
+    message = bytearray(data[HEADER_BYTES:])
+    while len(message) < size:
+        chunk = stub.recv(size - len(message))
+        if not chunk:
+            raise ConnectionError("a rank stub closed its connection")
+        message += chunk
+    numbers, directory, environment = bytes(message).decode("utf-8", "surrogateescape") \
+        .split("\n", 2)
+    variables = dict(item.split("=", 1) for item in environment.split("\0") if "=" in item)
+    return descriptors, [int(n) for n in numbers.split()], directory, variables
+
+
+def _supervise(stub: socket.socket, descriptors: list[int], numbers: list[int], directory: str,
+               environment: dict[str, str], launcher_address: str, token: str) -> int:
+    """The supervisor of one rank: connect to the launcher, fork the rank, report how it ended
+    (`rank_link.supervise_rank`)."""
+    from .rank_link import connect, supervise_rank
+    os.environ.clear()
+    os.environ.update(environment)
+    rank_number = environment.get("PMI_RANK", "?")
+    mpi_processes.name_process(f"gspmdc-super-{rank_number}")
+    try:
+        connection = connect(launcher_address)
+    except OSError as e:
+        from .rank import unreachable
+        _take_descriptors(descriptors, numbers, stub)   # the message goes to the stub's stderr
+        return unreachable(e)
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            mpi_processes.die_with_parent(signal.SIGKILL)
+            stub.close()
+            connection = _take_descriptors(descriptors, numbers, connection)
+            os.chdir(directory)
+            mpi_processes.name_process(f"gspmdc-rank-{rank_number}")
+            _set_blas_threads(int(environment.get("PMI_SIZE", "1")))
+            code = _run(connection, token)
+        finally:
+            _exit_rank(code)
+    for fd in descriptors:
+        os.close(fd)
+    return supervise_rank(pid, connection, stub)
+
+
+def _set_blas_threads(num_ranks: int) -> None:
+    """This rank's BLAS threads: what `mpiexec`'s environment says (`launcher._rank_environment`:
+    the user's choice, else a share of the free cores), as a rank that loaded numpy itself would
+    have read it."""
+    from .blas import loaded_blas
+    from .cores import chosen_blas_threads
+    library = loaded_blas()
+    threads = chosen_blas_threads(num_ranks)
+    if library is not None and library.get() != threads:
+        library.set(threads)
+
+
+def _run(connection: socket.socket, token: str) -> int:
+    from mpi4py import MPI
+    from .rank import run_rank
+    return run_rank(connection, token, lambda: MPI.Init_thread(MPI.THREAD_MULTIPLE))
+
+
+def _exit_rank(code: int) -> None:
+    """End a rank without returning into the frames it was forked in: finalize MPI, flush, and
+    leave through the C library's `exit` (which says goodbye to MPICH's proxy; `os._exit` would
+    not, and the proxy would take the rank for failed)."""
+    try:
+        from mpi4py import MPI
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.Finalize()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import ctypes
+        ctypes.CDLL(None).exit(code)
+    finally:
+        os._exit(code)
+
+
+def _take_descriptors(descriptors: list[int], numbers: list[int],
+                      keep: socket.socket) -> socket.socket:
+    """Put each received descriptor at the stub's number for it, by way of numbers above any of
+    them (so that none is overwritten before it moved); `keep`, a socket of this process, moves
+    above them all too. Returns `keep` at its new number."""
+    import fcntl
+    base = max(numbers + descriptors + [keep.fileno()]) + 1
+    kept = socket.socket(fileno=fcntl.fcntl(keep.fileno(), fcntl.F_DUPFD_CLOEXEC, base))
+    keep.close()
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, base) for fd in descriptors]
+    for fd in descriptors:
+        os.close(fd)
+    for fd, number in zip(moved, numbers):
+        os.dup2(fd, number)
+        os.close(fd)
+    return kept
+
+if __name__ == "__main__":
+    try:
+        exit_code = main(sys.argv[1:])
+    except Exception as error:  # noqa: BLE001 - one line, not a traceback
+        print(f"gspmdc: error: the rank server failed: {type(error).__name__}: {error}",
+              file=sys.stderr)
+        exit_code = 3
+    os._exit(exit_code)
