@@ -142,10 +142,14 @@ def _reap() -> None:
 def _receive(stub: socket.socket) -> tuple[list[int], list[int], str, dict[str, str]]:
     """(descriptors received, the stub's numbers for them, its directory, its environment)."""
     data, descriptors, _, _ = socket.recv_fds(stub, 1 << 16, MAX_DESCRIPTORS)
-    size = int.from_bytes(data[:HEADER_BYTES], "little")
-    message = bytearray(data[HEADER_BYTES:])
-    while len(message) < size:
-        chunk = stub.recv(size - len(message))
+    message = bytearray(data)
+    size = None
+    while size is None or len(message) < size:
+        if size is None and len(message) >= HEADER_BYTES:
+            size = int.from_bytes(message[:HEADER_BYTES], "little")
+            del message[:HEADER_BYTES]
+            continue
+        chunk = stub.recv(1 << 16)
         if not chunk:
             raise ConnectionError("a rank stub closed its connection")
         message += chunk

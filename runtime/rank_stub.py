@@ -60,7 +60,9 @@ def main() -> int:
     environment = "\0".join(f"{k}={v}" for k, v in os.environ.items())
     message = f"{' '.join(map(str, descriptors))}\n{os.getcwd()}\n{environment}" \
         .encode("utf-8", "surrogateescape")
-    socket.send_fds(server, [len(message).to_bytes(8, "little") + message], descriptors)
+    data = len(message).to_bytes(8, "little") + message     # the server's HEADER_BYTES
+    sent = socket.send_fds(server, [data], descriptors)
+    server.sendall(data[sent:])
     status = b""
     while not status.endswith(b"\n"):
         chunk = server.recv(64)
