@@ -199,18 +199,61 @@ def test_precise_sleeps_sets_the_timer_slack_of_the_thread():
     assert seen[0] != 1000 and seen[1] == 1000
 
 
-@pytest.mark.parametrize("affinity, load, free, threads_for_two", [
-    (2, 0.3, 2, 1),             # an idle machine: a core per worker
-    (2, 15.0, 0, 1),            # the cores are busy with other work: still one thread
-    (2, 1.2, 1, 1),             # one other busy process leaves one core
-    (8, 0.0, 8, 4),
-    (8, 4.4, 4, 2),
+@pytest.mark.parametrize("affinity, online, runnable, ours, free", [
+    (2, 2, 1, 1, 2),            # an idle machine: only the caller runs
+    (2, 2, 2, 1, 1),            # one other runnable task leaves one core
+    (2, 2, 16, 1, 0),           # the cores are busy with other work
+    (2, 2, 3, 2, 1),            # two ranks of the job and one other task
+    (2, 2, 0, 1, 2),            # a count read while the caller was not running
+    (2, 64, 10, 1, 2),          # a wide machine: the affinity bounds the cores
+    (8, 8, 5, 1, 4),
 ])
-def test_free_cores_and_blas_threads(monkeypatch, affinity, load, free, threads_for_two):
-    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: set(range(affinity)))
-    monkeypatch.setattr(cores.os, "getloadavg", lambda: (load, 0.0, 0.0))
-    assert cores.free_cores() == free
+def test_free_cores_follow_the_tasks_runnable_now(affinity, online, runnable, ours, free):
+    assert cores.free_cores_of(affinity, online, runnable, ours) == free
+
+
+@pytest.mark.parametrize("free, workers, threads", [
+    (2, 1, 2), (2, 2, 1), (0, 1, 1), (1, 8, 1), (8, 2, 4), (8, 3, 2), (4, 0, 4),
+])
+def test_blas_threads_share_the_free_cores_among_the_workers(free, workers, threads):
+    assert cores.threads_per_worker(free, workers) == threads
+
+
+@pytest.mark.parametrize("counts, threads_for_one, threads_for_two", [
+    ([1, 1, 1], 2, 1),          # idle now, whatever the load average says
+    ([1, 9, 1], 2, 1),          # a task runnable for an instant is not a core
+    ([2, 3, 2], 1, 1),          # one other task: one free core
+    ([9, 8, 9], 1, 1),
+])
+def test_the_machine_is_read_as_it_is_now(monkeypatch, counts, threads_for_one, threads_for_two):
+    reads = iter(counts)
+
+    class LoadavgFile:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            return f"3.80 2.10 1.00 {next(reads)}/300 4242\n"
+
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(cores.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cores.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(cores, "open", lambda path: LoadavgFile(), raising=False)
+    assert cores.blas_threads(1) == threads_for_one
+    reads = iter(counts)
     assert cores.blas_threads(2) == threads_for_two
-    environment = cores.with_blas_threads({"OMP_NUM_THREADS": "3", "PATH": "/bin"}, 2)
-    assert environment == {"OMP_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": str(threads_for_two),
-                           "MKL_NUM_THREADS": str(threads_for_two), "PATH": "/bin"}
+    reads = iter(counts)
+    environment = cores.with_blas_threads({"OMP_NUM_THREADS": "3", "PATH": "/bin"}, 1)
+    assert environment == {"OMP_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": str(threads_for_one),
+                           "MKL_NUM_THREADS": str(threads_for_one), "PATH": "/bin"}
+
+
+def test_an_unreadable_count_leaves_every_core_free(monkeypatch):
+    def unreadable(path):
+        raise OSError("no /proc here")
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(cores, "open", unreadable, raising=False)
+    assert cores.free_cores() == 3

@@ -49,8 +49,8 @@ Waiting (`wait=` of `MpiBackend`, `gspmdc run --mpi-wait`, `Waiter`): `blocking`
 requests with MPI's own `Waitall` (it busy-polls: the lowest latency when every rank has a core to
 itself); `polite` tests the requests for ~100 µs, then sleeps with backoff up to 0.2 ms, leaving the
 CPU to other processes; `auto` (the default) adapts. It starts from the machine: the cores this
-rank may run on, less those other work keeps busy (the 1-minute load average, rounded), against the
-ranks of the job on this machine. With a core per rank it spins before sleeping, otherwise it
+rank may run on, less those other work keeps busy now (the tasks runnable on the machine besides
+the job's ranks there, `cores.free_cores`), against the ranks of the job on this machine. With a core per rank it spins before sleeping, otherwise it
 sleeps almost at once. Then every wait adjusts the spin budget: waits that end while spinning keep
 it (it grows towards twice their typical length, at most 0.2 ms), waits that outlast it halve it, so
 that on a machine that turns out to be oversubscribed (the ranks' waits are long: the peer is not
@@ -336,7 +336,7 @@ class MpiBackend(CollectiveBackend):
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
         if wait == "auto":
             here = ranks_on_this_machine(self._comm)
-            self.waiter = Waiter(wait, here > free_cores(), crowded=here > machine_cores())
+            self.waiter = Waiter(wait, here > free_cores(ours=here), crowded=here > machine_cores())
             if not self.waiter.crowded:
                 precise_sleeps()
         else:
