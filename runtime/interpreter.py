@@ -22,6 +22,15 @@ its computation runs on this partition. The first complete run of a plan keeps s
 at most `FOLD_BYTES` of memory, `FOLD_PLAN_BYTES` per plan); later runs, and later iterations of
 a loop body, start from them and skip their instructions and those only they read.
 
+Loop-invariant values: in a `while` body whose root tuple passes state element k through
+unchanged (operand k is `get-tuple-element(parameter), index=k`), an instruction that depends on
+nothing but such elements and foldable values, through instructions that could be folded, gives
+the same array in every iteration of one execution of the loop. When no value hook or live-array
+count watches, the first iteration keeps such arrays (those read by instructions that are not
+invariant themselves, within the folding limits) and the later iterations of that loop start from
+them and skip their instructions and those only they read, as folding does (`on_step` reports
+them with no time).
+
 The same interpreter runs the unpartitioned program on one device and each partition of an SPMD
 program; collectives go through `ctx.backend` (a `CollectiveBackend`), `partition-id` reads
 `ctx.partition_id`. `rounding` chooses where bf16 results are rounded (`rounding.py`): `"xla"`,
@@ -189,13 +198,25 @@ class EvalContext:
 
     def call(self, computation_name: str, args: Sequence[Any]) -> Any:
         """Evaluate computation `computation_name` with `args` bound to its parameters."""
+        return self._plan(computation_name).run(self, args)
+
+    def loop_body(self, computation_name: str) -> Callable[[Any], Any]:
+        """The iterations of one execution of a while loop whose body is `computation_name`: a
+        function from the loop state to the next, called once per iteration (the loop-invariant
+        values of the first iteration serve the later ones; module docstring)."""
+        plan = self._plan(computation_name)
+        if self.on_value is not None or self.live_arrays is not None or not plan.hoistable:
+            return lambda state: plan.run(self, [state])
+        return _LoopIterations(plan, self)
+
+    def _plan(self, computation_name: str) -> _Plan:
         plan = self._plans.get(computation_name)
         if plan is None:
             plan = self._plans[computation_name] = _Plan(
                 self.module.computation(computation_name), self.communicates, self.rounding,
                 None if self.position is None else self.position.numbers,
                 alias_identities=self.on_value is None and self.live_arrays is None)
-        return plan.run(self, args)
+        return plan
 
     def timed(self, kernel: Kernel, inst: Instruction, args: list) -> Any:
         """Run `kernel` and report its exclusive time to `on_step` (time spent in instructions
@@ -260,15 +281,18 @@ class _Plan:
     `finish_at_end` those finished after the last step, `skipped` the instructions folding
     spares. `initial` holds the folded constants (module docstring) at their slots, None
     elsewhere; until the first complete run, `foldable` is the set of slots that may be folded
-    (None afterwards). Under `"xla"` rounding an
+    (None afterwards). `hoistable`: the loop-invariant slots (module docstring) a while loop's
+    first iteration keeps for the later ones (empty unless the computation is a body that passes
+    state elements through); `loop_schedule(kept)` the steps of those later iterations. Under `"xla"` rounding an
     instruction whose f32 value some users read (`rounding.py`) computes it into an extra slot
     (numbered after the instructions'), which those users read; a second step rounds it into the
     instruction's own slot when other users or the root need it.
     """
 
     __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps", "initial",
-                 "foldable", "finish_at_end", "skipped", "_operands", "_windows", "_pure",
-                 "_collectives", "_barriers", "_wide", "_rounded", "_numbers", "_aliased")
+                 "foldable", "finish_at_end", "skipped", "hoistable", "_operands", "_windows",
+                 "_pure", "_invariant", "_loop_schedules", "_collectives", "_barriers", "_wide",
+                 "_rounded", "_numbers", "_aliased")
 
     def __init__(self, comp: Computation, communicates: Callable[[str], bool],
                  rounding: str = DEFAULT_ROUNDING, numbers: Mapping[int, int] | None = None,
@@ -317,20 +341,68 @@ class _Plan:
         self._pure = frozenset(foldable)
         self.foldable = foldable or None
         self.initial: list[Any] = [None] * self.num_slots
-        self.steps, self.finish_at_end = self._steps(set())
+        self._invariant = self._loop_invariants(foldable)
+        users = self._users()
+        self.hoistable = frozenset(i for i in self._invariant
+                                   if any(u not in self._invariant for u in users[i]))
+        self._loop_schedules: dict[frozenset[int], tuple] = {}
+        self.steps, self.finish_at_end, self.skipped = self._steps(set())
 
-    def _steps(self, folded: set[int]) -> tuple[list[tuple], tuple[int, ...]]:
-        """The steps of every instruction except the folded ones and the foldable ones only they
-        read, in the schedule's order (`_issue_order`), each step releasing the slots whose last
-        use it is; and the collectives finished at the end."""
-        comp = self.computation
+    def _users(self) -> list[list[int]]:
+        """The instructions reading each slot."""
         users: list[list[int]] = [[] for _ in range(self.num_slots)]
         for i, operands in enumerate(self._operands):
             for s in operands or ():
                 users[s].append(i)
+        return users
+
+    def _loop_invariants(self, foldable: set[int]) -> frozenset[int]:
+        """The slots whose value is the same in every iteration of a while loop with this
+        computation as its body, foldable ones aside (module docstring): the state elements its
+        root passes through, read by `get-tuple-element`, and what could be folded given them."""
+        comp = self.computation
+        root = comp.root
+        if len(comp.parameters) != 1 or root.opcode != "tuple":
+            return frozenset()
+        state = comp.parameters[0]
+        through = {k for k, element in enumerate(root.operands)
+                   if element.opcode == "get-tuple-element" and element.operands[0] is state
+                   and element.attr("index") == k}
+        invariant: set[int] = set()
+        for i, inst in enumerate(comp.instructions):
+            operands = self._operands[i]
+            if operands is None or i in foldable or i == self.root_slot or i in self._wide:
+                continue
+            if inst.opcode == "get-tuple-element" and inst.operands[0] is state:
+                if inst.attr("index") in through:
+                    invariant.add(i)
+            elif inst.opcode not in _NOT_FOLDABLE and not inst.called_computation_names() \
+                    and all(s in invariant or s in foldable for s in operands) \
+                    and any(s in invariant for s in operands):
+                invariant.add(i)
+        return frozenset(invariant)
+
+    def loop_schedule(self, kept: frozenset[int]) -> tuple:
+        """(steps, collectives finished at the end, skipped instructions) of a loop iteration
+        that starts from the folded constants and the loop-invariant arrays of slots `kept`."""
+        schedule = self._loop_schedules.get(kept)
+        if schedule is None:
+            folded = {i for i, value in enumerate(self.initial) if value is not None}
+            schedule = self._loop_schedules[kept] = self._steps(folded | kept, self._invariant)
+        return schedule
+
+    def _steps(self, folded: set[int], invariant: frozenset[int] = frozenset()) \
+            -> tuple[list[tuple], tuple[int, ...], tuple[Instruction, ...]]:
+        """The steps of every instruction except the folded ones and the foldable (and
+        `invariant`) ones only they read, in the schedule's order (`_issue_order`), each step
+        releasing the slots whose last use it is; the collectives finished at the end; the
+        instructions spared."""
+        comp = self.computation
+        users = self._users()
+        spared = self._pure | invariant
         dropped = set(folded) | self._aliased
         for i in range(len(self._operands) - 1, -1, -1):
-            if i in self._pure and i != self.root_slot and users[i] and \
+            if i in spared and i != self.root_slot and users[i] and \
                     all(u in dropped for u in users[i]):
                 dropped.add(i)
         order = self._issue_order([i for i, operands in enumerate(self._operands)
@@ -349,9 +421,9 @@ class _Plan:
         finishes: dict[int, list[int]] = {}
         for s, at in first_use.items():
             finishes.setdefault(at, []).append(s)
-        #: the instructions folding spares (reported to `on_step` with no time)
-        self.skipped = tuple(comp.instructions[i] for i in sorted(dropped)
-                             if self._operands[i] is not None)
+        # the instructions spared (reported to `on_step` with no time)
+        skipped = tuple(comp.instructions[i] for i in sorted(dropped)
+                        if self._operands[i] is not None)
         numbers = self._numbers
         steps = []
         for i in order:
@@ -377,7 +449,7 @@ class _Plan:
             steps.append((kernel, inst, _fetcher(operands), i, release, dims, dtype, finish,
                           number, structural))
         at_end = tuple(s for s in order if s in self._collectives and s not in first_use)
-        return steps, at_end
+        return steps, at_end, skipped
 
     def _issue_order(self, order: list[int]) -> list[int]:
         """`order` in the schedule's order (`gspmdc.ir.schedule.issue_order`; an unrounded
@@ -390,29 +462,72 @@ class _Plan:
 
     def run(self, ctx: EvalContext, args: Sequence[Any]) -> Any:
         """The root's value for `args` (under `np.errstate(all="ignore")`, which the caller
-        sets): `_run_plain` when no hook watches, else `_run_hooked`."""
+        sets)."""
+        values = self._bound(args, self.initial)
+        captured = self._execute(ctx, values, args, (self.steps, self.finish_at_end, self.skipped),
+                                 self.foldable)
+        if captured is not None and self.foldable is not None:
+            self._fold(captured)
+        return values[self.root_slot]
+
+    def first_iteration(self, ctx: EvalContext, state: Any) -> tuple[Any, list]:
+        """The root's value for the loop state `state`, and the slots later iterations of the
+        loop start from (`initial` with the loop-invariant arrays kept, module docstring)."""
+        values = self._bound([state], self.initial)
+        foldable = self.foldable
+        captured = self._execute(ctx, values, [state],
+                                 (self.steps, self.finish_at_end, self.skipped),
+                                 self.hoistable if foldable is None else self.hoistable | foldable)
+        if foldable is not None and self.foldable is not None:
+            self._fold({s: v for s, v in captured.items() if s in foldable})
+        start = self.initial.copy()
+        total = 0
+        for s in sorted(self.hoistable):
+            value = captured.get(s)
+            if value is not None:
+                size = _held_bytes(value)
+                if size <= FOLD_BYTES and total + size <= FOLD_PLAN_BYTES:
+                    start[s] = value
+                    total += size
+        return values[self.root_slot], start
+
+    def next_iteration(self, ctx: EvalContext, state: Any, start: list) -> Any:
+        """The root's value for the loop state `state` of a later iteration, from the slots
+        `first_iteration` gave."""
+        kept = frozenset(s for s in self.hoistable if start[s] is not None)
+        values = self._bound([state], start)
+        self._execute(ctx, values, [state], self.loop_schedule(kept), None)
+        return values[self.root_slot]
+
+    def _bound(self, args: Sequence[Any], start: list) -> list:
+        """The slots of a run: a copy of `start` with the arguments at the parameters' slots."""
         if len(args) != len(self.param_slots):
             raise RuntimeFailure(f"computation {self.computation.name} called with {len(args)} "
                                  f"arguments, it has {len(self.param_slots)} parameters")
-        values = self.initial.copy()
+        values = start.copy()
         for s, value in zip(self.param_slots, args):
             values[s] = value
-        if ctx.on_step is None and ctx.on_value is None and ctx.live_arrays is None:
-            self._run_plain(ctx, values)
-        else:
-            self._run_hooked(ctx, values, args)
-        return values[self.root_slot]
+        return values
 
-    def _run_plain(self, ctx: EvalContext, values: list) -> None:
+    def _execute(self, ctx: EvalContext, values: list, args: Sequence[Any], schedule: tuple,
+                 capture: set[int] | frozenset[int] | None) -> dict[int, np.ndarray] | None:
+        """Run `schedule` (steps, collectives finished at the end, skipped instructions) on
+        `values`: `_run_plain` when no hook watches, else `_run_hooked`. The array values of the
+        slots `capture` are returned (None when `capture` is None)."""
+        if ctx.on_step is None and ctx.on_value is None and ctx.live_arrays is None:
+            return self._run_plain(ctx, values, schedule, capture)
+        return self._run_hooked(ctx, values, args, schedule, capture)
+
+    def _run_plain(self, ctx: EvalContext, values: list, schedule: tuple,
+                   capture: set[int] | frozenset[int] | None) -> dict[int, np.ndarray] | None:
         """Run the steps on `values` (the slots, parameters set) with no hook but the position
         record: per step, a kernel call on the fetched operands, the result's check and the
         releases (the hot loop of an execution)."""
-        foldable = self.foldable
-        folds: dict[int, np.ndarray] | None = {} if foldable is not None else None
+        steps, finish_at_end, _ = schedule
+        captured: dict[int, np.ndarray] | None = {} if capture is not None else None
         position = ctx.position
         board, at = (position.slots, position.slot) if position is not None else (None, 0)
-        for kernel, inst, fetch, out, release, dims, dtype, finish, number, structural \
-                in self.steps:
+        for kernel, inst, fetch, out, release, dims, dtype, finish, number, structural in steps:
             for s in finish:
                 if type(values[s]) is Pending:
                     values[s] = self._finish(ctx, s, values[s])
@@ -428,41 +543,40 @@ class _Plan:
                 if type(value) is not np.ndarray and type(value) is not Pending:
                     value = _as_array(value, self.computation, inst)
                 if type(value) is np.ndarray:
-                    if value.shape != dims or value.dtype != dtype:
+                    if value.shape != dims or (value.dtype is not dtype and value.dtype != dtype):
                         _raise_mismatch(value, self.computation, inst)
-                    if folds is not None and out in foldable:
-                        folds[out] = value
+                    if captured is not None and out in capture:
+                        captured[out] = value
             elif structural and type(value) is not Pending and \
                     _difference(value, inst.shape) is not None:
                 _raise_mismatch(value, self.computation, inst)
             values[out] = value
             for s in release:
                 values[s] = None
-        for s in self.finish_at_end:
+        for s in finish_at_end:
             if type(values[s]) is Pending:
                 values[s] = self._finish(ctx, s, values[s])
-        if folds is not None and self.foldable is not None:
-            self._fold(folds)
+        return captured
 
-    def _run_hooked(self, ctx: EvalContext, values: list, args: Sequence[Any]) -> None:
+    def _run_hooked(self, ctx: EvalContext, values: list, args: Sequence[Any], schedule: tuple,
+                    capture: set[int] | frozenset[int] | None) -> dict[int, np.ndarray] | None:
         """`_run_plain` with the hooks: step times, values, live arrays (see `evaluate`)."""
         comp = self.computation
-        foldable = self.foldable
-        folds: dict[int, np.ndarray] | None = {} if foldable is not None else None
+        steps, finish_at_end, skipped = schedule
+        captured: dict[int, np.ndarray] | None = {} if capture is not None else None
         timed = ctx.on_step is not None
         position = ctx.position
         board, at = (position.slots, position.slot) if position is not None else (None, 0)
         on_value, live = ctx.on_value, ctx.live_arrays
         if timed:
-            for inst in self.skipped:
+            for inst in skipped:
                 ctx.on_step(inst, 0.0)
         if live is not None:
             live.hold(tuple(args))
         if on_value is not None:
             for param, value in zip(comp.parameters, args):
                 on_value(param, value)
-        for kernel, inst, fetch, out, release, dims, dtype, finish, number, structural \
-                in self.steps:
+        for kernel, inst, fetch, out, release, dims, dtype, finish, number, structural in steps:
             for s in finish:
                 if type(values[s]) is Pending:
                     values[s] = self._finish(ctx, s, values[s])
@@ -484,8 +598,8 @@ class _Plan:
                     value = _as_array(value, comp, inst)
                 if value.shape != dims or value.dtype != dtype:
                     _raise_mismatch(value, comp, inst)
-                if folds is not None and out in foldable:
-                    folds[out] = value
+                if captured is not None and out in capture:
+                    captured[out] = value
             elif structural and _difference(value, inst.shape) is not None:
                 _raise_mismatch(value, comp, inst)
             values[out] = value
@@ -501,15 +615,14 @@ class _Plan:
                     live.drop(values[s])
             for s in release:
                 values[s] = None
-        for s in self.finish_at_end:
+        for s in finish_at_end:
             if type(values[s]) is Pending:
                 values[s] = self._finish(ctx, s, values[s])
         if live is not None:
             for value, folded in zip(values, self.initial):
                 if folded is None:
                     live.drop(value)
-        if folds is not None and self.foldable is not None:
-            self._fold(folds)
+        return captured
 
     def _kernel_failure(self, inst: Instruction, e: Exception) -> RuntimeFailure:
         """The error of a kernel (or a collective being finished) that raised something other than
@@ -553,7 +666,25 @@ class _Plan:
                 total += size
                 self.initial[s] = value
         if kept:
-            self.steps, self.finish_at_end = self._steps(kept)
+            self.steps, self.finish_at_end, self.skipped = self._steps(kept)
+            self._loop_schedules.clear()
+
+
+class _LoopIterations:
+    """The iterations of one execution of a while loop (`EvalContext.loop_body`): calling it
+    with the loop state gives the next; the first call runs the whole body and keeps its
+    loop-invariant arrays, the later ones start from them."""
+
+    __slots__ = ("_plan", "_ctx", "_start")
+
+    def __init__(self, plan: _Plan, ctx: EvalContext):
+        self._plan, self._ctx, self._start = plan, ctx, None
+
+    def __call__(self, state: Any) -> Any:
+        if self._start is None:
+            result, self._start = self._plan.first_iteration(self._ctx, state)
+            return result
+        return self._plan.next_iteration(self._ctx, state, self._start)
 
 
 def _identity_aliases(comp: Computation,

@@ -217,6 +217,78 @@ def test_constants_are_folded_once_per_executable(monkeypatch):
     assert calls == {"broadcast": 4 + 2 * 1, "multiply": 3, "partition-id": 1}
 
 
+HOISTING = """
+HloModule hoisting
+
+body {
+  s = (s32[], f32[4], f32[4], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[4] get-tuple-element(s), index=1
+  w = f32[4] get-tuple-element(s), index=2
+  v = f32[4] get-tuple-element(s), index=3
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  two = f32[] constant(2)
+  twos = f32[4] broadcast(two), dimensions={}
+  ww = f32[4] multiply(w, twos)
+  scale = f32[4] exponential(ww)
+  xs = f32[4] multiply(x, scale)
+  vs = f32[4] multiply(v, twos)
+  ROOT t = (s32[], f32[4], f32[4], f32[4]) tuple(j, xs, w, vs)
+}
+
+cond {
+  s = (s32[], f32[4], f32[4], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  w = f32[4] parameter(1)
+  zero = s32[] constant(0)
+  s = (s32[], f32[4], f32[4], f32[4]) tuple(zero, x, w, w)
+  l = (s32[], f32[4], f32[4], f32[4]) while(s), condition=cond, body=body
+  a = f32[4] get-tuple-element(l), index=1
+  b = f32[4] get-tuple-element(l), index=3
+  ROOT out = f32[4] add(a, b)
+}"""
+
+
+def test_loop_invariant_values_are_computed_in_the_first_iteration_only(monkeypatch):
+    """`exponential(w * 2)` reads only the state element `w`, which the body passes through: it
+    runs in the first of the 4 iterations of each execution (`v * 2` reads `v`, which changes,
+    so it runs in each); the values are numpy's: x * exp(2w)^4 + w * 2^4. With a value hook
+    watching, every iteration computes everything."""
+    from gspmdc.runtime.interpreter import Executable
+    calls = {"exponential": 0, "multiply": 0}
+    for opcode in calls:
+        kernel = KERNELS[opcode]
+
+        def spy(inst, args, ctx, kernel=kernel, opcode=opcode):
+            calls[opcode] += 1
+            return kernel(inst, args, ctx)
+        monkeypatch.setitem(KERNELS.rules, opcode, spy)
+    module = parse_module(HOISTING)
+    x = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    w = np.array([0.1, -0.3, 0.0, 0.25], np.float32)
+    scale = np.exp(w * np.float32(2))
+    expected = x * scale * scale * scale * scale + w * np.float32(16)
+    exe = Executable(module)
+    for execution in range(2):
+        np.testing.assert_array_equal(exe([x, w]), expected)
+    # per execution: exponential and `w * 2` once, `x * scale` and `v * 2` in every iteration
+    assert calls == {"exponential": 2, "multiply": 2 * (1 + 4 + 4)}
+    for opcode in calls:
+        calls[opcode] = 0
+    seen = []
+    np.testing.assert_array_equal(
+        evaluate(module, [x, w], on_value=lambda inst, value: seen.append(inst.name)), expected)
+    assert calls == {"exponential": 4, "multiply": 3 * 4}
+    assert seen.count("scale") == 4
+
+
 IDENTITIES = """
 HloModule identities
 ENTRY main {

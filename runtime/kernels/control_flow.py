@@ -3,7 +3,8 @@ async-update, async-done and the call-start/call-done spelling).
 
 Semantics are XLA's:
 - `call(args), to_apply=c` and `fusion(args), calls=c` evaluate `c` on the operands;
-- `while(init), condition=c, body=b`: `state = init; while c(state): state = b(state)`. Two
+- `while(init), condition=c, body=b`: `state = init; while c(state): state = b(state)` (the
+  body's iterations through `ctx.loop_body`, which keeps its loop-invariant values). Two
   loops can never finish, and are reported as a RuntimeFailure instead of hanging: one whose
   condition cannot change (`gspmdc.ir.while_loops`: it reads only state elements the body
   passes through unchanged), as soon as the condition first holds; and a deterministic loop
@@ -44,10 +45,11 @@ def _while(inst, args, ctx):
     deterministic = _is_pure(ctx, body) and _is_pure(ctx, condition)
     state = args[0]
     iteration = 0
+    iterate = ctx.loop_body(body)
     while ctx.call(condition, [state]):
         if iteration == 0:
             _refuse_if_endless(inst, ctx)
-        new_state = ctx.call(body, [state])
+        new_state = iterate(state)
         iteration += 1
         if deterministic and _same_value(new_state, state):
             raise RuntimeFailure(
