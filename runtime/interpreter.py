@@ -64,6 +64,7 @@ from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 from .collectives import CollectiveBackend, Pending, SinglePartitionBackend
 from .kernels import KERNELS, TOKEN, Token
 from .kernels.indexing import dynamic_slice_of_pad
+from .kernels.specialising import kernel_for
 from .live_arrays import LiveArrays
 from .options import DEFAULT_ROUNDING
 from .rounding import check_rounding, round_to_bf16, unrounded, unrounded_readers
@@ -432,6 +433,8 @@ class _Plan:
             if kernel is None:
                 raise UnsupportedError(f"opcode {inst.opcode} is not supported by the interpreter "
                                        f"(instruction {inst.name} in computation {comp.name})")
+            if i not in self._wide:
+                kernel = kernel_for(kernel, inst)
             dims, dtype = _expected(inst.shape)
             operands, release, finish = \
                 self._operands[i], tuple(releases.get(i, ())), tuple(finishes.get(i, ()))

@@ -16,6 +16,8 @@ from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
 from gspmdc.ir.ops import KERNELS
 
+from .specialising import SpecialisedKernel
+
 
 def accumulation_dtype(element_type: str) -> np.dtype:
     """The numpy type a contraction with result `element_type` accumulates in."""
@@ -37,38 +39,64 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lhs_batch, lhs_contracting, rh
                 rhs_contracting, acc: np.dtype) -> np.ndarray:
     """XLA's DotGeneral in type `acc`: result dims are batch dims (in `lhs_batch` order), then lhs
     free dims, then rhs free dims (each in operand order). One batched `np.matmul`."""
+    return dot_general_of(lhs.shape, rhs.shape, lhs_batch, lhs_contracting, rhs_batch,
+                          rhs_contracting, acc)(lhs, rhs)
+
+
+def dot_general_of(lhs_shape, rhs_shape, lhs_batch, lhs_contracting, rhs_batch, rhs_contracting,
+                   acc: np.dtype):
+    """`dot_general` for operands of shapes `lhs_shape` and `rhs_shape`, as a function of the
+    two operands (the permutations and shapes worked out once)."""
     lhs_batch, lhs_contracting = list(lhs_batch), list(lhs_contracting)
     rhs_batch, rhs_contracting = list(rhs_batch), list(rhs_contracting)
-    lhs_free = [d for d in range(lhs.ndim) if d not in lhs_batch and d not in lhs_contracting]
-    rhs_free = [d for d in range(rhs.ndim) if d not in rhs_batch and d not in rhs_contracting]
-    batch_shape = [lhs.shape[d] for d in lhs_batch]
-    lhs_free_shape = [lhs.shape[d] for d in lhs_free]
-    rhs_free_shape = [rhs.shape[d] for d in rhs_free]
+    lhs_free = [d for d in range(len(lhs_shape)) if d not in lhs_batch and d not in lhs_contracting]
+    rhs_free = [d for d in range(len(rhs_shape)) if d not in rhs_batch and d not in rhs_contracting]
+    batch_shape = [lhs_shape[d] for d in lhs_batch]
+    lhs_free_shape = [lhs_shape[d] for d in lhs_free]
+    rhs_free_shape = [rhs_shape[d] for d in rhs_free]
     b, m, n = prod(batch_shape), prod(lhs_free_shape), prod(rhs_free_shape)
-    k = prod(lhs.shape[d] for d in lhs_contracting)
-    a = lhs.astype(acc, copy=False).transpose(lhs_batch + lhs_free + lhs_contracting)
-    c = rhs.astype(acc, copy=False).transpose(rhs_batch + rhs_contracting + rhs_free)
-    out = np.matmul(a.reshape(b, m, k), c.reshape(b, k, n))
-    return out.reshape(batch_shape + lhs_free_shape + rhs_free_shape)
+    k = prod(lhs_shape[d] for d in lhs_contracting)
+    lhs_order = tuple(lhs_batch + lhs_free + lhs_contracting)
+    rhs_order = tuple(rhs_batch + rhs_contracting + rhs_free)
+    result_shape = tuple(batch_shape + lhs_free_shape + rhs_free_shape)
+
+    def product(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        a = lhs.astype(acc, copy=False).transpose(lhs_order)
+        c = rhs.astype(acc, copy=False).transpose(rhs_order)
+        return np.matmul(a.reshape(b, m, k), c.reshape(b, k, n)).reshape(result_shape)
+    return product
 
 
 def _dims(inst, name: str) -> tuple[int, ...]:
     return tuple(inst.attr(name, ()))
 
 
-@KERNELS.register("dot")
-def dot(inst, args, ctx):
-    """`dot(lhs, rhs)` with `lhs/rhs_batch_dims` and `lhs/rhs_contracting_dims` (precision and
-    algorithm attributes are hints and do not change the result here)."""
-    if len(args) != 2:
-        raise UnsupportedError(f"{inst.name}: sparse dot (with {len(args) - 2} metadata operands) "
-                               "is not supported")
-    lhs, rhs = args
+def _dot_of(inst, shapes):
+    """The kernel of dot `inst` on operands of `shapes`: `dot(lhs, rhs)` with
+    `lhs/rhs_batch_dims` and `lhs/rhs_contracting_dims` (precision and algorithm attributes are
+    hints and do not change the result here)."""
+    if len(shapes) != 2:
+        raise UnsupportedError(f"{inst.name}: sparse dot (with {len(shapes) - 2} metadata "
+                               "operands) is not supported")
     t = inst.shape.element_type
-    out = dot_general(lhs, rhs, _dims(inst, "lhs_batch_dims"), _dims(inst, "lhs_contracting_dims"),
-                      _dims(inst, "rhs_batch_dims"), _dims(inst, "rhs_contracting_dims"),
-                      accumulation_dtype(t))
-    return to_result(out, t)
+    product = dot_general_of(shapes[0], shapes[1],
+                             _dims(inst, "lhs_batch_dims"), _dims(inst, "lhs_contracting_dims"),
+                             _dims(inst, "rhs_batch_dims"), _dims(inst, "rhs_contracting_dims"),
+                             accumulation_dtype(t))
+    if t == "pred" or accumulation_dtype(t) != dtypes.numpy_dtype(t):
+        return lambda inst, args, ctx: to_result(product(*args), t)
+    return lambda inst, args, ctx: product(*args)
+
+
+def dot(inst, args, ctx):
+    return _dot_of(inst, [a.shape for a in args])(inst, args, ctx)
+
+
+def _dot_for(inst):
+    return _dot_of(inst, [op.shape.dims for op in inst.operands])
+
+
+KERNELS.add(SpecialisedKernel(dot, _dot_for), "dot")
 
 
 # ---------------------------------------------------------------------------------------------

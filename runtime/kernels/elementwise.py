@@ -24,23 +24,43 @@ import numpy as np
 
 from gspmdc.ir import dtypes
 from gspmdc.ir.ops import KERNELS
+from gspmdc.ir.shapes import ArrayShape
+
+from .specialising import SpecialisedKernel
 
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
 
-def _widened(fn):
-    """`fn` over arrays, computing bf16 operands in f32 and rounding a float result back to bf16."""
-    def run(*xs):
+class _Widened:
+    """`fn` over arrays, computing bf16 operands in f32 and rounding a float result back to bf16
+    (`fn` itself for other types)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *xs):
         if xs[0].dtype == _BF16:
-            result = fn(*(x.astype(_F32) for x in xs))
+            result = self.fn(*(x.astype(_F32) for x in xs))
             return result.astype(_BF16) if result.dtype == _F32 else result
-        return fn(*xs)
-    return run
+        return self.fn(*xs)
+
 
 
 def _register(opcode: str, fn) -> None:
-    KERNELS.add(lambda inst, args, ctx: fn(*args), opcode)
+    """`fn(*operands)` as the kernel of `opcode`; specialised to an instruction whose first
+    operand is not bf16, a `_Widened` function is the function it widens."""
+    def generic(inst, args, ctx):
+        return fn(*args)
+
+    def specialise(inst):
+        if type(fn) is _Widened and inst.operands[0].shape.element_type != "bf16":
+            plain = fn.fn
+            return lambda inst, args, ctx: plain(*args)
+        return generic
+    KERNELS.add(SpecialisedKernel(generic, specialise), opcode)
 
 
 def _is_int(x) -> bool:
@@ -205,18 +225,35 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, bits ^ magnitude, bits)
 
 
-@KERNELS.register("compare")
-def _compare(inst, args, ctx):
-    a, b = args
+def _compare_for(inst):
+    """The compare kernel of `inst`: its direction's function, on TOTALORDER keys for floats."""
     fn = _DIRECTIONS[str(inst.attrs["direction"])]
     if inst.attrs.get("type") == "TOTALORDER" and dtypes.is_float(inst.operands[0].shape.element_type):
-        return fn(total_order_key(a), total_order_key(b))
-    return fn(a, b)
+        return lambda inst, args, ctx: fn(total_order_key(args[0]), total_order_key(args[1]))
+    return lambda inst, args, ctx: fn(*args)
 
 
-@KERNELS.register("select")
+def _compare(inst, args, ctx):
+    return _compare_for(inst)(inst, args, ctx)
+
+
+KERNELS.add(SpecialisedKernel(_compare, _compare_for), "compare")
+
+
 def _select(inst, args, ctx):
     return np.where(*args)
+
+
+def _select_for(inst):
+    """The select kernel of `inst`: with a scalar predicate and scalar operands, a copy of the
+    chosen one (what `np.where` gives, without its broadcasting machinery)."""
+    if len(inst.operands) == 3 and \
+            all(isinstance(op.shape, ArrayShape) and op.shape.dims == () for op in inst.operands):
+        return lambda inst, args, ctx: (args[1] if args[0] else args[2]).copy()
+    return _select
+
+
+KERNELS.add(SpecialisedKernel(_select, _select_for), "select")
 
 
 @KERNELS.register("clamp")
@@ -227,10 +264,10 @@ def _clamp(inst, args, ctx):
 
 for _opcode, _fn in {
     # arithmetic (bf16 through f32)
-    "add": _widened(np.add), "subtract": _widened(np.subtract),
-    "multiply": _widened(np.multiply), "divide": _widened(_divide),
-    "remainder": _widened(_remainder), "power": _widened(_power),
-    "atan2": _widened(np.arctan2), "complex": _complex,
+    "add": _Widened(np.add), "subtract": _Widened(np.subtract),
+    "multiply": _Widened(np.multiply), "divide": _Widened(_divide),
+    "remainder": _Widened(_remainder), "power": _Widened(_power),
+    "atan2": _Widened(np.arctan2), "complex": _complex,
     "maximum": np.maximum, "minimum": np.minimum,
     # bitwise and shifts
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
@@ -239,15 +276,15 @@ for _opcode, _fn in {
     "shift-right-arithmetic": lambda a, b: _shift(a, b, "arithmetic"),
     "not": _not, "popcnt": _popcount, "count-leading-zeros": _count_leading_zeros,
     # unary arithmetic
-    "negate": np.negative, "abs": np.abs, "sign": _widened(_sign),
-    "floor": _widened(np.floor), "ceil": _widened(np.ceil),
-    "round-nearest-afz": _widened(_round_half_away_from_zero),
-    "round-nearest-even": _widened(np.rint),
-    "exponential": _widened(np.exp), "exponential-minus-one": _widened(np.expm1),
-    "log": _widened(np.log), "log-plus-one": _widened(np.log1p),
-    "logistic": _widened(_logistic), "sqrt": _widened(np.sqrt), "rsqrt": _widened(_rsqrt),
-    "cbrt": _widened(np.cbrt), "sine": _widened(np.sin), "cosine": _widened(np.cos),
-    "tan": _widened(np.tan), "tanh": _widened(np.tanh), "erf": _widened(_erf),
-    "is-finite": _widened(np.isfinite), "real": np.real, "imag": np.imag,
+    "negate": np.negative, "abs": np.abs, "sign": _Widened(_sign),
+    "floor": _Widened(np.floor), "ceil": _Widened(np.ceil),
+    "round-nearest-afz": _Widened(_round_half_away_from_zero),
+    "round-nearest-even": _Widened(np.rint),
+    "exponential": _Widened(np.exp), "exponential-minus-one": _Widened(np.expm1),
+    "log": _Widened(np.log), "log-plus-one": _Widened(np.log1p),
+    "logistic": _Widened(_logistic), "sqrt": _Widened(np.sqrt), "rsqrt": _Widened(_rsqrt),
+    "cbrt": _Widened(np.cbrt), "sine": _Widened(np.sin), "cosine": _Widened(np.cos),
+    "tan": _Widened(np.tan), "tanh": _Widened(np.tanh), "erf": _Widened(_erf),
+    "is-finite": _Widened(np.isfinite), "real": np.real, "imag": np.imag,
 }.items():
     _register(_opcode, _fn)

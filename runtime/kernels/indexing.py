@@ -22,6 +22,7 @@ from gspmdc.ir import dtypes
 from gspmdc.ir.ops import KERNELS
 
 from .. import spill
+from .specialising import SpecialisedKernel
 from ..computation_patterns import apply_scalar_computation, reducer_ufunc_of
 
 
@@ -178,14 +179,37 @@ def _clamped_starts(starts, operand_shape, sizes) -> list[int]:
     return [min(max(s, 0), dim - size) for s, dim, size in zip(values, operand_shape, sizes)]
 
 
-@KERNELS.register("dynamic-slice")
-def dynamic_slice(inst, args, ctx):
-    """`dynamic-slice(operand, start...)`, `dynamic_slice_sizes` per dim, starts clamped; a view
-    of the operand."""
-    operand, *starts = args
+def _window(starts, bounds) -> tuple[slice, ...]:
+    """The window of a dynamic slice or update: per dimension, the start (a scalar) clamped into
+    `[0, top]` and `size` elements from it, for `bounds` of `(top, size)`."""
+    window = []
+    for start, (top, size) in zip(starts, bounds):
+        # a Python int: an unsigned start beyond the int64 range clamps like its saturated value
+        b = min(max(int(start), 0), top)
+        window.append(slice(b, b + size))
+    return tuple(window)
+
+
+def _dynamic_slice_of(inst, shapes):
+    """The kernel of dynamic-slice `inst` on operands of `shapes`: `dynamic-slice(operand,
+    start...)` (scalar starts, or one rank-1 vector of them), `dynamic_slice_sizes` per dim,
+    starts clamped; a view of the operand."""
     sizes = _dims(inst, "dynamic_slice_sizes")
-    begin = _clamped_starts(starts, operand.shape, sizes)
-    return operand[tuple(slice(b, b + s) for b, s in zip(begin, sizes))]
+    bounds = tuple((dim - size, size) for dim, size in zip(shapes[0], sizes))
+    if len(shapes) == 2 and len(shapes[1]) == 1:
+        return lambda inst, args, ctx: args[0][_window(list(args[1]), bounds)]
+    return lambda inst, args, ctx: args[0][_window(args[1:], bounds)]
+
+
+def dynamic_slice(inst, args, ctx):
+    return _dynamic_slice_of(inst, [np.shape(a) for a in args])(inst, args, ctx)
+
+
+def _dynamic_slice_for(inst):
+    return _dynamic_slice_of(inst, [op.shape.dims for op in inst.operands])
+
+
+KERNELS.add(SpecialisedKernel(dynamic_slice, _dynamic_slice_for), "dynamic-slice")
 
 
 def dynamic_slice_of_pad(inst, args, ctx):
@@ -209,12 +233,26 @@ def dynamic_slice_of_pad(inst, args, ctx):
     return out
 
 
-@KERNELS.register("dynamic-update-slice")
+def _dynamic_update_slice_of(shapes):
+    """The dynamic-update-slice kernel for operands of `shapes`: `dynamic-update-slice(operand,
+    update, start...)`, a copy of operand with update written at the clamped start."""
+    bounds = tuple((dim - size, size) for dim, size in zip(shapes[0], shapes[1]))
+    vector = len(shapes) == 3 and len(shapes[2]) == 1
+
+    def kernel(inst, args, ctx):
+        result = args[0].copy()
+        result[_window(list(args[2]) if vector else args[2:], bounds)] = args[1]
+        return result
+    return kernel
+
+
 def dynamic_update_slice(inst, args, ctx):
-    """`dynamic-update-slice(operand, update, start...)`: a copy of operand with update written at
-    the clamped start."""
-    operand, update, *starts = args
-    begin = _clamped_starts(starts, operand.shape, update.shape)
-    result = operand.copy()
-    result[tuple(slice(b, b + s) for b, s in zip(begin, update.shape))] = update
-    return result
+    return _dynamic_update_slice_of([np.shape(a) for a in args])(inst, args, ctx)
+
+
+def _dynamic_update_slice_for(inst):
+    return _dynamic_update_slice_of([op.shape.dims for op in inst.operands])
+
+
+KERNELS.add(SpecialisedKernel(dynamic_update_slice, _dynamic_update_slice_for),
+            "dynamic-update-slice")

@@ -28,6 +28,7 @@ from gspmdc.ir.ops import KERNELS
 from gspmdc.ir.shapes import ArrayShape
 
 from . import TOKEN
+from .specialising import SpecialisedKernel
 from .. import spill
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -100,30 +101,48 @@ def _iota(inst, args, ctx):
     return np.broadcast_to(counts.reshape(view), shape.dims)
 
 
-@KERNELS.register("broadcast")
-def _broadcast(inst, args, ctx):
-    """A read-only view of the operand: result dim `dimensions[k]` steps like operand dim `k`,
-    every other result dim has stride 0 (for a contiguous operand the view is made directly, a
-    few times faster than `np.broadcast_to`)."""
-    x = args[0]
-    dims = inst.attrs.get("dimensions", ())
-    strides = [0] * len(inst.shape.dims)
-    for k, d in enumerate(dims):
-        strides[d] = x.strides[k]
-    if x.flags.c_contiguous and x.size:
-        view = np.ndarray(inst.shape.dims, x.dtype, x, 0, strides)
-        view.flags.writeable = False
-        return view
+def _broadcast_for(inst):
+    """The broadcast kernel of `inst`: a read-only view of the operand, where result dim
+    `dimensions[k]` steps like operand dim `k` and every other result dim has stride 0 (for a
+    contiguous operand the view is made directly, a few times faster than `np.broadcast_to`)."""
+    dims = tuple(inst.attrs.get("dimensions", ()))
+    shape = inst.shape.dims
     order = sorted(range(len(dims)), key=dims.__getitem__)
-    view_dims = [1] * len(inst.shape.dims)
-    for k in order:
-        view_dims[dims[k]] = x.shape[k]
-    return np.broadcast_to(x.transpose(order).reshape(view_dims), inst.shape.dims)
+
+    def kernel(inst, args, ctx):
+        x = args[0]
+        if x.flags.c_contiguous and x.size:
+            strides = [0] * len(shape)
+            for k, d in enumerate(dims):
+                strides[d] = x.strides[k]
+            view = np.ndarray(shape, x.dtype, x, 0, strides)
+            view.flags.writeable = False
+            return view
+        view_dims = [1] * len(shape)
+        for k in order:
+            view_dims[dims[k]] = x.shape[k]
+        return np.broadcast_to(x.transpose(order).reshape(view_dims), shape)
+    return kernel
 
 
-@KERNELS.register("reshape")
+def _broadcast(inst, args, ctx):
+    return _broadcast_for(inst)(inst, args, ctx)
+
+
+KERNELS.add(SpecialisedKernel(_broadcast, _broadcast_for), "broadcast")
+
+
+def _reshape_for(inst):
+    """The reshape kernel of `inst` (row-major; a view where numpy can make one)."""
+    shape = inst.shape.dims
+    return lambda inst, args, ctx: args[0].reshape(shape)
+
+
 def _reshape(inst, args, ctx):
-    return args[0].reshape(inst.shape.dims)
+    return _reshape_for(inst)(inst, args, ctx)
+
+
+KERNELS.add(SpecialisedKernel(_reshape, _reshape_for), "reshape")
 
 
 @KERNELS.register("transpose")
@@ -141,9 +160,17 @@ def _concatenate(inst, args, ctx):
     return np.concatenate(args, axis=inst.attrs["dimensions"][0])
 
 
-@KERNELS.register("slice")
+def _slice_for(inst):
+    """The slice kernel of `inst`: a view of the operand."""
+    window = tuple(slice(s.start, s.limit, s.stride) for s in inst.attrs["slice"])
+    return lambda inst, args, ctx: args[0][window]
+
+
 def _slice(inst, args, ctx):
-    return args[0][tuple(slice(s.start, s.limit, s.stride) for s in inst.attrs["slice"])]
+    return _slice_for(inst)(inst, args, ctx)
+
+
+KERNELS.add(SpecialisedKernel(_slice, _slice_for), "slice")
 
 
 @KERNELS.register("pad")
