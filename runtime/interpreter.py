@@ -63,7 +63,7 @@ from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from .collectives import CollectiveBackend, Pending, SinglePartitionBackend
 from .kernels import KERNELS, TOKEN, Token
-from .kernels.indexing import dynamic_slice_of_pad
+from .kernels.indexing import dynamic_slice_of_pad_for
 from .kernels.specialising import kernel_for
 from .live_arrays import LiveArrays
 from .options import DEFAULT_ROUNDING
@@ -429,7 +429,8 @@ class _Plan:
         steps = []
         for i in order:
             inst = comp.instructions[i]
-            kernel = dynamic_slice_of_pad if i in self._windows else KERNELS.get(inst.opcode)
+            kernel = dynamic_slice_of_pad_for(inst) if i in self._windows else \
+                KERNELS.get(inst.opcode)
             if kernel is None:
                 raise UnsupportedError(f"opcode {inst.opcode} is not supported by the interpreter "
                                        f"(instruction {inst.name} in computation {comp.name})")
@@ -494,12 +495,11 @@ class _Plan:
                     total += size
         return values[self.root_slot], start
 
-    def next_iteration(self, ctx: EvalContext, state: Any, start: list) -> Any:
+    def next_iteration(self, ctx: EvalContext, state: Any, start: list, schedule: tuple) -> Any:
         """The root's value for the loop state `state` of a later iteration, from the slots
-        `first_iteration` gave."""
-        kept = frozenset(s for s in self.hoistable if start[s] is not None)
+        `first_iteration` gave and their `loop_schedule`."""
         values = self._bound([state], start)
-        self._execute(ctx, values, [state], self.loop_schedule(kept), None)
+        self._execute(ctx, values, [state], schedule, None)
         return values[self.root_slot]
 
     def _bound(self, args: Sequence[Any], start: list) -> list:
@@ -678,16 +678,20 @@ class _LoopIterations:
     with the loop state gives the next; the first call runs the whole body and keeps its
     loop-invariant arrays, the later ones start from them."""
 
-    __slots__ = ("_plan", "_ctx", "_start")
+    __slots__ = ("_plan", "_ctx", "_start", "_schedule")
 
     def __init__(self, plan: _Plan, ctx: EvalContext):
-        self._plan, self._ctx, self._start = plan, ctx, None
+        self._plan, self._ctx, self._start, self._schedule = plan, ctx, None, None
 
     def __call__(self, state: Any) -> Any:
+        plan = self._plan
         if self._start is None:
-            result, self._start = self._plan.first_iteration(self._ctx, state)
+            result, start = plan.first_iteration(self._ctx, state)
+            self._schedule = plan.loop_schedule(
+                frozenset(s for s in plan.hoistable if start[s] is not None))
+            self._start = start
             return result
-        return self._plan.next_iteration(self._ctx, state, self._start)
+        return plan.next_iteration(self._ctx, state, self._start, self._schedule)
 
 
 def _identity_aliases(comp: Computation,

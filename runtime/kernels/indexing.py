@@ -16,6 +16,8 @@ vectorised round per multiplicity of the most repeated target element.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from gspmdc.ir import dtypes
@@ -170,15 +172,6 @@ def _combine_in_order(ctx, computation_name: str, flats: list[np.ndarray], targe
             flat[where] = value
 
 
-def _clamped_starts(starts, operand_shape, sizes) -> list[int]:
-    """Dynamic start operands (scalars, or one rank-1 vector) clamped into [0, dim - size]."""
-    if len(starts) == 1 and np.ndim(starts[0]) == 1:
-        starts = list(starts[0])
-    # Python ints: an unsigned start beyond the int64 range clamps like its saturated value
-    values = [int(s) for s in starts]
-    return [min(max(s, 0), dim - size) for s, dim, size in zip(values, operand_shape, sizes)]
-
-
 def _window(starts, bounds) -> tuple[slice, ...]:
     """The window of a dynamic slice or update: per dimension, the start (a scalar) clamped into
     `[0, top]` and `size` elements from it, for `bounds` of `(top, size)`."""
@@ -212,25 +205,34 @@ def _dynamic_slice_for(inst):
 KERNELS.add(SpecialisedKernel(dynamic_slice, _dynamic_slice_for), "dynamic-slice")
 
 
-def dynamic_slice_of_pad(inst, args, ctx):
-    """`dynamic-slice(pad(x, value), start...)` without the padded array (the interpreter's
-    fusion, see `runtime/interpreter.py`): `inst` is the dynamic-slice, whose operand is a pad
-    without interior padding; `args` are `x`, `value` and the starts. The window is a view of `x`
-    when it lies inside it, else a fresh array (`spill.full`) of `value` with `x`'s part copied
-    in."""
-    x, value, *starts = args
-    pads = inst.operands[0].attrs["padding"]
+def dynamic_slice_of_pad_for(inst) -> Callable:
+    """The kernel of `dynamic-slice(pad(x, value), start...)` without the padded array (the
+    interpreter's fusion, see `runtime/interpreter.py`), made for the dynamic-slice `inst`, whose
+    operand is a pad without interior padding; its `args` are `x`, `value` and the starts. The
+    window is a view of `x` when it lies inside it, else a fresh array (`spill.full`) of `value`
+    with `x`'s part copied in."""
+    pad = inst.operands[0]
+    pads = pad.attrs["padding"]
     sizes = _dims(inst, "dynamic_slice_sizes")
-    padded = [p.low + n + p.high for n, p in zip(x.shape, pads)]
-    begin = [b - p.low for b, p in zip(_clamped_starts(starts, padded, sizes), pads)]
-    inside = [(max(b, 0), min(b + s, n)) for b, s, n in zip(begin, sizes, x.shape)]
-    if all(lo == b and hi == b + s for (lo, hi), b, s in zip(inside, begin, sizes)):
-        return x[tuple(slice(b, b + s) for b, s in zip(begin, sizes))]
-    out = spill.full(sizes, value, x.dtype)
-    if all(lo < hi for lo, hi in inside):
-        out[tuple(slice(lo - b, hi - b) for (lo, hi), b in zip(inside, begin))] = \
-            x[tuple(slice(lo, hi) for lo, hi in inside)]
-    return out
+    x_dims = pad.operands[0].shape.dims
+    padded = [p.low + n + p.high for n, p in zip(x_dims, pads)]
+    bounds = tuple((dim - size, size) for dim, size in zip(padded, sizes))
+    lows = [p.low for p in pads]
+    vector = len(inst.operands) == 2 and len(inst.operands[1].shape.dims) == 1
+
+    def kernel(inst, args, ctx):
+        x, value = args[0], args[1]
+        window = _window(list(args[2]) if vector else args[2:], bounds)
+        begin = [w.start - low for w, low in zip(window, lows)]
+        inside = [(max(b, 0), min(b + s, n)) for b, s, n in zip(begin, sizes, x_dims)]
+        if all(lo == b and hi == b + s for (lo, hi), b, s in zip(inside, begin, sizes)):
+            return x[tuple(slice(b, b + s) for b, s in zip(begin, sizes))]
+        out = spill.full(sizes, value, x.dtype)
+        if all(lo < hi for lo, hi in inside):
+            out[tuple(slice(lo - b, hi - b) for (lo, hi), b in zip(inside, begin))] = \
+                x[tuple(slice(lo, hi) for lo, hi in inside)]
+        return out
+    return kernel
 
 
 def _dynamic_update_slice_of(shapes):
