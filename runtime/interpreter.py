@@ -528,6 +528,7 @@ class _Plan:
         releases (the hot loop of an execution)."""
         steps, finish_at_end, _ = schedule
         captured: dict[int, np.ndarray] | None = {} if capture is not None else None
+        ndarray = np.ndarray
         position = ctx.position
         board, at = (position.slots, position.slot) if position is not None else (None, 0)
         for kernel, inst, fetch, out, release, dims, dtype, finish, number, structural in steps:
@@ -542,16 +543,17 @@ class _Plan:
                 raise
             except Exception as e:
                 raise self._kernel_failure(inst, e) from e
-            if dims is not None:
-                if type(value) is not np.ndarray and type(value) is not Pending:
+            kind = type(value)
+            if kind is Pending:
+                pass                                # checked when finished
+            elif dims is not None:
+                if kind is not ndarray:
                     value = _as_array(value, self.computation, inst)
-                if type(value) is np.ndarray:
-                    if value.shape != dims or (value.dtype is not dtype and value.dtype != dtype):
-                        _raise_mismatch(value, self.computation, inst)
-                    if captured is not None and out in capture:
-                        captured[out] = value
-            elif structural and type(value) is not Pending and \
-                    _difference(value, inst.shape) is not None:
+                if value.shape != dims or (value.dtype is not dtype and value.dtype != dtype):
+                    _raise_mismatch(value, self.computation, inst)
+                if captured is not None and out in capture:
+                    captured[out] = value
+            elif structural and _difference(value, inst.shape) is not None:
                 _raise_mismatch(value, self.computation, inst)
             values[out] = value
             for s in release:
