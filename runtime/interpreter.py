@@ -12,7 +12,8 @@ a `pad` read only by a `dynamic-slice` is not evaluated, the slice reads its win
 operand (`fused_pads`; the hooks see the dynamic-slice only). Identity instructions (a `copy`, a
 `reshape` or `broadcast` to the operand's own dimensions, an identity `transpose`) are not executed
 when no value hook or live-array count watches: their readers read the operand (`on_step` reports
-them with no time, as folded ones). Values are immutable: kernels
+them with no time, as folded ones); neither is a `get-tuple-element` of a parameter, whose slot is
+set with the arguments. Values are immutable: kernels
 never write into their operands, and a result may alias an operand (a view). Kernels run under
 `np.errstate(all="ignore")`: HLO arithmetic has no traps.
 
@@ -292,6 +293,7 @@ class _Plan:
 
     __slots__ = ("computation", "num_slots", "param_slots", "root_slot", "steps", "initial",
                  "foldable", "finish_at_end", "skipped", "hoistable", "_operands", "_windows",
+                 "_unpacked",
                  "_pure", "_invariant", "_loop_schedules", "_collectives", "_barriers", "_wide",
                  "_rounded", "_numbers", "_aliased")
 
@@ -311,6 +313,14 @@ class _Plan:
         self.num_slots = len(comp.instructions) + len(wide)
         self.param_slots = [slot[p] for p in comp.parameters]
         self.root_slot = slot[comp.root]
+        #: (slot, parameter position, element index) of the `get-tuple-element`s of a parameter
+        #: that are bound with the arguments instead of executed (when nothing watches values)
+        self._unpacked = tuple(
+            (slot[inst], comp.parameters.index(inst.operands[0]), inst.attr("index"))
+            for inst in comp.instructions
+            if alias_identities and inst.opcode == "get-tuple-element"
+            and inst.operands[0].opcode == "parameter" and inst is not comp.root
+            and inst not in readers) if alias_identities else ()
         fused = fused_pads(comp)
         windows = set(fused.values())
         #: slots of the dynamic-slices that read their window from a pad's operand
@@ -401,7 +411,7 @@ class _Plan:
         comp = self.computation
         users = self._users()
         spared = self._pure | invariant
-        dropped = set(folded) | self._aliased
+        dropped = set(folded) | self._aliased | {s for s, _, _ in self._unpacked}
         for i in range(len(self._operands) - 1, -1, -1):
             if i in spared and i != self.root_slot and users[i] and \
                     all(u in dropped for u in users[i]):
@@ -510,6 +520,8 @@ class _Plan:
         values = start.copy()
         for s, value in zip(self.param_slots, args):
             values[s] = value
+        for s, position, index in self._unpacked:
+            values[s] = args[position][index]
         return values
 
     def _execute(self, ctx: EvalContext, values: list, args: Sequence[Any], schedule: tuple,

@@ -259,10 +259,12 @@ ENTRY main {
 def test_loop_invariant_values_are_computed_in_the_first_iteration_only(monkeypatch):
     """`exponential(w * 2)` reads only the state element `w`, which the body passes through: it
     runs in the first of the 4 iterations of each execution (`v * 2` reads `v`, which changes,
-    so it runs in each); the values are numpy's: x * exp(2w)^4 + w * 2^4. With a value hook
-    watching, every iteration computes everything."""
+    so it runs in each); the values are numpy's: x * exp(2w)^4 + w * 2^4. The loop state's
+    elements are bound to the `get-tuple-element`s of the body's and condition's parameter
+    without running them (those of the loop's result run). With a value hook watching, every
+    iteration computes everything."""
     from gspmdc.runtime.interpreter import Executable
-    calls = {"exponential": 0, "multiply": 0}
+    calls = {"exponential": 0, "multiply": 0, "get-tuple-element": 0}
     for opcode in calls:
         kernel = KERNELS[opcode]
 
@@ -279,13 +281,14 @@ def test_loop_invariant_values_are_computed_in_the_first_iteration_only(monkeypa
     for execution in range(2):
         np.testing.assert_array_equal(exe([x, w]), expected)
     # per execution: exponential and `w * 2` once, `x * scale` and `v * 2` in every iteration
-    assert calls == {"exponential": 2, "multiply": 2 * (1 + 4 + 4)}
+    assert calls == {"exponential": 2, "multiply": 2 * (1 + 4 + 4), "get-tuple-element": 2 * 2}
     for opcode in calls:
         calls[opcode] = 0
     seen = []
     np.testing.assert_array_equal(
         evaluate(module, [x, w], on_value=lambda inst, value: seen.append(inst.name)), expected)
-    assert calls == {"exponential": 4, "multiply": 3 * 4}
+    assert calls == {"exponential": 4, "multiply": 3 * 4,
+                     "get-tuple-element": 4 * 4 + 5 + 2}
     assert seen.count("scale") == 4
 
 

@@ -46,15 +46,21 @@ def _while(inst, args, ctx):
     state = args[0]
     iteration = 0
     iterate = ctx.loop_body(body)
+    leaves, order = _leaves(state) if deterministic else None, None
     while ctx.call(condition, [state]):
         if iteration == 0:
             _refuse_if_endless(inst, ctx)
         new_state = iterate(state)
         iteration += 1
-        if deterministic and _same_value(new_state, state):
-            raise RuntimeFailure(
-                f"while loop {inst.name} cannot terminate: iteration {iteration} left the loop "
-                "state unchanged, so the condition stays true forever")
+        if deterministic:
+            new_leaves = _leaves(new_state)
+            if order is None:
+                order = _smallest_first(leaves)
+            if _same_leaves(new_leaves, leaves, order):
+                raise RuntimeFailure(
+                    f"while loop {inst.name} cannot terminate: iteration {iteration} left the "
+                    "loop state unchanged, so the condition stays true forever")
+            leaves = new_leaves
         state = new_state
     return state
 
@@ -85,11 +91,14 @@ def _is_pure(ctx, computation_name: str) -> bool:
     return ctx.cache[key]
 
 
-def _same_value(a, b) -> bool:
-    """Bitwise-equal values (tuples leafwise, NaNs equal). Leaves are compared smallest first, so a
-    loop whose counter moves is told apart after one scalar comparison."""
-    a_leaves, b_leaves = _leaves(a), _leaves(b)
-    order = sorted(range(len(a_leaves)), key=lambda i: getattr(a_leaves[i], "size", 0))
+def _smallest_first(leaves: list) -> list[int]:
+    """The positions of `leaves` (the loop state's, whose shapes every iteration keeps), smallest
+    first: a loop whose counter moves is told apart after one scalar comparison."""
+    return sorted(range(len(leaves)), key=lambda i: getattr(leaves[i], "size", 0))
+
+
+def _same_leaves(a_leaves: list, b_leaves: list, order: list[int]) -> bool:
+    """Bitwise-equal leaves of two values (NaNs equal), compared in `order`."""
     for i in order:
         x, y = a_leaves[i], b_leaves[i]
         if x is y:
