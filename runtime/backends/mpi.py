@@ -50,8 +50,8 @@ requests with MPI's own `Waitall` (it busy-polls: the lowest latency when every 
 itself); `polite` tests the requests for ~100 µs, then sleeps with backoff up to 0.2 ms, leaving the
 CPU to other processes; `auto` (the default) adapts. It starts from the machine: the cores this
 rank may run on, less those other work keeps busy now (the tasks runnable on the machine besides
-the job's ranks there, `cores.free_cores`), against the ranks of the job on this machine. With a core per rank it spins before sleeping, otherwise it
-sleeps almost at once. Then every wait adjusts the spin budget: waits that end while spinning keep
+the job's ranks there, `cores.free_cores`), against the ranks of the job on this machine. With a
+core per rank it spins before sleeping, otherwise it sleeps almost at once. Then every wait adjusts the spin budget: waits that end while spinning keep
 it (it grows towards twice their typical length, at most 0.2 ms), waits that outlast it halve it, so
 that on a machine that turns out to be oversubscribed (the ranks' waits are long: the peer is not
 running) the ranks stop burning the CPU the others need, and on an idle one they keep spinning.
