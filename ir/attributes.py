@@ -178,9 +178,14 @@ class ReplicaGroups:
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> "ReplicaGroups":
-        """From a `[num_groups, group_size]` integer array."""
-        array = np.array(array, dtype=np.int64)
-        array.setflags(write=False)
+        """From a `[num_groups, group_size]` integer array. A read-only int64 array (the device
+        arrays of tile assignments, which the partitioner's group arrays are) is shared, not
+        copied: the collectives of one reshard plan then hold one array, whatever their number
+        and the device count; any other array is copied."""
+        array = np.asarray(array)
+        if array.dtype != np.int64 or array.flags.writeable:
+            array = np.array(array, dtype=np.int64)
+            array.setflags(write=False)
         value = object.__new__(cls)
         object.__setattr__(value, "_groups", None)
         object.__setattr__(value, "_array", array)
@@ -217,7 +222,7 @@ class ReplicaGroups:
             return True
         a, b = self.as_array(), other.as_array()
         if a is not None and b is not None:
-            return a.shape == b.shape and bool(np.array_equal(a, b))
+            return a is b or (a.shape == b.shape and bool(np.array_equal(a, b)))
         return self.groups == other.groups
 
     def __hash__(self) -> int:

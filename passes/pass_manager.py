@@ -33,7 +33,9 @@ class PipelineError(GspmdcError):
 
 class ChannelIds:
     """Channel ids for the collectives passes emit: each call hands out a new one, above every id
-    already used in the modules it was shown (`account_for`)."""
+    already used in the modules it was shown (`account_for`). A pipeline shows it each module
+    object it meets once: passes take their new ids from here and copy the others, so a module
+    a pass rewrote in place holds no id it was not shown."""
 
     def __init__(self):
         self.next = 1
@@ -100,9 +102,12 @@ def run_pipeline(ctx: PassContext, module: Module, passes: list[ModulePass],
 
 def _run(ctx: PassContext, module: Module, passes: list[ModulePass],
          callback: PipelineCallback | None) -> Module:
+    accounted = None
     for index, pass_ in enumerate(passes):
         check_can_run(pass_, module, ctx)
-        ctx.channel_ids.account_for(module)
+        if module is not accounted:
+            ctx.channel_ids.account_for(module)
+            accounted = module
         start = time.perf_counter()
         module = pass_.apply(ctx, module)
         seconds = time.perf_counter() - start

@@ -21,6 +21,10 @@
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+from operator import mul
+
 import numpy as np
 
 from gspmdc.ir import sharding_algebra
@@ -243,11 +247,11 @@ def local_reshape_ok(in_shape: ArrayShape, out_shape: ArrayShape, a: HloSharding
 def _reshape_groups(source: tuple[int, ...], target: tuple[int, ...]):
     """Minimal runs of source and target dims with equal element counts: the cut points are the
     prefix products both shapes share."""
-    ps, pt = np.cumprod(source, dtype=np.int64), np.cumprod(target, dtype=np.int64)
-    cuts = np.intersect1d(ps, pt)
-    gs, gt = np.searchsorted(cuts, ps), np.searchsorted(cuts, pt)
-    return tuple((tuple(int(d) for d in np.flatnonzero(gs == k)),
-                  tuple(int(d) for d in np.flatnonzero(gt == k))) for k in range(len(cuts)))
+    ps, pt = list(accumulate(source, mul)), list(accumulate(target, mul))
+    cuts = sorted(set(ps) & set(pt))
+    gs, gt = [bisect_left(cuts, p) for p in ps], [bisect_left(cuts, p) for p in pt]
+    return tuple((tuple(d for d, g in enumerate(gs) if g == k),
+                  tuple(d for d, g in enumerate(gt) if g == k)) for k in range(len(cuts)))
 
 
 def _is_kept_dim(ins, outs, in_shape, out_shape, a, b) -> bool:
