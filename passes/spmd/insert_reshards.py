@@ -197,6 +197,11 @@ class _Rewriter:
         self.needs_missed = False
         #: plans made while looking ahead, with the operands (and their shardings) they saw
         self.ahead: dict[Instruction, tuple[tuple, OpPlan]] = {}
+        #: instructions planned so far
+        self.planned: set[Instruction] = set()
+        #: plans of users of an operand of the instruction being planned (`_wanted`), with
+        #: the operands they saw
+        self.sibling_plans: dict[Instruction, tuple[tuple, OpPlan]] = {}
 
     def run(self) -> None:
         comp, b = self.comp, self.builder
@@ -216,6 +221,7 @@ class _Rewriter:
                                                     plan.reason)
             inst.sharding = plan.result
             b.append(inst)
+            self.planned.add(inst)
             if self._computed_everywhere(inst):
                 self.everywhere.add(inst)
             if plan.result != desired:
@@ -256,6 +262,11 @@ class _Rewriter:
         elif (recomputed := self._recompute_replicated(value, target, user, role,
                                                         reason)) is not None:
             node = recomputed
+        elif _broadcast_first(value.sharding, target):
+            # one device's value reaches the others by a broadcast to all (the plan's first
+            # step): that replicated node is shared by every user needing the value elsewhere
+            whole = self.reshard(value, HloSharding.replicate(), user, role, reason)
+            node = self.reshard(whole, target, user, role, reason)
         else:
             metadata = reshard_metadata(value, value.sharding, target, user, role, reason)
             node = self.builder.add("custom-call", value.shape, [value],
@@ -311,9 +322,38 @@ class _Rewriter:
         return tuple(dict.fromkeys(needs))
 
     def _had(self, value: Instruction) -> frozenset:
-        """The shardings `value` was already resharded to for earlier users (shared nodes:
-        a plan needing one of them moves no more bytes for it)."""
-        return frozenset(self.resharded_to.get(id(value), ()))
+        """The shardings `value` was already resharded to for earlier users, and those its
+        later users' plans read it in (`_wanted`): shared nodes, so a plan of the instruction
+        being planned needing one of them moves no more bytes for it than is moved anyway."""
+        return frozenset(self.resharded_to.get(id(value), ())) | self._wanted(value)
+
+    def _wanted(self, value: Instruction) -> frozenset:
+        """The shardings the users of `value` not planned yet, other than the instruction
+        being planned, read it in: their plans with their operands as they are now (made
+        ahead, one level, and remembered while those operands stay the same). Empty while
+        looking ahead, for a value computed again for free and for one with a single user."""
+        if self.looking_ahead or self.planning is None or recomputed_for_free(value):
+            return frozenset()
+        planning = self.planning[0]
+        later = [u for u in self.users.get(value, ()) if u is not planning
+                 and u not in self.planned and u not in self.arrivals]
+        if not later:
+            return frozenset()
+        wanted = set()
+        self.looking_ahead = True
+        try:
+            for user in later:
+                user.operands = [self.replacement.get(o, o) for o in user.operands]
+                key = _plan_key(user)
+                known = self.sibling_plans.get(user)
+                if known is None or known[0] != key:
+                    known = self.sibling_plans[user] = (key, self._planned_ahead(user)
+                                                        or self._plan(user))
+                wanted.update(need for operand, need in zip(user.operands, known[1].operands)
+                              if operand is value and need != value.sharding)
+        finally:
+            self.looking_ahead = False
+        return frozenset(wanted)
 
     def _planned_ahead(self, inst: Instruction) -> OpPlan | None:
         """The plan made for `inst` while looking ahead, if its operands are still the same
@@ -502,6 +542,14 @@ class _Rewriter:
         self.tuples.add(node)
         return node
 
+
+
+def _broadcast_first(source: HloSharding, target: HloSharding) -> bool:
+    """Whether resharding a value on one device (`source`) to `target` broadcasts it to every
+    partition first and then takes `target` from the replicated value (a plan starting with
+    `BroadcastFromDevice`): an array sharding other than replicated or one device."""
+    return source.kind == "maximal" and not source.is_tuple and not target.is_tuple and \
+        target.kind == "tiled" and not target.has_manual_leaf
 
 
 def _plan_key(inst: Instruction) -> tuple:
