@@ -67,8 +67,8 @@ from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
 from .cleanup import eliminate_common_subexpressions, live_instructions
 from .op_rules import (
-    NOT_EVERYWHERE, NOT_RECOMPUTED, OpPlan, PlanContext,
-    free_target, maximal_for, read_from, recomputed_for_free, replicated_for, result_chain,
+    NOT_EVERYWHERE, NOT_RECOMPUTED, OpPlan, PlanContext, broadcast_first, free_target,
+    maximal_for, read_from, recomputed_for_free, replicated_for, result_chain,
 )
 from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
@@ -262,9 +262,7 @@ class _Rewriter:
         elif (recomputed := self._recompute_replicated(value, target, user, role,
                                                         reason)) is not None:
             node = recomputed
-        elif _broadcast_first(value.sharding, target):
-            # one device's value reaches the others by a broadcast to all (the plan's first
-            # step): that replicated node is shared by every user needing the value elsewhere
+        elif broadcast_first(value.sharding, target):
             whole = self.reshard(value, HloSharding.replicate(), user, role, reason)
             node = self.reshard(whole, target, user, role, reason)
         else:
@@ -542,14 +540,6 @@ class _Rewriter:
         self.tuples.add(node)
         return node
 
-
-
-def _broadcast_first(source: HloSharding, target: HloSharding) -> bool:
-    """Whether resharding a value on one device (`source`) to `target` broadcasts it to every
-    partition first and then takes `target` from the replicated value (a plan starting with
-    `BroadcastFromDevice`): an array sharding other than replicated or one device."""
-    return source.kind == "maximal" and not source.is_tuple and not target.is_tuple and \
-        target.kind == "tiled" and not target.has_manual_leaf
 
 
 def _plan_key(inst: Instruction) -> tuple:

@@ -74,6 +74,10 @@ class Signature:
     #: per operand, the shardings insert-reshards already resharded it to for an earlier
     #: user (a reshard node every later user shares: no more bytes); empty: none known
     operand_had: tuple[frozenset, ...] = ()
+    #: per operand on one device, whether insert-reshards already broadcast it to every
+    #: partition (a shared replicated node: any tiling is then sliced from it, no bytes;
+    #: `broadcast_first`); empty: none
+    operand_broadcast: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
@@ -93,7 +97,7 @@ class Signature:
                          self.operand_ids, self.operand_free,
                          tuple(s.with_metadata(()) for s in self.result_needs),
                          tuple(frozenset(s.with_metadata(()) for s in had)
-                               for had in self.operand_had))
+                               for had in self.operand_had), self.operand_broadcast)
 
 
 #: opcodes whose value on one device may differ between partitions that compute it: their
@@ -185,18 +189,31 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     """`own` plus the bytes `measure` gives for the reshards `plan` asks of an instruction
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
-    free in a free target or already resharded to the sharding needed for an earlier user."""
+    free in a free target or already resharded to the sharding needed for an earlier user, or
+    sliced from its broadcast made for an earlier user (`operand_broadcast`)."""
     total = own + _result_bytes(signature, plan.result, measure)
     count = len(signature.operand_ids)
     free = signature.operand_free or (False,) * count
     had = signature.operand_had or (frozenset(),) * count
+    broadcast = signature.operand_broadcast or (False,) * count
     operands = zip(signature.operand_ids, signature.operand_shapes,
-                   signature.operand_shardings, free, had)
-    for (_, shape, sharding, recomputed, earlier), need in \
+                   signature.operand_shardings, free, had, broadcast)
+    for (_, shape, sharding, recomputed, earlier, whole), need in \
             dict.fromkeys(zip(operands, plan.operands)):
-        if not (recomputed and free_target(need)) and need not in earlier:
+        if not (recomputed and free_target(need)) and need not in earlier and \
+                not (whole and broadcast_first(sharding, need)):
             total += measure(shape, sharding, need)
     return total
+
+
+def broadcast_first(source: HloSharding, target: HloSharding) -> bool:
+    """Whether resharding a value on one device (`source`) to `target` broadcasts it to every
+    partition first and then takes `target` from the replicated value (as the reshard plan
+    does, `BroadcastFromDevice`): `target` an array sharding other than replicated or one
+    device. insert-reshards makes that replicated value a node of its own, shared by every
+    user needing the value in another sharding (so the value is broadcast once)."""
+    return source.kind == "maximal" and target.kind == "tiled" and \
+        not target.has_manual_leaf
 
 def result_chain(result: HloSharding, annotated: HloSharding) -> tuple[HloSharding, ...]:
     """The shardings insert-reshards may have a result computed in `result` in, each a reshard
@@ -283,10 +300,15 @@ class PlanContext:
         reshards are the same for all its plans); every later question about `inst` gets the
         same needs, so that its plans are compared alike."""
         signature = Signature.of(inst)
-        if self.had is not None and inst.opcode not in CONTRACTIONS:
+        if self.had is not None:
             had = tuple(self.had(o) for o in inst.operands)
-            if any(had):
+            if inst.opcode not in CONTRACTIONS and any(had):
                 signature = replace(signature, operand_had=had)
+            replicated = HloSharding.replicate()
+            broadcast = tuple(o.sharding.kind == "maximal" and replicated in h
+                              for o, h in zip(inst.operands, had))
+            if any(broadcast):
+                signature = replace(signature, operand_broadcast=broadcast)
         if self.result_needs is None:
             return signature
         needs = self._needs.get(inst)
