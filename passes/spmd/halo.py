@@ -27,7 +27,10 @@ Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over sha
   elements its own real outputs read: hops `skip(i) + 1 .. reach(i)` on each side (`reach_left`,
   `skip_left`, `reach_right`, `skip_right`); the permute of any other hop has no pair into it
   (as XLA trims the halos of shards without output), so its buffer there stays zero and is
-  never read;
+  never read. Of each hop's piece only the elements some receiver's real outputs read travel
+  (`pieces(side)`: the part of a far shard a window starting or ending inside it reads, as
+  XLA's compact halo exchange sends): the receiver pads it back to the hop's size with zeros
+  it never reads;
 - `mask`: whether real outputs read positions outside `[0, valid)` (explicit padding, uneven
   padding garbage, zeros from missing neighbours): those are replaced by the pad value.
 
@@ -107,6 +110,18 @@ class HaloPlan:
     reach_right: np.ndarray
     skip_left: np.ndarray     # per shard, the nearest hops to the left it does not read
     skip_right: np.ndarray
+    #: per hop to the left / right, the elements [lo, hi) of its piece that travel (empty:
+    #: every piece whole)
+    span_left: tuple[tuple[int, int], ...] = ()
+    span_right: tuple[tuple[int, int], ...] = ()
+
+    def pieces(self, side: str) -> list[tuple[int, int, int]]:
+        """Per hop from `side` (distance 1, 2, ...): its size and the range `[lo, hi)` of
+        its elements that travel (undilated elements of the piece)."""
+        sizes = self.hops(self.from_left if side == "left" else self.from_right)
+        spans = (self.span_left if side == "left" else self.span_right) or \
+            tuple((0, size) for size in sizes)
+        return [(size, lo, hi) for size, (lo, hi) in zip(sizes, spans)]
 
     def receives(self, side: str, hop: int) -> np.ndarray:
         """Per shard, whether it receives hop `hop` from the `side` ("left" or "right")."""
@@ -150,7 +165,7 @@ class HaloPlan:
         """`describe()` followed by the rest of the plan: `shards=n,input=Ib,output=W,
         window=window_input,valid=v,offsets=..`, `pad=low_high` when there is padding and
         `reach_left=..` / `skip_left=..` (and right) when some shard needs fewer hops than the
-        others."""
+        others, `span_left=[lo,hi,...]` (and right) when some hop's piece travels in part."""
         text = f"{self.describe()},shards={self.shards},input={self.input_shard}," \
                f"output={self.output_shard},window={self.window_input},valid={self.valid}," \
                f"offsets={_table(self.offsets)}"
@@ -163,6 +178,11 @@ class HaloPlan:
         for side, skip in (("left", self.skip_left), ("right", self.skip_right)):
             if skip.any():
                 text += f",skip_{side}={_table(skip)}"
+        for side in ("left", "right"):
+            pieces = self.pieces(side)
+            if any((lo, hi) != (0, size) for size, lo, hi in pieces):
+                text += f",span_{side}=[" + \
+                    ",".join(f"{lo},{hi}" for _, lo, hi in pieces) + "]"
         return text
 
     @classmethod
@@ -179,7 +199,7 @@ class HaloPlan:
         missing = [k for k in _REQUIRED if k not in fields]
         unknown = sorted(set(fields) - set(_REQUIRED) -
                          {"dilate", "mask", "pad", "reach_left", "reach_right", "skip_left",
-                          "skip_right"})
+                          "skip_right", "span_left", "span_right"})
         if missing or unknown:
             raise ValueError(f"missing {missing}" if missing else f"unknown {unknown}")
         n = _int(fields, "shards")
@@ -214,6 +234,13 @@ class HaloPlan:
             if ((skip < 0) | (skip > np.maximum(reach, 0))).any():
                 raise ValueError(f"skip_{side} must lie between 0 and reach_{side}")
             got[f"reach_{side}"], got[f"skip_{side}"] = reach, skip
+            if f"span_{side}" in fields:
+                sizes = plan.hops(number[f"from_{side}"])
+                bounds = _array(fields[f"span_{side}"], 2 * len(sizes), f"span_{side}")
+                spans = tuple(zip(bounds[0::2].tolist(), bounds[1::2].tolist()))
+                if any(not 0 <= lo < hi <= size for (lo, hi), size in zip(spans, sizes)):
+                    raise ValueError(f"span_{side} must hold 0 <= lo < hi <= size per hop")
+                got[f"span_{side}"] = spans
         return replace(plan, **got)
 
 
@@ -292,6 +319,7 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
     got = {}
     for side, amount in (("left", from_left), ("right", from_right)):
         needed = np.zeros((n, 0), dtype=bool)
+        spans = []
         for hop, size in enumerate(plan.hops(amount), 1):
             if side == "left":
                 hop_lo, hop_hi = ib * (i - hop + 1) - b * size, ib * (i - hop + 1)
@@ -299,6 +327,12 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
                 hop_lo, hop_hi = ib * (i + hop), ib * (i + hop) + b * size
             reads = reads_data & (hop_lo < data_hi) & (data_lo < hop_hi)
             needed = np.column_stack([needed, reads])
+            # the piece's elements (base hop_lo + b*k) within [data_lo, data_hi) of a reader
+            lo = np.clip(-(-(data_lo - hop_lo) // b), 0, size)[reads]
+            hi = np.clip(-(-(data_hi - hop_lo) // b), 0, size)[reads]
+            spans.append((int(lo.min()), int(hi.max())) if reads.any() else (0, size))
+        if any(span != (0, size) for span, size in zip(spans, plan.hops(amount))):
+            got[f"span_{side}"] = tuple(spans)
         count = needed.shape[1]
         any_hop = needed.any(axis=1)
         reach = np.where(any_hop, count - np.argmax(needed[:, ::-1], axis=1), 0) if count else \
@@ -316,14 +350,16 @@ def _full_reach(n: int, hops: int, side: str) -> np.ndarray:
     return np.minimum(hops, distance if side == "left" else n - 1 - distance)
 
 
-def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int) -> float:
+def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
+               whole_pieces: bool = False) -> float:
     """Bytes the busiest partition sends to exchange `plans` (dim → plan) on a value whose
     local shard has `local_dims`, the dims exchanged in increasing order (earlier exchanges
     widen later pieces). A partition's bytes are a sum over dims of what its ordinal on each
     dim sends, and every combination of ordinals is some partition's: the busiest sends the
-    sum of the per-dim maxima."""
+    sum of the per-dim maxima. `whole_pieces`: every hop's piece whole (`return_halo` sends
+    them so), not only its span."""
     return sum(float(sent.max(initial=0)) * other * width
-               for sent, other in _sent_by_dim(plans, local_dims))
+               for sent, other in _sent_by_dim(plans, local_dims, whole_pieces))
 
 
 def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
@@ -334,9 +370,11 @@ def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], w
                for sent, other in _sent_by_dim(plans, local_dims))
 
 
-def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]):
+def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
+                 whole_pieces: bool = False):
     """Per exchanged dim: the elements of that dim each shard ordinal sends (to the shards
-    whose `reach` covers it) and the elements of the other dims one such element carries."""
+    whose `reach` covers it: each hop's span, or its whole piece with `whole_pieces`) and the
+    elements of the other dims one such element carries."""
     dims = [int(d) for d in local_dims]
     for d in sorted(plans):
         plan = plans[d]
@@ -344,13 +382,13 @@ def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]):
         other = int(np.prod(dims)) // max(dims[d], 1)
         n = plan.shards
         sent = np.zeros(n, dtype=np.int64)
-        for amount, side, step in ((plan.from_left, "left", 1), (plan.from_right, "right", -1)):
-            for hop, size in enumerate(plan.hops(amount), 1):
+        for side, step in (("left", 1), ("right", -1)):
+            for hop, (size, lo, hi) in enumerate(plan.pieces(side), 1):
                 receiver = np.arange(n) + step * hop          # the sender's receiver
                 inside = (receiver >= 0) & (receiver < n)
                 reads = np.zeros(n, dtype=bool)
                 reads[inside] = plan.receives(side, hop)[receiver[inside]]
-                sent += np.where(reads, size, 0)
+                sent += np.where(reads, size if whole_pieces else hi - lo, 0)
         yield sent, other
         dims[d] = plan.window_input
 
@@ -425,13 +463,13 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
     if plan.identity:
         return value
     b = ctx.builder
-    pieces = [_receive(ctx, value, dim, tiling, h, size, plan.receives("left", h),
+    pieces = [_receive(ctx, value, dim, tiling, h, piece, plan.receives("left", h),
                        from_left=True)
-              for h, size in reversed(list(enumerate(plan.hops(plan.from_left), 1)))]
+              for h, piece in reversed(list(enumerate(plan.pieces("left"), 1)))]
     pieces.append(value)
-    pieces += [_receive(ctx, value, dim, tiling, h, size, plan.receives("right", h),
+    pieces += [_receive(ctx, value, dim, tiling, h, piece, plan.receives("right", h),
                         from_left=False)
-               for h, size in enumerate(plan.hops(plan.from_right), 1)]
+               for h, piece in enumerate(plan.pieces("right"), 1)]
     value = _concatenate(b, pieces, dim)
     if plan.base_dilation > 1:
         value = _dilate(b, value, dim, plan.base_dilation, _need(pad_value))
@@ -510,13 +548,28 @@ def _need(pad_value: Instruction | None) -> Instruction:
 
 
 def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
-             size: int, receives: np.ndarray, from_left: bool) -> Instruction:
+             piece: tuple[int, int, int], receives: np.ndarray,
+             from_left: bool) -> Instruction:
     """The piece each shard receives from the shard `hop` positions to its left (the sender's
-    last `size` elements) or right (its first `size`), for the shards that `receives` it (by
-    ordinal); the others (and shards without a sender) get zeros."""
-    n, local = tiling.counts[dim], value.shape.dims[dim]
-    piece = _slice_dim(ctx.builder, value, dim, local - size, local) if from_left else \
-        _slice_dim(ctx.builder, value, dim, 0, size)
+    last `size` elements) or right (its first `size`), `piece = (size, lo, hi)`, for the
+    shards that `receives` it (by ordinal); the others (and shards without a sender) get
+    zeros. Only the piece's elements `[lo, hi)` travel; zeros stand for the rest."""
+    local = value.shape.dims[dim]
+    size, lo, hi = piece
+    at = local - size if from_left else 0
+    received = _sent_piece(ctx, value, dim, tiling, hop, at + lo, at + hi, receives, from_left)
+    if (lo, hi) == (0, size):
+        return received
+    b = ctx.builder
+    return _pad_dim(b, received, dim, lo, size - hi, b.zero(value.shape.element_type))
+
+
+def _sent_piece(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
+                start: int, limit: int, receives: np.ndarray, from_left: bool) -> Instruction:
+    """Elements `[start, limit)` of the sender's `value`, received from `hop` shards to the
+    left / right by the shards that `receives` it (zeros elsewhere)."""
+    n = tiling.counts[dim]
+    piece = _slice_dim(ctx.builder, value, dim, start, limit)
     devices = tiling.devices
     low = np.take(devices, np.arange(0, n - hop), axis=dim).ravel()
     high = np.take(devices, np.arange(hop, n), axis=dim).ravel()

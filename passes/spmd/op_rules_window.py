@@ -360,7 +360,9 @@ class SliceRule(WindowRule):
         masked = OpPlan((source,), algebra.unreduce_on_dims(tiling.sharding, sliced),
                         "slice keeps its operand tiled on sliced dims: each partition cuts "
                         "its part, the parts are summed")
-        return ctx.choose(inst, [chosen, masked], tie_break=lambda plan: plan.cost)
+        # on a tie, the fewest bytes over all devices (a halo only some shards receive)
+        return ctx.choose(inst, [chosen, masked],
+                          tie_break=lambda plan: (ctx.total_of(inst, plan), plan.cost))
 
     def halo_plans(self, inst, num_devices, computations=None):
         if _partial(inst):
@@ -498,7 +500,8 @@ class SelectAndScatterRule(WindowRule):
         operand = inst.operands[0]
         plans = self._plans(inst, self.windows(inst)[0], tiling, [])
         return halo_bytes(plans, tiling.shard_dims(operand.shape.dims),
-                          dtypes.byte_width(operand.shape.element_type)) if plans else 0.0
+                          dtypes.byte_width(operand.shape.element_type),
+                          whole_pieces=True) if plans else 0.0
 
     def pad_values(self, inst, ctx):
         t = inst.operands[0].shape.element_type
