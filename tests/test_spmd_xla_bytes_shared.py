@@ -96,3 +96,67 @@ def test_no_more_bytes_than_xla(text, n):
     assert result.status == "compared", result.detail
     assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
     assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+
+
+# ---- halos: only the span of a far piece some receiver reads travels -------------------------
+
+NEGATIVE_PAD = """HloModule m, num_partitions=2
+
+ENTRY e {
+  x = f32[14,3] parameter(0), sharding={devices=[2,1]0,1}
+  c = f32[] constant(-1.5), sharding={replicated}
+  ROOT p = f32[3,3] pad(x, c), padding=-13_2x0_0, sharding={devices=[2,1]0,1}
+}
+"""
+
+
+def test_a_window_starting_inside_a_far_shard_receives_only_what_it_reads():
+    """`padding=-13_2` keeps row 13 of 14 (then two pad rows): shard 0's outputs read row 13,
+    the last of shard 1's seven, so that row alone travels (the plan's `span_right=[6,7]`;
+    the text round-trips): one permute of f32[1,3] from device 1, 12 B, 6 B per device on
+    average (XLA's program; before, the whole shard: 84 B from device 1)."""
+    from gspmdc.passes.spmd.halo import HaloPlan, WindowedDim, halo_bytes, plan_halo
+    plan = plan_halo(WindowedDim(14, 2, 1, 1, -13, 2))
+    assert plan.from_right == 7 and plan.pieces("right") == [(7, 6, 7)]
+    text = plan.to_text()
+    assert text.endswith("span_right=[6,7]")
+    assert HaloPlan.from_text(text).pieces("right") == [(7, 6, 7)]
+    with pytest.raises(ValueError, match="span_right"):
+        HaloPlan.from_text(text.replace("span_right=[6,7]", "span_right=[6,8]"))
+    assert halo_bytes({0: plan}, (7, 3), 4) == 12
+    assert halo_bytes({0: plan}, (7, 3), 4, whole_pieces=True) == 84
+    spmd = check_equivalent(NEGATIVE_PAD, 2)
+    assert collectives(spmd) == [("collective-permute", [(1, 0)])]
+    assert _sent(spmd, 2) == 6
+
+
+STRIDED_TAIL = """HloModule m, num_partitions=4
+
+ENTRY e {
+  x = f32[7] parameter(0), sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
+  ROOT s = f32[1] slice(x), slice={[6:7:2]}, sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
+}
+"""
+
+
+def test_a_strided_slice_of_a_far_element_permutes_that_element():
+    """Element 6 of 7, tiled in two shards of four: shard 0's one output reads the third
+    element of shard 1. Its halo is that element (4 B, sent by the two devices of shard 1:
+    2 B per device on average, XLA's bytes); the masked strategy (each partition cuts its
+    part, a reduce-scatter sums them) sends as much from the busiest device but 4 B from
+    every device, so the halo wins the tie."""
+    spmd = check_equivalent(STRIDED_TAIL, 4)
+    assert [c[0] for c in collectives(spmd)] == ["collective-permute"]
+    assert _sent(spmd, 4) == 2
+
+
+@needs_xla
+@pytest.mark.parametrize("text,n", [(NEGATIVE_PAD, 2), (STRIDED_TAIL, 4)],
+                         ids=["negative-pad", "strided-tail"])
+def test_halo_spans_no_more_bytes_than_xla(text, n):
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as xla:
+        result = run_case(Case("bytes", text, n), xla)
+    assert result.status == "compared", result.detail
+    assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
+    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
