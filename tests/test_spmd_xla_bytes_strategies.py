@@ -64,14 +64,18 @@ ENTRY e {{
 """
 
 
-def test_a_strided_slice_of_a_tiled_dim_sums_each_partitions_part():
-    """Columns 1, 5 and 9 of a dim tiled in two: each partition cuts the range the slice spans
-    from its own columns (zero elsewhere), takes every fourth column locally and one all-reduce
-    sums the f32[4,3] parts: 48 B per device. Gathering the operand sent 80 B, a halo and a
-    gather of the result more (the strided slice had no masked strategy)."""
+def test_a_strided_slice_of_a_tiled_dim_sends_only_the_column_read():
+    """Columns 1, 5 and 9 of a dim tiled in two (columns 0-4, 5-9), the result in two tiles of
+    two: shard 0's outputs read column 5, the first of shard 1, which alone travels (a permute
+    of f32[4,1], 16 B from device 1), and the tiled result is gathered (f32[4,2], 32 B each):
+    device 1 sends 48 B, device 0 32 B, 40 B on average. The masked strategy (each partition
+    cuts the range the slice spans from its own columns, one all-reduce sums the f32[4,3]
+    parts) sends 48 B from every device: the same from the busiest, more in all, so the halo
+    wins the tie. Gathering the operand sent 80 B; a halo of whole shards, before the halo
+    spans, more than the masked strategy."""
     spmd = check_equivalent(STRIDED_SLICE.format(n=2), 2)
-    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
-    assert _sent(spmd, 2) == 48
+    assert [c[0] for c in collectives(spmd)] == ["collective-permute", "all-gather"]
+    assert _sent(spmd, 2) == 40
 
 
 INTERIOR_PAD = """HloModule m, num_partitions={n}

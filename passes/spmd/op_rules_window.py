@@ -101,6 +101,12 @@ class WindowRule(PartitionRule):
         """Bytes each partition sends besides the operand halos, under the operand `tiling`."""
         return 0.0
 
+    def exchanged_shard(self, inst: Instruction, tiling: Tiling,
+                        local: tuple[int, ...]) -> tuple[int, ...]:
+        """The dims of the local operand shard (`local`, under `tiling`) whose halos travel:
+        the shard itself unless the rule cuts dims before the exchange."""
+        return local
+
     def halo_description(self, inst: Instruction, num_devices: int,
                          computations: Computations) -> str:
         """The plan the halo-exchange pass records and lowering reads."""
@@ -134,7 +140,8 @@ class WindowRule(PartitionRule):
                 shardings.append(operand_tiling.sharding)
                 plans = self._plans(inst, window, operand_tiling, scans)
                 if plans:
-                    local = operand_tiling.shard_dims(operand.shape.dims)
+                    local = self.exchanged_shard(
+                        inst, operand_tiling, operand_tiling.shard_dims(operand.shape.dims))
                     width = dtypes.byte_width(operand.shape.element_type)
                     cost += halo_bytes(plans, local, width)
                     total += halo_total_bytes(plans, local, width, ctx.num_devices)
@@ -332,12 +339,18 @@ class SliceRule(WindowRule):
         return [{d: WindowedDim(size, 1, 1, s.stride, -s.start, s.limit - size)
                  for d, (size, s) in enumerate(zip(operand.shape.dims, inst.attr("slice")))}]
 
+    def exchanged_shard(self, inst, tiling, local):
+        """The dims the tiling leaves whole are sliced before the halos travel."""
+        return tuple(out if tiling.counts[d] == 1 else n
+                     for d, (n, out) in enumerate(zip(local, inst.shape.dims)))
+
     def local_op(self, inst, ctx, inputs, plans):
+        """On the operand whose whole dims `lower` already cut: the tiled dims' strides."""
         tiled = _tiled_dims(inst.operands[0], ctx)
         local = clone(inst, ctx, operands=inputs)
         local.attrs["slice"] = tuple(
-            SliceDim(0, inputs[0].shape.dims[d], s.stride) if d in tiled else s
-            for d, s in enumerate(inst.attr("slice")))
+            SliceDim(0, n, s.stride if d in tiled else 1)
+            for d, (n, s) in enumerate(zip(inputs[0].shape.dims, inst.attr("slice"))))
         return local
 
     # A third strategy beside halos and gathering (XLA's for a stage read in pipelining): the
@@ -370,10 +383,8 @@ class SliceRule(WindowRule):
         return super().halo_plans(inst, num_devices, computations)
 
     def lower(self, inst, ctx: LowerContext):
-        if not _partial(inst):
-            return super().lower(inst, ctx)
         # the dims the tiling leaves whole are sliced locally first (with their strides: the
-        # masked window cuts contiguous ranges only); the window then takes them whole
+        # halos and the masked window then carry only what the slice keeps of them)
         b = ctx.builder
         operand = inst.operands[0]
         tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices)
@@ -386,6 +397,13 @@ class SliceRule(WindowRule):
                         for w, s, n in zip(whole, slices, local.shape.dims))
             local = b.add("slice", local.shape.with_dims([len(range(c.start, c.limit, c.stride))
                                                           for c in cut]), [local], {"slice": cut})
+        if not _partial(inst):
+            plans = recorded_plans(inst, ctx.num_devices)
+            if plans[0]:
+                with b.scope(_metadata(inst, 0, plans[0])):
+                    local = windowed_input(ctx, local, tiling, plans[0],
+                                           self.pad_values(inst, ctx)[0])
+            return self.local_op(inst, ctx, [local], plans)
         starts = [b.constant(0 if w else s.start, "s32") for w, s in zip(whole, slices)]
         spans = [n if w else (out - 1) * s.stride + 1
                  for w, s, n, out in zip(whole, slices, local.shape.dims, inst.shape.dims)]
