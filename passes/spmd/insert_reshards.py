@@ -319,23 +319,28 @@ class _Rewriter:
             self.looking_ahead = False
         return tuple(dict.fromkeys(needs))
 
-    def _had(self, value: Instruction) -> frozenset:
-        """The shardings `value` was already resharded to for earlier users, and those its
-        later users' plans read it in (`_wanted`): shared nodes, so a plan of the instruction
-        being planned needing one of them moves no more bytes for it than is moved anyway."""
-        return frozenset(self.resharded_to.get(id(value), ())) | self._wanted(value)
+    def _had(self, value: Instruction, needs: tuple[HloSharding, ...]) -> frozenset:
+        """The shardings `value` was already resharded to for earlier users, and, where the
+        plans asked about (`needs`: theirs for `value`) reshard it otherwise, those its later
+        users' plans read it in (`_wanted`): shared nodes, so a plan of the instruction being
+        planned needing one of them moves no more bytes for it than is moved anyway."""
+        earlier = frozenset(self.resharded_to.get(id(value), ()))
+        if len(self.users.get(value, ())) < 2 or \
+                all(need == value.sharding or need in earlier for need in needs):
+            return earlier
+        return earlier | self._wanted(value)
 
     def _wanted(self, value: Instruction) -> frozenset:
         """The shardings the users of `value` not planned yet, other than the instruction
         being planned, read it in: their plans with their operands as they are now (made
         ahead, one level, and remembered while those operands stay the same). Empty while
         looking ahead, for a value computed again for free and for one with a single user."""
-        if self.looking_ahead or self.planning is None or recomputed_for_free(value):
+        if self.looking_ahead or self.planning is None:
             return frozenset()
         planning = self.planning[0]
         later = [u for u in self.users.get(value, ()) if u is not planning
                  and u not in self.planned and u not in self.arrivals]
-        if not later:
+        if not later or recomputed_for_free(value):
             return frozenset()
         wanted = set()
         self.looking_ahead = True

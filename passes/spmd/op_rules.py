@@ -275,7 +275,8 @@ class PlanContext:
 
     def __init__(self, num_devices: int, computations: dict | None = None,
                  result_needs: Callable[[Instruction], tuple[HloSharding, ...]] | None = None,
-                 had: Callable[[Instruction], frozenset] | None = None):
+                 had: Callable[[Instruction, tuple[HloSharding, ...]], frozenset] | None
+                 = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
@@ -301,14 +302,17 @@ class PlanContext:
         same needs, so that its plans are compared alike."""
         signature = Signature.of(inst)
         if self.had is not None:
-            had = tuple(self.had(o) for o in inst.operands)
-            if inst.opcode not in CONTRACTIONS and any(had):
-                signature = replace(signature, operand_had=had)
-            replicated = HloSharding.replicate()
-            broadcast = tuple(o.sharding.kind == "maximal" and replicated in h
-                              for o, h in zip(inst.operands, had))
-            if any(broadcast):
-                signature = replace(signature, operand_broadcast=broadcast)
+            had = tuple(self.had(o, tuple(p.operands[i] for p in plans
+                                          if len(p.operands) > i))
+                        for i, o in enumerate(inst.operands))
+            if any(had):
+                if inst.opcode not in CONTRACTIONS:
+                    signature = replace(signature, operand_had=had)
+                replicated = HloSharding.replicate()
+                broadcast = tuple(bool(h) and o.sharding.kind == "maximal" and replicated in h
+                                  for o, h in zip(inst.operands, had))
+                if any(broadcast):
+                    signature = replace(signature, operand_broadcast=broadcast)
         if self.result_needs is None:
             return signature
         needs = self._needs.get(inst)
