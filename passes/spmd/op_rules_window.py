@@ -345,11 +345,13 @@ class SliceRule(WindowRule):
                      for d, (n, out) in enumerate(zip(local, inst.shape.dims)))
 
     def local_op(self, inst, ctx, inputs, plans):
-        """On the operand whose whole dims `lower` already cut: the tiled dims' strides."""
+        """The tiled dims' strides over the window inputs; a dim the tiling leaves whole is
+        sliced as written unless `lower` already cut it (it then has the result's size)."""
         tiled = _tiled_dims(inst.operands[0], ctx)
+        whole = inst.operands[0].shape.dims
         local = clone(inst, ctx, operands=inputs)
         local.attrs["slice"] = tuple(
-            SliceDim(0, n, s.stride if d in tiled else 1)
+            SliceDim(0, n, s.stride) if d in tiled else s if n == whole[d] else SliceDim(0, n)
             for d, (n, s) in enumerate(zip(inputs[0].shape.dims, inst.attr("slice"))))
         return local
 
@@ -387,6 +389,8 @@ class SliceRule(WindowRule):
         # halos and the masked window then carry only what the slice keeps of them)
         b = ctx.builder
         operand = inst.operands[0]
+        if not operand.sharding.is_tiled:
+            return super().lower(inst, ctx)
         tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices)
         slices = inst.attr("slice")
         whole = [tiling.counts[d] == 1 for d in range(len(slices))]
