@@ -74,11 +74,6 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT,
                   signal.SIGSYS, signal.SIGTRAP)
 
-#: MPICH's settings for ranks that all run on this machine (no --hostfile): ranks talk through
-#: MPICH's own shared memory whatever the network module, and libfabric's shared-memory provider
-#: starts in about half the CPU time of UCX, which MPICH loads by default (8 ranks'
-#: `MPI_Init`: 0.16-0.24 s of CPU against 0.39-0.44 s, 2026-11-26)
-_ONE_HOST_MPICH = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "shm"}
 
 _BANNER = re.compile(r"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING.*|"
                      r"This typically refers to a problem with your application\.|"
@@ -260,7 +255,7 @@ class _Session:
             self.proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                env=_rank_environment(self.num_partitions, one_host=self.server is not None),
+                env=_rank_environment(self.num_partitions),
                 preexec_fn=mpi_processes.die_with_parent)
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
@@ -558,11 +553,10 @@ class _OutputReceiver:
         self.path.unlink(missing_ok=True)
 
 
-def _rank_environment(n: int, one_host: bool) -> dict[str, str]:
+def _rank_environment(n: int) -> dict[str, str]:
     """Ranks get an equal share of the free cores for their BLAS threads (unless the user chose;
-    `cores.py`); on one host, MPICH's settings for a job on one host (unless the user chose)."""
-    environment = with_blas_threads(dict(os.environ), n)
-    return {**_ONE_HOST_MPICH, **environment} if one_host else environment
+    `cores.py`)."""
+    return with_blas_threads(dict(os.environ), n)
 
 
 def _relay(stream, target) -> threading.Thread:
