@@ -81,3 +81,23 @@ def collectives(module: Module) -> list:
 
 def opcodes(module: Module) -> list[str]:
     return [inst.opcode for inst in module.entry.instructions]
+
+
+def sent_bytes(spmd: Module, n: int) -> float:
+    """The bytes all `n` devices of `spmd` send, by the cost model."""
+    from gspmdc.passes.spmd.traffic import collective_traffic
+    return float(sum(t.total_sent_bytes for t in collective_traffic(spmd, n)))
+
+
+def compared_with_xla(text: str, n: int):
+    """XLA partitions `text` on `n` devices too (the oracle; needs jax): the comparison's
+    result, asserted compared, gspmdc sending no more bytes per device than XLA, and gspmdc's
+    values the reference's."""
+    from conformance.differential import Case, run_case
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as xla:
+        result = run_case(Case("bytes", text, n), xla)
+    assert result.status == "compared", result.detail
+    assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
+    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    return result

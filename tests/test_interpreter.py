@@ -189,6 +189,19 @@ ENTRY main {
 }"""
 
 
+
+def counted_kernel_calls(monkeypatch, *opcodes: str) -> dict[str, int]:
+    """The kernels of `opcodes` wrapped to count their calls: the counts, by opcode."""
+    calls = dict.fromkeys(opcodes, 0)
+    for opcode in opcodes:
+        kernel = KERNELS[opcode]
+
+        def spy(inst, args, ctx, kernel=kernel, opcode=opcode):
+            calls[opcode] += 1
+            return kernel(inst, args, ctx)
+        monkeypatch.setitem(KERNELS.rules, opcode, spy)
+    return calls
+
 def test_constants_are_folded_once_per_executable(monkeypatch):
     """Instructions computed from constants and partition-id run in the first iteration of the
     first execution only; the values stay right (x + 5 * (0.5 + partition id) + 2 * 2). A value
@@ -196,14 +209,7 @@ def test_constants_are_folded_once_per_executable(monkeypatch):
     again in every execution."""
     from gspmdc.runtime.collectives import SinglePartitionBackend
     from gspmdc.runtime.interpreter import Executable
-    calls = {"broadcast": 0, "multiply": 0, "partition-id": 0}
-    for opcode in calls:
-        kernel = KERNELS[opcode]
-
-        def spy(inst, args, ctx, kernel=kernel, opcode=opcode):
-            calls[opcode] += 1
-            return kernel(inst, args, ctx)
-        monkeypatch.setitem(KERNELS.rules, opcode, spy)
+    calls = counted_kernel_calls(monkeypatch, "broadcast", "multiply", "partition-id")
 
     class Partition3(SinglePartitionBackend):
         def partition_id(self):
@@ -264,14 +270,7 @@ def test_loop_invariant_values_are_computed_in_the_first_iteration_only(monkeypa
     without running them (those of the loop's result run). With a value hook watching, every
     iteration computes everything."""
     from gspmdc.runtime.interpreter import Executable
-    calls = {"exponential": 0, "multiply": 0, "get-tuple-element": 0}
-    for opcode in calls:
-        kernel = KERNELS[opcode]
-
-        def spy(inst, args, ctx, kernel=kernel, opcode=opcode):
-            calls[opcode] += 1
-            return kernel(inst, args, ctx)
-        monkeypatch.setitem(KERNELS.rules, opcode, spy)
+    calls = counted_kernel_calls(monkeypatch, "exponential", "multiply", "get-tuple-element")
     module = parse_module(HOISTING)
     x = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
     w = np.array([0.1, -0.3, 0.0, 0.25], np.float32)

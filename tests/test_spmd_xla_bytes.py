@@ -15,10 +15,10 @@ from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.passes.spmd.reshard_plan import plan_reshard
 
-from conformance.differential import Case, collective_bytes, run_case
+from conformance.differential import collective_bytes
 from conformance.oracle import xla_available
 from hlo_text import reducer
-from spmd_partition_helpers import check_equivalent, collectives, run_global
+from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, run_global
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -204,9 +204,4 @@ def _text(module) -> str:
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module (its own propagation from the same annotations): gspmdc
     sends no more bytes per device, and both programs compute the reference's values."""
-    from conformance.oracle import XlaOracle
-    with XlaOracle() as xla:
-        result = run_case(Case("bytes", text, n), xla)
-    assert result.status == "compared", result.detail
-    assert result.our_bytes <= result.xla_bytes
-    assert "gspmdc" not in result.value_mismatch
+    compared_with_xla(text, n)

@@ -11,19 +11,14 @@ from __future__ import annotations
 import pytest
 
 from gspmdc import api
-from gspmdc.passes.spmd.traffic import collective_traffic
 
-from conformance.differential import Case, run_case
 from conformance.oracle import xla_available
 
 from filecheck import check, directives
-from spmd_partition_helpers import check_equivalent, collectives
+from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
-
-def _sent(spmd, n: int) -> float:
-    return float(sum(t.total_sent_bytes for t in collective_traffic(spmd, n)))
 
 
 GATHERED_FOR_TWO = """HloModule m, num_partitions=2
@@ -46,7 +41,7 @@ def test_an_operand_gathered_for_a_later_user_too_is_gathered_once():
     bytes; two gathers, 240 B, before)."""
     spmd = check_equivalent(GATHERED_FOR_TWO, 2)
     assert [c[0] for c in collectives(spmd)] == ["all-gather"]
-    assert _sent(spmd, 2) == 2 * 5 * 3 * 4
+    assert sent_bytes(spmd, 2) == 2 * 5 * 3 * 4
 
 
 ONE_DEVICE_FOR_THREE = """HloModule m, num_partitions=2
@@ -76,7 +71,7 @@ def test_a_value_on_one_device_is_broadcast_once_for_every_other_sharding():
     on device 0 and broadcasting its result (before: two broadcasts)."""
     spmd = check_equivalent(ONE_DEVICE_FOR_THREE, 2)
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
-    assert _sent(spmd, 2) == 96
+    assert sent_bytes(spmd, 2) == 96
     check(api.to_text(spmd), directives("""
     // CHECK: all-reduce({{.*}}spmd_value="p" {{.*}}spmd_to="{replicated}"
     // CHECK-NOT: all-reduce(
@@ -90,12 +85,7 @@ def test_a_value_on_one_device_is_broadcast_once_for_every_other_sharding():
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""
-    from conformance.oracle import XlaOracle
-    with XlaOracle() as xla:
-        result = run_case(Case("bytes", text, n), xla)
-    assert result.status == "compared", result.detail
-    assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    compared_with_xla(text, n)
 
 
 # ---- halos: only the span of a far piece some receiver reads travels -------------------------
@@ -127,7 +117,7 @@ def test_a_window_starting_inside_a_far_shard_receives_only_what_it_reads():
     assert halo_bytes({0: plan}, (7, 3), 4, whole_pieces=True) == 84
     spmd = check_equivalent(NEGATIVE_PAD, 2)
     assert collectives(spmd) == [("collective-permute", [(1, 0)])]
-    assert _sent(spmd, 2) == 6
+    assert sent_bytes(spmd, 2) == 6
 
 
 STRIDED_TAIL = """HloModule m, num_partitions=4
@@ -147,16 +137,11 @@ def test_a_strided_slice_of_a_far_element_permutes_that_element():
     every device, so the halo wins the tie."""
     spmd = check_equivalent(STRIDED_TAIL, 4)
     assert [c[0] for c in collectives(spmd)] == ["collective-permute"]
-    assert _sent(spmd, 4) == 2
+    assert sent_bytes(spmd, 4) == 2
 
 
 @needs_xla
 @pytest.mark.parametrize("text,n", [(NEGATIVE_PAD, 2), (STRIDED_TAIL, 4)],
                          ids=["negative-pad", "strided-tail"])
 def test_halo_spans_no_more_bytes_than_xla(text, n):
-    from conformance.oracle import XlaOracle
-    with XlaOracle() as xla:
-        result = run_case(Case("bytes", text, n), xla)
-    assert result.status == "compared", result.detail
-    assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    compared_with_xla(text, n)
