@@ -13,7 +13,9 @@
    MobileNet depthwise-separable block, a strided stem) and matmul-heavy ones (a 4-layer MLP,
    batched attention products), `gspmdc run -n 1 --backend local --repeat` against XLA through
    JAX on one device, same HLO text, same (seeded) inputs. Each side uses the threads it uses by
-   default (BLAS and XLA's thread pools).
+   default (BLAS and XLA's thread pools). The section names the kernels numpy's OpenBLAS runs
+   (`OPENBLAS_CORETYPE` may force older ones than the CPU has: Haswell's AVX2 kernels take
+   twice the time of the AVX-512 ones XLA uses on a CPU that has them).
 
 Every ratio is the median over rounds of the sides run back to back, rotating which goes first
 (drift and load hit every side alike); times are medians. The load average is printed with each
@@ -52,6 +54,18 @@ _STARTUP = re.compile(r"^start-up: ([0-9.]+) s", re.M)
 
 def _load() -> str:
     return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _blas() -> str:
+    """The kernels of numpy's BLAS, which `gspmdc run` (a child with this environment) loads."""
+    import numpy  # noqa: F401  (loads the BLAS)
+    from gspmdc.runtime.blas import blas_kernels
+    kernels = blas_kernels()
+    if kernels is None:
+        return "numpy's BLAS is not an OpenBLAS"
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return f"OpenBLAS {kernels} kernels" + (f", forced by OPENBLAS_CORETYPE={forced}" if forced
+                                             else "")
 
 
 def _rotating(*sides, rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
@@ -266,7 +280,7 @@ def run() -> None:
                 ratios = [r[k] for *_, r in rows]
                 print(f"   N={n}, {side}: geometric mean {_geomean(ratios):.2f}, worst "
                       f"{max(ratios):.2f}" + (" (targets: <= 3, none above 6)" if n == 2 else ""))
-    print(f"\n4. kernels at real sizes, one device, gspmdc vs XLA ({_load()}):")
+    print(f"\n4. kernels at real sizes, one device, gspmdc vs XLA ({_load()}; {_blas()}):")
     if not xla:
         print("   skipped: jax/jaxlib are not installed (pip install 'gspmdc[xla]')")
     else:

@@ -6,7 +6,10 @@ backend called from Python: the API, the conformance scorers, the tests) must se
 through the library itself. OpenBLAS, numpy's own (wheels bundle it with a `scipy_` prefix and
 64-bit-integer suffixes) or the system's, is found among the process's mapped libraries and
 asked through its `openblas_set_num_threads` / `openblas_get_num_threads` entry points; with
-any other BLAS, or where the process's mappings cannot be read, nothing is changed.
+any other BLAS, or where the process's mappings cannot be read, nothing is changed. Its
+`openblas_get_corename` names the kernels it runs (the CPU it detected at load, or the one
+`OPENBLAS_CORETYPE` forced): what a matrix product costs depends on them (the benchmarks print
+it).
 """
 from __future__ import annotations
 
@@ -16,17 +19,21 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-#: the names OpenBLAS builds give their thread-count entry points, as (set, get) pairs
-_ENTRY_POINTS = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-                 ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-                 ("openblas_set_num_threads", "openblas_get_num_threads"))
+#: the names OpenBLAS builds give their entry points, as (set threads, get threads, core name)
+_ENTRY_POINTS = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_",
+                  "scipy_openblas_get_corename64_"),
+                 ("openblas_set_num_threads64_", "openblas_get_num_threads64_",
+                  "openblas_get_corename64_"),
+                 ("openblas_set_num_threads", "openblas_get_num_threads",
+                  "openblas_get_corename"))
 
 
 class BlasThreads(NamedTuple):
-    """A loaded BLAS library's thread-count setter and getter."""
+    """A loaded BLAS library's thread-count setter and getter, and its kernels' name getter."""
 
     set: ctypes._CFuncPtr
     get: ctypes._CFuncPtr
+    core: ctypes._CFuncPtr
 
 
 @lru_cache(maxsize=1)
@@ -43,13 +50,21 @@ def loaded_blas() -> BlasThreads | None:
             library = ctypes.CDLL(path)
         except OSError:
             continue
-        for setter, getter in _ENTRY_POINTS:
-            if hasattr(library, setter) and hasattr(library, getter):
+        for setter, getter, core in _ENTRY_POINTS:
+            if all(hasattr(library, name) for name in (setter, getter, core)):
                 set_threads, get_threads = getattr(library, setter), getattr(library, getter)
+                core_name = getattr(library, core)
                 set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
                 get_threads.argtypes, get_threads.restype = [], ctypes.c_int
-                return BlasThreads(set_threads, get_threads)
+                core_name.argtypes, core_name.restype = [], ctypes.c_char_p
+                return BlasThreads(set_threads, get_threads, core_name)
     return None
+
+
+def blas_kernels() -> str | None:
+    """The name of the kernels the loaded OpenBLAS runs (e.g. `Haswell`, `SkylakeX`), or None."""
+    library = loaded_blas()
+    return None if library is None else library.core().decode(errors="replace")
 
 
 @contextmanager

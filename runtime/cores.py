@@ -13,10 +13,13 @@ The MPI launcher gives each rank's BLAS `blas_threads(ranks)` threads, and so do
 --backend local` for its own process (its N partitions are N threads sharing the free cores);
 `run_local` sets the count in the loaded library itself (`chosen_blas_threads`, `blas.py`), for
 the processes that loaded numpy before they knew their partitions (the API, the scorers, the
-tests). A multithreaded BLAS spins its threads while it waits for them, which on a machine
-already busy with other work makes a matrix product several times slower than one thread (16
-partition threads of a loop of convolutions, each calling a two-thread OpenBLAS: 3.5 times the
-CPU time of one thread each). The MPI backend's `auto` waiting starts from the same count.
+tests). A count the user set in one of the BLAS thread variables is the count: it fills the
+variables the user left unset, so every library and every reader sees the one OpenBLAS itself
+reads at load (its own variable first, then `OMP_NUM_THREADS`). A multithreaded BLAS spins its
+threads while it waits for them, which on a machine already busy with other work makes a
+matrix product several times slower than one thread (16 partition threads of a loop of
+convolutions, each calling a two-thread OpenBLAS: 3.5 times the CPU time of one thread each).
+The MPI backend's `auto` waiting starts from the same count.
 """
 from __future__ import annotations
 
@@ -24,8 +27,9 @@ import os
 import statistics
 import time
 
-#: the variables that set the number of threads of the BLAS libraries numpy may use
-BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: the variables that set the number of threads of the BLAS libraries numpy may use, in the
+#: order OpenBLAS reads them at load (the first one set with a positive count wins)
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: reads of the runnable count, and the seconds between two
 _READS = 3
 _READ_INTERVAL_SECONDS = 1e-3
@@ -82,19 +86,27 @@ def blas_threads(workers: int) -> int:
     return threads_per_worker(free_cores(), workers)
 
 
-def chosen_blas_threads(workers: int) -> int:
-    """The BLAS threads of each of `workers` threads of this process: the value of the first BLAS
-    thread variable set (the user's choice, or `gspmdc run`'s, which the library read when it
-    loaded), else `blas_threads(workers)`."""
+def blas_threads_set_in(environment: dict[str, str]) -> int | None:
+    """The count of the first BLAS thread variable of `environment` set to a positive count (in
+    `BLAS_THREAD_VARIABLES` order: the one OpenBLAS reads), or None."""
     for name in BLAS_THREAD_VARIABLES:
-        value = os.environ.get(name, "")
+        value = environment.get(name, "")
         if value.isdigit() and int(value) > 0:
             return int(value)
-    return blas_threads(workers)
+    return None
+
+
+def chosen_blas_threads(workers: int) -> int:
+    """The BLAS threads of each of `workers` threads of this process: the count its environment
+    sets (the user's choice, or `gspmdc run`'s, which the library read when it loaded), else
+    `blas_threads(workers)`."""
+    threads = blas_threads_set_in(dict(os.environ))
+    return blas_threads(workers) if threads is None else threads
 
 
 def with_blas_threads(environment: dict[str, str], workers: int) -> dict[str, str]:
-    """`environment` with `blas_threads(workers)` for every BLAS thread variable the user did not
-    set."""
-    threads = str(blas_threads(workers))
-    return {**{name: threads for name in BLAS_THREAD_VARIABLES}, **environment}
+    """`environment` with every BLAS thread variable the user did not set set to the count the
+    user set in another (`blas_threads_set_in`), else to `blas_threads(workers)`."""
+    threads = blas_threads_set_in(environment)
+    count = str(blas_threads(workers) if threads is None else threads)
+    return {**{name: count for name in BLAS_THREAD_VARIABLES}, **environment}

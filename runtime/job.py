@@ -120,9 +120,11 @@ def _parameters_only(signature: SpmdSignature) -> Module:
 
 def execute_local(job: Job) -> int:
     """Run the job on the local backend (one thread per partition); the exit code."""
+    from .allocation import keep_freed_memory
     from .backends.local import run_local_timed
     from .profile import ProfileRecorder
     from .sharded_io import assemble_outputs, split_inputs
+    keep_freed_memory()
     module, signature = job.spmd, job.signature
     inputs = input_sources(job, signature)
     per_partition = split_inputs(signature, inputs, padding=job.options.padding)

@@ -170,8 +170,10 @@ def execute_on_mpi(job, link: RankLink | None = None, board=None) -> int:
     without, rank 0 writes them and `--timeout` arms a watchdog here. `board`: this rank's
     position board (a private one when None)."""
     from mpi4py import MPI
+    from .allocation import keep_freed_memory
     from .backends.mpi import MpiBackend
     from .rank_position import PositionBoard, describe
+    keep_freed_memory()
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     if board is None:
