@@ -9,7 +9,7 @@ Both thresholds start low (128 KiB) and rise as the process frees mapped blocks 
 freed, up to 32 MiB; trimming at twice that), so whether an execution re-faults its results
 depends on the process's history: `gspmdc run --backend local` of a 4-layer MLP (results of 2
 and 4 MiB) faulted 1,506 pages per execution, 2.7 ms of its 23 ms, where a process that had once
-freed a 16 MiB array faulted none. XLA keeps its buffers from one execution to the next alike.
+freed a 16 MiB array faulted none.
 
 `keep_freed_memory()` sets the thresholds where glibc's own rule takes them at most: mappings
 only for blocks above 32 MiB (the largest threshold it accepts on 64-bit), trimming beyond twice
