@@ -6,8 +6,9 @@ whole job on any failure, and leave nothing behind.
 - makes a private run directory (the ranks' position board, `rank_position.py`; the Unix
   sockets; the output being received) and starts the *reaper* (`reaper.py`), which cleans up if
   this process is killed;
-- on one host (no hostfile), starts the *rank server* (`rank_server.py`) first thing: it loads
-  the runtime while this process prepares the job, and forks every rank;
+- on one host (no hostfile), forks the *rank server* (`rank_server.py`) first thing, once it
+  imported what it and the ranks both need: the server loads the rest of the runtime while this
+  process prepares the job, and forks every rank;
 - prepares the job (`prepare()`: parsing, partitioning, checks) and starts `mpiexec -n N
   python -I -S rank_stub.py SERVER` (one host; `rank_stub.py`) or `mpiexec -n N -f HOSTFILE
   python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own session; the kernel kills `mpiexec` and
@@ -54,7 +55,7 @@ from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 from . import mpi_processes, rank_link
 from .cores import with_blas_threads
 from .rank_position import create_board_file, describe, describe_ranks, read_board_file
-from .rank_server import start_rank_server
+from .rank_server import RankServer, start_rank_server
 from .reaper import start_reaper
 
 if TYPE_CHECKING:       # annotations only: the ranks start before these are imported
@@ -164,20 +165,12 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
             if listener is not None:
                 listener.close()
             if server is not None:
-                _stop_server(server)
+                server.stop()
         if signals is not None:
             signals.restore()
         shutil.rmtree(run_dir, ignore_errors=True)
         reaper.tell("done")             # it exits on its own: no need to wait for it
         reaper.close()
-
-
-def _stop_server(server: subprocess.Popen) -> None:
-    """Kill the rank server if it still runs (it ends once it served every rank) and collect
-    it."""
-    if server.poll() is None:
-        mpi_processes.kill_tree([server.pid])
-    server.wait()
 
 
 class _SignalRecorder:
@@ -224,7 +217,7 @@ class _Session:
     """One running job: mpiexec, the ranks' connections, the output being received."""
 
     def __init__(self, num_partitions: int, run_dir: Path, listener: socket.socket, token: str,
-                 started: float, server: subprocess.Popen | None,
+                 started: float, server: RankServer | None,
                  on_local_pid: Callable[[int], None]):
         self.num_partitions = num_partitions
         #: the job, set by `supervise` before any rank's hello is answered
@@ -484,7 +477,7 @@ class _Session:
         if self.proc is not None and self.proc.poll() is None:
             self.stop()
         if self.server is not None:
-            _stop_server(self.server)
+            self.server.stop()
         for conn in list(self.buffers):
             self.selector.unregister(conn)
             conn.close()

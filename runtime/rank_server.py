@@ -3,12 +3,15 @@ and forks every rank from it.
 
 A rank needs Python, numpy, mpi4py and the runtime's modules before it can start MPI: about 0.3 s
 of CPU each, most of a job's start-up when N ranks share a few cores. So the launcher
-(`launcher.py`) starts this server first thing (`start_rank_server`: `python -m
-gspmdc.runtime.rank_server`, a fresh process in its own session, killed with the launcher, given
-the listening socket), and `mpiexec` starts N *rank stubs* (`rank_stub.py`: Python without
-`site`, the standard library only). The server imports the runtime and mpi4py (MPI loaded, not
-started; numpy's BLAS single-threaded) with the cyclic garbage collector paused and the result
-frozen, then serves one connection per stub, until it served as many as the stubs' `PMI_SIZE`:
+(`launcher.py`) starts this server first thing (`start_rank_server`), and `mpiexec` starts N *rank
+stubs* (`rank_stub.py`: Python without `site`, the standard library only). The server is a fork
+of the launcher, not a new Python: the launcher first imports what it needs to prepare the job
+and every rank needs too (numpy, the IR, the runtime's job and kernels), then forks, so neither
+Python start-up nor those imports are paid twice. The server, in its own session, killed with the
+launcher, its descriptors closed but the standard streams and the listening socket (standard
+input from /dev/null), imports the rest of the runtime and mpi4py (MPI loaded, not started) with
+the cyclic garbage collector paused and everything frozen, then serves one connection per stub,
+until it served as many as the stubs' `PMI_SIZE`:
 
 - the stub sends every file descriptor it has (its standard streams, the PMI socket and control
   descriptor that MPICH's proxy gave it) with their numbers, its working directory and its
@@ -36,16 +39,17 @@ Ranks on other hosts (`--hostfile`) have no server: they run `python -m gspmdc.r
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
-import subprocess
 import sys
+from typing import NoReturn
 
-from gspmdc.errors import RuntimeFailure
+from gspmdc.errors import EXIT_RUNTIME, RuntimeFailure
+from gspmdc.ir.gc_pause import paused_collection
 
 from . import mpi_processes
-from .cores import BLAS_THREAD_VARIABLES
 
 #: how many descriptors a stub may send (the kernel's limit for one message is 253)
 MAX_DESCRIPTORS = 253
@@ -53,46 +57,87 @@ MAX_DESCRIPTORS = 253
 HEADER_BYTES = 8
 
 
-def start_rank_server(path: str, launcher_address: str, token: str) -> subprocess.Popen:
-    """Start the rank server (`python -m gspmdc.runtime.rank_server`) listening on the Unix
-    socket `path`, whose ranks connect to the launcher at `launcher_address` with `token`. The
-    socket listens before this returns: stubs may connect while the server is still loading."""
+class RankServer:
+    """The launcher's handle on the rank server it forked."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._collected = False
+
+    def stop(self) -> None:
+        """Kill the server if it still runs (it ends once it served every stub) and collect it."""
+        if self._collected:
+            return
+        if os.waitpid(self.pid, os.WNOHANG)[0] == 0:
+            mpi_processes.kill_tree([self.pid])
+            os.waitpid(self.pid, 0)
+        self._collected = True
+
+
+def start_rank_server(path: str, launcher_address: str, token: str) -> RankServer:
+    """Fork the rank server (see the module docstring) listening on the Unix socket `path`, whose
+    ranks connect to the launcher at `launcher_address` with `token`. Call it before this
+    process starts any thread (a lock another thread held at the fork would stay held in the
+    server). The socket listens before this returns: stubs may connect while the server is still
+    loading."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(path)
         listener.listen(1024)
-        environment = {**os.environ, **{name: "1" for name in BLAS_THREAD_VARIABLES}}
-        return subprocess.Popen(
-            [sys.executable, "-m", "gspmdc.runtime.rank_server", str(listener.fileno()),
-             launcher_address, token],
-            stdin=subprocess.DEVNULL, pass_fds=[listener.fileno()], start_new_session=True,
-            env=environment, preexec_fn=mpi_processes.die_with_parent)
+        with paused_collection(freeze=True):
+            from . import job, kernels  # noqa: F401 - the launcher's and the ranks' alike
+        sys.stdout.flush()          # nothing buffered here is written twice
+        sys.stderr.flush()
+        pid = os.fork()
     except OSError as e:
-        raise RuntimeFailure(f"cannot start the rank server: {e}") from None
-    finally:
         listener.close()
+        raise RuntimeFailure(f"cannot start the rank server: {e}") from None
+    if pid == 0:
+        _run_server(listener, launcher_address, token)
+    listener.close()
+    return RankServer(pid)
 
 
-def main(argv: list[str]) -> int:
-    """`python -m gspmdc.runtime.rank_server LISTENER_FD LAUNCHER_ADDRESS TOKEN` (started by
-    `start_rank_server`)."""
-    mpi_processes.name_process("gspmdc-ranks")
-    listener = socket.socket(fileno=int(argv[0]))
-    _load_runtime()
-    return _serve(listener, argv[1], argv[2])
+def _run_server(listener: socket.socket, launcher_address: str, token: str) -> NoReturn:
+    """The forked server: leave the launcher's session and descriptors, load the runtime, serve
+    the stubs, exit (never returning into the launcher's frames)."""
+    code = EXIT_RUNTIME
+    try:
+        gc.freeze()                 # the launcher's objects are never collected here
+        os.setsid()
+        mpi_processes.die_with_parent()
+        _keep_descriptors(listener.fileno())
+        mpi_processes.name_process("gspmdc-ranks")
+        _load_runtime()
+        code = _serve(listener, launcher_address, token)
+    except BaseException as error:  # noqa: BLE001 - one line, not a traceback
+        print(f"gspmdc: error: the rank server failed: {type(error).__name__}: {error}",
+              file=sys.stderr, flush=True)
+    finally:
+        os._exit(code)
+
+
+def _keep_descriptors(listener: int) -> None:
+    """Close every descriptor the launcher had open but the standard output and error streams
+    and `listener` (the supervisors and ranks outlive the server: none may hold the launcher's
+    pipes); standard input reads /dev/null."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.closerange(3, listener)
+    os.closerange(listener + 1, os.sysconf("SC_OPEN_MAX"))
 
 
 def _load_runtime() -> None:
-    """Import what a rank needs, MPI loaded but not started, the objects frozen (`gc_pause`).
-    numpy's BLAS loads single-threaded (`start_rank_server`'s environment): each rank sets its
-    own count (`_set_blas_threads`)."""
+    """Import what a rank needs beyond what the launcher had imported, MPI loaded but not
+    started, the objects frozen (`gc_pause`). Each rank sets its BLAS thread count
+    (`_set_blas_threads`)."""
     import mpi4py
     mpi4py.rc.initialize = False    # each rank starts MPI itself, with its proxy's PMI socket
     mpi4py.rc.finalize = False      # and finalizes it itself (`_exit_rank`)
-    from gspmdc.ir.gc_pause import paused_collection
     with paused_collection(freeze=True):
         from mpi4py import MPI  # noqa: F401
-        from . import interpreter, job, rank  # noqa: F401
+        from . import interpreter, rank  # noqa: F401
         from .backends import mpi  # noqa: F401
         # what the ranks of some jobs import before their first instruction (random inputs,
         # input files read in threads, --profile's recorder) and rank 0 after its last
@@ -243,11 +288,3 @@ def _take_descriptors(descriptors: list[int], numbers: list[int],
         os.close(fd)
     return kept
 
-if __name__ == "__main__":
-    try:
-        exit_code = main(sys.argv[1:])
-    except Exception as error:  # noqa: BLE001 - one line, not a traceback
-        print(f"gspmdc: error: the rank server failed: {type(error).__name__}: {error}",
-              file=sys.stderr)
-        exit_code = 3
-    os._exit(exit_code)

@@ -2,17 +2,19 @@
 
     python -I -S rank_stub.py SERVER_SOCKET
 
-It runs without `site` and imports only the standard library (no numpy, no gspmdc: it must start
-in a few milliseconds of CPU). It asks the kernel to kill it when its parent (MPICH's proxy) dies,
-connects to the job's rank server (`rank_server.py`), sends it every file descriptor it has (the
-PMI socket and control descriptor MPICH's proxy gave it, its standard streams) with their
+It runs without `site` and imports only the standard library's compiled modules (no numpy, no
+gspmdc, not even the `socket` module, whose import costs as much again as Python's start: it must
+start in a few milliseconds of CPU). It asks the kernel to kill it when its parent (MPICH's proxy)
+dies, connects to the job's rank server (`rank_server.py`), sends it every file descriptor it has
+(the PMI socket and control descriptor MPICH's proxy gave it, its standard streams) with their
 numbers, its working directory and its environment, in one message; then waits for the exit
 status of the rank the server forked for it, and exits with it (3 when the connection closes
 without one: the rank's supervisor died). Killing the stub kills its rank (its supervisor sees
 the connection close).
 """
+import _socket
+import array
 import os
-import socket
 import sys
 
 #: `prctl` option that makes the kernel signal this process when its parent dies
@@ -49,7 +51,7 @@ def _open_descriptors(exclude: int) -> list[int]:
 
 def main() -> int:
     _die_with_parent()
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         server.connect(sys.argv[1])
     except OSError as e:
@@ -61,7 +63,8 @@ def main() -> int:
     message = f"{' '.join(map(str, descriptors))}\n{os.getcwd()}\n{environment}" \
         .encode("utf-8", "surrogateescape")
     data = len(message).to_bytes(8, "little") + message     # the server's HEADER_BYTES
-    sent = socket.send_fds(server, [data], descriptors)
+    sent = server.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                    array.array("i", descriptors))])
     server.sendall(data[sent:])
     status = b""
     while not status.endswith(b"\n"):
