@@ -69,6 +69,8 @@ _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_CO
 _POLL_SECONDS = 0.05
 #: after mpiexec ended, how long the ranks' connections may take to close
 _DRAIN_SECONDS = 5.0
+#: UCX's transports for the ranks of a job on one machine (`_rank_environment`)
+_ONE_HOST_UCX_TRANSPORTS = "self,sysv"
 #: signals that stop the job (exit 3)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: signals a process raises on itself when it fails (a rank killed by one of them crashed)
@@ -248,7 +250,7 @@ class _Session:
             self.proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                env=_rank_environment(self.num_partitions),
+                env=_rank_environment(self.num_partitions, one_host=self.server is not None),
                 preexec_fn=mpi_processes.die_with_parent)
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
@@ -546,10 +548,16 @@ class _OutputReceiver:
         self.path.unlink(missing_ok=True)
 
 
-def _rank_environment(n: int) -> dict[str, str]:
+def _rank_environment(n: int, one_host: bool) -> dict[str, str]:
     """Ranks get an equal share of the free cores for their BLAS threads (unless the user chose;
-    `cores.py`)."""
-    return with_blas_threads(dict(os.environ), n)
+    `cores.py`). On one machine (`one_host`), UCX, MPICH's network layer, uses only its System V
+    shared-memory and loopback transports (unless the user set `UCX_TLS`): every other rank is
+    reachable through them, and `MPI_Init` takes half the CPU it takes with every transport
+    (which probes the network devices and zeroes POSIX shared-memory segments)."""
+    environment = with_blas_threads(dict(os.environ), n)
+    if one_host:
+        environment.setdefault("UCX_TLS", _ONE_HOST_UCX_TRANSPORTS)
+    return environment
 
 
 def _relay(stream, target) -> threading.Thread:
