@@ -55,8 +55,8 @@ from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 from . import mpi_processes, rank_link
 from .cores import with_blas_threads
 from .rank_position import create_board_file, describe, describe_ranks, read_board_file
-from .rank_server import RankServer, start_rank_server
-from .reaper import start_reaper
+from .rank_server import RankServer, listen_for_stubs, start_rank_server
+from .reaper import Reaper, start_reaper
 
 if TYPE_CHECKING:       # annotations only: the ranks start before these are imported
     import zipfile
@@ -137,25 +137,33 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
     address_host = address_towards(hostfile_hosts(hostfile)[0]) if hostfile else None
     run_dir = Path(tempfile.mkdtemp(prefix="gspmdc-run-"))
     reaper = start_reaper(run_dir, started_at)
-    listener = server = session = signals = None
+    listener = stubs = server = session = signals = None
     try:
         listener, address = rank_link.listen(address_host, str(run_dir / "ranks.sock"))
         token = os.urandom(16).hex()
-        if hostfile is None:            # it loads the runtime while this process prepares
+        if hostfile is None:
             server_socket = str(run_dir / "server.sock")
-            server = start_rank_server(server_socket, address, token)
-            reaper.tell(f"pid {server.pid}")
+            stubs = listen_for_stubs(server_socket)
             ranks = ["-I", "-S", str(Path(__file__).with_name("rank_stub.py")), server_socket]
         else:
             ranks = ["-m", "gspmdc.runtime.rank", address, token]
-        job = prepare() if num_partitions is None else None
+        job = None
+        if num_partitions is None:      # the job says how many ranks: prepare it first
+            if stubs is not None:       # (the server loading meanwhile)
+                server = _start_server(stubs, address, token, reaper)
+            job = prepare()
         n = job.num_partitions if job is not None else num_partitions
         create_board_file(run_dir / "positions", n)
-        session = _Session(n, run_dir, listener, token, started_at, server,
+        session = _Session(n, run_dir, listener, token, started_at, one_host=hostfile is None,
                            on_local_pid=lambda pid: reaper.tell(f"pid {pid}"))
         command = [mpiexec, "-n", str(n)] + (["-f", hostfile] if hostfile else []) + \
             [sys.executable] + ranks
         session.start(command)
+        if stubs is not None and server is None:
+            # after mpiexec started: forking this process is cheaper before it loaded numpy
+            server = _start_server(stubs, address, token, reaper)
+        session.server = server
+        session.relay_output()          # threads: after the server's fork
         if job is None:
             job = prepare()             # while the ranks start
         signals = _SignalRecorder()
@@ -163,16 +171,25 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
     finally:
         if session is not None:
             session.close()
-        else:
-            if listener is not None:
-                listener.close()
-            if server is not None:
-                server.stop()
+        elif listener is not None:
+            listener.close()
+        if stubs is not None:
+            stubs.close()
+        if server is not None:
+            server.stop()
         if signals is not None:
             signals.restore()
         shutil.rmtree(run_dir, ignore_errors=True)
         reaper.tell("done")             # it exits on its own: no need to wait for it
         reaper.close()
+
+
+def _start_server(stubs: socket.socket, address: str, token: str, reaper: Reaper) -> RankServer:
+    """Fork the rank server (`rank_server.py`) serving the stubs that connect to `stubs`; the
+    reaper learns its pid."""
+    server = start_rank_server(stubs, address, token)
+    reaper.tell(f"pid {server.pid}")
+    return server
 
 
 class _SignalRecorder:
@@ -219,8 +236,7 @@ class _Session:
     """One running job: mpiexec, the ranks' connections, the output being received."""
 
     def __init__(self, num_partitions: int, run_dir: Path, listener: socket.socket, token: str,
-                 started: float, server: RankServer | None,
-                 on_local_pid: Callable[[int], None]):
+                 started: float, one_host: bool, on_local_pid: Callable[[int], None]):
         self.num_partitions = num_partitions
         #: the job, set by `supervise` before any rank's hello is answered
         self.job: Job | None = None
@@ -238,23 +254,30 @@ class _Session:
         self.deaths: list[_Rank] = []         # ranks that ended unannounced, as supervisors said
         self.output: _OutputReceiver | None = None
         self.proc: subprocess.Popen | None = None
-        #: the rank server (`rank_server.py`), None with a hostfile
-        self.server = server
+        #: the ranks all run on this machine (no hostfile)
+        self.one_host = one_host
+        #: the rank server (`rank_server.py`) once started, None with a hostfile
+        self.server: RankServer | None = None
         self.relays: list[threading.Thread] = []
         self.payloads: dict[str | None, bytes] = {}
 
     # ---------------------------------------------------------------------------- supervising
     def start(self, command: list[str]) -> None:
-        """Start `mpiexec` (the ranks connect, and wait for the job until `supervise`)."""
+        """Start `mpiexec` (the ranks connect, and wait for the job until `supervise`); its
+        output waits in its pipes until `relay_output`."""
         try:
             self.proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                env=_rank_environment(self.num_partitions, one_host=self.server is not None),
+                env=_rank_environment(self.num_partitions, self.one_host),
                 preexec_fn=mpi_processes.die_with_parent)
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
         self.on_local_pid(self.proc.pid)
+
+    def relay_output(self) -> None:
+        """Pass `mpiexec`'s output on to ours, from threads (start no process after this: a lock
+        a thread held at the fork would stay held in the child)."""
         self.relays = [_relay(self.proc.stdout, sys.stdout), _relay(self.proc.stderr, sys.stderr)]
 
     def supervise(self, job: Job, signals: _SignalRecorder) -> int:
@@ -478,8 +501,6 @@ class _Session:
         """Stop what is left, close every connection, remove what a failed start-up left."""
         if self.proc is not None and self.proc.poll() is None:
             self.stop()
-        if self.server is not None:
-            self.server.stop()
         for conn in list(self.buffers):
             self.selector.unregister(conn)
             conn.close()

@@ -74,16 +74,25 @@ class RankServer:
         self._collected = True
 
 
-def start_rank_server(path: str, launcher_address: str, token: str) -> RankServer:
-    """Fork the rank server (see the module docstring) listening on the Unix socket `path`, whose
-    ranks connect to the launcher at `launcher_address` with `token`. Call it before this
-    process starts any thread (a lock another thread held at the fork would stay held in the
-    server). The socket listens before this returns: stubs may connect while the server is still
-    loading."""
+def listen_for_stubs(path: str) -> socket.socket:
+    """A socket listening at `path` (Unix) for the stubs; they may connect before the server
+    runs (`start_rank_server`), and wait for it."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(path)
         listener.listen(1024)
+    except OSError as e:
+        listener.close()
+        raise RuntimeFailure(f"cannot listen for the ranks at {path}: {e}") from None
+    return listener
+
+
+def start_rank_server(listener: socket.socket, launcher_address: str, token: str) -> RankServer:
+    """Fork the rank server (see the module docstring), which serves the stubs that connect to
+    `listener` (closed here) with ranks connecting to the launcher at `launcher_address` with
+    `token`. Call it before this process starts any thread (a lock another thread held at the
+    fork would stay held in the server)."""
+    try:
         with paused_collection(freeze=True):
             from . import job, kernels  # noqa: F401 - the launcher's and the ranks' alike
         sys.stdout.flush()          # nothing buffered here is written twice
