@@ -254,6 +254,8 @@ class _Session:
         self.deaths: list[_Rank] = []         # ranks that ended unannounced, as supervisors said
         self.output: _OutputReceiver | None = None
         self.proc: subprocess.Popen | None = None
+        #: readable when `mpiexec` exited (`poll` then returns at once); None once it did
+        self.exit_watch: int | None = None
         #: the ranks all run on this machine (no hostfile)
         self.one_host = one_host
         #: the rank server (`rank_server.py`) once started, None with a hostfile
@@ -274,6 +276,9 @@ class _Session:
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
         self.on_local_pid(self.proc.pid)
+        self.exit_watch = mpi_processes.exit_descriptor(self.proc.pid)
+        if self.exit_watch is not None:
+            self.selector.register(self.exit_watch, selectors.EVENT_READ)
 
     def relay_output(self) -> None:
         """Pass `mpiexec`'s output on to ours, from threads (start no process after this: a lock
@@ -398,10 +403,13 @@ class _Session:
 
     # ---------------------------------------------------------------------------- connections
     def poll(self, seconds: float) -> None:
-        """Accept connections and read what ranks sent, for up to `seconds`."""
+        """Accept connections and read what ranks sent, for up to `seconds` or until `mpiexec`
+        exited."""
         for key, _ in self.selector.select(seconds):
             if key.fileobj is self.listener:
                 self._accept()
+            elif key.fileobj == self.exit_watch:
+                self._unwatch_exit()
             elif not self._read(key.fileobj):
                 self._close(key.fileobj)
 
@@ -413,6 +421,11 @@ class _Session:
         conn.setblocking(True)
         self.buffers[conn] = bytearray()
         self.selector.register(conn, selectors.EVENT_READ)
+
+    def _unwatch_exit(self) -> None:
+        self.selector.unregister(self.exit_watch)
+        os.close(self.exit_watch)
+        self.exit_watch = None
 
     def _close(self, conn: socket.socket) -> None:
         self.selector.unregister(conn)
@@ -504,6 +517,8 @@ class _Session:
         for conn in list(self.buffers):
             self.selector.unregister(conn)
             conn.close()
+        if self.exit_watch is not None:
+            self._unwatch_exit()
         self.selector.close()
         self.listener.close()
         if self.output is not None:

@@ -4,6 +4,7 @@ it, and how to remove them all (Linux `/proc`; elsewhere these do nothing).
 - `die_with_parent(signal)`: `prctl(PR_SET_PDEATHSIG)`, so the kernel sends `signal` to this
   process the moment its parent dies (`mpiexec` is started with SIGKILL: a launcher killed with
   SIGKILL takes `mpiexec`, whose proxies then kill their ranks); `prctl` for other options.
+- `exit_descriptor(pid)`: a descriptor readable once the process exited.
 - `name_process(name)`: the name `ps` shows (`gspmdc-rank-R` for a rank, `gspmdc-super-R` for its
   supervisor).
 - `host_identity()`: this machine and network namespace (boot id + network namespace inode); two
@@ -50,6 +51,15 @@ def prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def exit_descriptor(pid: int) -> int | None:
+    """A descriptor that becomes readable when process `pid` exits (Linux's pidfd: a loop can
+    wait for it with its sockets), or None where the system has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def name_process(name: str) -> None:
