@@ -97,25 +97,30 @@ def start_rank_server(listener: socket.socket, launcher_address: str, token: str
             from . import job, kernels  # noqa: F401 - the launcher's and the ranks' alike
         sys.stdout.flush()          # nothing buffered here is written twice
         sys.stderr.flush()
+        launcher = os.getpid()
         pid = os.fork()
     except OSError as e:
         listener.close()
         raise RuntimeFailure(f"cannot start the rank server: {e}") from None
     if pid == 0:
-        _run_server(listener, launcher_address, token)
+        _run_server(launcher, listener, launcher_address, token)
     listener.close()
     return RankServer(pid)
 
 
-def _run_server(listener: socket.socket, launcher_address: str, token: str) -> NoReturn:
-    """The forked server: leave the launcher's session and descriptors, load the runtime, serve
-    the stubs, exit (never returning into the launcher's frames)."""
+def _run_server(launcher: int, listener: socket.socket, launcher_address: str,
+                token: str) -> NoReturn:
+    """The forked server: leave the launcher's (pid `launcher`) session and descriptors, load
+    the runtime, serve the stubs, exit (never returning into the launcher's frames)."""
     code = EXIT_RUNTIME
     try:
         gc.freeze()                 # the launcher's objects are never collected here
         os.setsid()
         mpi_processes.die_with_parent()
+        if os.getppid() != launcher:
+            return                  # the launcher died before it could be asked to kill us
         _keep_descriptors(listener.fileno())
+        _standard_streams()
         mpi_processes.name_process("gspmdc-ranks")
         _load_runtime()
         code = _serve(listener, launcher_address, token)
@@ -135,6 +140,18 @@ def _keep_descriptors(listener: int) -> None:
     os.close(devnull)
     os.closerange(3, listener)
     os.closerange(listener + 1, os.sysconf("SC_OPEN_MAX"))
+
+
+def _standard_streams() -> None:
+    """The standard streams of a fresh Python on descriptors 0, 1 and 2 (which a rank takes from
+    its stub): the launcher's may be anything (a notebook's, a test's capture); Python's fault
+    handler, when the launcher had it on, writes to the new standard error."""
+    import faulthandler
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
+    if faulthandler.is_enabled():
+        faulthandler.enable(sys.stderr)
 
 
 def _load_runtime() -> None:
