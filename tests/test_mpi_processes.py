@@ -102,3 +102,21 @@ def test_process_start_times():
                             "print(time.time() - process_started_at())"],
                            capture_output=True, text=True, timeout=60)
     assert 0 <= float(child.stdout) < 60      # the child's age when it asked
+
+
+def test_the_exit_descriptor_becomes_readable_when_the_process_exits():
+    import select
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fd = mpi_processes.exit_descriptor(child.pid)
+        if fd is None:
+            pytest.skip("no pidfd on this system")
+        try:
+            assert select.select([fd], [], [], 0.2)[0] == []        # running
+            child.kill()
+            assert select.select([fd], [], [], 10)[0] == [fd]       # exited (not yet reaped)
+        finally:
+            os.close(fd)
+    finally:
+        child.kill()
+        child.wait()

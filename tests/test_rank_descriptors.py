@@ -1,0 +1,95 @@
+"""What a rank of `gspmdc run` inherits on the launcher's machine, where the rank server that forks
+it is itself a fork of `gspmdc run` (`runtime/rank_server.py`): none of the launcher's descriptors
+(its reaper must see the launcher's pipe close when the launcher dies, whatever ranks still run),
+and UCX restricted to its loopback and System V shared-memory transports unless the user chose
+(`launcher._rank_environment`). Checked on a real job: a test-only custom-call (a `sitecustomize.py`
+on PYTHONPATH registers it in every process) writes what its rank holds."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MPIEXEC = Path(sys.executable).with_name("mpiexec")
+GSPMDC = MPIEXEC.with_name("gspmdc")
+
+PROGRAM = """HloModule inspect, num_partitions=2
+
+ENTRY main {
+  x = f32[8] parameter(0), sharding={devices=[2]<=[2]}
+  ROOT y = f32[8] custom-call(x), custom_call_target="gspmdc_test.inspect", sharding={devices=[2]<=[2]}
+}
+"""
+
+#: registers `gspmdc_test.inspect`: the identity, writing the rank's descriptors (what each one
+#: is) and its UCX_TLS to a file
+PLUGIN = '''
+import os
+from pathlib import Path
+if "GSPMDC_TEST_DIR" in os.environ:
+    from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
+
+    def _inspect(inst, args, ctx):
+        held = []
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                held.append(os.readlink(f"/proc/self/fd/{name}"))
+            except OSError:
+                pass
+        Path(os.environ["GSPMDC_TEST_DIR"], f"rank-{os.getpid()}").write_text(
+            os.environ.get("UCX_TLS", "-") + "\\n" + "\\n".join(held))
+        return args[0]
+    CUSTOM_CALL_TARGETS["gspmdc_test.inspect"] = _inspect
+'''
+
+
+def _run(tmp_path: Path, extra_env: dict[str, str], extra_args=(), pass_fds=()):
+    program = tmp_path / "inspect.hlo"
+    program.write_text(PROGRAM)
+    (tmp_path / "sitecustomize.py").write_text(PLUGIN)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), GSPMDC_TEST_DIR=str(tmp_path), **extra_env)
+    if "UCX_TLS" not in extra_env:
+        env.pop("UCX_TLS", None)
+    proc = subprocess.run([str(GSPMDC), "run", str(program), "-q", *extra_args],
+                          capture_output=True, text=True, timeout=300, env=env,
+                          pass_fds=pass_fds)
+    assert proc.returncode == 0, proc.stderr
+    reports = [path.read_text().split("\n") for path in tmp_path.glob("rank-*")]
+    assert len(reports) == 2                    # one per rank
+    return reports
+
+
+@pytest.mark.skipif(not MPIEXEC.exists() or not Path("/proc/self/fd").is_dir(),
+                    reason="needs mpiexec in the venv and Linux /proc")
+def test_ranks_hold_none_of_the_launchers_descriptors(tmp_path):
+    read, write = os.pipe()
+    high = os.dup2(write, 200)          # above the numbers a rank takes from its stub
+    try:
+        pipe = f"pipe:[{os.fstat(high).st_ino}]"
+        reports = _run(tmp_path, {}, pass_fds=(high,))      # `gspmdc run` holds it
+    finally:
+        for fd in (read, write, high):
+            os.close(fd)
+    for _, *held in reports:
+        assert held                             # the listing is real
+        assert pipe not in held
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed in the venv")
+@pytest.mark.parametrize("placement, user, seen", [
+    ("one host", None, "self,sysv"),
+    ("one host", "self,tcp", "self,tcp"),       # the user's choice stands
+    ("hostfile", None, "-"),                    # ranks that may be on other hosts: UCX's default
+])
+def test_ucx_transports_of_the_ranks(tmp_path, placement, user, seen):
+    extra = []
+    if placement == "hostfile":
+        hostfile = tmp_path / "hosts"
+        hostfile.write_text(f"{socket.gethostname()}:2\n")
+        extra = ["--hostfile", str(hostfile)]
+    reports = _run(tmp_path, {} if user is None else {"UCX_TLS": user}, extra)
+    assert [report[0] for report in reports] == [seen, seen]
