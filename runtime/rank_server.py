@@ -168,7 +168,7 @@ def _load_runtime() -> None:
         # what the ranks of some jobs import before their first instruction (random inputs,
         # input files read in threads, --profile's recorder) and rank 0 after its last
         # (--check): once here rather than in each rank
-        import concurrent.futures  # noqa: F401
+        from concurrent.futures import ThreadPoolExecutor  # noqa: F401 - with its queue
         import numpy.random  # noqa: F401
         from . import compare, profile  # noqa: F401
         from .blas import loaded_blas
