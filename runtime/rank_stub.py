@@ -2,18 +2,17 @@
 
     python -I -S rank_stub.py SERVER_SOCKET
 
-It runs without `site` and imports only the standard library's compiled modules (no numpy, no
-gspmdc, not even the `socket` module, whose import costs as much again as Python's start: it must
-start in a few milliseconds of CPU). It asks the kernel to kill it when its parent (MPICH's proxy)
-dies, connects to the job's rank server (`rank_server.py`), sends it every file descriptor it has
-(the PMI socket and control descriptor MPICH's proxy gave it, its standard streams) with their
-numbers, its working directory and its environment, in one message; then waits for the exit
+It runs without `site` and imports only built-in modules and `_socket` and `ctypes` (no numpy,
+no gspmdc, not even `socket` or `array`, which import as much again as Python's start costs: it
+must start in a few milliseconds of CPU). It asks the kernel to kill it when its parent (MPICH's
+proxy) dies, connects to the job's rank server (`rank_server.py`), sends it every file descriptor
+it has (the PMI socket and control descriptor MPICH's proxy gave it, its standard streams) with
+their numbers, its working directory and its environment, in one message; then waits for the exit
 status of the rank the server forked for it, and exits with it (3 when the connection closes
 without one: the rank's supervisor died). Killing the stub kills its rank (its supervisor sees
 the connection close).
 """
 import _socket
-import array
 import os
 import sys
 
@@ -63,8 +62,8 @@ def main() -> int:
     message = f"{' '.join(map(str, descriptors))}\n{os.getcwd()}\n{environment}" \
         .encode("utf-8", "surrogateescape")
     data = len(message).to_bytes(8, "little") + message     # the server's HEADER_BYTES
-    sent = server.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                    array.array("i", descriptors))])
+    rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in descriptors)     # C ints
+    sent = server.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
     server.sendall(data[sent:])
     status = b""
     while not status.endswith(b"\n"):
