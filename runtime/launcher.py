@@ -6,17 +6,17 @@ whole job on any failure, and leave nothing behind.
 - makes a private run directory (the ranks' position board, `rank_position.py`; the Unix
   sockets; the output being received) and starts the *reaper* (`reaper.py`), which cleans up if
   this process is killed;
-- on one host (no hostfile), forks the *rank server* (`rank_server.py`) first thing, once it
-  imported what it and the ranks both need: the server loads the rest of the runtime while this
-  process prepares the job, and forks every rank;
-- prepares the job (`prepare()`: parsing, partitioning, checks) and starts `mpiexec -n N
-  python -I -S rank_stub.py SERVER` (one host; `rank_stub.py`) or `mpiexec -n N -f HOSTFILE
-  python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own session; the kernel kills `mpiexec` and
-  the server if this process dies (`prctl(PR_SET_PDEATHSIG)`), and MPICH's proxies then stop
-  their ranks. When the number of partitions is known beforehand (`-n`), `mpiexec` starts
-  before the job is prepared, so the ranks start MPI while this process partitions the program;
-  if preparing fails, the ranks are stopped and the error is raised. Otherwise the job is
-  prepared first (the server loading meanwhile);
+- starts `mpiexec -n N python -I -S rank_stub.py SERVER` (one host; `rank_stub.py`) or
+  `mpiexec -n N -f HOSTFILE python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own session; the
+  kernel kills `mpiexec` and the rank server if this process dies (`prctl(PR_SET_PDEATHSIG)`),
+  and MPICH's proxies then stop their ranks;
+- on one host, then forks the *rank server* (`rank_server.py`) once it imported what it and the
+  ranks both need: the server loads the rest of the runtime while this process prepares the job
+  (`prepare()`: parsing, partitioning, checks), and forks every rank. So when the number of
+  partitions is known beforehand (`-n`), the ranks start MPI while this process partitions the
+  program; if preparing fails, the ranks are stopped and the error is raised. Otherwise the
+  server is forked first, the job prepared (the server loading meanwhile), then `mpiexec`
+  started;
 - accepts each rank's connection (`rank_link.py`; a Unix socket, or TCP when a hostfile puts
   ranks on other hosts), learns its pid and host, and sends it the job (pickled once);
 - passes rank output through live (without MPICH's termination banners);

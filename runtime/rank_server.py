@@ -2,16 +2,16 @@
 and forks every rank from it.
 
 A rank needs Python, numpy, mpi4py and the runtime's modules before it can start MPI: about 0.3 s
-of CPU each, most of a job's start-up when N ranks share a few cores. So the launcher
-(`launcher.py`) starts this server first thing (`start_rank_server`), and `mpiexec` starts N *rank
-stubs* (`rank_stub.py`: Python without `site`, the standard library only). The server is a fork
-of the launcher, not a new Python: the launcher first imports what it needs to prepare the job
-and every rank needs too (numpy, the IR, the runtime's job and kernels), then forks, so neither
-Python start-up nor those imports are paid twice. The server, in its own session, killed with the
-launcher, its descriptors closed but the standard streams and the listening socket (standard
-input from /dev/null), imports the rest of the runtime and mpi4py (MPI loaded, not started) with
-the cyclic garbage collector paused and everything frozen, then serves one connection per stub,
-until it served as many as the stubs' `PMI_SIZE`:
+of CPU each, most of a job's start-up when N ranks share a few cores. So `mpiexec` starts N *rank
+stubs* (`rank_stub.py`: Python without `site` and nearly without imports), and the launcher
+(`launcher.py`) forks this server (`start_rank_server`) from itself: a fork, not a new Python,
+once the launcher imported what it needs to prepare the job and every rank needs too (numpy, the
+IR, the runtime's job and kernels), so that neither Python's start nor those imports are paid
+twice. The server dies with the launcher (`prctl(PR_SET_PDEATHSIG)`), leaves its session and
+descriptors (but the standard output and error and the stubs' listening socket; standard input
+reads /dev/null), takes fresh standard stream objects, imports the rest of the runtime and mpi4py
+(MPI loaded, not started) with the cyclic garbage collector paused and everything frozen, then
+serves one connection per stub, until it served as many as the stubs' `PMI_SIZE`:
 
 - the stub sends every file descriptor it has (its standard streams, the PMI socket and control
   descriptor that MPICH's proxy gave it) with their numbers, its working directory and its
