@@ -121,6 +121,7 @@ def _run_server(launcher: int, listener: socket.socket, launcher_address: str,
             return                  # the launcher died before it could be asked to kill us
         _keep_descriptors(listener.fileno())
         _standard_streams()
+        _default_signal_handlers()
         mpi_processes.name_process("gspmdc-ranks")
         _load_runtime()
         code = _serve(listener, launcher_address, token)
@@ -152,6 +153,15 @@ def _standard_streams() -> None:
     sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
     if faulthandler.is_enabled():
         faulthandler.enable(sys.stderr)
+
+
+def _default_signal_handlers() -> None:
+    """The signal handlers of a fresh Python: the launcher's own Python handlers (a program that
+    runs `gspmdc run` in its process may have set some) are not the ranks'."""
+    for sig in signal.valid_signals():
+        handler = signal.getsignal(sig)
+        if callable(handler) and handler is not signal.default_int_handler:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def _load_runtime() -> None:

@@ -1,9 +1,10 @@
 """What a rank of `gspmdc run` inherits on the launcher's machine, where the rank server that forks
 it is itself a fork of `gspmdc run` (`runtime/rank_server.py`): none of the launcher's descriptors
-(its reaper must see the launcher's pipe close when the launcher dies, whatever ranks still run),
-and UCX restricted to its loopback and System V shared-memory transports unless the user chose
-(`launcher._rank_environment`). Checked on a real job: a test-only custom-call (a `sitecustomize.py`
-on PYTHONPATH registers it in every process) writes what its rank holds."""
+(its reaper must see the launcher's pipe close when the launcher dies, whatever ranks still run)
+nor its Python signal handlers, and UCX restricted to its loopback and System V shared-memory
+transports unless the user chose (`launcher._rank_environment`). Checked on real jobs: a
+test-only custom-call (registered by a `sitecustomize.py` on PYTHONPATH in every process, or by
+the test itself for a launch in its process) writes what its rank holds."""
 from __future__ import annotations
 
 import os
@@ -93,3 +94,25 @@ def test_ucx_transports_of_the_ranks(tmp_path, placement, user, seen):
         extra = ["--hostfile", str(hostfile)]
     reports = _run(tmp_path, {} if user is None else {"UCX_TLS": user}, extra)
     assert [report[0] for report in reports] == [seen, seen]
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed in the venv")
+def test_ranks_of_an_in_process_launch_have_a_fresh_pythons_signal_handlers(tmp_path, monkeypatch):
+    """`gspmdc.cli.main` called by a program that handles SIGTERM itself: its ranks do not."""
+    import signal
+    from gspmdc.cli import main
+    from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
+
+    def record(inst, args, ctx):
+        default = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        (tmp_path / f"rank-{os.getpid()}").write_text(str(default))
+        return args[0]
+    monkeypatch.setitem(CUSTOM_CALL_TARGETS, "gspmdc_test.inspect", record)
+    program = tmp_path / "inspect.hlo"
+    program.write_text(PROGRAM)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        assert main(["run", str(program), "-q"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert [path.read_text() for path in tmp_path.glob("rank-*")] == ["True", "True"]
