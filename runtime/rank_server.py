@@ -44,12 +44,14 @@ import os
 import signal
 import socket
 import sys
-from typing import NoReturn
+from contextlib import contextmanager
+from typing import Iterator, NoReturn
 
 from gspmdc.errors import EXIT_RUNTIME, RuntimeFailure
 from gspmdc.ir.gc_pause import paused_collection
 
 from . import mpi_processes
+from .cores import BLAS_THREAD_VARIABLES
 
 #: how many descriptors a stub may send (the kernel's limit for one message is 253)
 MAX_DESCRIPTORS = 253
@@ -93,7 +95,7 @@ def start_rank_server(listener: socket.socket, launcher_address: str, token: str
     `token`. Call it before this process starts any thread (a lock another thread held at the
     fork would stay held in the server)."""
     try:
-        with paused_collection(freeze=True):
+        with paused_collection(freeze=True), _blas_loading_single_threaded():
             from . import job, kernels  # noqa: F401 - the launcher's and the ranks' alike
         sys.stdout.flush()          # nothing buffered here is written twice
         sys.stderr.flush()
@@ -106,6 +108,24 @@ def start_rank_server(listener: socket.socket, launcher_address: str, token: str
         _run_server(launcher, listener, launcher_address, token)
     listener.close()
     return RankServer(pid)
+
+
+@contextmanager
+def _blas_loading_single_threaded() -> Iterator[None]:
+    """Within the block, numpy's BLAS, should it load, starts no threads (OpenBLAS reads its
+    thread variables once, at load): the server and the ranks forked from it then hold no pool of
+    BLAS threads, which a fork would have them rebuild, its idle threads spinning (each rank
+    sets its own count, `_set_blas_threads`). The variables are as before after the block."""
+    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
+    os.environ.update({name: "1" for name in BLAS_THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_server(launcher: int, listener: socket.socket, launcher_address: str,
