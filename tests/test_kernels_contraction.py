@@ -397,6 +397,82 @@ def test_convolution_integer_and_bf16():
     np.testing.assert_array_equal(out.astype(np.float64), expected)
 
 
+PATCH_MAJOR_CASES = {
+    **CONV_CASES,
+    "stem": dict(strides=[2, 2], pads=[(3, 3), (3, 3)], lhs_dil=[1, 1], rhs_dil=[1, 1],
+                 reversal=[0, 0]),
+    "stride_3_dilation_2": dict(strides=[1, 3], pads=[(0, 1), (2, 2)], lhs_dil=[1, 1],
+                                rhs_dil=[1, 2], reversal=[0, 1]),
+    "stride_4_dilation_2": dict(strides=[2, 4], pads=[(1, 0), (1, 3)], lhs_dil=[1, 2],
+                                rhs_dil=[2, 2], reversal=[0, 0]),
+}
+
+
+def patch_major_spy(monkeypatch):
+    """Records the inputs the convolution kernel lays out for patch-major copies."""
+    from gspmdc.runtime.kernels import convolution
+    calls = []
+    planar = convolution._planar
+    monkeypatch.setattr(convolution, "_planar", lambda x, stride: calls.append(stride)
+                        or planar(x, stride))
+    return calls
+
+
+@pytest.mark.parametrize("rows", [None, 1, 7])
+@pytest.mark.parametrize("case", PATCH_MAJOR_CASES)
+def test_convolution_patch_major_few_channels_long_rows(monkeypatch, case, rows):
+    """Two channels and a last spatial dim longer than a patch's runs of input (a stem's 7x7
+    kernel on 3 channels): patches are copied patch-major, one view per position phase of the
+    last dim's stride (several taps per phase, window dilation sharing a factor with the stride
+    or not, reversal, cropping, base dilation), in one tile and in tiles of 1 and 7 rows (each a
+    whole output row); the same result as the definition."""
+    from gspmdc.runtime.kernels import convolution
+    if rows is not None:
+        monkeypatch.setattr(convolution, "TILE_BYTES", 1)
+        monkeypatch.setattr(convolution, "MIN_TILE_ROWS", rows)
+    calls = patch_major_spy(monkeypatch)
+    p = PATCH_MAJOR_CASES[case]
+    lhs, rhs = normal(2, 2, 6, 41), normal(5, 2, 3, 5)
+    expected = conv_by_definition(lhs, rhs, **p).transpose(0, 2, 3, 1)
+    out = run("convolution", "f32", expected.shape, list(nhwc(lhs, rhs)),
+              window=window([3, 5], p["strides"], p["pads"], p["lhs_dil"], p["rhs_dil"],
+                            p["reversal"]),
+              dim_labels=CHANNELS_LAST)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert calls == [p["strides"][1]]
+
+
+@pytest.mark.parametrize("groups", ["feature_group_count", "batch_group_count"])
+def test_convolution_patch_major_groups_1d_and_3d(monkeypatch, groups):
+    """Patch-major copies per group (a slice of the channels, or of the batch) of one laid-out
+    input, and with one and three spatial dims, in tiles of 5 rows; bf16 accumulated in f32
+    (integers: exact)."""
+    from gspmdc.runtime.kernels import convolution
+    monkeypatch.setattr(convolution, "TILE_BYTES", 1)
+    monkeypatch.setattr(convolution, "MIN_TILE_ROWS", 5)
+    calls = patch_major_spy(monkeypatch)
+    fgc, bgc = (2, 1) if groups == "feature_group_count" else (1, 2)
+    lhs = RNG.integers(-2, 2, (4, 2 * fgc, 19)).astype(np.float32)
+    rhs = RNG.integers(-2, 2, (4, 2, 4)).astype(np.float32)
+    p = dict(strides=[2], pads=[(2, 1)], lhs_dil=[1], rhs_dil=[1], reversal=[0])
+    expected = conv_by_definition(lhs, rhs, fgc=fgc, bgc=bgc, **p)
+    out = run("convolution", "bf16", expected.shape,
+              [lhs.astype(ml_dtypes.bfloat16), rhs.astype(ml_dtypes.bfloat16)],
+              window=window([4], p["strides"], p["pads"]),
+              dim_labels=ConvDimLabels("bf0", "oi0", "bf0"), **{groups: 2})
+    np.testing.assert_array_equal(out.astype(np.float64), expected)
+    lhs, rhs = normal(2, 1, 3, 4, 12), normal(3, 1, 2, 2, 3)
+    p = dict(strides=[1, 2, 3], pads=[(0, 0), (1, 0), (1, 1)], lhs_dil=[1, 1, 1],
+             rhs_dil=[1, 1, 2], reversal=[0, 1, 0])
+    expected = conv_by_definition(lhs, rhs, **p)
+    out = run("convolution", "f32", expected.shape, [lhs, rhs],
+              window=window([2, 2, 3], p["strides"], p["pads"], rhs_dil=p["rhs_dil"],
+                            reversal=p["reversal"]),
+              dim_labels=ConvDimLabels("bf012", "oi012", "bf012"))
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert calls == [2, 3]
+
+
 def test_convolution_empty_output_and_window_larger_than_input():
     lhs, rhs = normal(2, 3, 2), normal(4, 3, 5)
     out = run("convolution", "f32", (2, 4, 0), [lhs, rhs], window=window([5]),

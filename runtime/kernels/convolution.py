@@ -10,6 +10,13 @@ about `TILE_BYTES` of patches (at most `IM2COL_BYTES`); a tile's patches are cop
 into a contiguous buffer of the accumulation type (f32 for bf16 and f16; one buffer reused by
 every tile), and multiplied by the kernel matrix
 `[K * I, O / G]` into the tile's rows of the result, which is itself channels-last `[N', P..., O]`.
+The copy moves the runs a patch has in the input (its channels, with the taps of the last
+spatial dim when they are adjacent: a 7x7 stem on 3 channels has runs of 21 elements) into
+patch-major rows (`[rows, K..., I]`), unless the output's last spatial dim is longer than those
+runs: then the input is laid out once with each channel's rows along that dim contiguous, split
+by position modulo the stride, and the tile is copied tap-major (`[K..., I, rows]`, runs along
+the output's last dim, every tile holding whole such rows) and multiplied transposed; the
+product sums each row in the same order either way.
 A group (`feature_group_count`: the channels and output features split group-major;
 `batch_group_count`: the batch and output features split group-major) is one such product per
 tile on its slice of the channels or the batch, except when every group reads one channel
@@ -21,7 +28,7 @@ bf16/f16 in f32 rounded once, integers wrap, a pred result is the OR of ANDs.
 """
 from __future__ import annotations
 
-from math import prod
+from math import gcd, prod
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -83,53 +90,126 @@ def convolution(inst, args, ctx):
     positions = [(s - dk) // d.stride + 1 if s >= dk else 0
                  for s, dk, d in zip(x.shape[1:1 + nsp], dilated_kernel, window.dims)]
     out_batch = n // bgc
-    out = np.zeros((out_batch, *positions, o), acc)
-    if out.size and i and all(kernel_sizes):
-        # [N, P..., C, K...]: the windows at the strided positions, their dilated taps
-        view = sliding_window_view(x, dilated_kernel, axis=tuple(range(1, 1 + nsp)))
-        view = view[(slice(None),) + tuple(slice(None, None, d.stride) for d in window.dims)
-                    + (slice(None),)
-                    + tuple(slice(None, None, d.window_dilation) for d in window.dims)]
-        # [N, P..., K..., C]: a patch in the order of the kernel matrix's rows
-        view = view.transpose([0, *range(1, 1 + nsp), *range(2 + nsp, 2 + 2 * nsp), 1 + nsp])
-        og = o // groups
-        if fgc > 1 and i == 1:
-            _depthwise(view, w.astype(acc, copy=False), out.reshape(*out.shape[:-1], fgc, og),
-                       nsp)
-            return to_result(_from_canonical(out, [labels.out_batch, *labels.out_spatial,
-                                                   labels.out_feature], len(labels.out)), t)
-        matrix = w.astype(acc, copy=False).reshape(prod(kernel_sizes) * i, o)
-        rows = out.reshape(out_batch * prod(positions), o)
-        for g in range(groups):
-            batch = slice(g * out_batch, (g + 1) * out_batch) if bgc > 1 else slice(None)
-            features = slice(g * i, (g + 1) * i) if fgc > 1 else slice(None)
-            _multiply_tiles(view[batch, ..., features], 1 + nsp, matrix[:, g * og:(g + 1) * og],
-                            rows[:, g * og:(g + 1) * og], acc)
-    result = _from_canonical(out, [labels.out_batch, *labels.out_spatial, labels.out_feature],
-                             len(labels.out))
-    return to_result(result, t)
+    out_shape = (out_batch, *positions, o)
+    if not (prod(out_shape) and i and all(kernel_sizes)):
+        return _result(np.zeros(out_shape, acc), labels, t)
+    # [N, P..., C, K...]: the windows at the strided positions, their dilated taps
+    view = sliding_window_view(x, dilated_kernel, axis=tuple(range(1, 1 + nsp)))
+    view = view[(slice(None),) + tuple(slice(None, None, d.stride) for d in window.dims)
+                + (slice(None),)
+                + tuple(slice(None, None, d.window_dilation) for d in window.dims)]
+    # [N, P..., K..., C]: a patch in the order of the kernel matrix's rows
+    view = view.transpose([0, *range(1, 1 + nsp), *range(2 + nsp, 2 + 2 * nsp), 1 + nsp])
+    og = o // groups
+    if fgc > 1 and i == 1:
+        out = np.zeros(out_shape, acc)
+        _depthwise(view, w.astype(acc, copy=False), out.reshape(*out.shape[:-1], fgc, og), nsp)
+        return _result(out, labels, t)
+    out = np.empty(out_shape, acc)
+    matrix = w.astype(acc, copy=False).reshape(prod(kernel_sizes) * i, o)
+    rows = out.reshape(out_batch * prod(positions), o)
+    # patches copied patch-major when a patch's longest run in the input (its channels, with the
+    # taps of the last spatial dim when they are adjacent) is shorter than the output's last dim
+    planar = None
+    if nsp and not (view.flags.c_contiguous and x.dtype == acc):
+        adjacent = fgc == 1 and window.dims[-1].window_dilation == 1
+        if positions[-1] > i * (kernel_sizes[-1] if adjacent else 1):
+            planar = _planar(x, window.dims[-1].stride)
+    for g in range(groups):
+        batch = slice(g * out_batch, (g + 1) * out_batch) if bgc > 1 else slice(None)
+        features = slice(g * i, (g + 1) * i) if fgc > 1 else slice(None)
+        if planar is None:
+            pieces = [(slice(None), view[batch, ..., features])]
+        else:
+            pieces = _planar_pieces(planar[batch, ..., features, :, :], window, kernel_sizes,
+                                    positions)
+        _multiply_tiles(pieces, planar is not None, (out_batch, *positions),
+                        (*kernel_sizes, i), matrix[:, g * og:(g + 1) * og],
+                        rows[:, g * og:(g + 1) * og], acc)
+    return _result(out, labels, t)
 
 
-def _multiply_tiles(patches: np.ndarray, lead_rank: int, matrix: np.ndarray, out: np.ndarray,
-                    acc: np.dtype) -> None:
-    """`out[r] = patch r @ matrix` for the patches of `patches` (`[lead..., K..., I]`: the first
-    `lead_rank` axes number the patches, row-major), a tile of rows at a time (`_tiles`, sized
-    by `TILE_BYTES`, `MIN_TILE_ROWS` and `IM2COL_BYTES`). A tile is copied once into a contiguous
-    buffer of type `acc` (the same for every tile), unless it already is one (1x1 kernels at
-    stride 1)."""
+def _result(out: np.ndarray, labels, t) -> np.ndarray:
+    """The channels-last accumulator `out` in the instruction's output layout and type."""
+    return to_result(_from_canonical(out, [labels.out_batch, *labels.out_spatial,
+                                           labels.out_feature], len(labels.out)), t)
+
+
+def _multiply_tiles(pieces, planar: bool, lead: tuple[int, ...], patch: tuple[int, ...],
+                    matrix: np.ndarray, out: np.ndarray, acc: np.dtype) -> None:
+    """`out[r] = patch r @ matrix` for the patches numbered row-major by `lead` (`[N, P...]`),
+    each of shape `patch` (`[K..., I]`), a tile of rows at a time (`_tiles`, sized by
+    `TILE_BYTES`, `MIN_TILE_ROWS` and `IM2COL_BYTES`). `pieces` are (a slice of the last kernel
+    axis, the patches' taps on it as a view `[lead..., K..., I]`). A tile is copied once into a
+    buffer of type `acc` (the same for every tile) and multiplied from there: row-major
+    (`[rows, K..., I]`, one piece), unless the tile already is such an array (1x1 kernels at
+    stride 1); or with `planar`, patch-major (`[K..., I, rows]`: the copy moves runs along the
+    last output axis, which every tile holds whole) and multiplied transposed."""
     width = matrix.shape[0]
     row_bytes = max(width * acc.itemsize, 1)
     max_rows = max(1, min(max(TILE_BYTES // row_bytes, MIN_TILE_ROWS), IM2COL_BYTES // row_bytes))
+    if planar:
+        max_rows = max(max_rows, lead[-1])
     buffer = None
-    for index, span in _tiles(patches.shape[:lead_rank], max_rows):
-        tile = patches[index]
-        if tile.dtype != acc or not tile.flags.c_contiguous:
-            if buffer is None:
-                buffer = np.empty(min(max_rows, out.shape[0]) * width, acc)
-            copy = buffer[:tile.size].reshape(tile.shape)
-            copy[...] = tile
-            tile = copy
-        np.matmul(tile.reshape(-1, width), matrix, out=out[span])
+    for index, span in _tiles(lead, max_rows):
+        tiles = [(taps, view[index]) for taps, view in pieces]
+        tile = tiles[0][1]
+        if not planar and tile.dtype == acc and tile.flags.c_contiguous:
+            np.matmul(tile.reshape(-1, width), matrix, out=out[span])
+            continue
+        if buffer is None:
+            buffer = np.empty(min(max_rows, out.shape[0]) * width, acc)
+        copy = buffer[:(span.stop - span.start) * width]
+        if planar:
+            tile_lead = tile.shape[:tile.ndim - len(patch)]
+            patches = copy.reshape(*patch, *tile_lead).transpose(
+                [*range(len(patch), len(patch) + len(tile_lead)), *range(len(patch))])
+            for taps, part in tiles:
+                patches[(Ellipsis, taps, slice(None))] = part
+            np.matmul(copy.reshape(width, -1).T, matrix, out=out[span])
+        else:
+            copy.reshape(tile.shape)[...] = tile
+            np.matmul(copy.reshape(-1, width), matrix, out=out[span])
+
+
+def _planar(x: np.ndarray, stride: int) -> np.ndarray:
+    """`x` (`[N, S..., C]`) with each channel's rows along the last spatial axis contiguous and
+    split by position modulo `stride`: `[N, S[:-1]..., C, stride, ceil(S[-1] / stride)]`, element
+    `[..., c, p, q]` = `x[..., q * stride + p, c]` (the last `q` of the phases past the end of
+    the axis unset)."""
+    last = x.shape[-2]
+    planar = np.empty((*x.shape[:-2], x.shape[-1], stride, -(-last // stride)), x.dtype)
+    for p in range(min(stride, last)):
+        phase = x[..., p::stride, :]
+        planar[..., p, :phase.shape[-2]] = np.moveaxis(phase, -1, -2)
+    return planar
+
+
+def _planar_pieces(planar: np.ndarray, window: Window, kernel_sizes, positions):
+    """The patches of a convolution of the input `planar` (`_planar`'s layout) as pieces for
+    `_multiply_tiles`: per position phase `p` of the last axis, the taps `k` whose offset
+    `window_dilation * k` is `p` modulo the stride (every `m`-th tap from the first), as a view
+    `[N, P..., K[:-1]..., taps, C]` whose runs along the last output axis are contiguous."""
+    *dims, last = window.dims
+    nsp = len(window.dims)
+    step = last.stride // gcd(last.stride, last.window_dilation)
+    pieces = []
+    for first in range(min(step, kernel_sizes[-1])):
+        phase, start = divmod(last.window_dilation * first, last.stride)[::-1]
+        taps = len(range(first, kernel_sizes[-1], step))
+        spacing = last.window_dilation * step // last.stride
+        source = planar[..., phase, start:]
+        sizes = [(k - 1) * d.window_dilation + 1 for k, d in zip(kernel_sizes, dims)]
+        # [N, P[:-1]..., C, Q, K[:-1]..., taps]
+        view = sliding_window_view(source, (*sizes, (taps - 1) * spacing + 1),
+                                   axis=(*range(1, nsp), nsp + 1))
+        view = view[(slice(None),) + tuple(slice(None, None, d.stride) for d in dims)
+                    + (slice(None), slice(0, positions[-1]))
+                    + tuple(slice(None, None, d.window_dilation) for d in dims)
+                    + (slice(None, None, spacing),)]
+        view = view.transpose([0, *range(1, nsp), nsp + 1, *range(nsp + 2, 2 * nsp + 2), nsp])
+        pieces.append((slice(first, None, step), view))
+    return pieces
 
 
 def _depthwise(view: np.ndarray, w: np.ndarray, out: np.ndarray, nsp: int) -> None:
