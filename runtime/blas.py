@@ -14,6 +14,7 @@ it).
 from __future__ import annotations
 
 import ctypes
+import threading
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -81,3 +82,35 @@ def blas_threads_set_to(threads: int) -> Iterator[None]:
         yield
     finally:
         library.set(before)
+
+
+#: guards `_one_thread_blocks`: [the `one_blas_thread` blocks running now, the count the first
+#: of them found]
+_one_thread_lock = threading.Lock()
+_one_thread_blocks = [0, 1]
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[int]:
+    """Within the block the loaded BLAS runs one thread, and the block gets the count it ran
+    before: the threads its caller may run itself, each with its own products. Blocks running in
+    several threads at once (the local backend's partitions) share the setting: the first saves
+    the count, the last restores it. Without an OpenBLAS the count is 1 and nothing changes."""
+    library = loaded_blas()
+    if library is None:
+        yield 1
+        return
+    with _one_thread_lock:
+        if _one_thread_blocks[0] == 0:
+            _one_thread_blocks[1] = library.get()
+            if _one_thread_blocks[1] > 1:
+                library.set(1)
+        _one_thread_blocks[0] += 1
+        threads = _one_thread_blocks[1]
+    try:
+        yield threads
+    finally:
+        with _one_thread_lock:
+            _one_thread_blocks[0] -= 1
+            if _one_thread_blocks[0] == 0 and _one_thread_blocks[1] > 1:
+                library.set(_one_thread_blocks[1])

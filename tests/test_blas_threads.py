@@ -14,7 +14,7 @@ import pytest
 
 from gspmdc.ir.parser import parse_module
 from gspmdc.runtime.backends.local import run_local
-from gspmdc.runtime.blas import blas_threads_set_to, loaded_blas
+from gspmdc.runtime.blas import blas_threads_set_to, loaded_blas, one_blas_thread
 from gspmdc.runtime.cores import BLAS_THREAD_VARIABLES, chosen_blas_threads, with_blas_threads
 
 PROGRAM = """HloModule m, num_partitions=2
@@ -57,6 +57,26 @@ def test_without_a_variable_many_partitions_get_one_thread_each(library, monkeyp
     with blas_threads_set_to(1):
         assert library.get() == 1
     assert library.get() == 2
+
+
+def test_one_blas_thread_blocks_in_several_threads_share_the_count_before(library):
+    """Two overlapping blocks (two partitions' convolutions): both get the count set before and
+    run one BLAS thread; the count comes back when the last one ends, not when the first does."""
+    before = library.get()
+    library.set(3)
+    try:
+        with one_blas_thread() as first:
+            assert (first, library.get()) == (3, 1)
+            with one_blas_thread() as second:
+                assert (second, library.get()) == (3, 1)
+            first_only = library.get()
+        assert (first_only, library.get()) == (1, 3)
+        library.set(1)
+        with one_blas_thread() as only:
+            assert (only, library.get()) == (1, 1)
+        assert library.get() == 1
+    finally:
+        library.set(before)
 
 
 def test_a_users_count_fills_the_variables_they_left_unset(monkeypatch):

@@ -405,16 +405,19 @@ PATCH_MAJOR_CASES = {
                                 rhs_dil=[1, 2], reversal=[0, 1]),
     "stride_4_dilation_2": dict(strides=[2, 4], pads=[(1, 0), (1, 3)], lhs_dil=[1, 2],
                                 rhs_dil=[2, 2], reversal=[0, 0]),
+    "crop_base_dilation_3": dict(strides=[1, 2], pads=[(-1, 0), (-3, 2)], lhs_dil=[2, 3],
+                                 rhs_dil=[1, 1], reversal=[0, 1]),
 }
 
 
 def patch_major_spy(monkeypatch):
-    """Records the inputs the convolution kernel lays out for patch-major copies."""
+    """Records the last dim's stride of each input the convolution kernel lays out for
+    tap-major copies."""
     from gspmdc.runtime.kernels import convolution
     calls = []
     planar = convolution._planar
-    monkeypatch.setattr(convolution, "_planar", lambda x, stride: calls.append(stride)
-                        or planar(x, stride))
+    monkeypatch.setattr(convolution, "_planar", lambda x, padding, window: calls.append(
+        window.dims[-1].stride) or planar(x, padding, window))
     return calls
 
 
@@ -425,7 +428,8 @@ def test_convolution_patch_major_few_channels_long_rows(monkeypatch, case, rows)
     kernel on 3 channels): patches are copied patch-major, one view per position phase of the
     last dim's stride (several taps per phase, window dilation sharing a factor with the stride
     or not, reversal, cropping, base dilation), in one tile and in tiles of 1 and 7 rows (each a
-    whole output row); the same result as the definition."""
+    whole output row), the input dilated, padded and cropped straight into that layout; the same
+    result as the definition."""
     from gspmdc.runtime.kernels import convolution
     if rows is not None:
         monkeypatch.setattr(convolution, "TILE_BYTES", 1)
@@ -471,6 +475,40 @@ def test_convolution_patch_major_groups_1d_and_3d(monkeypatch, groups):
               dim_labels=ConvDimLabels("bf012", "oi012", "bf012"))
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     assert calls == [2, 3]
+
+
+@pytest.mark.parametrize("layout", ["row-major", "tap-major"])
+def test_convolution_tiles_shared_by_threads_give_one_threads_bits(monkeypatch, layout):
+    """With a BLAS count of 3, the tiles are multiplied by the caller and two helper threads,
+    each product with one BLAS thread: bit for bit the result of a count of 1 (which multiplies
+    every tile on the caller), and the definition's. An OpenBLAS is needed to set the count."""
+    import threading
+    from gspmdc.runtime.blas import blas_threads_set_to, loaded_blas
+    from gspmdc.runtime.kernels import convolution
+    if loaded_blas() is None:
+        pytest.skip("numpy's BLAS here is not an OpenBLAS whose thread count can be set")
+    monkeypatch.setattr(convolution, "TILE_BYTES", 1)
+    monkeypatch.setattr(convolution, "MIN_TILE_ROWS", 4)
+    names = []
+    multiply = convolution._multiply
+    monkeypatch.setattr(convolution, "_multiply", lambda tiles, *rest: names.append(
+        (threading.current_thread().name, len(tiles))) or multiply(tiles, *rest))
+    channels, width = (8, 6) if layout == "row-major" else (2, 40)
+    lhs, rhs = normal(2, channels, 5, width), normal(3, channels, 3, 3)
+    p = dict(strides=[1, 2], pads=[(1, 1), (1, 0)], lhs_dil=[1, 1], rhs_dil=[1, 1],
+             reversal=[0, 0])
+    expected = conv_by_definition(lhs, rhs, **p).transpose(0, 2, 3, 1)
+    outs = {}
+    for threads in (3, 1):
+        with blas_threads_set_to(threads):
+            outs[threads] = run("convolution", "f32", expected.shape, list(nhwc(lhs, rhs)),
+                                window=window([3, 3], p["strides"], p["pads"]),
+                                dim_labels=CHANNELS_LAST)
+    np.testing.assert_array_equal(outs[3], outs[1])
+    np.testing.assert_allclose(outs[3], expected, rtol=1e-4, atol=1e-4)
+    helpers = [n for n, count in names[:3] if n.startswith("gspmdc-convolution")]
+    assert len(helpers) == 2 and all(count for _, count in names[:3])
+    assert len(names) == 4 and names[3][0] == threading.current_thread().name
 
 
 def test_convolution_empty_output_and_window_larger_than_input():

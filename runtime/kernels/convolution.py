@@ -7,16 +7,18 @@ its own type, only when the window asks for it; every output position's patch is
 window of it (`sliding_window_view`: window strides, window dilation), ordered `[K..., I]` so
 that the input's contiguous channel runs stay contiguous. Output positions are cut into tiles of
 about `TILE_BYTES` of patches (at most `IM2COL_BYTES`); a tile's patches are copied once, straight
-into a contiguous buffer of the accumulation type (f32 for bf16 and f16; one buffer reused by
-every tile), and multiplied by the kernel matrix
+into a contiguous buffer of the accumulation type (f32 for bf16 and f16; one buffer per thread,
+reused by its tiles), and multiplied by the kernel matrix
 `[K * I, O / G]` into the tile's rows of the result, which is itself channels-last `[N', P..., O]`.
 The copy moves the runs a patch has in the input (its channels, with the taps of the last
 spatial dim when they are adjacent: a 7x7 stem on 3 channels has runs of 21 elements) into
 patch-major rows (`[rows, K..., I]`), unless the output's last spatial dim is longer than those
-runs: then the input is laid out once with each channel's rows along that dim contiguous, split
-by position modulo the stride, and the tile is copied tap-major (`[K..., I, rows]`, runs along
-the output's last dim, every tile holding whole such rows) and multiplied transposed; the
-product sums each row in the same order either way.
+runs: then the input is dilated and padded straight into a layout with each channel's rows along
+that dim contiguous, split by position modulo the stride, and the tile is copied tap-major
+(`[K..., I, rows]`, runs along the output's last dim, every tile holding whole such rows) and
+multiplied transposed; the product sums each row in the same order either way. When the BLAS
+runs several threads, the tiles are shared among as many threads of the kernel, each copying and
+multiplying its own tiles with one BLAS thread (see `_multiply_tiles`).
 A group (`feature_group_count`: the channels and output features split group-major;
 `batch_group_count`: the batch and output features split group-major) is one such product per
 tile on its slice of the channels or the batch, except when every group reads one channel
@@ -28,6 +30,9 @@ bf16/f16 in f32 rounded once, integers wrap, a pred result is the OR of ANDs.
 """
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from math import gcd, prod
 
 import numpy as np
@@ -38,15 +43,17 @@ from gspmdc.ir.attributes import Window
 from gspmdc.ir.ops import KERNELS
 
 from .. import spill
+from ..blas import one_blas_thread
 from .contraction import accumulation_dtype, to_result
 
 #: the most patch bytes one tile copies (the memory a convolution needs beyond its input and
 #: output)
 IM2COL_BYTES = 64 << 20
-#: the patch bytes a tile copies when they make at least `MIN_TILE_ROWS` rows: a tile the size of
-#: a core's L2 cache is still there when the matrix product reads it (a tile of the whole
-#: output streams its patches through memory twice: a third slower on ResNet's 3x3 layers)
-TILE_BYTES = 1 << 20
+#: the patch bytes a tile copies when they make at least `MIN_TILE_ROWS` rows: a tile about the
+#: size of a core's L2 cache is still mostly there when the matrix product reads it (a tile of
+#: the whole output streams its patches through memory twice: a third slower on ResNet's 3x3
+#: layers; 2 MiB ran 2-3% faster than 1 MiB on a core of 1 MiB with tiles shared by threads)
+TILE_BYTES = 2 << 20
 #: the fewest patches a tile holds (within `IM2COL_BYTES`): a product of a few rows would read
 #: the whole kernel matrix for each of them
 MIN_TILE_ROWS = 256
@@ -77,7 +84,7 @@ def convolution(inst, args, ctx):
     reversed_axes = tuple(k for k, d in enumerate(window.dims) if d.window_reversal)
     if reversed_axes:
         w = np.flip(w, reversed_axes)
-    x = _dilate_and_pad(x, range(1, 1 + nsp), window)
+    padding = [_padding(size, d) for size, d in zip(x.shape[1:1 + nsp], window.dims)]
     n, c = x.shape[0], x.shape[-1]
     kernel_sizes, i, o = w.shape[:nsp], w.shape[nsp], w.shape[nsp + 1]
     groups = fgc * bgc
@@ -87,45 +94,51 @@ def convolution(inst, args, ctx):
             f"batch {n} do not fit feature_group_count={fgc}, batch_group_count={bgc}")
     dilated_kernel = [(k - 1) * d.window_dilation + 1 if k else 0
                       for k, d in zip(kernel_sizes, window.dims)]
-    positions = [(s - dk) // d.stride + 1 if s >= dk else 0
-                 for s, dk, d in zip(x.shape[1:1 + nsp], dilated_kernel, window.dims)]
+    positions = [(len(range(*crop.indices(full))) - dk) // d.stride + 1
+                 if len(range(*crop.indices(full))) >= dk else 0
+                 for (full, _, crop), dk, d in zip(padding, dilated_kernel, window.dims)]
     out_batch = n // bgc
     out_shape = (out_batch, *positions, o)
     if not (prod(out_shape) and i and all(kernel_sizes)):
         return _result(np.zeros(out_shape, acc), labels, t)
-    # [N, P..., C, K...]: the windows at the strided positions, their dilated taps
-    view = sliding_window_view(x, dilated_kernel, axis=tuple(range(1, 1 + nsp)))
-    view = view[(slice(None),) + tuple(slice(None, None, d.stride) for d in window.dims)
-                + (slice(None),)
-                + tuple(slice(None, None, d.window_dilation) for d in window.dims)]
-    # [N, P..., K..., C]: a patch in the order of the kernel matrix's rows
-    view = view.transpose([0, *range(1, 1 + nsp), *range(2 + nsp, 2 + 2 * nsp), 1 + nsp])
     og = o // groups
-    if fgc > 1 and i == 1:
+    depthwise = fgc > 1 and i == 1
+    # patches copied tap-major when a patch's longest run in the input (its channels, with the
+    # taps of the last spatial dim when they are adjacent) is shorter than the output's last
+    # dim, unless the input is its own patch matrix (1x1 kernels at stride 1)
+    adjacent = fgc == 1 and window.dims[-1].window_dilation == 1 if nsp else False
+    in_place = all(k == 1 for k in kernel_sizes) and all(d.stride == 1 for d in window.dims) \
+        and x.dtype == acc
+    planar = nsp and not depthwise and not in_place \
+        and positions[-1] > i * (kernel_sizes[-1] if adjacent else 1)
+    if planar:
+        laid_out, offset = _planar(x, padding, window)
+    else:
+        x = _dilate_and_pad(x, padding)
+        # [N, P..., C, K...]: the windows at the strided positions, their dilated taps
+        view = sliding_window_view(x, dilated_kernel, axis=tuple(range(1, 1 + nsp)))
+        view = view[(slice(None),) + tuple(slice(None, None, d.stride) for d in window.dims)
+                    + (slice(None),)
+                    + tuple(slice(None, None, d.window_dilation) for d in window.dims)]
+        # [N, P..., K..., C]: a patch in the order of the kernel matrix's rows
+        view = view.transpose([0, *range(1, 1 + nsp), *range(2 + nsp, 2 + 2 * nsp), 1 + nsp])
+    if depthwise:
         out = np.zeros(out_shape, acc)
         _depthwise(view, w.astype(acc, copy=False), out.reshape(*out.shape[:-1], fgc, og), nsp)
         return _result(out, labels, t)
     out = np.empty(out_shape, acc)
     matrix = w.astype(acc, copy=False).reshape(prod(kernel_sizes) * i, o)
     rows = out.reshape(out_batch * prod(positions), o)
-    # patches copied patch-major when a patch's longest run in the input (its channels, with the
-    # taps of the last spatial dim when they are adjacent) is shorter than the output's last dim
-    planar = None
-    if nsp and not (view.flags.c_contiguous and x.dtype == acc):
-        adjacent = fgc == 1 and window.dims[-1].window_dilation == 1
-        if positions[-1] > i * (kernel_sizes[-1] if adjacent else 1):
-            planar = _planar(x, window.dims[-1].stride)
     for g in range(groups):
         batch = slice(g * out_batch, (g + 1) * out_batch) if bgc > 1 else slice(None)
         features = slice(g * i, (g + 1) * i) if fgc > 1 else slice(None)
-        if planar is None:
-            pieces = [(slice(None), view[batch, ..., features])]
+        if planar:
+            pieces = _planar_pieces(laid_out[batch, ..., features, :, :], offset, window,
+                                    kernel_sizes, positions)
         else:
-            pieces = _planar_pieces(planar[batch, ..., features, :, :], window, kernel_sizes,
-                                    positions)
-        _multiply_tiles(pieces, planar is not None, (out_batch, *positions),
-                        (*kernel_sizes, i), matrix[:, g * og:(g + 1) * og],
-                        rows[:, g * og:(g + 1) * og], acc)
+            pieces = [(slice(None), view[batch, ..., features])]
+        _multiply_tiles(pieces, planar, (out_batch, *positions), (*kernel_sizes, i),
+                        matrix[:, g * og:(g + 1) * og], rows[:, g * og:(g + 1) * og], acc)
     return _result(out, labels, t)
 
 
@@ -139,32 +152,73 @@ def _multiply_tiles(pieces, planar: bool, lead: tuple[int, ...], patch: tuple[in
                     matrix: np.ndarray, out: np.ndarray, acc: np.dtype) -> None:
     """`out[r] = patch r @ matrix` for the patches numbered row-major by `lead` (`[N, P...]`),
     each of shape `patch` (`[K..., I]`), a tile of rows at a time (`_tiles`, sized by
-    `TILE_BYTES`, `MIN_TILE_ROWS` and `IM2COL_BYTES`). `pieces` are (a slice of the last kernel
-    axis, the patches' taps on it as a view `[lead..., K..., I]`). A tile is copied once into a
-    buffer of type `acc` (the same for every tile) and multiplied from there: row-major
-    (`[rows, K..., I]`, one piece), unless the tile already is such an array (1x1 kernels at
-    stride 1); or with `planar`, patch-major (`[K..., I, rows]`: the copy moves runs along the
-    last output axis, which every tile holds whole) and multiplied transposed."""
+    `TILE_BYTES`, `MIN_TILE_ROWS` and `IM2COL_BYTES`; with `planar`, whole rows of the last
+    output axis). Several tiles are shared round-robin among as many threads as the BLAS ran
+    (`blas.one_blas_thread`), each copying and multiplying its own tiles with one BLAS thread: a
+    tile stays in the cache of the core that copied it (a product on two BLAS threads reads
+    half of it from the other core, and the next copy writes over lines that core holds), and
+    every tile's product is the one a single BLAS thread computes, whatever the count."""
     width = matrix.shape[0]
     row_bytes = max(width * acc.itemsize, 1)
     max_rows = max(1, min(max(TILE_BYTES // row_bytes, MIN_TILE_ROWS), IM2COL_BYTES // row_bytes))
     if planar:
         max_rows = max(max_rows, lead[-1])
+    tiles = list(_tiles(lead, max_rows))
+    rows = min(max_rows, out.shape[0])
+    if len(tiles) == 1:
+        _multiply(tiles, pieces, planar, patch, matrix, out, acc, rows)
+        return
+    with one_blas_thread() as threads:
+        if threads == 1:
+            _multiply(tiles, pieces, planar, patch, matrix, out, acc, rows)
+            return
+        pool = _helpers(threads - 1)
+        shares = [pool.submit(_multiply, tiles[k::threads], pieces, planar, patch, matrix,
+                              out, acc, rows) for k in range(1, threads)]
+        _multiply(tiles[::threads], pieces, planar, patch, matrix, out, acc, rows)
+        for share in shares:
+            share.result()
+
+
+#: the threads that multiply tiles beside the caller, by their count, kept between calls
+#: (starting them takes a third of a millisecond); none in a forked child
+_HELPERS: dict[int, ThreadPoolExecutor] = {}
+_HELPERS_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_HELPERS.clear)
+
+
+def _helpers(count: int) -> ThreadPoolExecutor:
+    """The pool of `count` threads for `_multiply_tiles` (started on first use)."""
+    with _HELPERS_LOCK:
+        if count not in _HELPERS:
+            _HELPERS[count] = ThreadPoolExecutor(count, thread_name_prefix="gspmdc-convolution")
+        return _HELPERS[count]
+
+
+def _multiply(tiles, pieces, planar: bool, patch: tuple[int, ...], matrix: np.ndarray,
+              out: np.ndarray, acc: np.dtype, rows: int) -> None:
+    """The products of `_multiply_tiles` for `tiles` ((index into the patches' leading axes, the
+    rows of `out` it covers)), in order, with one copy buffer of `rows` patches. A tile is
+    copied once into the buffer (type `acc`) and multiplied from there: row-major (`[rows,
+    K..., I]`, one piece), unless the tile already is such an array (1x1 kernels at stride 1);
+    or with `planar`, tap-major (`[K..., I, rows]`, runs along the last output axis) and
+    multiplied transposed."""
+    width = matrix.shape[0]
     buffer = None
-    for index, span in _tiles(lead, max_rows):
-        tiles = [(taps, view[index]) for taps, view in pieces]
-        tile = tiles[0][1]
+    for index, span in tiles:
+        parts = [(taps, view[index]) for taps, view in pieces]
+        tile = parts[0][1]
         if not planar and tile.dtype == acc and tile.flags.c_contiguous:
             np.matmul(tile.reshape(-1, width), matrix, out=out[span])
             continue
         if buffer is None:
-            buffer = np.empty(min(max_rows, out.shape[0]) * width, acc)
+            buffer = np.empty(rows * width, acc)
         copy = buffer[:(span.stop - span.start) * width]
         if planar:
             tile_lead = tile.shape[:tile.ndim - len(patch)]
             patches = copy.reshape(*patch, *tile_lead).transpose(
                 [*range(len(patch), len(patch) + len(tile_lead)), *range(len(patch))])
-            for taps, part in tiles:
+            for taps, part in parts:
                 patches[(Ellipsis, taps, slice(None))] = part
             np.matmul(copy.reshape(width, -1).T, matrix, out=out[span])
         else:
@@ -172,30 +226,40 @@ def _multiply_tiles(pieces, planar: bool, lead: tuple[int, ...], patch: tuple[in
             np.matmul(copy.reshape(-1, width), matrix, out=out[span])
 
 
-def _planar(x: np.ndarray, stride: int) -> np.ndarray:
-    """`x` (`[N, S..., C]`) with each channel's rows along the last spatial axis contiguous and
-    split by position modulo `stride`: `[N, S[:-1]..., C, stride, ceil(S[-1] / stride)]`, element
-    `[..., c, p, q]` = `x[..., q * stride + p, c]` (the last `q` of the phases past the end of
-    the axis unset)."""
-    last = x.shape[-2]
-    planar = np.empty((*x.shape[:-2], x.shape[-1], stride, -(-last // stride)), x.dtype)
-    for p in range(min(stride, last)):
-        phase = x[..., p::stride, :]
-        planar[..., p, :phase.shape[-2]] = np.moveaxis(phase, -1, -2)
-    return planar
+def _planar(x: np.ndarray, padding, window: Window) -> tuple[np.ndarray, int]:
+    """`x` (`[N, S..., C]`) dilated and padded (`padding`: `_padding` of each spatial dim), laid
+    out with each channel's rows along the last spatial dim contiguous and split by position
+    modulo that dim's stride `s`: `[N, S'[:-1]..., C, s, ceil(L / s)]`, element `[..., c, p, q]`
+    at position `q * s + p` of the last dim padded but not cropped (length `L`), with the cropped
+    start of that dim (the other dims cropped)."""
+    *lead, (length, placed, crop) = padding
+    last = window.dims[-1]
+    stride, dilation = last.stride, last.base_dilation
+    laid_out = spill.zeros((x.shape[0], *(full for full, _, _ in lead), x.shape[-1], stride,
+                            -(-length // stride)), x.dtype)
+    # input elements j, j + m, ... fall on one phase, every `step`-th position of it
+    m = stride // gcd(stride, dilation)
+    step = dilation * m // stride
+    for first in range(min(m, x.shape[-2])):
+        start, phase = divmod(placed.start + first * dilation, stride)
+        part = np.moveaxis(x[..., first::m, :], -1, -2)
+        laid_out[(slice(None), *(p for _, p, _ in lead), slice(None), phase,
+                  slice(start, start + (part.shape[-1] - 1) * step + 1, step))] = part
+    return laid_out[(slice(None), *(c for _, _, c in lead))], crop.start
 
 
-def _planar_pieces(planar: np.ndarray, window: Window, kernel_sizes, positions):
-    """The patches of a convolution of the input `planar` (`_planar`'s layout) as pieces for
-    `_multiply_tiles`: per position phase `p` of the last axis, the taps `k` whose offset
-    `window_dilation * k` is `p` modulo the stride (every `m`-th tap from the first), as a view
-    `[N, P..., K[:-1]..., taps, C]` whose runs along the last output axis are contiguous."""
+def _planar_pieces(planar: np.ndarray, offset: int, window: Window, kernel_sizes, positions):
+    """The patches of a convolution of the input `planar` (`_planar`'s layout, its last dim's
+    cropped start `offset`) as pieces for `_multiply_tiles`: per position phase `p` of the last
+    dim, the taps `k` whose position `offset + window_dilation * k` is `p` modulo the stride
+    (every `m`-th tap from the first), as a view `[N, P..., K[:-1]..., taps, C]` whose runs
+    along the last output dim are contiguous."""
     *dims, last = window.dims
     nsp = len(window.dims)
     step = last.stride // gcd(last.stride, last.window_dilation)
     pieces = []
     for first in range(min(step, kernel_sizes[-1])):
-        phase, start = divmod(last.window_dilation * first, last.stride)[::-1]
+        start, phase = divmod(offset + last.window_dilation * first, last.stride)
         taps = len(range(first, kernel_sizes[-1], step))
         spacing = last.window_dilation * step // last.stride
         source = planar[..., phase, start:]
@@ -226,14 +290,16 @@ def _depthwise(view: np.ndarray, w: np.ndarray, out: np.ndarray, nsp: int) -> No
 def _tiles(lead: tuple[int, ...], max_rows: int):
     """Blocks of the row-major index space `lead` holding at most `max_rows` rows (at least one),
     each as (index into the leading axes, the rows it covers): whole trailing axes, a range of
-    one axis, fixed indices before it."""
+    one axis, fixed indices before it; the ranges of that axis as even as the fewest blocks
+    allow (threads sharing the tiles finish together)."""
     total = prod(lead)
     if total <= max_rows:
         yield (slice(None),) * len(lead), slice(0, total)
         return
     axis = next(a for a in range(len(lead)) if prod(lead[a + 1:]) <= max_rows)
     inner = prod(lead[axis + 1:])
-    step = max(1, max_rows // inner)
+    blocks = -(-lead[axis] // max(1, max_rows // inner))
+    step = -(-lead[axis] // blocks)
     row = 0
     for outer in np.ndindex(*lead[:axis]):
         for start in range(0, lead[axis], step):
@@ -242,26 +308,27 @@ def _tiles(lead: tuple[int, ...], max_rows: int):
             row += (stop - start) * inner
 
 
-def _dilate_and_pad(x: np.ndarray, axes, window: Window) -> np.ndarray:
-    """Base-dilate (`lhs_dilate`: d-1 zeros between elements) then pad each spatial axis by
-    `padding_low/high` (negative values crop), XLA's order of the two steps; `x` itself when the
-    window does neither."""
-    if all(w.base_dilation == 1 and w.padding_low == w.padding_high == 0 for w in window.dims):
+def _padding(size: int, w) -> tuple[int, slice, slice]:
+    """One spatial dim of `size` elements base-dilated (`lhs_dilate`: d-1 zeros between
+    elements) then padded by `padding_low/high` (negative values crop), XLA's order of the two
+    steps: (the length padded but not cropped, where the elements go in it, the crop)."""
+    dilated = (size - 1) * w.base_dilation + 1 if size else 0
+    lo, hi = max(w.padding_low, 0), max(w.padding_high, 0)
+    full = lo + dilated + hi
+    start = max(-w.padding_low, 0)
+    return full, slice(lo, lo + dilated, w.base_dilation), \
+        slice(start, max(full - max(-w.padding_high, 0), start))
+
+
+def _dilate_and_pad(x: np.ndarray, padding) -> np.ndarray:
+    """`x` (`[N, S..., C]`) dilated, padded and cropped as `padding` (`_padding` of each spatial
+    dim) says; `x` itself when that changes nothing."""
+    if all(placed == slice(0, full, 1) and crop == slice(0, full)
+           for full, placed, crop in padding):
         return x
-    shape = list(x.shape)
-    placed = [slice(None)] * x.ndim
-    crop = [slice(None)] * x.ndim
-    for axis, w in zip(axes, window.dims):
-        n = x.shape[axis]
-        dilated = (n - 1) * w.base_dilation + 1 if n else 0
-        lo, hi = max(w.padding_low, 0), max(w.padding_high, 0)
-        shape[axis] = lo + dilated + hi
-        placed[axis] = slice(lo, lo + dilated, w.base_dilation)
-        stop = shape[axis] - max(-w.padding_high, 0)
-        crop[axis] = slice(max(-w.padding_low, 0), max(stop, max(-w.padding_low, 0)))
-    out = spill.zeros(shape, x.dtype)
-    out[tuple(placed)] = x
-    return out[tuple(crop)]
+    out = spill.zeros((x.shape[0], *(full for full, _, _ in padding), x.shape[-1]), x.dtype)
+    out[(slice(None), *(placed for _, placed, _ in padding))] = x
+    return out[(slice(None), *(crop for _, _, crop in padding))]
 
 
 def _to_canonical(x: np.ndarray, order: list[int]) -> np.ndarray:
