@@ -153,11 +153,13 @@ def _multiply_tiles(pieces, planar: bool, lead: tuple[int, ...], patch: tuple[in
     """`out[r] = patch r @ matrix` for the patches numbered row-major by `lead` (`[N, P...]`),
     each of shape `patch` (`[K..., I]`), a tile of rows at a time (`_tiles`, sized by
     `TILE_BYTES`, `MIN_TILE_ROWS` and `IM2COL_BYTES`; with `planar`, whole rows of the last
-    output axis). Several tiles are shared round-robin among as many threads as the BLAS ran
-    (`blas.one_blas_thread`), each copying and multiplying its own tiles with one BLAS thread: a
-    tile stays in the cache of the core that copied it (a product on two BLAS threads reads
-    half of it from the other core, and the next copy writes over lines that core holds), and
-    every tile's product is the one a single BLAS thread computes, whatever the count."""
+    output axis). Several tiles are shared among as many threads as the BLAS ran
+    (`blas.one_blas_thread`), each taking the next tile left, copying it and multiplying it with
+    one BLAS thread: a tile stays in the cache of the core that copied it (a product on two BLAS
+    threads reads half of it from the other core, and the next copy writes over lines that core
+    holds), a thread kept off its core (by other work, or by a BLAS thread spinning after a
+    product) leaves its tiles to the others, and every tile's product is the one a single BLAS
+    thread computes, whatever the count."""
     width = matrix.shape[0]
     row_bytes = max(width * acc.itemsize, 1)
     max_rows = max(1, min(max(TILE_BYTES // row_bytes, MIN_TILE_ROWS), IM2COL_BYTES // row_bytes))
@@ -165,19 +167,33 @@ def _multiply_tiles(pieces, planar: bool, lead: tuple[int, ...], patch: tuple[in
         max_rows = max(max_rows, lead[-1])
     tiles = list(_tiles(lead, max_rows))
     rows = min(max_rows, out.shape[0])
+    queue = _TileQueue(tiles)
     if len(tiles) == 1:
-        _multiply(tiles, pieces, planar, patch, matrix, out, acc, rows)
+        _multiply(queue, pieces, planar, patch, matrix, out, acc, rows)
         return
     with one_blas_thread() as threads:
         if threads == 1:
-            _multiply(tiles, pieces, planar, patch, matrix, out, acc, rows)
+            _multiply(queue, pieces, planar, patch, matrix, out, acc, rows)
             return
         pool = _helpers(threads - 1)
-        shares = [pool.submit(_multiply, tiles[k::threads], pieces, planar, patch, matrix,
-                              out, acc, rows) for k in range(1, threads)]
-        _multiply(tiles[::threads], pieces, planar, patch, matrix, out, acc, rows)
+        shares = [pool.submit(_multiply, queue, pieces, planar, patch, matrix, out, acc, rows)
+                  for _ in range(1, threads)]
+        _multiply(queue, pieces, planar, patch, matrix, out, acc, rows)
         for share in shares:
             share.result()
+
+
+class _TileQueue:
+    """The tiles of one `_multiply_tiles` call, each handed out once to whichever thread asks."""
+
+    def __init__(self, tiles: list):
+        self._tiles = iter(tiles)
+        self._lock = threading.Lock()
+
+    def take(self):
+        """The next tile, or None when all are taken."""
+        with self._lock:
+            return next(self._tiles, None)
 
 
 #: the threads that multiply tiles beside the caller, by their count, kept between calls
@@ -195,17 +211,18 @@ def _helpers(count: int) -> ThreadPoolExecutor:
         return _HELPERS[count]
 
 
-def _multiply(tiles, pieces, planar: bool, patch: tuple[int, ...], matrix: np.ndarray,
-              out: np.ndarray, acc: np.dtype, rows: int) -> None:
-    """The products of `_multiply_tiles` for `tiles` ((index into the patches' leading axes, the
-    rows of `out` it covers)), in order, with one copy buffer of `rows` patches. A tile is
-    copied once into the buffer (type `acc`) and multiplied from there: row-major (`[rows,
-    K..., I]`, one piece), unless the tile already is such an array (1x1 kernels at stride 1);
-    or with `planar`, tap-major (`[K..., I, rows]`, runs along the last output axis) and
-    multiplied transposed."""
+def _multiply(queue: _TileQueue, pieces, planar: bool, patch: tuple[int, ...],
+              matrix: np.ndarray, out: np.ndarray, acc: np.dtype, rows: int) -> None:
+    """The products of `_multiply_tiles` for the tiles this thread takes from `queue` ((index
+    into the patches' leading axes, the rows of `out` it covers)), with one copy buffer of
+    `rows` patches. A tile is copied once into the buffer (type `acc`) and multiplied from
+    there: row-major (`[rows, K..., I]`, one piece), unless the tile already is such an array
+    (1x1 kernels at stride 1); or with `planar`, tap-major (`[K..., I, rows]`, runs along the
+    last output axis) and multiplied transposed."""
     width = matrix.shape[0]
     buffer = None
-    for index, span in tiles:
+    while (taken := queue.take()) is not None:
+        index, span = taken
         parts = [(taps, view[index]) for taps, view in pieces]
         tile = parts[0][1]
         if not planar and tile.dtype == acc and tile.flags.c_contiguous:
