@@ -94,9 +94,9 @@ def convolution(inst, args, ctx):
             f"batch {n} do not fit feature_group_count={fgc}, batch_group_count={bgc}")
     dilated_kernel = [(k - 1) * d.window_dilation + 1 if k else 0
                       for k, d in zip(kernel_sizes, window.dims)]
-    positions = [(len(range(*crop.indices(full))) - dk) // d.stride + 1
-                 if len(range(*crop.indices(full))) >= dk else 0
-                 for (full, _, crop), dk, d in zip(padding, dilated_kernel, window.dims)]
+    positions = [(crop.stop - crop.start - dk) // d.stride + 1
+                 if crop.stop - crop.start >= dk else 0
+                 for (_, _, crop), dk, d in zip(padding, dilated_kernel, window.dims)]
     out_batch = n // bgc
     out_shape = (out_batch, *positions, o)
     if not (prod(out_shape) and i and all(kernel_sizes)):
@@ -106,10 +106,10 @@ def convolution(inst, args, ctx):
     # patches copied tap-major when a patch's longest run in the input (its channels, with the
     # taps of the last spatial dim when they are adjacent) is shorter than the output's last
     # dim, unless the input is its own patch matrix (1x1 kernels at stride 1)
-    adjacent = fgc == 1 and window.dims[-1].window_dilation == 1 if nsp else False
+    adjacent = nsp > 0 and fgc == 1 and window.dims[-1].window_dilation == 1
     in_place = all(k == 1 for k in kernel_sizes) and all(d.stride == 1 for d in window.dims) \
         and x.dtype == acc
-    planar = nsp and not depthwise and not in_place \
+    planar = nsp > 0 and not depthwise and not in_place \
         and positions[-1] > i * (kernel_sizes[-1] if adjacent else 1)
     if planar:
         laid_out, offset = _planar(x, padding, window)
