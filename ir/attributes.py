@@ -158,6 +158,11 @@ class PadDim:
     interior: int = 0
 
 
+#: a `ReplicaGroups` hash reads about this many of the groups, evenly spaced, and as many of
+#: the members of each (all of them when there are no more ids than that squared)
+HASH_SAMPLE = 8
+
+
 class ReplicaGroups:
     """`replica_groups=...` in any of XLA's forms, materialised as explicit groups.
 
@@ -166,7 +171,10 @@ class ReplicaGroups:
     form `[G,S]<=[...]T(...)` whenever it matches. Immutable. Built from a `[G, S]` array
     (`from_array`, what the partitioner emits), the value keeps the array and makes the tuples
     only when they are read, so building, hashing and comparing the groups of a collective over
-    thousands of devices costs array operations, not one Python object per device.
+    thousands of devices costs array operations, not one Python object per device. The hash
+    reads the array's shape and an evenly spaced sample of its ids (`HASH_SAMPLE`: equal groups
+    have equal samples, a collision costs one vectorised comparison), so it costs the same at
+    any device count (CSE keys every collective by its groups).
     """
 
     __slots__ = ("_groups", "_array", "_hash")
@@ -228,7 +236,14 @@ class ReplicaGroups:
     def __hash__(self) -> int:
         if self._hash is None:
             array = self.as_array()
-            key = self.groups if array is None else (array.shape, array.tobytes())
+            if array is None:
+                key = self.groups
+            elif array.size <= HASH_SAMPLE * HASH_SAMPLE:
+                key = (array.shape, array.tobytes())
+            else:
+                groups, size = array.shape
+                sample = array[::max(1, groups // HASH_SAMPLE), ::max(1, size // HASH_SAMPLE)]
+                key = (array.shape, sample.tobytes())
             object.__setattr__(self, "_hash", hash(key))
         return self._hash
 

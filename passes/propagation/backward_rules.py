@@ -7,7 +7,6 @@ participation, the user must be sharded) and dispatches.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 from gspmdc.ir import sharding_algebra as algebra
@@ -357,7 +356,7 @@ def lookahead_sharding(ctx: Context, inst: Instruction) -> HloSharding | None:
         if len(next_users) != 1:
             return None
         chain.append(next_users[0])
-    any_level = replace(ctx, level=_ANY_LEVEL)
+    any_level = Context(ctx.graph, ctx.options, _ANY_LEVEL)
     touched: list[Instruction] = []
     sharding = None
     try:

@@ -229,7 +229,7 @@ class Driver:
         order = self.orders[comp]
         positions = self.positions[(kind, comp)]
         # `_mark` pushes onto this heap (the same list) what is dirtied ahead of the cursor
-        heap = self.heap = sorted(positions[i] for i in dirty)
+        heap = self.heap = sorted([positions[i] for i in dirty])
         self.active, self.cursor = (kind, comp), -1
         changed = False
         last = len(order) - 1 if kind == "backward" else None

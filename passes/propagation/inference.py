@@ -135,6 +135,8 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
             candidate = for_shape(HloSharding.replicate(), inst.shape)
         if candidate is not None and acc.improve(candidate, user):
             labels.append(_rule_label(ctx, user))
+    if not labels:                  # nothing improved: the sharding is the one it had
+        return None
     return acc.result(", ".join(dict.fromkeys(labels)))
 
 

@@ -325,8 +325,13 @@ class _Rewriter:
         users' plans read it in (`_wanted`): shared nodes, so a plan of the instruction being
         planned needing one of them moves no more bytes for it than is moved anyway."""
         earlier = frozenset(self.resharded_to.get(id(value), ()))
-        if len(self.users.get(value, ())) < 2 or \
-                all(need == value.sharding or need in earlier for need in needs):
+        if len(self.users.get(value, ())) < 2:
+            return earlier
+        sharding = value.sharding
+        for need in needs:
+            if need != sharding and need not in earlier:
+                break
+        else:
             return earlier
         return earlier | self._wanted(value)
 
@@ -375,8 +380,12 @@ class _Rewriter:
         if inst.opcode in NOT_EVERYWHERE or inst.opcode in ("tuple", "get-tuple-element") or \
                 desired.unique_device is not None or desired.has_manual_leaf:
             return plan
-        devices = sorted({o.sharding.unique_device for o in inst.operands} - {None})
-        cost = self.ctx.plan_cost(inst, plan) if devices else 0.0
+        devices = [device for o in inst.operands
+                   if (device := o.sharding.unique_device) is not None]
+        if not devices:
+            return plan
+        devices = sorted(set(devices))
+        cost = self.ctx.plan_cost(inst, plan)
         for device in devices:
             inst.sharding = maximal_for(inst.shape, device)
             try:
@@ -550,8 +559,9 @@ class _Rewriter:
 def _plan_key(inst: Instruction) -> tuple:
     """What a plan of `inst` made ahead must still match: its sharding, its operands and
     theirs."""
-    return (inst.sharding, tuple(id(o) for o in inst.operands),
-            tuple(o.sharding for o in inst.operands))
+    operands = inst.operands
+    return (inst.sharding, tuple([id(o) for o in operands]),
+            tuple([o.sharding for o in operands]))
 
 
 def _result_reason(inst: Instruction, plan) -> str:

@@ -22,7 +22,7 @@ instructions with manual shardings and the region boundaries use the rules of
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from gspmdc.ir.module import Instruction
@@ -146,8 +146,12 @@ def _whole_of_free_operands(value: Instruction) -> bool:
     whose operands are all had replicated without communication (`_replicated_for_free`):
     every partition can compute it again whole (if its own sharding holds no per-device or
     partial data)."""
-    return value.opcode not in NOT_RECOMPUTED and bool(value.operands) and \
-        all(_replicated_for_free(o) for o in value.operands)
+    if value.opcode in NOT_RECOMPUTED or not value.operands:
+        return False
+    for operand in value.operands:
+        if not _replicated_for_free(operand):
+            return False
+    return True
 
 
 def _replicated_for_free(operand: Instruction) -> bool:
@@ -301,26 +305,32 @@ class PlanContext:
         reshards are the same for all its plans); every later question about `inst` gets the
         same needs, so that its plans are compared alike."""
         signature = Signature.of(inst)
+        had = broadcast = needs = ()
         if self.had is not None:
-            had = tuple(self.had(o, tuple(p.operands[i] for p in plans
-                                          if len(p.operands) > i))
-                        for i, o in enumerate(inst.operands))
-            if any(had):
+            operand_had = tuple([self.had(o, tuple([p.operands[i] for p in plans
+                                                    if len(p.operands) > i]))
+                                 for i, o in enumerate(inst.operands)])
+            if any(operand_had):
                 if inst.opcode not in CONTRACTIONS:
-                    signature = replace(signature, operand_had=had)
+                    had = operand_had
                 replicated = HloSharding.replicate()
-                broadcast = tuple(bool(h) and o.sharding.kind == "maximal" and replicated in h
-                                  for o, h in zip(inst.operands, had))
-                if any(broadcast):
-                    signature = replace(signature, operand_broadcast=broadcast)
-        if self.result_needs is None:
+                flags = tuple([bool(h) and o.sharding.kind == "maximal" and replicated in h
+                               for o, h in zip(inst.operands, operand_had)])
+                if any(flags):
+                    broadcast = flags
+        if self.result_needs is not None:
+            needs = self._needs.get(inst)
+            if needs is None and any(p.result != inst.sharding for p in plans):
+                needs = self.result_needs(inst)
+                if needs:
+                    self._needs[inst] = needs
+            needs = needs or ()
+        if not (had or broadcast or needs):
             return signature
-        needs = self._needs.get(inst)
-        if needs is None and any(p.result != inst.sharding for p in plans):
-            needs = self.result_needs(inst)
-            if needs:
-                self._needs[inst] = needs
-        return replace(signature, result_needs=needs) if needs else signature
+        return Signature(signature.shape, signature.sharding, signature.operand_shapes,
+                         signature.operand_shardings, signature.operand_ids,
+                         signature.operand_free, result_needs=needs, operand_had=had,
+                         operand_broadcast=broadcast)
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""

@@ -34,6 +34,8 @@ def is_reshard(inst: Instruction) -> bool:
 
 def is_inserted_reshard(inst: Instruction) -> bool:
     """A reshard node the partitioner inserted (its metadata says so)."""
+    if inst.opcode != "custom-call":         # asked of every operand while planning
+        return False
     metadata = inst.attr("metadata")
     return is_reshard(inst) and metadata is not None and \
         metadata.get("op_type") == RESHARD_OP_TYPE
