@@ -47,6 +47,37 @@ def test_replicas_are_sliced_before_the_all_to_all():
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
 
+def padded_all_to_all(rows: int = 5) -> str:
+    return _copy_module("f32", f"{rows},1,8", "{devices=[1,1,4,2]<=[8] last_tile_dim_replicate}",
+                        "{devices=[4,1,2]<=[2,2,2]T(2,1,0)}", 8)
+
+
+def test_uneven_dims_are_padded_for_the_all_to_all():
+    """f32[5,1,8] from [1,1,4] tiles held twice to [4,1,2]: dim 2 gives two of its tiles to
+    dim 0, which also takes two from the replicas. Tiles of 5 rows in 2 (3 rows) do not nest
+    in tiles in 4 (2 rows), so without padding the plan gathered dim 2 in pairs and sliced
+    (each device sends its [5,1,2] shard: 40 B). As XLA does, the plan works on dim 0 padded
+    to 8 rows: the replicas slice their half ([4,1,2]) and one all-to-all over pairs sends half
+    of it (16 B); the shard is cut back to the target's [2,1,4]."""
+    plan = plan_reshard(ArrayShape("f32", (5, 1, 8)),
+                        parse_sharding("{devices=[1,1,4,2]<=[8] last_tile_dim_replicate}"),
+                        parse_sharding("{devices=[4,1,2]<=[2,2,2]T(2,1,0)}"), 8)
+    assert plan.padded == (8, 1, 8)
+    assert plan.collectives == ["all-to-all"]
+    assert plan.cost == 16
+    spmd = check_equivalent(padded_all_to_all(), 8)
+    assert [c[0] for c in collectives(spmd)] == ["all-to-all"]
+    x = np.arange(40, dtype=np.float32).reshape(5, 1, 8)
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 6, 7, 9])
+def test_padded_all_to_all_uneven(rows):
+    x = np.arange(rows * 8, dtype=np.float32).reshape(rows, 1, 8)
+    spmd = check_equivalent(padded_all_to_all(rows), 8)
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
+
+
 HALO_TRIMMED = """HloModule m, num_partitions=8
 
 """ + reducer("add") + """
@@ -170,9 +201,10 @@ def test_tiles_that_do_not_nest_gather_their_pieces_in_rounds():
 
 @needs_xla
 @pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8), (HALO_ONE_WAY, 2),
-                                    (HALO_TWO_DIMS, 4), (SPLIT_ACROSS, 4), (GATHER_ACROSS, 8)],
+                                    (HALO_TWO_DIMS, 4), (SPLIT_ACROSS, 4), (GATHER_ACROSS, 8),
+                                    (padded_all_to_all(), 8)],
                          ids=["slice-first", "halo-trimmed", "halo-one-way", "halo-two-dims",
-                              "split-across", "gather-across"])
+                              "split-across", "gather-across", "padded-all-to-all"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

@@ -79,9 +79,166 @@ def test_a_value_on_one_device_is_broadcast_once_for_every_other_sharding():
     """))
 
 
+def gathered_for_one_device(size: int = 8, second: str = "{devices=[4]<=[4]}",
+                            reshape: bool = True) -> str:
+    """`p`, tiled 4 ways, is needed on device 0 (gathered: every partition then holds it
+    whole), then read tiled by `abs` and by a user of another layout."""
+    if reshape:
+        tail = f"""  c = f32[2,{size // 2}] reshape(b), sharding={{replicated}}
+  ROOT t = (f32[{size}], f32[2,{size // 2}]) tuple(a, c),
+    sharding={{{{maximal device=0}}, {{replicated}}}}"""
+    else:
+        tail = f"""  ROOT t = (f32[{size}], f32[{size}]) tuple(a, b),
+    sharding={{{{maximal device=0}}, {second}}}"""
+    return f"""HloModule m, num_partitions=4
+
+ENTRY e {{
+  p = f32[{size}] parameter(0), sharding={{devices=[4]<=[4]}}
+  a = f32[{size}] negate(p), sharding={{maximal device=0}}
+  b = f32[{size}] abs(p), sharding={second}
+{tail}
+}}
+"""
+
+
+def test_a_value_gathered_onto_one_device_is_whole_on_every_partition():
+    """Resharding the tiled `p` onto device 0 gathers it on every device (24 B: each sends
+    its 8 B shard to 3 others), so every partition holds it whole: `abs(p)`, needed
+    replicated by the reshape, is computed again from that copy instead of being gathered
+    too (24 B more before)."""
+    spmd = check_equivalent(gathered_for_one_device(), 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert sent_bytes(spmd, 4) == 24
+
+
+def test_another_tiling_is_sliced_from_the_value_gathered_onto_one_device():
+    """`abs` reads `p` in halves (pairs of replicas): sliced from the copy every partition
+    holds after the gather onto device 0 (24 B in all), not gathered in pairs (8 B more)."""
+    halves = "{devices=[2,2]<=[4] last_tile_dim_replicate}"
+    spmd = check_equivalent(gathered_for_one_device(second=halves, reshape=False), 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert sent_bytes(spmd, 4) == 24
+
+
+ONE_DEVICE_RESULT_READ_IN_PAIRS = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = f32[3] parameter(0), sharding={devices=[4]<=[4]}
+  q = f32[3] parameter(1), sharding={replicated}
+  w = f32[3] power(p, q), sharding={maximal device=0}
+  r = f32[3] reshape(w), sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
+  ROOT t = (f32[3], f32[3]) tuple(w, r),
+    sharding={{devices=[2,2]<=[4] last_tile_dim_replicate}, {devices=[2,2]<=[4] last_tile_dim_replicate}}
+}
+"""
+
+
+def test_a_result_annotated_on_one_device_that_nobody_reads_there_is_not_gathered():
+    """`w` runs tiled like `p`; its reshard onto device 0 (its annotation) is read by nobody:
+    both users read `w` in halves, gathered in pairs from the tiles (4 B: each device sends its
+    f32[1] shard to its pair). Taking them from the gather onto device 0 instead would make that
+    gather (12 B)."""
+    spmd = check_equivalent(ONE_DEVICE_RESULT_READ_IN_PAIRS, 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert sent_bytes(spmd, 4) == 4
+
+
+ELEMENTS_READ_OTHERWISE = """HloModule m, num_partitions=4
+
+min2 {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  m0 = f32[] minimum(a0, b0)
+  m1 = f32[] minimum(a1, b1)
+  ROOT t = (f32[], f32[]) tuple(m0, m1)
+}
+
+ENTRY e {
+  g = f32[6,5,7] parameter(0), sharding={devices=[1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  seven = s32[] constant(7)
+  i = s32[4,6,1] broadcast(seven), dimensions={}
+  a = f32[] constant(-0.25)
+  u = f32[2,4,6] broadcast(a), dimensions={}
+  b = f32[] constant(-1.5)
+  v = f32[2,4,6] broadcast(b), dimensions={}
+  s = (f32[6,5,7], f32[6,5,7]) scatter(g, g, i, u, v), update_window_dims={0},
+    inserted_window_dims={2}, scatter_dims_to_operand_dims={2}, input_batching_dims={0},
+    scatter_indices_batching_dims={1}, index_vector_dim=2, to_apply=min2,
+    sharding={{devices=[1,4,1]<=[4]}, {devices=[1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}}
+  x = f32[6,5,7] get-tuple-element(s), index=1,
+    sharding={devices=[1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  y = f32[6,5,7] get-tuple-element(s), index=0, sharding={devices=[1,4,1]<=[4]}
+  ROOT t = (f32[6,5,7], f32[6,5,7]) tuple(x, y),
+    sharding={{devices=[4,1,1]<=[2,2]T(1,0)}, {replicated}}
+}
+"""
+
+
+def test_a_tuple_is_planned_for_what_its_elements_readers_need():
+    """The scatter's elements are annotated tiled, but the root reads the first replicated and
+    the second in rows: planned against its annotation the scatter keeps its operand's
+    columns (both elements then resharded: an all-to-all and an all-gather, 800 B); planned
+    against the root's needs behind the get-tuple-elements it gathers its operand once
+    (480 B: each device sends its f32[6,5,4] shard to its pair) and runs replicated, each
+    element sliced for free."""
+    spmd = check_equivalent(ELEMENTS_READ_OTHERWISE, 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert sent_bytes(spmd, 4) == 480
+
+
+SORT_OF_SPLATS = """HloModule m, num_partitions=6
+
+lt {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+
+ENTRY e {
+  three = s32[] constant(3)
+  k = s32[12,2,13] broadcast(three), dimensions={}
+  half = f32[] constant(0.5)
+  v = f32[12,2,13] broadcast(half), dimensions={}
+  s = (s32[12,2,13], f32[12,2,13]) sort(k, v), dimensions={1}, is_stable=true, to_apply=lt,
+    sharding={{devices=[1,1,6]<=[6]}, {devices=[1,1,6]<=[6]}}
+  x = f32[12,2,13] get-tuple-element(s), index=1, sharding={devices=[3,2,1]<=[6]}
+  ROOT t = (f32[12,2,13]) tuple(x), sharding={{devices=[3,2,1]<=[6]}}
+}
+"""
+
+
+def test_an_element_of_a_tuple_resharded_to_its_annotation_is_read_from_before():
+    """The sort of two splats runs replicated (its element is read in another tiling than the
+    tuple's annotation); its result is resharded to the annotation, and the element's own
+    annotation is sliced from the replicated element, not from the annotated one (two
+    all-to-alls and a permute, 528 B)."""
+    spmd = check_equivalent(SORT_OF_SPLATS, 6)
+    assert collectives(spmd) == []
+
+
+@pytest.mark.parametrize("size", [6, 10])
+@pytest.mark.parametrize("second, reshape", [("{devices=[4]<=[4]}", True),
+                                             ("{devices=[2,2]<=[4] last_tile_dim_replicate}",
+                                              False)])
+def test_gathered_for_one_device_uneven(size, second, reshape):
+    check_equivalent(gathered_for_one_device(size, second, reshape), 4)
+
+
 @needs_xla
-@pytest.mark.parametrize("text,n", [(GATHERED_FOR_TWO, 2), (ONE_DEVICE_FOR_THREE, 2)],
-                         ids=["gathered-for-two", "one-device-for-three"])
+@pytest.mark.parametrize("text,n", [(GATHERED_FOR_TWO, 2), (ONE_DEVICE_FOR_THREE, 2),
+                                    (gathered_for_one_device(), 4),
+                                    (gathered_for_one_device(
+                                        second="{devices=[2,2]<=[4] last_tile_dim_replicate}",
+                                        reshape=False), 4),
+                                    (ONE_DEVICE_RESULT_READ_IN_PAIRS, 4),
+                                    (ELEMENTS_READ_OTHERWISE, 4)],
+                         ids=["gathered-for-two", "one-device-for-three",
+                              "gathered-for-one-device", "sliced-from-the-gathered",
+                              "one-device-result-read-in-pairs", "elements-read-otherwise"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""

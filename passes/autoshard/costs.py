@@ -98,23 +98,26 @@ class CostModel:
         key = (shape.without_layout(), have, want)
         found = self._reshards.get(key)
         if found is None:
-            steps = self.steps(shape, have, want)
+            plan = self.plan(shape, have, want)
+            steps = plan.steps
+            # a plan on padded dims pads the uneven ones, which planning kept as they are
+            dims = shape.dims if plan.padded is None else tuple(
+                p if d % self.num_devices else d for d, p in zip(shape.dims, plan.padded))
             width = max(dtypes.byte_width(shape.element_type), 1)
-            seconds = sum(self._step_seconds(step, shape) for step in steps)
-            traffic = (s.traffic(shape.dims, width) for s in steps)
+            seconds = sum(self._step_seconds(step, shape.with_dims(dims)) for step in steps)
+            traffic = (s.traffic(dims, width) for s in steps)
             found = self._reshards[key] = (seconds, sum(t.max_sent for t in traffic
                                                         if t is not None))
         return found
 
-    def steps(self, shape: ArrayShape, have: HloSharding, want: HloSharding
-              ) -> tuple[rp.Step, ...]:
-        """The planner's steps for `shape`, planned once for all shapes of the same rank whose
+    def plan(self, shape: ArrayShape, have: HloSharding, want: HloSharding) -> rp.ReshardPlan:
+        """The planner's plan for `shape`, planned once for all shapes of the same rank whose
         dims divide alike: a dim that every tile count divides (a multiple of the device
         count) is planned as the device count, since every step then moves a fixed fraction
         of the whole array and the planner's choice does not depend on its size."""
         n = self.num_devices
         dims = tuple(n if d % n == 0 and d > 0 else d for d in shape.dims)
-        return rp.plan_reshard(ArrayShape("u8", dims), have, want, n).steps
+        return rp.plan_reshard(ArrayShape("u8", dims), have, want, n)
 
     def own_traffic(self, sent_bytes: float) -> tuple[float, float]:
         """(seconds, bytes) of a local computation's own sends, as one collective-permute."""

@@ -193,7 +193,7 @@ class StrategyTable:
             found = self._resolved[key] = [
                 want for want in self.candidates(first)
                 if _may_resolve(tiling, Tiling(want, first.rank, n)) and
-                _resolves(self.costs.steps(first, have, want))]
+                _resolves(self.costs.plan(first, have, want).steps)]
         return [tuple([want] * len(shapes)) for want in found]
 
 

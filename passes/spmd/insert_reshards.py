@@ -9,7 +9,8 @@ op ahead: when some candidate computes `h` in another sharding than its annotati
 priced with the reshards `h`'s users will ask for (their plans for `h` in its annotation,
 `PlanContext.result_needs`), read from the annotation or straight from the computed result
 where that moves fewer bytes, and from the summed form of a partial result where users read
-that (`result_chain`: one all-reduce for all of them). The pass then
+that (`result_chain`: one all-reduce for all of them); a tuple of arrays read only by
+get-tuple-elements is priced with what the readers of each element read it in. The pass then
 
 - inserts a reshard node before `h` for every operand whose sharding differs from the needed one;
 - sets `h.sharding` to the produced sharding, and when that differs from `h`'s annotation inserts
@@ -31,8 +32,10 @@ be:
   `broadcast` too when that moves fewer bytes (from its operand resharded to the tiling of the
   kept dims: a broadcast of a replicated value moves none); the rules' costs count these
   reshards as free (`recomputed_for_free`);
-- a value on one device that every partition computes whole (a pure op of replicated values)
-  reaches another device, or all of them, through a copy;
+- a value on one device that every partition computes whole (a pure op of replicated values,
+  or a reshard onto that device, whose plan gathers the value on every device) reaches another
+  device, or all of them, through a copy; a value resharded so onto one device is had
+  replicated from that copy by its other users (any tiling sliced from it);
 - any other pure array op (not a contraction) whose operands are had replicated without
   communication is computed again whole, then sliced to the sharding needed; an element of a
   tuple-shaped one (a sort's, a topk's) too, from the op computed again whole;
@@ -59,7 +62,7 @@ from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.sharding import HloSharding
-from gspmdc.ir.shapes import TupleShape
+from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
@@ -183,6 +186,8 @@ class _Rewriter:
         #: values on one device (`{maximal device=k}`) that every partition computes whole
         #: (`_computed_everywhere`)
         self.everywhere: set[Instruction] = set()
+        #: the reshard nodes some instruction reads as an operand (made whatever else happens)
+        self.read: set[Instruction] = set()
         #: what users see of an instruction planned so far (its reshard to its annotation)
         self.replacement: dict[Instruction, Instruction] = {}
         #: the users of each instruction whose values reach the root (dead ones, e.g. an
@@ -219,6 +224,7 @@ class _Rewriter:
                 if operand.sharding != need:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
                                                     plan.reason)
+                    self.read.add(inst.operands[i])
             inst.sharding = plan.result
             b.append(inst)
             self.planned.add(inst)
@@ -238,11 +244,13 @@ class _Rewriter:
     def reshard(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
                 reason: str, look_through: bool = True) -> Instruction:
         """`value` laid out as `target` (a shared reshard node, or an earlier value). An
-        element of a tuple this pass resharded is that element's own node; a reshard node is
-        resharded from its source when that moves fewer bytes (unless not to
-        `look_through`: a result's `result_chain`), its source itself when it has `target`."""
+        element of a tuple this pass resharded is that element's own node (looked through
+        like any reshard node: it is no result chain); a reshard node is resharded from its
+        source when that moves fewer bytes (unless not to `look_through`: a result's
+        `result_chain`), its source itself when it has `target`."""
         if value.opcode == "get-tuple-element" and value.operands[0] in self.tuples:
             value = value.operands[0].operands[value.attr("index")]
+            look_through = True
         if is_inserted_reshard(value):
             source = value.operands[0]
             if source.sharding == target:
@@ -253,8 +261,11 @@ class _Rewriter:
         key = (id(value), target)
         if key in self.cache:
             return self.cache[key]
+        gathered = self._gathered_everywhere(value) if free_target(target) else None
         if value in self.everywhere and target != value.sharding:
             node = self.reshard(self._as_replicated(value), target, user, role, reason)
+        elif gathered is not None:
+            node = self.reshard(gathered, target, user, role, reason)
         elif isinstance(value.shape, TupleShape):
             node = self._reshard_tuple(value, target, user, role, reason)
         elif (recomputed := self._recompute(value, target, user, role, reason)) is not None:
@@ -300,24 +311,55 @@ class _Rewriter:
             self.needs_missed = self.needs_missed or self.looking_ahead
             return ()
         desired = self.planning[1]
+        if inst is not self.comp.root and isinstance(inst.shape, TupleShape) and \
+                all(isinstance(e, ArrayShape) for e in inst.shape.elements) and \
+                self.users[inst] and \
+                all(u.opcode == "get-tuple-element" for u in self.users[inst]):
+            return self._element_needs(inst, desired)
         needs = [desired] if inst is self.comp.root else []
         saved, inst.sharding = inst.sharding, desired
         self.looking_ahead = True
         try:
             for user in self.users[inst]:
-                user.operands = [self.replacement.get(o, o) for o in user.operands]
-                plan = self._planned_ahead(user)
-                if plan is None:
-                    self.needs_missed = False
-                    plan = self._plan(user)
-                    if not self.needs_missed:
-                        self.ahead[user] = (_plan_key(user), plan)
-                needs += [need for operand, need in zip(user.operands, plan.operands)
-                          if operand is inst]
+                needs += self._needs_of(user, inst)
         finally:
             inst.sharding = saved
             self.looking_ahead = False
         return tuple(dict.fromkeys(needs))
+
+    def _needs_of(self, user: Instruction, value: Instruction) -> list[HloSharding]:
+        """The shardings `user`'s plan (made ahead, one level) reads `value` in."""
+        user.operands = [self.replacement.get(o, o) for o in user.operands]
+        plan = self._planned_ahead(user)
+        if plan is None:
+            self.needs_missed = False
+            plan = self._plan(user)
+            if not self.needs_missed:
+                self.ahead[user] = (_plan_key(user), plan)
+        return [need for operand, need in zip(user.operands, plan.operands) if operand is value]
+
+    def _element_needs(self, inst: Instruction, desired: HloSharding
+                       ) -> tuple[HloSharding, ...]:
+        """`_result_needs` of a tuple of arrays only read by `get-tuple-element`s (a sort's, a
+        scatter's): each element is read as the plans of the readers of its
+        get-tuple-elements (in their annotations) read it, the root in its annotation; an
+        element nobody reads in its annotation. One tuple per k-th need of the elements (an
+        element with fewer needs repeats its last), so that each need is priced once."""
+        leaves = list(desired.leaf_shardings(inst.shape))
+        per_leaf: list[list[HloSharding]] = [[] for _ in leaves]
+        self.looking_ahead = True
+        try:
+            for element in self.users[inst]:
+                index = element.attr("index")
+                if element is self.comp.root:
+                    per_leaf[index].append(element.sharding)
+                for user in self.users[element]:
+                    per_leaf[index] += self._needs_of(user, element)
+        finally:
+            self.looking_ahead = False
+        per_leaf = [list(dict.fromkeys(needs)) or [leaf] for needs, leaf in zip(per_leaf, leaves)]
+        return tuple(HloSharding.tuple([needs[min(k, len(needs) - 1)] for needs in per_leaf])
+                     for k in range(max(len(needs) for needs in per_leaf)))
 
     def _had(self, value: Instruction, needs: tuple[HloSharding, ...]) -> frozenset:
         """The shardings `value` was already resharded to for earlier users, and, where the
@@ -454,8 +496,9 @@ class _Rewriter:
         return node
 
     def _replicated_source(self, operand: Instruction) -> Instruction | None:
-        """`operand`, or a value it is a reshard of, that gives its replicated form without
-        communication; None when there is none."""
+        """`operand`, or a value it is a reshard of, or a reshard of it that every partition
+        holds whole, that gives its replicated form without communication; None when there is
+        none."""
         if operand.sharding.is_replicated:
             return operand
         if is_inserted_reshard(operand) and operand.operands[0].sharding.is_replicated:
@@ -464,6 +507,18 @@ class _Rewriter:
             return self._as_replicated(operand)
         if recomputed_for_free(operand):
             return operand
+        return self._gathered_everywhere(operand)
+
+    def _gathered_everywhere(self, value: Instruction) -> Instruction | None:
+        """The replicated form of `value` taken from a reshard of it that an instruction reads
+        already and every partition holds whole (onto one device: its plan gathers the value
+        on every device), or None. (A result's reshard to its annotation nobody reads is
+        removed: taking the value from it would make it.)"""
+        for target in sorted(self.resharded_to.get(id(value), ()),
+                             key=lambda s: s.to_text(False)):
+            node = self.cache[(id(value), target)]
+            if node in self.everywhere and node in self.read:
+                return self._as_replicated(node)
         return None
 
     def _computed_everywhere(self, inst: Instruction) -> bool:
@@ -471,13 +526,16 @@ class _Rewriter:
         run an instruction on one device like any other, so a pure, deterministic op whose
         operands every partition holds whole (replicated or themselves computed everywhere)
         computes the same value everywhere, as does a reshard node onto one device from such a
-        value (a copy). XLA's partitioner moves such values to another device or to all of
-        them without a collective too."""
+        value (a copy) or from a value not on one device (its plan gives every device the
+        whole value: `reshard_plan.py`). XLA's partitioner moves such values to another device
+        or to all of them without a collective too."""
         sharding = inst.sharding
         if sharding.kind != "maximal" or isinstance(inst.shape, TupleShape):
             return False
         if is_inserted_reshard(inst):
-            return self._whole_everywhere(inst.operands[0])
+            source = inst.operands[0].sharding
+            return self._whole_everywhere(inst.operands[0]) or (
+                source.kind != "maximal" and not source.has_manual_leaf)
         if inst.opcode in NOT_EVERYWHERE or inst in self.arrivals:
             return False
         return all(self._whole_everywhere(o) for o in inst.operands)

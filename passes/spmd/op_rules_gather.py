@@ -32,12 +32,15 @@ with window size 1 (indices and updates replicated over those tiles; each partit
 indices by its offset and scatter's own bounds check drops the updates that belong to other
 partitions, so any combiner is correct). Its extra dims are the indices' other batch dims (index
 pass-through), whose tiles become partial values combined by the scatter's own computation —
-only for combiners with an identity. Other dims are gathered.
+only for combiners with an identity. Other dims are gathered. Its candidates also start from
+the indices' tiling (the indices stay where they are), alone or with the result's or the
+operand's tiles on the devices each index tile holds (`_within`: a mesh of index tiles by
+operand tiles, as XLA's partitioner recurses on the mesh dims one strategy leaves replicated).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
+from math import gcd, prod
 
 import numpy as np
 
@@ -148,6 +151,22 @@ def _extended_tilings(ctx, width: int, sources) -> list[tuple[Tiling, str]]:
         if tiling is not None:
             found.append((tiling, reason))
     return found
+
+
+def _within(part, taken, other, others_taken, num_devices: int):
+    """`part` (`(coordinates, counts)`) coarsened on its dims `taken` to the devices each tile
+    of `other` on its dims `others_taken` holds: each dim's count cut to its greatest common
+    divisor with the room left (adjacent tiles merged), so that the two combine into one tiling
+    of a device mesh, `other`'s tiles on one axis and `part`'s on the replicas of each (XLA's
+    recursion on the mesh dims a strategy leaves replicated)."""
+    coords, counts = part[0].copy(), list(part[1])
+    room = num_devices // prod(other[1][e] for e in others_taken)
+    for e in taken:
+        count = gcd(counts[e], room)
+        coords[:, e] = coords[:, e] * count // counts[e]
+        counts[e] = count
+        room //= count
+    return coords, counts
 
 
 def _index_vectors(b, indices: Instruction, ivd: int) -> Instruction:
@@ -356,9 +375,10 @@ class ScatterRule(PartitionRule):
     combiner with an identity (add, multiply, maximum, minimum, and, or, xor) and one operand:
     each partition scatters its share of the updates into the operand (the first partial index)
     or into the identity (the others), and the result's partial values are combined by an
-    all-reduce with the scatter's own computation. Candidates: the result's, the operand's and
-    the updates' tilings (with the indices' tiles of their batch dims where allowed), and
-    everything replicated; the fewest bytes win."""
+    all-reduce with the scatter's own computation. Candidates: the result's, the operand's,
+    the updates' and the indices' tilings (with the indices' tiles of their batch dims where
+    allowed; then also the indices' tiles with the result's or the operand's coarsened onto
+    each index tile's replicas), and everything replicated; the fewest bytes win."""
 
     def plan(self, inst, ctx):
         dims = ScatterDims.of(inst)
@@ -386,13 +406,22 @@ class ScatterRule(PartitionRule):
             ((from_target, every), "scatter keeps the result's tiling"),
             ((from_operand, every), "scatter keeps its operand's tiling"),
             ((from_updates, every), "scatter keeps its updates' tiling"),
+            ((from_indices, every), "scatter keeps its indices' tiling"),
         ]
         if extra:
+            n = ctx.num_devices
             sources += [
                 ((from_target, every), (from_indices, extra), f"the result's tiling, {spread}"),
                 ((from_operand, every), (from_indices, extra),
                  f"the operand's tiling, {spread}"),
                 ((from_updates, every + extra), f"the updates' tiling, {spread}"),
+                ((from_indices, every + extra), f"the indices' tiling, {spread}"),
+                ((_within(from_target, every, from_indices, extra, n), every),
+                 (from_indices, extra), f"the indices' tiling, {spread}, the result's tiling "
+                                        "on each group of their replicas"),
+                ((_within(from_operand, every, from_indices, extra, n), every),
+                 (from_indices, extra), f"the indices' tiling, {spread}, the operand's "
+                                        "tiling on each group of their replicas"),
             ]
         candidates = [self._plan(inst, dims, tiling, reason)
                       for tiling, reason in _extended_tilings(ctx, width, sources)]

@@ -161,7 +161,8 @@ class WindowRule(PartitionRule):
         windowed = self.windowed_dims(inst)
         scans = self.scan_dims(inst, ctx.computations)
         halo = self.supports_halo(inst, ctx.computations) and not any(
-            _whole_for_free(o) for o, w in zip(inst.operands, windows) if w is not None)
+            _whole_for_free(o) for o, w in zip(inst.operands, windows)
+            if w is not None and not all(_trivial(wd) for wd in w.values()))
         candidates = []
         for tiling, source in bases:
             if halo and any(tiling.counts[d] > 1 for d in windowed):
@@ -597,7 +598,9 @@ def _mask_outputs(ctx: LowerContext, values: Instruction, global_value: Instruct
 
 def _whole_for_free(operand: Instruction) -> bool:
     """A constant, or a value just resharded from a replicated one: taking it whole costs
-    nothing (whatever the reshard cost says), so its halos are never worth exchanging."""
+    nothing (whatever the reshard cost says), so its halos are never worth exchanging (asked
+    of the operands read through a window; one read elementwise, a select-and-scatter's
+    `source`, is sliced in any tiling for free)."""
     return operand.opcode == "constant" or (
         is_inserted_reshard(operand) and operand.operands[0].sharding is not None and
         operand.operands[0].sharding.is_replicated)

@@ -69,14 +69,24 @@ def emit_reshard(ctx: EmitContext, value: Instruction, shape: ArrayShape, plan: 
                  reducer: str | None = None, metadata: KeyValueList | None = None) -> Instruction:
     """Local code for `plan` applied to `value` (the shard of a global array of `shape`).
     `reducer` names the computation combining partial values (default: add). Every emitted
-    instruction carries `metadata` plus `spmd_step` (what its step does)."""
+    instruction carries `metadata` plus `spmd_step` (what its step does). A plan on padded
+    dims (`plan.padded`) starts from the shard padded to the padded array's and ends cut to
+    the target's shard of `shape`."""
+    real = shape
+    if plan.padded is not None:
+        shape = ArrayShape(shape.element_type, plan.padded)
+    last = len(plan.steps) - 1
     for index, step in enumerate(plan.steps):
         scope = None
         if metadata is not None:
             scope = KeyValueList(metadata.items + (
                 ("spmd_step", f"{index + 1}/{len(plan.steps)}: {step.describe()}"),))
         with ctx.builder.scope(scope):
+            if index == 0 and plan.padded is not None:
+                value = ctx.builder.pad_high(value, step.before.shard_dims(shape.dims))
             value = _EMITTERS[type(step)](ctx, value, shape, step, reducer)
+            if index == last and plan.padded is not None:
+                value = ctx.builder.slice_to(value, step.after.shard_dims(real.dims))
     return value
 
 

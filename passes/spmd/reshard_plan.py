@@ -40,6 +40,11 @@ sums the buffers. It moves about twice the gathered *real* elements instead of e
 padded shard, so it wins when padding dominates (f32[3,3] on 8 devices: 9 real elements against
 8 padded rows); on even dims the all-gathers always cost less.
 
+A plan may also work on the array padded as XLA pads it (`_padded_dims`: each uneven dim to a
+multiple of the target's tile count), where tile counts dividing the padded size split it
+evenly: a slice from replicas then an all-to-all stays aligned where the unpadded tiles do not
+nest. Both are planned and the cheaper kept (`ReshardPlan.padded`).
+
 Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing before
 gathering, permuting before gathering, masked gathering) and the cheapest is kept (then the one
 all devices together send least with, then the shortest, then the first), so the choice is
@@ -268,6 +273,10 @@ class ReshardPlan:
     steps: tuple[Step, ...]
     cost: int
     total: int = 0
+    #: the global dims the steps work on when they are not `shape`'s: uneven dims padded to a
+    #: multiple of the tile counts (`_padded_dims`), the local shard padded before the first
+    #: step and cut to the target's shard after the last
+    padded: tuple[int, ...] | None = None
 
     @property
     def collectives(self) -> list[str]:
@@ -325,6 +334,38 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     if isinstance(dst, Maximal):
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
+    variants = _variants(dims, src, dst)
+    best = min(variants, key=lambda v: (_cost(v, dims, width), _total(v, dims, width), len(v)))
+    padded = None if steps else _padded_dims(dims, src, dst)
+    if padded is not None:
+        wide = min(_variants(padded, src, dst),
+                   key=lambda v: (_cost(v, padded, width), _total(v, padded, width), len(v)))
+        if (_cost(wide, padded, width), _total(wide, padded, width)) < \
+                (_cost(best, dims, width), _total(best, dims, width)):
+            return ReshardPlan(shape, tuple(wide), _cost(wide, padded, width),
+                               _total(wide, padded, width), padded)
+    steps += best
+    return _finish(shape, steps, width)
+
+
+def _padded_dims(dims, src: Tiling, dst: Tiling) -> tuple[int, ...] | None:
+    """The dims the steps may work on instead of `dims` (None when the same), as XLA reshards
+    uneven dims: each padded to `t * cdiv(size, t)` for the target's tile count t (the source's
+    when the target leaves the dim whole), so that the source's shards and the target's are the
+    padded array's (a whole source dim is padded locally; a whole target dim is cut back), and
+    tile counts that divide it split it evenly (a slice from replicas, then an all-to-all, where
+    the unpadded tiles do not nest). None where a dim tiled on both sides pads differently."""
+    padded = []
+    for size, t, tt in zip(dims, src.counts, dst.counts):
+        held, wanted = t * cdiv(size, t), tt * cdiv(size, tt)
+        if t != 1 and tt != 1 and held != wanted:
+            return None
+        padded.append(wanted if t == 1 else held)
+    return None if tuple(padded) == tuple(dims) else tuple(padded)
+
+
+def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
+    """The staged variants (and the exchange, where tiles do not nest) from `src` to `dst`."""
     # whether to reduce-scatter only matters for partial sums
     scatter = (True, False) if src.unreduced > 1 else (True,)
     # a masked gather only pays where padding inflates the all-gathers
@@ -351,9 +392,7 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
         rounds = plan_exchange(dims, src, dst)
         if rounds is not None:
             variants.append([Exchange(src, dst, rounds=tuple(rounds))])
-    steps += min(variants, key=lambda v: (_cost(v, dims, width), _total(v, dims, width),
-                                          len(v)))
-    return _finish(shape, steps, width)
+    return variants
 
 
 def _misaligned(dims, src: Tiling, dst: Tiling) -> bool:

@@ -1,0 +1,154 @@
+"""No more collective bytes than XLA (issue 13) for scatter and select-and-scatter.
+
+- A scatter whose updates spread over the indices' tiles (index pass-through) can keep the
+  indices where they are, whatever the operand's and updates' layouts (XLA's partitioner
+  starts from the indices' sharding), and can tile the operand on the devices each index tile
+  holds (its replicas): XLA's recursion over the mesh dims a strategy leaves replicated, e.g.
+  the operand's rows over one mesh axis and the updates' batch over the other.
+- A select-and-scatter whose `source` is a constant still exchanges halos of its operand: only
+  an operand read through a window that is free to take whole (a constant) makes halos
+  pointless.
+
+Bytes per device by hand from the cost model's formulas (`gspmdc.ir.cost`: an all-gather sends
+each device's shard to the g-1 others, a reduce-scatter of B bytes over g devices sends
+(g-1)/g B, a ring all-reduce 2 (g-1)/g B); values against the unpartitioned program, uneven
+shapes included; with the `[xla]` extra, against XLA's own partitioned program."""
+from __future__ import annotations
+
+import pytest
+
+from conformance.oracle import xla_available
+
+from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
+
+needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
+
+ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+MAX = """max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+"""
+
+GE = """ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GE
+}
+"""
+
+
+def indices_kept(rows: int = 6) -> str:
+    """The indices tiled 3 ways (pairs of replicas), the updates (a splat: free in any tiling)
+    annotated with the pairs in another order, the result tiled 6 ways on the dim the update
+    windows cover whole."""
+    values = ", ".join(f"{{{k}}}" for k in range(rows))
+    return f"""HloModule m, num_partitions=6
+
+{ADD}
+ENTRY e {{
+  o = f32[{rows},1] constant({{{values}}}), sharding={{devices=[6,1]<=[6]}}
+  i = s32[12,1] parameter(0), sharding={{devices=[3,1,2]<=[6] last_tile_dim_replicate}}
+  one = f32[] constant(1)
+  u = f32[12,{rows}] broadcast(one), dimensions={{}},
+    sharding={{devices=[3,1,2]<=[2,3]T(1,0) last_tile_dim_replicate}}
+  ROOT s = f32[{rows},1] scatter(o, i, u), update_window_dims={{1}}, inserted_window_dims={{1}},
+    scatter_dims_to_operand_dims={{1}}, index_vector_dim=1, to_apply=add,
+    sharding={{devices=[6,1]<=[6]}}
+}}
+"""
+
+
+def test_index_pass_through_keeps_the_indices_where_they_are():
+    """Each pair of replicas scatters its 4 rows of updates into f32[6,1] (partial sums over
+    the 3 index tiles), and one reduce-scatter over each triple hands every device its row:
+    (3-1)/3 of 24 B = 16 B. Before, the indices moved to the updates' layout and the result
+    was resharded from there, or the indices were gathered: 32 B."""
+    spmd = check_equivalent(indices_kept(), 6)
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter"]
+    assert sent_bytes(spmd, 6) == 16
+
+
+def operand_on_index_replicas(rows: int = 8) -> str:
+    """A max-scatter into an operand row-tiled 4 ways; indices and updates tiled 2 ways on
+    their batch dim, each tile held by devices {0,2} or {1,3}; the result replicated."""
+    return f"""HloModule m, num_partitions=4
+
+{MAX}
+ENTRY e {{
+  o = f32[{rows},3] parameter(0), sharding={{devices=[4,1]<=[4]}}
+  i = s32[16,1] parameter(1), sharding={{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}}
+  u = f32[16,3] parameter(2), sharding={{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}}
+  ROOT s = f32[{rows},3] scatter(o, i, u), update_window_dims={{1}}, inserted_window_dims={{0}},
+    scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=max,
+    sharding={{replicated}}
+}}
+"""
+
+
+def test_the_operand_is_tiled_over_the_replicas_of_each_index_tile():
+    """A 2x2 mesh: the operand's rows coarsened to halves on {0,1} / {2,3} (one all-gather of
+    pairs: 24 B), each device scatters its index tile's updates into its half (no update
+    moves), an all-reduce(max) over the index tiles (2 (2-1)/2 48 = 48 B) and an all-gather of
+    the halves (48 B): 120 B. Before: the operand gathered whole (72 B) and the whole result
+    all-reduced over the index tiles (96 B), 168 B."""
+    spmd = check_equivalent(operand_on_index_replicas(), 4)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-reduce", "all-gather"]
+    assert sent_bytes(spmd, 4) == 120
+
+
+@pytest.mark.parametrize("rows", [7, 5, 3])
+def test_operand_on_index_replicas_uneven(rows):
+    """The same on operands whose rows do not split evenly (padding never scattered into)."""
+    check_equivalent(operand_on_index_replicas(rows), 4)
+
+
+@pytest.mark.parametrize("rows", [5, 4])
+def test_indices_kept_uneven(rows):
+    check_equivalent(indices_kept(rows), 6)
+
+
+def constant_source(size: int = 16) -> str:
+    outputs = (size - 4) // 2 + 1
+    values = ", ".join(str(k + 1) for k in range(outputs))
+    return f"""HloModule m, num_partitions=4
+
+{GE}
+{ADD}
+ENTRY e {{
+  p = f32[{size}] parameter(0), sharding={{devices=[4]<=[4]}}
+  s = f32[{outputs}] constant({{{values}}})
+  z = f32[] constant(0)
+  ROOT r = f32[{size}] select-and-scatter(p, s, z), window={{size=4 stride=2}}, select=ge,
+    scatter=add, sharding={{devices=[4]<=[4]}}
+}}
+"""
+
+
+def test_a_constant_source_does_not_stop_the_halo_exchange():
+    """Windows of 4 at stride 2 over f32[16] in shards of 4: each window that crosses a shard
+    boundary reads 2 elements of the right neighbour (8 B, three devices send) and sends
+    its scattered part back (8 B): 12 B per device on average; before, the operand was
+    gathered whole because the source (read elementwise) is a constant: 48 B."""
+    spmd = check_equivalent(constant_source(), 4)
+    assert {c[0] for c in collectives(spmd)} == {"collective-permute"}
+    assert sent_bytes(spmd, 4) == 12
+
+
+@pytest.mark.parametrize("size", [15, 13, 9])
+def test_constant_source_uneven(size):
+    check_equivalent(constant_source(size), 4)
+
+
+@needs_xla
+@pytest.mark.parametrize("text, n", [(indices_kept(), 6), (operand_on_index_replicas(), 4),
+                                     (constant_source(), 4)])
+def test_no_more_bytes_than_xla(text, n):
+    compared_with_xla(text, n)
