@@ -213,6 +213,31 @@ ENTRY main {
         assert xla.partition(ok, 2, to_output=False, to_parameters=False).ok
 
 
+@needs_xla
+def test_shardings_only_gives_the_sharding_figures_of_a_full_run():
+    # `--shardings-only` skips partitioning and the runs; every case's sharding comparison must
+    # be the full run's, and no bytes or values may be claimed
+    from conformance.oracle import XlaOracle
+    from conformance.sources import fuzz_cases
+    from conformance.xla import run_all
+    modules, seed = 8, 11
+    with XlaOracle() as xla:
+        full = run_all(fuzz_cases(modules, seed), xla, seed)
+        only = run_all(fuzz_cases(modules, seed), xla, seed, shardings_only=True)
+    assert [r.name for r in only] == [r.name for r in full]
+    compared = 0
+    for a, b in zip(full, only):
+        assert (b.status, b.instructions, b.agreeing, b.absent, b.differing, b.deliberate) == \
+            (a.status, a.instructions, a.agreeing, a.absent, a.differing, a.deliberate), a.name
+        assert [c for c in b.classes if c[0] in ("sharding", "deliberate")] == \
+            [c for c in a.classes if c[0] in ("sharding", "deliberate")]
+        assert b.our_bytes is None and not b.spmd_made and not b.value_mismatch
+        if b.status == "compared":
+            compared += 1
+            assert b.values == "not run: shardings only"
+    assert compared >= modules        # both settings of at least half the modules
+
+
 # ---- the CI sample: generated modules against XLA, today's figures as lower bounds -----------
 
 SAMPLE_MODULES = 100            # each under both option settings

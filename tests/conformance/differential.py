@@ -109,10 +109,12 @@ def collective_bytes(spmd_text: str, num_partitions: int) -> float | None:
     return total
 
 
-def _gspmdc_compile(text: str, case: Case) -> tuple[str | None, Module]:
+def _gspmdc_compile(text: str, case: Case, *, partition: bool = True
+                    ) -> tuple[str | None, Module]:
     """gspmdc's partitioner pipeline (`gspmdc compile`'s) with the case's propagation options:
     the module text right after the `propagate` pass (None if it did not get there) and the SPMD
-    module."""
+    module (without `partition`: the pipeline stops after `propagate`, and the module is the
+    propagated one)."""
     from gspmdc.passes.pass_manager import PassContext, run_pipeline
     from gspmdc.passes.pipeline import partitioner_pipeline
     module = api.parse(text, case.name)
@@ -120,6 +122,8 @@ def _gspmdc_compile(text: str, case: Case) -> tuple[str | None, Module]:
                                   propagate_to_parameters=(case.propagate_to_parameters,),
                                   record_origins=False)
               if p.name == "propagate" else p for p in partitioner_pipeline()]
+    if not partition:
+        passes = passes[:[p.name for p in passes].index("propagate") + 1]
     propagated: list[str] = []
 
     def after(index, pass_, result, seconds):
@@ -206,7 +210,8 @@ def _value_mismatch(want: list, got: list, reference: Module) -> str | None:
 class Prepared:
     """A case ready for XLA: gspmdc's parse of it, its random arguments and their array leaves
     (`inputs`; None, with the reason in `skipped`, when values are not compared) and the result
-    leaves' dims."""
+    leaves' dims; `shardings_only`: only the shardings after propagation are to be compared
+    (`run_case`)."""
 
     case: Case
     original: Module
@@ -215,6 +220,7 @@ class Prepared:
     output_shapes: list | None
     skipped: str | None
     seconds: float = 0.0
+    shardings_only: bool = False
 
     def send(self, oracle: XlaOracle) -> None:
         oracle.send(self.case.text, self.case.num_partitions,
@@ -223,23 +229,27 @@ class Prepared:
                     inputs=self.inputs, output_shapes=self.output_shapes)
 
 
-def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = True) -> CaseResult:
+def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = True,
+             shardings_only: bool = False) -> CaseResult:
     """Run `case` through XLA and gspmdc and compare (1) the sharding of every instruction after
     propagation (`correspondence.py`), (2) the bytes each device sends in collectives in the two
     partitioned programs (`collective_bytes`, the same function on both texts) and (3) with
     `values`, the outputs of gspmdc's partitioned program on the local backend, of XLA's
     partitioned program on N host devices and of gspmdc's reference interpreter, all from the
-    same random inputs (`seed`). (`prepare`, XLA, then `finish`.)"""
-    prepared = prepare(case, seed, values=values)
+    same random inputs (`seed`). With `shardings_only`, (1) alone: gspmdc stops after
+    propagation and nothing runs. (`prepare`, XLA, then `finish`.)"""
+    prepared = prepare(case, seed, values=values, shardings_only=shardings_only)
     if isinstance(prepared, CaseResult):
         return prepared
     prepared.send(oracle)
     return finish(prepared, oracle.receive())
 
 
-def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | CaseResult:
-    """gspmdc's parse of the case and its random inputs (`seed`); a CaseResult when gspmdc
-    cannot parse it or there is nothing to compare."""
+def prepare(case: Case, seed: int = 0, *, values: bool = True,
+            shardings_only: bool = False) -> Prepared | CaseResult:
+    """gspmdc's parse of the case and its random inputs (`seed`; none with `shardings_only` or
+    without `values`); a CaseResult when gspmdc cannot parse it or there is nothing to
+    compare."""
     if case.num_partitions < 2:
         return CaseResult(case, "skipped", "one partition: XLA neither propagates nor partitions")
     started = time.monotonic()
@@ -247,7 +257,8 @@ def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | Cas
         original = api.parse(case.text, case.name)
     except GspmdcError as e:
         return CaseResult(case, "gspmdc-rejected", f"parse: {_line(e)}")
-    skipped = _values_skipped(original) if values else "values not requested"
+    skipped = "shardings only" if shardings_only else \
+        _values_skipped(original) if values else "values not requested"
     arguments = inputs = output_shapes = None
     if skipped is None:
         from gspmdc.runtime.io import random_inputs
@@ -260,7 +271,7 @@ def prepare(case: Case, seed: int = 0, *, values: bool = True) -> Prepared | Cas
                       for leaf in _leaves(v, p.shape)]
             output_shapes = [leaf.dims for leaf in original.entry.root.shape.leaves()]
     return Prepared(case, original, arguments, inputs, output_shapes, skipped,
-                    time.monotonic() - started)
+                    time.monotonic() - started, shardings_only)
 
 
 class _Clock:
@@ -283,7 +294,8 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     (HLO -> StableHLO -> HLO) renames instructions, flattens tuple parameters and folds tuples,
     and its call inliner runs before propagation; starting both compilers from the same module
     makes the instructions correspond one to one by name and keeps those rewrites (semantics-
-    preserving) out of the comparison."""
+    preserving) out of the comparison. With `prepared.shardings_only` gspmdc stops after its
+    propagation and only the shardings are compared."""
     case, original, inputs, skipped = (prepared.case, prepared.original, prepared.inputs,
                                        prepared.skipped)
     n = case.num_partitions
@@ -296,7 +308,8 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     clock = _Clock(seconds)
     try:
         before = api.parse(xla.before, case.name)
-        propagated_text, spmd = _gspmdc_compile(xla.before, case)
+        propagated_text, spmd = _gspmdc_compile(xla.before, case,
+                                                partition=not prepared.shardings_only)
     except GspmdcError as e:
         result.status, result.detail = "gspmdc-rejected", _line(e)
         propagated_text, spmd = getattr(e, "propagated_text", None), None
@@ -311,7 +324,9 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
         if not result.shardings_agree:
             result.deliberate = deliberate_differences(theirs)
     result.xla_spmd = xla.spmd
-    if spmd is None:
+    if prepared.shardings_only:
+        result.values = f"not run: {skipped}"
+    if spmd is None or prepared.shardings_only:
         clock.lap("compare")
         return result
     result.our_spmd = api.to_text(spmd)

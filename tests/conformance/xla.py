@@ -3,13 +3,15 @@
     cd tests && python -m conformance.xla --cases 200 --seed 0 [--source fuzz|corpus] [--show 5]
     cd tests && python -m conformance.xla --cases 10000 --seed 7 --shard 0/4 --results r0.jsonl
     cd tests && python -m conformance.xla merge r0.jsonl r1.jsonl r2.jsonl r3.jsonl [--show 5]
+    cd tests && python -m conformance.xla --cases 1000 --seed 7 --shardings-only
 
 Runs the cases (each module under both propagation option settings: to-output and
 to-parameters both off, both on), prints per setting the agreement figures (per-instruction
 sharding agreement, modules agreeing fully, collective bytes gspmdc <= / > XLA, value agreement,
 seconds per case by stage), then the divergence classes by frequency and, for the `--show` most
 frequent, the first case of the class shrunk to a minimal module that still shows it. Needs the
-`[xla]` extra (jax, jaxlib).
+`[xla]` extra (jax, jaxlib). `--shardings-only` compares the shardings alone (gspmdc stops after
+propagation, no program runs): the propagation figures at a fraction of the time.
 
 A large run splits into shards that run anywhere (other processes, other sessions): `--shard
 i/k` runs every k-th module from the i-th (the module ids depend only on the seed), and
@@ -42,9 +44,10 @@ def cases_from(source: str, count: int, seed: int,
 
 
 def run_all(cases: list[Case], oracle: XlaOracle, seed: int, progress=None,
-            record=None) -> list[CaseSummary]:
+            record=None, shardings_only: bool = False) -> list[CaseSummary]:
     """Every case, XLA working on the next case while gspmdc works on the current one; each
-    case's summary goes to `record` (if given) as soon as it is complete."""
+    case's summary goes to `record` (if given) as soon as it is complete. `shardings_only`:
+    compare only the shardings after propagation (`differential.run_case`)."""
     results: list[CaseSummary | None] = [None] * len(cases)
     in_flight = None                                    # (index, Prepared) XLA is working on
 
@@ -61,7 +64,7 @@ def run_all(cases: list[Case], oracle: XlaOracle, seed: int, progress=None,
             answered = (*in_flight, oracle.receive())
             in_flight = None
         if case is not None:
-            prepared = prepare(case, seed)
+            prepared = prepare(case, seed, shardings_only=shardings_only)
             if isinstance(prepared, CaseResult):
                 done(index, prepared)
             else:
@@ -81,8 +84,10 @@ def figures_by_setting(results: list[CaseSummary]) -> dict[str, Figures]:
 
 def minimal_module(result: CaseSummary, target: tuple[str, str], oracle: XlaOracle,
                    budget: int) -> str:
-    """The case of `result` shrunk while it still shows divergence class `target`."""
+    """The case of `result` shrunk while it still shows divergence class `target` (a sharding
+    class is decided by propagation alone: nothing is partitioned or run)."""
     values = target[0] == "values"
+    shardings_only = target[0] in ("sharding", "deliberate")
     if values and result.reference_text is not None:
         raise ValueError("a module with manual regions is compared with its own reference "
                          "program, which shrinking would leave behind")
@@ -90,7 +95,8 @@ def minimal_module(result: CaseSummary, target: tuple[str, str], oracle: XlaOrac
     def still_diverges(text: str) -> bool:
         smaller = result.case(text)
         return target in divergence_classes(run_case(smaller, oracle, result.seed,
-                                                     values=values))
+                                                     values=values,
+                                                     shardings_only=shardings_only))
 
     start = result.before if result.before is not None else result.text
     return shrink(start, still_diverges, budget)
@@ -215,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="append each case's record to FILE (cases already in it are "
                              "skipped); `merge` reports several such files together")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--shardings-only", action="store_true",
+                        help="compare only the shardings after propagation: gspmdc stops "
+                             "after propagating, nothing is run (no bytes or values)")
     _report_options(parser)
     args = parser.parse_args(argv)
     if not xla_available():
@@ -245,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
                 def record(summary: CaseSummary) -> None:
                     sink.write(summary.to_json() + "\n")
                     sink.flush()
-                results = run_all(cases, oracle, args.seed, progress, record)
+                results = run_all(cases, oracle, args.seed, progress, record,
+                                  args.shardings_only)
         else:
-            results = run_all(cases, oracle, args.seed, progress)
+            results = run_all(cases, oracle, args.seed, progress,
+                              shardings_only=args.shardings_only)
         report(earlier + results, oracle, args.show, args.shrink_budget)
     print(f"\n{len(cases)} cases in {time.monotonic() - started:.0f} s"
           + (f" ({len(earlier)} more from {args.results})" if earlier else ""))
