@@ -275,6 +275,18 @@ ENTRY main {
   ROOT t = (f32[8,14], f32[8,14], f32[8,14]) tuple(g1, g0, n)
 }""", 2, False, {"s": "{{devices=[2,1]<=[2]}, {devices=[1,2]<=[2]}}", "g1": "{devices=[1,2]<=[2]}",
                  "g0": "{devices=[2,1]<=[2]}", "one": "{devices=[1,2]<=[2]}"}),
+    # a value whose users want shardings with as many tiles, neither inside the other, takes
+    # the first user's, users in text order (XLA: its users in memory, which are in text order
+    # for a module it reads; docs/propagation.md "users-order tie")
+    "a_users_tie_goes_to_the_first_user": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p = f32[4,4] parameter(0)
+  c = f32[4,4] copy(p)
+  a = f32[4,4] abs(c), sharding={devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}
+  e = f32[4,4] exponential(c), sharding={devices=[2,1,2]2,3,0,1 last_tile_dim_replicate}
+  ROOT t = (f32[4,4], f32[4,4]) tuple(a, e)
+}""", 4, False, {"c": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}"}),
 }
 
 
