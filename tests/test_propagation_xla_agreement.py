@@ -275,6 +275,31 @@ ENTRY main {
   ROOT t = (f32[8,14], f32[8,14], f32[8,14]) tuple(g1, g0, n)
 }""", 2, False, {"s": "{{devices=[2,1]<=[2]}, {devices=[1,2]<=[2]}}", "g1": "{devices=[1,2]<=[2]}",
                  "g0": "{devices=[2,1]<=[2]}", "one": "{devices=[1,2]<=[2]}"}),
+    # an op gspmdc cannot partition takes {replicated} from a replicated operand, but not when
+    # it has a side effect, its own or one of a computation it calls (XLA's HasSideEffect looks
+    # inside): a fusion holding a side-effecting custom-call stays unsharded
+    "a_fusion_with_a_side_effect_inside_takes_no_replicated_sharding": Behaviour("""
+HloModule m, num_partitions=2
+fused {
+  f = f32[8,4] parameter(0)
+  b = f32[8,4] custom-call(f), custom_call_target="ShardBarrierTo", custom_call_has_side_effect=true
+  c = f32[] constant(0.5)
+  k = f32[4,8] broadcast(c), dimensions={}
+  ROOT d = f32[8,8] dot(b, k), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+fused_pure {
+  g = f32[8,4] parameter(0)
+  c2 = f32[] constant(0.5)
+  k2 = f32[4,8] broadcast(c2), dimensions={}
+  ROOT d2 = f32[8,8] dot(g, k2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+ENTRY main {
+  p = f32[8,4] parameter(0), sharding={replicated}
+  fu = f32[8,8] fusion(p), kind=kOutput, calls=fused
+  pure = f32[8,8] fusion(p), kind=kOutput, calls=fused_pure
+  n = f32[8,4] negate(p)
+  ROOT t = (f32[8,4]) tuple(n)
+}""", 2, False, {"fu": None, "pure": "{replicated}"}),
     # a value whose users want shardings with as many tiles, neither inside the other, takes
     # the first user's, users in text order (XLA: its users in memory, which are in text order
     # for a module it reads; docs/propagation.md "users-order tie")

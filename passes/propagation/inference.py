@@ -25,6 +25,7 @@ from gspmdc.ir.sharding_algebra import for_shape, is_spatially_partitioned
 from .backward_rules import from_user
 from .context import Context, Proposal
 from .forward_rules import forward_rule
+from .graph import ModuleGraph
 from .improve import improved_sharding
 from .opclass import is_elementwise, passes_at_level, supports_spatial_partitioning
 
@@ -90,7 +91,7 @@ def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
     if not _supported(ctx, inst, backward=False):
         comp = ctx.graph.computation_of[inst]
         if isinstance(inst.shape, TupleShape) or not inst.operands or comp.root is inst or \
-                has_side_effect(inst):
+                ctx.graph.derived("side effect", inst, _acts_on_the_world, ctx.graph):
             return None
         for op in inst.operands:
             s = op.sharding
@@ -100,6 +101,14 @@ def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
                 return None if new is None else Proposal(new, "replicated operand", (op,))
         return None
     return forward_rule(inst)(ctx, inst)
+
+
+def _acts_on_the_world(inst: Instruction, graph: ModuleGraph) -> bool:
+    """XLA's `HasSideEffect`: `inst` has a side effect of its own, or an instruction of a
+    computation it calls has one (a fusion holding a side-effecting custom-call, recursively)."""
+    return has_side_effect(inst) or any(
+        _acts_on_the_world(i, graph) for name in inst.called_computation_names()
+        for i in graph.computation(name).instructions)
 
 
 def _rule_label(ctx: Context, user: Instruction) -> str:
