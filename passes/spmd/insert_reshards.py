@@ -10,7 +10,8 @@ priced with the reshards `h`'s users will ask for (their plans for `h` in its an
 `PlanContext.result_needs`), read from the annotation or straight from the computed result
 where that moves fewer bytes, and from the summed form of a partial result where users read
 that (`result_chain`: one all-reduce for all of them); a tuple of arrays read only by
-get-tuple-elements is priced with what the readers of each element read it in. The pass then
+get-tuple-elements is priced with what the readers of each element read it in (an element
+nobody reads, `{unknown}` in those needs, stays as computed: `seen_by_users`). The pass then
 
 - inserts a reshard node before `h` for every operand whose sharding differs from the needed one;
 - sets `h.sharding` to the produced sharding, and when that differs from `h`'s annotation inserts
@@ -71,7 +72,8 @@ from .call_graph import control_flow_callees, unshare_callees
 from .cleanup import eliminate_common_subexpressions, live_instructions
 from .op_rules import (
     NOT_EVERYWHERE, NOT_RECOMPUTED, OpPlan, PlanContext, broadcast_first, free_target,
-    maximal_for, read_from, recomputed_for_free, replicated_for, result_chain,
+    maximal_for, read_as, read_from, recomputed_for_free, replicated_for, result_chain,
+    seen_by_users,
 )
 from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
@@ -230,8 +232,9 @@ class _Rewriter:
             self.planned.add(inst)
             if self._computed_everywhere(inst):
                 self.everywhere.add(inst)
-            if plan.result != desired:
-                replacement[inst] = self._reshard_result(inst, plan, desired)
+            seen = seen_by_users(inst.shape, desired, plan.result, self.ctx.known_needs(inst))
+            if plan.result != seen:
+                replacement[inst] = self._reshard_result(inst, plan, seen)
         root = replacement.get(comp.root, comp.root)
         if self.root_sharding is not None and root.sharding != self.root_sharding:
             root = self.reshard(root, self.root_sharding, comp.root, "result",
@@ -291,14 +294,15 @@ class _Rewriter:
 
     def _reshard_result(self, inst: Instruction, plan: OpPlan,
                         desired: HloSharding) -> Instruction:
-        """`inst`, computed in `plan.result`, resharded to its annotation `desired` for its
-        users; through the summed form of a partial result (`result_chain`) when some user's
+        """`inst`, computed in `plan.result`, resharded to its annotation `desired` (as its
+        users see it: `seen_by_users`) for them; through the summed form of a partial result (`result_chain`) when some user's
         need reads that form (`read_from`), each user then resharded from the cheapest one."""
         reason = _result_reason(inst, plan)
         chain = result_chain(plan.result, desired)
         value = inst
+        needs = [read_as(inst.shape, need, desired) for need in self.ctx.known_needs(inst)]
         if len(chain) == 3 and any(read_from(inst.shape, chain, need, self.ctx.cost) == 1
-                                   for need in self.ctx.known_needs(inst)):
+                                   for need in needs):
             value = self.reshard(inst, chain[1], inst, "result", reason)
         return self.reshard(value, desired, inst, "result", reason, look_through=False)
 
@@ -343,8 +347,9 @@ class _Rewriter:
         """`_result_needs` of a tuple of arrays only read by `get-tuple-element`s (a sort's, a
         scatter's): each element is read as the plans of the readers of its
         get-tuple-elements (in their annotations) read it, the root in its annotation; an
-        element nobody reads in its annotation. One tuple per k-th need of the elements (an
-        element with fewer needs repeats its last), so that each need is priced once."""
+        element nobody reads as `{unknown}` (any sharding: nothing reshards it). One tuple per
+        k-th need of the elements (an element with fewer needs repeats its last), so that each
+        need is priced once."""
         leaves = list(desired.leaf_shardings(inst.shape))
         per_leaf: list[list[HloSharding]] = [[] for _ in leaves]
         self.looking_ahead = True
@@ -357,7 +362,7 @@ class _Rewriter:
                     per_leaf[index] += self._needs_of(user, element)
         finally:
             self.looking_ahead = False
-        per_leaf = [list(dict.fromkeys(needs)) or [leaf] for needs, leaf in zip(per_leaf, leaves)]
+        per_leaf = [list(dict.fromkeys(needs)) or [HloSharding.unknown()] for needs in per_leaf]
         return tuple(HloSharding.tuple([needs[min(k, len(needs) - 1)] for needs in per_leaf])
                      for k in range(max(len(needs) for needs in per_leaf)))
 

@@ -243,14 +243,42 @@ def _result_bytes(signature: "Signature", result: HloSharding,
     shape, annotated = signature.shape, signature.sharding
     if not signature.result_needs:
         return measure(shape, result, annotated)
+    annotated = seen_by_users(shape, annotated, result, signature.result_needs)
+    needs = [read_as(shape, need, annotated) for need in signature.result_needs]
     chain = result_chain(result, annotated)
-    reads = [read_from(shape, chain, need, measure) for need in signature.result_needs]
-    total = sum(measure(shape, chain[k], need) for k, need in zip(reads, signature.result_needs))
+    reads = [read_from(shape, chain, need, measure) for need in needs]
+    total = sum(measure(shape, chain[k], need) for k, need in zip(reads, needs))
     if len(chain) == 3 and 1 not in reads:
         chain = chain[0], chain[2]                # the summed form is made only when read
         reads = [min(k, 1) for k in reads]
     used = max(reads)
     return total + sum(measure(shape, a, b) for a, b in zip(chain[:used], chain[1:used + 1]))
+
+
+def seen_by_users(shape: Shape, annotated: HloSharding, result: HloSharding,
+                  needs: Sequence[HloSharding]) -> HloSharding:
+    """The sharding users see of a result computed in `result`: its annotation, except that
+    an element of a tuple that no user reads (an `{unknown}` leaf in every one of its users'
+    `needs`, `PlanContext.result_needs`) stays as computed: nothing reshards it (XLA's
+    partitioner reshards only the elements its users read too)."""
+    if not needs or not isinstance(shape, TupleShape) or \
+            not all(need.is_tuple for need in needs):
+        return annotated
+    leaves = list(annotated.leaf_shardings(shape))
+    computed = list(result.leaf_shardings(shape))
+    unread = [all(need.leaf_shardings(shape)[i].kind == "unknown" for need in needs)
+              for i in range(len(leaves))]
+    if not any(unread):
+        return annotated
+    return HloSharding.tuple([c if u else a for a, c, u in zip(leaves, computed, unread)])
+
+
+def read_as(shape: Shape, need: HloSharding, seen: HloSharding) -> HloSharding:
+    """`need` with each element no user reads (`{unknown}`) as `seen` has it."""
+    if not need.is_tuple:
+        return need
+    return HloSharding.tuple([s if n.kind == "unknown" else n for n, s in
+                              zip(need.leaf_shardings(shape), seen.leaf_shardings(shape))])
 
 
 def read_from(shape: Shape, chain: Sequence[HloSharding], need: HloSharding,
