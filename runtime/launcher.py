@@ -19,7 +19,9 @@ whole job on any failure, and leave nothing behind.
   started;
 - accepts each rank's connection (`rank_link.py`; a Unix socket, or TCP when a hostfile puts
   ranks on other hosts), learns its pid and host, and sends it the job (pickled once);
-- passes rank output through live (without MPICH's termination banners);
+- passes rank output through live (without MPICH's termination banners), and prints the error
+  a failing rank reports over its connection (`rank_link.py`: not through MPICH's forwarding of
+  its standard error, which the rank's `MPI_Abort` can cut short);
 - stops the job (every process of it on this machine killed at once; ranks elsewhere exit when
   their connection closes) when a rank ends without `done`/`failed` (named with its host, pid,
   how it ended and the instruction it was executing), at `--timeout` (naming where every rank
@@ -34,6 +36,7 @@ Exit codes: those of the ranks (0 success, 1 check mismatch, 2 bad input, 3 runt
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -323,7 +326,7 @@ class _Session:
         if dead is not None:
             return self._fail(self._death(dead))
         if any(r.ended == "failed" for r in self._everyone()):
-            return code if code in (2, 3) else EXIT_RUNTIME     # the rank printed its error
+            return code if code in (2, 3) else EXIT_RUNTIME     # its error was printed
         if code in (0, 1) and self._all_done():
             if self.output is not None:
                 self.output.commit(self.job.options.outputs)
@@ -453,20 +456,24 @@ class _Session:
             end = buffer.find(b"\n")
             if end < 0:
                 break
-            line = bytes(buffer[:end]).decode(errors="replace").split()
+            line = bytes(buffer[:end]).decode(errors="replace")
             del buffer[:end + 1]
             if not self._message(conn, line):
                 return False
         return True
 
-    def _message(self, conn: socket.socket, words: list[str]) -> bool:
+    def _message(self, conn: socket.socket, line: str) -> bool:
         rank = self.ranks.get(conn)
+        words = line.split()
         if rank is None:
             return self._hello(conn, words)
         if words == ["ready"]:
             rank.ready = True
-        elif words and words[0] in ("done", "failed"):
-            rank.ended = words[0]
+        elif words == ["done"]:
+            rank.ended = "done"
+        elif words and words[0] == "failed":
+            rank.ended = "failed"
+            self._report(line[len("failed"):])
         elif len(words) == 2 and words[0] == "ended" and words[1].lstrip("-").isdigit():
             rank.status = int(words[1])
             if rank.ended is None:
@@ -475,6 +482,16 @@ class _Session:
                 and rank.number == 0:
             self.output.begin(words[1], int(words[2]))
         return True
+
+    @staticmethod
+    def _report(error: str) -> None:
+        """Print the error a rank reported (`failed MESSAGE`, the message a JSON string)."""
+        try:
+            message = json.loads(error)
+        except ValueError:
+            message = error.strip()
+        sys.stdout.flush()
+        print(f"gspmdc: error: {message}", file=sys.stderr, flush=True)
 
     def _hello(self, conn: socket.socket, words: list[str]) -> bool:
         if len(words) != 6 or words[0] != "hello" or words[5] != self.token \

@@ -28,8 +28,9 @@ read this partition's shard of every input (memory-mapped slices of the input fi
 random inputs), evaluate, send the pieces rank 0 needs for each output (`Igatherv` of raw bytes
 from the source partitions of each tile only), and on rank 0 assemble, check, write and print
 (`job.finish`). Every rank records the instruction it starts on its slot of the position board.
-Any exception on any rank prints `gspmdc: error: rank r (partition p): ...` naming the computation
-and instruction and calls `MPI_Abort`, which stops every rank at once. Exit codes: 0 success,
+Any exception on any rank reports `gspmdc: error: rank r (partition p): ...` naming the computation
+and instruction (the rank sends it to the launcher, which prints it; under the user's own
+`mpiexec` the rank prints it) and calls `MPI_Abort`, which stops every rank at once. Exit codes: 0 success,
 1 check mismatch, 2 bad input, 3 runtime failure.
 """
 from __future__ import annotations
@@ -188,7 +189,7 @@ def execute_on_mpi(job, link: RankLink | None = None, board=None) -> int:
         partition = backend.partition_id()
         code = _run_partition(job, comm, module, backend, board, link)
         if link is not None:
-            link.finish("done")
+            link.finish()
         return code
     except BaseException as e:  # noqa: BLE001 - every failure stops the whole job
         _abort(comm, rank, partition, e, link, describe(module, board.get(rank)))
@@ -302,11 +303,14 @@ def _abort(comm, rank: int, partition: int | None, error: BaseException,
     if not named:
         message = f"{message} (while {position})"
     sys.stdout.flush()
-    print(f"gspmdc: error: {where}: {message}", file=sys.stderr, flush=True)
-    if link is not None:
-        link.finish("failed")
-    else:
-        # started by the user's mpiexec: the message reaches the user only through MPICH's
+    try:
+        if link is not None:
+            link.fail(f"{where}: {message}")    # the launcher prints it
+    except OSError:
+        link = None                             # the launcher is gone: stderr is all there is
+    if link is None:
+        print(f"gspmdc: error: {where}: {message}", file=sys.stderr, flush=True)
+        # the message reaches the user only through MPICH's
         # forwarding of this rank's stderr, which MPI_Abort can cut off (the proxies are killed
         # before they pass on what they read): give it a moment
         time.sleep(_FORWARDING_SECONDS)

@@ -11,7 +11,10 @@ lines:
                                               launcher's machine (same `host_identity`)
     ready                (MPI started, its shared-memory names removed)
     output NAME NBYTES, then NBYTES bytes: one `.npy` member of the output file (rank 0)
-    done | failed        (before a normal exit | after reporting its own error)
+    done                 (before a normal exit)
+    failed MESSAGE       (the rank's error, as a JSON string on one line, before it stops the job:
+                          the launcher prints it, so that it does not depend on MPICH forwarding
+                          the rank's standard error before its abort kills the forwarders)
     ended STATUS         (from the rank's supervisor once the rank ended: its exit status, or
                           minus the signal that killed it)
 
@@ -31,6 +34,7 @@ removes the MPICH segments it maps and exits (`watch_launcher`).
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import signal
@@ -108,10 +112,16 @@ class RankLink:
                 if array.nbytes:
                     self._socket.sendall(memoryview(array.reshape(-1).view(np.uint8)))
 
-    def finish(self, word: str) -> None:
-        """Say `done` or `failed`; the launcher's closing is expected from now on."""
+    def finish(self) -> None:
+        """Say `done`; the launcher's closing is expected from now on."""
         self.finished = True
-        self.say(word)
+        self.say("done")
+
+    def fail(self, message: str) -> None:
+        """Say `failed` with the error `message` (the launcher prints it); the launcher's closing
+        is expected from now on."""
+        self.finished = True
+        self.say(f"failed {json.dumps(message)}")
 
     def watch_launcher(self, on_lost) -> None:
         """Call `on_lost()` from a daemon thread when the launcher's side closes before this rank

@@ -32,6 +32,13 @@ def _fail(inst, args, ctx):
         raise ValueError("injected failure")
     return args[0]
 
+def _fail_without_stderr(inst, args, ctx):
+    if ctx.partition_id == 1:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        raise ValueError("injected failure")
+    return args[0]
+
 def _sleep(inst, args, ctx):
     if ctx.partition_id == 1:
         Path(os.environ["GSPMDC_TEST_DIR"], "asleep").touch()
@@ -39,6 +46,7 @@ def _sleep(inst, args, ctx):
     return args[0]
 
 CUSTOM_CALL_TARGETS["gspmdc_test.fail_on_partition_1"] = _fail
+CUSTOM_CALL_TARGETS["gspmdc_test.fail_without_stderr_on_partition_1"] = _fail_without_stderr
 CUSTOM_CALL_TARGETS["gspmdc_test.sleep_on_partition_1"] = _sleep
 '''
 
@@ -80,6 +88,18 @@ def test_an_exception_on_one_rank_stops_the_job(job):
     assert "MPI_Abort" not in proc.stderr and "BAD TERMINATION" not in proc.stdout
     assert seconds < 20 and not out.exists()
     wait_gone(env["GSPMDC_TEST_TAG"])
+
+
+@needs_mpi
+def test_a_failing_rank_is_reported_without_its_standard_error(job):
+    """The rank's message reaches `gspmdc run` over its own connection: a rank whose standard
+    error goes nowhere (as when MPI_Abort stops MPICH's forwarding of it) is still reported."""
+    program, env, out = job
+    proc, _ = run([program("fail_without_stderr_on_partition_1"), "--outputs", out], env)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.count("rank 1 (partition 1): main/c: custom-call failed: ValueError: "
+                             "injected failure") == 1, proc.stderr
+    assert not out.exists()
 
 
 @contextlib.contextmanager
