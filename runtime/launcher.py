@@ -58,7 +58,7 @@ from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 from . import mpi_processes, rank_link
 from .cores import with_blas_threads
 from .rank_position import create_board_file, describe, describe_ranks, read_board_file
-from .rank_server import RankServer, listen_for_stubs, start_rank_server
+from .rank_server import RankServer, listen_for_stubs, one_host_ucx, start_rank_server
 from .reaper import Reaper, start_reaper
 
 if TYPE_CHECKING:       # annotations only: the ranks start before these are imported
@@ -72,8 +72,6 @@ _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_CO
 _POLL_SECONDS = 0.05
 #: after mpiexec ended, how long the ranks' connections may take to close
 _DRAIN_SECONDS = 5.0
-#: UCX's transports for the ranks of a job on one machine (`_rank_environment`)
-_ONE_HOST_UCX_TRANSPORTS = "self,sysv"
 #: signals that stop the job (exit 3)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: signals a process raises on itself when it fails (a rank killed by one of them crashed)
@@ -603,13 +601,11 @@ class _OutputReceiver:
 
 def _rank_environment(n: int, one_host: bool) -> dict[str, str]:
     """Ranks get an equal share of the free cores for their BLAS threads (unless the user chose;
-    `cores.py`). On one machine (`one_host`), UCX, MPICH's network layer, uses only its System V
-    shared-memory and loopback transports (unless the user set `UCX_TLS`): every other rank is
-    reachable through them, and `MPI_Init` takes half the CPU it takes with every transport
-    (which probes the network devices and zeroes POSIX shared-memory segments)."""
+    `cores.py`); on one machine (`one_host`), UCX's settings for ranks that share it
+    (`rank_server.one_host_ucx`)."""
     environment = with_blas_threads(dict(os.environ), n)
     if one_host:
-        environment.setdefault("UCX_TLS", _ONE_HOST_UCX_TRANSPORTS)
+        one_host_ucx(environment)
     return environment
 
 

@@ -4,14 +4,15 @@ Two ways in:
 
 - `run_rank(connection, token, start_mpi)`: the rank proper, forked from its supervisor, which
   connected to the launcher (`rank_link.py`) and waits for it to tell the launcher how it ended
-  (`supervise_rank`). It says hello (from then on the launcher knows its pid and host and names it
-  if it dies), starts MPI (`start_mpi()`) and only then receives the job, while the launcher may
-  still be partitioning the program; from then on it exits (3) if the launcher's connection
-  closes. Once every rank is past `MPI_Init`, the names of MPICH's shared-memory segments are
-  removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job ends. Rank 0
-  sends the outputs to the launcher, which writes the file once every rank has finished.
-  Timeouts are the launcher's. On the launcher's machine the rank server forks the supervisor and
-  the rank, the runtime already loaded (`rank_server.py`); on other hosts `main` does:
+  (`rank_link.report_end`). It says hello (from then on the launcher knows its pid and host and
+  names it if it dies), starts MPI (`start_mpi()`) and only then receives the job, while the
+  launcher may still be partitioning the program; from then on it exits (3) if the launcher's
+  connection closes. Once every rank is past `MPI_Init`, the names of MPICH's shared-memory
+  segments are removed (`mpi_processes.py`), so nothing is left in `/dev/shm` however the job
+  ends. Rank 0 sends the outputs to the launcher, which writes the file once every rank has
+  finished. Timeouts are the launcher's. On the launcher's machine the rank server forks the
+  rank, the runtime already loaded, and is its supervisor (`rank_server.py`); on other hosts
+  `main` does:
 - `main`: `python -m gspmdc.runtime.rank ADDRESS TOKEN`, started by the launcher's `mpiexec` on
   other hosts. First thing, the process asks the kernel to kill it when its parent (MPICH's
   proxy) dies, connects to the launcher and forks: the parent stays the supervisor, the child
@@ -201,7 +202,6 @@ def execute_on_mpi(job, link: RankLink | None = None, board=None) -> int:
 def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> int:
     from time import perf_counter
     from gspmdc.errors import EXIT_OK
-    from .backends.mpi import wait
     from .interpreter import Executable
     from .job import finish, input_sources
     from .rank_position import FINISHING, WRITING
@@ -236,19 +236,30 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
         run_times.append(perf_counter() - start)
     board.set(FINISHING)
     outputs = _gather_outputs(value, signature, module, comm)
-    profiles = comm.gather(recorder.profile() if recorder is not None else None, root=0)
-    rank_times = comm.gather(run_times, root=0)
+    # what else rank 0 reports (the same options on every rank: all gather, or none)
+    profiles = comm.gather(recorder.profile(), root=0) if recorder is not None else None
+    rank_times = comm.gather(run_times, root=0) if job.options.repeat else None
     backend.close()
     code = EXIT_OK
     if comm.Get_rank() == 0:
         board.set(WRITING)
         write = link.send_outputs if link is not None else None
-        slowest = [max(times) for times in zip(*rank_times)]    # a run lasts until all end
-        code = finish(job, module, outputs, sources, profiles if recorder is not None else None,
-                      write_outputs=write, run_times=slowest)
+        slowest = [max(times) for times in zip(*rank_times)] if rank_times else []
+        code = finish(job, module, outputs, sources, profiles, write_outputs=write,
+                      run_times=slowest)            # a run lasts until every rank ended it
         sys.stdout.flush()
-    wait(comm.Ibarrier())           # the other ranks sleep while rank 0 checks and writes
-    return comm.bcast(code, root=0)
+    return _rank_0s_code(comm, code)
+
+
+def _rank_0s_code(comm, code: int) -> int:
+    """Rank 0's exit code `code`, on every rank: the others sleep while rank 0 checks and writes
+    (a nonblocking broadcast and the backend's polite wait, where MPI's blocking broadcast
+    would keep them spinning)."""
+    import numpy as np
+    from .backends.mpi import wait
+    buffer = np.array([code], np.int64)
+    wait(comm.Ibcast(buffer, root=0))
+    return int(buffer[0])
 
 
 def _gather_outputs(value, signature, module, comm):

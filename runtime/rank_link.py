@@ -18,18 +18,20 @@ lines:
     ended STATUS         (from the rank's supervisor once the rank ended: its exit status, or
                           minus the signal that killed it)
 
-The rank's supervisor connects and forks the rank proper (`rank.py`, `rank_server.py`): the
-child says everything but `ended`; the supervisor holds the same connection, waits for the child
-and says `ended` (`supervise_rank`). A rank that dies without `done`/`failed` is named by its
-`ended` line, which its supervisor sends before the process MPICH's proxy started exits (the
-supervisor itself, or the rank stub it then releases), so before MPICH's proxy, seeing that
-process fail, kills the other ranks: the first `ended` without `done`/`failed` names the rank
-that died first whatever order the launcher reads its connections in. The connection closes when
-both processes have ended (or the supervisor is killed: the kernel kills its rank with it), and
-its closing is how each side learns the other died; a connection that closes without `done`,
-`failed` or `ended` names its rank too, but only by the order in which the launcher saw the
-closes. A rank whose launcher's connection closed (the launcher was killed, or stopped the job)
-removes the MPICH segments it maps and exits (`watch_launcher`).
+The rank's supervisor connects and forks the rank proper (`rank.py`): on the launcher's machine
+the rank server (`rank_server.py`), which supervises every rank it forks, on other hosts the
+process MPICH's proxy started (`rank.main`, `supervise_rank`). The rank says everything but
+`ended`; its supervisor holds the same connection, waits for the rank and says `ended`
+(`report_end`). A rank that dies without `done`/`failed` is named by its `ended` line, which its
+supervisor sends before the process MPICH's proxy started exits (the supervisor itself, or the
+rank stub the server then releases), so before MPICH's proxy, seeing that process fail, kills
+the other ranks: the first `ended` without `done`/`failed` names the rank that died first
+whatever order the launcher reads its connections in. The connection closes when both processes
+have ended (or the supervisor is killed: the kernel kills its ranks with it), and its closing is
+how each side learns the other died; a connection that closes without `done`, `failed` or
+`ended` names its rank too, but only by the order in which the launcher saw the closes. A rank
+whose launcher's connection closed (the launcher was killed, or stopped the job) removes the
+MPICH segments it maps and exits (`watch_launcher`).
 """
 from __future__ import annotations
 
@@ -157,45 +159,29 @@ class RankLink:
         return bytes(data)
 
 
-def supervise_rank(pid: int, connection: socket.socket, stub: socket.socket | None = None) -> int:
-    """The supervisor's part (the parent the rank proper was forked from, sharing its
-    connection): wait for the rank to end, tell the launcher how (`ended STATUS`), and exit as
-    it did (a signal `S` as status `128 + S`, as a shell reports it) so that MPICH's proxy sees
-    the same failure. Signals that would stop the supervisor before the rank are ignored: the
-    rank gets its own, and the supervisor follows it. With a `stub` (the connection of the
-    process MPICH's proxy started, `rank_server.py`), the status is also sent to the stub, which
-    exits with it, and the rank is killed if the stub's connection closes first."""
+def supervise_rank(pid: int, connection: socket.socket) -> int:
+    """The supervisor's part on another host (the parent the rank proper was forked from,
+    sharing its connection, and the process MPICH's proxy started): wait for the rank to end,
+    tell the launcher how (`report_end`) and return the exit status to end with, so that MPICH's
+    proxy sees the same failure. Signals that would stop the supervisor before the rank are
+    ignored: the rank gets its own, and the supervisor follows it."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    if stub is not None:
-        _wait_for_either(pid, stub)
     _, status = os.waitpid(pid, 0)
+    return report_end(connection, status)
+
+
+def report_end(connection: socket.socket, status: int) -> int:
+    """Tell the launcher over the rank's `connection` (then closed) how the rank ended
+    (`ended CODE`: `status` is what `os.waitpid` returned); the exit status the process MPICH's
+    proxy started must end with (a signal `S` as `128 + S`, as a shell reports it)."""
     code = os.waitstatus_to_exitcode(status)
     try:
         connection.sendall(f"ended {code}\n".encode())
     except OSError:
         pass                        # the launcher is gone or stopped the job
     connection.close()
-    exit_status = code if code >= 0 else 128 - code
-    if stub is not None:
-        try:
-            stub.sendall(f"{exit_status}\n".encode())
-        except OSError:
-            pass                    # the proxy killed the stub
-        stub.close()
-    return exit_status
-
-
-def _wait_for_either(pid: int, stub: socket.socket) -> None:
-    """Return once the rank `pid` ended; kill it first if the stub's connection closes."""
-    import select
-    rank = os.pidfd_open(pid)
-    try:
-        ready, _, _ = select.select([rank, stub], [], [])
-        if rank not in ready:
-            os.kill(pid, signal.SIGKILL)
-    finally:
-        os.close(rank)
+    return code if code >= 0 else 128 - code
 
 
 def rank_from_environment() -> int:

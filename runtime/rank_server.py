@@ -11,36 +11,40 @@ twice. The server dies with the launcher (`prctl(PR_SET_PDEATHSIG)`), leaves its
 descriptors (but the standard output and error and the stubs' listening socket; standard input
 reads /dev/null), takes fresh standard stream objects, imports the rest of the runtime and mpi4py
 (MPI loaded, not started) with the cyclic garbage collector paused and everything frozen, then
-serves one connection per stub, until it served as many as the stubs' `PMI_SIZE`:
+serves one connection per stub and supervises the rank it forks for it, until it served as many
+stubs as their `PMI_SIZE` and every rank ended:
 
 - the stub sends every file descriptor it has (its standard streams, the PMI socket and control
   descriptor that MPICH's proxy gave it) with their numbers, its working directory and its
   environment (the MPI rank, the PMI descriptors' numbers, the BLAS thread counts);
-- the server forks the rank's *supervisor*, which takes the stub's environment, connects to the
-  launcher (`rank_link.py`) and forks the rank proper; the rank puts the stub's descriptors at
-  the stub's numbers, takes its directory and its BLAS thread count (`_set_blas_threads`), and
-  runs `rank.run_rank`, which says hello and starts MPI (`MPI_Init_thread` finds the proxy's PMI
-  descriptor as the stub would have). It ends through the C library's `exit` after
-  `MPI_Finalize` (`_exit_rank`: MPICH says goodbye to its proxy at exit, and a fork must not
-  return into the server's loop);
-- the supervisor waits for the rank, says `ended STATUS` to the launcher, then sends the status
-  to the stub, which exits with it: MPICH's proxy sees the rank's failure after the launcher
-  heard who failed, as with a rank it started itself. When the stub's connection closes first
-  (the proxy killed it: another rank failed, or the job is being stopped), the supervisor kills
-  the rank.
+- the server connects to the launcher for the rank (`rank_link.py`) and forks the rank, which
+  holds none of the server's descriptors but that connection (not the other ranks' connections
+  or stubs: each must close when its own rank or stub ends), puts the stub's descriptors at the
+  stub's numbers, takes the stub's environment, directory and BLAS thread count
+  (`_set_blas_threads`), and runs `rank.run_rank`, which says hello and starts MPI
+  (`MPI_Init_thread` finds the proxy's PMI descriptor as the stub would have). It ends through
+  the C library's `exit` after `MPI_Finalize` (`_exit_rank`: MPICH says goodbye to its proxy at
+  exit, and a fork must not return into the server's loop);
+- the server waits for its ranks (a pidfd each) and their stubs' connections at once. When a
+  rank ends, the server says `ended STATUS` on its connection to the launcher, then sends the
+  status to its stub, which exits with it: MPICH's proxy sees the rank's failure after the
+  launcher heard who failed, as with a rank it started itself. When a stub's connection closes
+  first (the proxy killed it: another rank failed, or the job is being stopped), the server
+  kills the rank.
 
-`ps` shows each rank as `gspmdc-rank-R`, its supervisor as `gspmdc-super-R` and the server as
-`gspmdc-ranks`. A rank dies with its supervisor (`prctl(PR_SET_PDEATHSIG)`); supervisors outlive
-the server, which exits once it served every stub: a rank exits when its launcher connection
-closes, and the launcher and its reaper kill the ranks they know by pid.
+`ps` shows each rank as `gspmdc-rank-R` and the server as `gspmdc-ranks`. A rank dies with the
+server (`prctl(PR_SET_PDEATHSIG)`; the launcher then names the rank whose connection closed
+first), the server with the launcher; a rank also exits when its launcher connection closes, and
+the launcher and its reaper kill the ranks they know by pid.
 
 Ranks on other hosts (`--hostfile`) have no server: they run `python -m gspmdc.runtime.rank`
-(`rank.main`), which connects and forks its supervisor itself.
+(`rank.main`), which connects and forks the rank proper, staying its supervisor.
 """
 from __future__ import annotations
 
 import gc
 import os
+import selectors
 import signal
 import socket
 import sys
@@ -57,6 +61,8 @@ from .cores import BLAS_THREAD_VARIABLES
 MAX_DESCRIPTORS = 253
 #: bytes of the stub's message header: the length of what follows
 HEADER_BYTES = 8
+#: UCX's settings for ranks that all run on one machine (`one_host_ucx`)
+_ONE_HOST_UCX = {"UCX_TLS": "self,sysv", "UCX_MEM_EVENTS": "n", "UCX_PROTO_ENABLE": "n"}
 
 
 class RankServer:
@@ -67,13 +73,33 @@ class RankServer:
         self._collected = False
 
     def stop(self) -> None:
-        """Kill the server if it still runs (it ends once it served every stub) and collect it."""
+        """Kill the server if it still runs (it ends once every rank it forked ended; killing it
+        kills those that did not) and collect it."""
         if self._collected:
             return
         if os.waitpid(self.pid, os.WNOHANG)[0] == 0:
             mpi_processes.kill_tree([self.pid])
             os.waitpid(self.pid, 0)
         self._collected = True
+
+
+def one_host_ucx(environment) -> None:
+    """Give `environment` (a dict, or `os.environ`) UCX's settings for the ranks of a job that
+    all run on this machine, unless the user chose UCX's transports (`UCX_TLS`); a variable the
+    user set stays. UCX (MPICH's network layer) then uses only its loopback and System V
+    shared-memory transports, through which every rank is reachable: `MPI_Init` takes half the
+    CPU it takes with every transport, which probes the network devices and zeroes POSIX
+    shared-memory segments. These transports register no memory, so nothing needs to hear of
+    memory being unmapped: without memory events (`UCX_MEM_EVENTS=n`) UCX installs no hooks
+    into `mmap` and `malloc`, which cost 40 ms of CPU when MPI's library loads (in the server).
+    UCX's older protocol selection (`UCX_PROTO_ENABLE=n`) takes 1.5 ms less of each rank's
+    `MPI_Init` (of 8); on one machine MPICH moves the ranks' data through its own shared memory,
+    so transfers take as long. The launcher gives the ranks these settings, and the server
+    takes them before it loads MPI."""
+    if "UCX_TLS" in environment:
+        return
+    for name, value in _ONE_HOST_UCX.items():
+        environment.setdefault(name, value)
 
 
 def listen_for_stubs(path: str) -> socket.socket:
@@ -188,6 +214,7 @@ def _load_runtime() -> None:
     """Import what a rank needs beyond what the launcher had imported, MPI loaded but not
     started, the objects frozen (`gc_pause`). Each rank sets its BLAS thread count
     (`_set_blas_threads`)."""
+    one_host_ucx(os.environ)        # before MPI's library loads
     import mpi4py
     mpi4py.rc.initialize = False    # each rank starts MPI itself, with its proxy's PMI socket
     mpi4py.rc.finalize = False      # and finalizes it itself (`_exit_rank`)
@@ -205,39 +232,64 @@ def _load_runtime() -> None:
         loaded_blas()               # found once (cached) for every rank
 
 
+class _Supervised:
+    """A rank the server forked and supervises: its pid, a descriptor readable once it exited,
+    its stub's connection and its connection to the launcher."""
+
+    def __init__(self, pid: int, stub: socket.socket, connection: socket.socket):
+        self.pid = pid
+        self.exit_watch = os.pidfd_open(pid)
+        self.stub = stub
+        self.connection = connection
+        #: the server waits for the stub's connection to close (until it did)
+        self.stub_watched = True
+
+    def close(self) -> None:
+        """Close the server's descriptors of this rank (in a newly forked rank: they are not
+        its own, and must close when the server's do)."""
+        os.close(self.exit_watch)
+        self.stub.close()
+        self.connection.close()
+
+
 def _serve(listener: socket.socket, launcher_address: str, token: str) -> int:
-    """Serve stubs until as many as the job's ranks (`PMI_SIZE` of their environment) were
-    served (see the module docstring)."""
+    """Serve stubs and supervise the ranks forked for them until as many ranks as the job has
+    (`PMI_SIZE` of the stubs' environment) were started and every one of them ended (see the
+    module docstring)."""
+    watch = selectors.DefaultSelector()
+    watch.register(listener, selectors.EVENT_READ)
+    running: dict[int, _Supervised] = {}
     served, ranks = 0, None
-    while ranks is None or served < ranks:
-        stub, _ = listener.accept()
-        descriptors, numbers, directory, environment = _receive(stub)
-        served += 1
-        if ranks is None and environment.get("PMI_SIZE", "").isdigit():
-            ranks = int(environment["PMI_SIZE"])
-        if os.fork() == 0:
-            code = 3
-            try:
-                listener.close()
-                code = _supervise(stub, descriptors, numbers, directory, environment,
-                                  launcher_address, token)
-            finally:
-                os._exit(code)
-        stub.close()
-        for fd in descriptors:
-            os.close(fd)
-        _reap()
+    while ranks is None or served < ranks or running:
+        for key, _ in watch.select():
+            if key.data is None:    # the listener: a stub connects
+                stub, _ = listener.accept()
+                descriptors, numbers, directory, environment = _receive(stub)
+                served += 1
+                if ranks is None and environment.get("PMI_SIZE", "").isdigit():
+                    ranks = int(environment["PMI_SIZE"])
+                if served == ranks:
+                    watch.unregister(listener)
+                rank = _start_rank(stub, descriptors, numbers, directory, environment,
+                                   launcher_address, token, [listener, watch, *running.values()])
+                if rank is not None:
+                    running[rank.pid] = rank
+                    watch.register(rank.exit_watch, selectors.EVENT_READ, (rank, "exited"))
+                    watch.register(rank.stub, selectors.EVENT_READ, (rank, "stub"))
+                continue
+            rank, event = key.data
+            if running.get(rank.pid) is not rank:
+                continue            # reported earlier in this look
+            watch.unregister(key.fileobj)
+            if event == "exited":
+                del running[rank.pid]
+                if rank.stub_watched:
+                    watch.unregister(rank.stub)
+                _report_end(rank)
+            else:                   # the stub's connection closed: MPICH's proxy killed it
+                rank.stub_watched = False
+                os.kill(rank.pid, signal.SIGKILL)
     return 0
-
-
-def _reap() -> None:
-    """Collect the supervisors that ended (a server whose stubs do not say how many ranks there
-    are serves until the launcher ends it)."""
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-    except ChildProcessError:
-        pass
 
 
 def _receive(stub: socket.socket) -> tuple[list[int], list[int], str, dict[str, str]]:
@@ -260,28 +312,35 @@ def _receive(stub: socket.socket) -> tuple[list[int], list[int], str, dict[str, 
     return descriptors, [int(n) for n in numbers.split()], directory, variables
 
 
-def _supervise(stub: socket.socket, descriptors: list[int], numbers: list[int], directory: str,
-               environment: dict[str, str], launcher_address: str, token: str) -> int:
-    """The supervisor of one rank: connect to the launcher, fork the rank, report how it ended
-    (`rank_link.supervise_rank`)."""
-    from .rank_link import connect, supervise_rank
-    os.environ.clear()
-    os.environ.update(environment)
+def _start_rank(stub: socket.socket, descriptors: list[int], numbers: list[int], directory: str,
+                environment: dict[str, str], launcher_address: str, token: str,
+                servers: list) -> _Supervised | None:
+    """Connect to the launcher for the stub's rank and fork the rank (see the module
+    docstring); None when the launcher cannot be reached (the stub was told, with a message on
+    its standard error). `servers`: what of the server's the rank must not hold (closed in
+    it)."""
+    from .rank_link import connect
     rank_number = environment.get("PMI_RANK", "?")
-    mpi_processes.name_process(f"gspmdc-super-{rank_number}")
     try:
         connection = connect(launcher_address)
     except OSError as e:
-        from .rank import unreachable
-        _take_descriptors(descriptors, numbers, stub)   # the message goes to the stub's stderr
-        return unreachable(e)
+        _tell_stub(stub, descriptors, numbers,
+                   f"gspmdc: error: rank {rank_number}: cannot reach the launcher: {e}\n")
+        return None
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
-        code = 3
+        code = EXIT_RUNTIME
         try:
             mpi_processes.die_with_parent(signal.SIGKILL)
+            if os.getppid() != server:
+                os._exit(code)      # the server died before it could be asked to kill us
+            for held in servers:
+                held.close()
             stub.close()
             connection = _take_descriptors(descriptors, numbers, connection)
+            os.environ.clear()
+            os.environ.update(environment)
             os.chdir(directory)
             mpi_processes.name_process(f"gspmdc-rank-{rank_number}")
             _set_blas_threads(int(environment.get("PMI_SIZE", "1")))
@@ -290,7 +349,35 @@ def _supervise(stub: socket.socket, descriptors: list[int], numbers: list[int], 
             _exit_rank(code)
     for fd in descriptors:
         os.close(fd)
-    return supervise_rank(pid, connection, stub)
+    return _Supervised(pid, stub, connection)
+
+
+def _report_end(rank: _Supervised) -> None:
+    """The rank exited: tell the launcher how (`rank_link.report_end`), then its stub, which
+    exits with the same status."""
+    from .rank_link import report_end
+    _, status = os.waitpid(rank.pid, 0)
+    os.close(rank.exit_watch)
+    exit_status = report_end(rank.connection, status)
+    try:
+        rank.stub.sendall(f"{exit_status}\n".encode())
+    except OSError:
+        pass                        # the proxy killed the stub
+    rank.stub.close()
+
+
+def _tell_stub(stub: socket.socket, descriptors: list[int], numbers: list[int],
+               message: str) -> None:
+    """Write `message` to the stub's standard error and have the stub exit with status 3."""
+    try:
+        if 2 in numbers:
+            os.write(descriptors[numbers.index(2)], message.encode(errors="replace"))
+        stub.sendall(f"{EXIT_RUNTIME}\n".encode())
+    except OSError:
+        pass
+    stub.close()
+    for fd in descriptors:
+        os.close(fd)
 
 
 def _set_blas_threads(num_ranks: int) -> None:

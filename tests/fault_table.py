@@ -247,8 +247,8 @@ def tagged_processes(tag: str) -> list[int]:
 
 
 def rank_pids(tag: str) -> dict[int, int]:
-    """{rank: pid} of the job's ranks proper: the processes named `gspmdc-rank-R` (what `ps`
-    shows; their supervisors are `gspmdc-super-R`)."""
+    """{rank: pid} of the job's ranks: the processes named `gspmdc-rank-R` (what `ps` shows;
+    the rank server that forked them and supervises them is `gspmdc-ranks`)."""
     found = {}
     for pid in tagged_processes(tag):
         try:

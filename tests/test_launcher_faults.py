@@ -152,6 +152,28 @@ def test_a_killed_rank_stops_the_job_and_is_named_with_its_instruction(job, vict
 
 
 @needs_mpi
+def test_a_killed_rank_server_stops_the_job(job):
+    """The rank server supervises every rank it forked on this machine: killing it kills them
+    all (they die with it), and the job stops with a rank named, exit 3, nothing left."""
+    program, env, out = job
+    tag = env["GSPMDC_TEST_TAG"]
+    with asleep_on_rank_1(job) as proc:
+        ranks = rank_pids(tag)
+        servers = [pid for pid in tagged_processes(tag)
+                   if Path(f"/proc/{pid}/comm").read_text().strip() == "gspmdc-ranks"]
+        assert len(servers) == 1, "the server supervises the running ranks"
+        os.kill(servers[0], signal.SIGKILL)
+        start = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=30)
+        seconds = time.monotonic() - start
+    assert proc.returncode == 3, stderr
+    assert any(f"rank {r} (pid {pid}) terminated unexpectedly" in stderr
+               for r, pid in ranks.items()), stderr
+    assert seconds < 10 and not out.exists()
+    wait_gone(tag)
+
+
+@needs_mpi
 def test_timeout_stops_every_rank(job):
     program, env, out = job
     # the timeout counts from the start of `gspmdc run`: long enough for 4 ranks to start on a

@@ -26,23 +26,30 @@ ENTRY main {
 }
 """
 
-#: registers `gspmdc_test.inspect`: the identity, writing the rank's descriptors (what each one
-#: is) and its UCX_TLS to a file
+#: registers `gspmdc_test.inspect`: the identity, writing the rank's UCX settings and its
+#: descriptors (what each one is) to a file, and its parent's descriptors to another
 PLUGIN = '''
 import os
 from pathlib import Path
 if "GSPMDC_TEST_DIR" in os.environ:
     from gspmdc.runtime.kernels.custom_call import CUSTOM_CALL_TARGETS
+    UCX = ("UCX_TLS", "UCX_MEM_EVENTS", "UCX_PROTO_ENABLE")
 
-    def _inspect(inst, args, ctx):
+    def _held(process):
         held = []
-        for name in os.listdir("/proc/self/fd"):
+        for name in os.listdir(f"/proc/{process}/fd"):
             try:
-                held.append(os.readlink(f"/proc/self/fd/{name}"))
+                held.append(os.readlink(f"/proc/{process}/fd/{name}"))
             except OSError:
                 pass
-        Path(os.environ["GSPMDC_TEST_DIR"], f"rank-{os.getpid()}").write_text(
-            os.environ.get("UCX_TLS", "-") + "\\n" + "\\n".join(held))
+        return held
+
+    def _inspect(inst, args, ctx):
+        directory = Path(os.environ["GSPMDC_TEST_DIR"])
+        (directory / f"rank-{os.getpid()}").write_text(
+            " ".join(os.environ.get(name, "-") for name in UCX) + "\\n"
+            + "\\n".join(_held("self")))
+        (directory / f"parent-{os.getpid()}").write_text("\\n".join(_held(os.getppid())))
         return args[0]
     CUSTOM_CALL_TARGETS["gspmdc_test.inspect"] = _inspect
 '''
@@ -53,8 +60,9 @@ def _run(tmp_path: Path, extra_env: dict[str, str], extra_args=(), pass_fds=()):
     program.write_text(PROGRAM)
     (tmp_path / "sitecustomize.py").write_text(PLUGIN)
     env = dict(os.environ, PYTHONPATH=str(tmp_path), GSPMDC_TEST_DIR=str(tmp_path), **extra_env)
-    if "UCX_TLS" not in extra_env:
-        env.pop("UCX_TLS", None)
+    for name in ("UCX_TLS", "UCX_MEM_EVENTS", "UCX_PROTO_ENABLE"):
+        if name not in extra_env:
+            env.pop(name, None)
     proc = subprocess.run([str(GSPMDC), "run", str(program), "-q", *extra_args],
                           capture_output=True, text=True, timeout=300, env=env,
                           pass_fds=pass_fds)
@@ -80,19 +88,37 @@ def test_ranks_hold_none_of_the_launchers_descriptors(tmp_path):
         assert pipe not in held
 
 
+@pytest.mark.skipif(not MPIEXEC.exists() or not Path("/proc/self/fd").is_dir(),
+                    reason="needs mpiexec in the venv and Linux /proc")
+def test_a_rank_shares_only_its_own_connection_with_the_rank_server(tmp_path):
+    """The server that forks the ranks holds every rank's connection to the launcher and every
+    stub's connection: a rank holding another rank's (or stub's, or the server's listening
+    socket) would keep it open after that rank or stub died, and the death would go unseen.
+    (The stubs' own descriptors, which MPICH's proxy leaves open in each of them, are shared by
+    the ranks and are not the server's.)"""
+    _run(tmp_path, {})
+    for report in tmp_path.glob("rank-*"):
+        held = {target for target in report.read_text().split("\n")[1:]
+                if target.startswith("socket:")}
+        server = set((tmp_path / report.name.replace("rank-", "parent-")).read_text().split("\n"))
+        assert len(held & server) == 1          # its own connection to the launcher
+
+
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed in the venv")
 @pytest.mark.parametrize("placement, user, seen", [
-    ("one host", None, "self,sysv"),
-    ("one host", "self,tcp", "self,tcp"),       # the user's choice stands
-    ("hostfile", None, "-"),                    # ranks that may be on other hosts: UCX's default
+    ("one host", {}, "self,sysv n n"),
+    ("one host", {"UCX_TLS": "self,tcp"}, "self,tcp - -"),   # the user's choice stands
+    ("one host", {"UCX_MEM_EVENTS": "y"}, "self,sysv y n"),
+    ("hostfile", {}, "- - -"),                  # ranks that may be on other hosts: UCX's default
 ])
-def test_ucx_transports_of_the_ranks(tmp_path, placement, user, seen):
+def test_ucx_settings_of_the_ranks(tmp_path, placement, user, seen):
+    """`UCX_TLS UCX_MEM_EVENTS UCX_PROTO_ENABLE` as the ranks see them (`-`: unset)."""
     extra = []
     if placement == "hostfile":
         hostfile = tmp_path / "hosts"
         hostfile.write_text(f"{socket.gethostname()}:2\n")
         extra = ["--hostfile", str(hostfile)]
-    reports = _run(tmp_path, {} if user is None else {"UCX_TLS": user}, extra)
+    reports = _run(tmp_path, user, extra)
     assert [report[0] for report in reports] == [seen, seen]
 
 

@@ -239,6 +239,14 @@ def precise_sleeps() -> None:
     prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS)
 
 
+def _duplicate(comm):
+    """A duplicate of `comm` (collective), waited for politely: the other ranks may still be
+    starting, and MPI's blocking `Comm.Dup` would keep this one spinning meanwhile."""
+    duplicate, request = comm.Idup()
+    wait(request)
+    return duplicate
+
+
 def ranks_on_this_machine(comm) -> int:
     """How many ranks of `comm` run on this machine (collective over `comm`)."""
     from mpi4py import MPI
@@ -325,7 +333,7 @@ class MpiBackend(CollectiveBackend):
                               f"got {wait!r}")
         self._n = n
         self._deterministic = deterministic
-        self._comm = world.Dup()
+        self._comm = _duplicate(world)
         ranks = rank_of_partition(module, n)
         self._rank_of = ranks
         self._partition = ranks.index(self._comm.Get_rank())
@@ -336,7 +344,8 @@ class MpiBackend(CollectiveBackend):
         self._pairs: dict[int, tuple[int | None, int | None, bool]] = {}
         if wait == "auto":
             here = ranks_on_this_machine(self._comm)
-            self.waiter = Waiter(wait, here > free_cores(ours=here), crowded=here > machine_cores())
+            crowded = here > machine_cores()        # then more than the free cores, too
+            self.waiter = Waiter(wait, crowded or here > free_cores(ours=here), crowded=crowded)
             if not self.waiter.crowded:
                 precise_sleeps()
         else:
