@@ -73,11 +73,15 @@ def cached(fn: Callable) -> Callable:
         key = args
         for a in args:
             kind = type(a)
-            if (kind is HloSharding and a.memo_key is not a) or kind in _SEQUENCES:
-                key = tuple([a.memo_key if type(a) is HloSharding else
-                             tuple([int(v) for v in a]) if type(a) in _SEQUENCES else a
-                             for a in args])
-                break
+            if kind is HloSharding:
+                if a.memo_key is a:
+                    continue
+            elif kind is not list and kind is not np.ndarray:
+                continue
+            key = tuple([a.memo_key if type(a) is HloSharding else
+                         tuple([int(v) for v in a]) if type(a) in _SEQUENCES else a
+                         for a in args])
+            break
         if kwargs:
             key += tuple((name, _key(value)) for name, value in sorted(kwargs.items()))
         try:

@@ -7,7 +7,7 @@ recording which neighbours contributed); a backward rule returns the candidate o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.shapes import TupleShape
@@ -42,15 +42,15 @@ class Context:
     graph: ModuleGraph
     options: Options
     level: int = 0
+    #: partial shardings may merge (SPMD, levels >= 1); asked on nearly every rule visit
+    may_combine: bool = field(init=False)
+
+    def __post_init__(self):
+        self.may_combine = self.options.is_spmd and self.level > 0
 
     @property
     def is_spmd(self) -> bool:
         return self.options.is_spmd
-
-    @property
-    def may_combine(self) -> bool:
-        """Partial shardings may merge (SPMD, levels >= 1)."""
-        return self.options.is_spmd and self.level > 0
 
     def single_consumer(self, inst: Instruction) -> bool:
         """Exactly one user that is not the computation root: resharding is paid once anyway, so

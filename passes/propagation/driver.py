@@ -304,8 +304,9 @@ class Driver:
         return (self.graph.computation_of[inst].name, inst.name)
 
     def _record(self, inst: Instruction, how: str, rule: str, sources=(), level=None) -> None:
-        self.provenance.record(self._key(inst), inst.sharding, how, rule,
-                               tuple(self._key(s) for s in sources), level)
+        key = self._key
+        self.provenance.record(key(inst), inst.sharding, how, rule,
+                               tuple([key(s) for s in sources]), level)
 
     def _count(self, inst: Instruction) -> None:
         for stale in self.stale.values():

@@ -15,7 +15,7 @@ user annotations. `explain` reads either the in-memory history or these attribut
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.frontend_attributes import (
@@ -30,9 +30,9 @@ ANNOTATION = "annotation"
 Key = tuple[str, str]  # (computation name, instruction name)
 
 
-@dataclass(frozen=True)
-class OriginStep:
-    """One change of an instruction's sharding."""
+class OriginStep(NamedTuple):
+    """One change of an instruction's sharding (an immutable named tuple: propagation records
+    one per change)."""
 
     sharding: HloSharding | None
     how: str
@@ -68,14 +68,17 @@ class Provenance:
 
     def write_attributes(self, module: Module) -> None:
         """Store every history that is more than a plain annotation as `sharding_origin`."""
+        history = self.history
         for comp in module.computations.values():
+            name = comp.name
             for inst in comp.instructions:
-                steps = self.history.get((comp.name, inst.name))
+                steps = history.get((name, inst.name))
                 if inst.sharding is None or not steps or \
                         (len(steps) == 1 and steps[0].how == ANNOTATION):
-                    set_frontend_attribute(inst, SHARDING_ORIGIN, None)
+                    if "frontend_attributes" in inst.attrs:
+                        set_frontend_attribute(inst, SHARDING_ORIGIN, None)
                 else:
-                    set_frontend_attribute(inst, SHARDING_ORIGIN, _encode(steps, comp.name))
+                    set_frontend_attribute(inst, SHARDING_ORIGIN, _encode(steps, name))
 
     @classmethod
     def from_module(cls, module: Module) -> "Provenance":
@@ -181,12 +184,13 @@ def _describe(step: OriginStep, comp: str) -> str:
 
 def _encode(steps: list[OriginStep], comp: str) -> str:
     parts = []
+    last = len(steps) - 1
     for i, step in enumerate(steps):
-        sources = ",".join((n if c == comp else f"{c}:{n}") + f"@{v}"
-                           for (c, n), v in step.sources)
+        sources = ",".join([f"{n}@{v}" if c == comp else f"{c}:{n}@{v}"
+                            for (c, n), v in step.sources])
         level = "" if step.level is None else str(step.level)
-        sharding = "" if i == len(steps) - 1 else _text(step.sharding)
-        parts.append("|".join((step.how, step.rule, sources, level, sharding)))
+        sharding = "" if i == last else _text(step.sharding)
+        parts.append(f"{step.how}|{step.rule}|{sources}|{level}|{sharding}")
     return ";".join(parts)
 
 

@@ -95,11 +95,14 @@ def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str]
             key = _key(inst)
         if key is not None and annotated:
             key = (key, inst.sharding)
-        if key is not None and key in seen and inst is not comp.root:
-            mapping[inst] = seen[key]
-            continue
         if key is not None:
-            seen[key] = inst
+            # one hash of the key for the common case (a key seen for the first time)
+            found = seen.setdefault(key, inst)
+            if found is not inst:
+                if inst is not comp.root:
+                    mapping[inst] = found
+                    continue
+                seen[key] = inst
         kept.append(inst)
     comp.instructions = kept
     _replace_uses(comp, mapping)

@@ -23,7 +23,7 @@ instructions with manual shardings and the region boundaries use the rules of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import (
@@ -38,11 +38,11 @@ from .reshard_plan import plan_reshard, reshard_cost
 from .tiling import Tiling
 
 
-@dataclass(frozen=True)
-class OpPlan:
+class OpPlan(NamedTuple):
     """Operand shardings an instruction's local form needs, the sharding of its local result,
     a one-line reason (recorded in the metadata of the reshards this plan causes), and the bytes
-    the local computation sends itself, counted with the reshards when choosing."""
+    the local computation sends itself, counted with the reshards when choosing. An immutable
+    named tuple: rules build, hash and compare thousands per compile."""
 
     operands: tuple[HloSharding, ...]
     result: HloSharding
@@ -53,12 +53,12 @@ class OpPlan:
     total: float | None = None
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     """What a plan's cost depends on: the instruction's shape and sharding, and its operands'
     shapes and shardings, with `operand_ids` telling which operands are one value (a value used
     twice is resharded once). Rules whose plan depends on nothing else plan once per signature
-    (`sharding_algebra.cached`), so the repeated layers of a model are planned once."""
+    (`sharding_algebra.cached`), so the repeated layers of a model are planned once. An
+    immutable named tuple, like `OpPlan` (one is made and hashed for every plan)."""
 
     shape: Shape
     sharding: HloSharding
@@ -91,7 +91,12 @@ class Signature:
 
     def without_metadata(self) -> "Signature":
         """The same signature with metadata-free shardings (a plan made for it carries no
-        instruction's metadata)."""
+        instruction's metadata): itself when none has any."""
+        if self.sharding.memo_key is self.sharding and \
+                all([s.memo_key is s for s in self.operand_shardings]) and \
+                all([s.memo_key is s for s in self.result_needs]) and \
+                all([s.memo_key is s for had in self.operand_had for s in had]):
+            return self
         return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
                          tuple(s.with_metadata(()) for s in self.operand_shardings),
                          self.operand_ids, self.operand_free,

@@ -222,12 +222,14 @@ class ReshapeRule(PartitionRule):
         return ctx.choose(inst, candidates)
 
 
+@sharding_algebra.cached
 def local_reshape_ok(in_shape: ArrayShape, out_shape: ArrayShape, a: HloSharding,
                      b: HloSharding) -> bool:
     """Whether reshaping every device's shard of `in_shape` under `a` gives its shard of
     `out_shape` under `b`: both whole (replicated or on the same device), or tiled with
     `b = ReshapeSharding(a)`, equal tile counts, and every tiled dim dividing evenly except
-    dims the reshape keeps unchanged (padding then stays in that dim)."""
+    dims the reshape keeps unchanged (padding then stays in that dim). Answered once per
+    distinct question (a model's layers ask the same ones)."""
     if a.is_tile_maximal or b.is_tile_maximal:
         return a == b
     if not a.is_tiled or not b.is_tiled or a.num_tiles != b.num_tiles:

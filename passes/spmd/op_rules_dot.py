@@ -27,8 +27,8 @@ reduce-scatter.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,9 +42,9 @@ from .op_rules import OpPlan, PartitionRule, PlanContext, Signature, clone, with
 from .tiling import Tiling, remap
 
 
-@dataclass(frozen=True)
-class DotDims:
-    """The dimension classes of a dot: batch and contracting pairs, free dims of each side."""
+class DotDims(NamedTuple):
+    """The dimension classes of a dot: batch and contracting pairs, free dims of each side (an
+    immutable named tuple: made for every dot planned, a key of its plan's cache)."""
 
     lhs_batch: tuple[int, ...]
     rhs_batch: tuple[int, ...]
@@ -59,8 +59,9 @@ class DotDims:
         lc = tuple(inst.attr("lhs_contracting_dims", ()))
         rc = tuple(inst.attr("rhs_contracting_dims", ()))
         lhs_rank, rhs_rank = inst.operands[0].shape.rank, inst.operands[1].shape.rank
-        lf = tuple(d for d in range(lhs_rank) if d not in lb + lc)
-        rf = tuple(d for d in range(rhs_rank) if d not in rb + rc)
+        lhs_paired, rhs_paired = lb + lc, rb + rc
+        lf = tuple([d for d in range(lhs_rank) if d not in lhs_paired])
+        rf = tuple([d for d in range(rhs_rank) if d not in rhs_paired])
         return cls(lb, rb, lc, rc, lf, rf)
 
     def lhs_to_output(self, lhs_rank: int) -> list[int]:

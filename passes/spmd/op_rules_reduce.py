@@ -23,7 +23,6 @@ with the init value by the pad-uneven pass (every input of a variadic reduce wit
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from math import prod
 
 from gspmdc.ir import dtypes
@@ -69,8 +68,8 @@ class ReduceRule(PartitionRule):
                                for leaf in inst.shape.leaves())
                 reason = "variadic reduce combines its partial results by an all-gather" \
                     if tiles > 1 else "reduce keeps its input's tiling"
-                candidates.append(replace(plan(source, result, reason),
-                                          cost=float((tiles - 1) * partials)))
+                candidates.append(plan(source, result, reason)._replace(
+                    cost=float((tiles - 1) * partials)))
             else:
                 partial = algebra.remove_dims(algebra.unreduce_on_dims(tiling.sharding, dims),
                                               dims)

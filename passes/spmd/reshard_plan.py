@@ -335,15 +335,14 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
     variants = _variants(dims, src, dst)
-    best = min(variants, key=lambda v: (_cost(v, dims, width), _total(v, dims, width), len(v)))
+    best = min(variants, key=lambda v: (*_bytes_sent(v, dims, width), len(v)))
     padded = None if steps else _padded_dims(dims, src, dst)
     if padded is not None:
         wide = min(_variants(padded, src, dst),
-                   key=lambda v: (_cost(v, padded, width), _total(v, padded, width), len(v)))
-        if (_cost(wide, padded, width), _total(wide, padded, width)) < \
-                (_cost(best, dims, width), _total(best, dims, width)):
-            return ReshardPlan(shape, tuple(wide), _cost(wide, padded, width),
-                               _total(wide, padded, width), padded)
+                   key=lambda v: (*_bytes_sent(v, padded, width), len(v)))
+        wide_sent = _bytes_sent(wide, padded, width)
+        if wide_sent < _bytes_sent(best, dims, width):
+            return ReshardPlan(shape, tuple(wide), *wide_sent, padded)
     steps += best
     return _finish(shape, steps, width)
 
@@ -426,21 +425,21 @@ def _same_layout(a: Layout, b: Layout) -> bool:
     return a == b
 
 
-def _cost(steps, dims, width) -> int:
-    return sum(traffic.max_sent for traffic in (s.traffic(dims, width) for s in steps)
-               if traffic is not None)
-
-
-def _total(steps, dims, width) -> int:
-    """The bytes all devices send (breaks ties between plans whose busiest device sends the
-    same)."""
-    return sum(traffic.total_sent for traffic in (s.traffic(dims, width) for s in steps)
-               if traffic is not None)
+def _bytes_sent(steps, dims, width) -> tuple[int, int]:
+    """The bytes the busiest device sends over `steps`, and the bytes all devices send (which
+    breaks ties between plans whose busiest device sends the same); each step's traffic is
+    worked out once."""
+    busiest = total = 0
+    for step in steps:
+        traffic = step.traffic(dims, width)
+        if traffic is not None:
+            busiest += traffic.max_sent
+            total += traffic.total_sent
+    return busiest, total
 
 
 def _finish(shape: ArrayShape, steps: list[Step], width: int) -> ReshardPlan:
-    return ReshardPlan(shape, tuple(steps), _cost(steps, shape.dims, width),
-                       _total(steps, shape.dims, width))
+    return ReshardPlan(shape, tuple(steps), *_bytes_sent(steps, shape.dims, width))
 
 
 # ---------------------------------------------------------------------------------- alignment
