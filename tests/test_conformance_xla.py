@@ -116,19 +116,30 @@ ENTRY main {
 """
 
 
+def _deliberate(xla_text: str, before: str | None = None, options: bool = False) -> list[str]:
+    """The known differences `deliberate.py` finds in a case whose XLA propagated module is
+    `xla_text`, propagated from `before` (by default `xla_text` itself) with both options
+    `options`."""
+    from conformance.deliberate import deliberate_differences
+    before = xla_text if before is None else before
+    n = api.parse(before).num_partitions
+    return deliberate_differences(before, Case("t", before, n, options, options),
+                                  api.parse(xla_text))
+
+
 def test_a_sort_xla_tiles_along_its_sort_dimension_is_a_deliberate_difference():
-    from conformance.deliberate import SORT_ALONG_SORT_DIM, deliberate_differences
-    assert deliberate_differences(api.parse(SORTED)) == [SORT_ALONG_SORT_DIM]
+    from conformance.deliberate import SORT_ALONG_SORT_DIM
+    assert _deliberate(SORTED) == [SORT_ALONG_SORT_DIM]
     other_dim = SORTED.replace("dimensions={1}", "dimensions={0}")
-    assert deliberate_differences(api.parse(other_dim)) == []
+    assert _deliberate(other_dim) == []
     unsharded = SORTED.replace(", to_apply=lt, sharding={devices=[1,2]<=[2]}", ", to_apply=lt")
-    assert deliberate_differences(api.parse(unsharded)) == []
+    assert _deliberate(unsharded) == []
 
 
 def test_a_variadic_sort_with_one_result_tiled_along_the_sort_dimension_is_deliberate():
     """XLA may give a variadic sort's results different shardings (one taken back from a user,
     the other left replicated): one result tiled along the sort dim is enough."""
-    from conformance.deliberate import SORT_ALONG_SORT_DIM, deliberate_differences
+    from conformance.deliberate import SORT_ALONG_SORT_DIM
     text = """HloModule m, num_partitions=2
 lt {
   a = s32[] parameter(0)
@@ -143,9 +154,100 @@ ENTRY main {
   ROOT s = (s32[4,8], s32[4,8]) sort(x, y), dimensions={1}, to_apply=lt, sharding={{replicated}, {devices=[1,2]<=[2]}}
 }
 """
-    assert deliberate_differences(api.parse(text)) == [SORT_ALONG_SORT_DIM]
+    assert _deliberate(text) == [SORT_ALONG_SORT_DIM]
     other = text.replace("{devices=[1,2]<=[2]}}", "{devices=[2,1]<=[2]}}")
-    assert deliberate_differences(api.parse(other)) == []
+    assert _deliberate(other) == []
+
+
+TIE = """HloModule m, num_partitions=4
+ENTRY main {
+  p = f32[4,4] parameter(0)
+  c = f32[4,4] copy(p)
+  a = f32[4,4] abs(c), sharding={devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}
+  e = f32[4,4] exponential(c), sharding={devices=[2,1,2]2,3,0,1 last_tile_dim_replicate}
+  ROOT t = (f32[4,4], f32[4,4]) tuple(a, e)
+}
+"""
+#: `c` with the sharding its first user in text order (`a`) wants: gspmdc's answer
+TIE_FIRST = TIE.replace("copy(p)", "copy(p), sharding={devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}")
+
+
+def test_a_tie_another_order_of_the_users_resolves_as_xla_did_is_a_users_order_tie():
+    # XLA's answer takes the second user's sharding: gspmdc, given the users of c in the other
+    # order, gives it (and gspmdc's own answer is no difference a users order has to explain)
+    from conformance.deliberate import USERS_ORDER_TIE
+    second = TIE.replace("copy(p)", "copy(p), sharding={devices=[2,1,2]2,3,0,1 last_tile_dim_replicate}")
+    assert _deliberate(second, TIE) == [USERS_ORDER_TIE]
+
+
+def test_a_difference_no_users_order_gives_is_not_a_users_order_tie():
+    # a sharding neither user wants, and a tie resolved XLA's way beside another difference (the
+    # parameter, which keeps no sharding with the options off): not explained by a users order
+    assert _deliberate(TIE.replace("copy(p)", "copy(p), sharding={devices=[4,1]<=[4]}"), TIE) == []
+    both = TIE_FIRST.replace("parameter(0)", "parameter(0), sharding={devices=[4,1]<=[4]}") \
+        .replace("0,3,1,2 last_tile_dim_replicate}\n  a", "2,3,0,1 last_tile_dim_replicate}\n  a")
+    assert "copy(p), sharding={devices=[2,1,2]2,3,0,1" in both
+    assert _deliberate(both, TIE) == []
+
+
+#: fuzz/9700009805 with both options on: the module XLA's propagation started from and XLA's
+#: propagated module (jax 0.10.2; metadata dropped). param.6's users are sine.1, then the root in
+#: text order; XLA gives param.6 the root's sharding, gspmdc sine.1's.
+RECORDED_TIE_BEFORE = """HloModule fuzz, entry_computation_layout={(f64[4]{0}, f32[10,2]{1,0}, pred[3,6,7,2]{3,2,1,0}, s32[3]{0}, f32[6,8,8,2]{3,2,1,0})->(f32[10,2]{1,0}, f32[6,8]{1,0}, f32[10,2]{1,0})}, allow_spmd_sharding_propagation_to_parameters={true}, allow_spmd_sharding_propagation_to_output={true}, num_partitions=6
+
+%region_1.3 (reduce.2: f32[], reduce.3: f32[]) -> f32[] {
+  %reduce.2 = f32[] parameter(0)
+  %reduce.3 = f32[] parameter(1)
+  ROOT %r.3 = f32[] maximum(%reduce.2, %reduce.3)
+}
+
+ENTRY %main.4 (param.5: f64[4], param.6: f32[10,2], param.7: pred[3,6,7,2], param.8: s32[3], param.9: f32[6,8,8,2]) -> (f32[10,2], f32[6,8], f32[10,2]) {
+  %param.5 = f64[4]{0} parameter(0)
+  %param.7 = pred[3,6,7,2]{3,2,1,0} parameter(2)
+  %param.8 = s32[3]{0} parameter(3)
+  %param.6 = f32[10,2]{1,0} parameter(1)
+  %param.9 = f32[6,8,8,2]{3,2,1,0} parameter(4)
+  %constant.5 = f32[] constant(-inf)
+  %reduce.5 = f32[6,8]{1,0} reduce(%param.9, %constant.5), dimensions={1,3}, to_apply=%region_1.3
+  %tanh.1 = f32[6,8]{1,0} tanh(%reduce.5)
+  %sine.1 = f32[10,2]{1,0} sine(%param.6), sharding={devices=[6,1]2,4,0,3,5,1}
+  ROOT %tuple.1 = (f32[10,2]{1,0}, f32[6,8]{1,0}, f32[10,2]{1,0}) tuple(%param.6, %tanh.1, %sine.1), sharding={{devices=[6,1]<=[2,3]T(1,0)}, {devices=[2,3]<=[2,3]T(1,0)}, {devices=[1,2,3]2,3,5,0,1,4 last_tile_dim_replicate}}
+}
+"""
+RECORDED_TIE_XLA = """HloModule fuzz, entry_computation_layout={(f64[4]{0}, f32[10,2]{1,0}, pred[3,6,7,2]{3,2,1,0}, s32[3]{0}, f32[6,8,8,2]{3,2,1,0})->(f32[10,2]{1,0}, f32[6,8]{1,0}, f32[10,2]{1,0})}, allow_spmd_sharding_propagation_to_parameters={true}, allow_spmd_sharding_propagation_to_output={true}, num_partitions=6
+
+%region_1.3 (reduce.2: f32[], reduce.3: f32[]) -> f32[] {
+  %reduce.2 = f32[] parameter(0)
+  %reduce.3 = f32[] parameter(1)
+  ROOT %r.3 = f32[] maximum(%reduce.2, %reduce.3)
+}
+
+ENTRY %main.4 (param.5: f64[4], param.6: f32[10,2], param.7: pred[3,6,7,2], param.8: s32[3], param.9: f32[6,8,8,2]) -> (f32[10,2], f32[6,8], f32[10,2]) {
+  %param.5 = f64[4]{0} parameter(0)
+  %param.7 = pred[3,6,7,2]{3,2,1,0} parameter(2)
+  %param.8 = s32[3]{0} parameter(3)
+  %param.6 = f32[10,2]{1,0} parameter(1), sharding={devices=[6,1]<=[2,3]T(1,0)}
+  %param.9 = f32[6,8,8,2]{3,2,1,0} parameter(4), sharding={devices=[2,1,3,1]<=[2,3]T(1,0)}
+  %constant.5 = f32[] constant(-inf)
+  %reduce.5 = f32[6,8]{1,0} reduce(%param.9, %constant.5), dimensions={1,3}, to_apply=%region_1.3, sharding={devices=[2,3]<=[2,3]T(1,0)}
+  %tanh.1 = f32[6,8]{1,0} tanh(%reduce.5), sharding={devices=[2,3]<=[2,3]T(1,0)}
+  %sine.1 = f32[10,2]{1,0} sine(%param.6), sharding={devices=[6,1]2,4,0,3,5,1}
+  ROOT %tuple.1 = (f32[10,2]{1,0}, f32[6,8]{1,0}, f32[10,2]{1,0}) tuple(%param.6, %tanh.1, %sine.1), sharding={{devices=[6,1]<=[2,3]T(1,0)}, {devices=[2,3]<=[2,3]T(1,0)}, {devices=[6,1]2,4,0,3,5,1}}
+}
+"""
+
+
+def test_xlas_recorded_users_order_tie_is_classified():
+    from conformance.deliberate import USERS_ORDER_TIE
+    from conformance.differential import _gspmdc_compile
+    case = Case("fuzz/9700009805 [on]", RECORDED_TIE_BEFORE, 6, True, True)
+    ours, _ = _gspmdc_compile(RECORDED_TIE_BEFORE, case, partition=False)
+    verdicts = compare_shardings(api.parse(RECORDED_TIE_BEFORE), api.parse(ours, verify=False),
+                                 api.parse(RECORDED_TIE_XLA, verify=False))
+    assert [v.name for v in verdicts if v.compared and not v.agrees] == ["param.6"]
+    assert _deliberate(RECORDED_TIE_XLA, RECORDED_TIE_BEFORE, True) == [USERS_ORDER_TIE]
+    # with the options off the parameter keeps no sharding whatever the order: not a tie
+    assert _deliberate(RECORDED_TIE_XLA, RECORDED_TIE_BEFORE, False) == []
 
 
 def test_a_result_propagated_manual_has_no_global_value_to_compare():
@@ -289,3 +391,17 @@ def test_sample_against_xla(sample_figures, setting, capsys):
     assert figures.module_agreement >= floors["module_agreement"], figures.lines()
     not_more = 1 - figures.bytes_more / figures.bytes_compared if figures.bytes_compared else 1.0
     assert not_more >= floors["bytes_not_more"], figures.lines()
+
+
+@needs_xla
+def test_a_users_order_tie_of_the_random_modules_is_classified_in_the_run():
+    # fuzz/9700009805 [on] (RECORDED_TIE_*): XLA still answers so and the run classes the case
+    from conformance.deliberate import USERS_ORDER_TIE
+    from conformance.differential import run_case
+    from conformance.oracle import XlaOracle
+    from conformance.sources import fuzz_cases
+    case, = [c for c in fuzz_cases(9806, 9700, (9805, 10000)) if c.propagate_to_output]
+    with XlaOracle() as xla:
+        result = run_case(case, xla, 9700, shardings_only=True)
+    assert [v.name for v in result.compared_shardings if not v.agrees] == ["param.6"]
+    assert result.deliberate == [USERS_ORDER_TIE]

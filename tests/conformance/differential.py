@@ -322,7 +322,7 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
         theirs = api.parse(xla.propagated, "<xla propagated>", verify=False)
         result.shardings = compare_shardings(before, result.propagated, theirs)
         if not result.shardings_agree:
-            result.deliberate = deliberate_differences(theirs)
+            result.deliberate = deliberate_differences(xla.before, case, theirs)
     result.xla_spmd = xla.spmd
     if prepared.shardings_only:
         result.values = f"not run: {skipped}"

@@ -2,8 +2,9 @@
 
 A divergence class names what differs, coarsely enough that one fix removes the whole class:
 - ("sharding", opcode): an instruction of that opcode is sharded differently;
-- ("deliberate", what): the shardings differ in a module that shows a difference gspmdc makes on
-  purpose (`deliberate.py`; its other sharding differences, if any, are not classed);
+- ("deliberate", what): the shardings differ in a module that shows a known difference: one
+  gspmdc makes on purpose (its other sharding differences, if any, are not classed) or a
+  users-order tie, which explains all of them (`deliberate.py`);
 - ("bytes", opcode): gspmdc sends more collective bytes than XLA, most of the excess in
   collectives made for instructions of that opcode (each partitioner records the instruction
   a collective serves in its metadata: gspmdc its name, XLA its op_name);
@@ -88,7 +89,8 @@ class Figures:
     instructions_absent: int = 0
     modules_compared: int = 0
     modules_agreeing: int = 0
-    #: modules whose shardings differ where gspmdc differs from XLA on purpose (`deliberate.py`),
+    #: modules whose shardings differ where gspmdc differs from XLA on purpose or by a users-order
+    #: tie (`deliberate.py`),
     #: and the instructions compared / agreeing in all the other modules
     modules_deliberate: int = 0
     instructions_elsewhere: int = 0
@@ -189,7 +191,7 @@ class Figures:
             f"{self.percent(self.modules_agreeing, self.modules_compared, 2)} of "
             f"{self.modules_compared} modules agree fully "
             f"({self.instructions_absent} instructions absent on one side, not compared)",
-            f"shardings without the {self.modules_deliberate} modules that differ on purpose "
+            f"shardings without the {self.modules_deliberate} modules that differ on purpose or by users order "
             f"(docs/propagation.md): "
             f"{self.percent(self.instructions_agreeing_elsewhere, self.instructions_elsewhere, 2)}"
             f" of {self.instructions_elsewhere} instructions agree; "

@@ -1,0 +1,87 @@
+"""Proving a *users-order tie* (docs/propagation.md, "Against XLA itself"): a value whose users
+want shardings with as many tiles, neither a sub-tiling of the other, takes the first user's; both
+compilers take the first user, but XLA's first is its in-memory order of the users, which its
+rewrites before propagation reorder and which the printed module does not show, while gspmdc's is
+the order of the text.
+
+A divergent case is one only when that is shown, not guessed: gspmdc propagates the module again
+with the users of one value in another order, everything else as in its own run (the same
+pipeline up to `propagate`, the same options), and gives XLA's answer on every instruction both
+sides have. One value's order at a time, every order of up to `MAX_USERS` users.
+"""
+from __future__ import annotations
+
+from itertools import permutations
+from typing import TYPE_CHECKING
+
+from gspmdc import api
+from gspmdc.errors import GspmdcError
+from gspmdc.ir.module import Module
+from gspmdc.passes.pass_manager import PassContext, run_pipeline
+from gspmdc.passes.pipeline import partitioner_pipeline
+from gspmdc.passes.propagation.driver import Driver, PropagationOptions
+
+from .correspondence import compare_shardings
+
+if TYPE_CHECKING:
+    from .differential import Case
+
+#: values with more users than this are not reordered (their orders grow factorially)
+MAX_USERS = 4
+
+
+def users_order_tie(before_text: str, case: "Case", xla_propagated: Module) -> bool:
+    """Whether gspmdc, given `before_text` (the module XLA's propagation started from) with the
+    users of one of its values in an order other than the text's, propagates it under `case`'s
+    options to XLA's shardings (`xla_propagated`) on every instruction both sides have."""
+    before = api.parse(before_text, case.name)
+    for comp_name, name, count in _reorderable_values(_prepared(before_text, case)[0]):
+        for order in permutations(range(count)):
+            if order == tuple(range(count)):
+                continue
+            propagated = _propagate_reordered(before_text, case, comp_name, name, order)
+            if propagated is None:
+                continue
+            verdicts = compare_shardings(before, propagated, xla_propagated)
+            if all(v.agrees for v in verdicts if v.compared):
+                return True
+    return False
+
+
+def _prepared(text: str, case: "Case") -> tuple[Module, PropagationOptions]:
+    """`text` after the passes of gspmdc's pipeline that run before `propagate`, and the options
+    of its `propagate` pass under `case`'s settings."""
+    passes = partitioner_pipeline()
+    index = [p.name for p in passes].index("propagate")
+    propagate = passes[index]
+    options = PropagationOptions(
+        is_spmd=propagate.is_spmd, propagate_to_output=(case.propagate_to_output,),
+        propagate_to_parameters=(case.propagate_to_parameters,),
+        cse_prevention_only=propagate.cse_prevention_only,
+        execution_threads=propagate.execution_threads, record_origins=False)
+    return (run_pipeline(PassContext(case.num_partitions), api.parse(text, case.name),
+                         passes[:index]), options)
+
+
+def _reorderable_values(module: Module) -> list[tuple[str, str, int]]:
+    """(computation, name, number of users) of each value with 2 to `MAX_USERS` users."""
+    return [(comp.name, inst.name, len(users))
+            for comp in module.computations.values()
+            for inst, users in comp.users().items() if 2 <= len(users) <= MAX_USERS]
+
+
+def _propagate_reordered(text: str, case: "Case", comp_name: str, name: str,
+                         order: tuple[int, ...]) -> Module | None:
+    """The module propagated by gspmdc (as `differential._gspmdc_compile` does, without origins)
+    with the users of `comp_name`/`name` taken in `order` (indices into the text order); None
+    when gspmdc refuses it."""
+    module, options = _prepared(text, case)
+    driver = Driver(module, options)
+    value = next(i for i in module.computations[comp_name].instructions if i.name == name)
+    users = driver.graph.users[value]
+    driver.graph.users[value] = [users[k] for k in order]
+    try:
+        driver.run()
+    except GspmdcError:
+        return None
+    return api.parse(api.to_text(module), "<gspmdc propagated, users reordered>", verify=False)
