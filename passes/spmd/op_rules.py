@@ -271,7 +271,8 @@ def seen_by_users(shape: Shape, annotated: HloSharding, result: HloSharding,
         return annotated
     leaves = list(annotated.leaf_shardings(shape))
     computed = list(result.leaf_shardings(shape))
-    unread = [all(need.leaf_shardings(shape)[i].kind == "unknown" for need in needs)
+    need_leaves = [need.leaf_shardings(shape) for need in needs]
+    unread = [all(leaf_needs[i].kind == "unknown" for leaf_needs in need_leaves)
               for i in range(len(leaves))]
     if not any(unread):
         return annotated
