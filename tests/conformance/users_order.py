@@ -7,7 +7,9 @@ the order of the text.
 A divergent case is one only when that is shown, not guessed: gspmdc propagates the module again
 with the users of one value in another order, everything else as in its own run (the same
 pipeline up to `propagate`, the same options), and gives XLA's answer on every instruction both
-sides have. One value's order at a time, every order of up to `MAX_USERS` users.
+sides have. The values reordered are those whose sharding differs in gspmdc's own run (repeated
+here, in the text's order: where a tie went the other way, the value took another user's
+sharding), one at a time, in every order of up to `MAX_USERS` users.
 """
 from __future__ import annotations
 
@@ -33,17 +35,30 @@ MAX_USERS = 4
 def users_order_tie(before_text: str, case: "Case", xla_propagated: Module) -> bool:
     """Whether gspmdc, given `before_text` (the module XLA's propagation started from) with the
     users of one of its values in an order other than the text's, propagates it under `case`'s
-    options to XLA's shardings (`xla_propagated`) on every instruction both sides have."""
+    options to XLA's shardings (`xla_propagated`) on every instruction both sides have (and in
+    the text's order does not)."""
     before = api.parse(before_text, case.name)
-    for comp_name, name, count in _reorderable_values(_prepared(before_text, case)[0]):
+
+    def differing(order_of: tuple[str, str] | None, order: tuple[int, ...] = ()) -> set | None:
+        propagated = _propagate_reordered(before_text, case, order_of, order)
+        if propagated is None:
+            return None
+        return {(v.computation, v.name) for v in compare_shardings(before, propagated,
+                                                                    xla_propagated)
+                if v.compared and not v.agrees}
+
+    ours = differing(None)
+    if not ours:
+        return False
+    prepared = _prepared(before_text, case)[0]
+    users = {(comp.name, inst.name): len(of) for comp in prepared.computations.values()
+             for inst, of in comp.users().items()}
+    for value in sorted(ours):
+        count = users.get(value, 0)
+        if not 2 <= count <= MAX_USERS:
+            continue
         for order in permutations(range(count)):
-            if order == tuple(range(count)):
-                continue
-            propagated = _propagate_reordered(before_text, case, comp_name, name, order)
-            if propagated is None:
-                continue
-            verdicts = compare_shardings(before, propagated, xla_propagated)
-            if all(v.agrees for v in verdicts if v.compared):
+            if order != tuple(range(count)) and differing(value, order) == set():
                 return True
     return False
 
@@ -63,23 +78,18 @@ def _prepared(text: str, case: "Case") -> tuple[Module, PropagationOptions]:
                          passes[:index]), options)
 
 
-def _reorderable_values(module: Module) -> list[tuple[str, str, int]]:
-    """(computation, name, number of users) of each value with 2 to `MAX_USERS` users."""
-    return [(comp.name, inst.name, len(users))
-            for comp in module.computations.values()
-            for inst, users in comp.users().items() if 2 <= len(users) <= MAX_USERS]
-
-
-def _propagate_reordered(text: str, case: "Case", comp_name: str, name: str,
+def _propagate_reordered(text: str, case: "Case", order_of: tuple[str, str] | None,
                          order: tuple[int, ...]) -> Module | None:
     """The module propagated by gspmdc (as `differential._gspmdc_compile` does, without origins)
-    with the users of `comp_name`/`name` taken in `order` (indices into the text order); None
-    when gspmdc refuses it."""
+    with the users of the value `order_of` (computation, name; None: none) taken in `order`
+    (indices into the text order); None when gspmdc refuses it."""
     module, options = _prepared(text, case)
     driver = Driver(module, options)
-    value = next(i for i in module.computations[comp_name].instructions if i.name == name)
-    users = driver.graph.users[value]
-    driver.graph.users[value] = [users[k] for k in order]
+    if order_of is not None:
+        comp_name, name = order_of
+        value = next(i for i in module.computations[comp_name].instructions if i.name == name)
+        users = driver.graph.users[value]
+        driver.graph.users[value] = [users[k] for k in order]
     try:
         driver.run()
     except GspmdcError:
