@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from .differential import Case
 
 SORT_ALONG_SORT_DIM = "a sort XLA tiles along its sort dimension"
-USERS_ORDER_TIE = "a users-order tie (gspmdc gives XLA's answer with another order of one value's users)"
+USERS_ORDER_TIE = ("a users-order tie (gspmdc gives XLA's answer with another order of one "
+                   "value's users)")
 
 
 def deliberate_differences(before_text: str, case: "Case", xla_propagated: Module) -> list[str]:

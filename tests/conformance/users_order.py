@@ -9,7 +9,7 @@ with the users of one value in another order, everything else as in its own run 
 pipeline up to `propagate`, the same options), and gives XLA's answer on every instruction both
 sides have. The values reordered are those whose sharding differs in gspmdc's own run (repeated
 here, in the text's order: where a tie went the other way, the value took another user's
-sharding), one at a time, in every order of up to `MAX_USERS` users.
+sharding), one at a time, in every order of up to `MAX_USERS` users, `MAX_ORDERS` orders at most.
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 #: values with more users than this are not reordered (their orders grow factorially)
 MAX_USERS = 4
+#: orders tried per case at most (a large module differing in many values stays unproven)
+MAX_ORDERS = 120
 
 
 def users_order_tie(before_text: str, case: "Case", xla_propagated: Module) -> bool:
@@ -53,14 +55,11 @@ def users_order_tie(before_text: str, case: "Case", xla_propagated: Module) -> b
     prepared = _prepared(before_text, case)[0]
     users = {(comp.name, inst.name): len(of) for comp in prepared.computations.values()
              for inst, of in comp.users().items()}
-    for value in sorted(ours):
-        count = users.get(value, 0)
-        if not 2 <= count <= MAX_USERS:
-            continue
-        for order in permutations(range(count)):
-            if order != tuple(range(count)) and differing(value, order) == set():
-                return True
-    return False
+    candidates = [(value, order) for value in sorted(ours)
+                  if 2 <= users.get(value, 0) <= MAX_USERS
+                  for order in permutations(range(users[value]))
+                  if order != tuple(range(users[value]))]
+    return any(differing(value, order) == set() for value, order in candidates[:MAX_ORDERS])
 
 
 def _prepared(text: str, case: "Case") -> tuple[Module, PropagationOptions]:
