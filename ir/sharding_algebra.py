@@ -554,7 +554,9 @@ def merge_if_compatible(to_merge: HloSharding, dst: HloSharding,
         return None
     replication = n // (tiles * manual)
     metadata = _merged_metadata(to_merge, dst)
-    if manual == 1:
+    # an unreduced subgroup is replication to the merge, by devices only
+    # (docs/design/sharding-algebra.md#merging-and-comparing)
+    if manual == 1 and not (to_merge.has_unreduced or dst.has_unreduced):
         ndim = dst.tile_assignment.ndim
         dst_candidates = _fast_candidates(dst, merged, replication, ndim)
         for a in _fast_candidates(to_merge, merged, replication, ndim):

@@ -312,6 +312,18 @@ ENTRY main {
   e = f32[4,4] exponential(c), sharding={devices=[2,1,2]2,3,0,1 last_tile_dim_replicate}
   ROOT t = (f32[4,4], f32[4,4]) tuple(a, e)
 }""", 4, False, {"c": "{devices=[2,1,2]0,3,1,2 last_tile_dim_replicate}"}),
+    # a dot's operand merges the dot's result, whose unreduced subgroup (partial sums) counts as
+    # replication, with the other operand: b is tiled on both dims, replicated 4 times (XLA's
+    # partitioner test SubgroupUnreducedAndReplicated with b's sharding left to propagation;
+    # gspmdc failed on the merge)
+    "a_dot_operand_merges_an_unreduced_result_with_the_other_operand": Behaviour("""
+HloModule m, num_partitions=16
+ENTRY main {
+  a = f32[8,1024] parameter(0), sharding={devices=[2,2,4]<=[16] last_tile_dim_replicate}
+  b = f32[1024,256] parameter(1)
+  ROOT dot = f32[8,256] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2,2,2]<=[2,2,2,2]T(0,2,1,3) last_tile_dims={unreduced,replicated}}
+}""", 16, True, {"a": "{devices=[2,2,4]<=[16] last_tile_dim_replicate}",
+                 "b": "{devices=[2,2,4]<=[2,4,2]T(1,0,2) last_tile_dim_replicate}"}),
 }
 
 

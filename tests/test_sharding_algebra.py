@@ -357,6 +357,22 @@ def test_merge_elementwise_example():
     assert merged == iota([2, 2])
 
 
+def test_merge_counts_an_unreduced_subgroup_as_replication():
+    # a dot's result [1,2] with an unreduced pair and a replicated pair on 8 devices (column j
+    # on 4j..4j+3) and the other operand's rows (row 0 on the even devices, row 1 on the odd):
+    # tile (i, j) is held by row i's devices of column j, by hand: (0,0) 0,2  (0,1) 4,6
+    # (1,0) 1,3  (1,1) 5,7; the merge is replicated only, as XLA's (its fast path has no pair)
+    dst = iota([1, 2, 2, 2], types=("unreduced", "replicated"))
+    to_merge = partial([2, 1, 4], [0, 2, 4, 6, 1, 3, 5, 7])
+    assert algebra.merge_if_compatible(to_merge, dst) == \
+        explicit([2, 2, 2], [0, 2, 4, 6, 1, 3, 5, 7], ["replicated"])
+    # the unreduced side as `to_merge`: the same tiles
+    assert algebra.merge_if_compatible(dst, to_merge) == \
+        explicit([2, 2, 2], [0, 2, 4, 6, 1, 3, 5, 7], ["replicated"])
+    # rows on the first and last four devices share no device with a column: no merge
+    assert algebra.merge_if_compatible(partial([2, 1, 4]), dst) is None
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_merge_matches_greedy_and_intersects_holdings(data):
