@@ -132,7 +132,8 @@ def test_a_sort_xla_tiles_along_its_sort_dimension_is_a_deliberate_difference():
     assert _deliberate(SORTED) == [SORT_ALONG_SORT_DIM]
     other_dim = SORTED.replace("dimensions={1}", "dimensions={0}")
     assert _deliberate(other_dim) == []
-    unsharded = SORTED.replace(", to_apply=lt, sharding={devices=[1,2]<=[2]}", ", to_apply=lt")
+    unsharded = SORTED.replace(", to_apply=lt, sharding={devices=[1,2]<=[2]}", ", to_apply=lt") \
+        .replace("parameter(0), sharding={devices=[1,2]<=[2]}", "parameter(0)")
     assert _deliberate(unsharded) == []
 
 
@@ -158,6 +159,21 @@ ENTRY main {
     other = text.replace("{devices=[1,2]<=[2]}}", "{devices=[2,1]<=[2]}}")
     assert _deliberate(other) == []
 
+
+
+def test_a_sort_whose_operand_xla_tiles_along_the_sort_dimension_is_deliberate():
+    """XLA may keep an operand tiled along the sort dimension while the results take untiled
+    shardings from their users (fuzz/9970001791, 9970002308): gspmdc's sort moves the operand's
+    tiles, a deliberate difference too."""
+    from conformance.deliberate import SORT_ALONG_SORT_DIM
+    text = SORTED.replace("parameter(0), sharding={devices=[1,2]<=[2]}",
+                          "parameter(0), sharding={devices=[1,2]<=[2]}\n  y = f32[4,8] negate(x)") \
+        .replace("sort(x)", "sort(y)").replace("to_apply=lt, sharding={devices=[1,2]<=[2]}",
+                                                "to_apply=lt, sharding={replicated}")
+    assert "sort(y), dimensions={1}, to_apply=lt, sharding={replicated}" in text
+    assert _deliberate(text.replace("negate(x)", "negate(x), sharding={devices=[1,2]<=[2]}")) == \
+        [SORT_ALONG_SORT_DIM]
+    assert _deliberate(text.replace("negate(x)", "negate(x), sharding={devices=[2,1]<=[2]}")) == []
 
 TIE = """HloModule m, num_partitions=4
 ENTRY main {

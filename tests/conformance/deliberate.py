@@ -29,8 +29,8 @@ USERS_ORDER_TIE = ("a users-order tie (gspmdc gives XLA's answer with another or
 def deliberate_differences(before_text: str, case: "Case", xla_propagated: Module) -> list[str]:
     """The deliberate differences (their descriptions, above) that a case whose shardings differ
     shows, given the module XLA's propagation started from (`before_text`) and XLA's propagated
-    module: a sort one of whose results XLA tiles along the sort dimension (`_sort_along_sort_dim`)
-    or, failing that, a proven users-order tie."""
+    module: a sort one of whose results or operands XLA tiles along the sort dimension
+    (`_sort_along_sort_dim`) or, failing that, a proven users-order tie."""
     if _sort_along_sort_dim(xla_propagated):
         return [SORT_ALONG_SORT_DIM]
     if users_order_tie(before_text, case, xla_propagated):
@@ -39,14 +39,17 @@ def deliberate_differences(before_text: str, case: "Case", xla_propagated: Modul
 
 
 def _sort_along_sort_dim(xla_propagated: Module) -> bool:
-    """Whether XLA tiles some sort's result along its sort dimension (XLA may give a variadic
-    sort's results different shardings, e.g. one taken back from a user tiled along the sort
-    dimension and the others replicated; gspmdc's sort moves those tiles too)."""
+    """Whether XLA tiles some sort's result or operand along its sort dimension (XLA may give a
+    variadic sort's results different shardings, e.g. one taken back from a user tiled along the
+    sort dimension and the others replicated, or, its operand tiled so, results from their users
+    that are not; gspmdc's sort moves those tiles)."""
     for _, inst in xla_propagated.all_instructions():
-        if inst.opcode != "sort" or inst.sharding is None:
+        if inst.opcode != "sort":
             continue
         dim = inst.attrs["dimensions"][0]
+        shardings = [(inst.sharding, inst.shape)] + [(o.sharding, o.shape) for o in inst.operands]
         if any(leaf.is_tiled and leaf.tile_counts[dim] > 1
-               for leaf in inst.sharding.leaf_shardings(inst.shape)):
+               for sharding, shape in shardings if sharding is not None
+               for leaf in sharding.leaf_shardings(shape)):
             return True
     return False
