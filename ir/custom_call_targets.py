@@ -54,6 +54,10 @@ SAME_RANK_PASS_THROUGH = frozenset({
     "ResizeNearest", "ResizeBilinear", "ResizeNearestGrad", "ResizeBilinearGrad", "Cholesky",
     MOVE_TO_HOST, MOVE_TO_DEVICE, PIN_TO_DEVICE,
 })
+#: memory-placement annotations of one array: the value passes unchanged, partitioned like an
+#: elementwise op (XLA's partitioner: `MoveToHost` takes the result's sharding, the others
+#: their operand's)
+PLACEMENT = frozenset({MOVE_TO_HOST, MOVE_TO_DEVICE, PIN_TO_DEVICE})
 #: gspmdc's own targets (`random_shards.py`)
 GSPMDC_PRIVATE = frozenset({RNG_BIT_GENERATOR_SHARD, RNG_SHARD})
 #: every target with a meaning to gspmdc

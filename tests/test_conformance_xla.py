@@ -37,6 +37,23 @@ def test_collective_bytes_follow_the_ring_costs():
     assert collective_bytes(SPMD, 4) == 3 * 64 + 256 + 2 * 256 / 4
 
 
+
+def test_collective_bytes_are_summed_exactly():
+    # per device, averaged over the 3: device 0 alone sends 4 bytes (4/3), the ring all-gather
+    # 2 * 4, device 0 again 4/3: 32/3 exactly; summed as floats, 4/3 + 8 + 4/3 rounds to one
+    # ulp above, so a program sending exactly what another sends would count as sending more
+    text = """HloModule spmd, num_partitions=3
+
+ENTRY main {
+  x = f32[1] parameter(0)
+  p = f32[1] collective-permute(x), channel_id=1, source_target_pairs={{0,1}}
+  g = f32[3] all-gather(p), channel_id=2, dimensions={0}, replica_groups={{0,1,2}}, use_global_device_ids=true
+  s = f32[1] slice(g), slice={[0:1]}
+  ROOT q = f32[1] collective-permute(s), channel_id=3, source_target_pairs={{0,2}}
+}
+"""
+    assert collective_bytes(text, 3) == 32 / 3
+
 PROPAGATED = """HloModule m, num_partitions=4
 
 ENTRY main {

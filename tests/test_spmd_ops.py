@@ -413,7 +413,7 @@ def test_a_tiled_reversed_dim_swaps_shards():
 def test_ops_without_a_rule_run_replicated():
     spmd = check_equivalent(module("""
   x = f32[8,6] parameter(0), sharding={devices=[2,1]<=[2]}
-  ROOT h = f32[8,6] custom-call(x), custom_call_target="MoveToHost", sharding={devices=[2,1]<=[2]}"""),
+  ROOT h = f32[8,6] custom-call(x), custom_call_target="LayoutConstraint", sharding={devices=[2,1]<=[2]}"""),
         2)
     (gather,) = [i for i in spmd.entry.instructions if i.opcode == "all-gather"]
     assert gather.attr("metadata").get("spmd_reason") == \

@@ -192,6 +192,32 @@ def test_equal_busiest_device_plans_go_by_all_devices_bytes():
     assert plan.collectives == ["all-reduce"] and plan.cost == 8
 
 
+#: fuzz/9800001683's placement annotation of a tiled value
+PINNED = """HloModule m, num_partitions=4
+
+ENTRY main {
+  p = f32[3,8] parameter(0), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  pin = f32[3,8] custom-call(p), custom_call_target="PinToDevice"
+  host = f32[3,8] custom-call(pin), custom_call_target="MoveToHost", sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  ROOT dev = f32[3,8] custom-call(host), custom_call_target="MoveToDevice", sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["PinToDevice", "MoveToHost", "MoveToDevice"])
+def test_placement_annotations_keep_a_tiled_operand(target):
+    """A memory-placement custom-call passes its operand through: partitioned like an
+    elementwise op, it runs on each partition's [3,4] tile and nothing is sent (XLA's
+    partitioned program for fuzz/9800001683 sends 0 B: `PinToDevice` on the operand's tile;
+    XLA's CPU runtime has no kernel for these calls, so the oracle cannot run them). Before, it ran on its operand gathered whole (3 x 4 x 4 = 48 B per
+    device) and sliced its result back."""
+    text = PINNED.replace('"PinToDevice"', f'"{target}"')
+    spmd = check_equivalent(text, 4)
+    assert collectives(spmd) == []
+    x = np.arange(24, dtype=np.float32).reshape(3, 8)
+    np.testing.assert_array_equal(run_global(spmd, [x], 4), x)
+
+
 def _text(module) -> str:
     from gspmdc import api
     return api.to_text(module)
@@ -205,3 +231,4 @@ def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module (its own propagation from the same annotations): gspmdc
     sends no more bytes per device, and both programs compute the reference's values."""
     compared_with_xla(text, n)
+

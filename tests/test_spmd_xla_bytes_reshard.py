@@ -199,12 +199,71 @@ def test_tiles_that_do_not_nest_gather_their_pieces_in_rounds():
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
 
+#: fuzz/9800001301's reshard: dim 1's 3 tiles of 2 rows do not nest in 2 tiles of 3
+MOVED_THROUGH = _copy_module("f16", "1,6,7,15", "{devices=[1,3,2,1]<=[6]}",
+                             "{devices=[1,2,1,3]0,5,4,3,2,1}", 6)
+
+
+def test_a_dim_whose_tiles_do_not_nest_moves_them_all_away_first():
+    """f16[1,6,7,15] from [1,3,2,1] to [1,2,1,3] on 6 devices (XLA's plan): dim 1 gives its 3
+    tiles to dim 3 in one all-to-all over groups of 3 (each device keeps one of 3 blocks of its
+    [1,2,4,15] shard, sends 2 blocks of 40 elements: 160 B), then, whole, takes 2 tiles from
+    dim 2 (7 rows padded to 8) over pairs (shard [1,6,4,5], sends one half: 60 elements,
+    120 B), and a permute puts each [1,3,7,5] tile (210 B) on its device (4 of the 6 move):
+    490 B on the busiest device. Before, dim 1 could not give tiles away while it also
+    gained some, and the plan gathered dims 2 and 1 (1,080 B)."""
+    plan = plan_reshard(ArrayShape("f16", (1, 6, 7, 15)),
+                        parse_sharding("{devices=[1,3,2,1]<=[6]}"),
+                        parse_sharding("{devices=[1,2,1,3]0,5,4,3,2,1}"), 6)
+    assert plan.collectives == ["all-to-all", "all-to-all", "collective-permute"]
+    assert plan.cost == 160 + 120 + 210
+    spmd = check_equivalent(MOVED_THROUGH, 6)
+    assert [c[0] for c in collectives(spmd)] == ["all-to-all", "all-to-all",
+                                                  "collective-permute"]
+    x = np.arange(630, dtype=np.float16).reshape(1, 6, 7, 15)
+    np.testing.assert_array_equal(run_global(spmd, [x], 6), x)
+
+
+#: fuzz/9900000044's reshard: dim 2's 4 tiles of 2 do not nest in 2 tiles of 3
+MOVED_FIRST = _copy_module("f32", "4,5,6", "{devices=[2,1,4]3,2,1,7,5,0,6,4}",
+                           "{devices=[1,4,2]7,6,0,3,5,4,2,1}", 8)
+
+
+def test_the_dim_whose_tiles_do_not_nest_moves_first():
+    """f32[4,5,6] from [2,1,4] to [1,4,2] on 8 devices: dim 1 gains 4 tiles, which dim 2
+    (whose 4 tiles of 2 do not nest in 2 tiles of 3) can give in one all-to-all (its [2,5,2]
+    shard, 5 rows padded to 8, in 4 blocks of [2,2,2]: 3 sent, 96 B); dim 2, whole then, takes
+    dim 0's 2 tiles over pairs (half of [2,2,6]: 48 B) and a permute puts each [4,2,3] tile on
+    its device (96 B): 240 B, XLA's plan and bytes. Moving dim 0's 2 tiles to dim 1 first
+    left dim 2 nothing to give all of its tiles to, and the plan gathered (480 B)."""
+    plan = plan_reshard(ArrayShape("f32", (4, 5, 6)),
+                        parse_sharding("{devices=[2,1,4]3,2,1,7,5,0,6,4}"),
+                        parse_sharding("{devices=[1,4,2]7,6,0,3,5,4,2,1}"), 8)
+    assert plan.collectives == ["all-to-all", "all-to-all", "collective-permute"]
+    assert plan.cost == 96 + 48 + 96
+    spmd = check_equivalent(MOVED_FIRST, 8)
+    x = np.arange(120, dtype=np.float32).reshape(4, 5, 6)
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
+
+
+@pytest.mark.parametrize("dims", ["1,6,7,15", "2,5,3,4", "1,9,5,7"])
+def test_tiles_moved_through_a_whole_dim_uneven(dims):
+    shape = tuple(int(d) for d in dims.split(","))
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    text = _copy_module("f32", dims, "{devices=[1,3,2,1]<=[6]}",
+                        "{devices=[1,2,1,3]0,5,4,3,2,1}", 6)
+    spmd = check_equivalent(text, 6)
+    np.testing.assert_array_equal(run_global(spmd, [x], 6), x)
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8), (HALO_ONE_WAY, 2),
                                     (HALO_TWO_DIMS, 4), (SPLIT_ACROSS, 4), (GATHER_ACROSS, 8),
-                                    (padded_all_to_all(), 8)],
+                                    (padded_all_to_all(), 8), (MOVED_THROUGH, 6),
+                                    (MOVED_FIRST, 8)],
                          ids=["slice-first", "halo-trimmed", "halo-one-way", "halo-two-dims",
-                              "split-across", "gather-across", "padded-all-to-all"])
+                              "split-across", "gather-across", "padded-all-to-all",
+                              "moved-through", "moved-first"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

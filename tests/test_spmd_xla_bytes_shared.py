@@ -228,6 +228,67 @@ def test_gathered_for_one_device_uneven(size, second, reshape):
     check_equivalent(gathered_for_one_device(size, second, reshape), 4)
 
 
+# ---- a reshard made for one user serves another's ---------------------------------------------
+
+GATHERED_THROUGH_PAIRS = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  x = f32[8,4] exponential(p), sharding={devices=[4,1]<=[4]}
+  n = f32[8,4] negate(x), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  c = f32[8,4] copy(x), sharding={replicated}
+  ROOT t = (f32[8,4], f32[8,4]) tuple(n, c), sharding={{devices=[2,1,2]<=[4] last_tile_dim_replicate}, {replicated}}
+}
+"""
+
+
+def test_a_value_is_resharded_from_the_node_another_user_reads():
+    """x in 4 row tiles of [2,4] (32 B). `negate` reads it in 2 tiles held twice: an all-gather
+    over pairs, each device sends its 32 B. `copy` reads it whole: from x, an all-gather over
+    all 4 (3 x 32 = 96 B each); from the pair-gathered node, an all-gather of its [4,4] half
+    over the other pair (64 B each). 32 + 64 = 96 B per device instead of 128: as XLA, which
+    takes a value from a reshard it made before."""
+    spmd = check_equivalent(GATHERED_THROUGH_PAIRS, 4)
+    assert collectives(spmd) == [("all-gather", [[0, 1], [2, 3]], (0,)),
+                                 ("all-gather", [[0, 2], [1, 3]], (0,))]
+    assert sent_bytes(spmd, 4) == 32 + 64
+
+
+#: fuzz/9800001057 on: one sort element read in 2 tiles held twice and whole
+SORTED_FOR_TWO = """HloModule m, num_partitions=4
+
+compare {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT, type=TOTALORDER
+}
+
+ENTRY e {
+  keys = f32[7,3] parameter(0), sharding={devices=[4,1]0,3,1,2}
+  values = s32[7,3] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  sort = (f32[7,3], s32[7,3]) sort(keys, values), dimensions={1}, is_stable=true, to_apply=compare, sharding={{devices=[4,1]0,3,1,2}, {devices=[4,1]0,3,1,2}}
+  k = f32[7,3] get-tuple-element(sort), index=0, sharding={devices=[4,1]0,3,1,2}
+  v = s32[7,3] get-tuple-element(sort), index=1, sharding={devices=[4,1]0,3,1,2}
+  cv = c64[7,3] convert(v), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  ROOT t = (f32[7,3], c64[7,3], s32[7,3]) tuple(k, cv, v), sharding={{devices=[4,1]0,3,1,2}, {devices=[2,1,2]<=[4] last_tile_dim_replicate}, {replicated}}
+}
+"""
+
+
+def test_a_sorted_element_read_twice_is_priced_through_the_first_read():
+    """The sort's second element is read in [2,1,2] tiles (the convert) and whole (the root).
+    Priced each from the sort's [4,1] tiles, sorting tiled cost the busiest device 144 B
+    against 120 sorted replicated; the whole value taken from the pair-gathered node (an
+    all-gather of [4,3] s32 over the other pair: 48 B) makes the tiled sort cost 120 too, and
+    it moves fewer bytes over all devices. XLA sorts tiled too and sends 108 B per device
+    (mean); gspmdc 96: permutes of 2 of 4 [2,3] s32 tiles twice (12 B mean each), the
+    all-gather over pairs (24) and over the other pairs (48)."""
+    spmd = check_equivalent(SORTED_FOR_TWO, 4)
+    assert sent_bytes(spmd, 4) == 12 + 12 + 24 + 48
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(GATHERED_FOR_TWO, 2), (ONE_DEVICE_FOR_THREE, 2),
                                     (gathered_for_one_device(), 4),
@@ -235,10 +296,12 @@ def test_gathered_for_one_device_uneven(size, second, reshape):
                                         second="{devices=[2,2]<=[4] last_tile_dim_replicate}",
                                         reshape=False), 4),
                                     (ONE_DEVICE_RESULT_READ_IN_PAIRS, 4),
-                                    (ELEMENTS_READ_OTHERWISE, 4)],
+                                    (ELEMENTS_READ_OTHERWISE, 4), (GATHERED_THROUGH_PAIRS, 4),
+                                    (SORTED_FOR_TWO, 4)],
                          ids=["gathered-for-two", "one-device-for-three",
                               "gathered-for-one-device", "sliced-from-the-gathered",
-                              "one-device-result-read-in-pairs", "elements-read-otherwise"])
+                              "one-device-result-read-in-pairs", "elements-read-otherwise",
+                              "gathered-through-pairs", "sorted-for-two"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""
@@ -297,8 +360,33 @@ def test_a_strided_slice_of_a_far_element_permutes_that_element():
     assert sent_bytes(spmd, 4) == 2
 
 
+#: fuzz/9800000948 on (a dynamic-slice of the upper half, made static), in f32
+UPPER_HALF = """HloModule m, num_partitions=4
+
+ENTRY e {
+  x = f32[8] parameter(0), sharding={devices=[4]3,2,1,0}
+  ROOT s = f32[4] slice(x), slice={[4:8]}, sharding={devices=[4]3,2,1,0}
+}
+"""
+
+
+def test_receivers_of_different_parts_of_a_piece_get_a_permute_each():
+    """Output shard k (on device 3 - k) is element 4 + k: shards 1 and 2 read the second and
+    the first element of their right neighbour's two, shard 0 the first of its second
+    neighbour's. The hop-1 piece was sent whole to both (8 B from each of two devices): now
+    each receiver's element travels alone, as XLA's compact halo exchange sends it. Three
+    permutes of 4 B: 3 B per device on average (was 5), XLA's program sends the same."""
+    from gspmdc.passes.spmd.halo import HaloPlan, WindowedDim, plan_halo
+    plan = plan_halo(WindowedDim(8, 4, 1, 1, -4, 0))
+    assert [plan.parts("right", 1)[k].tolist() for k in (1, 2)] == [[1, 2], [0, 1]]
+    assert HaloPlan.from_text(plan.to_text()).to_text() == plan.to_text()
+    spmd = check_equivalent(UPPER_HALF, 4)
+    assert sorted(c[1] for c in collectives(spmd)) == [[(0, 1)], [(1, 2)], [(1, 3)]]
+    assert sent_bytes(spmd, 4) == 3
+
+
 @needs_xla
-@pytest.mark.parametrize("text,n", [(NEGATIVE_PAD, 2), (STRIDED_TAIL, 4)],
-                         ids=["negative-pad", "strided-tail"])
+@pytest.mark.parametrize("text,n", [(NEGATIVE_PAD, 2), (STRIDED_TAIL, 4), (UPPER_HALF, 4)],
+                         ids=["negative-pad", "strided-tail", "upper-half"])
 def test_halo_spans_no_more_bytes_than_xla(text, n):
     compared_with_xla(text, n)

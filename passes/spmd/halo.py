@@ -30,7 +30,9 @@ Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over sha
   never read. Of each hop's piece only the elements some receiver's real outputs read travel
   (`pieces(side)`: the part of a far shard a window starting or ending inside it reads, as
   XLA's compact halo exchange sends): the receiver pads it back to the hop's size with zeros
-  it never reads;
+  it never reads. Where the receivers of one hop read parts of its piece none of which covers
+  the others (`parts(side, hop)`, recorded as `parts_left` / `parts_right`), each part travels
+  in a permute of its own and every shard selects its own part (XLA's compact exchange);
 - `mask`: whether real outputs read positions outside `[0, valid)` (explicit padding, uneven
   padding garbage, zeros from missing neighbours): those are replaced by the pad value.
 
@@ -114,6 +116,10 @@ class HaloPlan:
     #: every piece whole)
     span_left: tuple[tuple[int, int], ...] = ()
     span_right: tuple[tuple[int, int], ...] = ()
+    #: per hop to the left / right, the `[n, 2]` elements [lo, hi) of its piece each receiving
+    #: shard reads, where receivers read different parts (empty: each reads the hop's span)
+    parts_left: tuple[np.ndarray, ...] = ()
+    parts_right: tuple[np.ndarray, ...] = ()
 
     def pieces(self, side: str) -> list[tuple[int, int, int]]:
         """Per hop from `side` (distance 1, 2, ...): its size and the range `[lo, hi)` of
@@ -122,6 +128,16 @@ class HaloPlan:
         spans = (self.span_left if side == "left" else self.span_right) or \
             tuple((0, size) for size in sizes)
         return [(size, lo, hi) for size, (lo, hi) in zip(sizes, spans)]
+
+    def parts(self, side: str, hop: int) -> np.ndarray:
+        """`[n, 2]`: per receiving shard, the elements [lo, hi) of hop `hop`'s piece from
+        `side` it reads (its span where receivers read alike; meaningful where it
+        `receives` the hop)."""
+        parts = self.parts_left if side == "left" else self.parts_right
+        if parts:
+            return parts[hop - 1]
+        _, lo, hi = self.pieces(side)[hop - 1]
+        return np.tile(np.array([lo, hi], dtype=np.int64), (self.shards, 1))
 
     def receives(self, side: str, hop: int) -> np.ndarray:
         """Per shard, whether it receives hop `hop` from the `side` ("left" or "right")."""
@@ -183,6 +199,10 @@ class HaloPlan:
             if any((lo, hi) != (0, size) for size, lo, hi in pieces):
                 text += f",span_{side}=[" + \
                     ",".join(f"{lo},{hi}" for _, lo, hi in pieces) + "]"
+        for side in ("left", "right"):
+            parts = self.parts_left if side == "left" else self.parts_right
+            if parts:
+                text += f",parts_{side}=" + _table(np.concatenate(parts).ravel())
         return text
 
     @classmethod
@@ -199,7 +219,8 @@ class HaloPlan:
         missing = [k for k in _REQUIRED if k not in fields]
         unknown = sorted(set(fields) - set(_REQUIRED) -
                          {"dilate", "mask", "pad", "reach_left", "reach_right", "skip_left",
-                          "skip_right", "span_left", "span_right"})
+                          "skip_right", "span_left", "span_right", "parts_left",
+                          "parts_right"})
         if missing or unknown:
             raise ValueError(f"missing {missing}" if missing else f"unknown {unknown}")
         n = _int(fields, "shards")
@@ -241,6 +262,15 @@ class HaloPlan:
                 if any(not 0 <= lo < hi <= size for (lo, hi), size in zip(spans, sizes)):
                     raise ValueError(f"span_{side} must hold 0 <= lo < hi <= size per hop")
                 got[f"span_{side}"] = spans
+            if f"parts_{side}" in fields:
+                sizes = plan.hops(number[f"from_{side}"])
+                flat = _array(fields[f"parts_{side}"], 2 * n * len(sizes), f"parts_{side}")
+                parts = tuple(flat.reshape(len(sizes), n, 2))
+                if any(((part < 0) | (part > size)).any() or (part[:, 0] > part[:, 1]).any()
+                       for part, size in zip(parts, sizes)):
+                    raise ValueError(f"parts_{side} must hold 0 <= lo <= hi <= size per hop "
+                                     "and shard")
+                got[f"parts_{side}"] = parts
         return replace(plan, **got)
 
 
@@ -319,7 +349,7 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
     got = {}
     for side, amount in (("left", from_left), ("right", from_right)):
         needed = np.zeros((n, 0), dtype=bool)
-        spans = []
+        spans, parts = [], []
         for hop, size in enumerate(plan.hops(amount), 1):
             if side == "left":
                 hop_lo, hop_hi = ib * (i - hop + 1) - b * size, ib * (i - hop + 1)
@@ -328,11 +358,18 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
             reads = reads_data & (hop_lo < data_hi) & (data_lo < hop_hi)
             needed = np.column_stack([needed, reads])
             # the piece's elements (base hop_lo + b*k) within [data_lo, data_hi) of a reader
-            lo = np.clip(-(-(data_lo - hop_lo) // b), 0, size)[reads]
-            hi = np.clip(-(-(data_hi - hop_lo) // b), 0, size)[reads]
-            spans.append((int(lo.min()), int(hi.max())) if reads.any() else (0, size))
+            lo = np.where(reads, np.clip(-(-(data_lo - hop_lo) // b), 0, size), 0)
+            hi = np.where(reads, np.clip(-(-(data_hi - hop_lo) // b), 0, size), 0)
+            spans.append((int(lo[reads].min()), int(hi[reads].max())) if reads.any()
+                         else (0, size))
+            parts.append(np.column_stack([lo, hi]).astype(np.int64))
         if any(span != (0, size) for span, size in zip(spans, plan.hops(amount))):
             got[f"span_{side}"] = tuple(spans)
+        # receivers of one hop reading parts of its piece none of which covers the others
+        # (windows starting at different offsets of a far shard): each part travels in a
+        # permute of its own (XLA's compact halo exchange), so every sender sends less
+        if any(_split(part[needed[:, k]]) for k, part in enumerate(parts)):
+            got[f"parts_{side}"] = tuple(parts)
         count = needed.shape[1]
         any_hop = needed.any(axis=1)
         reach = np.where(any_hop, count - np.argmax(needed[:, ::-1], axis=1), 0) if count else \
@@ -342,6 +379,16 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
         got[f"reach_{side}"] = np.minimum(reach, full).astype(np.int64)
         got[f"skip_{side}"] = np.minimum(skip, got[f"reach_{side}"]).astype(np.int64)
     return replace(plan, **got)
+
+
+def _split(parts: np.ndarray) -> bool:
+    """Whether the `[k, 2]` parts [lo, hi) its receivers read of one piece are worth a permute
+    each: they differ and none spans them all (else one permute of the span sends no more from
+    any device)."""
+    if len(parts) < 2:
+        return False
+    span = (parts[:, 0].min(), parts[:, 1].max())
+    return not ((parts[:, 0] == span[0]) & (parts[:, 1] == span[1])).any()
 
 
 def _full_reach(n: int, hops: int, side: str) -> np.ndarray:
@@ -388,7 +435,10 @@ def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
                 inside = (receiver >= 0) & (receiver < n)
                 reads = np.zeros(n, dtype=bool)
                 reads[inside] = plan.receives(side, hop)[receiver[inside]]
-                sent += np.where(reads, size if whole_pieces else hi - lo, 0)
+                part = np.zeros(n, dtype=np.int64)
+                read = plan.parts(side, hop)
+                part[inside] = (read[:, 1] - read[:, 0])[receiver[inside]]
+                sent += np.where(reads, size if whole_pieces else part, 0)
         yield sent, other
         dims[d] = plan.window_input
 
@@ -464,11 +514,11 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
         return value
     b = ctx.builder
     pieces = [_receive(ctx, value, dim, tiling, h, piece, plan.receives("left", h),
-                       from_left=True)
+                       from_left=True, parts=plan.parts("left", h))
               for h, piece in reversed(list(enumerate(plan.pieces("left"), 1)))]
     pieces.append(value)
     pieces += [_receive(ctx, value, dim, tiling, h, piece, plan.receives("right", h),
-                        from_left=False)
+                        from_left=False, parts=plan.parts("right", h))
                for h, piece in enumerate(plan.pieces("right"), 1)]
     value = _concatenate(b, pieces, dim)
     if plan.base_dilation > 1:
@@ -549,19 +599,35 @@ def _need(pad_value: Instruction | None) -> Instruction:
 
 def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
              piece: tuple[int, int, int], receives: np.ndarray,
-             from_left: bool) -> Instruction:
+             from_left: bool, parts: np.ndarray | None = None) -> Instruction:
     """The piece each shard receives from the shard `hop` positions to its left (the sender's
     last `size` elements) or right (its first `size`), `piece = (size, lo, hi)`, for the
     shards that `receives` it (by ordinal); the others (and shards without a sender) get
-    zeros. Only the piece's elements `[lo, hi)` travel; zeros stand for the rest."""
+    zeros. Only the piece's elements `[lo, hi)` travel; zeros stand for the rest. With
+    `parts` (`HaloPlan.parts`: per receiver the elements it reads), each distinct part travels
+    in a permute of its own to the shards reading it, and each shard selects its own."""
     local = value.shape.dims[dim]
     size, lo, hi = piece
     at = local - size if from_left else 0
-    received = _sent_piece(ctx, value, dim, tiling, hop, at + lo, at + hi, receives, from_left)
-    if (lo, hi) == (0, size):
-        return received
+    if parts is None:
+        parts = np.tile(np.array([lo, hi], dtype=np.int64), (len(receives), 1))
     b = ctx.builder
-    return _pad_dim(b, received, dim, lo, size - hi, b.zero(value.shape.element_type))
+    groups = sorted({(int(p[0]), int(p[1])) for p, r in zip(parts, receives) if r})
+    received = None
+    for lo, hi in groups or [(lo, hi)]:
+        group = receives & (parts[:, 0] == lo) & (parts[:, 1] == hi)
+        got = _sent_piece(ctx, value, dim, tiling, hop, at + lo, at + hi, group, from_left)
+        if (lo, hi) != (0, size):
+            got = _pad_dim(b, got, dim, lo, size - hi, b.zero(value.shape.element_type))
+        if received is not None:            # this partition's group picks its part
+            ordinals = tiling.coordinates()[:, dim]
+            mine = ctx.tables.lookup(group[ordinals].astype(np.int32),
+                                     f"halo.part.{dim}")
+            chosen = b.compare(mine, ctx.tables.lookup(np.ones(len(ordinals), np.int32),
+                                                       "one"), "EQ")
+            got = b.select(b.broadcast(chosen, got.shape.dims), got, received)
+        received = got
+    return received
 
 
 def _sent_piece(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,

@@ -190,12 +190,16 @@ class _Rewriter:
         self.everywhere: set[Instruction] = set()
         #: the reshard nodes some instruction reads as an operand (made whatever else happens)
         self.read: set[Instruction] = set()
+        #: those of them a live instruction (one whose value reaches the root) reads: their
+        #: bytes are paid in the final program (`_cheaper_sibling`)
+        self.read_live: set[Instruction] = set()
         #: what users see of an instruction planned so far (its reshard to its annotation)
         self.replacement: dict[Instruction, Instruction] = {}
         #: the users of each instruction whose values reach the root (dead ones, e.g. an
         #: annotation's copy nothing reads, are removed later and need nothing)
-        self.users = {inst: [u for u in users if u in live]
-                      for live in [live_instructions(comp)]
+        #: the instructions whose values reach the root
+        self.live = live_instructions(comp)
+        self.users = {inst: [u for u in users if u in self.live]
                       for inst, users in comp.users().items()}
         #: the instruction being planned and its annotation (`_result_needs`)
         self.planning: tuple[Instruction, HloSharding] | None = None
@@ -227,6 +231,8 @@ class _Rewriter:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
                                                     plan.reason)
                     self.read.add(inst.operands[i])
+                    if inst in self.live:
+                        self.read_live.add(inst.operands[i])
             inst.sharding = plan.result
             b.append(inst)
             self.planned.add(inst)
@@ -264,6 +270,9 @@ class _Rewriter:
         key = (id(value), target)
         if key in self.cache:
             return self.cache[key]
+        sibling = self._cheaper_sibling(value, target)
+        if sibling is not None:
+            return self.reshard(sibling, target, user, role, reason)
         gathered = self._gathered_everywhere(value) if free_target(target) else None
         if value in self.everywhere and target != value.sharding:
             node = self.reshard(self._as_replicated(value), target, user, role, reason)
@@ -291,6 +300,27 @@ class _Rewriter:
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
+
+    def _cheaper_sibling(self, value: Instruction, target: HloSharding) -> Instruction | None:
+        """A reshard node of the array `value` that an instruction reads already (made for
+        another user, so its bytes are paid) from which `target` moves fewer bytes than from
+        `value` itself (e.g. replicated from a tiling held twice, instead of from the finer
+        tiling: XLA's reshard cache), or None. Not for partial values (their summed form is
+        the `result_chain`)."""
+        if isinstance(value.shape, TupleShape) or value.sharding.has_unreduced or \
+                value.sharding.has_manual_leaf:
+            return None
+        best, cost = None, self.ctx.cost(value.shape, value.sharding, target)
+        for held in sorted(self.resharded_to.get(id(value), ()),
+                           key=lambda s: s.to_text(False)):
+            node = self.cache[(id(value), held)]
+            if node not in self.read_live or not is_inserted_reshard(node) or \
+                    held.has_unreduced or held.has_manual_leaf:
+                continue
+            moved = self.ctx.cost(value.shape, held, target)
+            if moved < cost:
+                best, cost = node, moved
+        return best
 
     def _reshard_result(self, inst: Instruction, plan: OpPlan,
                         desired: HloSharding) -> Instruction:

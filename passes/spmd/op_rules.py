@@ -243,8 +243,10 @@ def _result_bytes(signature: "Signature", result: HloSharding,
     """The bytes `measure` gives for having a result computed in `result` where its users
     need it (`signature.result_needs`): each need is read from the last sharding of
     `result_chain`, or from an earlier one where that moves fewer bytes (as insert-reshards
-    reshards a reshard node from its source), and the chain's reshards up to the last one read
-    are paid once. With no needs known, the reshard to the annotation."""
+    reshards a reshard node from its source), or from an earlier user's need where that moves
+    fewer still (insert-reshards reshards from a node another user reads: `_cheaper_sibling`),
+    and the chain's reshards up to the last one read are paid once. With no needs known, the
+    reshard to the annotation."""
     shape, annotated = signature.shape, signature.sharding
     if not signature.result_needs:
         return measure(shape, result, annotated)
@@ -252,7 +254,12 @@ def _result_bytes(signature: "Signature", result: HloSharding,
     needs = [read_as(shape, need, annotated) for need in signature.result_needs]
     chain = result_chain(result, annotated)
     reads = [read_from(shape, chain, need, measure) for need in needs]
-    total = sum(measure(shape, chain[k], need) for k, need in zip(reads, needs))
+    costs = [measure(shape, chain[k], need) for k, need in zip(reads, needs)]
+    for i, need in enumerate(needs):
+        for earlier in needs[:i]:
+            if not any(leaf.has_unreduced for leaf in earlier.leaf_shardings(shape)):
+                costs[i] = min(costs[i], measure(shape, earlier, need))
+    total = sum(costs)
     if len(chain) == 3 and 1 not in reads:
         chain = chain[0], chain[2]                # the summed form is made only when read
         reads = [min(k, 1) for k in reads]

@@ -5,7 +5,10 @@ arithmetic/logical op, `map`, and `bitcast-convert` between types of one width (
 cross-replica `all-reduce` of one array (no `channel_id`: it combines the values of the same
 partition on every replica, so it is elementwise across partitions, as in XLA's HandleAllReduce;
 with one replica it returns its operand). An all-reduce with a `channel_id` talks across
-partitions: an input program holding one is rejected.
+partitions: an input program holding one is rejected. The memory-placement custom-calls
+(`MoveToHost`, `MoveToDevice`, `PinToDevice`) pass their one operand through unchanged and are
+partitioned the same way (XLA's partitioner computes them in the result's sharding or their
+operand's, both candidates here; before, they ran on a replicated operand).
 
 The op runs on equally sharded operands and produces that sharding; padding stays padding (its
 values are unspecified and never read as data). Candidates: the annotated result sharding, and
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from gspmdc.errors import UnsupportedError
 from gspmdc.ir import sharding_algebra as algebra
+from gspmdc.ir.custom_call_targets import PLACEMENT
 from gspmdc.ir.ops import ELEMENTWISE, PARTITION_RULES, RNG_STATE
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
@@ -48,6 +52,9 @@ class ElementwiseRule(PartitionRule):
         plans = [OpPlan(tuple(replicated if s else c for s in scalar), c,
                         "elementwise operands share the result's sharding") for c in candidates]
         return ctx.choose(inst, plans)
+
+
+PARTITION_RULES.add(ElementwiseRule(), targets=tuple(sorted(PLACEMENT)))
 
 
 @PARTITION_RULES.register("all-reduce", instance=True)

@@ -806,16 +806,21 @@ def _scatter_by_axes(state: Tiling, target: Tiling,
 def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
                  steps: list[Step]) -> Tiling:
     """Pair dims losing tiles with dims gaining tiles; each common factor moves in one
-    all-to-all when both sides stay aligned."""
+    all-to-all when both sides stay aligned. A dim whose tiles do not nest (it loses all its
+    tiles and gains others) gives all of them away in one move, before any other dim gives
+    tiles to the dims it could fill, and, whole then, gains its new ones from another dim:
+    XLA's all-to-alls for, e.g., [1,3,2,1] -> [1,2,1,3]."""
     rank = len(dims)
     changed = True
     while changed:
         changed = False
-        for i in range(rank):
+        for i in sorted(range(rank), key=lambda d: not (down[d] > 1 and up[d] > 1)):
             for j in range(rank):
-                if i == j or down[i] == 1 or up[i] > 1 or up[j] == 1 or down[j] > 1:
+                if i == j or down[i] == 1 or up[j] == 1 or down[j] > 1:
                     continue
                 g = gcd(down[i], up[j])
+                if up[i] > 1 and g != down[i]:
+                    continue
                 ti, tj = state.counts[i], state.counts[j]
                 if g == 1 or not _gather_aligned(dims[i], ti, g) or \
                         not _split_aligned(dims[j], tj, g):

@@ -10,6 +10,7 @@ import dataclasses
 import time
 import traceback
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -98,15 +99,16 @@ def collective_bytes(spmd_text: str, num_partitions: int) -> float | None:
     """Bytes each device sends in collectives in one run of the partitioned program `spmd_text`
     (gspmdc's or XLA's), by gspmdc's cost model (`passes/spmd/traffic.py`: each collective's
     bytes by `gspmdc.ir.cost`, averaged over the devices, times its executions); None when some
-    loop's trip count is not static."""
+    loop's trip count is not static. The sum is exact (fractions), rounded to a float once:
+    two programs sending the same bytes in a different order of collectives compare equal."""
     from gspmdc.passes.spmd.traffic import collective_traffic
     module = api.parse(spmd_text, "<spmd>", verify=False)
-    total = 0.0
+    total = Fraction(0)
     for t in collective_traffic(module, num_partitions):
         if t.total_sent_bytes is None:
             return None
         total += t.total_sent_bytes
-    return total
+    return float(total)
 
 
 def _gspmdc_compile(text: str, case: Case, *, partition: bool = True
