@@ -33,13 +33,14 @@ def set_frontend_attribute(inst: Instruction, key: str, value: object | None) ->
     value is a string or a typed value that prints as one (`ir/sdy.py`'s); the list keeps its
     separator."""
     attrs = inst.attrs.get("frontend_attributes")
-    if attrs is None and value is None:
+    if attrs is None:
+        if value is not None:
+            inst.attrs["frontend_attributes"] = KeyValueList(((key, value),), ", ")
         return
-    items = tuple(kv for kv in (attrs.items if attrs is not None else ()) if kv[0] != key)
+    items = tuple(kv for kv in attrs.items if kv[0] != key)
     if value is not None:
         items += ((key, value),)
     if items:
-        inst.attrs["frontend_attributes"] = KeyValueList(
-            items, attrs.separator if attrs is not None else ", ")
-    elif attrs is not None:
+        inst.attrs["frontend_attributes"] = KeyValueList(items, attrs.separator)
+    else:
         del inst.attrs["frontend_attributes"]

@@ -185,12 +185,10 @@ def _describe(step: OriginStep, comp: str) -> str:
 def _encode(steps: list[OriginStep], comp: str) -> str:
     parts = []
     last = len(steps) - 1
-    for i, step in enumerate(steps):
-        sources = ",".join([f"{n}@{v}" if c == comp else f"{c}:{n}@{v}"
-                            for (c, n), v in step.sources])
-        level = "" if step.level is None else str(step.level)
-        sharding = "" if i == last else _text(step.sharding)
-        parts.append(f"{step.how}|{step.rule}|{sources}|{level}|{sharding}")
+    for i, (sharding, how, rule, sources, level) in enumerate(steps):
+        refs = ",".join([f"{n}@{v}" if c == comp else f"{c}:{n}@{v}" for (c, n), v in sources])
+        parts.append(f"{how}|{rule}|{refs}|{'' if level is None else level}|"
+                     f"{'' if i == last else _text(sharding)}")
     return ";".join(parts)
 
 
