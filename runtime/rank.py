@@ -50,7 +50,8 @@ from gspmdc.errors import EXIT_RUNTIME
 from gspmdc.ir.gc_pause import paused_collection
 
 from . import mpi_processes
-from .rank_link import RankLink, connect, rank_from_environment, supervise_rank
+from .rank_link import (RankLink, connect, rank_from_environment, supervise_rank,
+                        unreachable_message)
 
 #: extra time a non-zero rank's watchdog waits, so that rank 0 reports the timeout
 _WATCHDOG_STAGGER_SECONDS = 1.0
@@ -110,8 +111,7 @@ def run_rank(connection: socket.socket, token: str, start_mpi: Callable[[], None
 
 def unreachable(error: OSError | ConnectionError) -> int:
     """Report that this rank cannot reach its launcher; the exit code."""
-    print(f"gspmdc: error: rank {rank_from_environment()}: cannot reach the launcher: {error}",
-          file=sys.stderr)
+    print(unreachable_message(rank_from_environment(), error), file=sys.stderr)
     return EXIT_RUNTIME
 
 

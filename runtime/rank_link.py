@@ -184,6 +184,11 @@ def report_end(connection: socket.socket, status: int) -> int:
     return code if code >= 0 else 128 - code
 
 
+def unreachable_message(rank: int | str, error: OSError | ConnectionError) -> str:
+    """The error line of rank `rank` that cannot reach its launcher."""
+    return f"gspmdc: error: rank {rank}: cannot reach the launcher: {error}"
+
+
 def rank_from_environment() -> int:
     """This process's rank as MPI launchers announce it before MPI starts (-1 if none does)."""
     for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):

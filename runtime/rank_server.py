@@ -319,13 +319,12 @@ def _start_rank(stub: socket.socket, descriptors: list[int], numbers: list[int],
     docstring); None when the launcher cannot be reached (the stub was told, with a message on
     its standard error). `servers`: what of the server's the rank must not hold (closed in
     it)."""
-    from .rank_link import connect
+    from .rank_link import connect, unreachable_message
     rank_number = environment.get("PMI_RANK", "?")
     try:
         connection = connect(launcher_address)
     except OSError as e:
-        _tell_stub(stub, descriptors, numbers,
-                   f"gspmdc: error: rank {rank_number}: cannot reach the launcher: {e}\n")
+        _tell_stub(stub, descriptors, numbers, unreachable_message(rank_number, e) + "\n")
         return None
     server = os.getpid()
     pid = os.fork()
@@ -358,24 +357,27 @@ def _report_end(rank: _Supervised) -> None:
     from .rank_link import report_end
     _, status = os.waitpid(rank.pid, 0)
     os.close(rank.exit_watch)
-    exit_status = report_end(rank.connection, status)
+    _release_stub(rank.stub, report_end(rank.connection, status))
+
+
+def _release_stub(stub: socket.socket, exit_status: int) -> None:
+    """Send the stub the status to exit with, and close its connection."""
     try:
-        rank.stub.sendall(f"{exit_status}\n".encode())
+        stub.sendall(f"{exit_status}\n".encode())
     except OSError:
         pass                        # the proxy killed the stub
-    rank.stub.close()
+    stub.close()
 
 
 def _tell_stub(stub: socket.socket, descriptors: list[int], numbers: list[int],
                message: str) -> None:
     """Write `message` to the stub's standard error and have the stub exit with status 3."""
-    try:
-        if 2 in numbers:
+    if 2 in numbers:
+        try:
             os.write(descriptors[numbers.index(2)], message.encode(errors="replace"))
-        stub.sendall(f"{EXIT_RUNTIME}\n".encode())
-    except OSError:
-        pass
-    stub.close()
+        except OSError:
+            pass                    # nowhere to say it: the exit status still tells
+    _release_stub(stub, EXIT_RUNTIME)
     for fd in descriptors:
         os.close(fd)
 
