@@ -311,9 +311,7 @@ class _Rewriter:
                 value.sharding.has_manual_leaf:
             return None
         best, cost = None, self.ctx.cost(value.shape, value.sharding, target)
-        for held in sorted(self.resharded_to.get(id(value), ()),
-                           key=lambda s: s.to_text(False)):
-            node = self.cache[(id(value), held)]
+        for held, node in self._reshards_of(value):
             if node not in self.read_live or not is_inserted_reshard(node) or \
                     held.has_unreduced or held.has_manual_leaf:
                 continue
@@ -325,8 +323,9 @@ class _Rewriter:
     def _reshard_result(self, inst: Instruction, plan: OpPlan,
                         desired: HloSharding) -> Instruction:
         """`inst`, computed in `plan.result`, resharded to its annotation `desired` (as its
-        users see it: `seen_by_users`) for them; through the summed form of a partial result (`result_chain`) when some user's
-        need reads that form (`read_from`), each user then resharded from the cheapest one."""
+        users see it: `seen_by_users`) for them; through the summed form of a partial result
+        (`result_chain`) when some user's need reads that form (`read_from`), each user then
+        resharded from the cheapest one."""
         reason = _result_reason(inst, plan)
         chain = result_chain(plan.result, desired)
         value = inst
@@ -549,12 +548,18 @@ class _Rewriter:
         already and every partition holds whole (onto one device: its plan gathers the value
         on every device), or None. (A result's reshard to its annotation nobody reads is
         removed: taking the value from it would make it.)"""
-        for target in sorted(self.resharded_to.get(id(value), ()),
-                             key=lambda s: s.to_text(False)):
-            node = self.cache[(id(value), target)]
+        for _, node in self._reshards_of(value):
             if node in self.everywhere and node in self.read:
                 return self._as_replicated(node)
         return None
+
+    def _reshards_of(self, value: Instruction) -> list[tuple[HloSharding, Instruction]]:
+        """(sharding, reshard node) of every reshard of `value` made so far, in the order of the
+        shardings' text (so that a choice among them does not depend on the order they were
+        made in)."""
+        return [(held, self.cache[(id(value), held)])
+                for held in sorted(self.resharded_to.get(id(value), ()),
+                                   key=lambda s: s.to_text(False))]
 
     def _computed_everywhere(self, inst: Instruction) -> bool:
         """Whether `inst`, on one device, holds the whole value on every partition: partitions
