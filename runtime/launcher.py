@@ -7,9 +7,9 @@ whole job on any failure, and leave nothing behind.
   sockets; the output being received) and starts the *reaper* (`reaper.py`), which cleans up if
   this process is killed;
 - starts `mpiexec -n N python -I -S rank_stub.py SERVER` (one host; `rank_stub.py`) or
-  `mpiexec -n N -f HOSTFILE python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own session; the
-  kernel kills `mpiexec` and the rank server if this process dies (`prctl(PR_SET_PDEATHSIG)`),
-  and MPICH's proxies then stop their ranks;
+  `mpiexec -n N -f HOSTFILE python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own session; if
+  this process dies, the kernel kills the rank server and sends `mpiexec` SIGTERM
+  (`prctl(PR_SET_PDEATHSIG)`), which MPICH's proxies pass on to their processes;
 - on one host, then forks the *rank server* (`rank_server.py`) once it imported what it and the
   ranks both need: the server loads the rest of the runtime while this process prepares the job
   (`prepare()`: parsing, partitioning, checks), and forks every rank. So when the number of
@@ -21,11 +21,13 @@ whole job on any failure, and leave nothing behind.
   ranks on other hosts), learns its pid and host, and sends it the job (pickled once);
 - passes rank output through live (without MPICH's termination banners), and prints the error
   a failing rank reports over its connection (`rank_link.py`: not through MPICH's forwarding of
-  its standard error, which the rank's `MPI_Abort` can cut short);
-- stops the job (every process of it on this machine killed at once; ranks elsewhere exit when
-  their connection closes) when a rank ends without `done`/`failed` (named with its host, pid,
-  how it ended and the instruction it was executing), at `--timeout` (naming where every rank
-  was), or on SIGTERM, SIGINT or SIGHUP;
+  its standard error), then stops the job;
+- stops the job (every process of it on this machine but `mpiexec` and its proxies killed at
+  once, those then left to end cleanly so that hydra removes its temporary files,
+  `mpi_processes.stop_job`; ranks elsewhere exit when their connection closes) when a rank ends
+  without `done`/`failed` (named with its host, pid, how it ended and the instruction it was
+  executing), at `--timeout` (naming where every rank was), when preparing the job fails after
+  `mpiexec` started, or on SIGTERM, SIGINT or SIGHUP;
 - receives the outputs from rank 0 and writes the output file (atomically) only after every rank
   finished: an output never appears after `gspmdc run` returned;
 - removes MPICH shared-memory segments that a job which failed during `MPI_Init` left behind, and
@@ -160,6 +162,7 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
         command = [mpiexec, "-n", str(n)] + (["-f", hostfile] if hostfile else []) + \
             [sys.executable] + ranks
         session.start(command)
+        reaper.tell(f"mpiexec {session.proc.pid}")
         if stubs is not None and server is None:
             # after mpiexec started: forking this process is cheaper before it loaded numpy
             server = _start_server(stubs, address, token, reaper)
@@ -273,10 +276,9 @@ class _Session:
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
                 env=_rank_environment(self.num_partitions, self.one_host),
-                preexec_fn=mpi_processes.die_with_parent)
+                preexec_fn=_mpiexec_dies_with_parent)
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
-        self.on_local_pid(self.proc.pid)
         self.exit_watch = mpi_processes.exit_descriptor(self.proc.pid)
         if self.exit_watch is not None:
             self.selector.register(self.exit_watch, selectors.EVENT_READ)
@@ -304,6 +306,9 @@ class _Session:
             if dead is not None:
                 self.stop()
                 return self._fail(self._death(dead))
+            if any(r.ended == "failed" for r in self._everyone()):
+                self.stop()             # the rank's error was printed
+                return EXIT_RUNTIME
             if self.proc.poll() is not None:
                 return self._ended()
             if deadline is not None and time.time() > deadline:
@@ -513,13 +518,13 @@ class _Session:
 
     # ------------------------------------------------------------------------------- stopping
     def stop(self) -> None:
-        """Kill every process of the job on this machine at once (mpiexec, its proxies, the local
-        ranks); ranks on other hosts exit when their connection closes (`close`) or their proxy
-        dies."""
-        roots = [self.proc.pid] if self.proc is not None else []
-        roots += [self.server.pid] if self.server is not None else []
-        roots += [r.pid for r in self.ranks.values() if r.local]
-        mpi_processes.kill_tree(roots)
+        """Kill every process of the job on this machine at once but mpiexec and its proxies,
+        which then end cleanly (`mpi_processes.stop_job`: a proxy killed leaves its temporary
+        files); ranks on other hosts exit when their connection closes (`close`) or their proxy
+        ends."""
+        others = [self.server.pid] if self.server is not None else []
+        others += [r.pid for r in self.ranks.values() if r.local]
+        mpi_processes.stop_job(self.proc.pid if self.proc is not None else None, others)
         if self.proc is not None:
             self.proc.wait()
             for relay in self.relays:
@@ -607,6 +612,13 @@ def _rank_environment(n: int, one_host: bool) -> dict[str, str]:
     if one_host:
         one_host_ucx(environment)
     return environment
+
+
+def _mpiexec_dies_with_parent() -> None:
+    """In `mpiexec` (between fork and exec): the kernel sends it SIGTERM when this process dies,
+    which it forwards to its proxies, as when the job is stopped (`mpi_processes.stop_job`; the
+    reaper does the rest)."""
+    mpi_processes.die_with_parent(signal.SIGTERM)
 
 
 def _relay(stream, target) -> threading.Thread:

@@ -19,6 +19,11 @@ it, and how to remove them all (Linux `/proc`; elsewhere these do nothing).
   the job started that no live process maps.
 - `kill_tree(pids)`: SIGKILL the processes and all their descendants, stopping them first so none
   can start a new child or react while the tree is collected.
+- `stop_job(mpiexec, others)`: stop a job started by MPICH's `mpiexec` (hydra) so that hydra
+  ends cleanly: its proxy removes the topology file it wrote for the ranks
+  (`/tmp/hydra_hwloc_xmlfile_*`, created when the first rank starts MPI) only when it exits
+  normally, after every process it started ended; killed, or left without `mpiexec`, it leaves
+  the file behind.
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ _PR_SET_PDEATHSIG = 1
 #: an orphan segment must be unmapped at two looks this far apart (a starting job maps its
 #: segment right after creating it)
 _SWEEP_RECHECK_SECONDS = 0.2
-#: how long `kill_tree` waits for the killed processes to be gone
+#: how long `kill_tree` waits for the killed processes to be gone, and `stop_job` for `mpiexec`
+#: to end on its own
 _GONE_SECONDS = 5.0
 
 
@@ -188,13 +194,19 @@ def alive(pid: int) -> bool:
     return info is not None and info[1] != "Z"
 
 
-def descendants(roots) -> set[int]:
-    """The live processes among `roots` and all their descendants."""
+def _children() -> dict[int, list[int]]:
+    """Each live process's live children."""
     children: dict[int, list[int]] = {}
     for pid in _pids():
         info = _parent_and_state(pid)
         if info is not None and info[1] != "Z":
             children.setdefault(info[0], []).append(pid)
+    return children
+
+
+def descendants(roots) -> set[int]:
+    """The live processes among `roots` and all their descendants."""
+    children = _children()
     found, todo = set(), [pid for pid in roots if alive(pid)]
     while todo:
         pid = todo.pop()
@@ -222,6 +234,30 @@ def kill_tree(roots) -> None:
     deadline = time.monotonic() + _GONE_SECONDS
     while any(alive(pid) for pid in stopped) and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def stop_job(mpiexec: int | None, others) -> None:
+    """Stop the job of `mpiexec` (a pid; None: there is none) and `others` (processes of the job
+    it did not start: the rank server, ranks forked from it) on this machine, leaving hydra to
+    end cleanly: `mpiexec` is asked to stop (SIGTERM, which it forwards to its proxies, so that it
+    launches nothing more), then `others` and the processes the proxies started (the
+    grandchildren of `mpiexec`: rank stubs, ranks, their supervisors), with all their
+    descendants, are killed at once (`kill_tree`). Each proxy then sees its processes gone, tells
+    `mpiexec` and exits through its clean-up; `mpiexec` exits after its proxies. What is still
+    alive of `mpiexec` after `_GONE_SECONDS` is killed with its descendants."""
+    if mpiexec is not None and alive(mpiexec):
+        _signal(mpiexec, signal.SIGTERM)
+        children = _children()
+        launched = [pid for proxy in children.get(mpiexec, ()) for pid in children.get(proxy, ())]
+    else:
+        mpiexec, launched = None, []
+    kill_tree(set(others) | set(launched))
+    if mpiexec is None:
+        return
+    deadline = time.monotonic() + _GONE_SECONDS
+    while alive(mpiexec) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kill_tree([mpiexec])
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -30,8 +30,9 @@ random inputs), evaluate, send the pieces rank 0 needs for each output (`Igather
 from the source partitions of each tile only), and on rank 0 assemble, check, write and print
 (`job.finish`). Every rank records the instruction it starts on its slot of the position board.
 Any exception on any rank reports `gspmdc: error: rank r (partition p): ...` naming the computation
-and instruction (the rank sends it to the launcher, which prints it; under the user's own
-`mpiexec` the rank prints it) and calls `MPI_Abort`, which stops every rank at once. Exit codes: 0 success,
+and instruction: the rank sends it to the launcher, which prints it and stops the job (the rank
+exits: MPICH's `mpiexec` ends an `MPI_Abort` without removing its temporary files); under the
+user's own `mpiexec` the rank prints it and calls `MPI_Abort`, which stops every rank at once. Exit codes: 0 success,
 1 check mismatch, 2 bad input, 3 runtime failure.
 """
 from __future__ import annotations
@@ -300,7 +301,8 @@ def _gather_outputs(value, signature, module, comm):
 def _abort(comm, rank: int, partition: int | None, error: BaseException,
            link: RankLink | None, position: str) -> None:
     """Report `error` (with where this rank was, unless the message names the instruction
-    already) and stop the job."""
+    already) and stop the job: with a `link`, the launcher stops it (this rank exits), else
+    `MPI_Abort`."""
     from gspmdc.errors import GspmdcError
     where = f"rank {rank}" + (f" (partition {partition})" if partition is not None else "")
     if isinstance(error, KeyboardInterrupt):
@@ -316,7 +318,8 @@ def _abort(comm, rank: int, partition: int | None, error: BaseException,
     sys.stdout.flush()
     try:
         if link is not None:
-            link.fail(f"{where}: {message}")    # the launcher prints it
+            link.fail(f"{where}: {message}")    # the launcher prints it and stops the job
+            os._exit(EXIT_RUNTIME)              # (an MPI_Abort would leave hydra's files)
     except OSError:
         link = None                             # the launcher is gone: stderr is all there is
     if link is None:

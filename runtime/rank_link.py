@@ -12,9 +12,10 @@ lines:
     ready                (MPI started, its shared-memory names removed)
     output NAME NBYTES, then NBYTES bytes: one `.npy` member of the output file (rank 0)
     done                 (before a normal exit)
-    failed MESSAGE       (the rank's error, as a JSON string on one line, before it stops the job:
-                          the launcher prints it, so that it does not depend on MPICH forwarding
-                          the rank's standard error before its abort kills the forwarders)
+    failed MESSAGE       (the rank's error, as a JSON string on one line, before it exits: the
+                          launcher prints it and stops the job, so that neither depends on MPICH
+                          forwarding the rank's standard error, nor on its MPI_Abort, after
+                          which MPICH's mpiexec leaves its temporary files)
     ended STATUS         (from the rank's supervisor once the rank ended: its exit status, or
                           minus the signal that killed it)
 

@@ -5,13 +5,15 @@ launcher) into a reaper in a session of its own (so a signal to the launcher's p
 not reach it), with nothing open but /dev/null and a pipe from the launcher: a fork, not a new
 Python, so that it costs no interpreter start-up and no imports while the job starts. The launcher writes to the returned `Reaper`, one line each:
 
-- `pid N`: a process of the job on this machine (`mpiexec`, each local rank; recorded with its
-  start time, so that a later process reusing the pid is spared);
+- `mpiexec N`: the job's `mpiexec`; `pid N`: another process of the job on this machine (the
+  rank server, each local rank); each recorded with its start time, so that a later process
+  reusing the pid is spared;
 - `file PATH`: a file to remove (the output being received);
 - `done`: the launcher cleaned up itself; the reaper exits.
 
 When the pipe closes without `done` (the launcher was killed, even with SIGKILL, or crashed), the
-reaper kills those processes and their descendants, removes MPICH's shared-memory segments the job
+reaper stops the job as the launcher would (`mpi_processes.stop_job`: those processes and their
+descendants killed, `mpiexec` and its proxies left to end cleanly), removes MPICH's shared-memory segments the job
 left (`mpi_processes.sweep_orphan_segments`), the files and the run directory, and exits. It holds
 nothing else, so it costs a sleeping process per running job.
 
@@ -25,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Iterable
 
-from .mpi_processes import kill_tree, start_time, sweep_orphan_segments, unlink_segments
+from .mpi_processes import start_time, stop_job, sweep_orphan_segments, unlink_segments
 
 
 class Reaper:
@@ -80,16 +82,20 @@ def reap(lines: Iterable[str], run_dir: Path, started_at: float) -> None:
     """Follow the launcher's `lines` (see the module docstring) until `done`, or clean up after
     the job when they end without it."""
     started: dict[int, int | None] = {}     # pid -> its start time, when it was announced
+    mpiexec: int | None = None
     files: list[str] = []
     for line in lines:
         word, _, value = line.strip().partition(" ")
         if word == "done":
             return
-        if word == "pid":
+        if word in ("pid", "mpiexec"):
             started[int(value)] = start_time(int(value))
+            if word == "mpiexec":
+                mpiexec = int(value)
         elif word == "file":
             files.append(value)
-    kill_tree([pid for pid, at in started.items() if at is not None and start_time(pid) == at])
+    same = {pid for pid, at in started.items() if at is not None and start_time(pid) == at}
+    stop_job(mpiexec if mpiexec in same else None, same - {mpiexec})
     sweep_orphan_segments(started_at)
     unlink_segments(files)
     shutil.rmtree(run_dir, ignore_errors=True)

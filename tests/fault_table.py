@@ -16,7 +16,9 @@ a `sitecustomize.py` on PYTHONPATH, makes it sleep and touch a marker file when 
 
 Leftovers looked for: processes carrying the case's tag in their environment (zombies aside), the
 case's temporary directory not empty (`TMPDIR` of the run: the `gspmdc-run-*` directory), an
-MPICH segment the ranks mapped still in `/dev/shm`, anything in the output directory.
+MPICH segment the ranks mapped still in `/dev/shm`, the topology file hydra's proxy wrote for the
+ranks still in `/tmp` (hydra ignores `TMPDIR` there: the job runs with `HYDRA_DEBUG=1`, and the
+proxy names the file it created in its output), anything in the output directory.
 
 Every wait is on a file or a process, bounded; no sleep is a synchronisation.
 """
@@ -146,7 +148,7 @@ def run_case(fault: str, phase: str, workdir: Path) -> Result:
     program.write_text(PROGRAM)
     env = dict(os.environ, PYTHONPATH=str(workdir), GSPMDC_TEST_TAG=tag, TMPDIR=str(tmp),
                GSPMDC_TEST_DIR=str(workdir), GSPMDC_FAULT_PHASE=phase,
-               GSPMDC_FAULT_PAUSER=str(_PAUSER[phase]))
+               GSPMDC_FAULT_PAUSER=str(_PAUSER[phase]), HYDRA_DEBUG="1")
     command = [str(GSPMDC), "run", str(program), "--outputs", str(out_dir / "out.npz"), "-q"]
     if fault.startswith("hang"):
         command += ["--timeout", f"{TIMEOUT:g}"]
@@ -171,11 +173,13 @@ def run_case(fault: str, phase: str, workdir: Path) -> Result:
         else:
             victim_pid = rank_pids(tag)[VICTIM[phase]]
             os.kill(victim_pid, getattr(signal, fault.split()[0]))
-        _, stderr = proc.communicate(timeout=_PATIENCE)
+        stdout, stderr = proc.communicate(timeout=_PATIENCE)
         exited = time.monotonic()
-        clean = _wait_clean(tag, tmp, out_dir, segments)
+        files = hydra_files(stdout + stderr)
+        assert files, "hydra's proxy wrote no topology file (it does as the ranks start MPI)"
+        clean = _wait_clean(tag, tmp, out_dir, segments, files)
         return Result(fault, phase, proc.returncode, exited - injected, clean - injected,
-                      leftovers(tag, tmp, out_dir, segments), stderr, victim_pid)
+                      leftovers(tag, tmp, out_dir, segments, files), stderr, victim_pid)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -197,10 +201,11 @@ def _wait_until(condition, what: str) -> None:
         time.sleep(0.02)
 
 
-def _wait_clean(tag: str, tmp: Path, out_dir: Path, segments: set[str]) -> float:
+def _wait_clean(tag: str, tmp: Path, out_dir: Path, segments: set[str],
+                hydra: list[Path]) -> float:
     """When nothing is left (at most 20 s after now)."""
     deadline = time.monotonic() + 20.0
-    while leftovers(tag, tmp, out_dir, segments) and time.monotonic() < deadline:
+    while leftovers(tag, tmp, out_dir, segments, hydra) and time.monotonic() < deadline:
         time.sleep(0.02)
     return time.monotonic()
 
@@ -275,7 +280,17 @@ def mapped_segments(tag: str) -> set[str]:
     return found
 
 
-def leftovers(tag: str, tmp: Path, out_dir: Path, segments: set[str]) -> list[str]:
+def hydra_files(output: str) -> list[Path]:
+    """The files hydra's proxies said they created, in the output of a job run with
+    `HYDRA_DEBUG=1` (the topology file for the ranks, `/tmp/hydra_hwloc_xmlfile_*`)."""
+    return [Path(line.split("created hwloc xml file ", 1)[1].strip())
+            for line in output.splitlines() if "created hwloc xml file " in line]
+
+
+def leftovers(tag: str, tmp: Path, out_dir: Path, segments: set[str],
+              hydra: list[Path] = ()) -> list[str]:
+    """What the job left: processes, temporary files (its TMPDIR `tmp`, and the `hydra` files),
+    the MPICH `segments` it mapped, output files in `out_dir`."""
     found = []
     processes = tagged_processes(tag)
     if processes:
@@ -285,6 +300,8 @@ def leftovers(tag: str, tmp: Path, out_dir: Path, segments: set[str]) -> list[st
     shm = [s for s in segments if os.path.exists(s)]
     if shm:
         found.append(f"{len(shm)} shm segments")
+    if any(path.exists() for path in hydra):
+        found.append("hydra's topology file")
     if any(out_dir.iterdir()):
         found.append("output files")
     return found

@@ -48,6 +48,7 @@ def _sleep(inst, args, ctx):
 CUSTOM_CALL_TARGETS["gspmdc_test.fail_on_partition_1"] = _fail
 CUSTOM_CALL_TARGETS["gspmdc_test.fail_without_stderr_on_partition_1"] = _fail_without_stderr
 CUSTOM_CALL_TARGETS["gspmdc_test.sleep_on_partition_1"] = _sleep
+CUSTOM_CALL_TARGETS["gspmdc_test.identity"] = lambda inst, args, ctx: args[0]
 '''
 
 @pytest.fixture
@@ -337,3 +338,58 @@ def test_an_mpiexec_that_fails_before_starting_ranks_is_a_runtime_failure(job):
     assert proc.returncode == 3
     assert "mpiexec failed (exit status 1) before any rank started" in proc.stderr
     assert not out.exists()
+
+
+def _ranks_past_mpi_init(n: int) -> bool:
+    """`n` ranks forked (under this process) map an MPICH segment: each is past the start of
+    `MPI_Init`, where it asked hydra's proxy for the topology file."""
+    from gspmdc.runtime import mpi_processes
+    ranks = [pid for pid in mpi_processes.descendants([os.getpid()])
+             if Path(f"/proc/{pid}/comm").read_text().startswith("gspmdc-rank-")]
+    return len(ranks) == n and all(mpi_processes.mapped_mpich_segments(pid) for pid in ranks)
+
+
+@needs_mpi
+def test_a_job_that_fails_to_compile_after_the_ranks_started_leaves_nothing(
+        tmp_path, monkeypatch, capfd):
+    """With -n, `mpiexec` starts while the program is compiled: a compile error once the ranks are
+    in MPI stops them, and hydra's proxy still removes the topology file it wrote for them
+    (`/tmp/hydra_hwloc_xmlfile_*`; it does only when it ends normally, not killed). The proxy
+    names the file with HYDRA_DEBUG=1."""
+    from gspmdc import prepare
+    from gspmdc.cli import main
+    from gspmdc.errors import GspmdcError
+    from fault_table import hydra_files
+    program = tmp_path / "p.hlo"
+    program.write_text("HloModule m, num_partitions=2\nENTRY e {\n  p = f32[4] parameter(0), "
+                       "sharding={devices=[2]<=[2]}\n  ROOT n = f32[4] negate(p), "
+                       "sharding={replicated}\n}\n")
+
+    def failing(*args, **kwargs):
+        deadline = time.monotonic() + 60
+        while not _ranks_past_mpi_init(2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise GspmdcError("injected compile error")
+    monkeypatch.setattr(prepare, "_partition", failing)
+    monkeypatch.setenv("HYDRA_DEBUG", "1")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert main(["run", str(program), "-n", "2", "-q"]) == 2
+    out, err = capfd.readouterr()
+    assert "gspmdc: error: injected compile error" in err
+    files = hydra_files(out + err)
+    assert files, "the ranks started MPI before the error"
+    assert not any(path.exists() for path in files), files
+    assert not list(tmp_path.glob("gspmdc-run-*"))
+
+
+@needs_mpi
+@pytest.mark.parametrize("target, code", [("fail_on_partition_1", 3), ("identity", 0)])
+def test_a_job_that_ends_by_itself_leaves_hydra_nothing_to_clean(job, target, code):
+    """A rank's own failure (MPI_Abort) and a job that succeeds: hydra ends by itself and removes
+    its topology file."""
+    from fault_table import hydra_files
+    program, env, _ = job
+    proc, _ = run([program(target), "-q"], dict(env, HYDRA_DEBUG="1"))
+    assert proc.returncode == code, proc.stderr
+    files = hydra_files(proc.stdout + proc.stderr)
+    assert files and not any(path.exists() for path in files), files
