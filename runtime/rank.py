@@ -32,8 +32,8 @@ from the source partitions of each tile only), and on rank 0 assemble, check, wr
 Any exception on any rank reports `gspmdc: error: rank r (partition p): ...` naming the computation
 and instruction: the rank sends it to the launcher, which prints it and stops the job (the rank
 exits: MPICH's `mpiexec` ends an `MPI_Abort` without removing its temporary files); under the
-user's own `mpiexec` the rank prints it and calls `MPI_Abort`, which stops every rank at once. Exit codes: 0 success,
-1 check mismatch, 2 bad input, 3 runtime failure.
+user's own `mpiexec` the rank prints it and calls `MPI_Abort`, which stops every rank at once.
+Exit codes: 0 success, 1 check mismatch, 2 bad input, 3 runtime failure.
 """
 from __future__ import annotations
 

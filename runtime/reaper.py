@@ -13,9 +13,9 @@ Python, so that it costs no interpreter start-up and no imports while the job st
 
 When the pipe closes without `done` (the launcher was killed, even with SIGKILL, or crashed), the
 reaper stops the job as the launcher would (`mpi_processes.stop_job`: those processes and their
-descendants killed, `mpiexec` and its proxies left to end cleanly), removes MPICH's shared-memory segments the job
-left (`mpi_processes.sweep_orphan_segments`), the files and the run directory, and exits. It holds
-nothing else, so it costs a sleeping process per running job.
+descendants killed, `mpiexec` and its proxies left to end cleanly), removes MPICH's
+shared-memory segments the job left (`mpi_processes.sweep_orphan_segments`), the files and the
+run directory, and exits. It holds nothing else, so it costs a sleeping process per running job.
 
 Fork it before the launcher starts any thread (the child runs only this module's loop, but a lock
 another thread held at the fork would stay held in it).
