@@ -244,20 +244,20 @@ def stop_job(mpiexec: int | None, others) -> None:
     grandchildren of `mpiexec`: rank stubs, ranks, their supervisors), with all their
     descendants, are killed at once (`kill_tree`). Each proxy then sees its processes gone, tells
     `mpiexec` and exits through its clean-up; `mpiexec` exits after its proxies. What is still
-    alive of `mpiexec` after `_GONE_SECONDS` is killed with its descendants."""
+    alive of `mpiexec` and its proxies after `_GONE_SECONDS` is killed with its descendants."""
+    hydra: dict[int, int | None] = {}       # mpiexec and its proxies -> their start times
+    launched: list[int] = []
     if mpiexec is not None and alive(mpiexec):
         _signal(mpiexec, signal.SIGTERM)
         children = _children()
-        launched = [pid for proxy in children.get(mpiexec, ()) for pid in children.get(proxy, ())]
-    else:
-        mpiexec, launched = None, []
+        proxies = children.get(mpiexec, [])
+        launched = [pid for proxy in proxies for pid in children.get(proxy, ())]
+        hydra = {pid: start_time(pid) for pid in [mpiexec, *proxies]}
     kill_tree(set(others) | set(launched))
-    if mpiexec is None:
-        return
     deadline = time.monotonic() + _GONE_SECONDS
-    while alive(mpiexec) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in hydra) and time.monotonic() < deadline:
         time.sleep(0.01)
-    kill_tree([mpiexec])
+    kill_tree([pid for pid, at in hydra.items() if alive(pid) and start_time(pid) == at])
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -344,8 +344,14 @@ def _ranks_past_mpi_init(n: int) -> bool:
     """`n` ranks forked (under this process) map an MPICH segment: each is past the start of
     `MPI_Init`, where it asked hydra's proxy for the topology file."""
     from gspmdc.runtime import mpi_processes
+
+    def name(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text()
+        except OSError:
+            return ""                   # gone meanwhile
     ranks = [pid for pid in mpi_processes.descendants([os.getpid()])
-             if Path(f"/proc/{pid}/comm").read_text().startswith("gspmdc-rank-")]
+             if name(pid).startswith("gspmdc-rank-")]
     return len(ranks) == n and all(mpi_processes.mapped_mpich_segments(pid) for pid in ranks)
 
 
