@@ -81,3 +81,90 @@ def test_levels_resume_from_the_previous_fixpoint(monkeypatch, text):
 
     monkeypatch.setattr(driver.Driver, "_fixpoint", restarting)
     assert outcome() == resumed
+
+
+def _settled_texts():
+    from fuzz import case
+    texts = [pytest.param(*t.values, True, False, id=t.id) for t in _corpus_texts()]
+    for seed in range(10230000000, 10230000000 + 120):
+        c = case(seed)
+        texts.append(pytest.param(c.text, c.propagate_to_output, c.propagate_to_parameters,
+                                  id=f"fuzz/{seed}"))
+    return texts
+
+
+@pytest.mark.parametrize("text, to_output, to_parameters", _settled_texts())
+def test_a_settled_forward_proposal_is_settled(monkeypatch, request, text, to_output,
+                                               to_parameters):
+    """A forward proposal marked `settled` (one candidate taken from no sharding), once applied,
+    is answered with nothing by the instruction's forward rule asked again with the same
+    operands, at the same level and every later one above 0: the claim that lets the driver
+    skip that visit (docs/design/propagation.md#the-driver). The rule is asked again right
+    after each such proposal, on the propagation corpus, the bench module and generated
+    modules."""
+    from gspmdc.errors import GspmdcError
+    from gspmdc.ir.sharding_algebra import for_shape
+    from gspmdc.passes.propagation.context import Context
+
+    infer = driver.infer_from_operands
+    settled = []
+
+    def asking_again(ctx, inst):
+        proposal = infer(ctx, inst)
+        if proposal is not None and proposal.settled:
+            settled.append(inst.name)
+            saved, inst.sharding = inst.sharding, for_shape(proposal.sharding, inst.shape)
+            try:
+                for level in (range(ctx.level, 4) if ctx.level else (0,)):
+                    again = infer(Context(ctx.graph, ctx.options, level), inst)
+                    assert again is None, (inst.name, ctx.level, level, again)
+            finally:
+                inst.sharding = saved
+        return proposal
+
+    monkeypatch.setattr(driver, "infer_from_operands", asking_again)
+    try:
+        propagate(parse_module(text, "t"), propagate_to_output=to_output,
+                  propagate_to_parameters=to_parameters)
+    except GspmdcError:
+        pass
+    if request.node.callspec.id == "transformer":
+        assert len(settled) >= 50       # most of its instructions get theirs that way
+
+
+def test_only_one_candidate_taken_from_nothing_is_settled():
+    """`settled` is the one case the argument covers: a single candidate taken, as given, by
+    an instruction without a sharding; two candidates merged, a candidate improving a sharding
+    the instruction had, or a rule whose candidate reads its own sharding, are not."""
+    from gspmdc.ir.parser import parse_sharding
+    from gspmdc.passes.propagation.context import Context, Options
+    from gspmdc.passes.propagation.graph import ModuleGraph
+
+    module = parse_module("""HloModule m, num_partitions=4
+ENTRY e {
+  a = f32[8,8] parameter(0)
+  b = f32[8,8] parameter(1)
+  ROOT c = f32[8,8] add(a, b)
+}""", "m")
+    c = module.entry.root
+    ctx = Context(ModuleGraph(module), Options(), level=1)
+    rows = parse_sharding("{devices=[2,1,2]<=[4] last_tile_dim_replicate}")
+    cols = parse_sharding("{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}")
+    maximal = parse_sharding("{maximal device=0}")
+    tiled = parse_sharding("{devices=[2,2]<=[4]}")
+
+    def proposal(current, *candidates, settled=True):
+        c.sharding = current
+        acc = ctx.accumulate(c)
+        for candidate in candidates:
+            acc.improve(candidate)
+        return acc.result("test", settled)
+
+    assert proposal(None, rows).settled
+    assert proposal(None, maximal, rows).settled          # a candidate refused changes nothing
+    assert not proposal(None, rows, settled=False).settled
+    merged = proposal(None, rows, cols)
+    assert merged.sharding.tile_counts == (2, 2) and not merged.settled
+    assert not proposal(rows, cols).settled
+    taken = proposal(rows, tiled)                          # taken as given, over a sharding
+    assert taken.sharding == tiled and not taken.settled

@@ -4,6 +4,9 @@ rule hands back to the driver.
 Rules are pure functions of the current shardings. A forward rule builds its answer with an
 `Accumulator` (start from the instruction's sharding, improve it with candidates in XLA's order,
 recording which neighbours contributed); a backward rule returns the candidate one user implies.
+A forward rule's candidates come from its operands and the graph, never from the instruction's
+own sharding (the accumulator alone reads that), unless its result says `settled=False`: that is
+what makes a `settled` proposal settled (docs/design/propagation.md#the-driver).
 """
 from __future__ import annotations
 
@@ -35,6 +38,10 @@ class Proposal:
     sharding: HloSharding
     rule: str
     sources: tuple[Instruction, ...] = ()
+    #: a forward rule's answer that asking it again, with the same operands and this answer as
+    #: the instruction's sharding, leaves unchanged: one candidate taken from no sharding at all
+    #: (docs/design/propagation.md#the-driver)
+    settled: bool = False
 
 
 @dataclass
@@ -69,13 +76,15 @@ class Accumulator:
     """A running sharding for `inst`, improved step by step (XLA's MaybeImproveInstructionSharding
     applied to the instruction in turn), starting from its current one."""
 
-    __slots__ = ("ctx", "inst", "value", "sources")
+    __slots__ = ("ctx", "inst", "value", "sources", "settled")
 
     def __init__(self, ctx: Context, inst: Instruction):
         self.ctx = ctx
         self.inst = inst
         self.value: HloSharding | None = inst.sharding
         self.sources: list[Instruction] = []
+        #: the value is the one candidate taken, as it was given, when there was no value
+        self.settled = False
 
     def improve(self, candidate: HloSharding | None, source: Instruction | None = None, *,
                 aggressive: bool = False) -> bool:
@@ -85,7 +94,7 @@ class Accumulator:
                                 may_combine=self.ctx.may_combine, aggressive=aggressive)
         if new is None:
             return False
-        self._take(new, source)
+        self._take(new, source, new == candidate)
         return True
 
     def improve_leaf(self, index: int, candidate: HloSharding, source: Instruction | None = None) -> bool:
@@ -108,18 +117,23 @@ class Accumulator:
             for_shape(HloSharding.replicate(), shape)
         leaves = list(base.elements)
         leaves[start:start + count] = list(new.elements) if new.is_tuple else [new]
-        self._take(HloSharding.tuple(leaves), source)
+        self._take(HloSharding.tuple(leaves), source, new == candidate)
         return True
 
     def set(self, value: HloSharding, source: Instruction | None = None) -> None:
-        self._take(for_shape(value, self.inst.shape), source)
+        self._take(for_shape(value, self.inst.shape), source, False)
 
-    def _take(self, value: HloSharding, source: Instruction | None) -> None:
+    def _take(self, value: HloSharding, source: Instruction | None, exact: bool) -> None:
+        """Take `value`; `exact`: it is the candidate as the rule gave it (for the leaf
+        improved: the candidate itself, not merged into or reshaped from anything)."""
+        self.settled = exact and self.value is None
         self.value = value
         if source is not None and source not in self.sources:
             self.sources.append(source)
 
-    def result(self, rule: str) -> Proposal | None:
+    def result(self, rule: str, settled: bool = True) -> Proposal | None:
+        """The proposal, if the value changed; `settled=False`: a rule whose candidates read
+        the instruction's own sharding, whose proposal is never settled."""
         if self.value is None or self.value is self.inst.sharding or self.value == self.inst.sharding:
             return None
-        return Proposal(self.value, rule, tuple(self.sources))
+        return Proposal(self.value, rule, tuple(self.sources), settled and self.settled)

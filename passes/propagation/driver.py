@@ -193,8 +193,7 @@ class Driver:
             for kind, inst in (self._newly_enabled(level) if enables else ()):
                 self._mark(inst, kind)
             for kind in _KINDS:
-                for inst in self.stale[kind]:
-                    self._mark(inst, kind)
+                self._mark_all(self.stale[kind], kind)
         else:
             self.stale = {kind: set() for kind in _KINDS}
         while True:
@@ -267,6 +266,9 @@ class Driver:
         if proposal is None:
             return False
         self._apply(inst, proposal, {"group": "shard group"}.get(kind, kind))
+        if kind == "forward" and proposal.settled:
+            # its forward sweep has seen its latest sharding: asked again, it proposes nothing
+            self.stale["forward"].discard(inst)
         for changed, source in follow_change(self.graph, inst, self.fixed):
             self._count(changed)
             self._record(changed, "control flow", "tied through called computation", (source,),
@@ -311,8 +313,9 @@ class Driver:
     def _count(self, inst: Instruction) -> None:
         for stale in self.stale.values():
             stale.add(inst)
+        backward = self.stale["backward"]
         for user in self.graph.users.get(inst, ()):
-            self.stale["backward"].update(o for o in user.operands if o is not inst)
+            backward.update(user.operands)      # `inst` among them: already stale
         count = self.changes.get(inst, 0) + 1
         self.changes[inst] = count
         if count > MAX_CHANGES:
@@ -328,33 +331,45 @@ class Driver:
         self._record(inst, how, proposal.rule, proposal.sources, self.level)
 
     def _mark(self, inst: Instruction, kind: str) -> None:
-        comp = self.graph.computation_of.get(inst)
-        sets = self.dirty.get(kind, {})
-        if comp is None or comp.name not in sets or (kind == "group" and
-                                                     inst not in self.prep.group_of):
+        self._mark_all((inst,), kind)
+
+    def _mark_all(self, insts, kind: str) -> None:
+        """Make `insts` dirty for the `kind` sweep of their computations (a shard-group sweep
+        takes only group members); one dirtied ahead of the cursor of the running sweep is
+        visited in that sweep."""
+        sets = self.dirty.get(kind)
+        if not sets:
             return
-        dirty = sets[comp.name]
-        if inst in dirty:
-            return
-        dirty.add(inst)
-        if self.active == (kind, comp.name):
-            p = self.positions[(kind, comp.name)][inst]
-            if p > self.cursor:
-                heapq.heappush(self.heap, p)
+        computation_of = self.graph.computation_of
+        members = self.prep.group_of if kind == "group" else None
+        active = self.active
+        for inst in insts:
+            comp = computation_of.get(inst)
+            if comp is None:
+                continue
+            dirty = sets.get(comp.name)
+            if dirty is None or inst in dirty or (members is not None and inst not in members):
+                continue
+            dirty.add(inst)
+            if active == (kind, comp.name):
+                p = self.positions[active][inst]
+                if p > self.cursor:
+                    heapq.heappush(self.heap, p)
 
     def _clear_cache(self, inst: Instruction, users_of: Instruction | None = None) -> None:
         """XLA's clear_cache: operands are re-examined backward, users (of `users_of` when given:
         a manual boundary refined with `inst`) and the parameters of computations they call
         forward, shard-group members by the group sweep."""
-        for op in inst.operands:
-            self._mark(op, "backward")
+        self._mark_all(inst.operands, "backward")
+        derived, callee_parameters = self.graph.derived, self._callee_parameters
         for user in self.graph.users.get(users_of or inst, ()):
-            self._mark(user, "forward")
-            for param in self.graph.derived("callee parameters", user, self._callee_parameters):
-                self._mark(param, "forward")
-        for member in self.prep.group_members(inst):
-            if member is not inst:
-                self._mark(member, "group")
+            self._mark_all((user,), "forward")
+            params = derived("callee parameters", user, callee_parameters)
+            if params:
+                self._mark_all(params, "forward")
+        members = self.prep.group_members(inst)
+        if members:
+            self._mark_all([m for m in members if m is not inst], "group")
 
     def _callee_parameters(self, inst: Instruction) -> list[Instruction]:
         """The parameters of the computations `inst` calls."""

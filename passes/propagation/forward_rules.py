@@ -94,7 +94,8 @@ def _tuple(ctx: Context, inst: Instruction) -> Proposal | None:
 
 @FORWARD_RULES.register("while")
 def _while(ctx: Context, inst: Instruction) -> Proposal | None:
-    """The loop operand's sharding merged into the loop's current one."""
+    """The loop operand's sharding merged into the loop's current one (a candidate that reads
+    the loop's own sharding: never settled)."""
     op = inst.operands[0]
     if op.sharding is None:
         return None
@@ -103,7 +104,7 @@ def _while(ctx: Context, inst: Instruction) -> Proposal | None:
         _, candidate = merge_sharding(inst.sharding, candidate, ctx.may_combine)
     acc = ctx.accumulate(inst)
     acc.improve(candidate, op)
-    return acc.result("while")
+    return acc.result("while", settled=False)
 
 
 @FORWARD_RULES.register("parameter")
