@@ -295,8 +295,10 @@ def _dynamic_slice(ctx: Context, inst: Instruction) -> Proposal | None:
 def _contraction(ctx: Context, inst: Instruction, dims: ContractionDims, rule: str) -> Proposal | None:
     """XLA's InferDotShardingFromOperands: each sharded operand suggests an output sharding; with
     two, the one a lookahead user sharding sub-tiles (else the bigger operand's) is set first and
-    the other merged into it."""
+    the other merged into it. A candidate taken alone by an output without a sharding is settled
+    (asked again, each operand's candidate is refused as it was, or equals the output's)."""
     operands = inst.operands
+    fresh = inst.sharding is None
     improved: list[HloSharding | None] = []
     for k, op in enumerate(operands[:2]):
         if not _partitioned(op):
@@ -309,9 +311,9 @@ def _contraction(ctx: Context, inst: Instruction, dims: ContractionDims, rule: s
     if first is None and second is None:
         return None
     if second is None:
-        return Proposal(first, rule, (operands[0],))
+        return Proposal(first, rule, (operands[0],), fresh)
     if first is None:
-        return Proposal(second, rule, (operands[1],))
+        return Proposal(second, rule, (operands[1],), fresh)
     order = [(first, operands[0]), (second, operands[1])]
     decided = False
     look = lookahead_sharding(ctx, inst)
@@ -327,7 +329,7 @@ def _contraction(ctx: Context, inst: Instruction, dims: ContractionDims, rule: s
     (primary, primary_op), (secondary, secondary_op) = order
     merged = improved_sharding(secondary, primary, inst.shape, may_combine=ctx.may_combine)
     if merged is None:
-        return Proposal(primary, rule, (primary_op,))
+        return Proposal(primary, rule, (primary_op,), fresh)
     return Proposal(merged, rule, (primary_op, secondary_op))
 
 
