@@ -334,17 +334,26 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     if isinstance(dst, Maximal):
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
-    variants = _variants(dims, src, dst)
-    best = min(variants, key=lambda v: (*_bytes_sent(v, dims, width), len(v)))
-    padded = None if steps else _padded_dims(dims, src, dst)
+    best, best_sent = _cheapest(_variants(dims, src, dst), dims, width)
+    if steps:
+        return _finish(shape, steps + best, width)
+    padded = _padded_dims(dims, src, dst)
     if padded is not None:
-        wide = min(_variants(padded, src, dst),
-                   key=lambda v: (*_bytes_sent(v, padded, width), len(v)))
-        wide_sent = _bytes_sent(wide, padded, width)
-        if wide_sent < _bytes_sent(best, dims, width):
+        wide, wide_sent = _cheapest(_variants(padded, src, dst), padded, width)
+        if wide_sent < best_sent:
             return ReshardPlan(shape, tuple(wide), *wide_sent, padded)
-    steps += best
-    return _finish(shape, steps, width)
+    return ReshardPlan(shape, tuple(best), *best_sent)
+
+
+def _cheapest(variants: list[list[Step]], dims, width) -> tuple[list[Step], tuple[int, int]]:
+    """The variant whose busiest device sends the fewest bytes (then all devices, then the
+    fewest steps; the first of equals), with its `_bytes_sent` (each variant's worked out once)."""
+    best, best_key = None, None
+    for variant in variants:
+        key = (*_bytes_sent(variant, dims, width), len(variant))
+        if best_key is None or key < best_key:
+            best, best_key = variant, key
+    return best, best_key[:2]
 
 
 def _padded_dims(dims, src: Tiling, dst: Tiling) -> tuple[int, ...] | None:
