@@ -256,14 +256,48 @@ def test_tiles_moved_through_a_whole_dim_uneven(dims):
     np.testing.assert_array_equal(run_global(spmd, [x], 6), x)
 
 
+
+#: fuzz/10100002420's reshard (a `copy` in a conditional's branches): dim 2's 3 tiles of 2 do
+#: not nest in 2 tiles of 3, and no dim gains 3 tiles to take them
+GATHERED_TO_RECEIVE = _copy_module("pred", "6,4,6", "{devices=[1,2,3]<=[6]}",
+                                   "{devices=[1,1,2,3]<=[6] last_tile_dim_replicate}", 6)
+
+
+def test_a_dim_whose_tiles_do_not_nest_is_gathered_to_receive_another_dims_tiles():
+    """pred[6,4,6] from [1,2,3] to [1,1,2] held 3 times on 6 devices (XLA's plan): dim 2's 3
+    tiles are gathered over groups of 3 (each device sends its [6,2,2] shard to 2 others:
+    48 B), then dim 1's 2 tiles move to the whole dim 2 in one all-to-all over pairs (half of
+    the [6,2,6] shard: 36 B): 84 B. Before, both dims were gathered (48 B, then the [6,2,6]
+    shard to the other of a pair: 72 B; 120 B) and the target sliced from the whole value."""
+    plan = plan_reshard(ArrayShape("pred", (6, 4, 6)),
+                        parse_sharding("{devices=[1,2,3]<=[6]}"),
+                        parse_sharding("{devices=[1,1,2,3]<=[6] last_tile_dim_replicate}"), 6)
+    assert plan.collectives == ["all-gather", "all-to-all"]
+    assert plan.cost == 48 + 36
+    spmd = check_equivalent(GATHERED_TO_RECEIVE, 6)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-to-all"]
+    x = np.arange(144).reshape(6, 4, 6) % 3 == 0
+    np.testing.assert_array_equal(run_global(spmd, [x], 6), x)
+
+
+@pytest.mark.parametrize("dims", ["6,4,6", "3,5,7", "1,3,5", "2,2,4"])
+def test_gathered_to_receive_uneven(dims):
+    shape = tuple(int(d) for d in dims.split(","))
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    text = _copy_module("f32", dims, "{devices=[1,2,3]<=[6]}",
+                        "{devices=[1,1,2,3]<=[6] last_tile_dim_replicate}", 6)
+    spmd = check_equivalent(text, 6)
+    np.testing.assert_array_equal(run_global(spmd, [x], 6), x)
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8), (HALO_ONE_WAY, 2),
                                     (HALO_TWO_DIMS, 4), (SPLIT_ACROSS, 4), (GATHER_ACROSS, 8),
                                     (padded_all_to_all(), 8), (MOVED_THROUGH, 6),
-                                    (MOVED_FIRST, 8)],
+                                    (MOVED_FIRST, 8), (GATHERED_TO_RECEIVE, 6)],
                          ids=["slice-first", "halo-trimmed", "halo-one-way", "halo-two-dims",
                               "split-across", "gather-across", "padded-all-to-all",
-                              "moved-through", "moved-first"])
+                              "moved-through", "moved-first", "gathered-to-receive"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

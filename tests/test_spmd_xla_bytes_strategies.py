@@ -1,7 +1,8 @@
 """No more collective bytes than XLA (issue 13) by the partitioner's per-op strategies, as XLA's
 partitioner has them: a convolution whose window covers a tiled spatial dim whole convolves each
 partition's part of the window and all-reduces the small partial result (instead of gathering
-the input). Bytes per device by hand from the cost model's formulas (`gspmdc.ir.cost`: a ring
+the input); a slice annotated onto one device is sliced in its tiled operand's tiling first.
+Bytes per device by hand from the cost model's formulas (`gspmdc.ir.cost`: a ring
 all-reduce of B bytes over g devices sends 2 (g-1)/g B); values against the unpartitioned
 program; with the `[xla]` extra, against XLA's own partitioned program (skipped without it)."""
 from __future__ import annotations
@@ -275,3 +276,38 @@ def test_a_size_one_dim_sliced_whole_is_not_also_an_indexed_dim():
     inputs = [np.arange(6, dtype=np.float32).reshape(1, 6),
               np.array([[0, 1], [0, 4], [0, 3]], dtype=np.int32)]
     check_equivalent(GATHER_OF_A_SIZE_ONE_DIM, 2, inputs=inputs)
+
+
+#: fuzz/10100001471's slice: annotated onto device 2, its operand tiled in 2 row blocks
+SLICE_FOR_ONE_DEVICE = """HloModule m, num_partitions=8
+
+ENTRY e {
+  p = u16[7,1] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  s = u16[6,1] slice(p), slice={[0:6], [0:1]}, sharding={maximal device=2}
+  ROOT c = u16[6,1] copy(s), sharding={replicated}
+}
+"""
+
+
+def test_a_slice_for_one_device_is_sliced_in_its_operands_tiling():
+    """XLA slices in the operand's sharding when that has more tiles than the result's: rows
+    [0, 6) in the operand's 2 blocks are [0, 3) and [3, 6); the second block's devices receive
+    row 3 from the first's (a halo of one u16 from 4 of the 8 devices: 1 B per device), and the
+    [3,1] result (6 B) is gathered in pairs for the replicated copy (6 B per device): 7 B.
+    Before, the only plans were the slice on device 2 and the masked slice whose [6,1] partial
+    results are summed over pairs (2 (2-1)/2 12 B = 12 B per device)."""
+    spmd = check_equivalent(SLICE_FOR_ONE_DEVICE, 8)
+    assert collectives(spmd) == [
+        ("collective-permute", [(0, 4), (1, 5), (2, 6), (3, 7)]),
+        ("all-gather", [[0, 4], [1, 5], [2, 6], [3, 7]], (0,))]
+    assert _sent(spmd, 8) == 7
+
+
+@needs_xla
+def test_no_more_bytes_than_xla_for_a_slice_for_one_device():
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as xla:
+        result = run_case(Case("slice", SLICE_FOR_ONE_DEVICE, 8), xla)
+    assert result.status == "compared", result.detail
+    assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
+    assert not result.value_mismatch, result.value_mismatch

@@ -180,7 +180,9 @@ class _Rewriter:
                                self._had)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
-        #: per value (by id), the shardings `cache` holds a reshard of it to
+        #: per value (by id), the shardings `cache` holds a reshard of it to for a live user
+        #: (one whose value reaches the root: a dead user's reshard goes with it, so later
+        #: users do not read it as had)
         self.resharded_to: dict[int, set[HloSharding]] = {}
         self.created: set[Instruction] = set()
         #: the tuples `_reshard_tuple` built (each of its operands is one element, resharded)
@@ -269,6 +271,8 @@ class _Rewriter:
                 return self.reshard(source, target, user, role, reason)
         key = (id(value), target)
         if key in self.cache:
+            if user in self.live:
+                self.resharded_to.setdefault(id(value), set()).add(target)
             return self.cache[key]
         sibling = self._cheaper_sibling(value, target)
         if sibling is not None:
@@ -296,7 +300,8 @@ class _Rewriter:
                                     name=f"{value.name}.reshard", sharding=target)
         self.created.add(node)
         self.cache[key] = node
-        self.resharded_to.setdefault(id(value), set()).add(target)
+        if user in self.live:
+            self.resharded_to.setdefault(id(value), set()).add(target)
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node

@@ -89,6 +89,11 @@ class WindowRule(PartitionRule):
         """The window of `dim` when its operand is tiled into `shards`."""
         return replace(window, shards=shards)
 
+    #: whether a result annotated onto one device is also planned in its tiled operand's
+    #: tiling (then moved to the device): XLA's partitioner slices in the operand's sharding
+    #: when that has more tiles than the result's
+    tiled_for_one_device = False
+
     def supports_halo(self, inst: Instruction, computations: Computations) -> bool:
         """Whether the op can run on halo-extended shards (else windowed dims are gathered)."""
         return True
@@ -124,11 +129,17 @@ class WindowRule(PartitionRule):
         leaves = sum(1 for _ in inst.shape.leaves())
         target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
         replicated = HloSharding.replicate()
+        first = inst.operands[0]
+        carry = first.sharding is not None and first.sharding.is_tiled and \
+            first.sharding == without_partials(first.sharding) and windows[0] is not None
+        on_device = None
         if target.kind == "maximal":
-            return OpPlan((target,) * len(inst.operands),
-                          HloSharding.tuple([target] * leaves) if leaves > 1 and
-                          isinstance(inst.shape, TupleShape) else target,
-                          f"{inst.opcode} on one device")
+            on_device = OpPlan((target,) * len(inst.operands),
+                               HloSharding.tuple([target] * leaves) if leaves > 1 and
+                               isinstance(inst.shape, TupleShape) else target,
+                               f"{inst.opcode} on one device")
+            if not (self.tiled_for_one_device and carry):
+                return on_device
 
         def candidate(tiling: Tiling, reason: str) -> OpPlan:
             operand_tiling = self.operand_tiling(inst, tiling)
@@ -152,10 +163,8 @@ class WindowRule(PartitionRule):
             return OpPlan(tuple(shardings), result, reason, cost + extra,
                           total + extra * ctx.num_devices)
 
-        bases = [(ctx.tiling(target, rank), "the result's tiling")]
-        first = inst.operands[0]
-        if first.sharding.is_tiled and first.sharding == without_partials(first.sharding) and \
-                windows[0] is not None:
+        bases = [] if on_device else [(ctx.tiling(target, rank), "the result's tiling")]
+        if carry:
             carried = self.operand_tiling(inst, ctx.tiling(first.sharding, rank))
             bases.append((carried, "its operand's tiling"))
         windowed = self.windowed_dims(inst)
@@ -163,7 +172,7 @@ class WindowRule(PartitionRule):
         halo = self.supports_halo(inst, ctx.computations) and not any(
             _whole_for_free(o) for o, w in zip(inst.operands, windows)
             if w is not None and not all(_trivial(wd) for wd in w.values()))
-        candidates = []
+        candidates = [on_device] if on_device else []
         for tiling, source in bases:
             if halo and any(tiling.counts[d] > 1 for d in windowed):
                 candidates.append(candidate(tiling, f"{inst.opcode} keeps {source} and "
@@ -335,6 +344,8 @@ class PadRule(WindowRule):
 
 @PARTITION_RULES.register("slice", instance=True)
 class SliceRule(WindowRule):
+    tiled_for_one_device = True
+
     def windows(self, inst):
         operand = inst.operands[0]
         return [{d: WindowedDim(size, 1, 1, s.stride, -s.start, s.limit - size)

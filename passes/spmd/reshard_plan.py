@@ -522,6 +522,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if exchange:
         before = len(steps)
         state = _all_to_alls(dims, state, down, up, steps)
+        state = _gather_to_receive(dims, state, down, up, steps)
         if len(steps) == before:
             inert.add(2)
     before = len(steps)
@@ -844,6 +845,28 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
                 up[j] //= g
                 changed = True
     return state
+
+
+def _gather_to_receive(dims, state: Tiling, down: list[int], up: list[int],
+                       steps: list[Step]) -> Tiling:
+    """A dim whose tiles do not nest and that could give them to no other dim is gathered
+    whole first where another dim losing tiles can then fill it by an all-to-all (XLA's
+    all-gather to the target's partial replication followed by an all-to-all, e.g.
+    [1,2,3] -> [1,1,2,3 replicated]: the 3 tiles of the last dim gathered, then the 2 of the
+    middle one moved there, instead of gathering both)."""
+    rank = len(dims)
+    receivers = [d for d in range(rank) if down[d] > 1 and up[d] > 1 and any(
+        i != d and down[i] > 1 and up[i] == 1 and gcd(down[i], up[d]) > 1 and
+        _gather_aligned(dims[i], state.counts[i], gcd(down[i], up[d])) for i in range(rank))]
+    if not receivers:
+        return state
+    for d in receivers:
+        after, groups = algebra.gather_tiles(state.sharding, d, down[d], rank,
+                                             state.num_devices)
+        gathered = Tiling(after, rank, state.num_devices)
+        steps.append(AllGather(state, gathered, dim=d, factor=down[d], groups=groups))
+        state, down[d] = gathered, 1
+    return _all_to_alls(dims, state, down, up, steps)
 
 
 def compatible_subtiling(state: Tiling,
