@@ -103,6 +103,42 @@ def test_a_reshard_for_a_dead_user_is_not_shared_by_later_users():
     assert sent_bytes(spmd, 4) == 240
 
 
+#: fuzz/10400000267's tail (options off, as XLA hands it on): `dead_on_one` and `dead_whole`
+#: are planned before the root and ask for `s` on device 1 and `r` replicated
+DEAD_USERS_FIRST = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f32[5,4] parameter(0)
+  a = f32[5,4] abs(p)
+  one = f32[] constant(1)
+  b = f32[5,4] broadcast(one), dimensions={}
+  s = f32[5,4] add(a, b)
+  barrier = f32[5,4] custom-call(s), custom_call_target="ShardBarrierTo", custom_call_has_side_effect=true
+  dead_on_one = f32[5,4] reshape(barrier), sharding={maximal device=1}
+  r = f32[5,4] rsqrt(s), sharding={devices=[2,1]<=[2]}
+  dead_whole = f32[5,4] reshape(r), sharding={replicated}
+  ROOT t = (f32[5,4], f32[5,4]) tuple(barrier, r), sharding={{maximal device=1}, {replicated}}
+}
+"""
+
+
+def test_a_live_user_does_not_take_a_dead_users_reshard():
+    """`r` is a pure op of a replicated value: every partition computes it again whole for the
+    root, no bytes (as XLA's program). `dead_whole` asked for `r` replicated first, when the
+    whole `s` it would be computed from was had only through `dead_on_one`'s reshard (dead,
+    so not offered), and got an all-gather; the root took that node from the cache (48 B per
+    device). A dead user's reshards are now its own."""
+    from gspmdc import api
+    from gspmdc.passes.pipeline import compile_spmd
+    spmd = compile_spmd(api.parse(DEAD_USERS_FIRST, "m"), 2)
+    assert collectives(spmd) == []
+
+
+@needs_xla
+def test_no_more_bytes_than_xla_with_dead_users_first():
+    compared_with_xla(DEAD_USERS_FIRST, 2)
+
+
 @needs_xla
 def test_no_more_bytes_than_xla_with_a_dead_user():
     compared_with_xla(DEAD_FIRST_USER, 4)
