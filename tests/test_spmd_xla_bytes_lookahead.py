@@ -2,8 +2,7 @@
 users: insert-reshards prices a plan whose result is not the op's annotation by the shardings
 its users' plans read it in (one op ahead), sums a partial result once where users read the sum,
 merges equal annotated ops before planning, and recomputes the elements of a tuple-shaped op of
-replicated operands (sort, topk) whole; an elementwise op whose operands share one sharding is
-computed in it on a tie (XLA's), and later users read that form of it for free. Bytes per device by hand from the cost model's formulas
+replicated operands (sort, topk) whole. Bytes per device by hand from the cost model's formulas
 (`gspmdc.ir.cost`: a ring all-reduce of B bytes over g devices sends 2 (g-1)/g B); values
 against the unpartitioned program; with the `[xla]` extra, against XLA's own partitioned
 program (skipped without it)."""
@@ -160,34 +159,3 @@ def test_no_more_bytes_than_xla(text, n):
     programs compute the reference's values."""
     result = compared_with_xla(text, n)
     assert "XLA" not in result.value_mismatch, result.value_mismatch
-
-
-#: fuzz/10100002990's concatenate (options off): `a` is annotated [2,2,2], its operand [2,1,4]
-ELEMENTWISE_IN_OPERAND_SHARDING = """HloModule m, num_partitions=8
-
-ENTRY e {
-  p = s32[2,1] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
-  a = s32[2,1] add(p, p), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
-  zero = s32[] constant(0)
-  z = s32[2,1] broadcast(zero), dimensions={}, sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
-  seven = s32[] constant(7)
-  s = s32[2,4] broadcast(seven), dimensions={}, sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
-  ROOT c = s32[2,6] concatenate(a, z, s), dimensions={1}, sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
-}
-"""
-
-
-def test_an_elementwise_op_of_operands_sharing_a_sharding_is_computed_in_it():
-    """XLA computes `a = add(p, p)` in `p`'s sharding [2,1,4] and slices it to its annotation,
-    keeping both forms (its reshard cache); its concatenate, replicated on the concat dim,
-    reads the [2,1,4] form and the broadcasts computed again: no collective. Before, `a` was
-    computed in its annotation (as cheap), and the concatenate, for which reading `a` in
-    [2,1,4] then cost a gather, exchanged a halo of `s` instead: one s32 from 4 of the 8
-    devices, 2 B per device."""
-    spmd = check_equivalent(ELEMENTWISE_IN_OPERAND_SHARDING, 8)
-    assert collectives(spmd) == []
-
-
-@needs_xla
-def test_no_more_bytes_than_xla_for_an_elementwise_op_in_its_operands_sharding():
-    compared_with_xla(ELEMENTWISE_IN_OPERAND_SHARDING, 8)

@@ -410,8 +410,6 @@ class _Rewriter:
         users' plans read it in (`_wanted`): shared nodes, so a plan of the instruction being
         planned needing one of them moves no more bytes for it than is moved anyway."""
         earlier = frozenset(self.resharded_to.get(id(value), ()))
-        if is_inserted_reshard(value):
-            earlier |= {value.operands[0].sharding}
         if len(self.users.get(value, ())) < 2:
             return earlier
         sharding = value.sharding

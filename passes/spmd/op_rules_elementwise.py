@@ -42,11 +42,7 @@ class ElementwiseRule(PartitionRule):
         rank = inst.shape.rank
         scalar = [isinstance(o.shape, ArrayShape) and o.shape.rank == 0 and rank > 0
                   for o in inst.operands]
-        arrays = [o.sharding for o, is_scalar in zip(inst.operands, scalar) if not is_scalar]
-        shared = arrays[0] if len(inst.operands) > 1 and arrays and \
-            all(s == arrays[0] for s in arrays) and arrays[0] == without_partials(arrays[0]) \
-            else None
-        candidates = [shared, target] if shared is not None and shared != target else [target]
+        candidates = [target]
         for operand, is_scalar in zip(inst.operands, scalar):
             sharding = operand.sharding
             if not is_scalar and sharding not in candidates and sharding == \
