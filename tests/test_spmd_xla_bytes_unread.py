@@ -4,9 +4,7 @@ so a variadic reduce (an argmax) of a value on one device whose index nobody rea
 that device and broadcasts only its values, as XLA's partitioner does. Bytes per device by hand
 from the cost model's formulas (`gspmdc.ir.cost`: a broadcast from one device is a select and a
 ring all-reduce of B bytes over g devices, 2 (g-1)/g B per device); values against the
-unpartitioned program; with the `[xla]` extra, against XLA's own partitioned program. Likewise
-an instruction whose value never reaches the root: the reshard made for it goes with it, so
-later users do not read it as one made anyway."""
+unpartitioned program; with the `[xla]` extra, against XLA's own partitioned program."""
 from __future__ import annotations
 
 import pytest
@@ -78,67 +76,3 @@ def test_a_reduce_on_one_device_whose_elements_are_all_read_moves_the_same():
 @pytest.mark.parametrize("text", [VALUES_ONLY, BOTH], ids=["values-only", "both"])
 def test_no_more_bytes_than_xla_for_a_reduce_on_one_device(text):
     compared_with_xla(text, 8)
-
-
-#: fuzz/10100002785's slice (options on): a dead reshape asks for `p` replicated first
-DEAD_FIRST_USER = """HloModule m, num_partitions=4
-
-ENTRY e {
-  p = s32[3,4,4,15] parameter(0), sharding={devices=[2,1,2,1]1,0,3,2}
-  dead = s32[3,4,4,15] reshape(p), sharding={replicated}
-  s = s32[3,4,1,15] slice(p), slice={[0:3], [0:4], [3:4], [0:15]}, sharding={devices=[2,1,2,1]1,0,3,2}
-  ROOT t = (s32[3,4,4,15], s32[3,4,1,15]) tuple(p, s), sharding={{devices=[2,1,2,1]1,0,3,2}, {devices=[2,1,2,1]1,0,3,2}}
-}
-"""
-
-
-def test_a_reshard_for_a_dead_user_is_not_shared_by_later_users():
-    """`dead` (nothing reads it) gathers `p`; the slice, planned after it, read that gather as
-    one made anyway and ran replicated on it (two all-gathers: 2,400 B per device). The gather
-    goes with `dead`, so the slice keeps `p`'s tiling and the devices holding row 3 of dim 2
-    send their [2,4,1,15] piece (480 B) to the other device of their pair: 240 B per device,
-    as XLA's program."""
-    spmd = check_equivalent(DEAD_FIRST_USER, 4)
-    assert collectives(spmd) == [("collective-permute", [(0, 1), (2, 3)])]
-    assert sent_bytes(spmd, 4) == 240
-
-
-#: fuzz/10400000267's tail (options off, as XLA hands it on): `dead_on_one` and `dead_whole`
-#: are planned before the root and ask for `s` on device 1 and `r` replicated
-DEAD_USERS_FIRST = """HloModule m, num_partitions=2
-
-ENTRY e {
-  p = f32[5,4] parameter(0)
-  a = f32[5,4] abs(p)
-  one = f32[] constant(1)
-  b = f32[5,4] broadcast(one), dimensions={}
-  s = f32[5,4] add(a, b)
-  barrier = f32[5,4] custom-call(s), custom_call_target="ShardBarrierTo", custom_call_has_side_effect=true
-  dead_on_one = f32[5,4] reshape(barrier), sharding={maximal device=1}
-  r = f32[5,4] rsqrt(s), sharding={devices=[2,1]<=[2]}
-  dead_whole = f32[5,4] reshape(r), sharding={replicated}
-  ROOT t = (f32[5,4], f32[5,4]) tuple(barrier, r), sharding={{maximal device=1}, {replicated}}
-}
-"""
-
-
-def test_a_live_user_does_not_take_a_dead_users_reshard():
-    """`r` is a pure op of a replicated value: every partition computes it again whole for the
-    root, no bytes (as XLA's program). `dead_whole` asked for `r` replicated first, when the
-    whole `s` it would be computed from was had only through `dead_on_one`'s reshard (dead,
-    so not offered), and got an all-gather; the root took that node from the cache (48 B per
-    device). A dead user's reshards are now its own."""
-    from gspmdc import api
-    from gspmdc.passes.pipeline import compile_spmd
-    spmd = compile_spmd(api.parse(DEAD_USERS_FIRST, "m"), 2)
-    assert collectives(spmd) == []
-
-
-@needs_xla
-def test_no_more_bytes_than_xla_with_dead_users_first():
-    compared_with_xla(DEAD_USERS_FIRST, 2)
-
-
-@needs_xla
-def test_no_more_bytes_than_xla_with_a_dead_user():
-    compared_with_xla(DEAD_FIRST_USER, 4)

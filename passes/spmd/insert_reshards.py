@@ -179,11 +179,8 @@ class _Rewriter:
         self.ctx = PlanContext(num_partitions, module.computations, self._result_needs,
                                self._had)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
-        #: reshard nodes by (value id, sharding), a dead user's by (value id, sharding, "dead")
-        self.cache: dict[tuple, Instruction] = {}
-        #: per value (by id), the shardings `cache` holds a reshard of it to for a live user
-        #: (one whose value reaches the root: a dead user's reshard goes with it, so later
-        #: users do not read it as had)
+        self.cache: dict[tuple[int, HloSharding], Instruction] = {}
+        #: per value (by id), the shardings `cache` holds a reshard of it to
         self.resharded_to: dict[int, set[HloSharding]] = {}
         self.created: set[Instruction] = set()
         #: the tuples `_reshard_tuple` built (each of its operands is one element, resharded)
@@ -270,13 +267,8 @@ class _Rewriter:
             if look_through and self.ctx.cost(value.shape, source.sharding, target) < \
                     self.ctx.cost(value.shape, value.sharding, target):
                 return self.reshard(source, target, user, role, reason)
-        # a dead user's reshards are its own: they go with it, and a live user never takes one
-        # (it makes its own, by the ways open to it then)
-        live = user in self.live
-        key = (id(value), target) if live else (id(value), target, "dead")
+        key = (id(value), target)
         if key in self.cache:
-            if live:
-                self.resharded_to.setdefault(id(value), set()).add(target)
             return self.cache[key]
         sibling = self._cheaper_sibling(value, target)
         if sibling is not None:
@@ -304,8 +296,7 @@ class _Rewriter:
                                     name=f"{value.name}.reshard", sharding=target)
         self.created.add(node)
         self.cache[key] = node
-        if live:
-            self.resharded_to.setdefault(id(value), set()).add(target)
+        self.resharded_to.setdefault(id(value), set()).add(target)
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
