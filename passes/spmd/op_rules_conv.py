@@ -18,8 +18,9 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   reshard (all-reduce, or reduce-scatter into a tiled output). Uneven input-feature shards are
   masked with 0 on both operands before the local convolution;
 - grouped convolutions: the group dims (lhs f with rhs o for feature groups, lhs b with rhs o for
-  batch groups) are tiled alike and only by a count dividing the group count, so every
-  partition holds whole groups; the local convolution has `group_count / tiles` groups. The rhs
+  batch groups) are tiled alike, by a count dividing the group count or unevenly when each
+  tile still holds whole groups (the last one padded), so every partition holds whole groups;
+  the local convolution has `ceil(group_count / tiles)` groups. The rhs
   input-feature dim of a feature-grouped convolution stays whole;
 - spatial dims (the forward case, strategy 3): an lhs spatial dim tiled n ways gives
   the output spatial dim tiled the same n ways. With a trivial window (size 1, stride 1, no
@@ -61,7 +62,7 @@ from gspmdc.ir.sharding import HloSharding
 from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, recorded_plans, windowed_input
 from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
 from .op_rules_dot import DotDims, _inverse, aligned_operand_pairs, dot_result
-from .tiling import Tiling, remap
+from .tiling import Tiling, cdiv, remap
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ class ConvDims:
     """A convolution seen as a dot (see the module docstring): `dot` classifies the dims that
     may be tiled, `out_of` names the output dim of each position of the dot's result (batch,
     lhs free, rhs free), `rhs_whole` the kernel dims that must stay whole, `groups`
-    the group count the tiles of the "batch" class must divide (1: none), `windows` the
+    the group count (1: none) and `group_sizes` the sizes of the lhs and rhs dims of the
+    "batch" class, whose tiles must hold whole groups (`holds_whole_groups`), `windows` the
     lhs spatial dims with a non-trivial window (lhs dim -> `halo.WindowedDim`, one shard), and
     `kernel_tiled` the kernel spatial dims tiled like the input's (rhs dim -> its size, which
     the tile count must divide).
@@ -84,6 +86,7 @@ class ConvDims:
     out_of: tuple[int, ...]
     rhs_whole: tuple[int, ...]
     groups: int
+    group_sizes: tuple[int, int]
     windows: dict
     kernel_tiled: dict
 
@@ -117,12 +120,14 @@ class ConvDims:
         ls, os_ = tuple(ls[k] for k in free), tuple(os_[k] for k in free)
         if fgc > 1:
             dot = DotDims((lf,), (ro,), lc, rc, (lb,) + ls, ())
-            return cls(dot, (of, ob) + os_, (ri,) + whole, fgc, windows, kernel_tiled)
+            return cls(dot, (of, ob) + os_, (ri,) + whole, fgc, (lhs.dims[lf], rhs.dims[ro]),
+                       windows, kernel_tiled)
         if bgc > 1:
             dot = DotDims((lb,), (ro,), (lf,) + lc, (ri,) + rc, ls, ())
-            return cls(dot, (of,) + os_, whole, bgc, windows, kernel_tiled)
+            return cls(dot, (of,) + os_, whole, bgc, (lhs.dims[lb], rhs.dims[ro]), windows,
+                       kernel_tiled)
         dot = DotDims((), (), (lf,) + lc, (ri,) + rc, (lb,) + ls, (ro,))
-        return cls(dot, (ob,) + os_ + (of,), whole, 1, windows, kernel_tiled)
+        return cls(dot, (ob,) + os_ + (of,), whole, 1, (0, 0), windows, kernel_tiled)
 
     @classmethod
     def planned(cls, inst: Instruction, rhs: Tiling) -> "ConvDims":
@@ -181,13 +186,24 @@ def _trivial(w) -> bool:
             w.window_dilation) == (1, 1, 0, 0, 1, 1)
 
 
+def holds_whole_groups(size: int, groups: int, tiles: int) -> bool:
+    """Whether a dim of `size` holding `groups` consecutive groups, tiled `tiles` ways (the
+    last tiles padded when uneven), gives every tile whole groups: `ceil(groups / tiles)` of
+    them, the last tile's padding included, as XLA's partitioner pads a group dim tiled unevenly
+    (docs/design/partitioning.md#convolution-strategies)."""
+    return cdiv(size, tiles) == size // groups * cdiv(groups, tiles)
+
+
 def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling | None:
     """The output tiling of the local convolution of shards of `lhs` and `rhs` (partial sums
     over tiled input features as `unreduced`), or None when the pair cannot run locally."""
     if any(rhs.counts[d] > 1 for d in cd.rhs_whole) or \
             any(size % rhs.counts[d] for d, size in cd.kernel_tiled.items()):
         return None
-    if cd.groups > 1 and any(cd.groups % lhs.counts[d] for d in cd.dot.lhs_batch):
+    if cd.groups > 1 and not all(
+            holds_whole_groups(size, cd.groups, tiles.counts[d])
+            for size, tiles, dims in zip(cd.group_sizes, (lhs, rhs),
+                                         (cd.dot.lhs_batch, cd.dot.rhs_batch)) for d in dims):
         return None
     result = dot_result(lhs, rhs, cd.dot)
     if result is None:
@@ -276,7 +292,7 @@ class ConvolutionRule(PartitionRule):
         if cd.groups > 1:
             key = "feature_group_count" if inst.attr("feature_group_count", 1) > 1 else \
                 "batch_group_count"
-            local.attrs[key] = cd.groups // prod(lt.counts[d] for d in cd.dot.lhs_batch)
+            local.attrs[key] = cdiv(cd.groups, prod(lt.counts[d] for d in cd.dot.lhs_batch))
         return local
 
 
