@@ -285,7 +285,7 @@ class _Rewriter:
         elif (recomputed := self._recompute_replicated(value, target, user, role,
                                                         reason)) is not None:
             node = recomputed
-        elif broadcast_first(value.sharding, target):
+        elif broadcast_first(value.sharding, target) or self._broadcast_later(value, target):
             whole = self.reshard(value, HloSharding.replicate(), user, role, reason)
             node = self.reshard(whole, target, user, role, reason)
         else:
@@ -300,6 +300,18 @@ class _Rewriter:
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
+
+    def _broadcast_later(self, value: Instruction, target: HloSharding) -> bool:
+        """Whether `value`, on one device, goes to another device `target` through its
+        broadcast to every partition because a user not planned yet reads it on more than one
+        device (its broadcast is made anyway, and the other device takes the value from it
+        without communication: XLA's reshard of a single-device value replicates it first)
+        instead of by a send of its own."""
+        if value.sharding.kind != "maximal" or target.kind != "maximal" or \
+                isinstance(value.shape, TupleShape):
+            return False
+        return any(need.is_replicated or broadcast_first(value.sharding, need)
+                   for need in self._wanted(value))
 
     def _cheaper_sibling(self, value: Instruction, target: HloSharding) -> Instruction | None:
         """A reshard node of the array `value` that an instruction reads already (made for

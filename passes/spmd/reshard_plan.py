@@ -396,6 +396,11 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
                                 inert=inert)
                 if 5 not in inert:
                     variants.append(first)
+    # with two dims or more losing tiles, the all-to-alls also take them last to first
+    losing = sum(t > tt for t, tt in zip(src.counts, dst.counts))
+    if losing > 1:
+        for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
+            variants.append(_staged(dims, src, dst, *flags, last_first=True))
     if src.unreduced == dst.unreduced == 1 and _misaligned(dims, src, dst):
         rounds = plan_exchange(dims, src, dst)
         if rounds is not None:
@@ -484,14 +489,17 @@ def _split_aligned(size: int, t: int, factor: int) -> bool:
 
 def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             early_slice: bool, early_permute: bool, masked: bool = False,
-            slice_first: bool = False, inert: set[int] | None = None) -> list[Step]:
+            slice_first: bool = False, inert: set[int] | None = None,
+            last_first: bool = False) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), slices from replicas of the
     dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards),
     all-to-alls (when `exchange`), slices before gathering (when `early_slice`), a permute
     before gathering (when `early_permute`, so the gathered groups already match the target),
     all-gathers (one masked gather when `masked`), the final slice, a permute. `inert` receives
     the positions in `(masked, scatter, exchange, early_slice, early_permute, slice_first)` of
-    the set flags that added no step (the same call with them cleared gives the same steps)."""
+    the set flags that added no step (the same call with them cleared gives the same steps).
+    `last_first`: the all-to-alls take the dims losing tiles from the last one
+    (`_all_to_alls`)."""
     inert = set() if inert is None else inert
     steps: list[Step] = []
     state = src
@@ -521,7 +529,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             inert.add(5)
     if exchange:
         before = len(steps)
-        state = _all_to_alls(dims, state, down, up, steps)
+        state = _all_to_alls(dims, state, down, up, steps, last_first)
         state = _gather_to_receive(dims, state, down, up, steps)
         if len(steps) == before:
             inert.add(2)
@@ -814,17 +822,20 @@ def _scatter_by_axes(state: Tiling, target: Tiling,
 
 
 def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
-                 steps: list[Step]) -> Tiling:
+                 steps: list[Step], last_first: bool = False) -> Tiling:
     """Pair dims losing tiles with dims gaining tiles; each common factor moves in one
     all-to-all when both sides stay aligned. A dim whose tiles do not nest (it loses all its
     tiles and gains others) gives all of them away in one move, before any other dim gives
     tiles to the dims it could fill, and, whole then, gains its new ones from another dim:
-    XLA's all-to-alls for, e.g., [1,3,2,1] -> [1,2,1,3]."""
+    XLA's all-to-alls for, e.g., [1,3,2,1] -> [1,2,1,3]. The dims losing tiles are taken
+    first to last, or last to first (`last_first`): which dim's tiles move and which are
+    gathered then differ (both are planned, `_variants`)."""
     rank = len(dims)
+    order = range(rank - 1, -1, -1) if last_first else range(rank)
     changed = True
     while changed:
         changed = False
-        for i in sorted(range(rank), key=lambda d: not (down[d] > 1 and up[d] > 1)):
+        for i in sorted(order, key=lambda d: not (down[d] > 1 and up[d] > 1)):
             for j in range(rank):
                 if i == j or down[i] == 1 or up[j] == 1 or down[j] > 1:
                     continue
