@@ -99,3 +99,26 @@ def test_three_feature_groups_on_two_devices_run_in_place():
 @needs_xla
 def test_uneven_batch_groups_against_xla():
     compared_with_xla(UNEVEN_BATCH_GROUPS, 2)
+
+
+DOT_READ_WHOLE = """HloModule m, num_partitions=6
+
+ENTRY e {
+  x = f32[14,4,7] parameter(0), sharding={devices=[2,1,1,3]<=[6] last_tile_dim_replicate}
+  c = f32[] constant(0.5), sharding={replicated}
+  w = f32[4,2,14] broadcast(c), dimensions={}, sharding={replicated}
+  d = f32[7,2] dot(x, w), lhs_contracting_dims={1,0}, rhs_contracting_dims={0,2},
+    sharding={devices=[3,1,2]<=[2,3]T(1,0) last_tile_dim_replicate}
+  ROOT n = f32[7,2] negate(d), sharding={replicated}
+}
+"""
+
+
+def test_a_dot_is_priced_where_its_users_read_it():
+    """The dot above, its one user reading it whole: the whole f32[7,2] of partial sums
+    all-reduced over the pairs (56 B per device) serves the user, where the output's tiles
+    summed (24 B) and then gathered three ways (48 B) would cost 72 (fuzz/10100000770 off,
+    with the tiled candidate priced to the annotation only: 85.3 B)."""
+    spmd = check_equivalent(DOT_READ_WHOLE, 6)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert sent_bytes(spmd, 6) == 56

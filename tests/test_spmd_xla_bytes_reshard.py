@@ -326,3 +326,35 @@ ENTRY e {
 }
 """, 4)
     assert collectives(spmd) == [("collective-permute", [(3, 0)])]
+
+
+# ---- all-to-alls taking the dims that lose tiles in either order ------------------------------
+
+TWO_DIMS_LOSING_TILES = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = bf16[7,7,3,1] parameter(0), sharding={devices=[1,2,2,1]<=[4]}
+  ROOT c = bf16[7,7,3,1] copy(p), sharding={devices=[2,1,1,1,2]1,3,0,2 last_tile_dim_replicate}
+}
+"""
+
+
+def test_the_all_to_all_may_take_the_last_dim_losing_tiles():
+    """Dims 1 and 2 give up their two tiles each, dim 0 gains two. Moving dim 2's tiles to
+    dim 0 by an all-to-all (each device's bf16[7,4,2,1] shard, dim 0 padded to 8, is 128 B, of
+    which it sends half: 64 B), permuting the bf16[4,4,3,1] shards to the devices whose groups gather dim 1 (96 B,
+    every device) and gathering dim 1 (96 B) sends 256 B per device, XLA's plan
+    (fuzz/10100002061); moving dim 1's tiles instead (the dims taken first to last) or
+    gathering both sends 280."""
+    plan = plan_reshard(ArrayShape("bf16", (7, 7, 3, 1)),
+                        parse_sharding("{devices=[1,2,2,1]<=[4]}"),
+                        parse_sharding("{devices=[2,1,1,1,2]1,3,0,2 last_tile_dim_replicate}"), 4)
+    assert plan.collectives == ["all-to-all", "collective-permute", "all-gather"]
+    assert plan.cost == 256
+    spmd = check_equivalent(TWO_DIMS_LOSING_TILES, 4)
+    assert [c[0] for c in collectives(spmd)] == plan.collectives
+
+
+@needs_xla
+def test_two_dims_losing_tiles_against_xla():
+    compared_with_xla(TWO_DIMS_LOSING_TILES, 4)
