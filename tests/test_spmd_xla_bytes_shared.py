@@ -392,37 +392,6 @@ def test_halo_spans_no_more_bytes_than_xla(text, n):
     compared_with_xla(text, n)
 
 
-# ---- only reshards a live instruction reads are paid ------------------------------------------
-
-GATHERED_FOR_A_DEAD_USER = """HloModule m, num_partitions=2
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY e {
-  p = f32[8,8] parameter(0), sharding={devices=[2,1]0,1}
-  dead = f32[8,8] negate(p), sharding={replicated}
-  zero = f32[] constant(0), sharding={replicated}
-  ROOT r = f32[8] reduce(p, zero), dimensions={0}, to_apply=add, sharding={replicated}
-}
-"""
-
-
-def test_a_gather_for_a_user_whose_value_is_dead_is_not_shared():
-    """`dead` reads `p` gathered, but nothing reads `dead`, so its gather is removed with it:
-    the reduce must not count that gather as paid. Reducing each device's rows and summing the
-    f32[8] partial results costs 2 (2-1)/2 * 32 = 32 B per device; reading `p` gathered
-    (before: priced as shared, then paid alone) sends each device's f32[4,8], 128 B
-    (fuzz/10100002356: a sort reading a value a dead all-reduce gathered, 28 B against XLA's
-    11.5)."""
-    spmd = check_equivalent(GATHERED_FOR_A_DEAD_USER, 2)
-    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
-    assert sent_bytes(spmd, 2) == 32
-
-
 ONE_DEVICE_TO_ANOTHER_AND_EVERYWHERE = """HloModule m, num_partitions=2
 
 ENTRY e {
