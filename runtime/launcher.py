@@ -306,7 +306,7 @@ class _Session:
             if dead is not None:
                 self.stop()
                 return self._fail(self._death(dead))
-            if any(r.ended == "failed" for r in self._everyone()):
+            if self._a_rank_failed():
                 self.stop()             # the rank's error was printed
                 return EXIT_RUNTIME
             if self.proc.poll() is not None:
@@ -328,7 +328,7 @@ class _Session:
         code = self.proc.returncode
         if dead is not None:
             return self._fail(self._death(dead))
-        if any(r.ended == "failed" for r in self._everyone()):
+        if self._a_rank_failed():
             return code if code in (2, 3) else EXIT_RUNTIME     # its error was printed
         if code in (0, 1) and self._all_done():
             if self.output is not None:
@@ -353,6 +353,10 @@ class _Session:
     def _everyone(self) -> list[_Rank]:
         return self.closed + list(self.ranks.values())
 
+    def _a_rank_failed(self) -> bool:
+        """Whether a rank reported its own failure (`failed`; the launcher printed it)."""
+        return any(r.ended == "failed" for r in self._everyone())
+
     def _all_done(self) -> bool:
         everyone = self._everyone()
         return len(everyone) == self.num_partitions and \
@@ -372,7 +376,7 @@ class _Session:
         the launcher saw them: connections that close within one look of `epoll` come in no
         particular order. MPICH's own termination report is no help: it names the first rank
         of the node, whichever died."""
-        if any(r.ended == "failed" for r in self._everyone()):
+        if self._a_rank_failed():
             return None
         if self.deaths:
             return self.deaths[0]
