@@ -248,12 +248,16 @@ def test_the_dim_whose_tiles_do_not_nest_moves_first():
 
 @pytest.mark.parametrize("dims", ["1,6,7,15", "2,5,3,4", "1,9,5,7"])
 def test_tiles_moved_through_a_whole_dim_uneven(dims):
+    _copied_unchanged(dims, "{devices=[1,3,2,1]<=[6]}", "{devices=[1,2,1,3]0,5,4,3,2,1}", 6)
+
+
+def _copied_unchanged(dims: str, source: str, target: str, n: int) -> None:
+    """A copy of an f32 value of `dims` resharded from `source` to `target` on `n` devices
+    gives back the value, equivalent to the unpartitioned program."""
     shape = tuple(int(d) for d in dims.split(","))
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
-    text = _copy_module("f32", dims, "{devices=[1,3,2,1]<=[6]}",
-                        "{devices=[1,2,1,3]0,5,4,3,2,1}", 6)
-    spmd = check_equivalent(text, 6)
-    np.testing.assert_array_equal(run_global(spmd, [x], 6), x)
+    spmd = check_equivalent(_copy_module("f32", dims, source, target, n), n)
+    np.testing.assert_array_equal(run_global(spmd, [x], n), x)
 
 
 
@@ -282,12 +286,8 @@ def test_a_dim_whose_tiles_do_not_nest_is_gathered_to_receive_another_dims_tiles
 
 @pytest.mark.parametrize("dims", ["6,4,6", "3,5,7", "1,3,5", "2,2,4"])
 def test_gathered_to_receive_uneven(dims):
-    shape = tuple(int(d) for d in dims.split(","))
-    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
-    text = _copy_module("f32", dims, "{devices=[1,2,3]<=[6]}",
-                        "{devices=[1,1,2,3]<=[6] last_tile_dim_replicate}", 6)
-    spmd = check_equivalent(text, 6)
-    np.testing.assert_array_equal(run_global(spmd, [x], 6), x)
+    _copied_unchanged(dims, "{devices=[1,2,3]<=[6]}",
+                      "{devices=[1,1,2,3]<=[6] last_tile_dim_replicate}", 6)
 
 
 @needs_xla
