@@ -106,13 +106,14 @@ def remesh(sharding, old: tuple[int, ...], new: tuple[int, ...]):
 # ------------------------------------------------------------------------------------ gspmdc
 
 def gspmdc_seconds_per_execution(path: Path, n: int, inputs: Path | None, executions: int,
-                                 backend: str = "mpi") -> float:
+                                 backend: str = "mpi", env: dict[str, str] | None = None) -> float:
     """The median time of one execution of `path` on `n` partitions (`gspmdc run --repeat`), on
-    the global inputs of the file `inputs` (None: the seeded random inputs)."""
+    the global inputs of the file `inputs` (None: the seeded random inputs); `gspmdc run` gets
+    the environment `env` (None: this process's)."""
     proc = subprocess.run([GSPMDC, "run", str(path), "-n", str(n), "--backend", backend,
                            "--repeat", str(executions), "-q"]
                           + (["--inputs", str(inputs)] if inputs is not None else []),
-                          capture_output=True, text=True, timeout=900, cwd=path.parent)
+                          capture_output=True, text=True, timeout=900, cwd=path.parent, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"gspmdc run {path} -n {n}: {proc.stderr.strip()}")
     return float(_REPEAT.search(proc.stdout).group(1)) / 1e3
