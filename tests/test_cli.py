@@ -223,3 +223,41 @@ def test_a_byte_that_is_not_utf8_is_located(tmp_path, capsys, command):
     assert main([*command, str(src)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"gspmdc: error: {src}:3:17: not UTF-8 text: byte 0xff")
+
+
+def _chain(length: int) -> str:
+    """A module of `length` elementwise ops on a tiled parameter (enough objects that a compile
+    with the collector running collects several times)."""
+    lines = ["HloModule chain, num_partitions=4", "ENTRY e {",
+             "  v0 = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}"]
+    lines += [f"  v{i} = f32[8,16] add(v{i - 1}, v{i - 1})" for i in range(1, length)]
+    lines += [f"  ROOT r = f32[8,16] negate(v{length - 1})", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("argv", [["compile", "-n", "4"], ["opt", "-p", "propagate", "-n", "4"],
+                                  ["propagate"]])
+def test_compiling_commands_run_without_a_garbage_collection(tmp_path, argv):
+    """`compile`, `opt` and `propagate` pause the cyclic collector from reading the file to
+    writing the result and freeze what is alive at the end (`gc_pause`): no collection scans the
+    module between the parser, the passes and the printer, nor right after the command."""
+    import gc
+    from gspmdc.cli import build_parser
+    source = tmp_path / "chain.hlo"
+    source.write_text(_chain(400))
+    args = build_parser().parse_args(argv[:1] + [str(source), "-o", str(tmp_path / "out.hlo")]
+                                     + argv[1:])
+    args.run(args)                      # imports and lazily built tables: a first run
+    started: list[int] = []
+
+    def collection(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+    gc.collect()
+    gc.callbacks.append(collection)
+    try:
+        assert args.run(args) == 0
+    finally:
+        gc.callbacks.remove(collection)
+    assert started == []
+    assert "ROOT %r = f32[" in (tmp_path / "out.hlo").read_text()

@@ -22,13 +22,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
     Shardy's or GSPMD's propagation (default: Shardy for JAX's default dumps, which carry
     xla.sdy.meshes)."""
     from gspmdc import api
+    from gspmdc.ir.gc_pause import paused_collection
     from gspmdc.passes.pipeline import compile_spmd
-    module = api.load(args.file)
-    spmd = compile_spmd(module, args.num_partitions, dump_dir=args.dump_dir,
-                        time_passes=args.time_passes, propagate=not args.no_propagate,
-                        windowed_einsum_threshold=args.windowed_einsum_threshold,
-                        propagation=args.propagation, shardy_strategy=args.shardy_strategy)
-    api.write_text(api.to_text(spmd), args.output)
+    with paused_collection(freeze=True):
+        module = api.load(args.file)
+        spmd = compile_spmd(module, args.num_partitions, dump_dir=args.dump_dir,
+                            time_passes=args.time_passes, propagate=not args.no_propagate,
+                            windowed_einsum_threshold=args.windowed_einsum_threshold,
+                            propagation=args.propagation, shardy_strategy=args.shardy_strategy)
+        api.write_text(api.to_text(spmd), args.output)
     return EXIT_OK
 
 

@@ -17,6 +17,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     num_partitions, else the devices its shardings name). --list: the passes and their
     options."""
     from gspmdc import api
+    from gspmdc.ir.gc_pause import paused_collection
     from gspmdc.passes.pass_manager import PassContext, run_pipeline
     from gspmdc.passes.pass_table import PASSES, parse_pipeline
     from gspmdc.passes.pipeline import dump_callback
@@ -28,12 +29,13 @@ def cmd_opt(args: argparse.Namespace) -> int:
     if args.file is None or args.passes is None:
         raise GspmdcError("opt needs FILE and -p PIPELINE (or --list)")
     passes = parse_pipeline(args.passes)
-    module = api.load(args.file)
-    n = args.num_partitions or module.num_partitions or devices_named_by_shardings(module)
-    ctx = PassContext(n, verify_each=args.verify_each)
-    module = run_pipeline(ctx, module, passes,
-                          dump_callback(args.dump_dir, args.time_passes, module))
-    api.write_text(api.to_text(module), args.output)
+    with paused_collection(freeze=True):
+        module = api.load(args.file)
+        n = args.num_partitions or module.num_partitions or devices_named_by_shardings(module)
+        ctx = PassContext(n, verify_each=args.verify_each)
+        module = run_pipeline(ctx, module, passes,
+                              dump_callback(args.dump_dir, args.time_passes, module))
+        api.write_text(api.to_text(module), args.output)
     return EXIT_OK
 
 

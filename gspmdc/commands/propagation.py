@@ -15,9 +15,11 @@ def cmd_propagate(args: argparse.Namespace) -> int:
     module in Shardy form, XLA's GSPMD propagation otherwise, or as --propagation says) and
     write the module, one instruction per line, names unchanged, at stage `propagated`."""
     from gspmdc import api
-    module = api.load(args.file)
-    propagate_module(module, args)
-    api.write_text(api.to_text(module), args.output)
+    from gspmdc.ir.gc_pause import paused_collection
+    with paused_collection(freeze=True):
+        module = api.load(args.file)
+        propagate_module(module, args)
+        api.write_text(api.to_text(module), args.output)
     return EXIT_OK
 
 
