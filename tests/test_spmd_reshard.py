@@ -215,3 +215,25 @@ def test_plan_figures_are_those_of_its_own_steps(shape):
         assert (plan.cost, plan.total) == (sum(t.max_sent for t in traffic),
                                            sum(t.total_sent for t in traffic)), \
             (source.to_text(False), target.to_text(False))
+
+
+@pytest.mark.parametrize("source, target, moved", [
+    ("{devices=[2,1,4]<=[8]}", "{replicated}", False),
+    ("{devices=[2,2,2]<=[8]}", "{devices=[1,1,2,4]<=[8] last_tile_dim_replicate}", False),
+    ("{devices=[2,4,1]<=[8]}", "{devices=[1,1,8]<=[8]}", True),
+])
+def test_dims_are_taken_last_to_first_only_where_all_to_alls_move_tiles(source, target, moved):
+    """With two dims losing tiles, the planner also plans its all-to-alls taking those dims
+    last to first. Where no pair of dims can trade tiles (every target here but the last one),
+    the order is moot and such a variant would repeat one planned already: none is planned,
+    every variant is distinct. Where tiles do move, the variants moving dim 1's tiles first are
+    planned as before."""
+    from gspmdc.passes.spmd.reshard_plan import AllToAll, _variants
+    from gspmdc.passes.spmd.tiling import Tiling
+    src, dst = (Tiling(parse_sharding(s), 3, 8) for s in (source, target))
+    variants = _variants((16, 8, 32), src, dst)
+    steps = [[(type(s).__name__, s.before.sharding, s.after.sharding) for s in v]
+             for v in variants]
+    assert all(a != b for a, b in itertools.combinations(steps, 2)) or moved
+    firsts = [next((s.source for s in v if isinstance(s, AllToAll)), None) for v in variants]
+    assert (1 in firsts) == moved and (0 in firsts) == moved

@@ -384,23 +384,30 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     # slicing from replicas before the all-to-alls needs replicas (or partials that become
     # replicas); planned after the same variant without it, kept where it changed something
     firsts = (False, True) if src.replication > 1 or src.unreduced > 1 else (False,)
+    #: per reduce-scatter flag, whether the all-to-alls moved no tiles (their order is moot)
+    unmoved: dict[bool, bool] = {}
     for masked in ((False, True) if uneven else (False,)):
         for flags in itertools.product(scatter, *[(True, False)] * 3):
             if (masked, *flags) in same:
                 continue
             inert: set[int] = set()
             variants.append(_staged(dims, src, dst, *flags, masked=masked, inert=inert))
+            if flags[1]:
+                unmoved.setdefault(flags[0], 2 in inert)
             same.update(_with_flags_cleared((masked, *flags), inert))
             if firsts[-1] and flags[1] and 2 not in inert:
                 first = _staged(dims, src, dst, *flags, masked=masked, slice_first=True,
                                 inert=inert)
                 if 5 not in inert:
                     variants.append(first)
-    # with two dims or more losing tiles, the all-to-alls also take them last to first
+    # with two dims or more losing tiles, the all-to-alls also take them last to first (where
+    # they moved tiles at all: when no pair of dims can trade tiles, no order of the dims makes
+    # one, and the variant would repeat the steps of the same flags taken first to last)
     losing = sum(t > tt for t, tt in zip(src.counts, dst.counts))
     if losing > 1:
         for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
-            variants.append(_staged(dims, src, dst, *flags, last_first=True))
+            if not unmoved.get(flags[0], False):
+                variants.append(_staged(dims, src, dst, *flags, last_first=True))
     if src.unreduced == dst.unreduced == 1 and _misaligned(dims, src, dst):
         rounds = plan_exchange(dims, src, dst)
         if rounds is not None:
