@@ -206,6 +206,7 @@ def replicate_all_data_dims(s: HloSharding, data_rank: int | None = None) -> Hlo
     return result
 
 
+@cached
 def remove_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     """Delete data dims `dims`, each of which must have a single tile (XLA's
     RemoveShapeDimensions)."""
@@ -961,6 +962,7 @@ def unreduce_on_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     return _rebuild(s, moved.reshape(new_dims), ("unreduced",) + s.subgroup_types)
 
 
+@cached
 def insert_dims(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     """Insert untiled data dims at positions `dims` of the result (a broadcast's new dims).
     Non-tiled shardings are returned unchanged."""

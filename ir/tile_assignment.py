@@ -41,7 +41,7 @@ _INTERNED: dict = {}
 
 def _ints(values: Iterable, what: str) -> tuple[int, ...]:
     try:
-        out = tuple(int(v) for v in values)
+        out = tuple(map(int, values))
     except (TypeError, ValueError):
         raise ShardingError(f"{what} must be a sequence of integers, got {values!r}") from None
     return out
@@ -348,6 +348,11 @@ class TileAssignment:
     def reshape(self, dims: Sequence[int]) -> "TileAssignment":
         """Same row-major device order, new dims."""
         dims = _ints(dims, "tile assignment dims")
+        if self._iota is not None:
+            # an interned value with these dims and parameters: the reshape is valid
+            found = _INTERNED.get(("iota", dims, self._iota))
+            if found is not None:
+                return found
         if prod(dims) != self.num_devices or not dims or min(dims) < 1:
             raise ShardingError(
                 f"cannot reshape tile assignment {list(self._dims)} to {list(dims)}")
@@ -358,6 +363,11 @@ class TileAssignment:
     def transpose(self, perm: Sequence[int]) -> "TileAssignment":
         """`T.transpose(perm)`: output dim i is input dim `perm[i]`."""
         perm = _ints(perm, "transpose perm")
+        if self._iota is not None:
+            # transposed this way before: the perm is valid
+            found = _INTERNED.get(("transpose", self._dims, self._iota, perm))
+            if found is not None:
+                return found
         if sorted(perm) != list(range(self.ndim)):
             raise ShardingError(
                 f"transpose perm {list(perm)} is not a permutation of range({self.ndim}) "

@@ -693,3 +693,26 @@ def test_reshape_between_equal_shapes_scans_like_xla():
     assert algebra.propagate_through_reshape(iota([1, 2, 4]), [1, 1, 4], [1, 1, 4]) == \
         iota([2, 1, 4])
     assert algebra.reshape_sharding(iota([1, 2]), [1, 4], [1, 4]) == iota([1, 2])
+
+
+def test_dims_removed_or_inserted_are_worked_out_once_per_question(monkeypatch):
+    """`remove_dims` and `insert_dims` (asked for every broadcast and reduce of each layer of a
+    model, by propagation and by the partitioner) are memoized by the algebra's cache: asked
+    again, they reshape no tile assignment; each answer keeps the metadata of the sharding
+    asked about."""
+    from gspmdc.ir.attributes import KeyValueList
+    reshapes = []
+    original = TileAssignment.reshape
+    monkeypatch.setattr(TileAssignment, "reshape",
+                        lambda self, dims: reshapes.append(dims) or original(self, dims))
+    algebra.clear_caches()
+    s = iota([2, 1, 4])
+    tagged = s.with_metadata((KeyValueList((("op_name", "a"),)),))
+    assert algebra.remove_dims(s, [1]) == iota([2, 4])
+    assert algebra.insert_dims(iota([2, 4]), [1]) == s
+    first = len(reshapes)
+    assert algebra.remove_dims(s, [1]) == iota([2, 4])
+    assert algebra.insert_dims(iota([2, 4]), (1,)) == s
+    assert len(reshapes) == first
+    assert algebra.remove_dims(tagged, [1]).metadata == tagged.metadata
+    assert algebra.remove_dims(s, [1]).metadata == ()

@@ -224,3 +224,21 @@ def test_a_huge_device_id_is_checked_without_an_array_of_its_size():
     assert t.max_device == 2 ** 40
     with pytest.raises(ShardingError, match=r"duplicate device ids \[1099511627776\]"):
         TileAssignment.explicit([3], [2 ** 40, 1, 2 ** 40])
+
+
+def test_transforms_answered_from_the_interned_table_still_check_their_arguments():
+    """`reshape` and `transpose` of an iota assignment answer a question asked before from the
+    interned table without checking it again: a bad question is never in the table, so it
+    still fails as it did, however often good ones were asked."""
+    t = TileAssignment.iota([2, 4], [4, 2], [1, 0])
+    for _ in range(2):
+        assert t.reshape([8]) == TileAssignment.from_array(t.array.reshape(8))
+        assert np.array_equal(t.transpose([1, 0]).array, t.array.T)
+    with pytest.raises(ShardingError, match="cannot reshape"):
+        t.reshape([3, 3])
+    with pytest.raises(ShardingError, match="cannot reshape"):
+        t.reshape([16])
+    with pytest.raises(ShardingError, match="not a permutation"):
+        t.transpose([1, 1])
+    with pytest.raises(ShardingError, match="not a permutation"):
+        t.transpose([0, 1, 2])
