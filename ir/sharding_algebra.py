@@ -1011,6 +1011,7 @@ def reduce_scatter_partials(s: HloSharding, dim: int, groups: np.ndarray, rank: 
     return sharding_of_devices(order.reshape(tuple(counts) + (1, -1)))
 
 
+@cached
 def gather_tiles(s: HloSharding, dim: int, factor: int, rank: int,
                  num_devices: int) -> tuple[HloSharding, np.ndarray]:
     """All-gather the minor `factor` part of data dim `dim`'s tiles into replication: `(the
@@ -1020,6 +1021,7 @@ def gather_tiles(s: HloSharding, dim: int, factor: int, rank: int,
     return sharding_of_devices(_merge_axis(split, dim + 1, split.ndim - 1, major=True)), groups
 
 
+@cached
 def coarsen_tiles(s: HloSharding, factors: Sequence[int], rank: int,
                   num_devices: int) -> HloSharding:
     """The sharding in which every device holds the tile that contains its tile of `s` once the

@@ -695,11 +695,12 @@ def test_reshape_between_equal_shapes_scans_like_xla():
     assert algebra.reshape_sharding(iota([1, 2]), [1, 4], [1, 4]) == iota([1, 2])
 
 
-def test_dims_removed_or_inserted_are_worked_out_once_per_question(monkeypatch):
+def test_dims_removed_inserted_or_gathered_are_worked_out_once_per_question(monkeypatch):
     """`remove_dims` and `insert_dims` (asked for every broadcast and reduce of each layer of a
-    model, by propagation and by the partitioner) are memoized by the algebra's cache: asked
-    again, they reshape no tile assignment; each answer keeps the metadata of the sharding
-    asked about."""
+    model, by propagation and by the partitioner), `gather_tiles` and `coarsen_tiles` (asked by
+    several variants of a reshard plan, and by plans of other shapes) are memoized by the
+    algebra's cache: asked again, they reshape no tile assignment; each answer keeps the
+    metadata of the sharding asked about."""
     from gspmdc.ir.attributes import KeyValueList
     reshapes = []
     original = TileAssignment.reshape
@@ -710,9 +711,16 @@ def test_dims_removed_or_inserted_are_worked_out_once_per_question(monkeypatch):
     tagged = s.with_metadata((KeyValueList((("op_name", "a"),)),))
     assert algebra.remove_dims(s, [1]) == iota([2, 4])
     assert algebra.insert_dims(iota([2, 4]), [1]) == s
+    gathered, groups = algebra.gather_tiles(s, 2, 2, 3, 8)
+    coarse = algebra.coarsen_tiles(s, [2, 1, 2], 3, 8)
+    # tile a = the major half of dim 2's index: devices 4 i0 + 2 a + b for every i0, b
+    assert coarse == iota([1, 1, 2, 4], [2, 2, 2], [1, 0, 2], ("replicated",))
     first = len(reshapes)
     assert algebra.remove_dims(s, [1]) == iota([2, 4])
     assert algebra.insert_dims(iota([2, 4]), (1,)) == s
+    again, same_groups = algebra.gather_tiles(s, 2, 2, 3, 8)
+    assert again == gathered and np.array_equal(same_groups, groups)
+    assert algebra.coarsen_tiles(s, (2, 1, 2), 3, 8) == coarse
     assert len(reshapes) == first
     assert algebra.remove_dims(tagged, [1]).metadata == tagged.metadata
     assert algebra.remove_dims(s, [1]).metadata == ()
