@@ -151,6 +151,8 @@ def _replicated_constants(comp: Computation) -> None:
     whose sharding has no manual part gets a `{replicated}` copy of it in its place (XLA's
     partitioner takes such a value as replicated too). Any other manual value used outside a
     manual region stays an error (its per-device data has no global meaning)."""
+    if not any(i.opcode == "constant" and i.sharding.kind == "manual" for i in comp.instructions):
+        return
     users = comp.users()
     names = NameUniquer(i.name for i in comp.instructions)
     instructions = []
@@ -715,9 +717,9 @@ def _collapse_chains(comp: Computation, num_devices: int,
 def _remove_dead(comp: Computation, created: set[Instruction]) -> None:
     """Drop instructions this pass created that nothing uses any more."""
     while True:
-        users = comp.users()
+        used = {o for i in comp.instructions for o in i.operands}
         dead = {i for i in comp.instructions
-                if i in created and i is not comp.root and not users[i]}
+                if i in created and i is not comp.root and i not in used}
         if not dead:
             return
         comp.instructions = [i for i in comp.instructions if i not in dead]
