@@ -362,8 +362,9 @@ class Driver:
         forward, shard-group members by the group sweep."""
         self._mark_all(inst.operands, "backward")
         derived, callee_parameters = self.graph.derived, self._callee_parameters
-        for user in self.graph.users.get(users_of or inst, ()):
-            self._mark_all((user,), "forward")
+        users = self.graph.users.get(users_of or inst, ())
+        self._mark_all(users, "forward")
+        for user in users:
             params = derived("callee parameters", user, callee_parameters)
             if params:
                 self._mark_all(params, "forward")
