@@ -17,6 +17,11 @@ from gspmdc.ir.module import Instruction
 from .graph import ModuleGraph, branch_computations
 
 
+#: the instructions other than a computation's root that can belong to a group: control
+#: flow and the parameters of its callees
+_TIED = frozenset({"while", "conditional", "call", "parameter"})
+
+
 def related(graph: ModuleGraph, inst: Instruction) -> list[Instruction]:
     """The members of `inst`'s control-flow group (empty for other opcodes)."""
     if inst.opcode == "while":
@@ -67,6 +72,8 @@ def follow_change(graph: ModuleGraph, inst: Instruction,
     """After `inst` changed: copy its sharding to the other members of every group it belongs to
     (recursively), and from a callee parameter back to the caller's operand unless that operand's
     sharding is fixed. Returns the `(changed, source)` pairs."""
+    if inst.opcode not in _TIED and graph.computation_of[inst].root is not inst:
+        return []                   # in no group: most instructions, on every change
     changed: list[tuple[Instruction, Instruction]] = []
 
     def spread(member: Instruction) -> None:
