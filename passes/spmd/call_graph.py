@@ -48,6 +48,8 @@ def partitioned_computations(module: Module) -> list[Computation]:
         seen.add(comp.name)
         order.append(comp)
         for inst in comp.instructions:
+            if inst.opcode not in CONTROL_FLOW_ATTRS:
+                continue                # most instructions: no callee to look for
             for name in control_flow_callees(inst):
                 if name not in seen:
                     visit(module.computations[name])
