@@ -183,13 +183,19 @@ def _describe(step: OriginStep, comp: str) -> str:
 
 
 def _encode(steps: list[OriginStep], comp: str) -> str:
-    parts = []
-    last = len(steps) - 1
-    for i, (sharding, how, rule, sources, level) in enumerate(steps):
-        refs = ",".join([f"{n}@{v}" if c == comp else f"{c}:{n}@{v}" for (c, n), v in sources])
-        parts.append(f"{how}|{rule}|{refs}|{'' if level is None else level}|"
-                     f"{'' if i == last else _text(sharding)}")
-    return ";".join(parts)
+    """The attribute's text: the last step without its sharding (the instruction's); most
+    histories are that one step."""
+    _, how, rule, sources, level = steps[-1]
+    last = f"{how}|{rule}|{_refs(sources, comp)}|{'' if level is None else level}|"
+    if len(steps) == 1:
+        return last
+    return ";".join([f"{how}|{rule}|{_refs(sources, comp)}|{'' if level is None else level}|"
+                     f"{_text(sharding)}" for sharding, how, rule, sources, level in steps[:-1]]
+                    + [last])
+
+
+def _refs(sources: tuple[tuple[Key, int], ...], comp: str) -> str:
+    return ",".join([f"{n}@{v}" if c == comp else f"{c}:{n}@{v}" for (c, n), v in sources])
 
 
 def _decode(text: str, comp: str, inst: Instruction) -> list[OriginStep]:
