@@ -18,6 +18,7 @@ from gspmdc import api
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 
+from .branches import BranchVariant, branch_variants, forced_text
 from .correspondence import ShardingVerdict, compare_shardings
 from .deliberate import deliberate_differences
 from .oracle import XlaAnswer, XlaOracle
@@ -50,6 +51,16 @@ class Case:
     reference_text: str | None = None
 
 
+@dataclass(frozen=True)
+class BranchValues:
+    """The value check of one forced branch (`branches.BranchVariant.label`): `values` and
+    `mismatch` as `CaseResult.values` / `.value_mismatch`."""
+
+    label: str
+    values: str
+    mismatch: dict = field(default_factory=dict)
+
+
 @dataclass
 class CaseResult:
     """What one case showed. `status`:
@@ -61,7 +72,9 @@ class CaseResult:
     - "xla-crashed": XLA's process died or timed out (the case is not counted);
     - "skipped": one partition: XLA neither propagates nor partitions (not counted).
     `values`: "compared" or "not run: <why>"; `value_mismatch` maps "gspmdc" and "XLA" to what
-    differs from the reference interpreter (or why its run failed) where it does.
+    differs from the reference interpreter (or why its run failed) where it does. `branches`:
+    the same for each branch of each conditional run forced (`branches.py`), when values are
+    compared.
     `deliberate`: when the shardings differ, the deliberate differences from XLA
     (`deliberate.py`) the module gives occasion to. `seconds`: where the case's time went, by
     stage ("prepare", XLA's stages as `XlaAnswer.seconds`, "gspmdc compile", "compare",
@@ -81,6 +94,7 @@ class CaseResult:
     propagated: Module | None = None
     deliberate: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    branches: list["BranchValues"] = field(default_factory=list)
 
     @property
     def compared_shardings(self) -> list[ShardingVerdict]:
@@ -213,7 +227,8 @@ class Prepared:
     """A case ready for XLA: gspmdc's parse of it, its random arguments and their array leaves
     (`inputs`; None, with the reason in `skipped`, when values are not compared) and the result
     leaves' dims; `shardings_only`: only the shardings after propagation are to be compared
-    (`run_case`)."""
+    (`run_case`); `branches`: when values are compared, each branch of each conditional to run
+    forced, with its module text (`branches.py`)."""
 
     case: Case
     original: Module
@@ -223,12 +238,14 @@ class Prepared:
     skipped: str | None
     seconds: float = 0.0
     shardings_only: bool = False
+    branches: list[tuple[BranchVariant, str]] = field(default_factory=list)
 
     def send(self, oracle: XlaOracle) -> None:
         oracle.send(self.case.text, self.case.num_partitions,
                     to_output=self.case.propagate_to_output,
                     to_parameters=self.case.propagate_to_parameters,
-                    inputs=self.inputs, output_shapes=self.output_shapes)
+                    inputs=self.inputs, output_shapes=self.output_shapes,
+                    variants=[text for _, text in self.branches])
 
 
 def run_case(case: Case, oracle: XlaOracle, seed: int = 0, *, values: bool = True,
@@ -272,8 +289,10 @@ def prepare(case: Case, seed: int = 0, *, values: bool = True,
             inputs = [leaf for p, v in zip(original.entry.parameters, arguments)
                       for leaf in _leaves(v, p.shape)]
             output_shapes = [leaf.dims for leaf in original.entry.root.shape.leaves()]
+    branches = [] if skipped is not None else \
+        [(v, forced_text(case.text, v.forcings)) for v in branch_variants(case.text, case.name)]
     return Prepared(case, original, arguments, inputs, output_shapes, skipped,
-                    time.monotonic() - started, shardings_only)
+                    time.monotonic() - started, shardings_only, branches)
 
 
 class _Clock:
@@ -297,9 +316,9 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     and its call inliner runs before propagation; starting both compilers from the same module
     makes the instructions correspond one to one by name and keeps those rewrites (semantics-
     preserving) out of the comparison. With `prepared.shardings_only` gspmdc stops after its
-    propagation and only the shardings are compared."""
-    case, original, inputs, skipped = (prepared.case, prepared.original, prepared.inputs,
-                                       prepared.skipped)
+    propagation and only the shardings are compared. The values are compared again with each
+    branch of each conditional forced (`branches.py`)."""
+    case, original, skipped = prepared.case, prepared.original, prepared.skipped
     n = case.num_partitions
     seconds = {"prepare": prepared.seconds, **xla.seconds}
     if not xla.ok and xla.stage in ("crash", "timeout"):
@@ -342,30 +361,71 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     if skipped is not None:
         result.values = f"not run: {skipped}"
         return result
-    from gspmdc.runtime.interpreter import evaluate
     reference = original if case.reference_text is None else \
         api.parse(case.reference_text, f"{case.name} (reference)")
+    result.values, result.value_mismatch = _compare_values(
+        result.our_spmd, xla, reference, prepared, clock)
+    for (variant, _), answer in zip(prepared.branches, xla.variants):
+        result.branches.append(_branch_values(variant, answer, prepared, clock))
+    return result
+
+
+def _compare_values(spmd_text: str, xla: XlaAnswer, reference: Module, prepared: Prepared,
+                    clock: "_Clock") -> tuple[str, dict[str, str]]:
+    """`values` and `value_mismatch` (`CaseResult`) of gspmdc's partitioned program `spmd_text`
+    and XLA's answer against the reference interpreter running `reference`, all on the
+    prepared inputs."""
+    from gspmdc.runtime.interpreter import evaluate
+    n = prepared.case.num_partitions
     try:
         want = _leaves(evaluate(reference, prepared.arguments, rounding=VALUE_ROUNDING),
                        reference.entry.root.shape)
     except GspmdcError as e:
-        result.values = f"not run: the reference interpreter stopped: {_line(e)}"
-        return result
+        return f"not run: the reference interpreter stopped: {_line(e)}", {}
     clock.lap("reference")
-    result.values = "compared"
+    mismatch = {}
     try:
-        problem = _value_mismatch(want, _run_gspmdc(result.our_spmd, inputs, n, VALUE_ROUNDING),
-                                  reference)
+        problem = _value_mismatch(want, _run_gspmdc(spmd_text, prepared.inputs, n,
+                                                    VALUE_ROUNDING), reference)
     except GspmdcError as e:
         problem = f"run failed: {_line(e)}"
     if problem is not None:
-        result.value_mismatch["gspmdc"] = problem
+        mismatch["gspmdc"] = problem
     clock.lap("gspmdc run")
     problem = _value_mismatch(want, xla.outputs, reference) if xla.ok else \
         f"run failed: {xla.error}"
     if problem is not None:
-        result.value_mismatch["XLA"] = problem
-    return result
+        mismatch["XLA"] = problem
+    return "compared", mismatch
+
+
+def _branch_values(variant: BranchVariant, xla: XlaAnswer, prepared: Prepared,
+                   clock: "_Clock") -> BranchValues:
+    """The value check of the module with `variant`'s branch forced, as `finish` makes it of
+    the module itself: gspmdc partitions the module XLA's propagation started from, and the
+    reference interpreter runs the case's reference program with the same branch forced."""
+    case = prepared.case
+    if xla.before is None:
+        return BranchValues(variant.label, f"not run: XLA rejected it: {xla.error}")
+    try:
+        _, spmd = _gspmdc_compile(xla.before, case)
+    except Exception as e:  # noqa: BLE001 - an error here is a finding about this branch
+        clock.lap("gspmdc compile")
+        return BranchValues(variant.label, "compared", {"gspmdc": f"compile failed: "
+                                                        f"{_crash_line(e)}"})
+    clock.lap("gspmdc compile")
+    if not _same_leaves(api.parse(xla.before, case.name), prepared.original):
+        return BranchValues(variant.label, "not run: XLA's import changed the entry signature")
+    skipped = _no_global_result(spmd, case.num_partitions)
+    reference_text = forced_text(case.reference_text or case.text, variant.forcings)
+    if reference_text is None:
+        skipped = "the reference program lacks the conditional"
+    if skipped is not None:
+        return BranchValues(variant.label, f"not run: {skipped}")
+    values, mismatch = _compare_values(api.to_text(spmd), xla,
+                                       api.parse(reference_text, f"{case.name} (reference)"),
+                                       prepared, clock)
+    return BranchValues(variant.label, values, mismatch)
 
 
 def _same_leaves(before: Module, original: Module) -> bool:

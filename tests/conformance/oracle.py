@@ -40,7 +40,9 @@ def xla_available() -> bool:
 class XlaAnswer:
     """XLA's answer for one module. `ok`: it compiled (and ran, when inputs were given); else
     `stage` says where it stopped ("compile", "run", "crash", "timeout") and `error` why.
-    `seconds`: where the time went ("XLA start" of a worker, "XLA compile", "XLA run")."""
+    `seconds`: where the time went ("XLA start" of a worker, "XLA compile", "XLA run").
+    `variants`: XLA's answer for each variant module sent with the request (in order; their
+    `seconds` are counted in this answer's)."""
 
     ok: bool
     before: str | None = None
@@ -50,6 +52,7 @@ class XlaAnswer:
     stage: str | None = None
     error: str | None = None
     seconds: dict = field(default_factory=dict)
+    variants: list = field(default_factory=list)
 
 
 class _Zygote:
@@ -176,6 +179,17 @@ class _Worker:
         self.exit_status = self.zygote.reap(self.pid, grace)
 
 
+def _answer(reply: dict, seconds: dict) -> XlaAnswer:
+    """The XlaAnswer of a worker's `reply` (`xla_worker.py`), its seconds after `seconds`."""
+    seconds = {**seconds, **reply.get("seconds", {})}
+    if reply.get("ok"):
+        return XlaAnswer(True, reply["before"], reply["propagated"], reply["spmd"],
+                         reply["outputs"], seconds=seconds,
+                         variants=[_answer(v, {}) for v in reply.get("variants", ())])
+    return XlaAnswer(False, reply.get("before"), reply.get("propagated"), reply.get("spmd"),
+                     None, reply["stage"], reply["error"], seconds)
+
+
 class XlaOracle:
     """XLA's propagation, partitioner and runtime on HLO text, one worker per device count.
     `timeout`: seconds one request may take. `excess_precision`: run programs with XLA's default
@@ -191,17 +205,20 @@ class XlaOracle:
         self._start_seconds = 0.0
 
     def partition(self, text: str, num_devices: int, *, to_output: bool, to_parameters: bool,
-                  inputs: list | None = None, output_shapes: list | None = None) -> XlaAnswer:
+                  inputs: list | None = None, output_shapes: list | None = None,
+                  variants: list[str] = ()) -> XlaAnswer:
         """XLA's input to propagation, its propagated and its partitioned module for `text` on
         `num_devices` partitions (with the two propagation options), and with `inputs` (global
         arrays of the entry parameters' array leaves) the global outputs of its partitioned
-        program (`output_shapes`: the dims of the result's array leaves)."""
+        program (`output_shapes`: the dims of the result's array leaves). `variants`: modules of
+        the same signature answered the same way when `text` compiles (`XlaAnswer.variants`)."""
         self.send(text, num_devices, to_output=to_output, to_parameters=to_parameters,
-                  inputs=inputs, output_shapes=output_shapes)
+                  inputs=inputs, output_shapes=output_shapes, variants=variants)
         return self.receive()
 
     def send(self, text: str, num_devices: int, *, to_output: bool, to_parameters: bool,
-             inputs: list | None = None, output_shapes: list | None = None) -> None:
+             inputs: list | None = None, output_shapes: list | None = None,
+             variants: list[str] = ()) -> None:
         """Start `partition` without waiting: XLA works on it while the caller does something
         else; `receive` gives the answer. One request is in flight at a time."""
         if self._in_flight is not None:
@@ -211,7 +228,7 @@ class XlaOracle:
         self._start_seconds = time.monotonic() - started
         failed = worker.send({"text": text, "to_output": to_output,
                               "to_parameters": to_parameters, "inputs": inputs,
-                              "output_shapes": output_shapes})
+                              "output_shapes": output_shapes, "variants": list(variants)})
         self._in_flight = (worker, failed)
 
     def receive(self) -> XlaAnswer:
@@ -225,12 +242,7 @@ class XlaOracle:
             worker.close()
             worker.log.close()
             del self._workers[worker.num_devices]
-        seconds = {"XLA start": self._start_seconds, **reply.get("seconds", {})}
-        if reply.get("ok"):
-            return XlaAnswer(True, reply["before"], reply["propagated"], reply["spmd"],
-                             reply["outputs"], seconds=seconds)
-        return XlaAnswer(False, reply.get("before"), reply.get("propagated"), reply.get("spmd"),
-                         None, reply["stage"], reply["error"], seconds)
+        return _answer(reply, {"XLA start": self._start_seconds})
 
     def _worker(self, num_devices: int) -> _Worker:
         worker = self._workers.get(num_devices)

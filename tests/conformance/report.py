@@ -9,7 +9,8 @@ A divergence class names what differs, coarsely enough that one fix removes the 
   collectives made for instructions of that opcode (each partitioner records the instruction
   a collective serves in its metadata: gspmdc its name, XLA its op_name);
 - ("values", who): the outputs of "gspmdc"'s or "XLA"'s partitioned program differ from the
-  reference interpreter's, or its run failed;
+  reference interpreter's, or its run failed, on the random inputs or with some branch of a
+  conditional forced (`branches.py`);
 - ("rejected", message) / ("crashed", message): gspmdc refused or failed on a module XLA
   partitions (the message with names and numbers blanked).
 """
@@ -73,8 +74,9 @@ def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
         excess = _bytes_by_opcode(api.parse(result.our_spmd, verify=False), origins, n)
         excess.subtract(_bytes_by_opcode(api.parse(result.xla_spmd, verify=False), origins, n))
         classes.append(("bytes", max(excess, key=excess.get) if excess else "?"))
-    for who in result.value_mismatch:
-        classes.append(("values", who))
+    for who in ("gspmdc", "XLA"):
+        if who in result.value_mismatch or any(who in b.mismatch for b in result.branches):
+            classes.append(("values", who))
     return classes
 
 
@@ -105,6 +107,13 @@ class Figures:
     values_gspmdc_agreeing: int = 0
     values_xla_agreeing: int = 0
     values_skipped: Counter = field(default_factory=Counter)
+    #: forced branches (`branches.py`): modules with some, runs compared, agreeing, not run
+    branch_modules: int = 0
+    branches_compared: int = 0
+    branches_agreeing: int = 0
+    branches_gspmdc_agreeing: int = 0
+    branches_xla_agreeing: int = 0
+    branches_skipped: Counter = field(default_factory=Counter)
     classes: Counter = field(default_factory=Counter)
     #: seconds spent per stage (`CaseResult.seconds`), summed over the cases
     seconds: Counter = field(default_factory=Counter)
@@ -141,6 +150,15 @@ class Figures:
             self.values_xla_agreeing += "XLA" not in r.value_mismatch
         elif r.values.startswith("not run: "):
             self.values_skipped[r.values[len("not run: "):].split(":")[0][:60]] += 1
+        self.branch_modules += bool(r.branches)
+        for _, values, mismatch in r.branches:
+            if values == "compared":
+                self.branches_compared += 1
+                self.branches_agreeing += not mismatch
+                self.branches_gspmdc_agreeing += "gspmdc" not in mismatch
+                self.branches_xla_agreeing += "XLA" not in mismatch
+            else:
+                self.branches_skipped[values[len("not run: "):].split(":")[0][:60]] += 1
         for c in set(r.classes):
             self.classes[c] += 1
 
@@ -205,6 +223,12 @@ class Figures:
             f"{self.percent(self.values_gspmdc_agreeing, self.values_compared)}, XLA on "
             f"{self.percent(self.values_xla_agreeing, self.values_compared)}, all three on "
             f"{self.percent(self.values_agreeing, self.values_compared)}",
+            f"branches forced: {self.branches_compared} runs in {self.branch_modules} modules "
+            f"with a conditional: gspmdc agrees with the reference on "
+            f"{self.percent(self.branches_gspmdc_agreeing, self.branches_compared)}, XLA on "
+            f"{self.percent(self.branches_xla_agreeing, self.branches_compared)}, all three on "
+            f"{self.percent(self.branches_agreeing, self.branches_compared)}; not run: "
+            + (", ".join(f"{k} {v}" for k, v in self.branches_skipped.most_common()) or "none"),
             "values not run: " + (", ".join(f"{k} {v}" for k, v in
                                              self.values_skipped.most_common()) or "none"),
             f"seconds per case ({self.cases - s['skipped']} cases): " + (", ".join(

@@ -21,7 +21,9 @@ class CaseSummary:
     instructions of XLA's `before` compared, agreeing, absent on one side; `differing`: the
     compared instructions that disagree as (opcode, description); `classes`: its divergence
     classes (`report.divergence_classes`), most specific first; `spmd_made`: gspmdc partitioned
-    it; `seed`: the run seed its inputs were drawn from. The other fields are `CaseResult`'s."""
+    it; `seed`: the run seed its inputs were drawn from; `branches`: each forced branch's value
+    check as [label, values, mismatch] (`differential.BranchValues`). The other fields are
+    `CaseResult`'s."""
 
     name: str
     num_partitions: int
@@ -43,6 +45,7 @@ class CaseSummary:
     value_mismatch: dict = field(default_factory=dict)
     classes: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
+    branches: list = field(default_factory=list)
     text: str | None = None
     before: str | None = None
     reference_text: str | None = None
@@ -87,7 +90,8 @@ def summarize(result: CaseResult, seed: int) -> CaseSummary:
         len(result.shardings) - len(compared), bool(result.shardings),
         [(v.opcode, v.describe()) for v in compared if not v.agrees], list(result.deliberate),
         result.our_bytes, result.xla_bytes, result.our_spmd is not None, result.values,
-        dict(result.value_mismatch), classes, dict(result.seconds))
+        dict(result.value_mismatch), classes, dict(result.seconds),
+        [[b.label, b.values, dict(b.mismatch)] for b in result.branches])
     if classes:
         summary.text, summary.before = case.text, result.before
         summary.reference_text = case.reference_text

@@ -157,7 +157,12 @@ def _print_evidence(r: CaseSummary, target: tuple[str, str], out) -> None:
     elif kind == "bytes":
         print(f"  bytes each device sends: gspmdc {r.our_bytes:g}, XLA {r.xla_bytes:g}", file=out)
     elif kind == "values":
-        print(f"  {what} vs reference: {r.value_mismatch[what]}", file=out)
+        if what in r.value_mismatch:
+            print(f"  {what} vs reference: {r.value_mismatch[what]}", file=out)
+        for label, values, mismatch in r.branches:
+            print(f"  {label}: " + (f"{what} vs reference: {mismatch[what]}" if what in mismatch
+                                    else "agrees" if values == "compared" else values),
+                  file=out)
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -245,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
             classes = ", ".join(f"{k}:{w}" for k, w in r.classes)
             print(f"[{count}/{total} {time.monotonic() - started:6.0f}s] {r.name}: "
                   f"{r.status} {classes}", file=sys.stderr, flush=True)
+            for label, values, mismatch in r.branches:
+                print(f"    {label}: " + ("; ".join(f"{who} {m}" for who, m in mismatch.items())
+                                         or values), file=sys.stderr, flush=True)
 
     with XlaOracle(timeout=args.timeout) as oracle:
         if args.results is not None:

@@ -10,17 +10,20 @@ output, both as pickled dicts (pickle frames are self-delimiting); whatever XLA 
 standard error. A request is
 
     {"text": str, "to_output": bool, "to_parameters": bool, "inputs": list | None,
-     "output_shapes": list}
+     "output_shapes": list, "variants": list[str]}
 
 (`inputs`: the global arrays of the entry parameters' array leaves, in order, or None for no run;
-`output_shapes`: the global dims of the result's array leaves, in order)
+`output_shapes`: the global dims of the result's array leaves, in order; `variants`, optional:
+more modules of the same signature, each compiled and run the same way, e.g. the module with one
+conditional branch forced)
 and the answer is
 
     {"ok": True, "before": str, "propagated": str, "spmd": str, "outputs": list | None,
-     "seconds": dict}
+     "seconds": dict, "variants": list[dict]}
     {"ok": False, "stage": "compile" | "run", "error": str, "seconds": dict}
 
-(`seconds`: where the worker's time went, "XLA compile" (with reading the dumps), "XLA run")
+(`seconds`: where the worker's time went, "XLA compile" (with reading the dumps), "XLA run";
+`variants`: an answer of this form, without variants, for each variant)
 
 `before` is the module XLA's sharding-propagation pass starts from (after its import and the
 passes before it: call inlining, conditional canonicalization), `propagated` the module after
@@ -164,6 +167,16 @@ class XlaCompiler:
         return out
 
     def answer(self, request: dict) -> dict:
+        reply = self._answer_one(request)
+        if reply["ok"]:
+            reply["variants"] = [self._answer_one({**request, "text": text})
+                                 for text in request.get("variants", ())]
+            for variant in reply["variants"]:
+                for stage, seconds in variant["seconds"].items():
+                    reply["seconds"][stage] = reply["seconds"].get(stage, 0.0) + seconds
+        return reply
+
+    def _answer_one(self, request: dict) -> dict:
         seconds = {}
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="xla-oracle-", dir=DUMP_ROOT) as dump_dir:

@@ -1,0 +1,131 @@
+"""Every branch of every `conditional`, for the value check: random inputs select one branch of
+each conditional, so a module is also run once per branch with that branch forced.
+
+    for variant in branch_variants(module):
+        variant.label                   # "%conditional.5 branch 1 (%branch.7)"
+    forced_text(text, variant.forcings)   # the module with that branch forced
+
+Forcing branch k of conditional C: C's selector operand `%s` is replaced by
+
+    %C.forced = select(%C.force, %C.branch, %s)     with %C.force = pred[] constant(true),
+                                                       %C.branch = constant(k) (s32[]; for a pred
+                                                       selector true for branch 0, false for 1)
+
+so C takes branch k whatever the inputs, wherever `%s` comes from (a parameter or computed
+inside the module), and nothing else changes: `%s` keeps a user, so no instruction becomes dead
+(XLA's import would remove it, and with it whatever it contributed to propagation), and every
+other instruction and annotation is as it was. The new instructions are scalars without
+annotations. A conditional inside another conditional's branch is reached by also forcing each
+enclosing conditional to the branch that (through calls, loops and other branches) contains it;
+a computation with several callers is reached through the first in text order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gspmdc import api
+from gspmdc.ir.attributes import Literal, called_computation_names
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.shapes import ArrayShape
+
+
+@dataclass(frozen=True)
+class BranchVariant:
+    """One branch of one conditional forced: `forcings` are the (computation, conditional,
+    branch index) to force (`force`), that conditional's first, then the enclosing ones; `label`
+    names it in reports."""
+
+    label: str
+    forcings: tuple[tuple[str, str, int], ...]
+
+
+def branches(inst: Instruction) -> list[str]:
+    """The branch computations of conditional `inst`, by the index that selects each (a pred
+    selector: true_computation is branch 0, false_computation branch 1)."""
+    if "branch_computations" in inst.attrs:
+        return called_computation_names(inst.attrs["branch_computations"])
+    return [called_computation_names(inst.attrs[key])[0]
+            for key in ("true_computation", "false_computation")]
+
+
+def _callers(module: Module) -> dict[str, tuple[Computation, Instruction]]:
+    """Each called computation -> its first caller (computation, instruction) in text order."""
+    found: dict[str, tuple[Computation, Instruction]] = {}
+    for comp, inst in module.all_instructions():
+        for name in inst.called_computation_names():
+            found.setdefault(name, (comp, inst))
+    return found
+
+
+def _path(module: Module, comp: str) -> list[tuple[str, str, int]] | None:
+    """The enclosing conditionals to force so that computation `comp` runs, as (computation,
+    conditional, branch index) from the innermost out; None when nothing reaches `comp` from
+    the entry."""
+    callers = _callers(module)
+    path: list[tuple[str, str, int]] = []
+    seen = {comp}
+    while comp != module.entry_name:
+        if comp not in callers:
+            return None
+        caller, inst = callers[comp]
+        if inst.opcode == "conditional":
+            path.append((caller.name, inst.name, branches(inst).index(comp)))
+        comp = caller.name
+        if comp in seen:
+            return None
+        seen.add(comp)
+    return path
+
+
+def force(module: Module, computation: str, conditional: str, branch: int) -> None:
+    """Make `conditional` (in `computation`) take branch `branch` whatever its selector (in
+    place; see the module docstring)."""
+    comp = module.computation(computation)
+    inst = comp.instruction(conditional)
+    selector = inst.operands[0]
+    element_type = selector.shape.element_type
+    value = (branch == 0) if element_type == "pred" else branch
+    scalar = ArrayShape(element_type, ())
+    on = Instruction(f"{inst.name}.force", "constant", ArrayShape("pred", ()),
+                     literal=Literal(np.asarray(True)))
+    chosen = Instruction(f"{inst.name}.branch", "constant", scalar,
+                         literal=Literal(np.asarray(value, dtype=_DTYPES[element_type])))
+    forced = Instruction(f"{inst.name}.forced", "select", scalar, [on, chosen, selector])
+    at = comp.instructions.index(inst)
+    comp.instructions[at:at] = [on, chosen, forced]
+    inst.operands[0] = forced
+
+
+#: the numpy type of a selector's constant
+_DTYPES = {"pred": np.bool_, "s32": np.int32}
+
+
+def forced_text(text: str, forcings, name: str = "<branches>") -> str | None:
+    """Module `text` with the conditionals of `forcings` forced (`force`); None when `text` lacks
+    one of them (e.g. a reference program without the same names)."""
+    module = api.parse(text, name, verify=False)
+    try:
+        for forcing in forcings:
+            force(module, *forcing)
+    except KeyError:
+        return None
+    return api.to_text(module)
+
+
+def branch_variants(text: str, name: str = "<branches>") -> list[BranchVariant]:
+    """One variant of module `text` per branch of each conditional that the entry reaches, in
+    text order (none without conditionals)."""
+    module = api.parse(text, name, verify=False)
+    variants = []
+    for comp, inst in list(module.all_instructions()):
+        if inst.opcode != "conditional":
+            continue
+        path = _path(module, comp.name)
+        if path is None:
+            continue
+        for k, branch in enumerate(branches(inst)):
+            variants.append(BranchVariant(f"%{inst.name} branch {k} (%{branch})",
+                                          ((comp.name, inst.name, k), *path)))
+    return variants
