@@ -1,0 +1,241 @@
+"""The oracle's value check forces every branch of every conditional (`conformance/branches.py`):
+the forced modules compute the chosen branch whatever the inputs (numpy), keep everything else
+as it was (text, gspmdc's propagation), and with XLA a branch the random inputs never select is
+still checked: a deliberately mis-partitioned second branch is caught, and so is XLA's own wrong
+value on a generated module."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from gspmdc import api
+from gspmdc.runtime.interpreter import evaluate
+
+from conformance import differential
+from conformance.branches import branch_variants, forced_text
+from conformance.differential import Case, run_case
+from conformance.oracle import XlaOracle, xla_available
+from conformance.report import divergence_classes
+
+needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
+
+#: an outer conditional on a predicate computed from x (x[0] > 100: false for the test's inputs)
+#: whose true branch holds an inner conditional on an index computed from y
+NESTED = """HloModule nested, num_partitions=2
+
+inner0 {
+  a = f32[4] parameter(0)
+  ROOT n = f32[4] negate(a)
+}
+
+inner1 {
+  a = f32[4] parameter(0)
+  ROOT m = f32[4] multiply(a, a)
+}
+
+inner2 {
+  a = f32[4] parameter(0)
+  ROOT e = f32[4] exponential(a)
+}
+
+outer_true {
+  a = f32[4] parameter(0)
+  i = s32[] constant(1)
+  ROOT c = f32[4] conditional(i, a, a, a), branch_computations={inner0, inner1, inner2}
+}
+
+outer_false {
+  a = f32[4] parameter(0)
+  ROOT s = f32[4] sine(a)
+}
+
+ENTRY main {
+  x = f32[4] parameter(0), sharding={devices=[2]0,1}
+  s = f32[1] slice(x), slice={[0:1]}
+  r = f32[] reshape(s)
+  k = f32[] constant(100)
+  p = pred[] compare(r, k), direction=GT
+  ROOT o = f32[4] conditional(p, x, x), true_computation=outer_true, false_computation=outer_false
+}
+"""
+
+X = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
+
+
+def test_every_branch_of_every_reached_conditional_is_a_variant():
+    labels = [v.label for v in branch_variants(NESTED)]
+    assert labels == ["%c branch 0 (%inner0)", "%c branch 1 (%inner1)",
+                      "%c branch 2 (%inner2)",
+                      "%o branch 0 (%outer_true)", "%o branch 1 (%outer_false)"]
+
+
+def test_a_forced_variant_computes_its_branch_whatever_the_selector():
+    # the inputs select outer_false (sine); each variant computes its own branch, the inner
+    # ones through outer_true, which the inputs never reach
+    want = [-X, X * X, np.exp(X), X * X, np.sin(X)]
+    for variant, expected in zip(branch_variants(NESTED), want):
+        module = api.parse(forced_text(NESTED, variant.forcings), variant.label)
+        np.testing.assert_allclose(np.asarray(evaluate(module, [X])), expected, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(evaluate(api.parse(NESTED, "n"), [X])), np.sin(X),
+                               rtol=1e-6)
+
+
+def test_forcing_adds_three_scalars_and_changes_only_the_selector():
+    variant = branch_variants(NESTED)[4]
+    original = api.parse(NESTED, "n")
+    forced = api.parse(forced_text(NESTED, variant.forcings), "forced")
+    before = {i.name: i for _, i in original.all_instructions()}
+    after = {i.name: i for _, i in forced.all_instructions()}
+    assert sorted(set(after) - set(before)) == ["o.branch", "o.force", "o.forced"]
+    for name, inst in before.items():
+        got = after[name]
+        operands = [o.name for o in got.operands]
+        if name == "o":
+            assert operands == ["o.forced", "x", "x"]          # the selector only
+        else:
+            assert operands == [o.name for o in inst.operands]
+        assert (got.opcode, got.shape, got.sharding) == (inst.opcode, inst.shape, inst.sharding)
+    assert [o.name for o in after["o.forced"].operands] == ["o.force", "o.branch", "p"]
+    assert all(after[n].sharding is None for n in ("o.branch", "o.force", "o.forced"))
+
+
+def _propagated_shardings(text: str, case) -> dict:
+    from gspmdc.passes.pass_manager import PassContext, run_pipeline
+    from gspmdc.passes.propagation import ShardingPropagation
+    module = api.parse(text, "m")
+    pass_ = ShardingPropagation(propagate_to_output=(case.propagate_to_output,),
+                          propagate_to_parameters=(case.propagate_to_parameters,),
+                          record_origins=False)
+    result = run_pipeline(PassContext(case.num_partitions), module, [pass_])
+    return {(c.name, i.name): i.sharding for c, i in result.all_instructions()}
+
+
+def test_forcing_leaves_gspmdcs_propagation_of_generated_modules_unchanged():
+    # every instruction of the module keeps the sharding propagation gives it: the value check
+    # of a forced branch runs the partitioning the module itself gets
+    from fuzz import case
+    checked = 0
+    for i in range(400):
+        c = case(10100 * 1000000 + i)
+        if " conditional(" not in c.text or c.num_partitions < 2:
+            continue
+        want = _propagated_shardings(c.text, c)
+        for variant in branch_variants(c.text):
+            got = _propagated_shardings(forced_text(c.text, variant.forcings), c)
+            assert {k: got[k] for k in want} == want, (i, variant.label)
+            checked += 1
+    assert checked >= 40
+
+
+# ---- with XLA ----------------------------------------------------------------------------------
+
+#: a conditional whose predicate (x[0] > 100) the random inputs never make true: they select
+#: on_false (branch 1); the test breaks on_true (branch 0), which only forcing reaches
+TWO_BRANCHES = """HloModule two, num_partitions=2
+
+on_true {
+  a = f32[8,4] parameter(0)
+  ROOT m = f32[8,4] multiply(a, a)
+}
+
+on_false {
+  a = f32[8,4] parameter(0)
+  ROOT n = f32[8,4] negate(a)
+}
+
+ENTRY main {
+  x = f32[8,4] parameter(0), sharding={devices=[2,1]0,1}
+  s = f32[1,1] slice(x), slice={[0:1], [0:1]}
+  r = f32[] reshape(s)
+  k = f32[] constant(100)
+  p = pred[] compare(r, k), direction=GT
+  ROOT o = f32[8,4] conditional(p, x, x), true_computation=on_true, false_computation=on_false
+}
+"""
+
+
+def _breaking(op_name: str, instead: str):
+    """A stand-in for gspmdc's compile that partitions as gspmdc does, then turns the
+    instructions made for `op_name` (XLA's import keeps a source instruction's name as its
+    metadata op_name, and gspmdc's partitioner keeps the metadata) into `instead`: a
+    mis-partitioned branch."""
+    compile_ = differential._gspmdc_compile
+
+    def broken(text, case, *, partition=True):
+        propagated, spmd = compile_(text, case, partition=partition)
+        for _, inst in spmd.all_instructions():
+            metadata = inst.attr("metadata")
+            if partition and metadata is not None and metadata.get("op_name") == op_name:
+                inst.opcode = instead
+        return propagated, spmd
+    return broken
+
+
+def _case(text: str) -> Case:
+    return Case("branches", text, api.parse(text, "m").num_partitions)
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    with XlaOracle() as xla:
+        yield xla
+
+
+@needs_xla
+def test_a_mis_partitioned_branch_the_inputs_never_select_is_caught(oracle, monkeypatch):
+    result = run_case(_case(TWO_BRANCHES), oracle, seed=0)
+    assert result.values == "compared" and not result.value_mismatch
+    assert [(b.label, b.values, b.mismatch) for b in result.branches] == [
+        ("%o branch 0 (%on_true)", "compared", {}), ("%o branch 1 (%on_false)", "compared", {})]
+    assert divergence_classes(result) == []
+    monkeypatch.setattr(differential, "_gspmdc_compile", _breaking("m", "add"))
+    result = run_case(_case(TWO_BRANCHES), oracle, seed=0)
+    assert not result.value_mismatch                 # the inputs select on_false: no sign there
+    broken = {b.label: b.mismatch for b in result.branches}
+    assert "gspmdc" in broken["%o branch 0 (%on_true)"]
+    assert broken["%o branch 1 (%on_false)"] == {}
+    assert ("values", "gspmdc") in divergence_classes(result)
+
+
+@needs_xla
+def test_a_mis_partitioned_inner_branch_of_a_branch_never_taken_is_caught(oracle, monkeypatch):
+    monkeypatch.setattr(differential, "_gspmdc_compile", _breaking("e", "negate"))
+    result = run_case(_case(NESTED), oracle, seed=0)
+    broken = [b.label for b in result.branches if "gspmdc" in b.mismatch]
+    assert broken == ["%c branch 2 (%inner2)"]
+    assert all(b.values == "compared" for b in result.branches)
+
+
+@needs_xla
+def test_xlas_wrong_values_on_a_branch_the_inputs_do_not_select_are_found(oracle):
+    # fuzz/10100002451: XLA's partitioned variadic scatter in the conditional's second branch
+    # writes the other operand's update (docs/partitioning.md); the random inputs select the
+    # first branch, so only the forced run shows it; gspmdc's values agree on both
+    from fuzz import case
+    c = case(10100002451)
+    result = run_case(Case("fuzz/10100002451", c.text, c.num_partitions), oracle, seed=10100)
+    assert not result.value_mismatch
+    by_label = {b.label: b.mismatch for b in result.branches}
+    assert set(by_label) == {"%conditional.0 branch 0 (%branch.0)",
+                             "%conditional.0 branch 1 (%branch.1)"}
+    assert by_label["%conditional.0 branch 0 (%branch.0)"] == {}
+    assert list(by_label["%conditional.0 branch 1 (%branch.1)"]) == ["XLA"]
+    assert divergence_classes(result)[-1] == ("values", "XLA")
+
+
+def test_branch_figures_count_each_forced_run():
+    from conformance.report import Figures
+    from conformance.summary import CaseSummary
+    record = CaseSummary("m off", 2, False, False, 0, "compared", values="compared",
+                         branches=[["%c branch 0 (%a)", "compared", {}],
+                                   ["%c branch 1 (%b)", "compared", {"gspmdc": "out0 differs"}],
+                                   ["%c branch 2 (%d)", "not run: no global result: x", {}]])
+    again = CaseSummary.from_json(record.to_json())
+    figures = Figures()
+    figures.add(dataclasses.replace(again))
+    assert (figures.branch_modules, figures.branches_compared, figures.branches_agreeing,
+            figures.branches_gspmdc_agreeing, figures.branches_xla_agreeing) == (1, 2, 1, 1, 2)
+    assert figures.branches_skipped == {"no global result": 1}
+    assert any(line.startswith("branches forced: 2 runs in 1 modules") for line in figures.lines())
