@@ -5,7 +5,6 @@ still checked: a deliberately mis-partitioned second branch is caught, and so is
 value on a generated module."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
