@@ -12,7 +12,7 @@ from gspmdc import api
 from gspmdc.runtime.interpreter import evaluate
 
 from conformance import differential
-from conformance.branches import branch_variants, forced_text
+from conformance.branches import branch_variants, forced_by_origin, forced_text
 from conformance.differential import Case, run_case
 from conformance.oracle import XlaOracle, xla_available
 from conformance.report import divergence_classes
@@ -97,6 +97,42 @@ def test_forcing_adds_three_scalars_and_changes_only_the_selector():
         assert (got.opcode, got.shape, got.sharding) == (inst.opcode, inst.shape, inst.sharding)
     assert [o.name for o in after["o.forced"].operands] == ["o.force", "o.branch", "p"]
     assert all(after[n].sharding is None for n in ("o.branch", "o.force", "o.forced"))
+
+
+#: NESTED's outer conditional as XLA's import leaves it: renamed, its source name kept as the
+#: op_name, and (a call inlined at two sites) twice
+IMPORTED = """HloModule imported, num_partitions=2
+
+t.1 {
+  a.1 = f32[4] parameter(0)
+  ROOT m.1 = f32[4] multiply(a.1, a.1)
+}
+
+f.1 {
+  a.2 = f32[4] parameter(0)
+  ROOT s.1 = f32[4] sine(a.2)
+}
+
+ENTRY main.2 {
+  x.1 = f32[4] parameter(0), sharding={devices=[2]0,1}
+  k.1 = pred[] constant(false)
+  o.1 = f32[4] conditional(k.1, x.1, x.1), true_computation=t.1, false_computation=f.1, metadata={op_name="o"}
+  o.2 = f32[4] conditional(k.1, o.1, o.1), true_computation=t.1, false_computation=f.1, metadata={op_name="o"}
+  ROOT r.1 = f32[4] add(o.1, o.2)
+}
+"""
+
+
+def test_forcing_by_origin_forces_every_copy_xlas_import_made():
+    outer_true = branch_variants(NESTED)[3]
+    assert outer_true.label == "%o branch 0 (%outer_true)"
+    forced = api.parse(forced_by_origin(IMPORTED, outer_true.forcings[:1]), "forced")
+    assert [i.operands[0].name for _, i in forced.all_instructions()
+            if i.opcode == "conditional"] == ["o.1.forced", "o.2.forced"]
+    square = X * X
+    np.testing.assert_allclose(np.asarray(evaluate(forced, [X])), square + square * square,
+                               rtol=1e-6)
+    assert forced_by_origin(IMPORTED, (("outer_true", "c", 1),)) is None
 
 
 def _propagated_shardings(text: str, case) -> dict:

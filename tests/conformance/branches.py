@@ -114,6 +114,24 @@ def forced_text(text: str, forcings, name: str = "<branches>") -> str | None:
     return api.to_text(module)
 
 
+def forced_by_origin(text: str, forcings, name: str = "<branches>") -> str | None:
+    """Module `text`, made by XLA's import of the module `forcings` name things in (which
+    renames instructions and computations but keeps a source instruction's name as its metadata
+    op_name, and inlines calls, so one conditional may appear once per call site), with every
+    conditional whose op_name is one of the forced conditionals' names forced alike; None when
+    one of them is not there."""
+    module = api.parse(text, name, verify=False)
+    for _, conditional, branch in forcings:
+        found = [(comp.name, inst.name) for comp, inst in module.all_instructions()
+                 if inst.opcode == "conditional" and
+                 (inst.attr("metadata") or {}).get("op_name") == conditional]
+        if not found:
+            return None
+        for comp, inst in found:
+            force(module, comp, inst, branch)
+    return api.to_text(module)
+
+
 def branch_variants(text: str, name: str = "<branches>") -> list[BranchVariant]:
     """One variant of module `text` per branch of each conditional that the entry reaches, in
     text order (none without conditionals)."""

@@ -18,7 +18,7 @@ from gspmdc import api
 from gspmdc.errors import GspmdcError
 from gspmdc.ir.module import Module
 
-from .branches import BranchVariant, branch_variants, forced_text
+from .branches import BranchVariant, branch_variants, forced_by_origin, forced_text
 from .correspondence import ShardingVerdict, compare_shardings
 from .deliberate import deliberate_differences
 from .oracle import XlaAnswer, XlaOracle
@@ -366,7 +366,7 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
     result.values, result.value_mismatch = _compare_values(
         result.our_spmd, xla, reference, prepared, clock)
     for (variant, _), answer in zip(prepared.branches, xla.variants):
-        result.branches.append(_branch_values(variant, answer, prepared, clock))
+        result.branches.append(_branch_values(variant, answer, xla.before, prepared, clock))
     return result
 
 
@@ -393,28 +393,33 @@ def _compare_values(spmd_text: str, xla: XlaAnswer, reference: Module, prepared:
         mismatch["gspmdc"] = problem
     clock.lap("gspmdc run")
     problem = _value_mismatch(want, xla.outputs, reference) if xla.ok else \
-        f"run failed: {xla.error}"
+        f"{xla.stage} failed: {xla.error}"
     if problem is not None:
         mismatch["XLA"] = problem
     return "compared", mismatch
 
 
-def _branch_values(variant: BranchVariant, xla: XlaAnswer, prepared: Prepared,
+def _branch_values(variant: BranchVariant, xla: XlaAnswer, imported: str, prepared: Prepared,
                    clock: "_Clock") -> BranchValues:
     """The value check of the module with `variant`'s branch forced, as `finish` makes it of
-    the module itself: gspmdc partitions the module XLA's propagation started from, and the
-    reference interpreter runs the case's reference program with the same branch forced."""
+    the module itself: gspmdc partitions the module XLA's propagation started from (when XLA
+    rejects the forced module, which it may do in passes after partitioning, the module XLA's
+    propagation started from for the case, `imported`, with the same branch forced by origin),
+    and the reference interpreter runs the case's reference program with the same branch
+    forced."""
     case = prepared.case
-    if xla.before is None:
+    before = xla.before if xla.before is not None else \
+        forced_by_origin(imported, variant.forcings, case.name)
+    if before is None:
         return BranchValues(variant.label, f"not run: XLA rejected it: {xla.error}")
     try:
-        _, spmd = _gspmdc_compile(xla.before, case)
+        _, spmd = _gspmdc_compile(before, case)
     except Exception as e:  # noqa: BLE001 - an error here is a finding about this branch
         clock.lap("gspmdc compile")
         return BranchValues(variant.label, "compared", {"gspmdc": f"compile failed: "
                                                         f"{_crash_line(e)}"})
     clock.lap("gspmdc compile")
-    if not _same_leaves(api.parse(xla.before, case.name), prepared.original):
+    if not _same_leaves(api.parse(before, case.name), prepared.original):
         return BranchValues(variant.label, "not run: XLA's import changed the entry signature")
     skipped = _no_global_result(spmd, case.num_partitions)
     reference_text = forced_text(case.reference_text or case.text, variant.forcings)
