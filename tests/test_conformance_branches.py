@@ -80,13 +80,14 @@ def test_a_forced_variant_computes_its_branch_whatever_the_selector():
                                rtol=1e-6)
 
 
-def test_forcing_adds_three_scalars_and_changes_only_the_selector():
+def test_forcing_adds_scalars_behind_a_barrier_and_changes_only_the_selector():
     variant = branch_variants(NESTED)[4]
     original = api.parse(NESTED, "n")
     forced = api.parse(forced_text(NESTED, variant.forcings), "forced")
     before = {i.name: i for _, i in original.all_instructions()}
     after = {i.name: i for _, i in forced.all_instructions()}
-    assert sorted(set(after) - set(before)) == ["o.branch", "o.force", "o.forced"]
+    added = ["o.branch", "o.force", "o.force.barrier", "o.force.on", "o.force.tuple", "o.forced"]
+    assert sorted(set(after) - set(before)) == added
     for name, inst in before.items():
         got = after[name]
         operands = [o.name for o in got.operands]
@@ -95,8 +96,9 @@ def test_forcing_adds_three_scalars_and_changes_only_the_selector():
         else:
             assert operands == [o.name for o in inst.operands]
         assert (got.opcode, got.shape, got.sharding) == (inst.opcode, inst.shape, inst.sharding)
-    assert [o.name for o in after["o.forced"].operands] == ["o.force", "o.branch", "p"]
-    assert all(after[n].sharding is None for n in ("o.branch", "o.force", "o.forced"))
+    assert [o.name for o in after["o.forced"].operands] == ["o.force.on", "o.branch", "p"]
+    assert after["o.force.barrier"].opcode == "opt-barrier"
+    assert all(after[n].sharding is None for n in added)
 
 
 #: NESTED's outer conditional as XLA's import leaves it: renamed, its source name kept as the
@@ -257,6 +259,41 @@ def test_xlas_wrong_values_on_a_branch_the_inputs_do_not_select_are_found(oracle
     assert by_label["%conditional.0 branch 0 (%branch.0)"] == {}
     assert list(by_label["%conditional.0 branch 1 (%branch.1)"]) == ["XLA"]
     assert divergence_classes(result)[-1] == ("values", "XLA")
+
+
+def _xla_shardings_by_origin(text: str) -> dict:
+    """Each source instruction's name (the op_name XLA's import keeps) -> the shardings XLA's
+    propagation gave the instructions made from it."""
+    from conformance.correspondence import canonical
+    found: dict = {}
+    for _, inst in api.parse(text, "xla", verify=False).all_instructions():
+        metadata = inst.attr("metadata")
+        if metadata is not None and metadata.get("op_name") is not None:
+            found.setdefault(metadata.get("op_name"), []).append(
+                canonical(inst.sharding, inst.shape))
+    return found
+
+
+@needs_xla
+def test_xla_keeps_a_forced_conditional_and_propagates_the_module_as_without_forcing(oracle):
+    # XLA's import folds a select on a constant and inlines a conditional whose selector is a
+    # constant: behind the barrier the selector stays unknown, the conditional stays, and XLA's
+    # propagation gives every source instruction the shardings it gives it without forcing
+    from fuzz import case
+    checked = 0
+    for i in (103, 111, 112):              # generated modules whose conditional XLA keeps
+        c = case(10100 * 1000000 + i)
+        want = oracle.partition(c.text, c.num_partitions, to_output=False, to_parameters=False)
+        assert " conditional(" in want.before
+        for variant in branch_variants(c.text):
+            got = oracle.partition(forced_text(c.text, variant.forcings), c.num_partitions,
+                                   to_output=False, to_parameters=False)
+            assert " conditional(" in got.before, (i, variant.label)
+            theirs = _xla_shardings_by_origin(got.propagated)
+            assert {k: theirs.get(k) for k in _xla_shardings_by_origin(want.propagated)} == \
+                _xla_shardings_by_origin(want.propagated), (i, variant.label)
+            checked += 1
+    assert checked == 7
 
 
 def test_branch_figures_count_each_forced_run():

@@ -7,16 +7,22 @@ each conditional, so a module is also run once per branch with that branch force
 
 Forcing branch k of conditional C: C's selector operand `%s` is replaced by
 
-    %C.forced = select(%C.force, %C.branch, %s)     with %C.force = pred[] constant(true),
-                                                       %C.branch = constant(k) (s32[]; for a pred
-                                                       selector true for branch 0, false for 1)
+    %C.force = pred[] constant(true)
+    %C.force.tuple = (pred[]) tuple(%C.force)
+    %C.force.barrier = (pred[]) opt-barrier(%C.force.tuple)
+    %C.force.on = pred[] get-tuple-element(%C.force.barrier), index=0
+    %C.branch = s32[] constant(k)          (a pred selector: true for branch 0, false for 1)
+    %C.forced = s32[] select(%C.force.on, %C.branch, %s)
 
 so C takes branch k whatever the inputs, wherever `%s` comes from (a parameter or computed
 inside the module), and nothing else changes: `%s` keeps a user, so no instruction becomes dead
 (XLA's import would remove it, and with it whatever it contributed to propagation), and every
-other instruction and annotation is as it was. The new instructions are scalars without
-annotations. A conditional inside another conditional's branch is reached by also forcing each
-enclosing conditional to the branch that (through calls, loops and other branches) contains it;
+other instruction and annotation is as it was. The barrier keeps the selector unknown to the
+compiler: XLA's import folds a select on a constant and inlines a conditional on a constant
+selector, so without it XLA (and gspmdc, given XLA's module) would partition the branch alone
+instead of the conditional. The new instructions are scalars without annotations. A
+conditional inside another conditional's branch is reached by also forcing each enclosing
+conditional to the branch that (through calls, loops and other branches) contains it;
 a computation with several callers is reached through the first in text order.
 """
 from __future__ import annotations
@@ -28,7 +34,7 @@ import numpy as np
 from gspmdc import api
 from gspmdc.ir.attributes import Literal, called_computation_names
 from gspmdc.ir.module import Computation, Instruction, Module
-from gspmdc.ir.shapes import ArrayShape
+from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 
 @dataclass(frozen=True)
@@ -88,13 +94,18 @@ def force(module: Module, computation: str, conditional: str, branch: int) -> No
     element_type = selector.shape.element_type
     value = (branch == 0) if element_type == "pred" else branch
     scalar = ArrayShape(element_type, ())
-    on = Instruction(f"{inst.name}.force", "constant", ArrayShape("pred", ()),
-                     literal=Literal(np.asarray(True)))
+    pred = ArrayShape("pred", ())
+    on = Instruction(f"{inst.name}.force", "constant", pred, literal=Literal(np.asarray(True)))
+    packed = Instruction(f"{inst.name}.force.tuple", "tuple", TupleShape((pred,)), [on])
+    barrier = Instruction(f"{inst.name}.force.barrier", "opt-barrier", TupleShape((pred,)),
+                          [packed])
+    unknown = Instruction(f"{inst.name}.force.on", "get-tuple-element", pred, [barrier],
+                          {"index": 0})
     chosen = Instruction(f"{inst.name}.branch", "constant", scalar,
                          literal=Literal(np.asarray(value, dtype=_DTYPES[element_type])))
-    forced = Instruction(f"{inst.name}.forced", "select", scalar, [on, chosen, selector])
+    forced = Instruction(f"{inst.name}.forced", "select", scalar, [unknown, chosen, selector])
     at = comp.instructions.index(inst)
-    comp.instructions[at:at] = [on, chosen, forced]
+    comp.instructions[at:at] = [on, packed, barrier, unknown, chosen, forced]
     inst.operands[0] = forced
 
 
