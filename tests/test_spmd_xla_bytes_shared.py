@@ -289,6 +289,60 @@ def test_a_sorted_element_read_twice_is_priced_through_the_first_read():
     assert sent_bytes(spmd, 4) == 12 + 12 + 24 + 48
 
 
+ELEMENT_OF_A_TUPLE = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = f32[8,4] parameter(0), sharding={replicated}
+  q = f32[8,4] parameter(1), sharding={devices=[4,1]<=[4]}
+  s = f32[8,4] sine(p), sharding={replicated}
+  t = (f32[8,4], f32[8,4]) tuple(s, q), sharding={{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}
+  g = f32[8,4] get-tuple-element(t), index=0, sharding={replicated}
+  h = f32[8,4] get-tuple-element(t), index=1, sharding={devices=[4,1]<=[4]}
+  ROOT r = (f32[8,4], f32[8,4]) tuple(g, h), sharding={{replicated}, {devices=[4,1]<=[4]}}
+}
+"""
+
+
+def test_an_element_of_the_programs_tuple_is_read_from_before_the_tuple():
+    """`s` is computed replicated, sliced into the tuple's [4,1] rows for `t` (no bytes), and
+    `g` reads that element whole: it is `s` itself, taken from before the slice (no bytes).
+    Read through the tuple's element sharding it was gathered again (each device sends its
+    f32[2,4] rows, 32 B, to the 3 others: 96 B per device); XLA's import forwards the
+    element, so it sends nothing either."""
+    spmd = check_equivalent(ELEMENT_OF_A_TUPLE, 4)
+    assert collectives(spmd) == []
+
+
+def unread_element(second: bool) -> str:
+    """`p` resharded into a tuple and read back from its first element by a copy in another
+    tiling (uneven dims); with `second`, the tuple also holds `p` in a third sharding that
+    nothing reads."""
+    shardings = ["{devices=[2,1,2]0,1,3,2}"] + \
+        (["{devices=[2,1,1,2]1,3,0,2 last_tile_dim_replicate}"] if second else [])
+    shape = "f32[10,7,3]"
+    return f"""HloModule m, num_partitions=4
+
+ENTRY e {{
+  p = {shape} parameter(0), sharding={{devices=[4,1,1]<=[4]}}
+  t = ({", ".join([shape] * len(shardings))}) tuple({", ".join(["p"] * len(shardings))}),
+    sharding={{{", ".join(shardings)}}}
+  g = {shape} get-tuple-element(t), index=0, sharding={{replicated}}
+  ROOT r = {shape} copy(g), sharding={{devices=[1,4,1]<=[4]}}
+}}
+"""
+
+
+def test_a_tuple_element_nobody_reads_changes_nothing():
+    """The tuple's second element is never read (cleanup forwards the first element to `g`
+    and removes the tuple), so its reshard is no node another reshard may start from as if
+    paid: the program is the one of the tuple without it (when it counted as read, `r`'s
+    reshard started from it, which then stayed: 849 B per device against 649)."""
+    with_unread = check_equivalent(unread_element(True), 4)
+    without = check_equivalent(unread_element(False), 4)
+    assert collectives(with_unread) == collectives(without)
+    assert sent_bytes(with_unread, 4) == sent_bytes(without, 4)
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(GATHERED_FOR_TWO, 2), (ONE_DEVICE_FOR_THREE, 2),
                                     (gathered_for_one_device(), 4),
@@ -297,11 +351,12 @@ def test_a_sorted_element_read_twice_is_priced_through_the_first_read():
                                         reshape=False), 4),
                                     (ONE_DEVICE_RESULT_READ_IN_PAIRS, 4),
                                     (ELEMENTS_READ_OTHERWISE, 4), (GATHERED_THROUGH_PAIRS, 4),
-                                    (SORTED_FOR_TWO, 4)],
+                                    (SORTED_FOR_TWO, 4), (ELEMENT_OF_A_TUPLE, 4)],
                          ids=["gathered-for-two", "one-device-for-three",
                               "gathered-for-one-device", "sliced-from-the-gathered",
                               "one-device-result-read-in-pairs", "elements-read-otherwise",
-                              "gathered-through-pairs", "sorted-for-two"])
+                              "gathered-through-pairs", "sorted-for-two",
+                              "element-of-a-tuple"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""

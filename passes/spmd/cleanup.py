@@ -118,10 +118,34 @@ def live_instructions(comp: Computation) -> set[Instruction]:
     return live
 
 
+def live_operands(comp: Computation) -> dict[Instruction, frozenset[int]]:
+    """Per instruction whose value reaches the root once `simplify_tuples` has forwarded each
+    `get-tuple-element` of a `tuple` to the element (and the ops never removed), the
+    positions of its operands whose values reach the root through it: all of them, but of a
+    tuple only read by get-tuple-elements just the elements they read (the others are dead
+    after the forwarding)."""
+    read: dict[Instruction, set[int] | None] = {comp.root: None}
+    for inst in reversed(comp.instructions):
+        if inst not in read and inst.opcode not in _KEEP:
+            continue
+        indices = read.setdefault(inst, None)
+        positions = range(len(inst.operands)) if indices is None else indices
+        for i in positions:
+            operand = inst.operands[i]
+            if inst.opcode == "get-tuple-element" and operand.opcode == "tuple":
+                if operand in read and read[operand] is None:
+                    continue
+                read.setdefault(operand, set()).add(inst.attr("index"))
+            else:
+                read[operand] = None
+    return {inst: frozenset(range(len(inst.operands)) if indices is None else indices)
+            for inst, indices in read.items()}
+
+
 def eliminate_dead_code(comp: Computation) -> None:
     live = live_instructions(comp)
     comp.instructions = [i for i in comp.instructions if i in live]
 
 
 __all__ = ["Cleanup", "simplify_tuples", "eliminate_common_subexpressions",
-           "live_instructions", "eliminate_dead_code"]
+           "live_instructions", "live_operands", "eliminate_dead_code"]

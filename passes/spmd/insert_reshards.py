@@ -69,7 +69,7 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
-from .cleanup import eliminate_common_subexpressions, live_instructions
+from .cleanup import eliminate_common_subexpressions, live_operands
 from .op_rules import (
     NOT_EVERYWHERE, NOT_RECOMPUTED, OpPlan, PlanContext, broadcast_first, free_target,
     maximal_for, read_as, read_from, recomputed_for_free, replicated_for, result_chain,
@@ -185,8 +185,6 @@ class _Rewriter:
         #: per value (by id), the shardings `cache` holds a reshard of it to
         self.resharded_to: dict[int, set[HloSharding]] = {}
         self.created: set[Instruction] = set()
-        #: the tuples `_reshard_tuple` built (each of its operands is one element, resharded)
-        self.tuples: set[Instruction] = set()
         #: values on one device (`{maximal device=k}`) that every partition computes whole
         #: (`_computed_everywhere`)
         self.everywhere: set[Instruction] = set()
@@ -197,10 +195,12 @@ class _Rewriter:
         self.read_live: set[Instruction] = set()
         #: what users see of an instruction planned so far (its reshard to its annotation)
         self.replacement: dict[Instruction, Instruction] = {}
+        #: the instructions whose values reach the root, with the operands they pass on
+        #: (a tuple's elements no get-tuple-element reads are dead: `live_operands`)
+        self.live_operands = live_operands(comp)
+        self.live = set(self.live_operands)
         #: the users of each instruction whose values reach the root (dead ones, e.g. an
         #: annotation's copy nothing reads, are removed later and need nothing)
-        #: the instructions whose values reach the root
-        self.live = live_instructions(comp)
         self.users = {inst: [u for u in users if u in self.live]
                       for inst, users in comp.users().items()}
         #: the instruction being planned and its annotation (`_result_needs`)
@@ -233,7 +233,7 @@ class _Rewriter:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
                                                     plan.reason)
                     self.read.add(inst.operands[i])
-                    if inst in self.live:
+                    if i in self.live_operands.get(inst, ()):
                         self.read_live.add(inst.operands[i])
             inst.sharding = plan.result
             b.append(inst)
@@ -255,11 +255,13 @@ class _Rewriter:
     def reshard(self, value: Instruction, target: HloSharding, user: Instruction, role: str,
                 reason: str, look_through: bool = True) -> Instruction:
         """`value` laid out as `target` (a shared reshard node, or an earlier value). An
-        element of a tuple this pass resharded is that element's own node (looked through
-        like any reshard node: it is no result chain); a reshard node is resharded from its
-        source when that moves fewer bytes (unless not to `look_through`: a result's
-        `result_chain`), its source itself when it has `target`."""
-        if value.opcode == "get-tuple-element" and value.operands[0] in self.tuples:
+        element of a `tuple` (one this pass resharded, or the program's own, whose operands
+        are resharded to its elements' shardings by then) is that element's own value
+        (looked through like any reshard node: it is no result chain); a reshard node is
+        resharded from its source when that moves fewer bytes (unless not to
+        `look_through`: a result's `result_chain`), its source itself when it has
+        `target`."""
+        while value.opcode == "get-tuple-element" and value.operands[0].opcode == "tuple":
             value = value.operands[0].operands[value.attr("index")]
             look_through = True
         if is_inserted_reshard(value):
@@ -663,7 +665,6 @@ class _Rewriter:
         node = b.add("tuple", value.shape, elements, {"metadata": metadata},
                      name=f"{value.name}.resharded", sharding=target)
         self.created.add(node)
-        self.tuples.add(node)
         return node
 
 
