@@ -20,6 +20,20 @@ class ArrayShape:
     element_type: str
     dims: tuple[int, ...]
     layout: str | None = None
+    #: the hash of the compared fields, computed once (a shape keys the memo tables of
+    #: planning and every common-subexpression key)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.element_type, self.dims, self.layout)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        # rebuilt through the constructor: the cached hash is only valid in the process that
+        # computed it
+        return (ArrayShape, (self.element_type, self.dims, self.layout))
 
     @property
     def rank(self) -> int:
