@@ -112,19 +112,17 @@ def set_stage(module: Module, stage: Stage) -> None:
 def inferred_stage(module: Module) -> Stage:
     """The stage of a module without a recorded one (see the module docstring)."""
     partition_ops = GLOBAL_SIGNATURE_KEY in module.attrs
-    for _, inst in module.all_instructions():
-        if _in_global_program_only(inst):
-            return Stage.GLOBAL
-        if inst.opcode in SPMD_ONLY and not _cross_replica(inst):
-            partition_ops = True
+    # asked before each pass of a pipeline until one records a stage: no generator, no call
+    # per instruction; what XLA's partitioner removes (a manual sharding or a manual-region
+    # boundary) makes it a global program
+    for comp in module.computations.values():
+        for inst in comp.instructions:
+            if target_of(inst) in MANUAL_BOUNDARIES or \
+                    (inst.sharding is not None and inst.sharding.has_manual_leaf):
+                return Stage.GLOBAL
+            if inst.opcode in SPMD_ONLY and not _cross_replica(inst):
+                partition_ops = True
     return Stage.PARTITIONED if partition_ops else Stage.GLOBAL
-
-
-def _in_global_program_only(inst: Instruction) -> bool:
-    """A manual sharding or a manual-region boundary: what XLA's partitioner removes."""
-    if target_of(inst) in MANUAL_BOUNDARIES:
-        return True
-    return inst.sharding is not None and inst.sharding.has_manual_leaf
 
 
 def _cross_replica(inst: Instruction) -> bool:
