@@ -5,6 +5,9 @@
   starts from the indices' sharding), and can tile the operand on the devices each index tile
   holds (its replicas): XLA's recursion over the mesh dims a strategy leaves replicated, e.g.
   the operand's rows over one mesh axis and the updates' batch over the other.
+- A variadic scatter whose operands are tiled differently runs in a tiling any of its results,
+  operands or updates proposes (XLA reshards its operands to a common sharding), not only the
+  first's.
 - A select-and-scatter whose `source` is a constant still exchanges halos of its operand: only
   an operand read through a window that is free to take whole (a constant) makes halos
   pointless.
@@ -147,8 +150,56 @@ def test_constant_source_uneven(size):
     check_equivalent(constant_source(size), 4)
 
 
+MIN2 = """min2 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  x = f32[] minimum(a, c)
+  y = f32[] minimum(b, d)
+  ROOT t = (f32[], f32[]) tuple(x, y)
+}
+"""
+
+
+def variadic_second_tiled(columns: int = 8) -> str:
+    """A variadic min-scatter of single elements (both operand dims addressed with window
+    size 1): its first operand and result replicated, its second operand and result tiled 2
+    ways on the columns; only the second result is read."""
+    return f"""HloModule m, num_partitions=2
+
+{MIN2}
+ENTRY e {{
+  p = f32[2,{columns}] parameter(0), sharding={{replicated}}
+  q = f32[2,{columns}] parameter(1), sharding={{devices=[1,2]<=[2]}}
+  i = s32[5,2] parameter(2), sharding={{replicated}}
+  u = f32[5] parameter(3), sharding={{replicated}}
+  s = (f32[2,{columns}], f32[2,{columns}]) scatter(p, q, i, u, u), update_window_dims={{}},
+    inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{1,0}}, index_vector_dim=1,
+    to_apply=min2, sharding={{{{replicated}}, {{devices=[1,2]<=[2]}}}}
+  ROOT b = f32[2,{columns}] get-tuple-element(s), index=1, sharding={{devices=[1,2]<=[2]}}
+}}
+"""
+
+
+def test_a_variadic_scatter_takes_the_tiling_of_its_second_operand():
+    """XLA reshards a variadic scatter's operands to one common sharding: here the second's
+    (the first, replicated, is sliced locally), the indices shifted by each partition's
+    offset: nothing is sent (XLA: 0 B). Before, only the first result's and operand's
+    tilings were candidates: the second operand was gathered (2 x 4 f32 = 32 B)."""
+    spmd = check_equivalent(variadic_second_tiled(), 2)
+    assert collectives(spmd) == []
+    assert sent_bytes(spmd, 2) == 0
+
+
+@pytest.mark.parametrize("columns", [7, 5])
+def test_variadic_second_tiled_uneven(columns):
+    check_equivalent(variadic_second_tiled(columns), 2)
+
+
 @needs_xla
 @pytest.mark.parametrize("text, n", [(indices_kept(), 6), (operand_on_index_replicas(), 4),
-                                     (constant_source(), 4)])
+                                     (constant_source(), 4), (variadic_second_tiled(7), 2)])
 def test_no_more_bytes_than_xla(text, n):
     compared_with_xla(text, n)
+

@@ -378,7 +378,9 @@ class ScatterRule(PartitionRule):
     all-reduce with the scatter's own computation. Candidates: the result's, the operand's,
     the updates' and the indices' tilings (with the indices' tiles of their batch dims where
     allowed; then also the indices' tiles with the result's or the operand's coarsened onto
-    each index tile's replicas), and everything replicated; the fewest bytes win."""
+    each index tile's replicas), and everything replicated; the fewest bytes win. A variadic
+    scatter runs all its operands in one tiling (XLA reshards them to a common sharding), so
+    each of its results, operands and updates proposes its tiling too."""
 
     def plan(self, inst, ctx):
         dims = ScatterDims.of(inst)
@@ -408,6 +410,17 @@ class ScatterRule(PartitionRule):
             ((from_updates, every), "scatter keeps its updates' tiling"),
             ((from_indices, every), "scatter keeps its indices' tiling"),
         ]
+        leaves = inst.sharding.leaf_shardings(inst.shape)
+        for k in range(1, count):                     # a variadic scatter's other values
+            sources += [
+                ((_coordinates(ctx, without_partials(leaves[k]), rank, allowed, width), every),
+                 f"scatter keeps its result {k}'s tiling"),
+                ((_coordinates(ctx, inst.operands[k].sharding, rank, allowed, width), every),
+                 f"scatter keeps its operand {k}'s tiling"),
+                ((_coordinates(ctx, inst.operands[count + 1 + k].sharding, update.shape.rank,
+                               dims.to_updates, width), every),
+                 f"scatter keeps its updates {k}'s tiling"),
+            ]
         if extra:
             n = ctx.num_devices
             sources += [
