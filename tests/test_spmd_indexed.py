@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conformance.oracle import xla_available
 from hlo_text import hlo_module
-from spmd_partition_helpers import check_equivalent, collectives
+from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
 
 DEVICES = [2, 3, 4, 8]
 #: start indices below 0, inside, near the end and beyond (HLO clamps them into range)
@@ -208,3 +209,26 @@ def test_topk_along_a_tiled_dim_gathers_only_every_shards_top_k(n, op):
     assert kinds(spmd) == ["all-gather", "all-gather"]
     gathered = [i for i in spmd.entry.instructions if i.opcode == "all-gather"]
     assert all(g.shape.dims == (4, 3 * n) for g in gathered)
+
+
+@pytest.mark.parametrize("op", [
+    'custom-call(x), custom_call_target="TopK"', "topk(x), k=2, largest=false"])
+def test_topk_gathers_the_operand_when_the_candidates_weigh_more(op):
+    """f32[3,6] in column shards of 3, k = 2 (fuzz/10600002745): every shard's top 2 values and
+    their s32 indices are 3 x 2 x 8 = 48 B per device, the shard itself 3 x 3 x 4 = 36 B, so
+    the operand is gathered (XLA's 36 B) and the TopK runs replicated."""
+    text = module(f"""
+  x = f32[3,6] parameter(0), sharding={columns(2)}
+  t = (f32[3,2], s32[3,2]) {op}, sharding={{{{replicated}}, {{replicated}}}}
+  ROOT i = s32[3,2] get-tuple-element(t), index=1, sharding={{replicated}}""")
+    spmd = check_equivalent(text, 2, inputs=[values(3, 6)])
+    assert kinds(spmd) == ["all-gather"]
+    assert sent_bytes(spmd, 2) == 36
+
+
+@pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
+def test_topk_with_heavy_candidates_sends_no_more_than_xla():
+    compared_with_xla(module("""
+  x = f32[3,6] parameter(0), sharding={devices=[1,2]<=[2]}
+  t = (f32[3,2], s32[3,2]) topk(x), k=2, largest=false
+  ROOT i = s32[3,2] get-tuple-element(t), index=1"""), 2)

@@ -33,6 +33,8 @@ More strategies, chosen by bytes like the others:
 """
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 
 from gspmdc.ir import dtypes
@@ -174,7 +176,9 @@ class TopKRule(_KeptDimsRule):
     (padding masked with the worst value), adds its offset to their indices, the `k * t`
     candidates are all-gathered, and a second TopK over them picks the result; its indices are
     taken from the candidates' (a gather along the last dim). Candidates are gathered in shard
-    order and TopK is stable, so ties keep the lowest global index."""
+    order and TopK is stable, so ties keep the lowest global index. The all-gather of the
+    candidates' values and indices is the plan's own cost: where it exceeds gathering the
+    operand's last dim (k not well below the shard), the operand is gathered, as XLA does."""
 
     def candidates(self, inst, ctx):
         candidates = super().candidates(inst, ctx)
@@ -190,9 +194,11 @@ class TopKRule(_KeptDimsRule):
         if count == 1 or k > -(-shape.dims[last] // count) or k * count >= shape.dims[last]:
             return candidates
         result = algebra.partially_replicate_on_dims(tiling.sharding, [last])
+        gathered = sum(dtypes.byte_width(leaf.element_type) * prod(result.shard_shape(leaf).dims)
+                       for leaf in inst.shape.leaves())
         candidates.insert(0, OpPlan((source,), HloSharding.tuple([result, result]),
                                     f"top {k} of every shard, all-gathered, then top {k} of "
-                                    "those"))
+                                    "those", cost=float((count - 1) * gathered)))
         return candidates
 
     def lower(self, inst, ctx: LowerContext):
