@@ -232,3 +232,16 @@ def test_topk_with_heavy_candidates_sends_no_more_than_xla():
   x = f32[3,6] parameter(0), sharding={devices=[1,2]<=[2]}
   t = (f32[3,2], s32[3,2]) topk(x), k=2, largest=false
   ROOT i = s32[3,2] get-tuple-element(t), index=1"""), 2)
+
+
+def test_topk_whose_indices_nobody_reads_gathers_only_candidate_values():
+    """f32[10] in shards of 5, k = 4, only the values read (fuzz/10100001146): the shards' top 4
+    values are 4 x 4 = 16 B per device (their indices are dead, never gathered), below the
+    shard's 20 B, so the candidates are gathered, not the operand."""
+    text = module("""
+  x = f32[10] parameter(0), sharding={devices=[2]<=[2]}
+  t = (f32[4], s32[4]) topk(x), k=4, largest=true, sharding={{replicated}, {replicated}}
+  ROOT v = f32[4] get-tuple-element(t), index=0, sharding={replicated}""")
+    spmd = check_equivalent(text, 2, inputs=[values(10)])
+    assert [c.shape.dims for c in spmd.entry.instructions if c.opcode == "all-gather"] == [(8,)]
+    assert sent_bytes(spmd, 2) == 16

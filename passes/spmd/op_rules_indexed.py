@@ -169,6 +169,16 @@ class SortRule(_KeptDimsRule):
         return candidates
 
 
+def _gathered_leaves(inst: Instruction, ctx) -> list[bool]:
+    """Per result leaf of a TopK, whether `_top_k_of_shards` all-gathers its candidates: the
+    values always (the second TopK ranks them), the indices unless every user's need leaves
+    them `{unknown}` (`PlanContext.result_needs`: no user reads them, the gather is dead)."""
+    needs = ctx.result_needs(inst) if ctx.result_needs is not None else ()
+    if not needs or not all(need.is_tuple for need in needs):
+        return [True, True]
+    return [True, any(need.leaf_shardings(inst.shape)[1].kind != "unknown" for need in needs)]
+
+
 @PARTITION_RULES.register("topk", targets=(TOPK,), instance=True)
 class TopKRule(_KeptDimsRule):
     """Besides the kept-dims candidates: when the operand tiles the last dim into `t` shards of at
@@ -178,7 +188,8 @@ class TopKRule(_KeptDimsRule):
     taken from the candidates' (a gather along the last dim). Candidates are gathered in shard
     order and TopK is stable, so ties keep the lowest global index. The all-gather of the
     candidates' values and indices is the plan's own cost: where it exceeds gathering the
-    operand's last dim (k not well below the shard), the operand is gathered, as XLA does."""
+    operand's last dim (k not well below the shard), the operand is gathered, as XLA does
+    (indices no user reads are not gathered, so not counted)."""
 
     def candidates(self, inst, ctx):
         candidates = super().candidates(inst, ctx)
@@ -195,7 +206,8 @@ class TopKRule(_KeptDimsRule):
             return candidates
         result = algebra.partially_replicate_on_dims(tiling.sharding, [last])
         gathered = sum(dtypes.byte_width(leaf.element_type) * prod(result.shard_shape(leaf).dims)
-                       for leaf in inst.shape.leaves())
+                       for leaf, read in zip(inst.shape.leaves(), _gathered_leaves(inst, ctx))
+                       if read)
         candidates.insert(0, OpPlan((source,), HloSharding.tuple([result, result]),
                                     f"top {k} of every shard, all-gathered, then top {k} of "
                                     "those", cost=float((count - 1) * gathered)))
