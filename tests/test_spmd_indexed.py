@@ -245,3 +245,30 @@ def test_topk_whose_indices_nobody_reads_gathers_only_candidate_values():
     spmd = check_equivalent(text, 2, inputs=[values(10)])
     assert [c.shape.dims for c in spmd.entry.instructions if c.opcode == "all-gather"] == [(8,)]
     assert sent_bytes(spmd, 2) == 16
+
+
+MIN_S32 = """
+min {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT r = s32[] minimum(a, b)
+}
+"""
+
+
+def test_a_start_clamped_to_zero_is_never_broadcast():
+    """A dynamic-update-slice whose update covers its tiled operand: HLO clamps the start to 0
+    whatever it is (XLA's simplifier replaces the op by its update), so the start, a reduce on
+    device 1 annotated replicated, is not broadcast (fuzz/10600002119: an all-reduce of 4 B
+    before; XLA sends nothing)."""
+    text = hlo_module("""
+  p = s32[4] parameter(0), sharding={maximal device=1}
+  big = s32[] constant(2147483647)
+  s = s32[] reduce(p, big), dimensions={0}, to_apply=min, sharding={replicated}
+  z = f32[] constant(0)
+  o = f32[3] broadcast(z), dimensions={}
+  w = f32[] constant(-0.25)
+  u = f32[3] broadcast(w), dimensions={}
+  ROOT d = f32[3] dynamic-update-slice(o, u, s), sharding={devices=[2]<=[2]}""", MIN_S32)
+    spmd = check_equivalent(text, 2, inputs=[np.array([5, -3, 7, 2], np.int32)])
+    assert kinds(spmd) == []

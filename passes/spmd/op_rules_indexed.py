@@ -82,12 +82,12 @@ def _ignored_starts(inst: Instruction) -> set[int]:
 
 
 def _local_operands(inst: Instruction, ctx: LowerContext) -> list[Instruction]:
-    """`inst`'s local operands, a start its plan left unresharded (`_ignored_starts`: not
-    replicated, so maybe not this partition's) replaced by 0."""
+    """`inst`'s local operands, a start its plan left unresharded (`_ignored_starts`) replaced
+    by 0, what HLO clamps it to: nothing reads the value, so a reshard made for it alone (e.g.
+    of a start on one device to its replicated annotation) is dead code."""
     local = ctx.operands(inst)
     for k in _ignored_starts(inst):
-        if not inst.operands[k].sharding.is_replicated:
-            local[k] = ctx.builder.constant(0, inst.operands[k].shape.element_type)
+        local[k] = ctx.builder.constant(0, inst.operands[k].shape.element_type)
     return local
 
 
