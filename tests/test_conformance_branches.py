@@ -306,7 +306,7 @@ def test_branch_figures_count_each_forced_run():
     again = CaseSummary.from_json(record.to_json())
     figures = Figures()
     figures.add(again)
-    assert (figures.branch_modules, figures.branches_compared, figures.branches_agreeing,
-            figures.branches_gspmdc_agreeing, figures.branches_xla_agreeing) == (1, 2, 1, 1, 2)
-    assert figures.branches_skipped == {"no global result": 1}
+    assert (figures.branch_modules, figures.branches.compared, figures.branches.agreeing,
+            figures.branches.gspmdc_agreeing, figures.branches.xla_agreeing) == (1, 2, 1, 1, 2)
+    assert figures.branches.skipped == {"no global result": 1}
     assert any(line.startswith("branches forced: 2 runs in 1 modules") for line in figures.lines())

@@ -421,7 +421,7 @@ def test_sample_against_xla(sample_figures, setting, capsys):
     floors = FLOORS[setting]
     assert figures.xla_partitioned >= SAMPLE_MODULES // 2, "XLA partitioned too few modules"
     assert figures.status["gspmdc-crashed"] == 0, figures.lines()
-    assert figures.values_compared > 0 and figures.gspmdc_value_agreement == 1.0, figures.lines()
+    assert figures.values.compared > 0 and figures.gspmdc_value_agreement == 1.0, figures.lines()
     assert figures.instruction_agreement >= floors["instruction_agreement"], figures.lines()
     assert figures.module_agreement >= floors["module_agreement"], figures.lines()
     not_more = 1 - figures.bytes_more / figures.bytes_compared if figures.bytes_compared else 1.0

@@ -80,6 +80,43 @@ def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
     return classes
 
 
+def percent(part: int, whole: int, digits: int = 1) -> str:
+    return f"{100.0 * part / whole:.{digits}f}%" if whole else "n/a"
+
+
+@dataclass
+class ValueChecks:
+    """Counts of value checks of one kind (modules run on their random inputs, or forced
+    branches): how many compared, how many agree with the reference interpreter for each
+    partitioned program and for all three, and why the others were not run."""
+
+    compared: int = 0
+    agreeing: int = 0
+    gspmdc_agreeing: int = 0
+    xla_agreeing: int = 0
+    skipped: Counter = field(default_factory=Counter)
+
+    def add(self, values: str, mismatch) -> None:
+        """Count one check: `values` is "compared" or "not run: <why>" (anything else, e.g.
+        values not requested, is not counted); `mismatch` names who disagreed."""
+        if values == "compared":
+            self.compared += 1
+            self.agreeing += not mismatch
+            self.gspmdc_agreeing += "gspmdc" not in mismatch
+            self.xla_agreeing += "XLA" not in mismatch
+        elif values.startswith("not run: "):
+            self.skipped[values[len("not run: "):].split(":")[0][:60]] += 1
+
+    def agreement(self) -> str:
+        return (f"gspmdc agrees with the reference on "
+                f"{percent(self.gspmdc_agreeing, self.compared)}, XLA on "
+                f"{percent(self.xla_agreeing, self.compared)}, all three on "
+                f"{percent(self.agreeing, self.compared)}")
+
+    def not_run(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.skipped.most_common()) or "none"
+
+
 @dataclass
 class Figures:
     """Counts over the cases of one option setting."""
@@ -102,18 +139,10 @@ class Figures:
     bytes_fewer: int = 0
     bytes_more: int = 0
     bytes_unknown: int = 0
-    values_compared: int = 0
-    values_agreeing: int = 0
-    values_gspmdc_agreeing: int = 0
-    values_xla_agreeing: int = 0
-    values_skipped: Counter = field(default_factory=Counter)
-    #: forced branches (`branches.py`): modules with some, runs compared, agreeing, not run
+    values: ValueChecks = field(default_factory=ValueChecks)
+    #: forced branches (`branches.py`): modules with some, and the checks of their runs
     branch_modules: int = 0
-    branches_compared: int = 0
-    branches_agreeing: int = 0
-    branches_gspmdc_agreeing: int = 0
-    branches_xla_agreeing: int = 0
-    branches_skipped: Counter = field(default_factory=Counter)
+    branches: ValueChecks = field(default_factory=ValueChecks)
     classes: Counter = field(default_factory=Counter)
     #: seconds spent per stage (`CaseResult.seconds`), summed over the cases
     seconds: Counter = field(default_factory=Counter)
@@ -143,22 +172,10 @@ class Figures:
             self.bytes_more += r.our_bytes > r.xla_bytes
         elif r.spmd_made:
             self.bytes_unknown += 1
-        if r.values == "compared":
-            self.values_compared += 1
-            self.values_agreeing += not r.value_mismatch
-            self.values_gspmdc_agreeing += "gspmdc" not in r.value_mismatch
-            self.values_xla_agreeing += "XLA" not in r.value_mismatch
-        elif r.values.startswith("not run: "):
-            self.values_skipped[r.values[len("not run: "):].split(":")[0][:60]] += 1
+        self.values.add(r.values, r.value_mismatch)
         self.branch_modules += bool(r.branches)
         for _, values, mismatch in r.branches:
-            if values == "compared":
-                self.branches_compared += 1
-                self.branches_agreeing += not mismatch
-                self.branches_gspmdc_agreeing += "gspmdc" not in mismatch
-                self.branches_xla_agreeing += "XLA" not in mismatch
-            else:
-                self.branches_skipped[values[len("not run: "):].split(":")[0][:60]] += 1
+            self.branches.add(values, mismatch)
         for c in set(r.classes):
             self.classes[c] += 1
 
@@ -167,9 +184,6 @@ class Figures:
         """Cases XLA partitioned."""
         return self.cases - self.status["xla-rejected"] - self.status["xla-crashed"] - \
             self.status["skipped"]
-
-    def percent(self, part: int, whole: int, digits: int = 1) -> str:
-        return f"{100.0 * part / whole:.{digits}f}%" if whole else "n/a"
 
     @property
     def instruction_agreement(self) -> float:
@@ -194,7 +208,7 @@ class Figures:
     @property
     def gspmdc_value_agreement(self) -> float:
         """gspmdc's partitioned program agrees with the reference interpreter."""
-        return self.values_gspmdc_agreeing / self.values_compared if self.values_compared \
+        return self.values.gspmdc_agreeing / self.values.compared if self.values.compared \
             else 1.0
 
     def lines(self) -> list[str]:
@@ -204,33 +218,26 @@ class Figures:
             f"{self.xla_partitioned} (rejected {s['xla-rejected']}, crashed "
             f"{s['xla-crashed']}); of those gspmdc "
             f"rejected {s['gspmdc-rejected']}, crashed {s['gspmdc-crashed']}",
-            f"shardings: {self.percent(self.instructions_agreeing, self.instructions, 2)} of "
+            f"shardings: {percent(self.instructions_agreeing, self.instructions, 2)} of "
             f"{self.instructions} instructions agree; "
-            f"{self.percent(self.modules_agreeing, self.modules_compared, 2)} of "
+            f"{percent(self.modules_agreeing, self.modules_compared, 2)} of "
             f"{self.modules_compared} modules agree fully "
             f"({self.instructions_absent} instructions absent on one side, not compared)",
             f"shardings without the {self.modules_deliberate} modules that differ on purpose or by users order "
             f"(docs/propagation.md): "
-            f"{self.percent(self.instructions_agreeing_elsewhere, self.instructions_elsewhere, 2)}"
+            f"{percent(self.instructions_agreeing_elsewhere, self.instructions_elsewhere, 2)}"
             f" of {self.instructions_elsewhere} instructions agree; "
-            f"{self.percent(self.modules_agreeing, self.modules_compared - self.modules_deliberate, 2)}"
+            f"{percent(self.modules_agreeing, self.modules_compared - self.modules_deliberate, 2)}"
             f" of {self.modules_compared - self.modules_deliberate} modules agree fully",
             f"bytes: {self.bytes_compared} modules compared: gspmdc <= XLA on "
             f"{self.bytes_equal + self.bytes_fewer} (equal {self.bytes_equal}, fewer "
             f"{self.bytes_fewer}), more on {self.bytes_more}; unknown trip count "
             f"{self.bytes_unknown}",
-            f"values: {self.values_compared} modules run: gspmdc agrees with the reference on "
-            f"{self.percent(self.values_gspmdc_agreeing, self.values_compared)}, XLA on "
-            f"{self.percent(self.values_xla_agreeing, self.values_compared)}, all three on "
-            f"{self.percent(self.values_agreeing, self.values_compared)}",
-            f"branches forced: {self.branches_compared} runs in {self.branch_modules} modules "
-            f"with a conditional: gspmdc agrees with the reference on "
-            f"{self.percent(self.branches_gspmdc_agreeing, self.branches_compared)}, XLA on "
-            f"{self.percent(self.branches_xla_agreeing, self.branches_compared)}, all three on "
-            f"{self.percent(self.branches_agreeing, self.branches_compared)}; not run: "
-            + (", ".join(f"{k} {v}" for k, v in self.branches_skipped.most_common()) or "none"),
-            "values not run: " + (", ".join(f"{k} {v}" for k, v in
-                                             self.values_skipped.most_common()) or "none"),
+            f"values: {self.values.compared} modules run: {self.values.agreement()}",
+            f"branches forced: {self.branches.compared} runs in {self.branch_modules} modules "
+            f"with a conditional: {self.branches.agreement()}; not run: "
+            f"{self.branches.not_run()}",
+            f"values not run: {self.values.not_run()}",
             f"seconds per case ({self.cases - s['skipped']} cases): " + (", ".join(
                 f"{stage} {seconds / max(1, self.cases - s['skipped']):.3f}"
                 for stage, seconds in self.seconds.most_common()) or "none"),
