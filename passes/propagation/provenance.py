@@ -185,17 +185,17 @@ def _describe(step: OriginStep, comp: str) -> str:
 def _encode(steps: list[OriginStep], comp: str) -> str:
     """The attribute's text: the last step without its sharding (the instruction's); most
     histories are that one step."""
-    _, how, rule, sources, level = steps[-1]
-    last = f"{how}|{rule}|{_refs(sources, comp)}|{'' if level is None else level}|"
+    last = _step_head(steps[-1], comp)
     if len(steps) == 1:
         return last
-    return ";".join([f"{how}|{rule}|{_refs(sources, comp)}|{'' if level is None else level}|"
-                     f"{_text(sharding)}" for sharding, how, rule, sources, level in steps[:-1]]
+    return ";".join([_step_head(step, comp) + _text(step.sharding) for step in steps[:-1]]
                     + [last])
 
 
-def _refs(sources: tuple[tuple[Key, int], ...], comp: str) -> str:
-    return ",".join([f"{n}@{v}" if c == comp else f"{c}:{n}@{v}" for (c, n), v in sources])
+def _step_head(step: OriginStep, comp: str) -> str:
+    """A step's text up to its sharding: `how|rule|sources|level|`."""
+    refs = ",".join([f"{n}@{v}" if c == comp else f"{c}:{n}@{v}" for (c, n), v in step.sources])
+    return f"{step.how}|{step.rule}|{refs}|{'' if step.level is None else step.level}|"
 
 
 def _decode(text: str, comp: str, inst: Instruction) -> list[OriginStep]:
