@@ -272,9 +272,8 @@ class _Analysis:
             name = inst.attr("calls" if opcode == "fusion" else "to_apply").name
             return self.run(computation(name), frozenset())
         if opcode == "conditional":
-            branches = inst.attr("branch_computations") or \
-                [inst.attr("true_computation"), inst.attr("false_computation")]
-            return max((self.run(computation(b.name), frozenset()) for b in branches),
+            return max((self.run(computation(name), frozenset())
+                        for name in inst.branch_computation_names()),
                        key=lambda r: r.peak)
         if opcode == "while":
             body = computation(inst.attr("body").name)

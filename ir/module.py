@@ -48,6 +48,14 @@ class Instruction:
                 names.extend(called_computation_names(value))
         return names
 
+    def branch_computation_names(self) -> list[str]:
+        """A `conditional`'s branches, by the selector value that takes each: its
+        `branch_computations` for an `s32[]` index, else `true_computation` (branch 0) then
+        `false_computation` (branch 1) for a `pred[]` selector. Branch i reads operand i + 1."""
+        if "branch_computations" in self.attrs:
+            return [ref.name for ref in self.attrs["branch_computations"]]
+        return [self.attrs["true_computation"].name, self.attrs["false_computation"].name]
+
     def __repr__(self) -> str:
         return f"<Instruction {self.name} = {self.shape} {self.opcode}(" + \
             ", ".join(o.name for o in self.operands) + ")>"

@@ -191,9 +191,7 @@ class _RunCost:
                 return _UNKNOWN
             return _Totals(0, 0, {}).plus(body, trips).plus(condition, trips + 1)
         if opcode == "conditional":
-            branches = inst.attr("branch_computations") or \
-                [inst.attr("true_computation"), inst.attr("false_computation")]
-            costs = [self.of(b.name) for b in branches]
+            costs = [self.of(name) for name in inst.branch_computation_names()]
             if any(c is None for c in costs):
                 return _UNKNOWN
             return max(costs, key=lambda c: sum(c.seconds.values()))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gspmdc.ir.module import Instruction
 
-from .graph import ModuleGraph, branch_computations
+from .graph import ModuleGraph
 
 
 #: the instructions other than a computation's root that can belong to a group: control
@@ -29,7 +29,7 @@ def related(graph: ModuleGraph, inst: Instruction) -> list[Instruction]:
         cond = graph.computation(inst.attrs["condition"].name)
         return [inst, body.root, body.parameters[0], cond.parameters[0]]
     if inst.opcode == "conditional":
-        return [inst] + [graph.computation(n).root for n in branch_computations(inst)]
+        return [inst] + [graph.computation(n).root for n in inst.branch_computation_names()]
     if inst.opcode == "call":
         return [inst, graph.computation(inst.called_computation_names()[0]).root]
     return []
@@ -61,7 +61,7 @@ def caller_operand(graph: ModuleGraph, param: Instruction) -> Instruction | None
     if caller is None:
         return None
     if caller.opcode == "conditional":
-        return caller.operands[branch_computations(caller).index(comp.name) + 1]
+        return caller.operands[caller.branch_computation_names().index(comp.name) + 1]
     if caller.opcode == "call":
         return caller.operands[param.parameter_number]
     return None

@@ -27,7 +27,6 @@ from .contraction import (
     ContractionDims, conv_spatial_partitions, convolution_dims, dot_dims, is_kernel_small,
     lhs_aligned_output, output_candidate,
 )
-from .graph import branch_computations
 from .improve import improved_sharding
 from .indexing import (
     IndexedOp, along, gather_view, operand_from_result, result_from_indices, result_from_operand,
@@ -115,7 +114,7 @@ def _parameter(ctx: Context, inst: Instruction) -> Proposal | None:
     if caller is None:
         return None
     if caller.opcode == "conditional":
-        operand = caller.operands[branch_computations(caller).index(comp.name) + 1]
+        operand = caller.operands[caller.branch_computation_names().index(comp.name) + 1]
     elif caller.opcode == "call":
         operand = caller.operands[inst.parameter_number]
     else:

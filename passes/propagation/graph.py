@@ -18,13 +18,6 @@ _UNKNOWN = object()
 _MAIN_THREAD = "main"
 
 
-def branch_computations(inst: Instruction) -> list[str]:
-    """Names of a conditional's branches, in operand order (true, false or the branch list)."""
-    if "branch_computations" in inst.attrs:
-        return [c.name for c in inst.attrs["branch_computations"]]
-    return [inst.attrs["true_computation"].name, inst.attrs["false_computation"].name]
-
-
 class ModuleGraph:
     """Read-only structure of a module (the pass rewrites shardings, not the graph)."""
 
@@ -53,7 +46,7 @@ class ModuleGraph:
         if inst.opcode == "while":
             return [inst.attrs["body"].name, inst.attrs["condition"].name]
         if inst.opcode == "conditional":
-            return branch_computations(inst)
+            return inst.branch_computation_names()
         return inst.called_computation_names()
 
     def computation(self, name: str) -> Computation:

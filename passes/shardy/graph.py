@@ -318,7 +318,7 @@ class Graph:
 
     def _conditional(self, inst: Instruction) -> None:
         results = self._new_slots(inst, self._initial(inst))
-        branches = [self.module.computation(r.name) for r in _branches(inst)]
+        branches = [self.module.computation(name) for name in inst.branch_computation_names()]
         for branch, operand in zip(branches, inst.operands[1:]):
             self._alias(branch.parameters[0], self.leaves(operand))
             self._build(branch)
@@ -365,12 +365,6 @@ class Graph:
         for op in self.order:
             for view in op.operands:
                 view.slot.uses += 1
-
-
-def _branches(inst: Instruction):
-    if "branch_computations" in inst.attrs:
-        return inst.attrs["branch_computations"]
-    return (inst.attrs["true_computation"], inst.attrs["false_computation"])
 
 
 def func_result_call(root: Instruction, leaf: int):

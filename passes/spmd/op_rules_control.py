@@ -81,15 +81,9 @@ def boundary_shardings(inst: Instruction, callee: Computation
             return [state], _agreed(callee.root.sharding, callee.root.shape)
         return [state], state
     if inst.opcode == "conditional":
-        index = _branch_names(inst).index(callee.name)
+        index = inst.branch_computation_names().index(callee.name)
         return [inst.operands[index + 1].sharding], inst.sharding
     return [o.sharding for o in inst.operands], inst.sharding
-
-
-def _branch_names(inst: Instruction) -> list[str]:
-    if "branch_computations" in inst.attrs:
-        return [ref.name for ref in inst.attr("branch_computations")]
-    return [inst.attr("true_computation").name, inst.attr("false_computation").name]
 
 
 __all__ = ["WhileRule", "ConditionalRule", "CallRule", "boundary_shardings"]

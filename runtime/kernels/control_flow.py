@@ -124,15 +124,14 @@ def _leaves(value) -> list:
 @KERNELS.register("conditional")
 def _conditional(inst, args, ctx):
     selector = args[0]
+    branches = inst.branch_computation_names()
     if "branch_computations" in inst.attrs:
-        branches = inst.attrs["branch_computations"]
         index = int(selector)
         if not 0 <= index < len(branches):
             index = len(branches) - 1
-        return ctx.call(branches[index].name, [args[index + 1]])
-    if selector:
-        return ctx.call(inst.attrs["true_computation"].name, [args[1]])
-    return ctx.call(inst.attrs["false_computation"].name, [args[2]])
+    else:
+        index = 0 if selector else 1
+    return ctx.call(branches[index], [args[index + 1]])
 
 
 @KERNELS.register("async-start", "call-start")

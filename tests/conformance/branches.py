@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gspmdc import api
-from gspmdc.ir.attributes import Literal, called_computation_names
+from gspmdc.ir.attributes import Literal
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
@@ -45,15 +45,6 @@ class BranchVariant:
 
     label: str
     forcings: tuple[tuple[str, str, int], ...]
-
-
-def branches(inst: Instruction) -> list[str]:
-    """The branch computations of conditional `inst`, by the index that selects each (a pred
-    selector: true_computation is branch 0, false_computation branch 1)."""
-    if "branch_computations" in inst.attrs:
-        return called_computation_names(inst.attrs["branch_computations"])
-    return [called_computation_names(inst.attrs[key])[0]
-            for key in ("true_computation", "false_computation")]
 
 
 def _callers(module: Module) -> dict[str, tuple[Computation, Instruction]]:
@@ -77,7 +68,7 @@ def _path(module: Module, comp: str) -> list[tuple[str, str, int]] | None:
             return None
         caller, inst = callers[comp]
         if inst.opcode == "conditional":
-            path.append((caller.name, inst.name, branches(inst).index(comp)))
+            path.append((caller.name, inst.name, inst.branch_computation_names().index(comp)))
         comp = caller.name
         if comp in seen:
             return None
@@ -154,7 +145,7 @@ def branch_variants(text: str, name: str = "<branches>") -> list[BranchVariant]:
         path = _path(module, comp.name)
         if path is None:
             continue
-        for k, branch in enumerate(branches(inst)):
+        for k, branch in enumerate(inst.branch_computation_names()):
             variants.append(BranchVariant(f"%{inst.name} branch {k} (%{branch})",
                                           ((comp.name, inst.name, k), *path)))
     return variants
