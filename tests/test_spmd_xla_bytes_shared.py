@@ -471,3 +471,69 @@ def test_a_value_sent_to_another_device_and_broadcast_later_is_broadcast_once():
 @needs_xla
 def test_a_value_sent_to_another_device_and_broadcast_later_against_xla():
     compared_with_xla(ONE_DEVICE_TO_ANOTHER_AND_EVERYWHERE, 2)
+
+
+# ---- a value on one device that a later user has broadcast anyway -----------------------------
+
+ONE_DEVICE_READ_WHOLE_FIRST = """HloModule m, num_partitions=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  p = f32[6,4] parameter(0), sharding={maximal device=0}
+  zero = f32[] constant(0), sharding={replicated}
+  r = f32[4] reduce(p, zero), dimensions={0}, to_apply=add, sharding={replicated}
+  a = f32[6,4] negate(p), sharding={devices=[2,1]0,1}
+  ROOT t = (f32[4], f32[6,4]) tuple(r, a), sharding={{replicated}, {devices=[2,1]0,1}}
+}
+"""
+
+
+def test_a_user_reading_whole_a_value_a_later_user_broadcasts_shares_that_broadcast():
+    """`p` lives on device 0; `negate`, planned after `reduce`, reads it row-tiled, which
+    broadcasts it to both devices first (select + all-reduce: 2 (2-1)/2 96 = 96 B per
+    device). The reduce reads that broadcast replicated at no cost instead of running on
+    device 0 and broadcasting its f32[4] result (16 B more: 112 B before), as XLA's reshard
+    cache gives every user the one replicated copy."""
+    spmd = check_equivalent(ONE_DEVICE_READ_WHOLE_FIRST, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert sent_bytes(spmd, 2) == 96
+    check(api.to_text(spmd), directives("""
+    // CHECK: all-reduce({{.*}}spmd_value="p" {{.*}}spmd_to="{replicated}"
+    // CHECK-NOT: all-reduce(
+    // CHECK: ROOT %t
+    """))
+
+
+ONE_DEVICE_CONVOLUTION_READ_WHOLE = """HloModule m, num_partitions=8
+
+ENTRY e {
+  x = f32[4,5,3] parameter(0), sharding={maximal device=3}
+  k = f32[4,4,2] parameter(1), sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}
+  c = f32[3,5,2] convolution(x, k), window={size=4 pad=2_1}, dim_labels=f0b_0io->b0f
+  ROOT t = (f32[4,5,3], f32[3,5,2]) tuple(x, c)
+}
+"""
+
+
+def test_a_contraction_reads_whole_the_broadcast_its_operands_later_user_makes():
+    """fuzz/10600002634's shape: the root reads `x` (on device 3) replicated, one broadcast
+    made anyway (select + all-reduce of its 240 B over 8 devices: 2 (8-1)/8 240 = 420 B per
+    device). The convolution reads that copy whole and gathers `k` (each device sends its
+    32 B quarter to the 3 others of its gather group: 96 B), 516 B in all, XLA's program.
+    Before, a contraction did not count that broadcast as shared when it read the value
+    whole, so the convolution ran on device 3 (`k` gathered there, its f32[3,5,2] result
+    broadcast: 726 B)."""
+    spmd = check_equivalent(ONE_DEVICE_CONVOLUTION_READ_WHOLE, 8)
+    assert sorted(c[0] for c in collectives(spmd)) == ["all-gather", "all-reduce"]
+    assert sent_bytes(spmd, 8) == 420 + 96
+
+
+@needs_xla
+@pytest.mark.parametrize("text", [ONE_DEVICE_READ_WHOLE_FIRST, ONE_DEVICE_CONVOLUTION_READ_WHOLE])
+def test_a_broadcast_shared_with_a_later_user_against_xla(text):
+    compared_with_xla(text, int(text.split("num_partitions=")[1].split()[0]))

@@ -74,9 +74,10 @@ class Signature(NamedTuple):
     #: per operand, the shardings insert-reshards already resharded it to for an earlier
     #: user (a reshard node every later user shares: no more bytes); empty: none known
     operand_had: tuple[frozenset, ...] = ()
-    #: per operand on one device, whether insert-reshards already broadcast it to every
-    #: partition (a shared replicated node: any tiling is then sliced from it, no bytes;
-    #: `broadcast_first`); empty: none
+    #: per operand on one device, whether insert-reshards broadcasts it to every partition
+    #: for another user (made for an earlier user, or asked by a later user's plan for it
+    #: replicated or tiled, whose reshard broadcasts first: `broadcast_first`): a shared
+    #: replicated node, read whole or sliced to any tiling at no cost; empty: none
     operand_broadcast: tuple[bool, ...] = ()
 
     @classmethod
@@ -199,7 +200,7 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
     free in a free target or already resharded to the sharding needed for an earlier user, or
-    sliced from its broadcast made for an earlier user (`operand_broadcast`)."""
+    read whole or sliced from its broadcast made for another user (`operand_broadcast`)."""
     total = own + _result_bytes(signature, plan.result, measure)
     count = len(signature.operand_ids)
     free = signature.operand_free or (False,) * count
@@ -210,7 +211,7 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     for (_, shape, sharding, recomputed, earlier, whole), need in \
             dict.fromkeys(zip(operands, plan.operands)):
         if not (recomputed and free_target(need)) and need not in earlier and \
-                not (whole and broadcast_first(sharding, need)):
+                not (whole and (need.is_replicated or broadcast_first(sharding, need))):
             total += measure(shape, sharding, need)
     return total
 
@@ -355,7 +356,9 @@ class PlanContext:
                 if inst.opcode not in CONTRACTIONS:
                     had = operand_had
                 replicated = HloSharding.replicate()
-                flags = tuple([bool(h) and o.sharding.kind == "maximal" and replicated in h
+                flags = tuple([bool(h) and o.sharding.kind == "maximal" and
+                               any([s == replicated or broadcast_first(o.sharding, s)
+                                    for s in h])
                                for o, h in zip(inst.operands, operand_had)])
                 if any(flags):
                     broadcast = flags
