@@ -533,6 +533,27 @@ def test_a_contraction_reads_whole_the_broadcast_its_operands_later_user_makes()
     assert sent_bytes(spmd, 8) == 420 + 96
 
 
+ONE_DEVICE_BROADCAST_FOR_A_DEAD_USER = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f32[4,4] parameter(0), sharding={maximal device=1}
+  dead = f32[4,4] negate(p), sharding={replicated}
+  ROOT d = f32[4] dot(p, p), lhs_batch_dims={0}, lhs_contracting_dims={1},
+    rhs_batch_dims={0}, rhs_contracting_dims={1}, sharding={replicated}
+}
+"""
+
+
+def test_a_broadcast_made_only_for_a_dead_user_is_not_read_for_free():
+    """`dead` (nothing reads it) broadcasts `p` from device 1 (64 B per device), and is removed
+    with that broadcast after planning. The dot does not count that broadcast as paid: it
+    runs on device 1 and broadcasts its f32[4] result, 16 B, instead of reading `p` whole
+    (64 B), as fuzz/10100001416's dot does."""
+    spmd = check_equivalent(ONE_DEVICE_BROADCAST_FOR_A_DEAD_USER, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert sent_bytes(spmd, 2) == 16
+
+
 @needs_xla
 @pytest.mark.parametrize("text", [ONE_DEVICE_READ_WHOLE_FIRST, ONE_DEVICE_CONVOLUTION_READ_WHOLE])
 def test_a_broadcast_shared_with_a_later_user_against_xla(text):

@@ -179,7 +179,7 @@ class _Rewriter:
         self.arrivals = arrivals or {}
         self.root_sharding = root_sharding
         self.ctx = PlanContext(num_partitions, module.computations, self._result_needs,
-                               self._had)
+                               self._had, broadcast=self._broadcast)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         #: per value (by id), the shardings `cache` holds a reshard of it to
@@ -426,6 +426,21 @@ class _Rewriter:
         else:
             return earlier
         return earlier | self._wanted(value)
+
+    def _broadcast(self, value: Instruction, had: frozenset) -> bool:
+        """Whether `value`, on one device, is broadcast to every partition for a live user
+        other than the instruction being planned (so a plan reads it whole, or sliced to any
+        tiling, at no cost): some reshard of it off its device that a live instruction reads
+        (each starts from its broadcast: `broadcast_first`), or a user not planned yet reading
+        it replicated or tiled (among `had`, the shardings `_had` gives it). A broadcast made
+        only for a dead instruction is removed with it and is not counted."""
+        sharding = value.sharding
+        earlier = self.resharded_to.get(id(value), ())
+        if any([s not in earlier and (s.is_replicated or broadcast_first(sharding, s))
+                for s in had]):
+            return True
+        return any([node in self.read_live for held, node in self._reshards_of(value)
+                    if held.kind != "maximal"])
 
     def _wanted(self, value: Instruction) -> frozenset:
         """The shardings the users of `value` not planned yet, other than the instruction

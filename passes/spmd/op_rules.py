@@ -322,7 +322,7 @@ class PlanContext:
     def __init__(self, num_devices: int, computations: dict | None = None,
                  result_needs: Callable[[Instruction], tuple[HloSharding, ...]] | None = None,
                  had: Callable[[Instruction, tuple[HloSharding, ...]], frozenset] | None
-                 = None):
+                 = None, broadcast: Callable[[Instruction, frozenset], bool] | None = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
@@ -331,6 +331,9 @@ class PlanContext:
         self.result_needs = result_needs
         #: the shardings insert-reshards already resharded a value to (for earlier users)
         self.had = had
+        #: whether insert-reshards broadcasts a value on one device for another live user,
+        #: given the shardings `had` gives it (`Signature.operand_broadcast`)
+        self.broadcast = broadcast
         self._needs: dict[Instruction, tuple[HloSharding, ...]] = {}
         self._costs: dict[tuple, float] = {}
         #: `choose_for` without tie-break: the index of the candidate chosen, by (signature,
@@ -355,13 +358,12 @@ class PlanContext:
             if any(operand_had):
                 if inst.opcode not in CONTRACTIONS:
                     had = operand_had
-                replicated = HloSharding.replicate()
-                flags = tuple([bool(h) and o.sharding.kind == "maximal" and
-                               any([s == replicated or broadcast_first(o.sharding, s)
-                                    for s in h])
-                               for o, h in zip(inst.operands, operand_had)])
-                if any(flags):
-                    broadcast = flags
+                if self.broadcast is not None:
+                    flags = tuple([bool(h) and o.sharding.kind == "maximal" and
+                                   self.broadcast(o, h)
+                                   for o, h in zip(inst.operands, operand_had)])
+                    if any(flags):
+                        broadcast = flags
         if self.result_needs is not None:
             needs = self._needs.get(inst)
             if needs is None and any(p.result != inst.sharding for p in plans):
