@@ -149,11 +149,73 @@ def test_pipeline_shift_sends_the_stage_read_once():
     assert sent_bytes(spmd, n) < xla
 
 
+# ---- a result's reshard to its annotation that its one user need not read ----------------------
+
+DOT_READ_BY_ONE_ADD = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f32[4,2,3] parameter(0), sharding={devices=[2,1,1]0,1}
+  q = f32[4,2,2] parameter(1), sharding={devices=[2,1,1]0,1}
+  d = f32[4,2,2] dot(p, p), lhs_batch_dims={0}, lhs_contracting_dims={2},
+    rhs_batch_dims={0}, rhs_contracting_dims={2}, sharding={replicated}
+  ROOT u = f32[4,2,2] add(q, d), sharding={replicated}
+}
+"""
+
+
+def test_a_result_reshard_only_its_one_user_could_read_is_priced_to_that_user():
+    """The dot runs on its batch tiles (gathering its result, 32 B per device, costs less than
+    gathering `p`, 48 B) and is resharded to its replicated annotation for `u` alone. `u` can
+    read that node and gather `q` (32 B), or add the tiles and gather its own result (32 B):
+    a tie while the dot's gather counted as made. Nobody else reads it, so the first way pays
+    it too (64 B): `u` adds on the tiles, the dot's gather is dropped, 32 B in all (XLA's
+    reshard cache likewise maps the gathered dot back to its tiles)."""
+    spmd = check_equivalent(DOT_READ_BY_ONE_ADD, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert sent_bytes(spmd, 2) == 2 * 2 * 2 * 4
+
+
+SCATTER_OF_A_DOT = """HloModule m, num_partitions=2
+
+region {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  z0 = f32[] add(a0, b0)
+  z1 = f32[] add(a1, b1)
+  ROOT t = (f32[], f32[]) tuple(z0, z1)
+}
+
+ENTRY e {
+  p = f32[1,1,1] parameter(0), sharding={devices=[2,1,1]1,0}
+  d = f32[1,1,1] dot(p, p), lhs_batch_dims={0}, lhs_contracting_dims={2},
+    rhs_batch_dims={0}, rhs_contracting_dims={2}, sharding={replicated}
+  i = s32[4,6,2] parameter(1), sharding={replicated}
+  c = f32[] constant(-0.25)
+  u = f32[1,4,6] broadcast(c), dimensions={}
+  s = (f32[1,1,1], f32[1,1,1]) scatter(p, d, i, u, u), update_window_dims={0},
+    inserted_window_dims={1,2}, scatter_dims_to_operand_dims={1,2}, index_vector_dim=2,
+    to_apply=region, sharding={{replicated}, {devices=[1,1,2]<=[2]}}
+  ROOT r = f32[1,1,1] get-tuple-element(s), index=0, sharding={replicated}
+}
+"""
+
+
+def test_a_scatter_of_a_dot_runs_on_the_dots_tiles():
+    """fuzz/10100002341's shape: the scatter can read the dot's replicated reshard (4 B, the
+    dot's f32[1,1,1] gathered) and gather `p` (4 B more), or scatter on the tiles the dot and
+    `p` have and make its one read element whole (4 B): XLA's 4 B."""
+    spmd = check_equivalent(SCATTER_OF_A_DOT, 2)
+    assert sent_bytes(spmd, 2) == 4
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(TOPK_MIXED, 3), (SORT_OF_WHOLE, 8), (SLICE_READ_WHOLE, 4),
-                                    (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4)],
+                                    (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4),
+                                    (DOT_READ_BY_ONE_ADD, 2), (SCATTER_OF_A_DOT, 2)],
                          ids=["topk-mixed", "sort-of-whole", "slice-read-whole", "twin-slices",
-                              "computed-as-read"])
+                              "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""

@@ -178,8 +178,11 @@ class _Rewriter:
         self.comp = comp
         self.arrivals = arrivals or {}
         self.root_sharding = root_sharding
+        #: a result's reshard to its annotation whose one user is not planned yet, with the
+        #: result's sharding (that user's plans pay its bytes only where they read it)
+        self.unread: dict[Instruction, HloSharding] = {}
         self.ctx = PlanContext(num_partitions, module.computations, self._result_needs,
-                               self._had, broadcast=self._broadcast)
+                               self._had, self.unread, self._broadcast)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         #: per value (by id), the shardings `cache` holds a reshard of it to
@@ -235,6 +238,8 @@ class _Rewriter:
                     self.read.add(inst.operands[i])
                     if i in self.live_operands.get(inst, ()):
                         self.read_live.add(inst.operands[i])
+            for operand in inst.operands:
+                self.unread.pop(operand, None)
             inst.sharding = plan.result
             b.append(inst)
             self.planned.add(inst)
@@ -242,7 +247,9 @@ class _Rewriter:
                 self.everywhere.add(inst)
             seen = seen_by_users(inst.shape, desired, plan.result, self.ctx.known_needs(inst))
             if plan.result != seen:
-                replacement[inst] = self._reshard_result(inst, plan, seen)
+                replacement[inst] = node = self._reshard_result(inst, plan, seen)
+                if self._read_by_one_user(inst, node):
+                    self.unread[node] = inst.sharding
         root = replacement.get(comp.root, comp.root)
         if self.root_sharding is not None and root.sharding != self.root_sharding:
             root = self.reshard(root, self.root_sharding, comp.root, "result",
@@ -350,6 +357,15 @@ class _Rewriter:
                                    for need in needs):
             value = self.reshard(inst, chain[1], inst, "result", reason)
         return self.reshard(value, desired, inst, "result", reason, look_through=False)
+
+    def _read_by_one_user(self, inst: Instruction, node: Instruction) -> bool:
+        """Whether `node`, the reshard of the array `inst` to its annotation, has one user, not
+        planned yet, that may read `inst` itself instead (no partial or manual values)."""
+        sharding = inst.sharding
+        return is_inserted_reshard(node) and node.operands[0] is inst and \
+            len(self.users.get(inst, ())) == 1 and inst is not self.comp.root and \
+            not isinstance(inst.shape, TupleShape) and not sharding.has_unreduced and \
+            not sharding.has_manual_leaf
 
     def _result_needs(self, inst: Instruction) -> tuple[HloSharding, ...]:
         """The shardings the users of `inst`, the instruction being planned, will read it in:

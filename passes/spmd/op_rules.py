@@ -79,6 +79,10 @@ class Signature(NamedTuple):
     #: replicated or tiled, whose reshard broadcasts first: `broadcast_first`): a shared
     #: replicated node, read whole or sliced to any tiling at no cost; empty: none
     operand_broadcast: tuple[bool, ...] = ()
+    #: per operand that is a result's reshard to its annotation nobody reads yet, the sharding
+    #: of the result it was made from (its bytes are paid only by a plan reading it, from that
+    #: result where cheaper: `_unread_bytes`), else None; empty: none
+    operand_sources: tuple[HloSharding | None, ...] = ()
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
@@ -96,14 +100,17 @@ class Signature(NamedTuple):
         if self.sharding.memo_key is self.sharding and \
                 all([s.memo_key is s for s in self.operand_shardings]) and \
                 all([s.memo_key is s for s in self.result_needs]) and \
-                all([s.memo_key is s for had in self.operand_had for s in had]):
+                all([s.memo_key is s for had in self.operand_had for s in had]) and \
+                all([s is None or s.memo_key is s for s in self.operand_sources]):
             return self
         return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
                          tuple(s.with_metadata(()) for s in self.operand_shardings),
                          self.operand_ids, self.operand_free,
                          tuple(s.with_metadata(()) for s in self.result_needs),
                          tuple(frozenset(s.with_metadata(()) for s in had)
-                               for had in self.operand_had), self.operand_broadcast)
+                               for had in self.operand_had), self.operand_broadcast,
+                         tuple(s if s is None else s.with_metadata(())
+                               for s in self.operand_sources))
 
 
 #: opcodes whose value on one device may differ between partitions that compute it: their
@@ -206,14 +213,31 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     free = signature.operand_free or (False,) * count
     had = signature.operand_had or (frozenset(),) * count
     broadcast = signature.operand_broadcast or (False,) * count
+    sources = signature.operand_sources or (None,) * count
     operands = zip(signature.operand_ids, signature.operand_shapes,
-                   signature.operand_shardings, free, had, broadcast)
-    for (_, shape, sharding, recomputed, earlier, whole), need in \
+                   signature.operand_shardings, free, had, broadcast, sources)
+    for (_, shape, sharding, recomputed, earlier, whole, source), need in \
             dict.fromkeys(zip(operands, plan.operands)):
-        if not (recomputed and free_target(need)) and need not in earlier and \
+        if source is not None:
+            total += _unread_bytes(shape, source, sharding, need, measure)
+        elif not (recomputed and free_target(need)) and need not in earlier and \
                 not (whole and (need.is_replicated or broadcast_first(sharding, need))):
             total += measure(shape, sharding, need)
     return total
+
+
+def _unread_bytes(shape: Shape, source: HloSharding, node: HloSharding, need: HloSharding,
+                  measure: Callable[[Shape, HloSharding, HloSharding], float]) -> float:
+    """The bytes of reading in `need` a result's reshard from `source` to `node` that nobody
+    reads yet: from the result itself where that moves fewer bytes (insert-reshards reshards a
+    reshard node from its source so, and the unread node is then removed), else the node's own
+    reshard and the reshard from it (XLA's reshard cache also maps the resharded value back to
+    the one it was made from)."""
+    if need == source:
+        return 0.0
+    via = measure(shape, node, need)
+    direct = measure(shape, source, need)
+    return direct if direct < via else measure(shape, source, node) + via
 
 
 def broadcast_first(source: HloSharding, target: HloSharding) -> bool:
@@ -322,7 +346,8 @@ class PlanContext:
     def __init__(self, num_devices: int, computations: dict | None = None,
                  result_needs: Callable[[Instruction], tuple[HloSharding, ...]] | None = None,
                  had: Callable[[Instruction, tuple[HloSharding, ...]], frozenset] | None
-                 = None, broadcast: Callable[[Instruction, frozenset], bool] | None = None):
+                 = None, unread: dict[Instruction, HloSharding] | None = None,
+                 broadcast: Callable[[Instruction, frozenset], bool] | None = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
@@ -334,6 +359,9 @@ class PlanContext:
         #: whether insert-reshards broadcasts a value on one device for another live user,
         #: given the shardings `had` gives it (`Signature.operand_broadcast`)
         self.broadcast = broadcast
+        #: insert-reshards' result reshards nobody reads yet, with the sharding of the result
+        #: each was made from (`Signature.operand_sources`)
+        self.unread = {} if unread is None else unread
         self._needs: dict[Instruction, tuple[HloSharding, ...]] = {}
         self._costs: dict[tuple, float] = {}
         #: `choose_for` without tie-break: the index of the candidate chosen, by (signature,
@@ -371,12 +399,17 @@ class PlanContext:
                 if needs:
                     self._needs[inst] = needs
             needs = needs or ()
-        if not (had or broadcast or needs):
+        sources = ()
+        if self.unread:
+            sources = tuple([self.unread.get(o) for o in inst.operands])
+            if all([s is None for s in sources]):
+                sources = ()
+        if not (had or broadcast or needs or sources):
             return signature
         return Signature(signature.shape, signature.sharding, signature.operand_shapes,
                          signature.operand_shardings, signature.operand_ids,
                          signature.operand_free, result_needs=needs, operand_had=had,
-                         operand_broadcast=broadcast)
+                         operand_broadcast=broadcast, operand_sources=sources)
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""
