@@ -1,4 +1,7 @@
-"""No more collective bytes than XLA (issue 13) on contractions: a grouped convolution whose
+"""No more collective bytes than XLA (issue 13) on contractions: a dot whose operand holds a
+contracting block replicated over a group of devices slices that operand by the output's
+tiles (XLA's dot partitioning grouped on contracting dims) where its users read those tiles,
+and a grouped convolution whose
 group dim is tiled unevenly keeps whole groups on every tile (XLA pads the group dim). Bytes
 per device by hand from the cost model's formulas (`gspmdc.ir.cost`: a ring all-reduce of B
 bytes over g devices sends 2 (g-1)/g B); values against the unpartitioned program; with the
@@ -12,6 +15,53 @@ from conformance.oracle import xla_available
 from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
+
+
+def _dot_module(output_devices: str, user: str = "") -> str:
+    root = "ROOT " if not user else ""
+    tail = f"\n  ROOT n = f32[7,2] negate(d), sharding={{{user}}}" if user else ""
+    return f"""HloModule m, num_partitions=6
+
+ENTRY e {{
+  x = f32[14,4,7] parameter(0), sharding={{devices=[2,1,1,3]<=[6] last_tile_dim_replicate}}
+  c = f32[] constant(0.5)
+  w = f32[4,2,14] broadcast(c), dimensions={{}}
+  {root}d = f32[7,2] dot(x, w), lhs_contracting_dims={{1,0}}, rhs_contracting_dims={{0,2}},
+    sharding={{devices=[3,1,2]{output_devices} last_tile_dim_replicate}}{tail}
+}}
+"""
+
+
+def test_a_dot_slices_the_replicas_of_a_contracting_block_by_the_output():
+    """`x` holds half of contracting dim 0 on each group of three devices, replicated in the
+    group; the output is tiled 3 ways on `x`'s free dim 2, tile t on devices {t, t+3}. Each
+    device slices its third of `x`'s dim 2 (no communication), so the partial sums are
+    f32[3,2] (the output's tiles, 7 rows padded to 9) and one all-reduce over the pairs
+    {t, t+3} sums them: 2 (2-1)/2 * 24 = 24 B per device (before: the whole f32[7,2] of partial
+    sums all-reduced, 56 B, then sliced)."""
+    spmd = check_equivalent(_dot_module("<=[2,3]T(1,0)"), 6)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert sent_bytes(spmd, 6) == 24
+
+
+def test_a_dot_read_whole_sums_its_whole_partial_result():
+    """The dot above, its one user reading it whole: the whole f32[7,2] of partial sums
+    all-reduced over the pairs (56 B per device) serves the user, where the output's tiles
+    summed (24 B) and then gathered three ways (48 B) would cost 72: the split candidate is
+    priced where the users read the dot (fuzz/10100000770 off: 69.3 B, not 85.3)."""
+    spmd = check_equivalent(_dot_module("<=[2,3]T(1,0)", user="replicated"), 6)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert sent_bytes(spmd, 6) == 56
+
+
+@needs_xla
+@pytest.mark.parametrize("user", ["", "replicated"])
+def test_a_dot_sliced_by_the_output_in_another_device_order_against_xla(user):
+    """fuzz/10100000770's dot: the output's tiles in an explicit order, so the summed tiles
+    are permuted to it afterwards, as in XLA's program (an all-reduce of f32[3,2] and a
+    permute; before: 56 B of partial sums all-reduced against XLA's 36); and the same dot
+    read whole by its user."""
+    compared_with_xla(_dot_module("0,4,1,2,3,5", user), 6)
 
 
 def _grouped_conv(group_attribute: str, lhs: str, rhs: str, out: str, labels: str,

@@ -163,7 +163,16 @@ def _flat(columns, counts, n) -> np.ndarray:
 @PARTITION_RULES.register("dot", instance=True)
 class DotRule(PartitionRule):
     def plan(self, inst, ctx):
-        return _dot_plan(DotDims.of(inst), Signature.of(inst).without_metadata(), ctx.num_devices)
+        """The cheapest candidate priced to the dot's annotation (planned once per layer), or,
+        when that is a pair split by the output's tiles (whose partial sums are summed only
+        as the output's tiles), the cheapest priced where the dot's users read it: a user
+        reading the dot whole would gather those tiles again."""
+        dn, signature = DotDims.of(inst), Signature.of(inst).without_metadata()
+        plan = _dot_plan(dn, signature, ctx.num_devices)
+        if plan.reason != OUTPUT_SPLIT:
+            return plan
+        return ctx.choose(inst, _dot_candidates(dn, signature, ctx.num_devices),
+                          lambda p: _local_work(dn, signature, p))
 
     def lower(self, inst, ctx):
         # imported here: the windowed einsum builds on this module's DotDims
@@ -172,16 +181,30 @@ class DotRule(PartitionRule):
         return clone(inst, ctx) if windowing is None else lower_windowed(inst, ctx, windowing)
 
 
+#: the reason of a candidate pair split by the output's tiles (`output_split_pairs`)
+OUTPUT_SPLIT = "dot operands' replicas split by the output's free-dim tiles"
+
+
 @cached
 def _dot_plan(dn: DotDims, signature: Signature, num_devices: int) -> OpPlan:
-    """The dot's plan, a function of its dims and signature alone (planned once per layer)."""
+    """The dot's plan priced to its annotation, a function of its dims and signature alone
+    (planned once per layer)."""
+    return PlanContext(num_devices).choose_for(signature,
+                                               _dot_candidates(dn, signature, num_devices),
+                                               lambda p: _local_work(dn, signature, p))
+
+
+@cached
+def _dot_candidates(dn: DotDims, signature: Signature, num_devices: int
+                    ) -> tuple[OpPlan, ...]:
+    """The dot's candidate plans, in XLA's order of preference."""
     ctx = PlanContext(num_devices)
     (lhs_shape, rhs_shape), (lhs_sharding, rhs_sharding) = \
         signature.operand_shapes, signature.operand_shardings
     lr, rr, out_rank = lhs_shape.rank, rhs_shape.rank, signature.shape.rank
     target = without_partials(signature.sharding)
     if target.kind == "maximal":
-        return OpPlan((target, target), target, "dot on one device")
+        return (OpPlan((target, target), target, "dot on one device"),)
     pairs: list[tuple[HloSharding, HloSharding, str]] = []
 
     def tiling(s, rank):
@@ -198,7 +221,10 @@ def _dot_plan(dn: DotDims, signature: Signature, num_devices: int) -> OpPlan:
          "rhs aligned to lhs, keeping its free-dim tiling",
          "lhs aligned to rhs on batch/contracting dims",
          "lhs aligned to rhs, keeping its free-dim tiling"))
-    out = ctx.tiling(target, out_rank).sharding
+    out_tiling = ctx.tiling(target, out_rank)
+    pairs += output_split_pairs(pairs, out_tiling.counts, dn, lr, rr, num_devices,
+                                OUTPUT_SPLIT)
+    out = out_tiling.sharding
     out_to_lhs = _inverse(dn.lhs_to_output(lr), out_rank)
     out_to_rhs = _inverse(dn.rhs_to_output(rr), out_rank)
     pairs.append((remap(out, out_to_lhs, lr), remap(out, out_to_rhs, rr),
@@ -214,7 +240,7 @@ def _dot_plan(dn: DotDims, signature: Signature, num_devices: int) -> OpPlan:
         result = dot_result(ctx.tiling(a, lr), ctx.tiling(b, rr), dn)
         if result is not None:
             candidates.append(OpPlan((a, b), result.sharding, reason))
-    return ctx.choose_for(signature, candidates, lambda p: _local_work(dn, signature, p))
+    return tuple(candidates)
 
 
 def _inverse(mapping: list[int], rank: int) -> list[int]:
@@ -246,6 +272,46 @@ def aligned_operand_pairs(lhs: HloSharding | None, rhs: HloSharding | None, dn: 
             if partner is not None:
                 found.append((own, partner, reason) if side == 0 else (partner, own, reason))
     return found
+
+
+def output_split_pairs(pairs: list[tuple[HloSharding, HloSharding, str]],
+                       out_counts: tuple[int, ...], dn: DotDims, lhs_rank: int, rhs_rank: int,
+                       num_devices: int, reason: str
+                       ) -> list[tuple[HloSharding, HloSharding, str]]:
+    """For each (lhs, rhs) of `pairs`, the pair whose operands keep their tiling and split
+    their replicas (a local slice) on their untiled free dims into the output's tiles of those
+    dims (`out_counts`), as far as the replicas divide (free dims pair with nothing on the
+    other side, so the pair stays compatible). This is XLA's dot partitioning grouped on the
+    contracting dims: within each group of devices holding one contracting block, the
+    operand replicated there is sliced by the output's sharding, and the partial results
+    summed over the groups are already tiled like the output
+    (docs/design/partitioning.md#dot)."""
+    found = []
+    for lhs, rhs, _ in pairs:
+        split_lhs = _split_free(lhs, lhs_rank, dn.lhs_free, dn.lhs_to_output(lhs_rank),
+                                out_counts, num_devices)
+        split_rhs = _split_free(rhs, rhs_rank, dn.rhs_free, dn.rhs_to_output(rhs_rank),
+                                out_counts, num_devices)
+        if split_lhs is not None or split_rhs is not None:
+            found.append((split_lhs or lhs, split_rhs or rhs, reason))
+    return found
+
+
+def _split_free(s: HloSharding, rank: int, free: tuple[int, ...], to_output: list[int],
+                out_counts: tuple[int, ...], num_devices: int) -> HloSharding | None:
+    """`s` with its replicas split on its untiled `free` dims into the output's tile counts
+    there (each factor taken when it divides the replicas left), or None when none splits."""
+    if s.kind not in ("tiled", "replicated") or s.has_unreduced or s.has_manual_leaf:
+        return None
+    tiling = Tiling(s, rank, num_devices)
+    factors, left = [1] * rank, tiling.replication
+    for d in free:
+        want = out_counts[to_output[d]]
+        if tiling.counts[d] == 1 and want > 1 and left % want == 0:
+            factors[d], left = want, left // want
+    if left == tiling.replication:
+        return None
+    return sharding_algebra.split_replication(s, factors, rank, num_devices)
 
 
 def _merge_free(own: HloSharding, aligned: HloSharding,
