@@ -312,8 +312,10 @@ class HloSharding:
             return NotImplemented
         # field by field rather than through `_key()`: equal values that are not the same object
         # are compared constantly (a plan's sharding against an operand's)
+        # (the tile assignments are usually one interned object: no call to compare them)
         return self._hash == other._hash and self.kind == other.kind and \
-            self.tile_assignment == other.tile_assignment and \
+            (self.tile_assignment is other.tile_assignment or
+             self.tile_assignment == other.tile_assignment) and \
             self.subgroup_types == other.subgroup_types and self.device == other.device and \
             self.elements == other.elements and self.shard_group == other.shard_group
 

@@ -350,3 +350,21 @@ ENTRY e {{
   ROOT t = (f32[8,4], f32[8,4]) tuple(d, z)
 }}""")
     expect(m, x="{devices=[2,1]<=[2]}")
+
+
+def test_rng_bit_generator_seed_is_replicated_though_no_user_is_sharded():
+    # XLA gives the state operand of rng-bit-generator a replicated sharding from the user,
+    # whether or not the user (or any other user) has a sharding; the other value, whose users
+    # carry none, gets nothing from them
+    m = run("""
+HloModule m
+ENTRY e {
+  p0 = u64[2] parameter(0)
+  seed = u64[2] copy(p0)
+  p1 = f32[8] parameter(1)
+  other = f32[8] copy(p1)
+  bits = (u64[2], u32[8]) rng-bit-generator(seed), algorithm=rng_default
+  n = f32[8] negate(other)
+  ROOT t = ((u64[2], u32[8]), f32[8]) tuple(bits, n)
+}""")
+    expect(m, seed="{replicated}", other=None, n=None)

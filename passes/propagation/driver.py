@@ -88,6 +88,8 @@ class Driver:
         self.level = 0
         self.changes: dict[Instruction, int] = {}
         self.structural_change = False
+        #: per instruction calling computations, their parameters (`_find_callee_parameters`)
+        self.callee_parameters: dict[Instruction, list[Instruction]] = {}
 
     # ---- entry point ------------------------------------------------------------------------
 
@@ -113,6 +115,7 @@ class Driver:
         for member, source in sync_all(self.graph):
             self._record(member, "control flow", "tied through called computation", (source,))
         self._fix_provided()
+        self._find_callee_parameters()
         for level in LEVELS:
             self._fixpoint(level, groups=True, restart=level < 2)
         if self.prep.shard_as:
@@ -361,21 +364,28 @@ class Driver:
         a manual boundary refined with `inst`) and the parameters of computations they call
         forward, shard-group members by the group sweep."""
         self._mark_all(inst.operands, "backward")
-        derived, callee_parameters = self.graph.derived, self._callee_parameters
         users = self.graph.users.get(users_of or inst, ())
         self._mark_all(users, "forward")
+        callee_parameters = self.callee_parameters
         for user in users:
-            params = derived("callee parameters", user, callee_parameters)
+            params = callee_parameters.get(user)
             if params:
                 self._mark_all(params, "forward")
         members = self.prep.group_members(inst)
         if members:
             self._mark_all([m for m in members if m is not inst], "group")
 
-    def _callee_parameters(self, inst: Instruction) -> list[Instruction]:
-        """The parameters of the computations `inst` calls."""
-        return [param for name in inst.called_computation_names()
-                for param in self.module.computations[name].parameters]
+    def _find_callee_parameters(self) -> None:
+        """`callee_parameters`: the parameters of the computations each instruction calls (the
+        instructions that call one: the graph is fixed while the levels run)."""
+        computations = self.module.computations
+        self.callee_parameters = {}
+        for comp in computations.values():
+            for inst in comp.instructions:
+                names = inst.called_computation_names()
+                if names:
+                    self.callee_parameters[inst] = [param for name in names
+                                                    for param in computations[name].parameters]
 
     # ---- after the levels -------------------------------------------------------------------
 

@@ -60,21 +60,15 @@ def _takes_manual_forward(ctx: Context, inst: Instruction) -> bool:
         _async_thread(inst) not in threads
 
 
-def _supported(ctx: Context, inst: Instruction, *, backward: bool) -> bool:
-    """`supports_spatial_partitioning` for a forward or a backward visit: a question about the
-    graph and the pass options only, answered once per instruction and direction."""
-    return ctx.graph.derived(_SUPPORTED[backward], inst, _supports, ctx, backward)
-
-
 def _supports(inst: Instruction, ctx: Context, backward: bool) -> bool:
+    """`supports_spatial_partitioning` for a forward or a backward visit: a question about the
+    graph and the pass options only, answered once per instruction and direction (the graph's
+    `derived` facts "supported forward" / "supported backward")."""
     comp = ctx.graph.computation_of[inst]
     return supports_spatial_partitioning(
         inst, comp, is_spmd=ctx.is_spmd, is_callee=ctx.graph.is_callee(comp),
         to_output=ctx.options.to_output and not backward,
         to_parameters=ctx.options.to_parameters and backward, graph=ctx.graph)
-
-
-_SUPPORTED = ("supported forward", "supported backward")
 
 
 def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
@@ -88,7 +82,7 @@ def infer_from_operands(ctx: Context, inst: Instruction) -> Proposal | None:
                     (ctx.level == 0 and inst.opcode in ("concatenate", "dynamic-slice")):
                 return None
             return Proposal(for_shape(HloSharding.manual(), inst.shape), "manual", (op,))
-    if not _supported(ctx, inst, backward=False):
+    if not ctx.graph.derived("supported forward", inst, _supports, ctx, False):
         comp = ctx.graph.computation_of[inst]
         if isinstance(inst.shape, TupleShape) or not inst.operands or comp.root is inst or \
                 ctx.graph.derived("side effect", inst, _acts_on_the_world, ctx.graph):
@@ -121,6 +115,11 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
     if (ctx.level < 2 and inst.opcode == "broadcast") or _is_manual(inst.sharding):
         return None
     users = ctx.graph.users[inst]
+    for user in users:
+        if user.sharding is not None or user.opcode == "rng-bit-generator":
+            break
+    else:       # no user has a sharding to give: every rule below answers None
+        return None
     if inst.sharding is None or inst.sharding.is_tile_maximal:
         for user in users:
             if user.sharding is None or target_of(user) == FULL_TO_SHARD:
@@ -130,7 +129,7 @@ def infer_from_users(ctx: Context, inst: Instruction) -> Proposal | None:
             candidate = from_user(ctx, inst, user)
             if candidate is not None and candidate.is_manual:
                 return Proposal(candidate, "manual", (user,))
-    if not _supported(ctx, inst, backward=True):
+    if not ctx.graph.derived("supported backward", inst, _supports, ctx, True):
         return None
     acc = ctx.accumulate(inst)
     labels: list[str] = []

@@ -20,6 +20,7 @@ from gspmdc.ir.elementwise import is_elementwise_fusion, is_elementwise_op
 from gspmdc.ir.module import Computation, Instruction
 from gspmdc.ir.ops import ELEMENTWISE, opcodes
 from gspmdc.ir.shapes import ArrayShape
+from gspmdc.ir.sharding_algebra import is_more_specific
 
 from .graph import ModuleGraph
 
@@ -116,7 +117,6 @@ def representative_operand(inst: Instruction) -> Instruction | None:
     """XLA's PickRepresentativeOperand: operand 0 (if sharded) for pad/slice/reverse/shifts/...,
     the operand with the most specific sharding for elementwise-like ops, operand 0 of pass-through
     custom calls; None when the op's sharding cannot be read off one operand."""
-    from gspmdc.ir.sharding_algebra import is_more_specific
     opcode = inst.opcode
     if opcode in _FIRST_OPERAND:
         return inst.operands[0] if inst.operands[0].sharding is not None else None

@@ -79,6 +79,10 @@ def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str]
     not partitioned yet; instructions merge only with equal shardings, and never those of the
     opcodes `annotated` names."""
     seen: dict = {}
+    #: per opcode and operands, the first instruction with them while no other has them: its
+    #: whole key (`_key`) is made only when a second one comes (most instructions have no
+    #: twin; an instruction equal to an earlier one has its opcode and operands)
+    alone: dict = {}
     mapping: dict[Instruction, Instruction] = {}
     kept = []
     skipped = _KEEP | annotated
@@ -90,11 +94,19 @@ def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str]
         inst.operands = [mapping.get(o, o) for o in inst.operands]
         if inst.opcode in skipped or inst.attr("custom_call_has_side_effect") or \
                 (annotated and (not inst.operands or first_uses[id(inst.operands[0])] < 2)):
-            key = None
-        else:
-            key = _key(inst)
-        if key is not None and annotated:
-            key = (key, inst.sharding)
+            kept.append(inst)
+            continue
+        twin = (inst.opcode, tuple([id(o) for o in inst.operands]))
+        first = alone.setdefault(twin, inst)
+        if first is inst:
+            kept.append(inst)
+            continue
+        if first is not None:
+            alone[twin] = None
+            key = _full_key(first, annotated)
+            if key is not None:
+                seen[key] = first
+        key = _full_key(inst, annotated)
         if key is not None:
             # one hash of the key for the common case (a key seen for the first time)
             found = seen.setdefault(key, inst)
@@ -106,6 +118,12 @@ def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str]
         kept.append(inst)
     comp.instructions = kept
     _replace_uses(comp, mapping)
+
+
+def _full_key(inst: Instruction, annotated: frozenset[str]):
+    """`_key`, with the sharding where the computation is not partitioned yet."""
+    key = _key(inst)
+    return (key, inst.sharding) if key is not None and annotated else key
 
 
 def live_instructions(comp: Computation) -> set[Instruction]:

@@ -232,7 +232,7 @@ class _Rewriter:
             else:
                 plan = self._planned_ahead(inst) or self._plan(inst)
             for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
-                if operand.sharding != need:
+                if operand.sharding is not need and operand.sharding != need:
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
                                                     plan.reason)
                     self.read.add(inst.operands[i])
@@ -246,7 +246,7 @@ class _Rewriter:
             if self._computed_everywhere(inst):
                 self.everywhere.add(inst)
             seen = seen_by_users(inst.shape, desired, plan.result, self.ctx.known_needs(inst))
-            if plan.result != seen:
+            if plan.result is not seen and plan.result != seen:
                 replacement[inst] = node = self._reshard_result(inst, plan, seen)
                 if self._read_by_one_user(inst, node):
                     self.unread[node] = inst.sharding

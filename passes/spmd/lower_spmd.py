@@ -46,8 +46,8 @@ class LowerSpmd(ModulePass):
     def apply(self, ctx: PassContext, module: Module) -> Module:
         signature = global_signature(module)
         partitioned = partitioned_computations(module)
-        fused = {inst.attr("calls").name for _, inst in module.all_instructions()
-                 if inst.opcode == "fusion"}
+        fused = {inst.attrs["calls"].name for comp in module.computations.values()
+                 for inst in comp.instructions if inst.opcode == "fusion"}
         for comp in partitioned:
             _lower(module, comp, ctx)
         if fused:

@@ -126,6 +126,9 @@ CONTRACTIONS = opcodes("dot", "convolution", "ragged-dot", "fft", "cholesky", "t
 #: ops never computed again whole on every partition (either of the two above)
 NOT_RECOMPUTED = NOT_EVERYWHERE | CONTRACTIONS
 
+#: opcodes of the values that may be free leaves or reshard nodes (`recomputed_for_free`)
+_LEAF_OPCODES = frozenset({"constant", "iota", "broadcast", "custom-call"})
+
 
 def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
     """Whether insert-reshards computes `value` again in any sharding a user needs
@@ -139,9 +142,14 @@ def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
     such operands' reshards as free; a contraction's (`whole=False`) only the first three, so
     that its operands computed whole do not make running the whole contraction on every
     partition look free."""
+    # by opcode first (asked of every operand of every plan): an op that is no free leaf
+    # nor reshard node is free only as a pure non-contraction op of a `whole` user
+    maybe_leaf = value.opcode in _LEAF_OPCODES
+    if not maybe_leaf and (not whole or value.opcode in NOT_RECOMPUTED):
+        return False
     if not _free_value(value):
         return False
-    if _free_leaf(value) or _reshard_of_replicated(value):
+    if maybe_leaf and (_free_leaf(value) or _reshard_of_replicated(value)):
         return True
     if not whole:
         return False
@@ -202,13 +210,18 @@ def _free_leaf(value: Instruction) -> bool:
 
 
 def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
-                        measure: Callable[[Shape, HloSharding, HloSharding], float]) -> float:
+                        measure: Callable[[Shape, HloSharding, HloSharding], float],
+                        bound: float | None = None) -> float:
     """`own` plus the bytes `measure` gives for the reshards `plan` asks of an instruction
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
     free in a free target or already resharded to the sharding needed for an earlier user, or
-    read whole or sliced from its broadcast made for another user (`operand_broadcast`)."""
+    read whole or sliced from its broadcast made for another user (`operand_broadcast`). With a
+    `bound`, the sum stops once it passes the bound (no term is negative): a value above
+    `bound`, then, not the whole sum."""
     total = own + _result_bytes(signature, plan.result, measure)
+    if bound is not None and total > bound:
+        return total
     count = len(signature.operand_ids)
     free = signature.operand_free or (False,) * count
     had = signature.operand_had or (frozenset(),) * count
@@ -223,6 +236,8 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
         elif not (recomputed and free_target(need)) and need not in earlier and \
                 not (whole and (need.is_replicated or broadcast_first(sharding, need))):
             total += measure(shape, sharding, need)
+        if bound is not None and total > bound:
+            return total
     return total
 
 
@@ -461,16 +476,29 @@ class PlanContext:
         the signature and the plans (shardings compared without metadata), so without a
         tie-break the choice is remembered by its index, and the plan returned is always one
         of `candidates`."""
-        def key(item):
-            index, plan = item
-            return (self.cost_of(signature, plan), tie_break(plan) if tie_break else 0.0, index)
         if tie_break is not None:
-            return min(enumerate(candidates), key=key)[1]
+            return candidates[self._cheapest(signature, candidates, tie_break)]
         question = (signature, tuple(candidates))
         index = self._chosen.get(question)
         if index is None:
-            index = self._chosen[question] = min(enumerate(candidates), key=key)[0]
+            index = self._chosen[question] = self._cheapest(signature, candidates, None)
         return candidates[index]
+
+    def _cheapest(self, signature: "Signature", candidates: Sequence[OpPlan],
+                  tie_break: Callable[[OpPlan], float] | None) -> int:
+        """The index of the candidate moving the fewest bytes (`cost_of`), then the smallest
+        `tie_break`, then the first. A candidate's bytes are summed only until they pass the
+        fewest so far (such a candidate cannot be chosen): fewer reshards are planned."""
+        best: tuple[float, float, int] | None = None
+        for index, plan in enumerate(candidates):
+            cost = _with_reshard_bytes(plan.cost, signature, plan, self.cost,
+                                       None if best is None else best[0])
+            if best is not None and cost > best[0]:
+                continue
+            key = (cost, tie_break(plan) if tie_break else 0.0, index)
+            if best is None or key < best:
+                best = key
+        return best[2]
 
     def tiling(self, sharding: HloSharding, rank: int) -> Tiling:
         return Tiling(sharding, rank, self.num_devices)
@@ -504,7 +532,7 @@ def clone(inst: Instruction, ctx: LowerContext, operands: list[Instruction] | No
     attributes and sharding (informational)."""
     operands = ctx.operands(inst) if operands is None else operands
     shape = inst.sharding.shard_shape(inst.shape) if shape is None else shape
-    local = Instruction(inst.name, inst.opcode, shape, operands, dict(inst.attrs),
+    local = Instruction(inst.name, inst.opcode, shape, operands, inst.attrs,     # copied
                         sharding=inst.sharding, literal=inst.literal,
                         parameter_number=inst.parameter_number)
     return ctx.builder.append(local)
