@@ -14,7 +14,9 @@ Contract (one dim, `WindowedDim` → `HaloPlan`, pure arithmetic, numpy over sha
   positions `[0, valid)`, `valid = b*(S-1) + 1`; only whole undilated elements travel and the
   concatenation is dilated after the exchange;
 - shard `i`'s local window input covers base positions `[start(i), start(i) + window_input)`,
-  `start(i) = stride*W*i - pad_low`, `window_input = stride*(W-1) + (window-1)*dilation + 1`;
+  `start(i) = stride*W*i - pad_low`, `window_input = stride*(W-1) + (window-1)*dilation + 1`
+  (shards computing overlapping ranges of outputs give their own first output and `W`:
+  `WindowedDim.firsts`, `start(i) = stride*firsts[i] - pad_low`);
 - `left(i) = Ib*i - start(i)` and `right(i) = start(i) + window_input - Ib*(i+1)`: the elements
   before / after its own data that window covers (negative: own elements not needed). These are
   XLA's halo sizes: affine in `i`, *static* when equal for all shards, else read from a
@@ -74,6 +76,11 @@ class WindowedDim:
     base_dilation: int = 1
     window_dilation: int = 1
     outputs: tuple[int, int] | None = None
+    #: per shard, the first output it computes, and the outputs each computes, where shards
+    #: compute overlapping ranges of outputs (a select-and-scatter's windows: a shard may run
+    #: every window overlapping its data); default `W*i` and `W = cdiv(wc, n)`
+    firsts: tuple[int, ...] | None = None
+    per_shard: int | None = None
 
     @property
     def extent(self) -> int:
@@ -311,16 +318,17 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
         raise ValueError(f"invalid windowed dim {dim}")
     ib = b * cdiv(dim.size, n)
     wc = dim.output_count
-    w = cdiv(wc, n)
+    w = cdiv(wc, n) if dim.per_shard is None else dim.per_shard
     window_input = s * (w - 1) + dim.extent if w else 0
     valid = b * (dim.size - 1) + 1 if dim.size else 0
     i = np.arange(n, dtype=np.int64)
-    start = s * w * i - dim.padding_low
+    firsts = w * i if dim.firsts is None else np.array(dim.firsts, dtype=np.int64)
+    start = s * firsts - dim.padding_low
     left = ib * i - start
     right = start + window_input - ib * (i + 1)
     lo, hi = dim.outputs if dim.outputs is not None else (0, wc)
-    first = np.maximum(w * i, lo)
-    last = np.minimum(w * (i + 1), hi)                       # exclusive
+    first = np.maximum(firsts, lo)
+    last = np.minimum(firsts + w, hi)                        # exclusive
     real = first < last
     need_lo = s * first - dim.padding_low                    # base range the real outputs read
     need_hi = s * (last - 1) + dim.extent - dim.padding_low

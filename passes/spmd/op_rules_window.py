@@ -14,8 +14,9 @@ Every op here reads, for each result dim, a window of the same dim of its array 
 |   | output range matters; the local pieces are merged by output position |
 | `reverse` (reversed dims) | the operand takes the result's tiling in reversed device order; |
 |   | uneven dims shift their padding to the front (size 1, padding `n*I - S` / 0) |
-| `select-and-scatter` | its window on the operand; the source takes the same tiling; the |
-|   | scattered result's halo goes back to its owners (`SelectAndScatterRule`) |
+| `select-and-scatter` | its window on the operand; the source takes the same tiling; per dim |
+|   | the windows overlapping each shard's data (source halos in) or its own source elements' |
+|   | (the scattered result's halo back to its owners) (`SelectAndScatterRule`) |
 
 Candidates (the fewest bytes moved wins, halo bytes counted by `OpPlan.cost`): the annotated
 result tiling and the first operand's tiling carried through, each either *kept* on windowed dims
@@ -84,9 +85,9 @@ class WindowRule(PartitionRule):
         return sorted({d for w in self.windows(inst) if w is not None for d, wd in w.items()
                        if not _trivial(wd)})
 
-    def shard_window(self, inst: Instruction, dim: int, window: WindowedDim,
+    def shard_window(self, inst: Instruction, k: int, dim: int, window: WindowedDim,
                      shards: int) -> WindowedDim:
-        """The window of `dim` when its operand is tiled into `shards`."""
+        """The window of `dim` of operand `k` when that operand is tiled into `shards`."""
         return replace(window, shards=shards)
 
     #: whether a result annotated onto one device is also planned in its tiled operand's
@@ -144,12 +145,12 @@ class WindowRule(PartitionRule):
         def candidate(tiling: Tiling, reason: str) -> OpPlan:
             operand_tiling = self.operand_tiling(inst, tiling)
             shardings, cost, total = [], 0.0, 0.0
-            for operand, window in zip(inst.operands, windows):
+            for k, (operand, window) in enumerate(zip(inst.operands, windows)):
                 if window is None:
                     shardings.append(replicated)
                     continue
                 shardings.append(operand_tiling.sharding)
-                plans = self._plans(inst, window, operand_tiling, scans)
+                plans = self._plans(inst, k, window, operand_tiling, scans)
                 if plans:
                     local = self.exchanged_shard(
                         inst, operand_tiling, operand_tiling.shard_dims(operand.shape.dims))
@@ -196,22 +197,22 @@ class WindowRule(PartitionRule):
         sharding (the module's `computations` tell scans apart)."""
         scans = self.scan_dims(inst, computations or {})
         result = []
-        for operand, window in zip(inst.operands, self.windows(inst)):
+        for k, (operand, window) in enumerate(zip(inst.operands, self.windows(inst))):
             if window is None or not operand.sharding.is_tiled:
                 result.append({})
                 continue
             tiling = Tiling(operand.sharding, operand.shape.rank, num_devices)
-            result.append(self._plans(inst, window, tiling, scans))
+            result.append(self._plans(inst, k, window, tiling, scans))
         return result
 
-    def _plans(self, inst: Instruction, window: dict[int, WindowedDim], tiling: Tiling,
+    def _plans(self, inst: Instruction, k: int, window: dict[int, WindowedDim], tiling: Tiling,
                scans: list[int]) -> dict[int, HaloPlan]:
         windowed = set(self.windowed_dims(inst)) - set(scans)
         plans = {}
         for d, wd in window.items():
             n = tiling.counts[d]
             if n > 1 and d in windowed:
-                plan = plan_halo(self.shard_window(inst, d, wd, n))
+                plan = plan_halo(self.shard_window(inst, k, d, wd, n))
                 if not plan.identity:
                     plans[d] = plan
         return plans
@@ -495,7 +496,7 @@ class ReverseRule(WindowRule):
     def windowed_dims(self, inst):
         return sorted(inst.attr("dimensions"))
 
-    def shard_window(self, inst, dim, window, shards):
+    def shard_window(self, inst, k, dim, window, shards):
         shift = shards * cdiv(window.size, shards) - window.size
         return WindowedDim(window.size, shards, padding_low=shift,
                            outputs=(shift, window.size + shift))
@@ -510,12 +511,24 @@ class ReverseRule(WindowRule):
 
 @PARTITION_RULES.register("select-and-scatter", instance=True)
 class SelectAndScatterRule(WindowRule):
-    """Each partition runs the windows of its own `source` elements on its operand's window
-    input (halo-exchanged; padding masked with a value the `select` never prefers: the lowest
-    value for `GE`/`GT`, the highest for `LE`/`LT`; `source` elements of no real window masked
-    with 0), scattering into zeros; the parts of that result lying on neighbours' shards go back
-    by the reverse permutes and are added (`halo.return_halo`); the init value is added last.
-    Needs `select` = `compare(a, b)` and `scatter` = `add` (max/min-pool gradients)."""
+    """A tiled windowed dim runs one of two ways, whichever sends fewer bytes (on a tie, the
+    first):
+
+    - *overlapping windows* (XLA's partitioner): shard `i` runs every window overlapping its
+      own operand shard, windows `[first(i), first(i) + W)` (`first(i)` the first window
+      reaching into its data, `W` the most any shard needs; a stride larger than the window
+      counts as the window, so the windows cover the data); its operand's window input and
+      the `source` elements of those windows come by halo exchange (`WindowedDim.firsts`) and
+      it keeps its own shard of what it scattered. Windows that do not exist (before the
+      first, past the last, the padding of an uneven `source`) scatter 0;
+    - *own windows*: shard `i` runs the windows of its own `source` elements on its operand's
+      window input, and the parts of the result lying on neighbours' shards go back by the
+      reverse permutes and are added (`halo.return_halo`).
+
+    Either way each shard scatters into zeros and the init value is added last; operand
+    positions outside the data (padding, uneven garbage) read a value the `select` never
+    prefers (the lowest for `GE`/`GT`, the highest for `LE`/`LT`). Needs `select` =
+    `compare(a, b)` and `scatter` = `add` (max/min-pool gradients)."""
 
     def windows(self, inst):
         operand, source = inst.operands[:2]
@@ -525,6 +538,11 @@ class SelectAndScatterRule(WindowRule):
                  for d, (size, w) in enumerate(zip(operand.shape.dims, window.dims))},
                 _dims(source.shape), None]
 
+    def shard_window(self, inst, k, dim, window, shards):
+        if not _overlapping(inst, dim, shards):
+            return replace(window, shards=shards)
+        return _overlapping_windows(inst, dim, shards)[k]
+
     def supports_halo(self, inst, computations):
         return _select_direction(inst, computations) is not None and \
             associative_reducer(inst, computations, "scatter") == "add" and \
@@ -532,7 +550,9 @@ class SelectAndScatterRule(WindowRule):
 
     def extra_cost(self, inst, tiling, computations):
         operand = inst.operands[0]
-        plans = self._plans(inst, self.windows(inst)[0], tiling, [])
+        plans = {d: plan for d, plan in self._plans(inst, 0, self.windows(inst)[0], tiling,
+                                                    []).items()
+                 if not _overlapping(inst, d, tiling.counts[d])}
         return halo_bytes(plans, tiling.shard_dims(operand.shape.dims),
                           dtypes.byte_width(operand.shape.element_type),
                           whole_pieces=True) if plans else 0.0
@@ -554,25 +574,76 @@ class SelectAndScatterRule(WindowRule):
         operand, source = inst.operands[:2]
         t = operand.shape.element_type
         tiling = _tiling(operand, ctx.num_devices)
+        tiled = [] if tiling is None else [d for d, n in enumerate(tiling.counts) if n > 1]
+        overlapping = [d for d in tiled if d in self.windowed_dims(inst) and
+                       _overlapping(inst, d, tiling.counts[d])]
         # without halos, a partition's windows are its own source elements; still, a padding
         # source element (an uneven tiled dim) has no window and must scatter nothing
-        if tiling is None or not plans[0] and all(
-                n == 1 or size % n == 0 for size, n in zip(source.shape.dims, tiling.counts)):
+        if not plans[0] and not overlapping and \
+                all(source.shape.dims[d] % tiling.counts[d] == 0 for d in tiled):
             return clone(inst, ctx, operands=inputs)
         with b.scope(_metadata(inst, 0, plans[0])):
             zero = b.zero(t)
-            values = _mask_outputs(ctx, inputs[1], source, tiling, zero)
-            window = inst.attr("window")
+            values = _mask_windows(ctx, inputs[1], source, tiling, plans[1], zero)
             local = clone(inst, ctx, operands=[inputs[0], values, zero],
                           shape=inputs[0].shape)
             local.attrs["window"] = Window(tuple(
-                replace(w, padding_low=0, padding_high=0) if d in plans[0] else w
-                for d, w in enumerate(window.dims)))
+                replace(w, padding_low=0, padding_high=0) if d in plans[0] or
+                d in overlapping else w for d, w in enumerate(inst.attr("window").dims)))
             result = local
-            for d in sorted(plans[0], reverse=True):
+            own = [d for d in overlapping if d in plans[0]]
+            if own:                    # the shard's own part of the overlapping windows' result
+                starts = [ctx.tables.zero()] * operand.shape.rank
+                sizes = list(local.shape.dims)
+                ordinals = tiling.coordinates()
+                shard = tiling.shard_dims(operand.shape.dims)
+                for d in own:
+                    starts[d] = ctx.tables.lookup(plans[0][d].left[ordinals[:, d]],
+                                                  f"own.{d}")
+                    sizes[d] = shard[d]
+                result = b.dynamic_slice(local, starts, sizes)
+            for d in sorted(set(plans[0]) - set(overlapping), reverse=True):
                 result = return_halo(ctx, result, d, tiling, plans[0][d], zero)
             init = ctx.local[inst.operands[2]]
             return b.binary("add", result, b.broadcast(init, result.shape.dims))
+
+
+def _overlapping_windows(inst: Instruction, dim: int, shards: int) -> list[WindowedDim]:
+    """The operand's and the source's windows on `dim` tiled `shards` ways when every shard
+    runs the windows overlapping its data (`SelectAndScatterRule`)."""
+    w = inst.attr("window").dims[dim]
+    operand, source = inst.operands[:2]
+    size = max(w.size, w.stride)
+    shard = cdiv(operand.shape.dims[dim], shards)
+    i = np.arange(shards, dtype=np.int64)
+    # window j covers [stride*j - pad_low, stride*j - pad_low + size): the first reaching past
+    # the shard's start, and the first starting at or after its end
+    first = np.maximum((shard * i + w.padding_low - size + w.stride) // w.stride, 0)
+    limit = -(-(shard * (i + 1) + w.padding_low) // w.stride)
+    firsts, per_shard = tuple(int(f) for f in first), int((limit - first).max())
+    windows = source.shape.dims[dim]                  # the windows that exist
+    return [WindowedDim(operand.shape.dims[dim], shards, size, w.stride, w.padding_low,
+                        w.padding_high, firsts=firsts, per_shard=per_shard,
+                        outputs=(0, windows)),
+            WindowedDim(windows, shards, firsts=firsts, per_shard=per_shard)]
+
+
+def _overlapping(inst: Instruction, dim: int, shards: int) -> bool:
+    """Whether `dim` tiled `shards` ways runs overlapping windows: their operand and source
+    halos send no more than the own windows' operand halo and returned results (bytes of the
+    busiest shard on this dim alone, the other dims whole)."""
+    w = inst.attr("window").dims[dim]
+    operand, source = inst.operands[:2]
+    width = dtypes.byte_width(operand.shape.element_type)
+    own = plan_halo(WindowedDim(operand.shape.dims[dim], shards, w.size, w.stride,
+                                w.padding_low, w.padding_high))
+    data, windows = (plan_halo(x) for x in _overlapping_windows(inst, dim, shards))
+    dims, source_dims = list(operand.shape.dims), list(source.shape.dims)
+    dims[dim], source_dims[dim] = cdiv(dims[dim], shards), cdiv(source_dims[dim], shards)
+    returned = halo_bytes({dim: own}, dims, width) + \
+        halo_bytes({dim: own}, dims, width, whole_pieces=True)
+    return halo_bytes({dim: data}, dims, width) + \
+        halo_bytes({dim: windows}, source_dims, width) <= returned
 
 
 def _select_direction(inst: Instruction, computations: Computations) -> str | None:
@@ -588,21 +659,25 @@ def _select_direction(inst: Instruction, computations: Computations) -> str | No
     return name if name in ("GE", "GT", "LE", "LT") else None
 
 
-def _mask_outputs(ctx: LowerContext, values: Instruction, global_value: Instruction,
-                  tiling: Tiling, fill: Instruction) -> Instruction:
-    """`values` (the local shard of `global_value` under `tiling`) with the padding of uneven
-    tiled dims replaced by `fill`."""
+def _mask_windows(ctx: LowerContext, values: Instruction, source: Instruction,
+                  tiling: Tiling, plans: dict[int, HaloPlan], fill: Instruction) -> Instruction:
+    """`values` (this partition's `source` elements: its shard under `tiling`, or on a dim of
+    `plans` the window input starting at source element `plan.start`) with the elements of
+    windows that do not exist (outside `[0, size)`: a range running past an edge, the padding
+    of an uneven dim) replaced by `fill`."""
     b = ctx.builder
     dims = values.shape.dims
-    sizes = global_value.shape.dims
-    offsets = tiling.offsets(sizes)
+    offsets = tiling.offsets(source.shape.dims)
+    ordinals = tiling.coordinates()
     valid = None
-    for d, (size, n) in enumerate(zip(sizes, tiling.counts)):
-        if n == 1 or size % n == 0:
+    for d, (size, n) in enumerate(zip(source.shape.dims, tiling.counts)):
+        starts = plans[d].start[ordinals[:, d]] if d in plans else offsets[:, d]
+        if n == 1 or (starts >= 0).all() and (starts + dims[d] <= size).all():
             continue
         index = b.binary("add", b.iota("s32", dims, d),
-                         b.broadcast(ctx.tables.lookup(offsets[:, d], f"offset.{d}"), dims))
-        inside = b.compare(index, b.broadcast(b.constant(size, "s32"), dims), "LT")
+                         b.broadcast(ctx.tables.lookup(starts, f"window.{d}"), dims))
+        inside = b.binary("and", b.compare(index, b.broadcast(ctx.tables.zero(), dims), "GE"),
+                          b.compare(index, b.broadcast(b.constant(size, "s32"), dims), "LT"))
         valid = inside if valid is None else b.binary("and", valid, inside)
     return values if valid is None else b.select(valid, values, b.broadcast(fill, dims))
 
