@@ -127,6 +127,10 @@ class HaloPlan:
     #: shard reads, where receivers read different parts (empty: each reads the hop's span)
     parts_left: tuple[np.ndarray, ...] = ()
     parts_right: tuple[np.ndarray, ...] = ()
+    #: per shard, whether it holds a real output (None: every shard does); a partition whose
+    #: shard on one dim holds none computes nothing real, so it receives no halo on the
+    #: other dims (`windowed_input`, as XLA trims such shards from its windowed-input reshard)
+    real: np.ndarray | None = None
 
     def pieces(self, side: str) -> list[tuple[int, int, int]]:
         """Per hop from `side` (distance 1, 2, ...): its size and the range `[lo, hi)` of
@@ -145,6 +149,17 @@ class HaloPlan:
             return parts[hop - 1]
         _, lo, hi = self.pieces(side)[hop - 1]
         return np.tile(np.array([lo, hi], dtype=np.int64), (self.shards, 1))
+
+    def senders(self) -> np.ndarray:
+        """Per shard, whether it sends some hop to a shard that receives it."""
+        sends = np.zeros(self.shards, dtype=bool)
+        for side, step in (("left", 1), ("right", -1)):
+            amount = self.from_left if side == "left" else self.from_right
+            for hop in range(1, len(self.hops(amount)) + 1):
+                receiver = np.arange(self.shards) + step * hop
+                inside = (receiver >= 0) & (receiver < self.shards)
+                sends[inside] |= self.receives(side, hop)[receiver[inside]]
+        return sends
 
     def receives(self, side: str, hop: int) -> np.ndarray:
         """Per shard, whether it receives hop `hop` from the `side` ("left" or "right")."""
@@ -210,6 +225,8 @@ class HaloPlan:
             parts = self.parts_left if side == "left" else self.parts_right
             if parts:
                 text += f",parts_{side}=" + _table(np.concatenate(parts).ravel())
+        if self.real is not None:
+            text += f",real={_table(self.real.astype(np.int64))}"
         return text
 
     @classmethod
@@ -227,7 +244,7 @@ class HaloPlan:
         unknown = sorted(set(fields) - set(_REQUIRED) -
                          {"dilate", "mask", "pad", "reach_left", "reach_right", "skip_left",
                           "skip_right", "span_left", "span_right", "parts_left",
-                          "parts_right"})
+                          "parts_right", "real"})
         if missing or unknown:
             raise ValueError(f"missing {missing}" if missing else f"unknown {unknown}")
         n = _int(fields, "shards")
@@ -278,6 +295,11 @@ class HaloPlan:
                     raise ValueError(f"parts_{side} must hold 0 <= lo <= hi <= size per hop "
                                      "and shard")
                 got[f"parts_{side}"] = parts
+        if "real" in fields:
+            real = _array(fields["real"], n, "real")
+            if ((real != 0) & (real != 1)).any() or real.all():
+                raise ValueError("real must be a table of 0 and 1 with some 0")
+            got["real"] = real.astype(bool)
         return replace(plan, **got)
 
 
@@ -386,6 +408,8 @@ def plan_halo(dim: WindowedDim) -> HaloPlan:
         full = _full_reach(n, n, side)
         got[f"reach_{side}"] = np.minimum(reach, full).astype(np.int64)
         got[f"skip_{side}"] = np.minimum(skip, got[f"reach_{side}"]).astype(np.int64)
+    if not real.all():
+        got["real"] = real
     return replace(plan, **got)
 
 
@@ -504,17 +528,28 @@ def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
                    plans: Mapping[int, HaloPlan], pad_value: Instruction | None) -> Instruction:
     """`value` (this partition's shard under `tiling`) with every dim of `plans` replaced by its
     window input (dims in increasing order). `pad_value`: the scalar masked positions and
-    dilation holes take (may be None only when no plan masks or dilates)."""
+    dilation holes take (may be None only when no plan masks or dilates). A partition whose
+    shard on one dim holds no real output receives no halo on the others (`HaloPlan.real`),
+    except on a dim exchanged before one on which it sends: that later exchange forwards what
+    it holds (the corners)."""
+    ordinals = tiling.coordinates()
     for d in sorted(plans):
-        value = exchange_halo(ctx, value, d, tiling, plans[d], pad_value)
+        served = np.ones(len(ordinals), dtype=bool)
+        for e, plan in plans.items():
+            if e != d and plan.real is not None:
+                needed = plan.real if e < d else plan.real | plan.senders()
+                served &= needed[ordinals[:, e]]
+        value = exchange_halo(ctx, value, d, tiling, plans[d], pad_value, served)
     return value
 
 
 def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
-                  plan: HaloPlan, pad_value: Instruction | None) -> Instruction:
+                  plan: HaloPlan, pad_value: Instruction | None,
+                  served: np.ndarray | None = None) -> Instruction:
     """Dim `dim` of the local `value` (tiled `plan.shards` ways on `dim` by `tiling`)
     replaced by this partition's window input of `plan.window_input` elements: collective-permutes
-    per hop, concatenation, dilation, (dynamic-)slice and mask."""
+    per hop, concatenation, dilation, (dynamic-)slice and mask. `served`: per device id,
+    whether it receives its halo (None: every device); the others get zeros."""
     if tiling.counts[dim] != plan.shards:
         raise ValueError(f"halo plan for {plan.shards} shards on a dim tiled "
                          f"{tiling.counts[dim]} ways")
@@ -522,11 +557,11 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
         return value
     b = ctx.builder
     pieces = [_receive(ctx, value, dim, tiling, h, piece, plan.receives("left", h),
-                       from_left=True, parts=plan.parts("left", h))
+                       from_left=True, parts=plan.parts("left", h), served=served)
               for h, piece in reversed(list(enumerate(plan.pieces("left"), 1)))]
     pieces.append(value)
     pieces += [_receive(ctx, value, dim, tiling, h, piece, plan.receives("right", h),
-                        from_left=False, parts=plan.parts("right", h))
+                        from_left=False, parts=plan.parts("right", h), served=served)
                for h, piece in enumerate(plan.pieces("right"), 1)]
     value = _concatenate(b, pieces, dim)
     if plan.base_dilation > 1:
@@ -607,7 +642,8 @@ def _need(pad_value: Instruction | None) -> Instruction:
 
 def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
              piece: tuple[int, int, int], receives: np.ndarray,
-             from_left: bool, parts: np.ndarray | None = None) -> Instruction:
+             from_left: bool, parts: np.ndarray | None = None,
+             served: np.ndarray | None = None) -> Instruction:
     """The piece each shard receives from the shard `hop` positions to its left (the sender's
     last `size` elements) or right (its first `size`), `piece = (size, lo, hi)`, for the
     shards that `receives` it (by ordinal); the others (and shards without a sender) get
@@ -624,7 +660,8 @@ def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop
     received = None
     for lo, hi in groups or [(lo, hi)]:
         group = receives & (parts[:, 0] == lo) & (parts[:, 1] == hi)
-        got = _sent_piece(ctx, value, dim, tiling, hop, at + lo, at + hi, group, from_left)
+        got = _sent_piece(ctx, value, dim, tiling, hop, at + lo, at + hi, group, from_left,
+                          served)
         if (lo, hi) != (0, size):
             got = _pad_dim(b, got, dim, lo, size - hi, b.zero(value.shape.element_type))
         if received is not None:            # this partition's group picks its part
@@ -639,9 +676,11 @@ def _receive(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop
 
 
 def _sent_piece(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, hop: int,
-                start: int, limit: int, receives: np.ndarray, from_left: bool) -> Instruction:
+                start: int, limit: int, receives: np.ndarray, from_left: bool,
+                served: np.ndarray | None = None) -> Instruction:
     """Elements `[start, limit)` of the sender's `value`, received from `hop` shards to the
-    left / right by the shards that `receives` it (zeros elsewhere)."""
+    left / right by the shards that `receives` it and the devices `served` (by id; None: all),
+    zeros elsewhere."""
     n = tiling.counts[dim]
     piece = _slice_dim(ctx.builder, value, dim, start, limit)
     devices = tiling.devices
@@ -650,6 +689,8 @@ def _sent_piece(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, 
     ordinals = np.take(np.indices(devices.shape)[dim], np.arange(hop, n), axis=dim).ravel()
     receiving = receives[ordinals - hop if not from_left else ordinals]
     pairs = np.stack([low, high], axis=1) if from_left else np.stack([high, low], axis=1)
+    if served is not None:
+        receiving = receiving & served[pairs[:, 1]]
     pairs = pairs[receiving]
     if not len(pairs):
         b = ctx.builder
