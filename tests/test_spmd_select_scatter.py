@@ -9,7 +9,8 @@ import pytest
 
 from gspmdc import api
 from gspmdc.passes.spmd.halo import plan_halo
-from gspmdc.passes.spmd.op_rules_window import _overlapping, _overlapping_windows
+from gspmdc.passes.spmd.op_rules_window import _overlapping_dims, _overlapping_windows
+from gspmdc.passes.spmd.tiling import Tiling
 
 from conformance.oracle import xla_available
 from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
@@ -97,21 +98,23 @@ def test_window_ranges_of_overlapping_shards_by_hand():
     """MIXED, per dim tiled in two: the first window reaching into shard i's data and the most
     windows any shard runs, and what the operand and source halos then cover."""
     r = _root(MIXED)
-    data, source = _overlapping_windows(r, 0, 2)   # window 2 stride 1: shards [0,3), [3,6)
+    window = r.attr("window").dims
+    data, source = _overlapping_windows(6, 5, window[0], 2)   # window 2 stride 1: [0,3), [3,6)
     assert (data.firsts, data.per_shard) == ((0, 2), 4)          # windows 0-3 and 2-5
     plan = plan_halo(data)
     assert plan.start.tolist() == [0, 2] and plan.window_input == 5
     assert (plan.from_left, plan.from_right) == (1, 2)            # rows 2 / 3-4 of the other
     plan = plan_halo(source)                                      # source shards [0,3), [3,5)
     assert plan.left.tolist() == [0, 1] and plan.right.tolist() == [1, 0]
-    data, source = _overlapping_windows(r, 1, 2)   # window 4 stride 2 pad 2: shards [0,2), [2,4)
+    data, source = _overlapping_windows(4, 2, window[1], 2)   # window 4 stride 2 pad 2: [0,2), [2,4)
     assert (data.firsts, data.per_shard) == ((0, 1), 2)          # windows 0-1 and 1-2
     plan = plan_halo(data)
     assert plan.start.tolist() == [-2, 0] and plan.window_input == 6
     assert plan.left.tolist() == [2, 2] and plan.right.tolist() == [2, 2] and plan.mask
-    # busiest shard, the other dims whole: dim 0 own windows 32 B halo + 32 B back against
-    # 64 + 8 overlapping; dim 1 own 96 + 96 against 96 + 20
-    assert not _overlapping(r, 0, 2) and _overlapping(r, 1, 2)
+    # the busiest partition's operand halos + source halos + returned halos, per choice of
+    # overlapping dims: both 112 + 20 + 0, dim 0 112 + 4 + 48, dim 1 80 + 12 + 16, none
+    # 80 + 0 + 80
+    assert _overlapping_dims(r, Tiling(r.sharding, 3, 4)) == {1}
 
 
 def test_mixed_dims_bytes_by_hand():

@@ -36,7 +36,9 @@ prefix of a tiled dim (a cumulative sum) is a prefix scan instead (`prefix_scan.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -86,9 +88,9 @@ class WindowRule(PartitionRule):
                        if not _trivial(wd)})
 
     def shard_window(self, inst: Instruction, k: int, dim: int, window: WindowedDim,
-                     shards: int) -> WindowedDim:
-        """The window of `dim` of operand `k` when that operand is tiled into `shards`."""
-        return replace(window, shards=shards)
+                     tiling: Tiling) -> WindowedDim:
+        """The window of `dim` of operand `k` when that operand has `tiling`."""
+        return replace(window, shards=tiling.counts[dim])
 
     #: whether a result annotated onto one device is also planned in its tiled operand's
     #: tiling (then moved to the device): XLA's partitioner slices in the operand's sharding
@@ -212,7 +214,7 @@ class WindowRule(PartitionRule):
         for d, wd in window.items():
             n = tiling.counts[d]
             if n > 1 and d in windowed:
-                plan = plan_halo(self.shard_window(inst, k, d, wd, n))
+                plan = plan_halo(self.shard_window(inst, k, d, wd, tiling))
                 if not plan.identity:
                     plans[d] = plan
         return plans
@@ -496,7 +498,8 @@ class ReverseRule(WindowRule):
     def windowed_dims(self, inst):
         return sorted(inst.attr("dimensions"))
 
-    def shard_window(self, inst, k, dim, window, shards):
+    def shard_window(self, inst, k, dim, window, tiling):
+        shards = tiling.counts[dim]
         shift = shards * cdiv(window.size, shards) - window.size
         return WindowedDim(window.size, shards, padding_low=shift,
                            outputs=(shift, window.size + shift))
@@ -511,8 +514,9 @@ class ReverseRule(WindowRule):
 
 @PARTITION_RULES.register("select-and-scatter", instance=True)
 class SelectAndScatterRule(WindowRule):
-    """A tiled windowed dim runs one of two ways, whichever sends fewer bytes (on a tie, the
-    first):
+    """Each tiled windowed dim runs one of two ways, the dims together taking the choice that
+    sends the fewest bytes from the busiest partition (on a tie, the most dims overlapping;
+    `_overlapping_dims`):
 
     - *overlapping windows* (XLA's partitioner): shard `i` runs every window overlapping its
       own operand shard, windows `[first(i), first(i) + W)` (`first(i)` the first window
@@ -538,10 +542,12 @@ class SelectAndScatterRule(WindowRule):
                  for d, (size, w) in enumerate(zip(operand.shape.dims, window.dims))},
                 _dims(source.shape), None]
 
-    def shard_window(self, inst, k, dim, window, shards):
-        if not _overlapping(inst, dim, shards):
-            return replace(window, shards=shards)
-        return _overlapping_windows(inst, dim, shards)[k]
+    def shard_window(self, inst, k, dim, window, tiling):
+        if dim not in _overlapping_dims(inst, tiling):
+            return replace(window, shards=tiling.counts[dim])
+        return _overlapping_windows(inst.operands[0].shape.dims[dim],
+                                    inst.operands[1].shape.dims[dim],
+                                    inst.attr("window").dims[dim], tiling.counts[dim])[k]
 
     def supports_halo(self, inst, computations):
         return _select_direction(inst, computations) is not None and \
@@ -550,9 +556,9 @@ class SelectAndScatterRule(WindowRule):
 
     def extra_cost(self, inst, tiling, computations):
         operand = inst.operands[0]
+        overlapping = _overlapping_dims(inst, tiling)
         plans = {d: plan for d, plan in self._plans(inst, 0, self.windows(inst)[0], tiling,
-                                                    []).items()
-                 if not _overlapping(inst, d, tiling.counts[d])}
+                                                    []).items() if d not in overlapping}
         return halo_bytes(plans, tiling.shard_dims(operand.shape.dims),
                           dtypes.byte_width(operand.shape.element_type),
                           whole_pieces=True) if plans else 0.0
@@ -575,8 +581,7 @@ class SelectAndScatterRule(WindowRule):
         t = operand.shape.element_type
         tiling = _tiling(operand, ctx.num_devices)
         tiled = [] if tiling is None else [d for d, n in enumerate(tiling.counts) if n > 1]
-        overlapping = [d for d in tiled if d in self.windowed_dims(inst) and
-                       _overlapping(inst, d, tiling.counts[d])]
+        overlapping = [] if tiling is None else sorted(_overlapping_dims(inst, tiling))
         # without halos, a partition's windows are its own source elements; still, a padding
         # source element (an uneven tiled dim) has no window and must scatter nothing
         if not plans[0] and not overlapping and \
@@ -608,42 +613,70 @@ class SelectAndScatterRule(WindowRule):
             return b.binary("add", result, b.broadcast(init, result.shape.dims))
 
 
-def _overlapping_windows(inst: Instruction, dim: int, shards: int) -> list[WindowedDim]:
-    """The operand's and the source's windows on `dim` tiled `shards` ways when every shard
-    runs the windows overlapping its data (`SelectAndScatterRule`)."""
-    w = inst.attr("window").dims[dim]
-    operand, source = inst.operands[:2]
-    size = max(w.size, w.stride)
-    shard = cdiv(operand.shape.dims[dim], shards)
+def _overlapping_windows(size: int, windows: int, w: WindowDim,
+                         shards: int) -> list[WindowedDim]:
+    """The operand's and the source's windows on a dim of `size` elements and `windows`
+    windows (`w`) tiled `shards` ways when every shard runs the windows overlapping its data
+    (`SelectAndScatterRule`)."""
+    extent = max(w.size, w.stride)
+    shard = cdiv(size, shards)
     i = np.arange(shards, dtype=np.int64)
-    # window j covers [stride*j - pad_low, stride*j - pad_low + size): the first reaching past
-    # the shard's start, and the first starting at or after its end
-    first = np.maximum((shard * i + w.padding_low - size + w.stride) // w.stride, 0)
+    # window j covers [stride*j - pad_low, stride*j - pad_low + extent): the first reaching
+    # past the shard's start, and the first starting at or after its end
+    first = np.maximum((shard * i + w.padding_low - extent + w.stride) // w.stride, 0)
     limit = -(-(shard * (i + 1) + w.padding_low) // w.stride)
     firsts, per_shard = tuple(int(f) for f in first), int((limit - first).max())
-    windows = source.shape.dims[dim]                  # the windows that exist
-    return [WindowedDim(operand.shape.dims[dim], shards, size, w.stride, w.padding_low,
-                        w.padding_high, firsts=firsts, per_shard=per_shard,
-                        outputs=(0, windows)),
+    return [WindowedDim(size, shards, extent, w.stride, w.padding_low, w.padding_high,
+                        firsts=firsts, per_shard=per_shard, outputs=(0, windows)),
             WindowedDim(windows, shards, firsts=firsts, per_shard=per_shard)]
 
 
-def _overlapping(inst: Instruction, dim: int, shards: int) -> bool:
-    """Whether `dim` tiled `shards` ways runs overlapping windows: their operand and source
-    halos send no more than the own windows' operand halo and returned results (bytes of the
-    busiest shard on this dim alone, the other dims whole)."""
-    w = inst.attr("window").dims[dim]
+def _overlapping_dims(inst: Instruction, tiling: Tiling) -> frozenset[int]:
+    """The tiled windowed dims of `inst` that run overlapping windows under the operand
+    `tiling`: of the choices per dim, the one whose halos (operand and source, and the own
+    windows' returned results) send the fewest bytes from the busiest partition (each
+    exchange priced as the candidates are, `halo_bytes`, each dim's halo widened by the earlier
+    dims'); on a tie, the most dims overlapping."""
     operand, source = inst.operands[:2]
-    width = dtypes.byte_width(operand.shape.element_type)
-    own = plan_halo(WindowedDim(operand.shape.dims[dim], shards, w.size, w.stride,
-                                w.padding_low, w.padding_high))
-    data, windows = (plan_halo(x) for x in _overlapping_windows(inst, dim, shards))
-    dims, source_dims = list(operand.shape.dims), list(source.shape.dims)
-    dims[dim], source_dims[dim] = cdiv(dims[dim], shards), cdiv(source_dims[dim], shards)
-    returned = halo_bytes({dim: own}, dims, width) + \
-        halo_bytes({dim: own}, dims, width, whole_pieces=True)
-    return halo_bytes({dim: data}, dims, width) + \
-        halo_bytes({dim: windows}, source_dims, width) <= returned
+    window = inst.attr("window")
+    dims = tuple(d for d, (n, w) in enumerate(zip(tiling.counts, window.dims))
+                 if n > 1 and (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation,
+                               w.window_dilation) != (1, 1, 0, 0, 1, 1))
+    if not dims:
+        return frozenset()
+    return _cheapest_overlap(operand.shape, source.shape, window, tiling.sharding,
+                             tiling.num_devices, dims)
+
+
+@lru_cache(maxsize=256)
+def _cheapest_overlap(operand: ArrayShape, source: ArrayShape, window: Window,
+                      sharding: HloSharding, num_devices: int,
+                      dims: tuple[int, ...]) -> frozenset[int]:
+    """`_overlapping_dims` of a select-and-scatter of these shapes and window, `dims` its
+    tiled windowed dims (a few: every subset is priced)."""
+    tiling = Tiling(sharding, operand.rank, num_devices)
+    width = dtypes.byte_width(operand.element_type)
+    local, source_local = tiling.shard_dims(operand.dims), tiling.shard_dims(source.dims)
+    own, overlapping = {}, {}
+    for d in dims:
+        w, n = window.dims[d], tiling.counts[d]
+        own[d] = plan_halo(WindowedDim(operand.dims[d], n, w.size, w.stride, w.padding_low,
+                                       w.padding_high))
+        overlapping[d] = [plan_halo(x) for x in
+                          _overlapping_windows(operand.dims[d], source.dims[d], w, n)]
+    best = None
+    for count in range(len(dims), -1, -1):
+        for chosen in itertools.combinations(dims, count):
+            data = {d: overlapping[d][0] if d in chosen else own[d] for d in dims}
+            data = {d: plan for d, plan in data.items() if not plan.identity}
+            windows = {d: overlapping[d][1] for d in chosen if not overlapping[d][1].identity}
+            returned = {d: plan for d, plan in data.items() if d not in chosen}
+            bytes_ = halo_bytes(data, local, width) + \
+                halo_bytes(windows, source_local, width) + \
+                halo_bytes(returned, local, width, whole_pieces=True)
+            if best is None or bytes_ < best[0]:
+                best = (bytes_, frozenset(chosen))
+    return best[1]
 
 
 def _select_direction(inst: Instruction, computations: Computations) -> str | None:
