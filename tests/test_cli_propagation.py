@@ -68,7 +68,7 @@ def test_explain_a_collective_of_a_compiled_module(tmp_path, capsys):
 
 DEAD_SOURCE = """HloModule m, num_partitions=2
 ENTRY e {
-  p = f32[8,4] parameter(0)
+  p = f32[8,4] parameter(0), sharding={devices=[1,2]<=[2]}
   q = f32[4,4] parameter(1)
   n = f32[8,4] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   dead = f32[8,4] copy(n), sharding={devices=[2,1]<=[2]}
@@ -79,17 +79,43 @@ ENTRY e {
 
 def test_explain_a_collective_whose_origin_chain_passes_a_removed_instruction(tmp_path, capsys):
     """`n` takes its sharding from the unused `dead`, which the partitioner's cleanup removes:
-    the chain says what happened to it instead of failing. (`n` is a dot: an elementwise op of
-    the replicated parameter would be computed again whole, with no all-gather to explain.)"""
+    the chain says what happened to it instead of failing. The partitioner computes `n`
+    replicated (its only live user reads it so; gathering `p` costs what gathering `n` would), so
+    the chain starts with that step, then propagation's sharding."""
     source, out = tmp_path / "dead.hlo", tmp_path / "spmd.hlo"
     source.write_text(DEAD_SOURCE)
     assert main(["compile", str(source), "-n", "2", "-o", str(out)]) == 0
     capsys.readouterr()
     assert main(["explain", str(out), "all-gather"]) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
-    at = lines.index("n  {devices=[2,1]<=[2]}  ← backward from dead via elementwise (level 0)")
-    assert lines[at + 1].startswith("dead  ← no longer in the module: it was removed after "
+    at = lines.index("n  {replicated}  ← computed so by the partitioner's plan for this op; "
+                     "propagation's sharding is on the next line")
+    assert lines[at + 1] == "n  {devices=[2,1]<=[2]}  ← backward from dead via elementwise (level 0)"
+    assert lines[at + 2].startswith("dead  ← no longer in the module: it was removed after "
                                     "propagation")
+
+
+def test_explain_an_annotated_instruction_the_partitioner_computes_in_another_sharding(
+        tmp_path, capsys):
+    """A dot contracting a dim both operands tile leaves partial sums: the partitioned `n` is
+    `{unreduced}` and a reshard makes the annotated rows for its user. The chain says so, then
+    names the annotation."""
+    source, out = tmp_path / "partial.hlo", tmp_path / "spmd.hlo"
+    source.write_text("""HloModule m, num_partitions=2
+ENTRY e {
+  p = f32[8,4] parameter(0), sharding={devices=[1,2]<=[2]}
+  q = f32[4,4] parameter(1), sharding={devices=[2,1]<=[2]}
+  n = f32[8,4] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1]<=[2]}
+  ROOT r = f32[8,4] add(n, n), sharding={devices=[2,1]<=[2]}
+}
+""")
+    assert main(["compile", str(source), "-n", "2", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(out), "n"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    at = lines.index("n  {unreduced}  ← computed so by the partitioner's plan for this op; "
+                     "propagation's sharding is on the next line")
+    assert lines[at + 1] == "n  {devices=[2,1]<=[2]}  ← user annotation"
 
 
 def test_explain_a_sharding_barrier_that_propagation_removes(tmp_path, capsys):

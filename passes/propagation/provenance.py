@@ -12,6 +12,12 @@ steps separated by `;`, each `how|rule|sources|level|sharding`, sources `name@ve
 `computation:name@version` across computations) joined by `,`, the sharding omitted on the last
 step (it is the instruction's). Instructions without the attribute that carry a sharding are
 user annotations. `explain` reads either the in-memory history or these attributes.
+
+The partitioner may compute an instruction in another sharding than propagation gave it (its
+plan for the op computes it so: partial sums, or a layout its users read for fewer bytes);
+`record_partitioner_sharding` then adds a last step,
+`partitioner`, whose source is the instruction's own propagated version, so the chain of a
+partitioned module starts with the sharding the instruction really has.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.sharding_algebra import cached
 
 ANNOTATION = "annotation"
+PARTITIONER = "partitioner"
 
 Key = tuple[str, str]  # (computation name, instruction name)
 
@@ -170,9 +177,25 @@ def _sharding_text(s: HloSharding | None, inst: Instruction, module: Module) -> 
     return _text(s)
 
 
+def record_partitioner_sharding(inst: Instruction, comp: str, propagated: HloSharding) -> None:
+    """Record on `inst` (of computation `comp`) that the partitioner computes it in its present
+    sharding rather than `propagated`, the one propagation gave it: its `sharding_origin` gains a
+    `partitioner` step whose source is its own previous version (a user annotation becomes
+    version 0)."""
+    text = frontend_attribute(inst, SHARDING_ORIGIN) or \
+        _step_head(OriginStep(None, ANNOTATION), comp)
+    version = text.count(";") + 1
+    partitioner = _step_head(OriginStep(None, PARTITIONER, "", (((comp, inst.name), version - 1),)),
+                             comp)
+    set_frontend_attribute(inst, SHARDING_ORIGIN, f"{text}{_text(propagated)};{partitioner}")
+
+
 def _describe(step: OriginStep, comp: str) -> str:
     if step.how == ANNOTATION:
         return "user annotation"
+    if step.how == PARTITIONER:
+        return ("computed so by the partitioner's plan for this op; propagation's sharding is on "
+                "the next line")
     names = ", ".join(n if c == comp else f"{c}:{n}" for (c, n), _ in step.sources)
     text = step.how + (f" from {names}" if names else "")
     if step.rule:

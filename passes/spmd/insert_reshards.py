@@ -66,6 +66,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
+from gspmdc.passes.propagation.provenance import record_partitioner_sharding
 
 from .builder import Builder, NameUniquer
 from .call_graph import control_flow_callees, unshare_callees
@@ -241,6 +242,8 @@ class _Rewriter:
             for operand in inst.operands:
                 self.unread.pop(operand, None)
             inst.sharding = plan.result
+            if desired is not None and plan.result != desired:
+                record_partitioner_sharding(inst, comp.name, desired)
             b.append(inst)
             self.planned.add(inst)
             if self._computed_everywhere(inst):
