@@ -42,10 +42,13 @@ Emission (`exchange_halo`, in lower-spmd): `[left hops..., own shard, right hops
 concatenated, dilated (base dilation), padded to cover every shard's window, cut with a
 (dynamic-)slice at `from_left - left(i)` and masked; running the op on the result with padding 0
 and no base dilation on this dim yields exactly the shard's `W` outputs. Several dims are
-exchanged one after another (`windowed_input`): corners arrive through the second exchange.
+exchanged one after another (`windowed_input`, in `exchange_order`: the order sending least, so
+that no exchange carries another dim's holes where it need not): corners arrive through the
+later exchanges.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
@@ -432,7 +435,7 @@ def _full_reach(n: int, hops: int, side: str) -> np.ndarray:
 def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
                whole_pieces: bool = False) -> float:
     """Bytes the busiest partition sends to exchange `plans` (dim → plan) on a value whose
-    local shard has `local_dims`, the dims exchanged in increasing order (earlier exchanges
+    local shard has `local_dims`, the dims exchanged in `exchange_order` (earlier exchanges
     widen later pieces). A partition's bytes are a sum over dims of what its ordinal on each
     dim sends, and every combination of ordinals is some partition's: the busiest sends the
     sum of the per-dim maxima. `whole_pieces`: every hop's piece whole (`return_halo` sends
@@ -450,12 +453,12 @@ def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], w
 
 
 def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
-                 whole_pieces: bool = False):
-    """Per exchanged dim: the elements of that dim each shard ordinal sends (to the shards
-    whose `reach` covers it: each hop's span, or its whole piece with `whole_pieces`) and the
-    elements of the other dims one such element carries."""
+                 whole_pieces: bool = False, order: Sequence[int] | None = None):
+    """Per exchanged dim (in `order`, default `exchange_order`): the elements of that dim each
+    shard ordinal sends (to the shards whose `reach` covers it: each hop's span, or its whole
+    piece with `whole_pieces`) and the elements of the other dims one such element carries."""
     dims = [int(d) for d in local_dims]
-    for d in sorted(plans):
+    for d in (exchange_order(plans, local_dims) if order is None else order):
         plan = plans[d]
         dims[d] = plan.input_shard
         other = int(np.prod(dims)) // max(dims[d], 1)
@@ -527,20 +530,49 @@ _ENTRY = re.compile(r"operand (\d+) dim (\d+): (.*)")
 def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
                    plans: Mapping[int, HaloPlan], pad_value: Instruction | None) -> Instruction:
     """`value` (this partition's shard under `tiling`) with every dim of `plans` replaced by its
-    window input (dims in increasing order). `pad_value`: the scalar masked positions and
+    window input (dims in `exchange_order`). `pad_value`: the scalar masked positions and
     dilation holes take (may be None only when no plan masks or dilates). A partition whose
     shard on one dim holds no real output receives no halo on the others (`HaloPlan.real`),
     except on a dim exchanged before one on which it sends: that later exchange forwards what
     it holds (the corners)."""
     ordinals = tiling.coordinates()
-    for d in sorted(plans):
+    order = exchange_order(plans, value.shape.dims)
+    position = {d: k for k, d in enumerate(order)}
+    for d in order:
         served = np.ones(len(ordinals), dtype=bool)
         for e, plan in plans.items():
             if e != d and plan.real is not None:
-                needed = plan.real if e < d else plan.real | plan.senders()
+                needed = plan.real if position[e] < position[d] else \
+                    plan.real | plan.senders()
                 served &= needed[ordinals[:, e]]
         value = exchange_halo(ctx, value, d, tiling, plans[d], pad_value, served)
     return value
+
+
+def exchange_order(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]) -> list[int]:
+    """The order the dims of `plans` are exchanged in on a shard of `local_dims`: the one whose
+    busiest partition sends least (then all partitions; then increasing dims, the first of
+    equals). Each exchange carries what the earlier ones made of the other dims (the corners),
+    so any order is exact, but not equally cheap: a dim dilated first makes every later piece
+    carry its holes (XLA dilates after its exchanges: a `pad` with interior padding on dim 0
+    and a halo on dim 1 sends half), a dim whose window crops its shard first makes them
+    smaller. Up to three dims every order is tried, beyond that increasing and dilated last."""
+    dims = sorted(plans)
+    if len(dims) < 2:
+        return dims
+    orders = itertools.permutations(dims) if len(dims) <= 3 else \
+        (dims, sorted(dims, key=lambda d: (plans[d].base_dilation > 1, d)))
+    # every partition's ordinal on each dim: a dim's ordinal sends for prod(shards) / n of them
+    devices = int(np.prod([plans[d].shards for d in dims]))
+    best, best_key = None, None
+    for order in orders:
+        busiest = total = 0
+        for sent, other in _sent_by_dim(plans, local_dims, order=order):
+            busiest += int(sent.max(initial=0)) * other
+            total += int(sent.sum()) * other * (devices // sent.size)
+        if best_key is None or (busiest, total) < best_key:
+            best, best_key = list(order), (busiest, total)
+    return best
 
 
 def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
@@ -744,4 +776,5 @@ def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid:
 
 
 __all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "halo_total_bytes",
-           "describe_plans", "recorded_plans", "windowed_input", "exchange_halo", "return_halo"]
+           "describe_plans", "recorded_plans", "windowed_input", "exchange_order",
+           "exchange_halo", "return_halo"]

@@ -8,9 +8,13 @@ on every index, with the same size in the result and in the operands that have t
 The result takes a tiling of its pass-through dims only (the others whole); each operand takes that
 tiling mapped to its own dims, replicated over result dims it does not have; scalar operands (init
 and pad values, dynamic indices) are replicated. Candidates: the annotated result sharding
-restricted to pass-through dims, the first operand's sharding carried through, and everything
-replicated (the default action); the fewest bytes moved wins. Padding of uneven pass-through dims
-only ever meets padding. Windowed and indexed dims that are tiled need halo exchange or index
+restricted to pass-through dims, the first operand's sharding carried through, each of those
+two with the tiles of its other dims moved into a pass-through dim instead (as XLA replicates
+the dims an op cannot split, `HandleElementwiseWithDimsToReplicate`: each such dim's tiles go
+to the first pass-through dim whose size the merged tile count divides; the reshards are then
+all-to-alls, not all-gathers: `cholesky` of f32[4,4,4] tiled 4 ways on a matrix dim runs on
+batch tiles), and everything replicated (the default action); the fewest bytes moved wins.
+Padding of uneven pass-through dims only ever meets padding. Windowed and indexed dims that are tiled need halo exchange or index
 arithmetic, which these rules leave to resharding: such dims are simply gathered.
 """
 from __future__ import annotations
@@ -90,9 +94,13 @@ class PassThroughRule(PartitionRule):
 
         if target.kind == "maximal":
             return plan(target, f"{inst.opcode} on one device")
-        candidates = [plan(algebra.partially_replicate_on_dims(ctx.tiling(target, rank).sharding,
-                                                               fixed),
+        tiled = ctx.tiling(target, rank).sharding
+        candidates = [plan(algebra.partially_replicate_on_dims(tiled, fixed),
                            f"{inst.opcode} keeps the result's tiling of its pass-through dims")]
+        moved = _tiles_moved(tiled, leaf.dims, fixed, free)
+        if moved is not None:
+            candidates.append(plan(moved, f"{inst.opcode} moves the result's tiles of its other "
+                                          "dims into its pass-through dims"))
         source = inst.operands[0].sharding
         first = inst.operands[0].shape
         if source.is_tiled and source == without_partials(source) and \
@@ -104,8 +112,35 @@ class PassThroughRule(PartitionRule):
             carried = remap(ctx.tiling(source, first.rank).sharding, to_result, rank)
             candidates.append(plan(carried, f"{inst.opcode} keeps its operand's tiling of its "
                                              "pass-through dims"))
+            moved = _tiles_moved(ctx.tiling(source, first.rank).sharding, first.dims,
+                                 [d for d in range(first.rank) if d not in maps[0]],
+                                 [d for d in maps[0] if d >= 0])
+            if moved is not None:
+                candidates.append(plan(remap(moved, to_result, rank),
+                                       f"{inst.opcode} moves its operand's tiles of its other "
+                                       "dims into its pass-through dims"))
         candidates.append(plan(HloSharding.replicate(), f"{inst.opcode} runs replicated"))
         return ctx.choose(inst, candidates)
+
+
+def _tiles_moved(sharding: HloSharding, dims, fixed: list[int],
+                 free: list[int]) -> HloSharding | None:
+    """`sharding` (tiled, of an array of `dims`) with the tiles of each dim of `fixed` moved
+    into the first dim of `free` whose size the merged tile count divides (XLA's
+    GetFirstTargetDimToMoveShardingTiles, then MoveAndMergeShardingTiles); None when no tile
+    moves."""
+    if not sharding.is_tiled:
+        return None
+    moved = sharding
+    for source in fixed:
+        count = moved.tile_assignment.dims[source]
+        if count == 1 or dims[source] == 1:
+            continue
+        for target in free:
+            if dims[target] % (moved.tile_assignment.dims[target] * count) == 0:
+                moved = algebra.move_and_merge(moved, source, target)
+                break
+    return None if moved is sharding else moved
 
 
 __all__ = ["PassThroughRule"]

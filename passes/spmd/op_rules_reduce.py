@@ -76,7 +76,10 @@ class ReduceRule(PartitionRule):
                 candidates.append(plan(source, partial,
                                        "reduce keeps its input's tiling"))
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
-        return ctx.choose(inst, candidates)
+        # on a tie of the busiest device, the fewest bytes over all devices: a partial scalar
+        # all-reduced over 3 tiles sends 8 B from one device and 4 B from the others, the
+        # gather of its 3 one-element shards 8 B from each (XLA reduces locally)
+        return ctx.choose(inst, candidates, tie_break=lambda p: ctx.total_of(inst, p))
 
     def lower(self, inst, ctx: LowerContext):
         count = len(inst.operands) // 2

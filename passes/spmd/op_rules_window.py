@@ -51,8 +51,8 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .halo import (
-    HaloPlan, WindowedDim, describe_plans, halo_bytes, halo_total_bytes, plan_halo,
-    recorded_plans, return_halo, windowed_input,
+    HaloPlan, WindowedDim, describe_plans, exchange_order, halo_bytes, halo_total_bytes,
+    plan_halo, recorded_plans, return_halo, windowed_input,
 )
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .op_rules_indexed import masked_window
@@ -607,7 +607,8 @@ class SelectAndScatterRule(WindowRule):
                                                   f"own.{d}")
                     sizes[d] = shard[d]
                 result = b.dynamic_slice(local, starts, sizes)
-            for d in sorted(set(plans[0]) - set(overlapping), reverse=True):
+            order = exchange_order(plans[0], tiling.shard_dims(operand.shape.dims))
+            for d in reversed([d for d in order if d not in overlapping]):
                 result = return_halo(ctx, result, d, tiling, plans[0][d], zero)
             init = ctx.local[inst.operands[2]]
             return b.binary("add", result, b.broadcast(init, result.shape.dims))

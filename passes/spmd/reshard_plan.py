@@ -34,11 +34,12 @@ tiles do not nest (where they would fall back to gathering the dim whole): every
 its new tile from the pieces of the source tiles it overlaps, received by a few
 collective-permutes.
 
-A `MaskedGather` replaces the all-gathers of a plan by one all-reduce: every device places its
-shard (padding zeroed) at its offset in a zero buffer of the gathered shard's shape and the group
-sums the buffers. It moves about twice the gathered *real* elements instead of every member's
-padded shard, so it wins when padding dominates (f32[3,3] on 8 devices: 9 real elements against
-8 padded rows); on even dims the all-gathers always cost less.
+A `MaskedGather` replaces the all-gathers of a plan (or a leading run of them, the others
+following it: `_masked_prefix`) by one all-reduce: every device places its shard (padding
+zeroed) at its offset in a zero buffer of the gathered shard's shape and the group sums the
+buffers. It moves about twice the gathered *real* elements instead of every member's padded
+shard, so it wins when padding dominates (f32[3,3] on 8 devices: 9 real elements against 8
+padded rows); on even dims the all-gathers always cost less.
 
 A plan may also work on the array padded as XLA pads it (`_padded_dims`: each uneven dim to a
 multiple of the target's tile count), where tile counts dividing the padded size split it
@@ -568,8 +569,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if masked and not gather_steps:
         inert.add(0)
     if masked and gather_steps:
-        steps.append(MaskedGather(gather_steps[0].before, state,
-                                  groups=_combined_groups(gather_steps)))
+        steps += _masked_prefix(dims, gather_steps)
     else:
         steps += gather_steps
     if state != target:
@@ -614,6 +614,24 @@ def _gather_order(dims, state: Tiling, gathers: list[int]) -> list[int]:
         held, gathered = cdiv(dims[d], t), cdiv(dims[d], t // g)
         return ((gathered / held - 1) / (g - 1), -d)
     return sorted((d for d in range(len(dims)) if gathers[d] > 1), key=key)
+
+
+def _masked_prefix(dims, gathers: list[AllGather]) -> list[Step]:
+    """The all-gathers `gathers` (cheapest order first) with a leading run of them done as one
+    masked gather: the run whose steps send least (busiest device, then all devices; the whole
+    run on a tie). As XLA replicates a dim whose size is at most half its tile count by a sum
+    of zero-padded shards and gathers the others, masking pays on the dims padding inflates
+    (the first in the order), and the sum grows with every dim gathered before it (f32[2,1]
+    tiled [2,3]: the sum over the 3 tiles of dim 1, then an all-gather of dim 0)."""
+    best, best_sent = None, None
+    for k in range(len(gathers), 0, -1):
+        run = gathers[:k]
+        steps = [MaskedGather(run[0].before, run[-1].after, groups=_combined_groups(run)),
+                 *gathers[k:]]
+        sent = _bytes_sent(steps, dims, 1)
+        if best_sent is None or sent < best_sent:
+            best, best_sent = steps, sent
+    return best
 
 
 def _combined_groups(gathers: list[AllGather]) -> np.ndarray:
