@@ -78,8 +78,11 @@ class ReduceRule(PartitionRule):
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
         # on a tie of the busiest device, the fewest bytes over all devices: a partial scalar
         # all-reduced over 3 tiles sends 8 B from one device and 4 B from the others, the
-        # gather of its 3 one-element shards 8 B from each (XLA reduces locally)
-        return ctx.choose(inst, candidates, tie_break=lambda p: ctx.total_of(inst, p))
+        # gather of its 3 one-element shards 8 B from each (XLA reduces locally); where the
+        # busiest sends nothing, so do all
+        signature = ctx.signature(inst, candidates)
+        return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
+                              if ctx.cost_of(signature, p) else 0.0)
 
     def lower(self, inst, ctx: LowerContext):
         count = len(inst.operands) // 2
