@@ -56,6 +56,7 @@ class ReduceRule(PartitionRule):
             return OpPlan((target,) * (2 * count), whole, "reduce on one device")
         candidates = [plan(algebra.insert_dims(ctx.tiling(target, rank - len(dims)).sharding, dims),
                            target, "reduce input takes the result's tiling")]
+        summed = False          # whether a candidate leaves partial sums
         source = inputs[0].sharding
         if source.kind in ("tiled", "replicated") and source == without_partials(source):
             tiling = ctx.tiling(source, rank)
@@ -71,15 +72,18 @@ class ReduceRule(PartitionRule):
                 candidates.append(plan(source, result, reason)._replace(
                     cost=float((tiles - 1) * partials)))
             else:
+                summed = any(tiling.counts[d] > 1 for d in dims)
                 partial = algebra.remove_dims(algebra.unreduce_on_dims(tiling.sharding, dims),
                                               dims)
                 candidates.append(plan(source, partial,
                                        "reduce keeps its input's tiling"))
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
-        # on a tie of the busiest device, the fewest bytes over all devices: a partial scalar
-        # all-reduced over 3 tiles sends 8 B from one device and 4 B from the others, the
-        # gather of its 3 one-element shards 8 B from each (XLA reduces locally); where the
-        # busiest sends nothing, so do all
+        if not summed:
+            return ctx.choose(inst, candidates)
+        # partial sums against a gather, on a tie of the busiest device: the fewest bytes over
+        # all devices (a partial scalar all-reduced over 3 tiles sends 8 B from one device and
+        # 4 B from the others, the gather of its 3 one-element shards 8 B from each; XLA
+        # reduces locally); where the busiest sends nothing, so do all
         signature = ctx.signature(inst, candidates)
         return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
                               if ctx.cost_of(signature, p) else 0.0)
