@@ -556,9 +556,11 @@ def exchange_order(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]) -> 
     so any order is exact, but not equally cheap: a dim dilated first makes every later piece
     carry its holes (XLA dilates after its exchanges: a `pad` with interior padding on dim 0
     and a halo on dim 1 sends half), a dim whose window crops its shard first makes them
-    smaller. Up to three dims every order is tried, beyond that increasing and dilated last."""
+    smaller. Without base dilation, increasing (XLA's order, which the per-partition trimming
+    of halos, `HaloPlan.real`, is measured against); with it, up to three dims every order is
+    tried, beyond that increasing and dilated last."""
     dims = sorted(plans)
-    if len(dims) < 2:
+    if len(dims) < 2 or all(plans[d].base_dilation == 1 for d in dims):
         return dims
     orders = itertools.permutations(dims) if len(dims) <= 3 else \
         (dims, sorted(dims, key=lambda d: (plans[d].base_dilation > 1, d)))
