@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from functools import lru_cache
 
 import numpy as np
 
@@ -649,7 +648,7 @@ def _overlapping_dims(inst: Instruction, tiling: Tiling) -> frozenset[int]:
                              tiling.num_devices, dims)
 
 
-@lru_cache(maxsize=256)
+@algebra.cached
 def _cheapest_overlap(operand: ArrayShape, source: ArrayShape, window: Window,
                       sharding: HloSharding, num_devices: int,
                       dims: tuple[int, ...]) -> frozenset[int]:
