@@ -6,10 +6,12 @@ whole job on any failure, and leave nothing behind.
 - makes a private run directory (the ranks' position board, `rank_position.py`; the Unix
   sockets; the output being received) and starts the *reaper* (`reaper.py`), which cleans up if
   this process is killed;
-- starts `mpiexec -n N python -I -S rank_stub.py SERVER` (one host; `rank_stub.py`) or
-  `mpiexec -n N -f HOSTFILE python -m gspmdc.runtime.rank ADDRESS TOKEN` in its own session; if
-  this process dies, the kernel kills the rank server and sends `mpiexec` SIGTERM
-  (`prctl(PR_SET_PDEATHSIG)`), which MPICH's proxies pass on to their processes;
+- starts `mpiexec -pmi-port -n N /bin/sh rank_stub.sh RUN_DIR N` (one host; `rank_stub.sh`,
+  `rank_server.py`) or `mpiexec -n N -f HOSTFILE python -m gspmdc.runtime.rank ADDRESS TOKEN` in
+  its own session, without a fork of this process (a fork would leave its memory copy-on-write
+  while it compiles); if this process dies, the kernel kills the rank server with it
+  (`prctl(PR_SET_PDEATHSIG)`) and the reaper stops `mpiexec` (SIGTERM, which MPICH's proxies
+  pass on to their processes) and what is left;
 - on one host, then forks the *rank server* (`rank_server.py`) once it imported what it and the
   ranks both need: the server loads the rest of the runtime while this process prepares the job
   (`prepare()`: parsing, partitioning, checks), and forks every rank. So when the number of
@@ -53,14 +55,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from gspmdc.errors import EXIT_RUNTIME, GspmdcError, RuntimeFailure
 
 from . import mpi_processes, rank_link
 from .cores import with_blas_threads
 from .rank_position import create_board_file, describe, describe_ranks, read_board_file
-from .rank_server import RankServer, listen_for_stubs, one_host_ucx, start_rank_server
+from .rank_server import (RankServer, one_host_ucx, start_rank_server, stub_command,
+                          stub_requests)
 from .reaper import Reaper, start_reaper
 
 if TYPE_CHECKING:       # annotations only: the ranks start before these are imported
@@ -145,27 +148,26 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
         listener, address = rank_link.listen(address_host, str(run_dir / "ranks.sock"))
         token = os.urandom(16).hex()
         if hostfile is None:
-            server_socket = str(run_dir / "server.sock")
-            stubs = listen_for_stubs(server_socket)
-            ranks = ["-I", "-S", str(Path(__file__).with_name("rank_stub.py")), server_socket]
-        else:
-            ranks = ["-m", "gspmdc.runtime.rank", address, token]
+            stubs = stub_requests(run_dir)
         job = None
         if num_partitions is None:      # the job says how many ranks: prepare it first
             if stubs is not None:       # (the server loading meanwhile)
-                server = _start_server(stubs, address, token, reaper)
+                server = _start_server(stubs, run_dir, address, token, reaper)
             job = prepare()
         n = job.num_partitions if job is not None else num_partitions
         create_board_file(run_dir / "positions", n)
         session = _Session(n, run_dir, listener, token, started_at, one_host=hostfile is None,
-                           on_local_pid=lambda pid: reaper.tell(f"pid {pid}"))
-        command = [mpiexec, "-n", str(n)] + (["-f", hostfile] if hostfile else []) + \
-            [sys.executable] + ranks
+                           on_local_pid=lambda pid: reaper.tell_process("pid", pid))
+        if hostfile is None:
+            command = [mpiexec, "-pmi-port", "-n", str(n), *stub_command(run_dir, n)]
+        else:
+            command = [mpiexec, "-n", str(n), "-f", hostfile, sys.executable, "-m",
+                       "gspmdc.runtime.rank", address, token]
         session.start(command)
-        reaper.tell(f"mpiexec {session.proc.pid}")
+        reaper.tell_process("mpiexec", session.proc.pid)
         if stubs is not None and server is None:
-            # after mpiexec started: forking this process is cheaper before it loaded numpy
-            server = _start_server(stubs, address, token, reaper)
+            # after mpiexec started: its proxy and the stubs start while this process imports
+            server = _start_server(stubs, run_dir, address, token, reaper)
         session.server = server
         session.relay_output()          # threads: after the server's fork
         if job is None:
@@ -188,11 +190,12 @@ def launch(prepare: Callable[[], Job], num_partitions: int | None, mpiexec: str,
         reaper.close()
 
 
-def _start_server(stubs: socket.socket, address: str, token: str, reaper: Reaper) -> RankServer:
-    """Fork the rank server (`rank_server.py`) serving the stubs that connect to `stubs`; the
-    reaper learns its pid."""
-    server = start_rank_server(stubs, address, token)
-    reaper.tell(f"pid {server.pid}")
+def _start_server(stubs: BinaryIO, run_dir: Path, address: str, token: str,
+                  reaper: Reaper) -> RankServer:
+    """Fork the rank server (`rank_server.py`) serving the stubs that ask on the FIFO `stubs`;
+    the reaper learns its pid."""
+    server = start_rank_server(stubs, run_dir, address, token)
+    reaper.tell_process("pid", server.pid)
     return server
 
 
@@ -275,8 +278,7 @@ class _Session:
             self.proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                env=_rank_environment(self.num_partitions, self.one_host),
-                preexec_fn=_mpiexec_dies_with_parent)
+                env=_rank_environment(self.num_partitions, self.one_host))
         except OSError as e:
             raise RuntimeFailure(f"cannot start {command[0]}: {e}") from None
         self.exit_watch = mpi_processes.exit_descriptor(self.proc.pid)
@@ -309,6 +311,11 @@ class _Session:
             if self._a_rank_failed():
                 self.stop()             # the rank's error was printed
                 return EXIT_RUNTIME
+            missing = self._never_connected()
+            if missing and self.server is not None and self.server.ended():
+                self.stop()             # their stubs wait for ranks nobody will start
+                return self._fail(f"the rank server ended ({_how(self.server.status)}) before "
+                                  f"{_ranks(missing)} connected; the job was stopped")
             if self.proc.poll() is not None:
                 return self._ended()
             if deadline is not None and time.time() > deadline:
@@ -340,9 +347,8 @@ class _Session:
             return self._fail(f"mpiexec failed ({status}) before any rank started; the launcher "
                               f"was {self.proc.args[0]}")
         if missing:
-            who = ", ".join(str(r) for r in missing)
-            return self._fail(f"rank{'s' if len(missing) > 1 else ''} {who} terminated during "
-                              f"start-up, before connecting to gspmdc (mpiexec: {status})")
+            return self._fail(f"{_ranks(missing)} terminated during start-up, before connecting "
+                              f"to gspmdc (mpiexec: {status})")
         return self._fail(f"mpiexec failed ({status})")
 
     def _fail(self, message: str) -> int:
@@ -618,11 +624,20 @@ def _rank_environment(n: int, one_host: bool) -> dict[str, str]:
     return environment
 
 
-def _mpiexec_dies_with_parent() -> None:
-    """In `mpiexec` (between fork and exec): the kernel sends it SIGTERM when this process dies,
-    which it forwards to its proxies, as when the job is stopped (`mpi_processes.stop_job`; the
-    reaper does the rest)."""
-    mpi_processes.die_with_parent(signal.SIGTERM)
+def _how(status: int) -> str:
+    """How a process ended, from `os.waitpid`'s `status`."""
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _ranks(numbers: list[int]) -> str:
+    """`rank 3`, `ranks 0, 1`."""
+    return f"rank{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
 
 
 def _relay(stream, target) -> threading.Thread:

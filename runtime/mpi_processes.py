@@ -2,9 +2,11 @@
 it, and how to remove them all (Linux `/proc`; elsewhere these do nothing).
 
 - `die_with_parent(signal)`: `prctl(PR_SET_PDEATHSIG)`, so the kernel sends `signal` to this
-  process the moment its parent dies (`mpiexec` is started with SIGKILL: a launcher killed with
-  SIGKILL takes `mpiexec`, whose proxies then kill their ranks); `prctl` for other options.
-- `exit_descriptor(pid)`: a descriptor readable once the process exited.
+  process the moment its parent dies (the rank server dies with the launcher, a rank with the
+  server); `prctl` for other options.
+- `exit_descriptor(pid)`: a descriptor readable once the process exited; `parent(pid)`;
+  `processes_naming(text)`: the processes with `text` in their command line (the reaper finds a
+  job's `mpiexec` and stubs by their run directory).
 - `name_process(name)`: the name `ps` shows (`gspmdc-rank-R` for a rank, `gspmdc-super-R` for its
   supervisor).
 - `host_identity()`: this machine and network namespace (boot id + network namespace inode); two
@@ -152,6 +154,19 @@ def _all_mapped_segments() -> set[str]:
     return mapped
 
 
+def processes_naming(text: str) -> list[int]:
+    """The live processes whose command line has `text` in one of its arguments."""
+    found = []
+    for pid in _pids():
+        try:
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(text.encode() in argument for argument in arguments) and alive(pid):
+            found.append(pid)
+    return found
+
+
 def _pids() -> list[int]:
     try:
         return [int(name) for name in os.listdir("/proc") if name.isdigit()]
@@ -166,6 +181,12 @@ def _parent_and_state(pid: int) -> tuple[int, str] | None:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     return int(fields[1]), fields[0]
+
+
+def parent(pid: int) -> int | None:
+    """The parent of process `pid` (None when there is no such process)."""
+    info = _parent_and_state(pid)
+    return None if info is None else info[0]
 
 
 def process_started_at() -> float:

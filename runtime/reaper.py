@@ -1,87 +1,88 @@
 """The reaper of a `gspmdc run` job: a small process that cleans up if the launcher dies.
 
-`start_reaper(run_dir, started_at)` forks the launcher (twice: the reaper is no child of the
-launcher) into a reaper in a session of its own (so a signal to the launcher's process group does
-not reach it), with nothing open but /dev/null and a pipe from the launcher: a fork, not a new
-Python, so that it costs no interpreter start-up and no imports while the job starts. The launcher writes to the returned `Reaper`, one line each:
+`start_reaper(run_dir, started_at)` starts `reaper.sh` (a shell, in a session of its own, so
+that a signal to the launcher's process group does not reach it, with nothing open but a pipe
+from the launcher and /dev/null): a new program rather than a fork of the launcher, whose every
+page a fork would leave copy-on-write for the length of the job (1,500 page faults of the
+example's run, on the launcher's critical path). The launcher writes to the returned `Reaper`,
+one line each:
 
-- `mpiexec N`: the job's `mpiexec`; `pid N`: another process of the job on this machine (the
-  rank server, each local rank); each recorded with its start time, so that a later process
-  reusing the pid is spared;
+- `mpiexec N START`: the job's `mpiexec`; `pid N START`: another process of the job on this
+  machine (the rank server, each local rank); each with its start time (`tell_process`), so
+  that a later process reusing the pid is spared;
 - `file PATH`: a file to remove (the output being received);
 - `done`: the launcher cleaned up itself; the reaper exits.
 
-When the pipe closes without `done` (the launcher was killed, even with SIGKILL, or crashed), the
-reaper stops the job as the launcher would (`mpi_processes.stop_job`: those processes and their
-descendants killed, `mpiexec` and its proxies left to end cleanly), removes MPICH's
-shared-memory segments the job left (`mpi_processes.sweep_orphan_segments`), the files and the
-run directory, and exits. It holds nothing else, so it costs a sleeping process per running job.
+The shell keeps the lines; when the pipe closes without `done` (the launcher was killed, even
+with SIGKILL, or crashed), it starts `python -m gspmdc.runtime.reaper RUN_DIR STARTED_AT` (`main`)
+with the lines on its standard input, which stops the job as the launcher would
+(`mpi_processes.stop_job`: those processes and their descendants killed, `mpiexec` and its
+proxies left to end cleanly; when the launcher died before it named `mpiexec`, the processes
+whose command line names the run directory, `mpiexec` and the rank stubs on one machine, are
+killed with their descendants), removes MPICH's shared-memory segments the job left
+(`mpi_processes.sweep_orphan_segments`), the files and the run directory (`reap`), and exits.
 
-Fork it before the launcher starts any thread (the child runs only this module's loop, but a lock
-another thread held at the fork would stay held in it).
+Start it before the launcher starts any thread or forks (nothing of the launcher's is inherited
+but the pipe, and `subprocess` starts the shell without a fork of this process's memory).
 """
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterable
 
-from .mpi_processes import start_time, stop_job, sweep_orphan_segments, unlink_segments
+from .mpi_processes import (processes_naming, start_time, stop_job, sweep_orphan_segments,
+                             unlink_segments)
+
+#: the shell that waits for the launcher's lines
+_SCRIPT = Path(__file__).with_name("reaper.sh")
 
 
 class Reaper:
-    """The launcher's end of the pipe to its reaper."""
+    """The launcher's end of the pipe to its reaper (`proc`, the shell)."""
 
-    def __init__(self, fd: int):
-        self._pipe = os.fdopen(fd, "w")
+    def __init__(self, proc: subprocess.Popen):
+        self._proc = proc
 
     def tell(self, line: str) -> None:
-        """Send one line (`pid N`, `file PATH`, `done`); a reaper already gone is ignored."""
+        """Send one line (`file PATH`, `done`); a reaper already gone is ignored."""
         try:
-            self._pipe.write(line + "\n")
-            self._pipe.flush()
+            self._proc.stdin.write(line + "\n")
+            self._proc.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass
 
+    def tell_process(self, word: str, pid: int) -> None:
+        """Send `mpiexec PID START` or `pid PID START`, with the process's start time (none
+        when it is gone already: nothing to stop)."""
+        started = start_time(pid)
+        if started is not None:
+            self.tell(f"{word} {pid} {started}")
+
     def close(self) -> None:
+        """Close the pipe (the shell exits by itself after `done`: it is not waited for)."""
         try:
-            self._pipe.close()
+            self._proc.stdin.close()
         except BrokenPipeError:
             pass
 
 
 def start_reaper(run_dir: Path, started_at: float) -> Reaper:
-    """Fork the reaper of the job whose run directory is `run_dir` and which started at
+    """Start the reaper of the job whose run directory is `run_dir` and which started at
     `started_at` (a `time.time()`; MPICH segments created since then are the job's)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:                    # a child that forks the reaper and exits, so that the
-        code = 0                    # launcher has no child to wait for
-        try:
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(read, 0)
-            os.dup2(null, 1)
-            os.dup2(null, 2)
-            os.closerange(3, _max_fd())                 # the launcher's files, sockets, pipes
-            with open(0, closefd=False) as lines:
-                reap(lines, run_dir, started_at)
-        except BaseException:  # noqa: BLE001 - the child never returns into the launcher
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(read)
-    os.waitpid(pid, 0)
-    return Reaper(write)
+    return Reaper(subprocess.Popen(["/bin/sh", str(_SCRIPT), str(run_dir), repr(started_at),
+                                    sys.executable], stdin=subprocess.PIPE,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   text=True, start_new_session=True))
 
 
 def reap(lines: Iterable[str], run_dir: Path, started_at: float) -> None:
     """Follow the launcher's `lines` (see the module docstring) until `done`, or clean up after
     the job when they end without it."""
-    started: dict[int, int | None] = {}     # pid -> its start time, when it was announced
+    started: dict[int, int] = {}            # pid -> its start time, when it was announced
     mpiexec: int | None = None
     files: list[str] = []
     for line in lines:
@@ -89,20 +90,29 @@ def reap(lines: Iterable[str], run_dir: Path, started_at: float) -> None:
         if word == "done":
             return
         if word in ("pid", "mpiexec"):
-            started[int(value)] = start_time(int(value))
+            pid, at = (int(number) for number in value.split())
+            started[pid] = at
             if word == "mpiexec":
-                mpiexec = int(value)
+                mpiexec = pid
         elif word == "file":
             files.append(value)
-    same = {pid for pid, at in started.items() if at is not None and start_time(pid) == at}
+    same = {pid for pid, at in started.items() if start_time(pid) == at}
+    if mpiexec is None:             # the launcher died before it could say: `mpiexec` and
+        # the stubs name the run directory (so do this reaper and its shell)
+        same |= set(processes_naming(str(run_dir))) - {os.getpid(), os.getppid()}
     stop_job(mpiexec if mpiexec in same else None, same - {mpiexec})
     sweep_orphan_segments(started_at)
     unlink_segments(files)
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _max_fd() -> int:
-    try:
-        return os.sysconf("SC_OPEN_MAX")
-    except (OSError, ValueError):
-        return 1024
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gspmdc.runtime.reaper RUN_DIR STARTED_AT`, the launcher's lines on standard
+    input (started by `reaper.sh` once the launcher died): clean up after the job (`reap`)."""
+    run_dir, started_at = sys.argv[1:] if argv is None else argv
+    reap(sys.stdin, Path(run_dir), float(started_at))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

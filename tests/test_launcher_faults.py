@@ -174,6 +174,54 @@ def test_a_killed_rank_server_stops_the_job(job):
     wait_gone(tag)
 
 
+#: makes the rank server pause before it serves any stub (appended to the job's plugin)
+PAUSED_SERVER = '''
+if "GSPMDC_TEST_SERVER_PAUSE" in os.environ:
+    from gspmdc.runtime import rank_server
+
+    def _paused(self):
+        Path(os.environ["GSPMDC_TEST_DIR"], "server-paused").touch()
+        time.sleep(60)
+    rank_server._Server.serve = _paused
+'''
+
+
+@needs_mpi
+def test_a_rank_server_killed_before_it_started_a_rank_stops_the_job(job, tmp_path):
+    """The stubs of ranks the server never started wait for it: the launcher sees the server
+    gone with ranks missing and stops the job (exit 3, the server and the ranks named), leaving
+    nothing behind."""
+    program, env, out = job
+    with open(tmp_path / "sitecustomize.py", "a") as plugin:
+        plugin.write(PAUSED_SERVER)
+    env = dict(env, GSPMDC_TEST_SERVER_PAUSE="1")
+    tag = env["GSPMDC_TEST_TAG"]
+    proc = subprocess.Popen([str(GSPMDC), "run", str(program("identity")), "-n", "4",
+                             "--outputs", str(out)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        paused = tmp_path / "server-paused"
+        deadline = time.monotonic() + 60
+        while not paused.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert paused.exists(), "the server did not start"
+        servers = [pid for pid in tagged_processes(tag)
+                   if Path(f"/proc/{pid}/comm").read_text().strip() == "gspmdc-ranks"]
+        assert len(servers) == 1
+        os.kill(servers[0], signal.SIGKILL)
+        start = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=30)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, stderr
+    assert "the rank server ended (killed by SIGKILL) before ranks 0, 1, 2, 3 connected; the job " \
+        "was stopped" in stderr, stderr
+    assert seconds < 10 and not out.exists()
+    wait_gone(tag)
+
+
 @needs_mpi
 def test_timeout_stops_every_rank(job):
     program, env, out = job

@@ -76,7 +76,7 @@ def _run(tmp_path: Path, extra_env: dict[str, str], extra_args=(), pass_fds=()):
                     reason="needs mpiexec in the venv and Linux /proc")
 def test_ranks_hold_none_of_the_launchers_descriptors(tmp_path):
     read, write = os.pipe()
-    high = os.dup2(write, 200)          # above the numbers a rank takes from its stub
+    high = os.dup2(write, 200)          # above the numbers the server's files take
     try:
         pipe = f"pipe:[{os.fstat(high).st_ino}]"
         reports = _run(tmp_path, {}, pass_fds=(high,))      # `gspmdc run` holds it
@@ -91,17 +91,15 @@ def test_ranks_hold_none_of_the_launchers_descriptors(tmp_path):
 @pytest.mark.skipif(not MPIEXEC.exists() or not Path("/proc/self/fd").is_dir(),
                     reason="needs mpiexec in the venv and Linux /proc")
 def test_a_rank_shares_only_its_own_connection_with_the_rank_server(tmp_path):
-    """The server that forks the ranks holds every rank's connection to the launcher and every
-    stub's connection: a rank holding another rank's (or stub's, or the server's listening
-    socket) would keep it open after that rank or stub died, and the death would go unseen.
-    (The stubs' own descriptors, which MPICH's proxy leaves open in each of them, are shared by
-    the ranks and are not the server's.)"""
+    """The server that forks the ranks holds every rank's connection to the launcher and to
+    MPICH's process manager (`pmi_port.py`): a rank holding another rank's would keep it open
+    after that rank died, and the death would go unseen (or be seen late by MPICH's proxy)."""
     _run(tmp_path, {})
     for report in tmp_path.glob("rank-*"):
         held = {target for target in report.read_text().split("\n")[1:]
                 if target.startswith("socket:")}
         server = set((tmp_path / report.name.replace("rank-", "parent-")).read_text().split("\n"))
-        assert len(held & server) == 1          # its own connection to the launcher
+        assert len(held & server) == 2          # its own connections to the launcher and PMI
 
 
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed in the venv")
