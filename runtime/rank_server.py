@@ -18,8 +18,10 @@ every rank ended:
   (`stub_requests`); MPICH's proxy gave it no descriptor but its standard streams (with
   `-pmi-port` a rank reaches the proxy's PMI service over TCP, at `PMI_PORT`, as `PMI_ID`), so
   the server takes what the rank needs from `/proc`: the stub's environment and working
-  directory, and its standard streams (pipes to the proxy, opened again by their `/proc` names,
-  which needs no help from the stub);
+  directory, and its standard streams (pipes to the proxy, opened again by their `/proc` names),
+  which the stub keeps at descriptors 7, 8 and 9 before it asks: its shell moves 0, 1 and 2
+  while it writes the request (1 is the FIFO then) and waits for its status (0 is its exit
+  FIFO), and a rank that took those would write its output into the FIFO, lost;
 - the server connects to the launcher for the rank (`rank_link.py`) and forks the rank, which
   holds none of the server's descriptors but that connection (not the other ranks' connections
   or exit FIFOs: each must close when its own rank ends), puts the stub's standard streams at 0,
@@ -64,7 +66,10 @@ from .cores import BLAS_THREAD_VARIABLES
 
 #: the stub MPICH's proxy starts for each rank
 STUB = Path(__file__).with_name("rank_stub.sh")
-#: the stub's standard streams, which its rank takes
+#: where the stub keeps its standard streams (`rank_stub.sh`), which its rank takes: never 0, 1
+#: and 2, which the stub's shell moves while it writes its request and waits for its status
+_STUB_STREAMS = (7, 8, 9)
+#: the rank's standard streams
 _STREAMS = (0, 1, 2)
 #: UCX's settings for ranks that all run on one machine (`one_host_ucx`)
 _ONE_HOST_UCX = {"UCX_TLS": "self,sysv", "UCX_MEM_EVENTS": "n", "UCX_PROTO_ENABLE": "n"}
@@ -289,11 +294,11 @@ def _environment(data: bytes) -> dict[str, str]:
 
 
 def _reopen_streams(pid: int) -> list[int]:
-    """Process `pid`'s standard streams, opened by their names in /proc with its access modes
-    (and appending where it appends); a pipe so opened is the same pipe."""
+    """The standard streams stub `pid` keeps (`_STUB_STREAMS`), opened by their names in /proc
+    with its access modes (and appending where it appends); a pipe so opened is the same pipe."""
     streams: list[int] = []
     try:
-        for number in _STREAMS:
+        for number in _STUB_STREAMS:
             with open(f"/proc/{pid}/fdinfo/{number}") as info:
                 flags = next(int(line.split()[1], 8) for line in info
                              if line.startswith("flags:"))

@@ -140,3 +140,64 @@ def test_ranks_of_an_in_process_launch_have_a_fresh_pythons_signal_handlers(tmp_
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert [path.read_text() for path in tmp_path.glob("rank-*")] == ["True", "True"]
+
+
+def _stub_moved(pid: int, number: int, path: Path, stub: subprocess.Popen) -> None:
+    """Wait until the stub's shell put `path` at its descriptor `number` (a redirection)."""
+    while True:
+        assert stub.poll() is None, stub.stderr.read()
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{number}") == str(path):
+                return
+        except OSError:
+            pass
+        os.sched_yield()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir() or not hasattr(os, "pidfd_open"),
+                    reason="needs Linux /proc and pidfd_open")
+@pytest.mark.parametrize("moment", ["writing its request", "waiting for its status"])
+def test_a_rank_takes_its_stubs_standard_streams_whatever_the_stubs_shell_is_doing(
+        tmp_path, moment):
+    """The server takes a rank's standard streams from its stub's `/proc` entries once the stub
+    asked (`rank_server._Stub`), while the stub's shell may be inside a redirection that moved
+    its descriptor 1 (to the FIFO it writes its request to) or 0 (to the FIFO it reads its status
+    from): the rank must get the pipes the stub was started with, never those FIFOs (a rank 0
+    whose standard output was the requests FIFO lost its whole output). The stub is held inside
+    each redirection: the requests FIFO full, or its exit FIFO open with nothing written yet."""
+    from gspmdc.runtime.rank_server import _Stub, stub_command, stub_requests
+    requests = stub_requests(tmp_path)
+    command = stub_command(tmp_path, 1)
+    exit_fifo = os.open(tmp_path / "exit-0", os.O_RDWR)
+    if moment == "writing its request":
+        filler = os.open(tmp_path / "stubs", os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                os.write(filler, b"\n" * 4096)
+        except BlockingIOError:
+            pass
+        os.close(filler)
+    stub = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={"PMI_ID": "0", "PATH": os.defpath})
+    taken = None
+    try:
+        if moment == "writing its request":
+            _stub_moved(stub.pid, 1, tmp_path / "stubs", stub)    # blocked in `echo`'s write
+        else:
+            assert requests.readline().split() == [str(stub.pid).encode(), b"1"]
+            _stub_moved(stub.pid, 0, tmp_path / "exit-0", stub)   # blocked in `read`
+        taken = _Stub(stub.pid)
+        own = [stub.stdin, stub.stdout, stub.stderr]
+        assert ([os.fstat(fd).st_ino for fd in taken.streams]
+                == [os.fstat(pipe.fileno()).st_ino for pipe in own])
+        if moment == "waiting for its status":
+            os.write(exit_fifo, b"5\n")
+            assert stub.wait(timeout=60) == 5               # it exits with its rank's status
+    finally:
+        if taken is not None:
+            taken.close_streams()
+            os.close(taken.watch)
+        stub.kill()
+        stub.communicate()
+        os.close(exit_fifo)
+        requests.close()
