@@ -10,7 +10,6 @@ one line each:
 - `mpiexec N START`: the job's `mpiexec`; `pid N START`: another process of the job on this
   machine (the rank server, each local rank); each with its start time (`tell_process`), so
   that a later process reusing the pid is spared;
-- `file PATH`: a file to remove (the output being received);
 - `done`: the launcher cleaned up itself; the reaper exits.
 
 The shell keeps the lines; when the pipe closes without `done` (the launcher was killed, even
@@ -20,7 +19,7 @@ with the lines on its standard input, which stops the job as the launcher would
 proxies left to end cleanly; when the launcher died before it named `mpiexec`, the processes
 whose command line names the run directory, `mpiexec` and the rank stubs on one machine, are
 killed with their descendants), removes MPICH's shared-memory segments the job left
-(`mpi_processes.sweep_orphan_segments`), the files and the run directory (`reap`), and exits.
+(`mpi_processes.sweep_orphan_segments`) and the run directory (`reap`), and exits.
 
 Start it before the launcher starts any thread or forks (nothing of the launcher's is inherited
 but the pipe, and `subprocess` starts the shell without a fork of this process's memory).
@@ -34,8 +33,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from .mpi_processes import (processes_naming, start_time, stop_job, sweep_orphan_segments,
-                             unlink_segments)
+from .mpi_processes import processes_naming, start_time, stop_job, sweep_orphan_segments
 
 #: the shell that waits for the launcher's lines
 _SCRIPT = Path(__file__).with_name("reaper.sh")
@@ -48,7 +46,7 @@ class Reaper:
         self._proc = proc
 
     def tell(self, line: str) -> None:
-        """Send one line (`file PATH`, `done`); a reaper already gone is ignored."""
+        """Send one line (e.g. `done`); a reaper already gone is ignored."""
         try:
             self._proc.stdin.write(line + "\n")
             self._proc.stdin.flush()
@@ -84,7 +82,6 @@ def reap(lines: Iterable[str], run_dir: Path, started_at: float) -> None:
     the job when they end without it."""
     started: dict[int, int] = {}            # pid -> its start time, when it was announced
     mpiexec: int | None = None
-    files: list[str] = []
     for line in lines:
         word, _, value = line.strip().partition(" ")
         if word == "done":
@@ -94,15 +91,12 @@ def reap(lines: Iterable[str], run_dir: Path, started_at: float) -> None:
             started[pid] = at
             if word == "mpiexec":
                 mpiexec = pid
-        elif word == "file":
-            files.append(value)
     same = {pid for pid, at in started.items() if start_time(pid) == at}
     if mpiexec is None:             # the launcher died before it could say: `mpiexec` and
         # the stubs name the run directory (so do this reaper and its shell)
         same |= set(processes_naming(str(run_dir))) - {os.getpid(), os.getppid()}
     stop_job(mpiexec if mpiexec in same else None, same - {mpiexec})
     sweep_orphan_segments(started_at)
-    unlink_segments(files)
     shutil.rmtree(run_dir, ignore_errors=True)
 
 

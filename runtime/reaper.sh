@@ -3,7 +3,7 @@
 #
 #     /bin/sh reaper.sh RUN_DIR STARTED_AT PYTHON
 #
-# It keeps the lines the launcher writes (`mpiexec PID`, `pid PID`, `file PATH`) until `done`, and
+# It keeps the lines the launcher writes (`mpiexec PID START`, `pid PID START`) until `done`, and
 # exits. When the pipe closes without `done` (the launcher was killed, or crashed), it hands the
 # lines to `PYTHON -m gspmdc.runtime.reaper RUN_DIR STARTED_AT`, which cleans up after the job.
 told=""
