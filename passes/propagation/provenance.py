@@ -184,9 +184,9 @@ def record_partitioner_sharding(inst: Instruction, comp: str, propagated: HloSha
     version 0)."""
     text = frontend_attribute(inst, SHARDING_ORIGIN) or \
         _step_head(OriginStep(None, ANNOTATION), comp)
-    version = text.count(";") + 1
-    partitioner = _step_head(OriginStep(None, PARTITIONER, "", (((comp, inst.name), version - 1),)),
-                             comp)
+    propagated_version = text.count(";")         # the last step's index
+    partitioner = _step_head(
+        OriginStep(None, PARTITIONER, "", (((comp, inst.name), propagated_version),)), comp)
     set_frontend_attribute(inst, SHARDING_ORIGIN, f"{text}{_text(propagated)};{partitioner}")
 
 
