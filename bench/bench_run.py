@@ -13,10 +13,14 @@
    MobileNet depthwise-separable block, a strided stem) and matmul-heavy ones (a 4-layer MLP,
    batched attention products), `gspmdc run -n 1 --backend local --repeat` against XLA through
    JAX on one device, same HLO text, same (seeded) inputs. Each side uses the threads it uses by
-   default (BLAS and XLA's thread pools). The section names the kernels numpy's OpenBLAS runs
-   (`OPENBLAS_CORETYPE` may force older ones than the CPU has: Haswell's AVX2 kernels take
-   twice the time of the AVX-512 ones XLA uses on a CPU that has them); where that variable is
-   set, the matmul-heavy programs run again with it unset for gspmdc, so both figures show.
+   default (BLAS and XLA's thread pools). Where this environment sets `OPENBLAS_CORETYPE` or
+   `OPENBLAS_L2_SIZE` (some machines do, for older OpenBLAS builds; they can force older kernels
+   than the CPU has: Haswell's AVX2 kernels take twice the time of the AVX-512 ones XLA uses on a
+   CPU that has them), the figures are those of `gspmdc run` with both unset for that command
+   alone (OpenBLAS picks the kernels for the CPU; XLA's side is the same), then again with this
+   environment's, labelled. Each figure names the kernels numpy's OpenBLAS runs in that
+   environment, as a child with exactly that environment reports them
+   (`runtime/blas.py`'s `blas_kernels`).
 
 Every ratio is the median over rounds of the sides run back to back, rotating which goes first
 (drift and load hit every side alike); times are medians. The load average is printed with each
@@ -57,16 +61,18 @@ def _load() -> str:
     return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def _blas() -> str:
-    """The kernels of numpy's BLAS, which `gspmdc run` (a child with this environment) loads."""
-    import numpy  # noqa: F401  (loads the BLAS)
-    from gspmdc.runtime.blas import blas_kernels
-    kernels = blas_kernels()
-    if kernels is None:
-        return "numpy's BLAS is not an OpenBLAS"
-    forced = os.environ.get("OPENBLAS_CORETYPE")
-    return f"OpenBLAS {kernels} kernels" + (f", forced by OPENBLAS_CORETYPE={forced}" if forced
-                                             else "")
+def _blas(env: dict[str, str] | None) -> str:
+    """The kernels numpy's BLAS runs in a child with the environment `env` (None: this
+    process's), the one `gspmdc run` gets: what the child's OpenBLAS reports, not what the
+    variables ask for."""
+    probe = ("import numpy\n"
+             "from gspmdc.runtime.blas import blas_kernels\n"
+             "print(blas_kernels())\n")
+    proc = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env=env, check=True)
+    kernels = proc.stdout.strip()
+    return "numpy's BLAS is not an OpenBLAS" if kernels == "None" else \
+        f"numpy's OpenBLAS runs its {kernels} kernels"
 
 
 def _rotating(*sides, rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
@@ -224,15 +230,13 @@ ENTRY main {
 }
 
 
-def kernel_ratios(kind: str = "", env: dict[str, str] | None = None
+def kernel_ratios(env: dict[str, str] | None = None
                   ) -> list[tuple[str, list[float], list[float]]]:
-    """[(program, seconds per execution [gspmdc, XLA], [ratio])] on one device, for the programs
-    whose name contains `kind`; `gspmdc run` gets the environment `env` (None: this process's)."""
+    """[(program, seconds per execution [gspmdc, XLA], [ratio])] on one device, for each of
+    `KERNEL_PROGRAMS`; `gspmdc run` gets the environment `env` (None: this process's)."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in KERNEL_PROGRAMS.items():
-            if kind not in name:
-                continue
             path = Path(tmp) / "program.hlo"
             path.write_text(text)
             rows.append((name, *_rotating(
@@ -241,12 +245,24 @@ def kernel_ratios(kind: str = "", env: dict[str, str] | None = None
     return rows
 
 
-def _unforced_blas_environment() -> dict[str, str] | None:
-    """This process's environment without `OPENBLAS_CORETYPE` (OpenBLAS then picks the kernels
-    for the CPU), or None when the variable is not set."""
-    if "OPENBLAS_CORETYPE" not in os.environ:
-        return None
-    return {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+#: the variables some machines set for older OpenBLAS builds, which pick the kernels OpenBLAS
+#: runs and its cache blocking instead of the CPU it finds
+OPENBLAS_KERNEL_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def kernel_environments() -> list[tuple[str, dict[str, str] | None]]:
+    """The environments the kernel figures run `gspmdc run` in, labelled: with the
+    `OPENBLAS_KERNEL_VARIABLES` this process's environment sets unset together (the kernels
+    OpenBLAS picks for the CPU), then this environment as it is; only the latter where it sets
+    neither."""
+    forced = {name: os.environ[name] for name in OPENBLAS_KERNEL_VARIABLES if name in os.environ}
+    if not forced:
+        return [("this environment", None)]
+    settings = " ".join(f"{name}={value}" for name, value in forced.items())
+    unset = {k: v for k, v in os.environ.items() if k not in OPENBLAS_KERNEL_VARIABLES}
+    return [(f"{' and '.join(forced)} unset for gspmdc run (this environment sets {settings})",
+             unset),
+            (f"as this environment sets them ({settings}), forced kernels", None)]
 
 
 # ------------------------------------------------------------------------------------ report
@@ -293,24 +309,18 @@ def run() -> None:
                 ratios = [r[k] for *_, r in rows]
                 print(f"   N={n}, {side}: geometric mean {_geomean(ratios):.2f}, worst "
                       f"{max(ratios):.2f}" + (" (targets: <= 3, none above 6)" if n == 2 else ""))
-    print(f"\n4. kernels at real sizes, one device, gspmdc vs XLA ({_load()}; {_blas()}):")
+    print("\n4. kernels at real sizes, one device, gspmdc vs XLA:")
     if not xla:
         print("   skipped: jax/jaxlib are not installed (pip install 'gspmdc[xla]')")
-    else:
-        rows = kernel_ratios()
+        return
+    for label, env in kernel_environments():
+        print(f"   {label}; {_blas(env)} ({_load()}):")
+        rows = kernel_ratios(env=env)
         _table(rows, ["gspmdc", "XLA"])
         conv = [r for name, _, (r,) in rows if "(conv)" in name]
         matmul = [r for name, _, (r,) in rows if "(matmul)" in name]
         print(f"   convolution-heavy: worst {max(conv):.2f} (target <= 1.5); matmul-heavy: worst "
               f"{max(matmul):.2f} (target <= 1.0)")
-        unforced = _unforced_blas_environment()
-        if unforced is not None:
-            print(f"   matmul-heavy again, OPENBLAS_CORETYPE unset for gspmdc (the kernels OpenBLAS "
-                  f"picks for this CPU; {_load()}):")
-            rows = kernel_ratios("(matmul)", unforced)
-            _table(rows, ["gspmdc", "XLA"])
-            print(f"   matmul-heavy, OpenBLAS's own kernels: worst "
-                  f"{max(r for *_, (r,) in rows):.2f} (target <= 1.0)")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,48 @@ def test_dot_complex():
     np.testing.assert_allclose(out, a @ b, rtol=1e-5)
 
 
+@pytest.mark.parametrize("element_type", ["f32", "bf16", "s32", "c64"])
+def test_dot_batch_items_shared_by_threads_give_one_threads_bits(monkeypatch, element_type):
+    """With tiles of one item and a BLAS count of 3, a batched dot's items are multiplied by the
+    caller and two helper threads, each with one BLAS thread; with a count of 1 by the caller
+    alone. Either way: bit for bit numpy's product of the whole batch on one BLAS thread (its
+    batch dims not leading, so the operands are permuted first), in the result type, and
+    einsum's values. An OpenBLAS is needed to set the count."""
+    import threading
+    from gspmdc.ir import dtypes
+    from gspmdc.runtime.blas import blas_threads_set_to, loaded_blas
+    from gspmdc.runtime.kernels import contraction
+    if loaded_blas() is None:
+        pytest.skip("numpy's BLAS here is not an OpenBLAS whose thread count can be set")
+    monkeypatch.setattr(contraction, "TILE_MULTIPLY_ADDS", 1)
+    names = []
+    multiply = contraction._multiply_items
+    monkeypatch.setattr(contraction, "_multiply_items", lambda *args: names.append(
+        threading.current_thread().name) or multiply(*args))
+    result, acc = dtypes.numpy_dtype(element_type), contraction.accumulation_dtype(element_type)
+    # lhs [k, b0, m, b1], rhs [b1, n, b0, k]
+    a, b = (normal(24, 3, 40, 4) * 4).astype(result), (normal(4, 56, 3, 24) * 4).astype(result)
+    if element_type == "c64":
+        a = (a + 1j * normal(*a.shape)).astype(result)
+        b = (b - 1j * normal(*b.shape)).astype(result)
+    with blas_threads_set_to(1):
+        whole = np.matmul(a.astype(acc).transpose(1, 3, 2, 0).reshape(12, 40, 24),
+                          b.astype(acc).transpose(2, 0, 3, 1).reshape(12, 24, 56))
+    expected = whole.reshape(3, 4, 40, 56).astype(result)
+    caller = threading.current_thread().name
+    for threads in (3, 1):
+        names.clear()
+        with blas_threads_set_to(threads):
+            out = run("dot", element_type, (3, 4, 40, 56), [a, b], lhs_batch_dims=(1, 3),
+                      rhs_batch_dims=(2, 0), lhs_contracting_dims=(0,), rhs_contracting_dims=(3,))
+        assert out.dtype == result
+        np.testing.assert_array_equal(out, expected)
+        assert names.count(caller) == 1 and len(names) == threads
+        assert all(n.startswith("gspmdc-tiles") for n in names if n != caller)
+    np.testing.assert_allclose(out.astype(acc), np.einsum("kamb,bnak->abmn", a.astype(acc),
+                                                          b.astype(acc)), rtol=2e-2, atol=2e-1)
+
+
 def test_sparse_dot_is_unsupported():
     inst = Instruction("x", "dot", ArrayShape("f32", (2, 2)), attrs={})
     with pytest.raises(UnsupportedError):
@@ -508,7 +550,7 @@ def test_convolution_tiles_shared_by_threads_give_one_threads_bits(monkeypatch, 
     np.testing.assert_allclose(outs[3], expected, rtol=1e-4, atol=1e-4)
     caller = threading.current_thread().name
     assert len(names) == 4 and names[3] == caller and names[:3].count(caller) == 1
-    assert all(n.startswith("gspmdc-convolution") for n in names[:3] if n != caller)
+    assert all(n.startswith("gspmdc-tiles") for n in names[:3] if n != caller)
 
 
 def test_convolution_empty_output_and_window_larger_than_input():

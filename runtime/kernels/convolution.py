@@ -30,9 +30,6 @@ bf16/f16 in f32 rounded once, integers wrap, a pred result is the OR of ANDs.
 """
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from math import gcd, prod
 
 import numpy as np
@@ -43,8 +40,8 @@ from gspmdc.ir.attributes import Window
 from gspmdc.ir.ops import KERNELS
 
 from .. import spill
-from ..blas import one_blas_thread
 from .contraction import accumulation_dtype, to_result
+from .tile_sharing import TileQueue, share_tiles
 
 #: the most patch bytes one tile copies (the memory a convolution needs beyond its input and
 #: output)
@@ -154,64 +151,21 @@ def _multiply_tiles(pieces, planar: bool, lead: tuple[int, ...], patch: tuple[in
     each of shape `patch` (`[K..., I]`), a tile of rows at a time (`_tiles`, sized by
     `TILE_BYTES`, `MIN_TILE_ROWS` and `IM2COL_BYTES`; with `planar`, whole rows of the last
     output axis). Several tiles are shared among as many threads as the BLAS ran
-    (`blas.one_blas_thread`), each taking the next tile left, copying it and multiplying it with
-    one BLAS thread: a tile stays in the cache of the core that copied it (a product on two BLAS
+    (`tile_sharing.share_tiles`), each thread copying and multiplying the tiles it takes with one
+    BLAS thread: a tile stays in the cache of the core that copied it (a product on two BLAS
     threads reads half of it from the other core, and the next copy writes over lines that core
-    holds), a thread kept off its core (by other work, or by a BLAS thread spinning after a
-    product) leaves its tiles to the others, and every tile's product is the one a single BLAS
-    thread computes, whatever the count."""
+    holds)."""
     width = matrix.shape[0]
     row_bytes = max(width * acc.itemsize, 1)
     max_rows = max(1, min(max(TILE_BYTES // row_bytes, MIN_TILE_ROWS), IM2COL_BYTES // row_bytes))
     if planar:
         max_rows = max(max_rows, lead[-1])
-    tiles = list(_tiles(lead, max_rows))
     rows = min(max_rows, out.shape[0])
-    queue = _TileQueue(tiles)
-    if len(tiles) == 1:
-        _multiply(queue, pieces, planar, patch, matrix, out, acc, rows)
-        return
-    with one_blas_thread() as threads:
-        if threads == 1:
-            _multiply(queue, pieces, planar, patch, matrix, out, acc, rows)
-            return
-        pool = _helpers(threads - 1)
-        shares = [pool.submit(_multiply, queue, pieces, planar, patch, matrix, out, acc, rows)
-                  for _ in range(1, threads)]
-        _multiply(queue, pieces, planar, patch, matrix, out, acc, rows)
-        for share in shares:
-            share.result()
+    share_tiles(list(_tiles(lead, max_rows)),
+                lambda queue: _multiply(queue, pieces, planar, patch, matrix, out, acc, rows))
 
 
-class _TileQueue:
-    """The tiles of one `_multiply_tiles` call, each handed out once to whichever thread asks."""
-
-    def __init__(self, tiles: list):
-        self._tiles = iter(tiles)
-        self._lock = threading.Lock()
-
-    def take(self):
-        """The next tile, or None when all are taken."""
-        with self._lock:
-            return next(self._tiles, None)
-
-
-#: the threads that multiply tiles beside the caller, by their count, kept between calls
-#: (starting them takes a third of a millisecond); none in a forked child
-_HELPERS: dict[int, ThreadPoolExecutor] = {}
-_HELPERS_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=_HELPERS.clear)
-
-
-def _helpers(count: int) -> ThreadPoolExecutor:
-    """The pool of `count` threads for `_multiply_tiles` (started on first use)."""
-    with _HELPERS_LOCK:
-        if count not in _HELPERS:
-            _HELPERS[count] = ThreadPoolExecutor(count, thread_name_prefix="gspmdc-convolution")
-        return _HELPERS[count]
-
-
-def _multiply(queue: _TileQueue, pieces, planar: bool, patch: tuple[int, ...],
+def _multiply(queue: TileQueue, pieces, planar: bool, patch: tuple[int, ...],
               matrix: np.ndarray, out: np.ndarray, acc: np.dtype, rows: int) -> None:
     """The products of `_multiply_tiles` for the tiles this thread takes from `queue` ((index
     into the patches' leading axes, the rows of `out` it covers)), with one copy buffer of
