@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
 from ..blas import one_blas_thread
@@ -37,8 +37,9 @@ class TileQueue:
 
 
 def share_tiles(tiles: Sequence, work: Callable[[TileQueue], None]) -> None:
-    """Run `work` on the tiles shared among the caller and helper threads (module docstring);
-    returns when every tile is done, raising the first failure of a thread."""
+    """Run `work` on the tiles shared among the caller and helper threads (module docstring).
+    Returns, or raises the caller's failure, else a helper's, once no helper runs `work` any
+    more."""
     queue = TileQueue(tiles)
     if len(tiles) == 1:
         work(queue)
@@ -49,7 +50,10 @@ def share_tiles(tiles: Sequence, work: Callable[[TileQueue], None]) -> None:
             return
         pool = _helpers(threads - 1)
         shares = [pool.submit(work, queue) for _ in range(1, threads)]
-        work(queue)
+        try:
+            work(queue)
+        finally:
+            wait(shares)
         for share in shares:
             share.result()
 
