@@ -41,8 +41,14 @@ be:
   communication is computed again whole, then sliced to the sharding needed; an element of a
   tuple-shaped one (a sort's, a topk's) too, from the op computed again whole;
 - a reshard node is resharded from its source where that moves fewer bytes;
+- a value's replicated reshard that a live instruction reads gives it whole to any pure op
+  computed again from it;
 - an instruction with an operand on one device runs on that device when its rule's plan for
   that moves fewer bytes than the plan for its own sharding.
+A reshard made only for a dead instruction (one whose value does not reach the root; it is
+planned like any other and removed with its reshards after partitioning) is no shared node: a
+live user taking it pays its bytes (`_unpaid`), and a value is computed again from it only
+where that moves no more bytes than the user's own reshard.
 Finally a reshard of a reshard nobody else uses is replaced by one direct reshard when that
 moves no more bytes (e.g. all-reduce + slice becomes one reduce-scatter), and unused reshard
 nodes are removed.
@@ -197,6 +203,11 @@ class _Rewriter:
         #: those of them a live instruction (one whose value reaches the root) reads: their
         #: bytes are paid in the final program (`_cheaper_sibling`)
         self.read_live: set[Instruction] = set()
+        #: the nodes made for a dead operand (of a dead instruction, or a tuple element no one
+        #: reads) that no live instruction reads yet, directly or through a node made from
+        #: them: removed with their readers, so their bytes are paid only by a live user
+        #: taking them (`_unpaid`)
+        self.made_for_dead: set[Instruction] = set()
         #: what users see of an instruction planned so far (its reshard to its annotation)
         self.replacement: dict[Instruction, Instruction] = {}
         #: the instructions whose values reach the root, with the operands they pass on
@@ -232,13 +243,17 @@ class _Rewriter:
                                                        "it arrives as its call site passes it")
             else:
                 plan = self._planned_ahead(inst) or self._plan(inst)
+            live = self.live_operands.get(inst, ())
             for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
                 if operand.sharding is not need and operand.sharding != need:
+                    made = len(b.instructions)
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
                                                     plan.reason)
                     self.read.add(inst.operands[i])
-                    if i in self.live_operands.get(inst, ()):
-                        self.read_live.add(inst.operands[i])
+                    if i in live:
+                        self._read_by_live(inst.operands[i])
+                    else:
+                        self.made_for_dead.update(b.instructions[made:])
             for operand in inst.operands:
                 self.unread.pop(operand, None)
             inst.sharding = plan.result
@@ -288,6 +303,9 @@ class _Rewriter:
         if sibling is not None:
             return self.reshard(sibling, target, user, role, reason)
         gathered = self._gathered_everywhere(value) if free_target(target) else None
+        if gathered is not None and \
+                not self._worth([gathered], self.ctx.cost(value.shape, value.sharding, target)):
+            gathered = None
         if value in self.everywhere and target != value.sharding:
             node = self.reshard(self._as_replicated(value), target, user, role, reason)
         elif gathered is not None:
@@ -314,6 +332,42 @@ class _Rewriter:
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
+
+    def _read_by_live(self, node: Instruction) -> None:
+        """Record that a live instruction reads `node`: its bytes, and those of the nodes it
+        was made from, are paid in the final program."""
+        if node in self.read_live:
+            return
+        self.read_live.add(node)
+        if not self.made_for_dead:
+            return
+        stack = [node]
+        while stack:
+            made = stack.pop()
+            self.made_for_dead.discard(made)
+            stack += [o for o in made.operands if o in self.created and o not in self.read_live]
+
+    def _unpaid(self, node: Instruction) -> float:
+        """Bytes per device the final program sends only if a live user takes `node`: the
+        reshards among it and the nodes it was made from (not yet read by a live instruction)
+        that were made for dead operands only (`made_for_dead`; a dead instruction is removed
+        with its reshards, so what they move is paid only by a live user taking them)."""
+        total, stack, seen = 0.0, [node], set()
+        while stack:
+            made = stack.pop()
+            if made in seen or made not in self.created or made in self.read_live:
+                continue
+            seen.add(made)
+            if made in self.made_for_dead and is_inserted_reshard(made):
+                total += self.ctx.cost(made.shape, made.operands[0].sharding, made.sharding)
+            stack += made.operands
+        return total
+
+    def _worth(self, nodes: list[Instruction], budget: float) -> bool:
+        """Whether taking `nodes` instead of a reshard moving `budget` bytes per device pays:
+        they move no more bytes than that reshard (`_unpaid`: nothing, where a live
+        instruction reads them already), and give the value whole (for later users too)."""
+        return sum([self._unpaid(node) for node in nodes]) <= budget
 
     def _broadcast_later(self, value: Instruction, target: HloSharding) -> bool:
         """Whether `value`, on one device, goes to another device `target` through its
@@ -436,6 +490,9 @@ class _Rewriter:
         users' plans read it in (`_wanted`): shared nodes, so a plan of the instruction being
         planned needing one of them moves no more bytes for it than is moved anyway."""
         earlier = frozenset(self.resharded_to.get(id(value), ()))
+        if self.made_for_dead:
+            earlier = frozenset([held for held in earlier
+                                 if self._unpaid(self.cache[(id(value), held)]) == 0])
         if len(self.users.get(value, ())) < 2:
             return earlier
         sharding = value.sharding
@@ -540,14 +597,15 @@ class _Rewriter:
                 self.ctx.cost(value.shape, value.sharding, target) == 0:
             return None
         replicated = HloSharding.replicate()
+        budget = self.ctx.cost(value.shape, value.sharding, target)
         if element:
-            whole = self._recomputed_whole(value.operands[0], user, role, reason)
+            whole = self._recomputed_whole(value.operands[0], user, role, reason, budget)
             if whole is None:
                 return None
             node = self.builder.add(value.opcode, value.shape, [whole], dict(value.attrs),
                                     name=f"{value.name}.recomputed", sharding=replicated)
         else:
-            node = self._recomputed_whole(value, user, role, reason)
+            node = self._recomputed_whole(value, user, role, reason, budget)
             if node is None:
                 return None
         self.created.add(node)
@@ -556,18 +614,21 @@ class _Rewriter:
         return self.reshard(node, target, user, role, reason)
 
     def _recomputed_whole(self, value: Instruction, user: Instruction, role: str,
-                          reason: str) -> Instruction | None:
+                          reason: str, budget: float) -> Instruction | None:
         """`value` (an array or a tuple) computed again, replicated, from the replicated forms
         of its operands, each had without communication (`_replicated_source`); one node per
-        value. None when `value` is not a pure op (not a contraction) of such operands."""
+        value. None when `value` is not a pure op (not a contraction) of such operands, or
+        when those forms are reshards made for dead users only that move `budget` bytes per
+        device or more (`_worth`)."""
         key = (id(value), "whole")
         if key in self.cache:
-            return self.cache[key]
+            node = self.cache[key]
+            return node if self._worth([node], budget) else None
         if value.opcode in NOT_RECOMPUTED or value in self.created or \
                 value.sharding.has_manual_leaf or not value.operands:
             return None
         sources = [self._replicated_source(o) for o in value.operands]
-        if any(source is None for source in sources):
+        if any(source is None for source in sources) or not self._worth(sources, budget):
             return None
         replicated = HloSharding.replicate()
         sources = [self.reshard(o, replicated, user, f"{role} (recomputed)", reason)
@@ -581,8 +642,8 @@ class _Rewriter:
 
     def _replicated_source(self, operand: Instruction) -> Instruction | None:
         """`operand`, or a value it is a reshard of, or a reshard of it that every partition
-        holds whole, that gives its replicated form without communication; None when there is
-        none."""
+        holds whole (its replicated reshard a live instruction reads, or one onto a device),
+        that gives its replicated form without communication; None when there is none."""
         if operand.sharding.is_replicated:
             return operand
         if is_inserted_reshard(operand) and operand.operands[0].sharding.is_replicated:
@@ -591,17 +652,22 @@ class _Rewriter:
             return self._as_replicated(operand)
         if recomputed_for_free(operand):
             return operand
+        whole = self.cache.get((id(operand), HloSharding.replicate()))
+        if whole is not None and whole in self.read_live:
+            return whole
         return self._gathered_everywhere(operand)
 
     def _gathered_everywhere(self, value: Instruction) -> Instruction | None:
         """The replicated form of `value` taken from a reshard of it that an instruction reads
         already and every partition holds whole (onto one device: its plan gathers the value
-        on every device), or None. (A result's reshard to its annotation nobody reads is
-        removed: taking the value from it would make it.)"""
-        for _, node in self._reshards_of(value):
-            if node in self.everywhere and node in self.read:
-                return self._as_replicated(node)
-        return None
+        on every device), the one whose bytes are least unpaid (`_unpaid`: one made for a
+        dead user only is paid by taking it), or None. (A result's reshard to its annotation
+        nobody reads is removed: taking the value from it would make it.)"""
+        gathered = [node for _, node in self._reshards_of(value)
+                    if node in self.everywhere and node in self.read]
+        if not gathered:
+            return None
+        return self._as_replicated(min(gathered, key=self._unpaid))
 
     def _reshards_of(self, value: Instruction) -> list[tuple[HloSharding, Instruction]]:
         """(sharding, reshard node) of every reshard of `value` made so far, in the order of the
@@ -668,7 +734,8 @@ class _Rewriter:
             operand = self._replicated_source(value.operands[0]) or value.operands[0]
             need = target if target.kind == "maximal" else \
                 broadcast_operand_sharding(value, target, self.ctx.num_devices)
-            if self.ctx.cost(operand.shape, operand.sharding, need) >= direct:
+            if self.ctx.cost(operand.shape, operand.sharding, need) + \
+                    self._unpaid(operand) >= direct:
                 return None
             operands.append(operand if operand.sharding == need else
                             self.reshard(operand, need, user, f"{role} (recomputed)", reason))
