@@ -97,7 +97,7 @@ class PassThroughRule(PartitionRule):
         tiled = ctx.tiling(target, rank).sharding
         candidates = [plan(algebra.partially_replicate_on_dims(tiled, fixed),
                            f"{inst.opcode} keeps the result's tiling of its pass-through dims")]
-        moved = _tiles_moved(tiled, leaf.dims, fixed, free)
+        moved = tiles_moved(tiled, leaf.dims, fixed, free)
         if moved is not None:
             candidates.append(plan(moved, f"{inst.opcode} moves the result's tiles of its other "
                                           "dims into its pass-through dims"))
@@ -112,7 +112,7 @@ class PassThroughRule(PartitionRule):
             carried = remap(ctx.tiling(source, first.rank).sharding, to_result, rank)
             candidates.append(plan(carried, f"{inst.opcode} keeps its operand's tiling of its "
                                              "pass-through dims"))
-            moved = _tiles_moved(ctx.tiling(source, first.rank).sharding, first.dims,
+            moved = tiles_moved(ctx.tiling(source, first.rank).sharding, first.dims,
                                  [d for d in range(first.rank) if d not in maps[0]],
                                  [d for d in maps[0] if d >= 0])
             if moved is not None:
@@ -123,7 +123,7 @@ class PassThroughRule(PartitionRule):
         return ctx.choose(inst, candidates)
 
 
-def _tiles_moved(sharding: HloSharding, dims, fixed: list[int],
+def tiles_moved(sharding: HloSharding, dims, fixed: list[int],
                  free: list[int]) -> HloSharding | None:
     """`sharding` (tiled, of an array of `dims`) with the tiles of each dim of `fixed` moved
     into the first dim of `free` whose size the merged tile count divides (XLA's
@@ -143,4 +143,4 @@ def _tiles_moved(sharding: HloSharding, dims, fixed: list[int],
     return None if moved is sharding else moved
 
 
-__all__ = ["PassThroughRule"]
+__all__ = ["PassThroughRule", "tiles_moved"]

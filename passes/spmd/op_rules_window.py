@@ -55,6 +55,7 @@ from .halo import (
 )
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .op_rules_indexed import masked_window
+from .op_rules_passthrough import tiles_moved
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
     scan_opcode,
@@ -95,6 +96,11 @@ class WindowRule(PartitionRule):
     #: tiling (then moved to the device): XLA's partitioner slices in the operand's sharding
     #: when that has more tiles than the result's
     tiled_for_one_device = False
+
+    #: whether the tiles of tiled windowed dims may move into a pass-through dim instead of
+    #: being gathered (XLA's concatenate replicates its concat dim so,
+    #: `HandleElementwiseWithDimsToReplicate`: the reshards are all-to-alls)
+    moves_windowed_tiles = False
 
     def supports_halo(self, inst: Instruction, computations: Computations) -> bool:
         """Whether the op can run on halo-extended shards (else windowed dims are gathered)."""
@@ -183,6 +189,14 @@ class WindowRule(PartitionRule):
             candidates.append(candidate(ctx.tiling(folded, rank),
                                         f"{inst.opcode} keeps {source} on its pass-through "
                                         "dims"))
+            moved = tiles_moved(tiling.sharding, _result_leaf(inst).dims, windowed,
+                                [d for d in range(rank) if d not in windowed]) \
+                if self.moves_windowed_tiles else None
+            if moved is not None:
+                moved = algebra.partially_replicate_on_dims(moved, windowed)
+                candidates.append(candidate(ctx.tiling(moved, rank),
+                                            f"{inst.opcode} moves the tiles of {source} on its "
+                                            "windowed dims into its pass-through dims"))
         candidates.append(candidate(Tiling.replicated(rank, ctx.num_devices),
                                     f"{inst.opcode} runs replicated"))
         # on a tie, the fewest bytes over all devices (halos trimmed to the shards that read
@@ -453,6 +467,8 @@ def _partial(inst: Instruction) -> bool:
 
 @PARTITION_RULES.register("concatenate", instance=True)
 class ConcatenateRule(WindowRule):
+    moves_windowed_tiles = True
+
     def windows(self, inst):
         (dim,) = inst.attr("dimensions")
         total = inst.shape.dims[dim]
