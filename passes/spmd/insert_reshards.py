@@ -294,7 +294,9 @@ class _Rewriter:
             if source.sharding == target:
                 return source
             if look_through and self.ctx.cost(value.shape, source.sharding, target) < \
-                    self.ctx.cost(value.shape, value.sharding, target):
+                    self.ctx.cost(value.shape, value.sharding, target) + \
+                    (self.ctx.cost(value.shape, source.sharding, value.sharding)
+                     if value in self.unread else 0.0):
                 return self.reshard(source, target, user, role, reason)
         key = (id(value), target)
         if key in self.cache:
@@ -417,12 +419,11 @@ class _Rewriter:
 
     def _read_by_one_user(self, inst: Instruction, node: Instruction) -> bool:
         """Whether `node`, the reshard of the array `inst` to its annotation, has one user, not
-        planned yet, that may read `inst` itself instead (no partial or manual values)."""
-        sharding = inst.sharding
+        planned yet, that may read `inst` itself instead (partial values included: the user
+        then sums them into what it reads; no manual values)."""
         return is_inserted_reshard(node) and node.operands[0] is inst and \
             len(self.users.get(inst, ())) == 1 and inst is not self.comp.root and \
-            not isinstance(inst.shape, TupleShape) and not sharding.has_unreduced and \
-            not sharding.has_manual_leaf
+            not isinstance(inst.shape, TupleShape) and not inst.sharding.has_manual_leaf
 
     def _result_needs(self, inst: Instruction) -> tuple[HloSharding, ...]:
         """The shardings the users of `inst`, the instruction being planned, will read it in:

@@ -244,15 +244,14 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
 def _unread_bytes(shape: Shape, source: HloSharding, node: HloSharding, need: HloSharding,
                   measure: Callable[[Shape, HloSharding, HloSharding], float]) -> float:
     """The bytes of reading in `need` a result's reshard from `source` to `node` that nobody
-    reads yet: from the result itself where that moves fewer bytes (insert-reshards reshards a
-    reshard node from its source so, and the unread node is then removed), else the node's own
-    reshard and the reshard from it (XLA's reshard cache also maps the resharded value back to
-    the one it was made from)."""
+    reads yet: from the result itself where that moves fewer bytes than the node's own
+    reshard and the reshard from it (insert-reshards then reshards from the source, and the
+    unread node is removed; XLA's reshard cache also maps the resharded value back to the one
+    it was made from), else those two."""
     if need == source:
         return 0.0
-    via = measure(shape, node, need)
-    direct = measure(shape, source, need)
-    return direct if direct < via else measure(shape, source, node) + via
+    via = measure(shape, source, node) + measure(shape, node, need)
+    return min(measure(shape, source, need), via)
 
 
 def broadcast_first(source: HloSharding, target: HloSharding) -> bool:
