@@ -2,7 +2,9 @@
 classes: a `concatenate` whose concat dim is tiled moves those tiles into another dim (XLA's
 HandleConcatenate, `HandleElementwiseWithDimsToReplicate`); a partial result's reshard to its
 annotation that one user alone reads is priced to that user, who may sum the partials into
-what it reads instead (XLA's reshard cache keeps the summed value). Bytes are worked out by hand from
+what it reads instead (XLA's reshard cache keeps the summed value); a reshard whose uneven
+tiles do not nest realigns them by an exchange of pieces before the other dims gather (XLA
+shifts boundary elements by permutes, then all-gathers). Bytes are worked out by hand from
 the cost model's formulas (`gspmdc.ir.cost`: an all-to-all over g devices sends (g-1)/g of the
 local shard); values against the unpartitioned program; with the `[xla]` extra, against XLA's
 own partitioned program (skipped without it)."""
@@ -82,9 +84,55 @@ def test_a_partial_result_read_by_one_user_is_summed_into_what_it_reads():
     assert sent_bytes(spmd, 4) == 30
 
 
+REALIGNED = """HloModule m, num_partitions=8
+
+ENTRY main {
+  p = f32[2,6] parameter(0), sharding={devices=[2,4]<=[8]}
+  ROOT n = f32[2,6] negate(p), sharding={devices=[1,2,4]<=[8] last_tile_dim_replicate}
+}
+"""
+
+
+def test_tiles_that_do_not_nest_are_realigned_before_the_other_dims_gather():
+    """Dim 1's 4 tiles of 2 (the last one empty) do not gather into 2 tiles of 3; the plan
+    first moves pieces so that each device holds its row's part of its target columns (device
+    d takes columns 3 * (d // 4) .. + 3; devices 2, 3, 6 and 7 take the other row, as their own
+    row's tile is full): 13 pieces of one or two elements in 3 collective-permute rounds, the
+    buffers 8, 8 and 4 B (6, 5 and 2 pairs: 96 B, 12 per device), then the rows are gathered
+    in pairs (an f32[1,3] tile, 12 B): 24 B per device. Before, dim 1 was gathered over 4
+    (3 x 8 B) and an all-to-all (12 B) split it again: 36 B."""
+    spmd = check_equivalent(REALIGNED, 8)
+    found = collectives(spmd)
+    assert [c[0] for c in found] == ["collective-permute"] * 3 + ["all-gather"]
+    assert found[-1] == ("all-gather", [[0, 2], [1, 3], [6, 4], [7, 5]], (0,))
+    assert sent_bytes(spmd, 8) == 24
+
+
+TRANSPOSED = """HloModule m, num_partitions=8
+
+ENTRY main {
+  p = s64[5,6] parameter(0), sharding={devices=[2,4]7,3,1,4,0,6,2,5}
+  c = s64[] constant(-3)
+  b = s64[5,6] broadcast(c), dimensions={}
+  e = pred[5,6] compare(p, b), direction=EQ, sharding={devices=[2,4]7,3,1,4,0,6,2,5}
+  ROOT t = pred[6,5]{0,1} transpose(e), dimensions={1,0}, sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+
+
+def test_a_transposed_operand_realigns_its_uneven_tiles():
+    """fuzz/10900001669's transpose: its operand goes from 4 column tiles of 2 in an explicit
+    device order to 2 tiles of 3 with the rows whole. Realigned first: 18 B per device, where
+    gathering the columns over 4 and the rows in pairs sent 36 (XLA 25.5)."""
+    spmd = check_equivalent(TRANSPOSED, 8)
+    assert [c[0] for c in collectives(spmd)][-1] == "all-gather"
+    assert sent_bytes(spmd, 8) == 18
+
+
 @needs_xla
-@pytest.mark.parametrize("text,n", [(CONCAT, 2), (PARTIAL_SLICED, 4)],
-                         ids=["concatenate", "partial-sliced"])
+@pytest.mark.parametrize("text,n", [(CONCAT, 2), (PARTIAL_SLICED, 4), (REALIGNED, 8),
+                                    (TRANSPOSED, 8)],
+                         ids=["concatenate", "partial-sliced", "realigned", "transposed"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

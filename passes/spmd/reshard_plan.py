@@ -413,20 +413,64 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         rounds = plan_exchange(dims, src, dst)
         if rounds is not None:
             variants.append([Exchange(src, dst, rounds=tuple(rounds))])
+        mid = _realigned(dims, src, dst)
+        rounds = None if mid is None else plan_exchange(dims, src, mid)
+        if rounds is not None:
+            exchange = Exchange(src, mid, rounds=tuple(rounds))
+            variants += [[exchange, *rest] for rest in _variants(dims, mid, dst)]
     return variants
+
+
+def _realigned(dims, src: Tiling, dst: Tiling) -> Tiling | None:
+    """A tiling with `dst`'s tiles on the dims whose tiles do not nest (every device its `dst`
+    tile there) and `src`'s counts on the others, each device keeping its `src` tile on those
+    where its tile has room (the others take the free tiles in order); None where that is
+    `src`'s counts or `dst` itself. An exchange of pieces realigns the misaligned dims first
+    and the plan gathers or slices the others from there (XLA's reshard of such a dim, e.g.
+    tiles of 2 of a dim of 6 to tiles of 3 gathered in pairs, shifts the boundary elements by
+    permutes, then all-gathers)."""
+    rank = len(dims)
+    moved = np.array([_dim_misaligned(size, t, tt)
+                      for size, t, tt in zip(dims, src.counts, dst.counts)], dtype=bool)
+    counts = tuple(np.where(moved, dst.counts, src.counts).tolist())
+    if counts == tuple(src.counts) or counts == tuple(dst.counts):
+        return None
+    n = src.num_devices
+    replicas = n // prod(counts)
+    wanted = np.where(moved, dst.coordinates()[:, :rank], src.coordinates()[:, :rank])
+    keys = np.ravel_multi_index(tuple(wanted.T), counts)
+    fill = np.zeros(prod(counts), dtype=np.int64)
+    key_of = np.full(n, -1, dtype=np.int64)
+    for device in range(n):
+        if fill[keys[device]] < replicas:
+            key_of[device] = keys[device]
+            fill[keys[device]] += 1
+    for device in np.flatnonzero(key_of < 0):
+        # a free tile with the device's `dst` tile on the moved dims
+        options = np.ravel_multi_index(tuple(np.where(
+            moved[:, None], wanted[device][:, None],
+            np.indices(counts).reshape(rank, -1))), counts)
+        free = options[fill[options] < replicas]
+        if free.size == 0:
+            return None
+        key_of[device] = free.min()
+        fill[key_of[device]] += 1
+    devices = np.argsort(key_of, kind="stable").reshape(counts + (1, replicas))
+    return Tiling.of_devices(devices)
 
 
 def _misaligned(dims, src: Tiling, dst: Tiling) -> bool:
     """Whether some dim's tiles neither nest in the held ones nor gather into the target's."""
-    for size, t, tt in zip(dims, src.counts, dst.counts):
-        if t == tt:
-            continue
-        if tt % t == 0 and _slice_aligned(size, t, tt // t):
-            continue
-        if t % tt == 0 and _gather_aligned(size, t, t // tt):
-            continue
-        return True
-    return False
+    return any(_dim_misaligned(size, t, tt) for size, t, tt in zip(dims, src.counts, dst.counts))
+
+
+def _dim_misaligned(size: int, t: int, tt: int) -> bool:
+    """Whether `t` tiles of a dim of `size` neither nest in `tt` tiles nor gather into them."""
+    if t == tt:
+        return False
+    if tt % t == 0 and _slice_aligned(size, t, tt // t):
+        return False
+    return not (t % tt == 0 and _gather_aligned(size, t, t // tt))
 
 
 def _with_flags_cleared(flags: tuple[bool, ...], inert: set[int]):
