@@ -4,7 +4,8 @@ HandleConcatenate, `HandleElementwiseWithDimsToReplicate`); a partial result's r
 annotation that one user alone reads is priced to that user, who may sum the partials into
 what it reads instead (XLA's reshard cache keeps the summed value); a reshard whose uneven
 tiles do not nest realigns them by an exchange of pieces before the other dims gather (XLA
-shifts boundary elements by permutes, then all-gathers). Bytes are worked out by hand from
+shifts boundary elements by permutes, then all-gathers); an all-to-all may list its groups'
+members in reverse order so that the permute after it moves fewer devices. Bytes are worked out by hand from
 the cost model's formulas (`gspmdc.ir.cost`: an all-to-all over g devices sends (g-1)/g of the
 local shard); values against the unpartitioned program; with the `[xla]` extra, against XLA's
 own partitioned program (skipped without it)."""
@@ -129,10 +130,34 @@ def test_a_transposed_operand_realigns_its_uneven_tiles():
     assert sent_bytes(spmd, 8) == 18
 
 
+TRADED = """HloModule m, num_partitions=4
+
+ENTRY main {
+  p = f32[4,4] parameter(0), sharding={devices=[4,1]0,2,1,3}
+  ROOT n = f32[4,4] negate(p), sharding={devices=[2,2]2,1,3,0}
+}
+"""
+
+
+def test_all_to_all_groups_in_reverse_order_leave_half_the_devices_in_place():
+    """Row tiles 0, 1 on devices 0, 2 (and 2, 3 on 1, 3) split their columns in pairs: the
+    all-to-all over {2,0} and {3,1} (members in reverse order of their row tiles) gives device
+    2 the column tile 0 of the first row pair and device 3 that of the second, where the target
+    wants them; devices 0 and 1 then swap their [2,2] tiles. Bytes per device on average: the
+    all-to-all sends half of the [1,4] shard (8 B) everywhere, the permute 16 B from 2 of the 4
+    devices (8): 16 B. In the forward order (groups {0,2}, {1,3}) every device moved in the
+    permute: 24 B, XLA's too."""
+    spmd = check_equivalent(TRADED, 4)
+    assert collectives(spmd) == [("all-to-all", [[2, 0], [3, 1]], (1,)),
+                                 ("collective-permute", [(0, 1), (1, 0), (2, 2), (3, 3)])]
+    assert sent_bytes(spmd, 4) == 16
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(CONCAT, 2), (PARTIAL_SLICED, 4), (REALIGNED, 8),
-                                    (TRANSPOSED, 8)],
-                         ids=["concatenate", "partial-sliced", "realigned", "transposed"])
+                                    (TRANSPOSED, 8), (TRADED, 4)],
+                         ids=["concatenate", "partial-sliced", "realigned", "transposed",
+                              "traded"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

@@ -127,6 +127,9 @@ def _all_to_all(ctx, value, shape, step: AllToAll, reducer):
     split = dims[:j] + [g, new_local[j]] + dims[j + 1:]
     value = b.reshape(value, split)
     value = b.all_to_all(value, j, step.groups, ctx.channels())
+    if step.reversed:
+        # the pieces arrived from the members in reverse order of their sub-tiles of dim i
+        value = b.add("reverse", value.shape, [value], {"dimensions": (j,)})
     # the received axis (at j) indexes the source sub-tiles of dim i: put it before dim i
     i_at = i if i < j else i + 1
     order = [a for a in range(len(split)) if a != j]

@@ -141,10 +141,15 @@ class ReduceScatter(Step):
 
 @dataclass(frozen=True, eq=False)
 class AllToAll(Step):
+    """`groups` list each group's members in the order of their sub-tiles of dim `source`, or
+    in the reverse order (`reversed`: member k then receives sub-tile k of dim `target` as
+    ever, and the pieces it receives arrive last sub-tile first)."""
+
     source: int = 0
     target: int = 0
     factor: int = 1
     groups: np.ndarray = None
+    reversed: bool = False
     collective = "all-to-all"
 
     def traffic(self, dims, width):
@@ -153,8 +158,9 @@ class AllToAll(Step):
         return cost.all_to_all(self.groups, prod(local), width, self.before.num_devices)
 
     def describe(self):
+        order = " (groups in reverse order)" if self.reversed else ""
         return f"all-to-all moving {self.factor} tiles from dim {self.source} to dim " \
-               f"{self.target}"
+               f"{self.target}{order}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -409,6 +415,11 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
             if not unmoved.get(flags[0], False):
                 variants.append(_staged(dims, src, dst, *flags, last_first=True))
+    # the all-to-alls' groups also in reverse order, where tiles moved: which device receives
+    # which new tile then differs (a permute after them may move fewer devices)
+    for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
+        if unmoved.get(flags[0]) is False:
+            variants.append(_staged(dims, src, dst, *flags, reversed_groups=True))
     if src.unreduced == dst.unreduced == 1 and _misaligned(dims, src, dst):
         rounds = plan_exchange(dims, src, dst)
         if rounds is not None:
@@ -542,7 +553,7 @@ def _split_aligned(size: int, t: int, factor: int) -> bool:
 def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             early_slice: bool, early_permute: bool, masked: bool = False,
             slice_first: bool = False, inert: set[int] | None = None,
-            last_first: bool = False) -> list[Step]:
+            last_first: bool = False, reversed_groups: bool = False) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), slices from replicas of the
     dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards),
     all-to-alls (when `exchange`), slices before gathering (when `early_slice`), a permute
@@ -551,7 +562,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     the positions in `(masked, scatter, exchange, early_slice, early_permute, slice_first)` of
     the set flags that added no step (the same call with them cleared gives the same steps).
     `last_first`: the all-to-alls take the dims losing tiles from the last one
-    (`_all_to_alls`)."""
+    (`_all_to_alls`); `reversed_groups`: their groups list the members in reverse order."""
     inert = set() if inert is None else inert
     steps: list[Step] = []
     state = src
@@ -581,8 +592,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             inert.add(5)
     if exchange:
         before = len(steps)
-        state = _all_to_alls(dims, state, down, up, steps, last_first)
-        state = _gather_to_receive(dims, state, down, up, steps)
+        state = _all_to_alls(dims, state, down, up, steps, last_first, reversed_groups)
+        state = _gather_to_receive(dims, state, down, up, steps, reversed_groups)
         if len(steps) == before:
             inert.add(2)
     before = len(steps)
@@ -891,14 +902,19 @@ def _scatter_by_axes(state: Tiling, target: Tiling,
 
 
 def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
-                 steps: list[Step], last_first: bool = False) -> Tiling:
+                 steps: list[Step], last_first: bool = False,
+                 reversed_groups: bool = False) -> Tiling:
     """Pair dims losing tiles with dims gaining tiles; each common factor moves in one
     all-to-all when both sides stay aligned. A dim whose tiles do not nest (it loses all its
     tiles and gains others) gives all of them away in one move, before any other dim gives
     tiles to the dims it could fill, and, whole then, gains its new ones from another dim:
     XLA's all-to-alls for, e.g., [1,3,2,1] -> [1,2,1,3]. The dims losing tiles are taken
     first to last, or last to first (`last_first`): which dim's tiles move and which are
-    gathered then differ (both are planned, `_variants`)."""
+    gathered then differ (both are planned, `_variants`). With `reversed_groups` each group
+    lists its members in reverse order: member k still receives sub-tile k of the dim gaining
+    tiles, so the devices of a group trade those sub-tiles (a permute after them may then move
+    fewer devices: XLA's all-to-all for a `reverse`'s operand leaves half the devices in place
+    where the forward order moved all)."""
     rank = len(dims)
     order = range(rank - 1, -1, -1) if last_first else range(rank)
     changed = True
@@ -918,8 +934,10 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
                 after, groups = algebra.move_tiles(state.sharding, i, j, g, rank,
                                                    state.num_devices)
                 moved = Tiling(after, rank, state.num_devices)
+                if reversed_groups:
+                    moved, groups = _reversed_groups(moved, groups)
                 steps.append(AllToAll(state, moved, source=i, target=j, factor=g,
-                                      groups=groups))
+                                      groups=groups, reversed=reversed_groups))
                 state = moved
                 down[i] //= g
                 up[j] //= g
@@ -927,8 +945,16 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
     return state
 
 
+def _reversed_groups(moved: Tiling, groups: np.ndarray) -> tuple[Tiling, np.ndarray]:
+    """An all-to-all's result tiling and groups with each group's members in reverse order:
+    the device at position k of a group takes the tile the device at position g-1-k took."""
+    partner = np.empty(groups.size, dtype=np.int64)
+    partner[groups] = groups[:, ::-1]
+    return Tiling.of_devices(partner[moved.devices]), np.ascontiguousarray(groups[:, ::-1])
+
+
 def _gather_to_receive(dims, state: Tiling, down: list[int], up: list[int],
-                       steps: list[Step]) -> Tiling:
+                       steps: list[Step], reversed_groups: bool = False) -> Tiling:
     """A dim whose tiles do not nest and that could give them to no other dim is gathered
     whole first where another dim losing tiles can then fill it by an all-to-all (XLA's
     all-gather to the target's partial replication followed by an all-to-all, e.g.
@@ -946,7 +972,7 @@ def _gather_to_receive(dims, state: Tiling, down: list[int], up: list[int],
         gathered = Tiling(after, rank, state.num_devices)
         steps.append(AllGather(state, gathered, dim=d, factor=down[d], groups=groups))
         state, down[d] = gathered, 1
-    return _all_to_alls(dims, state, down, up, steps)
+    return _all_to_alls(dims, state, down, up, steps, reversed_groups=reversed_groups)
 
 
 def compatible_subtiling(state: Tiling,
