@@ -80,7 +80,7 @@ from .cleanup import eliminate_common_subexpressions, live_operands
 from .op_rules import (
     NOT_EVERYWHERE, NOT_RECOMPUTED, OpPlan, PlanContext, broadcast_first, free_target,
     maximal_for, read_as, read_from, recomputed_for_free, replicated_for, result_chain,
-    seen_by_users, unread_source_first,
+    seen_by_users,
 )
 from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
@@ -293,14 +293,10 @@ class _Rewriter:
             source = value.operands[0]
             if source.sharding == target:
                 return source
-            cost = self.ctx.cost
-            if look_through and (unread_source_first(
-                    source.sharding, cost(value.shape, source.sharding, target),
-                    cost(value.shape, value.sharding, target),
-                    cost(value.shape, source.sharding, value.sharding))
-                    if value in self.unread else
-                    cost(value.shape, source.sharding, target) <
-                    cost(value.shape, value.sharding, target)):
+            if look_through and self.ctx.cost(value.shape, source.sharding, target) < \
+                    self.ctx.cost(value.shape, value.sharding, target) + \
+                    (self.ctx.cost(value.shape, source.sharding, value.sharding)
+                     if value in self.unread else 0.0):
                 return self.reshard(source, target, user, role, reason)
         key = (id(value), target)
         if key in self.cache:

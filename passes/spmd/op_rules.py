@@ -244,28 +244,14 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
 def _unread_bytes(shape: Shape, source: HloSharding, node: HloSharding, need: HloSharding,
                   measure: Callable[[Shape, HloSharding, HloSharding], float]) -> float:
     """The bytes of reading in `need` a result's reshard from `source` to `node` that nobody
-    reads yet: from the result itself where that moves fewer bytes (insert-reshards reshards a
-    reshard node from its source so, and the unread node is then removed), else the node's own
-    reshard and the reshard from it (XLA's reshard cache also maps the resharded value back to
-    the one it was made from). "Fewer" is against the reshard from the node for a result of
-    values, against both reshards for one of partial sums (`unread_source_first`)."""
+    reads yet: from the result itself where that moves fewer bytes than the node's own
+    reshard and the reshard from it (insert-reshards then reshards from the source, and the
+    unread node is removed; XLA's reshard cache also maps the resharded value back to the one
+    it was made from), else those two."""
     if need == source:
         return 0.0
-    via = measure(shape, node, need)
-    direct = measure(shape, source, need)
-    paid = measure(shape, source, node)
-    return direct if unread_source_first(source, direct, via, paid) else paid + via
-
-
-def unread_source_first(source: HloSharding, direct: float, via: float, paid: float) -> bool:
-    """Whether a user reads an unread reshard node's `source` itself (`direct` bytes) rather
-    than the node (`paid` bytes to make it, then `via`): where that moves fewer bytes than the
-    reshard from the node, or, for partial sums, than both reshards (the node sums them, and
-    the user's read from the source sums them itself: a `dynamic-slice` of a partial result
-    annotated in tiles held twice reads it replicated by one all-reduce instead of the
-    reduce-scatter and all-reduce to its annotation and a gather). Other results compare
-    with the node's reshard alone."""
-    return direct < (via + paid if source.has_unreduced else via)
+    via = measure(shape, source, node) + measure(shape, node, need)
+    return min(measure(shape, source, need), via)
 
 
 def broadcast_first(source: HloSharding, target: HloSharding) -> bool:
@@ -603,6 +589,6 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
 
 
 __all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "NOT_RECOMPUTED", "recomputed_for_free",
-           "result_chain", "read_from", "free_target", "unread_source_first", "OpPlan",
+           "result_chain", "read_from", "free_target", "OpPlan",
            "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]
