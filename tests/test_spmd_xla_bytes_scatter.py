@@ -70,13 +70,20 @@ ENTRY e {{
 
 
 def test_index_pass_through_keeps_the_indices_where_they_are():
-    """Each pair of replicas scatters its 4 rows of updates into f32[6,1] (partial sums over
-    the 3 index tiles), and one reduce-scatter over each triple hands every device its row:
-    (3-1)/3 of 24 B = 16 B. Before, the indices moved to the updates' layout and the result
-    was resharded from there, or the indices were gathered: 32 B."""
+    """The indices stay in their pairs of replicas {0,1}, {2,3}, {4,5}; the result's rows,
+    coarsened to the two devices of a pair, are laid over each pair's devices (device d holds
+    rows 3 (d % 2) to 3 (d % 2) + 2: the result's halves by d // 3 give both devices of the
+    pairs {0,1} and {4,5} the same half), so each device scatters its 4 rows of updates into
+    its f32[3,1] half (partial sums over the 3 index tiles, groups {0,2,4} and {1,3,5}); one
+    reduce-scatter over each triple, (3-1)/3 of 12 B = 8 B, hands every device a row, and
+    devices 1 and 4 swap theirs (a collective-permute, 4 B from each of 2 devices): 28/3 B per
+    device, 12 from the busiest. The whole f32[6,1] reduce-scattered over the triples sent
+    16 B; before that, the indices moved to the updates' layout and the result was resharded
+    from there, or the indices were gathered: 32 B."""
     spmd = check_equivalent(indices_kept(), 6)
-    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter"]
-    assert sent_bytes(spmd, 6) == 16
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter", "collective-permute"]
+    assert collectives(spmd)[1][1] == [(0, 0), (1, 4), (2, 2), (3, 3), (4, 1), (5, 5)]
+    assert sent_bytes(spmd, 6) == pytest.approx(28 / 3)
 
 
 def operand_on_index_replicas(rows: int = 8) -> str:

@@ -158,7 +158,11 @@ def _within(part, taken, other, others_taken, num_devices: int):
     of `other` on its dims `others_taken` holds: each dim's count cut to its greatest common
     divisor with the room left (adjacent tiles merged), so that the two combine into one tiling
     of a device mesh, `other`'s tiles on one axis and `part`'s on the replicas of each (XLA's
-    recursion on the mesh dims a strategy leaves replicated)."""
+    recursion on the mesh dims a strategy leaves replicated, the group's devices in their
+    order). Where `part`'s tiles are not spread evenly over the devices of each tile of
+    `other` (the two share a mesh axis), they are laid out again over each such group: its
+    devices in the order of their tile of `part`, then of device id, take the tiles in
+    row-major order (evenly spread tiles keep their devices)."""
     coords, counts = part[0].copy(), list(part[1])
     room = num_devices // prod(other[1][e] for e in others_taken)
     for e in taken:
@@ -166,7 +170,27 @@ def _within(part, taken, other, others_taken, num_devices: int):
         coords[:, e] = coords[:, e] * count // counts[e]
         counts[e] = count
         room //= count
+    if not taken:
+        return coords, counts
+    tiles = prod(counts[e] for e in taken)
+    groups = _keys(other[0], other[1], others_taken)
+    keys = _keys(coords, counts, taken)
+    size = num_devices // len(np.unique(groups))
+    order = np.lexsort((np.arange(num_devices), keys, groups))
+    rank = np.empty(num_devices, np.int64)
+    rank[order] = np.arange(num_devices) % size
+    laid = np.unravel_index(rank * tiles // size, [counts[e] for e in taken])
+    for e, column in zip(taken, laid):
+        coords[:, e] = column
     return coords, counts
+
+
+def _keys(coords: np.ndarray, counts, taken) -> np.ndarray:
+    """Per device, the row-major index of its tile on the dims `taken` (0 for none)."""
+    if not taken:
+        return np.zeros(coords.shape[0], np.int64)
+    return np.ravel_multi_index(tuple(coords[:, e] for e in taken),
+                                [counts[e] for e in taken])
 
 
 def _index_vectors(b, indices: Instruction, ivd: int) -> Instruction:
@@ -208,13 +232,19 @@ class GatherRule(PartitionRule):
         from_indices = _coordinates(ctx, indices.sharding, indices.shape.rank, dims.to_indices,
                                     width)
         extra = dims.extra
+        n = ctx.num_devices
         masked = "masked local gathers summed over the operand's index tiles"
+        replicas = "on each group of the operand's replicas"
         tilings = _extended_tilings(ctx, width, [
             ((from_target, output), (from_operand, extra), f"the result's tiling, {masked}"),
             ((from_target, output), "gather keeps the result's tiling"),
             ((from_operand, output + extra), "gather keeps its operand's tiling"),
             ((from_indices, output), (from_operand, extra), f"the indices' tiling, {masked}"),
             ((from_indices, output), "gather keeps its indices' tiling"),
+            ((_within(from_target, output, from_operand, extra, n), output),
+             (from_operand, extra), f"{masked}, the result's tiling {replicas}"),
+            ((_within(from_indices, output, from_operand, extra, n), output),
+             (from_operand, extra), f"{masked}, the indices' tiling {replicas}"),
         ])
         candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
