@@ -22,8 +22,11 @@ dims is never read (clamped indices stay below `S_d`).
 
 Candidates (fewest bytes wins, first on ties): the annotated result's tiling with the operand's
 tiles of its indexed dims, the annotated result's tiling alone, the operand's tiling carried
-through, the indices' tiling with the operand's indexed tiles, the indices' tiling alone, and
-everything replicated. A candidate whose device groups do not combine into one tiling is skipped.
+through, the indices' tiling with the operand's indexed tiles, the indices' tiling alone, the
+operand's indexed tiles with the result's or the indices' batch tiles on the replicas of each
+(`_within`: XLA's gather recursion partitions the rest within each group of the operand's
+replicas), and everything replicated. A candidate whose device groups do not combine into one
+tiling is skipped.
 `pred` gathers combine their partial values by `or` (the masked results are `false`).
 
 Scatter (`ScatterRule`) tiles its operand (= result) dims the same way: dims the updates cover
