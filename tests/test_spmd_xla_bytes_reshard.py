@@ -199,9 +199,86 @@ def test_tiles_that_do_not_nest_gather_their_pieces_in_rounds():
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
 
+REALIGNED = _copy_module("f32", "6,3", "{devices=[8,1]<=[8]}",
+                         "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 8)
+
+
+def test_uneven_tiles_are_realigned_before_gathering():
+    """f32[6,3] in 8 row tiles of 1 (tiles 6, 7 padding) to 2 tiles of 3 rows held 4 times:
+    the row tiles do not gather into tiles of 3 (4 of them make 4 rows), and the exchange of
+    the pieces would need more than 4 rounds (each target tile takes rows from 3 devices, 4
+    devices each). As XLA does (its left halo exchange before the all-gather to a partially
+    replicated sharding), the boundary rows move first so that the four tiles of each target
+    tile hold its rows in order: row 3 from device 3 to 4, 4 to 5, 5 to 6 (one permute of
+    12 B), then an all-gather over fours (3 x 12 B) and a slice of 3 rows: 48 B from the
+    busiest device, where gathering all 8 tiles sent 84 B."""
+    plan = plan_reshard(ArrayShape("f32", (6, 3)), parse_sharding("{devices=[8,1]<=[8]}"),
+                        parse_sharding("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"), 8)
+    assert plan.cost == 12 + 36 and plan.total == 3 * 12 + 8 * 36
+    spmd = check_equivalent(REALIGNED, 8)
+    assert collectives(spmd) == [
+        ("collective-permute", [(3, 4), (4, 5), (5, 6)]),
+        ("all-gather", [[0, 1, 2, 3], [4, 5, 6, 7]], (0,))]
+    x = np.arange(18, dtype=np.float32).reshape(6, 3)
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
+
+
 #: fuzz/9800001301's reshard: dim 1's 3 tiles of 2 rows do not nest in 2 tiles of 3
 MOVED_THROUGH = _copy_module("f16", "1,6,7,15", "{devices=[1,3,2,1]<=[6]}",
                              "{devices=[1,2,1,3]0,5,4,3,2,1}", 6)
+
+
+@pytest.mark.parametrize("size", range(3, 20))
+@pytest.mark.parametrize("held,kept", [(8, 2), (8, 4), (4, 2)])
+def test_realigned_gathers_reproduce_the_value(size, held, kept):
+    """f32[size, 3] in `held` row tiles to `kept` row tiles held `held / kept` times, for every
+    size up to 19 (realigned where the row tiles do not gather into the kept ones, a plan
+    beginning with the exchange of the boundary pieces): the value arrives exact, and the plan
+    never sends more from the busiest device than gathering the rows whole and slicing."""
+    r = held // kept
+    source = f"{{devices=[{held},1]<=[{held}]}}"
+    target = f"{{devices=[{kept},1,{r}]<=[{held}] last_tile_dim_replicate}}"
+    plan = plan_reshard(ArrayShape("f32", (size, 3)), parse_sharding(source),
+                        parse_sharding(target), held)
+    whole = (held - 1) * -(-size // held) * 3 * 4
+    assert plan.cost <= whole
+    text = _copy_module("f32", f"{size},3", source, target, held)
+    spmd = check_equivalent(text, held)
+    x = np.arange(size * 3, dtype=np.float32).reshape(size, 3)
+    np.testing.assert_array_equal(run_global(spmd, [x], held), x)
+
+
+REALIGNED_WINDOW = """HloModule m, num_partitions=8
+
+""" + reducer("min", element_type="s64") + """
+ENTRY e {
+  x = s64[6] parameter(0), sharding={devices=[8]<=[8]}
+  z = s64[] constant(9223372036854775807)
+  ROOT r = s64[6] reduce-window(x, z), window={size=4 pad=2_1}, to_apply=min,
+    sharding={devices=[2,4]<=[8] last_tile_dim_replicate}
+}
+"""
+
+
+def test_a_windowed_dim_realigned_keeps_the_result_tiling():
+    """s64[6] in 8 tiles of 1 under a reduce-window (4 wide, padding 2_1) whose result is in 2
+    tiles of 3 held 4 times. Realigned, the operand reaches the result's tiling by one permute
+    {3->4, 4->5, 5->6} of 8 B (3 B per device on average) and an all-gather over fours (24 B),
+    then the window's halos travel (2 elements from the left half, 1 from the right: 8 + 4 B
+    on average): 39 B per device, as XLA. Gathering the dim whole was 56 B, so the window ran
+    replicated."""
+    from gspmdc import api
+    from conformance.differential import collective_bytes
+    spmd = check_equivalent(REALIGNED_WINDOW, 8)
+    assert collectives(spmd)[:2] == [
+        ("collective-permute", [(3, 4), (4, 5), (5, 6)]),
+        ("all-gather", [[0, 1, 2, 3], [4, 5, 6, 7]], (0,))]
+    assert collective_bytes(api.to_text(spmd), 8) == 39
+    x = np.array([5, -3, 8, 1, 9, -7], dtype=np.int64)
+    big = np.iinfo(np.int64).max
+    padded = np.concatenate([[big, big], x, [big]])
+    want = np.array([padded[i:i + 4].min() for i in range(6)])
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), want)
 
 
 def test_a_dim_whose_tiles_do_not_nest_moves_them_all_away_first():
@@ -294,10 +371,12 @@ def test_gathered_to_receive_uneven(dims):
 @pytest.mark.parametrize("text,n", [(SLICE_FIRST, 8), (HALO_TRIMMED, 8), (HALO_ONE_WAY, 2),
                                     (HALO_TWO_DIMS, 4), (SPLIT_ACROSS, 4), (GATHER_ACROSS, 8),
                                     (padded_all_to_all(), 8), (MOVED_THROUGH, 6),
-                                    (MOVED_FIRST, 8), (GATHERED_TO_RECEIVE, 6)],
+                                    (MOVED_FIRST, 8), (GATHERED_TO_RECEIVE, 6),
+                                    (REALIGNED, 8), (REALIGNED_WINDOW, 8)],
                          ids=["slice-first", "halo-trimmed", "halo-one-way", "halo-two-dims",
                               "split-across", "gather-across", "padded-all-to-all",
-                              "moved-through", "moved-first", "gathered-to-receive"])
+                              "moved-through", "moved-first", "gathered-to-receive",
+                              "realigned", "realigned-window"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

@@ -17,6 +17,13 @@ by whichever is free, the least busy first). A round's buffer has the largest of
 sizes per dim. The result says per round, per device, where the piece it sends starts in its
 shard and where the piece it receives lies in its new tile; None when more than `MAX_ROUNDS`
 rounds would be needed (the gathers cost less then).
+
+`within` lays some of the target's dims out *within coarser tiles*, as XLA's partitioner does
+before gathering an uneven dim into fewer tiles that the source's do not gather into (6 elements
+in 4 tiles of 2 gathered to 2 tiles of 3): for a dim d mapped to a coarse count c, target tile
+`k = g * r + j` (r = its count over c) holds, in its shard of size S, the elements from
+`g * D + j * S` of coarse tile g (size D), cut at the coarse tile's end. Gathering the r tiles
+of each coarse tile then gives it whole at the start of the gathered shard.
 """
 from __future__ import annotations
 
@@ -45,8 +52,10 @@ class Round:
     hi: np.ndarray
 
 
-def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling) -> list[Round] | None:
-    """The rounds turning `source` into `target` (see the module docstring)."""
+def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling,
+                  within: dict[int, int] | None = None) -> list[Round] | None:
+    """The rounds turning `source` into `target` (see the module docstring; `within`: dim ->
+    coarse tile count for the dims of `target` laid out within coarser tiles)."""
     rank = len(dims)
     n = source.num_devices
     extent = np.asarray(dims, dtype=np.int64)
@@ -55,9 +64,13 @@ def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling) -> list
     src = source.coordinates()[:, :rank]
     tgt = target.coordinates()[:, :rank]
     s_lo = src * held
-    s_hi = np.minimum(s_lo + held, extent)
     t_lo = tgt * tile
     t_hi = np.minimum(t_lo + tile, extent)
+    for d, coarse in (within or {}).items():
+        size = -(-dims[d] // coarse)
+        g, j = np.divmod(tgt[:, d], target.counts[d] // coarse)
+        t_lo[:, d] = g * size + j * tile[d]
+        t_hi[:, d] = np.minimum(np.minimum(t_lo[:, d] + tile[d], (g + 1) * size), dims[d])
     keys, tile_of = np.unique(src, axis=0, return_inverse=True)
     tile_of = tile_of.reshape(-1)
     holders = [np.flatnonzero(tile_of == k) for k in range(len(keys))]

@@ -34,6 +34,12 @@ tiles do not nest (where they would fall back to gathering the dim whole): every
 its new tile from the pieces of the source tiles it overlaps, received by a few
 collective-permutes.
 
+Where an uneven dim goes to fewer tiles that its tiles do not gather into and neither that
+exchange nor the one to `_realigned`'s tiling can be planned, the *realigned* variants (XLA's
+halo exchange before an all-gather to a partially replicated sharding) start with an
+`Exchange` of the boundary pieces into the source's tiling laid out within the target's tiles
+(`plan_exchange`'s `within`), after which those dims' gathers are aligned.
+
 A `MaskedGather` replaces the all-gathers of a plan (or a leading run of them, the others
 following it: `_masked_prefix`) by one all-reduce: every device places its shard (padding
 zeroed) at its offset in a zero buffer of the gathered shard's shape and the group sums the
@@ -420,15 +426,18 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
         if unmoved.get(flags[0]) is False:
             variants.append(_staged(dims, src, dst, *flags, reversed_groups=True))
+    direct = rounds = None
     if src.unreduced == dst.unreduced == 1 and _misaligned(dims, src, dst):
-        rounds = plan_exchange(dims, src, dst)
-        if rounds is not None:
-            variants.append([Exchange(src, dst, rounds=tuple(rounds))])
+        direct = plan_exchange(dims, src, dst)
+        if direct is not None:
+            variants.append([Exchange(src, dst, rounds=tuple(direct))])
         mid = _realigned(dims, src, dst)
         rounds = None if mid is None else plan_exchange(dims, src, mid)
         if rounds is not None:
             exchange = Exchange(src, mid, rounds=tuple(rounds))
             variants += [[exchange, *rest] for rest in _variants(dims, mid, dst)]
+    if direct is None and rounds is None:
+        variants += _realigned_variants(dims, src, dst)
     return variants
 
 
@@ -468,6 +477,29 @@ def _realigned(dims, src: Tiling, dst: Tiling) -> Tiling | None:
         fill[key_of[device]] += 1
     devices = np.argsort(key_of, kind="stable").reshape(counts + (1, replicas))
     return Tiling.of_devices(devices)
+
+
+def _realigned_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
+    """XLA's reshard of uneven dims to fewer tiles that the held ones do not gather into (6
+    elements in 4 tiles of 2 to 2 tiles of 3): an `Exchange` first moves the boundary elements
+    so that each source tile holds its part of its coarse target tile (`plan_exchange`'s
+    `within` layout), and the gathers that follow are aligned (the staged variants without
+    all-to-alls, which would regroup the moved dims otherwise). Planned where neither the
+    exchange of the pieces nor the one realigning to `_realigned`'s tiling is: those send each
+    missing piece once (fewer bytes over all devices), where the realigned gathers can send
+    fewer from the busiest device only."""
+    if src.unreduced > 1 or dst.unreduced > 1:
+        return []
+    realigned = {d: tt for d, (size, t, tt) in enumerate(zip(dims, src.counts, dst.counts))
+                 if 1 < tt < t and t % tt == 0 and not _gather_aligned(size, t, t // tt)}
+    if not realigned:
+        return []
+    rounds = plan_exchange(dims, src, src, within=realigned)
+    if rounds is None:
+        return []
+    exchange = Exchange(src, src, rounds=tuple(rounds))
+    return [[exchange, *_staged(dims, src, dst, True, False, *flags, realigned=realigned)]
+            for flags in itertools.product((True, False), repeat=2)]
 
 
 def _misaligned(dims, src: Tiling, dst: Tiling) -> bool:
@@ -553,7 +585,8 @@ def _split_aligned(size: int, t: int, factor: int) -> bool:
 def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             early_slice: bool, early_permute: bool, masked: bool = False,
             slice_first: bool = False, inert: set[int] | None = None,
-            last_first: bool = False, reversed_groups: bool = False) -> list[Step]:
+            last_first: bool = False, reversed_groups: bool = False,
+            realigned: dict[int, int] | None = None) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), slices from replicas of the
     dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards),
     all-to-alls (when `exchange`), slices before gathering (when `early_slice`), a permute
@@ -562,8 +595,11 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     the positions in `(masked, scatter, exchange, early_slice, early_permute, slice_first)` of
     the set flags that added no step (the same call with them cleared gives the same steps).
     `last_first`: the all-to-alls take the dims losing tiles from the last one
-    (`_all_to_alls`); `reversed_groups`: their groups list the members in reverse order."""
+    (`_all_to_alls`); `reversed_groups`: their groups list the members in reverse order.
+    `realigned`: dim -> target count for dims an `Exchange` laid out within the target's
+    tiles (`_realigned_variants`): gathering them to that count is aligned."""
     inert = set() if inert is None else inert
+    realigned = realigned or {}
     steps: list[Step] = []
     state = src
     target = dst if dst.unreduced == 1 else \
@@ -581,7 +617,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             continue
         if tt % t == 0 and _slice_aligned(dims[d], t, tt // t):
             up[d] = tt // t
-        elif t % tt == 0 and _gather_aligned(dims[d], t, t // tt):
+        elif t % tt == 0 and (_gather_aligned(dims[d], t, t // tt) or realigned.get(d) == tt):
             down[d] = t // tt
         else:
             down[d], up[d] = t, tt
@@ -602,7 +638,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if early_slice and len(steps) == before:
         inert.add(3)
     before = len(steps)
-    gathers = _gather_factors(dims, state, target, down)
+    gathers = _gather_factors(dims, state, target, down, realigned)
     if early_permute and any(f > 1 for f in gathers):
         holders = _aligned_for_gathers(state, target, gathers)
         sources = None if holders is None else state.devices.reshape(-1)
@@ -702,13 +738,16 @@ def _combined_groups(gathers: list[AllGather]) -> np.ndarray:
     return np.argsort(label, kind="stable").reshape(-1, size)
 
 
-def _gather_factors(dims, state: Tiling, target: Tiling, down: list[int]) -> list[int]:
+def _gather_factors(dims, state: Tiling, target: Tiling, down: list[int],
+                    realigned: dict[int, int]) -> list[int]:
     """Per dim, how many tiles to gather: the planned factor, or the whole dim when the planned
-    partial gather or the slice after it would cut real data across tiles."""
+    partial gather or the slice after it would cut real data across tiles (a `realigned` dim
+    gathers into its target count exactly)."""
     factors = []
     for d, factor in enumerate(down):
         t, tt = state.counts[d], target.counts[d]
-        if factor > 1 and not _gather_aligned(dims[d], t, factor):
+        if factor > 1 and not _gather_aligned(dims[d], t, factor) and \
+                realigned.get(d) != t // factor:
             factor = t
         if tt % (t // factor) or not _slice_aligned(dims[d], t // factor, tt * factor // t):
             factor = t
