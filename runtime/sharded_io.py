@@ -52,6 +52,7 @@ from gspmdc.ir.stage import GLOBAL_SIGNATURE_KEY
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
 from . import spill
+from .allocation import aligned_empty
 
 PADDINGS = ("zeros", "garbage")
 
@@ -292,14 +293,22 @@ def shard_leaf(array: np.ndarray, leaf: ShardedLeaf, partition: int, num_partiti
     if s.kind == "maximal" and s.device != partition:
         return np.full(local, fill, array.dtype)
     if s.kind != "tiled":
-        return np.array(array)
+        return _copy(array)
     start, limit = s.valid_range_table(leaf.global_shape, num_partitions)
     piece = np.asarray(array[tuple(slice(a, b) for a, b in zip(start[partition],
                                                                 limit[partition]))])
     if piece.shape == local:
-        return np.array(piece)
+        return _copy(piece)
     out = spill.full(local, fill, array.dtype)
     out[tuple(slice(0, k) for k in piece.shape)] = piece
+    return out
+
+
+def _copy(array: np.ndarray) -> np.ndarray:
+    """`array` copied into memory, C-ordered and, when large, aligned to a cache line
+    (`allocation.aligned_empty`: products read it)."""
+    out = aligned_empty(array.shape, array.dtype)
+    out[...] = array
     return out
 
 

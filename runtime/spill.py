@@ -1,7 +1,8 @@
 """Arrays too large for memory live in files (memory-mapped), so programs bigger than RAM run.
 
 `zeros(shape, dtype)` returns a plain, writable, C-ordered `np.ndarray` of zeros: in memory when it
-is smaller than `SPILL_BYTES`, otherwise backed by a file in the temporary directory
+is smaller than `SPILL_BYTES` (a large one aligned to a cache line, `allocation.aligned_zeros`),
+otherwise backed by a file in the temporary directory
 (`tempfile.gettempdir()`), its disk space reserved up front (a full disk raises MemoryError here,
 not a bus error later), mapped shared and unlinked at once, so the operating system pages it to and
 from disk as needed and its space is freed when the last array viewing it goes, even when the
@@ -19,6 +20,8 @@ import os
 
 import numpy as np
 
+from .allocation import aligned_zeros
+
 #: arrays of at least this many bytes are file-backed: an eighth of the physical memory
 SPILL_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8
 
@@ -29,7 +32,7 @@ def zeros(shape, dtype) -> np.ndarray:
     shape = tuple(int(d) for d in shape)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < SPILL_BYTES:
-        return np.zeros(shape, dtype)
+        return aligned_zeros(shape, dtype)
     import tempfile         # here: most runs never spill, and tempfile imports a dozen modules
     with tempfile.TemporaryFile(prefix="gspmdc-spill-") as backing:
         try:

@@ -16,6 +16,7 @@ from gspmdc.errors import UnsupportedError, VerificationError
 from gspmdc.ir import dtypes
 from gspmdc.ir.ops import KERNELS
 
+from ..allocation import ALIGNED_BYTES, aligned_empty
 from .specialising import SpecialisedKernel
 from .tile_sharing import TileQueue, share_tiles
 
@@ -50,7 +51,9 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lhs_batch, lhs_contracting, rh
     free dims, then rhs free dims (each in operand order). One batched `np.matmul`, whose items
     are shared among threads when they make several tiles (`TILE_MULTIPLY_ADDS`): numpy
     multiplies a batch one item at a time, so the values are those of one `np.matmul` on one
-    BLAS thread."""
+    BLAS thread. A result of at least `allocation.ALIGNED_BYTES` is written into memory aligned
+    to a cache line (`allocation.aligned_empty`: the kernels' vector stores then stay within
+    one; the values are the same)."""
     return dot_general_of(lhs.shape, rhs.shape, lhs_batch, lhs_contracting, rhs_batch,
                           rhs_contracting, acc)(lhs, rhs)
 
@@ -74,13 +77,18 @@ def dot_general_of(lhs_shape, rhs_shape, lhs_batch, lhs_contracting, rhs_batch, 
     items = max(1, -(-TILE_MULTIPLY_ADDS // max(m * n * k, 1)))       # batch items per tile
     tiles = [slice(i, min(i + items, b)) for i in range(0, b, items)]
 
+    aligned = b * m * n * acc.itemsize >= ALIGNED_BYTES
+
     def product(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         a = lhs.astype(acc, copy=False).transpose(lhs_order).reshape(b, m, k)
         c = rhs.astype(acc, copy=False).transpose(rhs_order).reshape(b, k, n)
-        if len(tiles) < 2:
+        if len(tiles) < 2 and not aligned:
             return np.matmul(a, c).reshape(result_shape)
-        out = np.empty((b, m, n), acc)
-        share_tiles(tiles, lambda queue: _multiply_items(queue, a, c, out))
+        out = aligned_empty((b, m, n), acc)
+        if len(tiles) < 2:
+            np.matmul(a, c, out=out)
+        else:
+            share_tiles(tiles, lambda queue: _multiply_items(queue, a, c, out))
         return out.reshape(result_shape)
     return product
 
