@@ -151,6 +151,37 @@ def test_dot_batch_items_shared_by_threads_give_one_threads_bits(monkeypatch, el
                                                           b.astype(acc)), rtol=2e-2, atol=2e-1)
 
 
+@pytest.mark.parametrize("element_type", ["f32", "f64", "s32"])
+@pytest.mark.parametrize("tiles", ["one", "several"])
+def test_dot_large_result_on_a_cache_line_with_numpys_values(monkeypatch, element_type, tiles):
+    """A dot whose result holds at least `allocation.ALIGNED_BYTES` writes it into memory
+    aligned to 64 bytes (`np.matmul`'s own result sits wherever `malloc` puts it); the values
+    are bit for bit numpy's product of the same operands with as many BLAS threads ("one" tile),
+    or on one BLAS thread when the batch's items are shared by threads ("several" tiles). Result
+    shapes of several sizes, so that no chance alignment passes."""
+    from gspmdc.ir import dtypes
+    from gspmdc.runtime.allocation import ALIGNED_BYTES, ALIGNMENT
+    from gspmdc.runtime.blas import blas_threads_set_to, loaded_blas
+    from gspmdc.runtime.kernels import contraction
+    if tiles == "several":
+        if loaded_blas() is None:
+            pytest.skip("numpy's BLAS here is not an OpenBLAS whose thread count can be set")
+        monkeypatch.setattr(contraction, "TILE_MULTIPLY_ADDS", 1)
+    dtype = dtypes.numpy_dtype(element_type)
+    for m, n in ((512, 512 + 8), (520, 1024), (1000, 300), (257, 2048)):
+        b = 2 if tiles == "several" else 1
+        assert b * m * n * dtype.itemsize >= ALIGNED_BYTES
+        a, c = (normal(b, m, 24) * 4).astype(dtype), (normal(b, 24, n) * 4).astype(dtype)
+        with blas_threads_set_to(1 if tiles == "several" else 2):
+            want = np.matmul(a, c)
+        with blas_threads_set_to(2):
+            out = run("dot", element_type, (b, m, n), [a, c], lhs_batch_dims=(0,),
+                      rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,))
+        assert out.__array_interface__["data"][0] % ALIGNMENT == 0, (m, n)
+        assert out.dtype == dtype and out.flags.c_contiguous
+        np.testing.assert_array_equal(out, want)
+
+
 def test_sparse_dot_is_unsupported():
     inst = Instruction("x", "dot", ArrayShape("f32", (2, 2)), attrs={})
     with pytest.raises(UnsupportedError):
