@@ -12,8 +12,11 @@
 4. Kernels at real sizes, one device: convolution-heavy programs (a ResNet basic block, a
    MobileNet depthwise-separable block, a strided stem) and matmul-heavy ones (a 4-layer MLP,
    batched attention products), `gspmdc run -n 1 --backend local --repeat` against XLA through
-   JAX on one device, same HLO text, same (seeded) inputs. Each side uses the threads it uses by
-   default (BLAS and XLA's thread pools). Where this environment sets `OPENBLAS_CORETYPE` or
+   JAX on one device, same HLO text, same (seeded) inputs, 20 executions per measurement in five
+   rounds. Each side uses the threads it uses by default (XLA's pool has a thread per core;
+   gspmdc's BLAS threads follow the load when `gspmdc run` starts, one on a busy machine, and
+   under `chrt` the waiting work counts as busy): the section prints the BLAS threads the gspmdc
+   runs used (`run --repeat` names them). Where this environment sets `OPENBLAS_CORETYPE` or
    `OPENBLAS_L2_SIZE` (some machines do, for older OpenBLAS builds; they can force older kernels
    than the CPU has: Haswell's AVX2 kernels take twice the time of the AVX-512 ones XLA uses on a
    CPU that has them), the figures are those of `gspmdc run` with both unset for that command
@@ -230,19 +233,34 @@ ENTRY main {
 }
 
 
+#: executions per measurement and rounds of the kernel figures (with five executions in three
+#: rounds the MLP's ratio read 0.94, 1.04 and 1.08 in three quiet runs of sessions 13 and 14)
+KERNEL_EXECUTIONS = 20
+KERNEL_ROUNDS = 5
+
+
 def kernel_ratios(env: dict[str, str] | None = None
-                  ) -> list[tuple[str, list[float], list[float]]]:
-    """[(program, seconds per execution [gspmdc, XLA], [ratio])] on one device, for each of
-    `KERNEL_PROGRAMS`; `gspmdc run` gets the environment `env` (None: this process's)."""
-    rows = []
+                  ) -> tuple[list[tuple[str, list[float], list[float]]], set[str]]:
+    """([(program, seconds per execution [gspmdc, XLA], [ratio])] on one device, for each of
+    `KERNEL_PROGRAMS`; the BLAS the gspmdc runs used, as they name it: its kernels and threads,
+    which the thread policy sets from the load when each run starts); `gspmdc run` gets the
+    environment `env` (None: this process's)."""
+    rows, used = [], set()
+
+    def ours(path: Path) -> float:
+        seconds, blas = jax_programs.gspmdc_execution(path, 1, None, KERNEL_EXECUTIONS, "local",
+                                                      env)
+        used.add(blas or "numpy's BLAS, not an OpenBLAS")
+        return seconds
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in KERNEL_PROGRAMS.items():
             path = Path(tmp) / "program.hlo"
             path.write_text(text)
             rows.append((name, *_rotating(
-                lambda: jax_programs.gspmdc_seconds_per_execution(path, 1, None, 5, "local", env),
-                lambda: jax_programs.jax_seconds_per_execution(path, 1, None, 5))))
-    return rows
+                lambda: ours(path),
+                lambda: jax_programs.jax_seconds_per_execution(path, 1, None, KERNEL_EXECUTIONS),
+                rounds=KERNEL_ROUNDS)))
+    return rows, used
 
 
 #: the variables some machines set for older OpenBLAS builds, which pick the kernels OpenBLAS
@@ -315,8 +333,10 @@ def run() -> None:
         return
     for label, env in kernel_environments():
         print(f"   {label}; {_blas(env)} ({_load()}):")
-        rows = kernel_ratios(env=env)
+        rows, used = kernel_ratios(env=env)
         _table(rows, ["gspmdc", "XLA"])
+        print(f"   gspmdc ran {' / '.join(sorted(used))}; XLA's pool runs a thread on each of "
+              f"the {len(os.sched_getaffinity(0))} cores it may run on")
         conv = [r for name, _, (r,) in rows if "(conv)" in name]
         matmul = [r for name, _, (r,) in rows if "(matmul)" in name]
         print(f"   convolution-heavy: worst {max(conv):.2f} (target <= 1.5); matmul-heavy: worst "

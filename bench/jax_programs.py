@@ -33,6 +33,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "jax-programs"
 
 _SHARDING = re.compile(r"sharding=\{")
 _REPEAT = re.compile(r"^repeat: \d+ runs? after the first: median ([0-9.]+) ms per run", re.M)
+_BLAS = re.compile(r"; BLAS: (OpenBLAS's \w+ kernels, \d+ threads? per partition)$", re.M)
 
 
 def jax_available() -> bool:
@@ -110,13 +111,22 @@ def gspmdc_seconds_per_execution(path: Path, n: int, inputs: Path | None, execut
     """The median time of one execution of `path` on `n` partitions (`gspmdc run --repeat`), on
     the global inputs of the file `inputs` (None: the seeded random inputs); `gspmdc run` gets
     the environment `env` (None: this process's)."""
+    return gspmdc_execution(path, n, inputs, executions, backend, env)[0]
+
+
+def gspmdc_execution(path: Path, n: int, inputs: Path | None, executions: int,
+                     backend: str = "mpi", env: dict[str, str] | None = None
+                     ) -> tuple[float, str | None]:
+    """`gspmdc_seconds_per_execution`, and the BLAS the runs used as `gspmdc run` names it (its
+    kernels and threads per partition; None when numpy's BLAS is not an OpenBLAS)."""
     proc = subprocess.run([GSPMDC, "run", str(path), "-n", str(n), "--backend", backend,
                            "--repeat", str(executions), "-q"]
                           + (["--inputs", str(inputs)] if inputs is not None else []),
                           capture_output=True, text=True, timeout=900, cwd=path.parent, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"gspmdc run {path} -n {n}: {proc.stderr.strip()}")
-    return float(_REPEAT.search(proc.stdout).group(1)) / 1e3
+    blas = _BLAS.search(proc.stdout)
+    return float(_REPEAT.search(proc.stdout).group(1)) / 1e3, blas and blas.group(1)
 
 
 # --------------------------------------------------------------------------------------- XLA

@@ -68,6 +68,13 @@ def blas_kernels() -> str | None:
     return None if library is None else library.core().decode(errors="replace")
 
 
+def blas_in_use() -> tuple[str, int] | None:
+    """(the name of the kernels, the threads) the loaded OpenBLAS runs now, or None."""
+    library = loaded_blas()
+    return None if library is None else (library.core().decode(errors="replace"),
+                                         library.get())
+
+
 @contextmanager
 def blas_threads_set_to(threads: int) -> Iterator[None]:
     """Within the block, the loaded BLAS runs `threads` threads; its count before is restored

@@ -122,6 +122,8 @@ def execute_local(job: Job) -> int:
     """Run the job on the local backend (one thread per partition); the exit code."""
     from .allocation import keep_freed_memory
     from .backends.local import run_local_timed
+    from .blas import blas_kernels
+    from .cores import chosen_blas_threads
     from .profile import ProfileRecorder
     from .sharded_io import assemble_outputs, split_inputs
     keep_freed_memory()
@@ -131,21 +133,24 @@ def execute_local(job: Job) -> int:
     n = job.num_partitions
     recorders = [ProfileRecorder(p, n, job.started_at, module) for p in range(n)] \
         if job.options.profiling else None
+    threads = chosen_blas_threads(n)
     results, run_times = run_local_timed(module, per_partition, n, repeat=job.options.repeat,
                                          recorders=recorders, timeout=job.options.timeout,
                                          started_at=job.started_at,
-                                         rounding=job.options.rounding)
+                                         rounding=job.options.rounding, blas_threads=threads)
     profiles = [r.profile() for r in recorders] if recorders is not None else None
+    kernels = blas_kernels()
     return finish(job, module, assemble_outputs(signature, results), inputs, profiles,
-                  run_times=run_times)
+                  run_times=run_times, blas=None if kernels is None else (kernels, threads))
 
 
 def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
            profiles: Sequence[RankProfile] | None,
            write_outputs: Callable[[dict[str, np.ndarray]], None] | None = None,
-           run_times: Sequence[float] = ()) -> int:
+           run_times: Sequence[float] = (), blas: tuple[str, int] | None = None) -> int:
     """After the run: print the profile (`--profile`) and write its figures (`--profile-json`),
-    print the times of the repeated runs (`--repeat`), check against the reference, write and
+    print the times of the repeated runs (`--repeat`) with the BLAS they ran (`blas`: the
+    kernels of an OpenBLAS and its threads per partition), check against the reference, write and
     print the outputs (`write_outputs(arrays)` when given, else `io.write_npz_atomic` to
     `--outputs`). Returns EXIT_MISMATCH when the check fails, else EXIT_OK."""
     from .compare import check_tolerance, compare_output_arrays
@@ -159,7 +164,7 @@ def finish(job: Job, module: Module, outputs: Any, inputs: Sequence[np.ndarray],
             _write_json(options.profile_json, measured_figures(module, profiles).to_json())
     if run_times:
         from .profile import format_run_times
-        print(format_run_times(run_times))
+        print(format_run_times(run_times, blas))
     if options.outputs is not None:
         if write_outputs is not None:
             write_outputs(named)

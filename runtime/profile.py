@@ -234,9 +234,11 @@ def measured_figures(module: Module, profiles: Sequence[RankProfile]) -> CostFig
         extra={"wall_seconds_per_device": [p.wall for p in ordered]})
 
 
-def format_run_times(seconds: Sequence[float]) -> str:
+def format_run_times(seconds: Sequence[float], blas: tuple[str, int] | None = None) -> str:
     """One line on the times of the runs after the first of `run --repeat`: the median, the
-    quartiles, the fastest and the slowest run."""
+    quartiles, the fastest and the slowest run; with `blas` (the kernels an OpenBLAS ran and
+    its threads per partition, `blas.blas_in_use`), those too: what a product costs depends on
+    both, and the thread count on the machine's load when the run started."""
     ordered = sorted(seconds)
     k = len(ordered)
 
@@ -245,9 +247,14 @@ def format_run_times(seconds: Sequence[float]) -> str:
         low = int(position)
         high = min(low + 1, k - 1)
         return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-    return (f"repeat: {k} run{'s' if k > 1 else ''} after the first: median {_ms(quantile(0.5))} "
-            f"per run, quartiles {_ms(quantile(0.25))} - {_ms(quantile(0.75))}, fastest "
-            f"{_ms(ordered[0])}, slowest {_ms(ordered[-1])}")
+    line = (f"repeat: {k} run{'s' if k > 1 else ''} after the first: median "
+            f"{_ms(quantile(0.5))} per run, quartiles {_ms(quantile(0.25))} - "
+            f"{_ms(quantile(0.75))}, fastest {_ms(ordered[0])}, slowest {_ms(ordered[-1])}")
+    if blas is None:
+        return line
+    kernels, threads = blas
+    return (f"{line}; BLAS: OpenBLAS's {kernels} kernels, {threads} thread"
+            f"{'s' if threads != 1 else ''} per partition")
 
 
 def _ms(seconds: float) -> str:

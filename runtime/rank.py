@@ -246,8 +246,10 @@ def _run_partition(job, comm, module, backend, board, link: RankLink | None) -> 
         board.set(WRITING)
         write = link.send_outputs if link is not None else None
         slowest = [max(times) for times in zip(*rank_times)] if rank_times else []
+        from .blas import blas_in_use
         code = finish(job, module, outputs, sources, profiles, write_outputs=write,
-                      run_times=slowest)            # a run lasts until every rank ended it
+                      run_times=slowest,            # a run lasts until every rank ended it
+                      blas=blas_in_use())           # the count the rank server set
         sys.stdout.flush()
     return _rank_0s_code(comm, code)
 

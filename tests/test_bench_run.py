@@ -1,6 +1,7 @@
 """The run-side benchmark's kernel environments (`bench/bench_run.py`, section 4): where the
 environment sets OpenBLAS's kernel variables, the figures run `gspmdc run` with both unset together,
-then as set; the kernels each names are the ones a child with that environment runs."""
+then as set; the kernels each names are the ones a child with that environment runs; the BLAS
+threads the gspmdc runs used are read from their `--repeat` lines."""
 from __future__ import annotations
 
 import os
@@ -48,3 +49,24 @@ def test_the_kernels_named_are_the_childs(kernels):
     named = bench_run._blas({**os.environ, "OPENBLAS_CORETYPE": kernels})
     assert named == f"numpy's OpenBLAS runs its {kernels} kernels"
     assert blas_kernels() == ours
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_the_blas_of_a_gspmdc_run_is_read_from_its_repeat_line(tmp_path, threads):
+    import jax_programs
+    from gspmdc.runtime.blas import blas_kernels
+    path = tmp_path / "program.hlo"
+    path.write_text("HloModule m\nENTRY e {\n  x = f32[8,8] parameter(0)\n"
+                    "  ROOT d = f32[8,8] dot(x, x), lhs_contracting_dims={1}, "
+                    "rhs_contracting_dims={0}\n}\n")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    seconds, blas = jax_programs.gspmdc_execution(path, 1, None, 2, "local",
+                                                  {**env, "OPENBLAS_NUM_THREADS": threads})
+    assert 0 < seconds < 60
+    if blas_kernels() is None:
+        assert blas is None
+        return
+    kernels = bench_run._blas(env).removeprefix("numpy's OpenBLAS runs its ").removesuffix(
+        " kernels")
+    plural = "s" if threads != "1" else ""
+    assert blas == f"OpenBLAS's {kernels} kernels, {threads} thread{plural} per partition"

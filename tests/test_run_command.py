@@ -44,9 +44,9 @@ def run_cli(*args) -> int:
     return main(["run", *map(str, args)])
 
 
-def run_subprocess(*args, timeout=120):
+def run_subprocess(*args, timeout=120, env=None):
     return subprocess.run([str(GSPMDC), "run", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def test_local_backend_partitions_runs_checks_and_writes(tmp_path, capsys):
@@ -126,24 +126,42 @@ def test_hand_written_spmd_program_with_uneven_shards(tmp_path, backend):
 
 REPEAT_LINE = re.compile(r"^repeat: 3 runs after the first: median ([0-9.]+) ms per run, "
                          r"quartiles ([0-9.]+) ms - ([0-9.]+) ms, fastest ([0-9.]+) ms, "
-                         r"slowest ([0-9.]+) ms$", re.M)
+                         r"slowest ([0-9.]+) ms(; BLAS: OpenBLAS's (\w+) kernels, (\d+) threads? "
+                         r"per partition)?$", re.M)
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])
-def test_repeat_times_the_runs_after_the_first_and_keeps_the_results(tmp_path, backend):
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_repeat_times_the_runs_after_the_first_and_keeps_the_results(tmp_path, backend,
+                                                                     threads):
     """`--repeat 3`: four executions, the last three timed and profiled (the all-reduce runs
-    once per execution: the profile counts 3 calls), the outputs still numpy's."""
+    once per execution: the profile counts 3 calls), the outputs still numpy's. The line names
+    the BLAS the runs used where it is an OpenBLAS: its kernels (those a child of this
+    environment runs) and the threads of each partition (the count the user set, which the
+    runs set in the library, beyond the cores too)."""
+    import os
+    from gspmdc.runtime.blas import blas_kernels
     program = tmp_path / "spmd.hlo"
     program.write_text(SPMD_UNEVEN)
     x = np.arange(30, dtype=np.float32).reshape(10, 3)
     np.savez(tmp_path / "in.npz", arg0=x, arg1=np.int32(5))
     out = tmp_path / "out.npz"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
     proc = run_subprocess(program, "--backend", backend, "--inputs", tmp_path / "in.npz",
-                          "--outputs", out, "--repeat", "3", "--profile", "-q")
+                          "--outputs", out, "--repeat", "3", "--profile", "-q",
+                          env={**env, "OPENBLAS_NUM_THREADS": threads})
     assert proc.returncode == 0, proc.stderr
-    times = [float(t) for t in REPEAT_LINE.search(proc.stdout).groups()]
-    median, q1, q3, fastest, slowest = times
+    line = REPEAT_LINE.search(proc.stdout)
+    median, q1, q3, fastest, slowest = [float(t) for t in line.groups()[:5]]
     assert 0 < fastest <= q1 <= median <= q3 <= slowest
+    kernels = subprocess.run([sys.executable, "-c", "import numpy\n"
+                              "from gspmdc.runtime.blas import blas_kernels\n"
+                              "print(blas_kernels())"], capture_output=True, text=True,
+                             timeout=120, check=True).stdout.strip()
+    if blas_kernels() is None:
+        assert line.group(6) is None
+    else:
+        assert (line.group(7), line.group(8)) == (kernels, threads), line.group(0)
     calls = re.search(r"^total +all-reduce +4 +(\d+) ", proc.stdout, re.M)
     assert calls is not None and calls.group(1) == "3", proc.stdout
     with np.load(out) as data:
@@ -157,6 +175,12 @@ def test_run_times_line_gives_the_quartiles_of_the_runs():
     assert format_run_times([0.004, 0.001, 0.003, 0.002]) == (
         "repeat: 4 runs after the first: median 2.500 ms per run, quartiles 1.750 ms - "
         "3.250 ms, fastest 1.000 ms, slowest 4.000 ms")
+    assert format_run_times([0.001], ("SkylakeX", 1)) == (
+        "repeat: 1 run after the first: median 1.000 ms per run, quartiles 1.000 ms - 1.000 ms, "
+        "fastest 1.000 ms, slowest 1.000 ms; BLAS: OpenBLAS's SkylakeX kernels, 1 thread per "
+        "partition")
+    assert format_run_times([0.001], ("Haswell", 2)).endswith(
+        "; BLAS: OpenBLAS's Haswell kernels, 2 threads per partition")
 
 
 @needs_mpi

@@ -198,11 +198,13 @@ def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
                     recorders: Sequence[ProfileRecorder] | None = None,
                     timeout: float | None = None, started_at: float | None = None,
                     rounding: str = DEFAULT_ROUNDING,
-                    on_value: Sequence[ValueHook] | None = None) -> tuple[list[Any], list[float]]:
+                    on_value: Sequence[ValueHook] | None = None,
+                    blas_threads: int | None = None) -> tuple[list[Any], list[float]]:
     """`run_local`, executing the program `1 + repeat` times (each partition reuses its
     `Executable`): the root values of the last run, and the time of each run after the first
     (from all partitions starting it to all finishing it). The recorders profile the runs after
-    the first when there are some. `timeout` bounds all runs together, from `started_at`."""
+    the first when there are some. `timeout` bounds all runs together, from `started_at`.
+    `blas_threads`: the BLAS threads of each partition (default `cores.chosen_blas_threads`)."""
     n = len(per_partition_args) if num_partitions is None else num_partitions
     if len(per_partition_args) != n:
         raise GspmdcError(f"run_local: {len(per_partition_args)} argument lists for {n} "
@@ -254,7 +256,7 @@ def run_local_timed(module: Module, per_partition_args: Sequence[Sequence[Any]],
 
     threads = [threading.Thread(target=partition_main, args=(p,), daemon=True,
                                 name=f"gspmdc-partition-{p}") for p in range(n)]
-    with blas_threads_set_to(chosen_blas_threads(n)):
+    with blas_threads_set_to(chosen_blas_threads(n) if blas_threads is None else blas_threads):
         for p, t in enumerate(threads):
             try:
                 t.start()
