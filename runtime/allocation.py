@@ -18,7 +18,7 @@ faults. The processes that execute a job call it (`job.execute_local`, `rank.exe
 a program that calls the runtime as a library keeps its own allocator settings. Elsewhere than
 glibc it does nothing.
 
-`aligned_empty(shape, dtype)` and `aligned_zeros` give arrays of at least `ALIGNED_BYTES` whose
+`aligned_empty(shape, dtype)` and `aligned_zeros` give arrays of more than `ALIGNED_BYTES` whose
 data starts at a multiple of `ALIGNMENT` (64) bytes: numpy takes them from `malloc`, which aligns
 to 16 bytes, so which of an operand's or a result's rows start on a cache line was chance. BLAS
 kernels with AVX-512 load and store 64-byte vectors, and a vector across two cache lines costs
@@ -27,8 +27,9 @@ off a cache line took 3-4% longer than with all three aligned (OpenBLAS's Skylak
 or two threads; its values are the same). XLA's buffers are 64-byte aligned. The runtime takes
 from here the arrays products read and write: the results of dots (`kernels/contraction.py`),
 the arrays of `spill.zeros` (random inputs, shard padding) and the partitions' shards of the
-inputs (`sharded_io.shard_leaf`). Smaller arrays come from numpy as they are: aligning costs a
-few microseconds, more than it saves on a product that small.
+inputs (`sharded_io.shard_leaf`). Arrays of up to 1 MiB come from numpy as they are: aligning
+costs a few microseconds, more than it saves on a product that small, and an aligned array holds
+64 bytes more than its own (the interpreter folds constants of up to 1 MiB held).
 """
 from __future__ import annotations
 
@@ -64,13 +65,13 @@ def keep_freed_memory() -> bool:
 #: the byte boundary the data of large arrays starts on (`aligned_empty`): a cache line, the
 #: width of an AVX-512 vector, the alignment of XLA's buffers
 ALIGNMENT = 64
-#: arrays of at least this many bytes are aligned; smaller ones are numpy's own
+#: arrays of more than this many bytes are aligned; smaller ones are numpy's own
 ALIGNED_BYTES = 1 << 20
 
 
 def aligned_empty(shape, dtype) -> np.ndarray:
     """An uninitialised C-ordered array of `shape` and `dtype` whose data starts at a multiple
-    of `ALIGNMENT` bytes when it holds at least `ALIGNED_BYTES` (a view of a slightly larger
+    of `ALIGNMENT` bytes when it holds more than `ALIGNED_BYTES` (a view of a slightly larger
     byte buffer), else `np.empty`'s."""
     return _aligned(np.empty, shape, dtype)
 
@@ -85,7 +86,7 @@ def _aligned(allocate, shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     shape = tuple(int(d) for d in shape)
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < ALIGNED_BYTES:
+    if nbytes <= ALIGNED_BYTES:
         return allocate(shape, dtype)
     buffer = allocate(nbytes + ALIGNMENT, np.uint8)
     start = -buffer.ctypes.data % ALIGNMENT

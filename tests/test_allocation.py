@@ -88,7 +88,7 @@ def _address(array: np.ndarray) -> int:
 def test_large_arrays_start_on_a_cache_line(allocate, dtype):
     itemsize = np.dtype(dtype).itemsize
     kept = [np.empty(k * 4099, np.uint8) for k in range(1, 4)]   # another allocation history
-    fewest = -(-ALIGNED_BYTES // (1000 * itemsize))       # rows of 1000 elements
+    fewest = ALIGNED_BYTES // (1000 * itemsize) + 1       # rows of 1000 elements
     for rows in (fewest, fewest + 1, fewest + 2, 2 * fewest + 5, 3 * fewest + 1):
         shape = (rows, 1000 + rows % 7)
         array = allocate(shape, dtype)
@@ -103,8 +103,10 @@ def test_large_arrays_start_on_a_cache_line(allocate, dtype):
 
 
 def test_small_arrays_are_numpys_own():
-    small = aligned_empty((ALIGNED_BYTES // 8 - 1,), np.float64)
-    assert small.base is None and small.shape == (ALIGNED_BYTES // 8 - 1,)
+    """Up to `ALIGNED_BYTES`: an array of exactly 1 MiB holds no more memory than its own (the
+    interpreter folds constants of up to 1 MiB held)."""
+    small = aligned_empty((ALIGNED_BYTES // 8,), np.float64)
+    assert small.base is None and small.shape == (ALIGNED_BYTES // 8,)
     zeros = aligned_zeros((3, 5), np.int32)
     assert zeros.base is None and not zeros.any() and zeros.dtype == np.int32
 

@@ -154,7 +154,7 @@ def test_dot_batch_items_shared_by_threads_give_one_threads_bits(monkeypatch, el
 @pytest.mark.parametrize("element_type", ["f32", "f64", "s32"])
 @pytest.mark.parametrize("tiles", ["one", "several"])
 def test_dot_large_result_on_a_cache_line_with_numpys_values(monkeypatch, element_type, tiles):
-    """A dot whose result holds at least `allocation.ALIGNED_BYTES` writes it into memory
+    """A dot whose result holds more than `allocation.ALIGNED_BYTES` writes it into memory
     aligned to 64 bytes (`np.matmul`'s own result sits wherever `malloc` puts it); the values
     are bit for bit numpy's product of the same operands with as many BLAS threads ("one" tile),
     or on one BLAS thread when the batch's items are shared by threads ("several" tiles). Result
@@ -170,7 +170,7 @@ def test_dot_large_result_on_a_cache_line_with_numpys_values(monkeypatch, elemen
     dtype = dtypes.numpy_dtype(element_type)
     for m, n in ((512, 512 + 8), (520, 1024), (1000, 300), (257, 2048)):
         b = 2 if tiles == "several" else 1
-        assert b * m * n * dtype.itemsize >= ALIGNED_BYTES
+        assert b * m * n * dtype.itemsize > ALIGNED_BYTES
         a, c = (normal(b, m, 24) * 4).astype(dtype), (normal(b, 24, n) * 4).astype(dtype)
         with blas_threads_set_to(1 if tiles == "several" else 2):
             want = np.matmul(a, c)

@@ -51,7 +51,7 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lhs_batch, lhs_contracting, rh
     free dims, then rhs free dims (each in operand order). One batched `np.matmul`, whose items
     are shared among threads when they make several tiles (`TILE_MULTIPLY_ADDS`): numpy
     multiplies a batch one item at a time, so the values are those of one `np.matmul` on one
-    BLAS thread. A result of at least `allocation.ALIGNED_BYTES` is written into memory aligned
+    BLAS thread. A result of more than `allocation.ALIGNED_BYTES` is written into memory aligned
     to a cache line (`allocation.aligned_empty`: the kernels' vector stores then stay within
     one; the values are the same)."""
     return dot_general_of(lhs.shape, rhs.shape, lhs_batch, lhs_contracting, rhs_batch,
@@ -77,7 +77,7 @@ def dot_general_of(lhs_shape, rhs_shape, lhs_batch, lhs_contracting, rhs_batch, 
     items = max(1, -(-TILE_MULTIPLY_ADDS // max(m * n * k, 1)))       # batch items per tile
     tiles = [slice(i, min(i + items, b)) for i in range(0, b, items)]
 
-    aligned = b * m * n * acc.itemsize >= ALIGNED_BYTES
+    aligned = b * m * n * acc.itemsize > ALIGNED_BYTES
 
     def product(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         a = lhs.astype(acc, copy=False).transpose(lhs_order).reshape(b, m, k)
