@@ -86,6 +86,7 @@ from .op_rules_control import boundary_shardings
 from .op_rules_data import broadcast_operand_sharding, is_splat
 from .partition_rules import rule_for
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
+from .reshard_order import first_made
 from .reshard_plan import plan_reshard
 
 
@@ -244,7 +245,8 @@ class _Rewriter:
             else:
                 plan = self._planned_ahead(inst) or self._plan(inst)
             live = self.live_operands.get(inst, ())
-            for i, (operand, need) in enumerate(zip(inst.operands, plan.operands)):
+            for i in self._operand_order(inst, plan.operands, live):
+                operand, need = inst.operands[i], plan.operands[i]
                 if operand.sharding is not need and operand.sharding != need:
                     made = len(b.instructions)
                     inst.operands[i] = self.reshard(operand, need, inst, f"operand {i}",
@@ -334,6 +336,35 @@ class _Rewriter:
         if self._computed_everywhere(node):
             self.everywhere.add(node)
         return node
+
+    def _operand_order(self, inst: Instruction, needs: tuple[HloSharding, ...],
+                       live: frozenset[int]) -> list[int]:
+        """The positions of `inst`'s operands in the order their reshards are made: operand
+        order, except that where `inst` reads one array value live in several shardings
+        other than its own, the positions reading it in the one made first
+        (`reshard_order.first_made`) come first; the others are then made from the cheapest
+        of the value and the reshards made before them (`_cheaper_sibling`)."""
+        count = min(len(inst.operands), len(needs))
+        reads: dict[Instruction, list[HloSharding]] = {}
+        for i in range(count):
+            operand, need = inst.operands[i], needs[i]
+            if i in live and need != operand.sharding:
+                reads.setdefault(operand, []).append(need)
+        first = set()
+        for value, wanted in reads.items():
+            wanted = list(dict.fromkeys(wanted))
+            sharding = value.sharding
+            if len(wanted) < 2 or isinstance(value.shape, TupleShape) or \
+                    sharding.has_unreduced or sharding.has_manual_leaf:
+                continue
+            held = frozenset([s for s, node in self._reshards_of(value)
+                              if node in self.read_live and is_inserted_reshard(node)])
+            k = first_made(value.shape, sharding, held, wanted, self.ctx.cost, self.ctx.total)
+            if k:
+                first.add((value, wanted[k]))
+        if not first:
+            return list(range(count))
+        return sorted(range(count), key=lambda i: (inst.operands[i], needs[i]) not in first)
 
     def _read_by_live(self, node: Instruction) -> None:
         """Record that a live instruction reads `node`: its bytes, and those of the nodes it
