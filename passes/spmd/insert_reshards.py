@@ -41,6 +41,10 @@ be:
   communication is computed again whole, then sliced to the sharding needed; an element of a
   tuple-shaped one (a sort's, a topk's) too, from the op computed again whole;
 - a reshard node is resharded from its source where that moves fewer bytes;
+- an instruction reading one value in several shardings makes first the read after which all
+  of them, each from the cheapest of the value and the reads made before, move the fewest
+  bytes (`reshard_order.py`: gathering first and slicing the tiles from the whole value where
+  that beats gathering from the tiles);
 - a value's replicated reshard that a live instruction reads gives it whole to any pure op
   computed again from it;
 - an instruction with an operand on one device runs on that device when its rule's plan for
@@ -343,7 +347,8 @@ class _Rewriter:
         order, except that where `inst` reads one array value live in several shardings
         other than its own, the positions reading it in the one made first
         (`reshard_order.first_made`) come first; the others are then made from the cheapest
-        of the value and the reshards made before them (`_cheaper_sibling`)."""
+        of the value and the reshards made before them (`_cheaper_sibling`;
+        docs/design/partitioning.md#several-reads-of-one-value)."""
         count = min(len(inst.operands), len(needs))
         reads: dict[Instruction, list[HloSharding]] = {}
         for i in range(count):
