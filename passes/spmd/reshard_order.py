@@ -26,8 +26,8 @@ def first_made(shape: Shape, have: HloSharding, held: frozenset, needs: Sequence
     in operand order) of the one to make first: the one after which all of them, in operand
     order, each made from the cheapest of the value (sharded `have`), the shardings `held`
     (its reshards live instructions read already; free to read again) and the needs made
-    before it, move the fewest bytes per device (`measure`), then the fewest bytes all
-    devices together send (`total`). 0, the operand order, on a tie."""
+    before it, move the fewest bytes by `measure` (the planner's: the busiest device's), then
+    the fewest bytes all devices together send (`total`). 0, the operand order, on a tie."""
     def cost(first: int) -> tuple[float, float]:
         made = {have, *held}
         busiest = everyone = 0.0
