@@ -248,11 +248,24 @@ class GatherRule(PartitionRule):
              (from_operand, extra), f"{masked}, the result's tiling {replicas}"),
             ((_within(from_indices, output, from_operand, extra, n), output),
              (from_operand, extra), f"{masked}, the indices' tiling {replicas}"),
+            ((from_target, output), (_within(from_operand, extra, from_target, output, n), extra),
+             f"the result's tiling, {masked} on each group of its replicas"),
+            ((from_indices, output),
+             (_within(from_operand, extra, from_indices, output, n), extra),
+             f"the indices' tiling, {masked} on each group of their replicas"),
         ])
         candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated, replicated), replicated, "gather runs replicated"))
-        return ctx.choose(inst, candidates)
+        if not any(p.result.has_unreduced for p in candidates):
+            return ctx.choose(inst, candidates)
+        # masked gathers against a gather of the operand, on a tie of the busiest device: the
+        # fewest bytes over all devices (docs/design/cost-model.md#bytes: the busiest device's
+        # bytes, then the mean; a small partial result all-reduced over 3 devices sends more
+        # from one of them than from the others)
+        signature = ctx.signature(inst, candidates)
+        return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
+                              if ctx.cost_of(signature, p) else 0.0)
 
     @staticmethod
     def _plan(dims: GatherDims, extended: Tiling, reason: str) -> OpPlan:
@@ -418,11 +431,15 @@ class ScatterRule(PartitionRule):
     def plan(self, inst, ctx):
         dims = ScatterDims.of(inst)
         count = dims.count
-        target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
-        if target.kind == "maximal":                  # every result on that one device
+        leaves = inst.sharding.leaf_shardings(inst.shape)
+        target = without_partials(leaves[0])
+        one_device = None
+        if target.kind == "maximal":
             result = HloSharding.tuple([target] * count) \
                 if isinstance(inst.shape, TupleShape) else target
-            return OpPlan((target,) * len(inst.operands), result, "scatter on one device")
+            one_device = OpPlan((target,) * len(inst.operands), result, "scatter on one device")
+            if inst.sharding.unique_device is not None:   # every result on that one device
+                return one_device
         operand, indices, update = inst.operands[0], inst.operands[count], \
             inst.operands[count + 1]
         rank = dims.operand_rank
@@ -443,7 +460,6 @@ class ScatterRule(PartitionRule):
             ((from_updates, every), "scatter keeps its updates' tiling"),
             ((from_indices, every), "scatter keeps its indices' tiling"),
         ]
-        leaves = inst.sharding.leaf_shardings(inst.shape)
         for k in range(1, count):                     # a variadic scatter's other values
             sources += [
                 ((_coordinates(ctx, without_partials(leaves[k]), rank, allowed, width), every),
@@ -473,6 +489,8 @@ class ScatterRule(PartitionRule):
                       for tiling, reason in _extended_tilings(ctx, width, sources)]
         candidates.append(self._plan(inst, dims, Tiling.replicated(width, ctx.num_devices),
                                      "scatter runs replicated"))
+        if one_device is not None:
+            candidates.append(one_device)
         return ctx.choose(inst, candidates)
 
     @staticmethod
