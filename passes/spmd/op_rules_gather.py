@@ -20,13 +20,16 @@ range are zeroed, so the reshard to the annotated sharding sums them (an all-red
 reduce-scatter over the operand's index tiles) into the one real value. Padding of uneven indexed
 dims is never read (clamped indices stay below `S_d`).
 
-Candidates (fewest bytes wins, first on ties): the annotated result's tiling with the operand's
-tiles of its indexed dims, the annotated result's tiling alone, the operand's tiling carried
-through, the indices' tiling with the operand's indexed tiles, the indices' tiling alone, the
-operand's indexed tiles with the result's or the indices' batch tiles on the replicas of each
-(`_within`: XLA's gather recursion partitions the rest within each group of the operand's
-replicas), and everything replicated. A candidate whose device groups do not combine into one
-tiling is skipped.
+Candidates (fewest bytes wins; on a tie of the busiest device, where some candidate leaves
+partial values, the fewest bytes over all devices; then the first): the annotated result's
+tiling with the operand's tiles of its indexed dims, the annotated result's tiling alone, the
+operand's tiling carried through, the indices' tiling with the operand's indexed tiles, the
+indices' tiling alone, the operand's indexed tiles with the result's or the indices' batch
+tiles on the replicas of each, the result's or the indices' batch tiles with the operand's
+indexed tiles on the replicas of each (`_within`: XLA's gather recursion partitions the rest
+within each group of the devices one strategy keeps apart, borrowing tiles from the other side
+where its replicas are too few), and everything replicated. A candidate whose device groups do
+not combine into one tiling is skipped.
 `pred` gathers combine their partial values by `or` (the masked results are `false`).
 
 Scatter (`ScatterRule`) tiles its operand (= result) dims the same way: dims the updates cover
@@ -37,8 +40,13 @@ partitions, so any combiner is correct). Its extra dims are the indices' other b
 pass-through), whose tiles become partial values combined by the scatter's own computation —
 only for combiners with an identity. Other dims are gathered. Its candidates also start from
 the indices' tiling (the indices stay where they are), alone or with the result's or the
-operand's tiles on the devices each index tile holds (`_within`: a mesh of index tiles by
-operand tiles, as XLA's partitioner recurses on the mesh dims one strategy leaves replicated).
+operand's tiles on the devices each index tile holds, and from the result's or the operand's
+tiling with the indices' tiles on the devices each of its tiles holds (`_within`: a mesh of
+index tiles by operand tiles, as XLA's partitioner recurses on the mesh dims one strategy
+leaves replicated). A scatter whose results are all on one device runs there; one whose
+results are not (a variadic scatter with `{maximal device=k}` beside a tiled result) is
+partitioned like any other, as XLA's (`HasUniqueDevice`), with that device among its
+candidates.
 """
 from __future__ import annotations
 
@@ -259,10 +267,10 @@ class GatherRule(PartitionRule):
         candidates.append(OpPlan((replicated, replicated), replicated, "gather runs replicated"))
         if not any(p.result.has_unreduced for p in candidates):
             return ctx.choose(inst, candidates)
-        # masked gathers against a gather of the operand, on a tie of the busiest device: the
-        # fewest bytes over all devices (docs/design/cost-model.md#bytes: the busiest device's
-        # bytes, then the mean; a small partial result all-reduced over 3 devices sends more
-        # from one of them than from the others)
+        # masked gathers against a gather of the operand, on a tie of the busiest device
+        # (docs/design/cost-model.md#bytes: what plans minimise): the fewest bytes over all
+        # devices, as for reduce (a small partial result all-reduced over 3 devices sends more
+        # from one of them than from the others); where the busiest sends nothing, so do all
         signature = ctx.signature(inst, candidates)
         return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
                               if ctx.cost_of(signature, p) else 0.0)
@@ -424,9 +432,12 @@ class ScatterRule(PartitionRule):
     all-reduce with the scatter's own computation. Candidates: the result's, the operand's,
     the updates' and the indices' tilings (with the indices' tiles of their batch dims where
     allowed; then also the indices' tiles with the result's or the operand's coarsened onto
-    each index tile's replicas), and everything replicated; the fewest bytes win. A variadic
-    scatter runs all its operands in one tiling (XLA reshards them to a common sharding), so
-    each of its results, operands and updates proposes its tiling too."""
+    each index tile's replicas, and the result's or the operand's tiles with the indices'
+    coarsened onto each of their tiles' replicas), and everything replicated; the fewest bytes
+    win. A variadic scatter runs all its operands in one tiling (XLA reshards them to a common
+    sharding), so each of its results, operands and updates proposes its tiling too; it runs
+    on one device only when all its results are on that device (XLA's `HasUniqueDevice`),
+    else that device is one more candidate."""
 
     def plan(self, inst, ctx):
         dims = ScatterDims.of(inst)
@@ -484,6 +495,11 @@ class ScatterRule(PartitionRule):
                 ((_within(from_operand, every, from_indices, extra, n), every),
                  (from_indices, extra), f"the indices' tiling, {spread}, the operand's "
                                         "tiling on each group of their replicas"),
+                ((from_target, every), (_within(from_indices, extra, from_target, every, n), extra),
+                 f"the result's tiling, {spread} on each group of its replicas"),
+                ((from_operand, every),
+                 (_within(from_indices, extra, from_operand, every, n), extra),
+                 f"the operand's tiling, {spread} on each group of its replicas"),
             ]
         candidates = [self._plan(inst, dims, tiling, reason)
                       for tiling, reason in _extended_tilings(ctx, width, sources)]
