@@ -505,9 +505,11 @@ class PlanContext:
 
 @dataclass
 class LowerContext(EmitContext):
-    """Emission context of lower-spmd plus the map from global to local instructions."""
+    """Emission context of lower-spmd plus the map from global to local instructions and the
+    uniform dims of the global values (`uniform_dims.py`)."""
 
     local: dict
+    uniform: dict
 
     def operands(self, inst: Instruction) -> list[Instruction]:
         return [self.local[o] for o in inst.operands]

@@ -41,6 +41,7 @@ from .op_rules import (
 from .reshard import emit_reshard
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
+from .reshard_uniform import emit_uniform, plan_uniform
 from .tiling import Tiling
 
 
@@ -323,6 +324,13 @@ def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
     if isinstance(inst.shape, TupleShape):
         return value            # insert-reshards resharded the leaves already
     plan = plan_reshard(inst.shape, operand.sharding, inst.sharding, ctx.num_devices)
+    uniform = ctx.uniform.get(operand)
+    if uniform and plan.cost:
+        through = plan_uniform(inst.shape, operand.sharding, inst.sharding, uniform,
+                               ctx.num_devices)
+        if through is not None and \
+                (through.plan.cost, through.plan.total) < (plan.cost, plan.total):
+            return emit_uniform(ctx, value, inst.shape, through, metadata)
     return emit_reshard(ctx, value, inst.shape, plan, reducer, metadata)
 
 

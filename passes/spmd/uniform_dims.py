@@ -1,0 +1,184 @@
+"""Uniform dims: the dims along which every element of a value is known to be equal
+(docs/partitioning.md, "Values the same along a dim"), so that a reshard changing only how
+those dims are tiled moves nothing (`reshard_uniform.py`).
+
+XLA's partitioner keeps the same knowledge about the instructions it creates (the dims a
+broadcast adds, carried through elementwise ops, copies, transposes, reshapes, slices and pads)
+and reshards such a value between two device orders by a local copy. Here it is worked out on
+the global program before lowering, per array value of one computation:
+
+- `broadcast`: the dims it adds, and those of its operand's uniform dims;
+- a splat `constant`: every dim; `iota`: every dim but its iota dimension;
+- pure elementwise ops (copies and `Sharding` annotations included, not `bitcast-convert`): the
+  dims uniform in every operand (a scalar operand is uniform along every dim);
+- `transpose` and `reshape`: the operand's uniform dims where they land (a reshape's run of dims
+  that merges or splits dims is uniform when every operand dim of the run is);
+- `slice`, `dynamic-slice`, `reverse`: the operand's; `pad`: the operand's not padded;
+- a `get-tuple-element` of a `tuple`: the element's;
+- a dim of size 1 is always uniform; anything else knows no uniform dim.
+
+Inside a fully manual region a value is per-device data: its uniform dims say that each
+device's local value is uniform along them, and it is also known whether the local value is the
+same on every device (constants, iotas, values entering the region from a value uniform along
+every dim its sharding tiles evenly, and what pure ops make of those; values outside a region
+count as the same everywhere, since manual code reads them replicated). Leaving the region
+(`SPMDShardToFullShape`), a local value the same on every device keeps its uniform dims; any
+other keeps only those its result sharding does not tile (devices hold different parts).
+Partially manual boundaries give no uniform dims.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gspmdc.ir.custom_call_targets import (
+    FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL, SHARD_TO_FULL, target_of,
+)
+from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.ops import ELEMENTWISE_PURE, PARTITION_DEPENDENT
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape
+
+from .op_rules_data import is_splat
+from .reshard_nodes import is_reshard
+
+_ENTER = frozenset({FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL})
+_LEAVE = frozenset({SHARD_TO_FULL, SDY_LOCAL_TO_GLOBAL})
+#: elementwise ops whose result element depends only on the operands' elements at its index
+_POINTWISE = ELEMENTWISE_PURE - PARTITION_DEPENDENT - {"bitcast-convert"}
+#: ops whose result along a dim reads its operand's elements along the same dim
+_SAME_DIMS = frozenset({"slice", "dynamic-slice", "reverse"})
+
+
+class _Fact(NamedTuple):
+    dims: frozenset[int]
+    #: for a manual value: the same on every device (any value outside a region: True)
+    everywhere: bool
+
+
+_NOTHING = _Fact(frozenset(), False)
+
+
+def uniform_dims(comp: Computation) -> dict[Instruction, frozenset[int]]:
+    """The uniform dims longer than 1 of every non-manual array value of `comp` that has
+    some (a dim of size 1 is trivially uniform and reshards alike either way)."""
+    facts: dict[Instruction, _Fact] = {}
+    for inst in comp.instructions:
+        facts[inst] = _fact(inst, facts)
+    uniform = {}
+    for inst, fact in facts.items():
+        dims = frozenset(d for d in fact.dims if inst.shape.dims[d] > 1)
+        if dims and not _manual(inst.sharding):
+            uniform[inst] = dims
+    return uniform
+
+
+def _manual(sharding: HloSharding | None) -> bool:
+    return sharding is not None and sharding.has_manual_leaf
+
+
+def _fact(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
+    if not isinstance(inst.shape, ArrayShape):
+        return _NOTHING
+    fact = _rule(inst, facts)
+    ones = frozenset(d for d, n in enumerate(inst.shape.dims) if n == 1)
+    everywhere = fact.everywhere or not _manual(inst.sharding)
+    return _Fact(fact.dims | ones, everywhere)
+
+
+def _rule(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
+    op, operands = inst.opcode, inst.operands
+    rank = inst.shape.rank
+    if op == "constant":
+        return _Fact(frozenset(range(rank)), True) if is_splat(inst) else _NOTHING
+    if op == "iota":
+        return _Fact(frozenset(range(rank)) - {inst.attr("iota_dimension")}, True)
+    inputs = [facts.get(o, _NOTHING) for o in operands]
+    everywhere = all(f.everywhere for f in inputs)
+    if op == "broadcast":
+        kept = tuple(inst.attr("dimensions", ()))
+        added = frozenset(range(rank)) - set(kept)
+        return _Fact(added | {kept[i] for i in inputs[0].dims}, everywhere)
+    if op in _POINTWISE or is_reshard(inst):
+        dims = frozenset(range(rank))
+        for operand, fact in zip(operands, inputs):
+            if not isinstance(operand.shape, ArrayShape):
+                return _NOTHING
+            if operand.shape.rank:
+                dims &= fact.dims
+        return _Fact(dims, everywhere)
+    if op == "transpose":
+        perm = inst.attr("dimensions")
+        return _Fact(frozenset(i for i, p in enumerate(perm) if p in inputs[0].dims), everywhere)
+    if op == "reshape":
+        return _Fact(_reshaped(operands[0].shape.dims, inst.shape.dims, inputs[0].dims),
+                     everywhere)
+    if op in _SAME_DIMS:
+        return _Fact(inputs[0].dims, everywhere)
+    if op == "pad":
+        padded = {d for d, p in enumerate(inst.attr("padding"))
+                  if p.low or p.high or p.interior}
+        return _Fact(inputs[0].dims - padded, everywhere)
+    if op == "get-tuple-element" and operands[0].opcode == "tuple":
+        return facts.get(operands[0].operands[inst.attr("index")], _NOTHING)
+    target = target_of(inst)
+    if target in _ENTER:
+        return _entered(operands[0], inst.sharding, inputs[0])
+    if target in _LEAVE:
+        return _left(operands[0].sharding, inst, inputs[0])
+    return _NOTHING
+
+
+def _entered(operand: Instruction, manual: HloSharding | None, fact: _Fact) -> _Fact:
+    """A value entering a fully manual region: each device's shard of `operand`."""
+    source = operand.sharding
+    if manual is None or not manual.is_manual or source is None or _manual(source) or \
+            not (source.is_replicated or source.is_tiled):
+        return _NOTHING
+    counts = source.tile_counts_for_rank(operand.shape.rank) if source.is_tiled else ()
+    dims = operand.shape.dims
+    split = {d for d, t in enumerate(counts) if t > 1}
+    uneven = {d for d in split if dims[d] % counts[d]}
+    return _Fact(fact.dims - uneven, split <= fact.dims and not uneven)
+
+
+def _left(manual: HloSharding | None, inst: Instruction, fact: _Fact) -> _Fact:
+    """A value leaving a fully manual region: each device's local value is its shard of
+    `inst`."""
+    result = inst.sharding
+    if manual is None or not manual.is_manual or result is None or _manual(result) or \
+            not (result.is_replicated or result.is_tiled):
+        return _NOTHING
+    if fact.everywhere or result.is_replicated:
+        return _Fact(fact.dims, True)
+    counts = result.tile_counts_for_rank(inst.shape.rank)
+    return _Fact(fact.dims - {d for d, t in enumerate(counts) if t > 1}, True)
+
+
+def _reshaped(source: tuple[int, ...], target: tuple[int, ...],
+              uniform: frozenset[int]) -> frozenset[int]:
+    """The uniform dims of a reshape's result: the shapes split into the shortest runs of dims
+    with equal element counts; the target dims of a run are uniform when its source dims
+    all are (size-1 dims are left to the caller)."""
+    if 0 in source or 0 in target:
+        return frozenset()
+    result: set[int] = set()
+    i = j = 0
+    while i < len(source) and j < len(target):
+        run_in, run_out = [i], [j]
+        a, b = source[i], target[j]
+        i, j = i + 1, j + 1
+        while a != b:
+            if a < b:
+                a *= source[i]
+                run_in.append(i)
+                i += 1
+            else:
+                b *= target[j]
+                run_out.append(j)
+                j += 1
+        if all(d in uniform for d in run_in):
+            result.update(run_out)
+    return frozenset(result)
+
+
+__all__ = ["uniform_dims"]
