@@ -5,8 +5,10 @@ Every instruction of the entry computation and of its control-flow callees (`cal
 lowered by its op rule (`op_rules.py`) onto the
 local values of its operands; its result has the shard shape of its sharding (`cdiv` on tiled
 dims, so uneven dims are padded to the ceiling shard size). Reshard nodes become the collectives
-and local slices of their plans (`reshard.py`), per-partition values come from constant tables
-indexed by `partition-id` (`partition_ids.py`), and instructions keep their names and shardings
+and local slices of their plans (`reshard.py`; a value uniform along some dims, `uniform_dims.py`,
+through its first element along them, `reshard_uniform.py`), per-partition values come from
+constant tables indexed by `partition-id` (`partition_ids.py`), and instructions keep their
+names and shardings
 (for reading the program; collectives carry none). Collectives use explicit replica groups of
 partition ids with `use_global_device_ids=true` (printed in iota form where it applies).
 

@@ -17,7 +17,9 @@
 - tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
 - opt-barrier: its operand takes its sharding; local barrier on the shards.
 - Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
-  to the custom-call's (`reshard.py`).
+  to the custom-call's (`reshard.py`), or, for an operand uniform along some dims
+  (`uniform_dims.py`), the reshard of its first element along them, broadcast locally
+  (`reshard_uniform.py`), where that sends fewer bytes.
 """
 from __future__ import annotations
 
@@ -313,7 +315,9 @@ class ShardingRule(PartitionRule):
 
 def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
     """The local program of a reshard node (a `Sharding` custom-call): the plan from its operand's
-    sharding to its own, leaf by leaf for tuples."""
+    sharding to its own, leaf by leaf for tuples; for an operand uniform along some dims, the
+    plan through its first element along them where the busiest device sends fewer bytes
+    (then all devices together)."""
     operand = inst.operands[0]
     value = ctx.local[operand]
     reducer = partial_reducer(operand)

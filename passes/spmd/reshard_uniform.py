@@ -1,6 +1,6 @@
-"""Resharding a value known uniform along some dims (`uniform_dims.py`; docs/partitioning.md,
-"Values the same along a dim"): along those dims every element is the same, so a device can
-build any tile of them from one element of its own shard.
+"""Resharding a value known uniform along some dims (`uniform_dims.py`,
+docs/design/partitioning.md#values-uniform-along-a-dim): along those dims every element is the
+same, so a device can build any tile of them from one element of its own shard.
 
 `plan_uniform` collapses the uniform dims to size 1 (each device keeps the first element of
 its shard along them), plans the reshard of that smaller value between the two shardings with

@@ -1,5 +1,5 @@
 """Uniform dims: the dims along which every element of a value is known to be equal
-(docs/partitioning.md, "Values the same along a dim"), so that a reshard changing only how
+(docs/design/partitioning.md#values-uniform-along-a-dim), so that a reshard changing only how
 those dims are tiled moves nothing (`reshard_uniform.py`).
 
 XLA's partitioner keeps the same knowledge about the instructions it creates (the dims a
