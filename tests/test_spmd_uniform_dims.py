@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gspmdc import api
-from gspmdc.passes.spmd.uniform_dims import uniform_dims
+from gspmdc.passes.spmd.uniform_dims import UniformDims
 
 from conformance.oracle import xla_available
 from spmd_partition_helpers import (
@@ -49,8 +49,9 @@ def test_uniform_dims_follow_broadcasts_through_pure_ops():
     keeps a run of dims whose operand dims are all uniform, a slice keeps them, a pad drops
     the dims it pads, an iota is uniform off its iota dimension; a non-splat constant and a
     parameter know none."""
-    got = {inst.name: sorted(dims) for inst, dims in
-           uniform_dims(api.parse(GLOBAL).entry).items()}
+    uniform = UniformDims()
+    entry = api.parse(GLOBAL).entry
+    got = {inst.name: sorted(uniform(inst)) for inst in entry.instructions if uniform(inst)}
     assert got == {"b": [0], "bc": [0, 1, 2], "m": [0], "t": [1], "r": [0], "rc": [0, 1],
                    "i": [0], "s": [0, 1, 2], "pd": [0, 2], "e": [0]}
 

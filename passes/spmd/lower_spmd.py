@@ -35,7 +35,7 @@ from .call_graph import partitioned_computations
 from .op_rules import LowerContext
 from .partition_ids import PartitionTables
 from .partition_rules import rule_for
-from .uniform_dims import uniform_dims
+from .uniform_dims import UniformDims
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def _lower(module: Module, comp: Computation, pass_ctx: PassContext) -> None:
     """Replace `comp`'s instructions by their local forms (own partition tables)."""
     b = Builder(NameUniquer(i.name for i in comp.instructions))
     ctx = LowerContext(b, PartitionTables(b, pass_ctx.num_partitions), module,
-                       pass_ctx.channel_ids, local={}, uniform=uniform_dims(comp))
+                       pass_ctx.channel_ids, local={}, uniform=UniformDims())
     for inst in comp.instructions:
         local = rule_for(inst, module.computations).lower(inst, ctx)
         expected = inst.sharding.shard_shape(inst.shape)

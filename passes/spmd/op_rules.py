@@ -506,10 +506,10 @@ class PlanContext:
 @dataclass
 class LowerContext(EmitContext):
     """Emission context of lower-spmd plus the map from global to local instructions and the
-    uniform dims of the global values (`uniform_dims.py`)."""
+    uniform dims of the global values (`uniform_dims.UniformDims`)."""
 
     local: dict
-    uniform: dict
+    uniform: Callable[[Instruction], frozenset[int]]
 
     def operands(self, inst: Instruction) -> list[Instruction]:
         return [self.local[o] for o in inst.operands]

@@ -328,8 +328,8 @@ def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
     if isinstance(inst.shape, TupleShape):
         return value            # insert-reshards resharded the leaves already
     plan = plan_reshard(inst.shape, operand.sharding, inst.sharding, ctx.num_devices)
-    uniform = ctx.uniform.get(operand)
-    if uniform and plan.cost:
+    uniform = ctx.uniform(operand) if plan.cost else frozenset()
+    if uniform:
         through = plan_uniform(inst.shape, operand.sharding, inst.sharding, uniform,
                                ctx.num_devices)
         if through is not None and \

@@ -43,10 +43,13 @@ from .reshard_nodes import is_reshard
 
 _ENTER = frozenset({FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL})
 _LEAVE = frozenset({SHARD_TO_FULL, SDY_LOCAL_TO_GLOBAL})
+_BOUNDARIES = _ENTER | _LEAVE
 #: elementwise ops whose result element depends only on the operands' elements at its index
 _POINTWISE = ELEMENTWISE_PURE - PARTITION_DEPENDENT - {"bitcast-convert"}
 #: ops whose result along a dim reads its operand's elements along the same dim
 _SAME_DIMS = frozenset({"slice", "dynamic-slice", "reverse"})
+#: opcodes whose rule reads their operands' facts
+_READS = _POINTWISE | _SAME_DIMS | {"broadcast", "transpose", "reshape", "pad"}
 
 
 class _Fact(NamedTuple):
@@ -58,18 +61,47 @@ class _Fact(NamedTuple):
 _NOTHING = _Fact(frozenset(), False)
 
 
-def uniform_dims(comp: Computation) -> dict[Instruction, frozenset[int]]:
-    """The uniform dims longer than 1 of every non-manual array value of `comp` that has
-    some (a dim of size 1 is trivially uniform and reshards alike either way)."""
-    facts: dict[Instruction, _Fact] = {}
-    for inst in comp.instructions:
-        facts[inst] = _fact(inst, facts)
-    uniform = {}
-    for inst, fact in facts.items():
-        dims = frozenset(d for d in fact.dims if inst.shape.dims[d] > 1)
-        if dims and not _manual(inst.sharding):
-            uniform[inst] = dims
-    return uniform
+class UniformDims:
+    """The uniform dims of the values of one computation, worked out on demand (lower-spmd
+    asks only about the values it reshards) and remembered."""
+
+    def __init__(self) -> None:
+        self._facts: dict[Instruction, _Fact] = {}
+
+    def __call__(self, inst: Instruction) -> frozenset[int]:
+        """The uniform dims longer than 1 of `inst`, an array value outside manual regions (a
+        dim of size 1 is trivially uniform and reshards alike either way); else none."""
+        if not isinstance(inst.shape, ArrayShape) or _manual(inst.sharding):
+            return frozenset()
+        return frozenset(d for d in self._fact(inst).dims if inst.shape.dims[d] > 1)
+
+    def _fact(self, inst: Instruction) -> _Fact:
+        facts = self._facts
+        stack = [inst]
+        while stack:
+            top = stack[-1]
+            if top in facts:
+                stack.pop()
+                continue
+            missing = [o for o in _read(top) if o not in facts]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            facts[top] = _fact(top, facts)
+        return facts[inst]
+
+
+def _read(inst: Instruction) -> list[Instruction] | tuple:
+    """The values `inst`'s rule reads the facts of (none where it knows nothing)."""
+    op = inst.opcode
+    if op == "get-tuple-element":
+        tuple_ = inst.operands[0]
+        return [tuple_.operands[inst.attr("index")]] if tuple_.opcode == "tuple" else ()
+    if op in _READS or (op == "custom-call" and (is_reshard(inst) or
+                                                 target_of(inst) in _BOUNDARIES)):
+        return inst.operands
+    return ()
 
 
 def _manual(sharding: HloSharding | None) -> bool:
@@ -80,9 +112,13 @@ def _fact(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
     if not isinstance(inst.shape, ArrayShape):
         return _NOTHING
     fact = _rule(inst, facts)
-    ones = frozenset(d for d, n in enumerate(inst.shape.dims) if n == 1)
+    dims = inst.shape.dims
     everywhere = fact.everywhere or not _manual(inst.sharding)
-    return _Fact(fact.dims | ones, everywhere)
+    if 1 in dims:
+        return _Fact(fact.dims | {d for d, n in enumerate(dims) if n == 1}, everywhere)
+    if everywhere == fact.everywhere:
+        return fact
+    return _Fact(fact.dims, everywhere)
 
 
 def _rule(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
@@ -105,7 +141,7 @@ def _rule(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
                 return _NOTHING
             if operand.shape.rank:
                 dims &= fact.dims
-        return _Fact(dims, everywhere)
+        return _Fact(dims, everywhere) if dims or everywhere else _NOTHING
     if op == "transpose":
         perm = inst.attr("dimensions")
         return _Fact(frozenset(i for i, p in enumerate(perm) if p in inputs[0].dims), everywhere)
@@ -119,7 +155,7 @@ def _rule(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
                   if p.low or p.high or p.interior}
         return _Fact(inputs[0].dims - padded, everywhere)
     if op == "get-tuple-element" and operands[0].opcode == "tuple":
-        return facts.get(operands[0].operands[inst.attr("index")], _NOTHING)
+        return facts[operands[0].operands[inst.attr("index")]]
     target = target_of(inst)
     if target in _ENTER:
         return _entered(operands[0], inst.sharding, inputs[0])
@@ -181,4 +217,4 @@ def _reshaped(source: tuple[int, ...], target: tuple[int, ...],
     return frozenset(result)
 
 
-__all__ = ["uniform_dims"]
+__all__ = ["UniformDims"]
