@@ -43,7 +43,7 @@ from .op_rules import (
 from .reshard import emit_reshard
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
 from .reshard_plan import plan_reshard
-from .reshard_uniform import emit_uniform, plan_uniform
+from .reshard_uniform import emit_uniform, plan_uniform, sends_less
 from .tiling import Tiling
 
 
@@ -316,8 +316,8 @@ class ShardingRule(PartitionRule):
 def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
     """The local program of a reshard node (a `Sharding` custom-call): the plan from its operand's
     sharding to its own, leaf by leaf for tuples; for an operand uniform along some dims, the
-    plan through its first element along them where the busiest device sends fewer bytes
-    (then all devices together)."""
+    plan through its first element along them where no device sends more bytes and some
+    device sends fewer (`reshard_uniform.sends_less`)."""
     operand = inst.operands[0]
     value = ctx.local[operand]
     reducer = partial_reducer(operand)
@@ -332,8 +332,7 @@ def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
     if uniform:
         through = plan_uniform(inst.shape, operand.sharding, inst.sharding, uniform,
                                ctx.num_devices)
-        if through is not None and \
-                (through.plan.cost, through.plan.total) < (plan.cost, plan.total):
+        if through is not None and sends_less(through, plan, ctx.num_devices):
             return emit_uniform(ctx, value, inst.shape, through, metadata)
     return emit_reshard(ctx, value, inst.shape, plan, reducer, metadata)
 

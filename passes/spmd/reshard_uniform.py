@@ -9,12 +9,16 @@ shardings differ only in how the uniform dims are tiled (as in XLA's reshard of 
 between two device orders, which it does by a local copy) that plan moves nothing. A dim
 qualifies where every tile of the source holds a real element (an uneven tiling whose last
 tiles are all padding does not). `emit_uniform` writes the local program; lower-spmd uses it
-where it sends fewer bytes than the plan of the whole value.
+where no device sends more than in the plan of the whole value and some device sends less
+(`sends_less`), so that no program sends more on any device.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
+from gspmdc.ir import dtypes
 from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Instruction
@@ -58,6 +62,25 @@ def plan_uniform(shape: ArrayShape, source: HloSharding, target: HloSharding,
     return UniformPlan(dims, collapsed, plan, target)
 
 
+def sends_less(uniform: UniformPlan, plan: ReshardPlan, num_devices: int) -> bool:
+    """Whether no device sends more bytes in `uniform` than in `plan` (the plan of the whole
+    value) and some device sends fewer."""
+    through, whole = _sent(uniform.plan, num_devices), _sent(plan, num_devices)
+    return bool((through <= whole).all() and (through < whole).any())
+
+
+def _sent(plan: ReshardPlan, num_devices: int) -> np.ndarray:
+    """The bytes each device sends in `plan`."""
+    dims = plan.shape.dims if plan.padded is None else plan.padded
+    width = max(dtypes.byte_width(plan.shape.element_type), 1)
+    sent = np.zeros(num_devices, dtype=np.int64)
+    for step in plan.steps:
+        traffic = step.traffic(dims, width)
+        if traffic is not None:
+            sent += traffic.sent
+    return sent
+
+
 def emit_uniform(ctx: EmitContext, value: Instruction, shape: ArrayShape, uniform: UniformPlan,
                  metadata: KeyValueList | None = None) -> Instruction:
     """Local code for `uniform` applied to `value` (this device's source shard of a global
@@ -83,4 +106,4 @@ def _step(metadata: KeyValueList | None, what: str) -> KeyValueList | None:
     return KeyValueList(metadata.items + (("spmd_step", what),))
 
 
-__all__ = ["UniformPlan", "plan_uniform", "emit_uniform"]
+__all__ = ["UniformPlan", "plan_uniform", "sends_less", "emit_uniform"]
