@@ -33,7 +33,7 @@ from typing import NamedTuple
 from gspmdc.ir.custom_call_targets import (
     FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL, SHARD_TO_FULL, target_of,
 )
-from gspmdc.ir.module import Computation, Instruction
+from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import ELEMENTWISE_PURE, PARTITION_DEPENDENT
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
