@@ -421,6 +421,8 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
             if not unmoved.get(flags[0], False):
                 variants.append(_staged(dims, src, dst, *flags, last_first=True))
+                variants.append(_staged(dims, src, dst, *flags, last_first=True,
+                                        mirrored=True))
     # the all-to-alls' groups also in reverse order, where tiles moved: which device receives
     # which new tile then differs (a permute after them may move fewer devices)
     for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
@@ -586,7 +588,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             early_slice: bool, early_permute: bool, masked: bool = False,
             slice_first: bool = False, inert: set[int] | None = None,
             last_first: bool = False, reversed_groups: bool = False,
-            realigned: dict[int, int] | None = None) -> list[Step]:
+            realigned: dict[int, int] | None = None, mirrored: bool = False) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), slices from replicas of the
     dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards),
     all-to-alls (when `exchange`), slices before gathering (when `early_slice`), a permute
@@ -594,8 +596,9 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     all-gathers (one masked gather when `masked`), the final slice, a permute. `inert` receives
     the positions in `(masked, scatter, exchange, early_slice, early_permute, slice_first)` of
     the set flags that added no step (the same call with them cleared gives the same steps).
-    `last_first`: the all-to-alls take the dims losing tiles from the last one
-    (`_all_to_alls`); `reversed_groups`: their groups list the members in reverse order.
+    `last_first`: the all-to-alls take the dims losing tiles from the last one, `mirrored`
+    each to the last dim gaining tiles (`_all_to_alls`); `reversed_groups`: their groups list
+    the members in reverse order.
     `realigned`: dim -> target count for dims an `Exchange` laid out within the target's
     tiles (`_realigned_variants`): gathering them to that count is aligned."""
     inert = set() if inert is None else inert
@@ -628,7 +631,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             inert.add(5)
     if exchange:
         before = len(steps)
-        state = _all_to_alls(dims, state, down, up, steps, last_first, reversed_groups)
+        state = _all_to_alls(dims, state, down, up, steps, last_first, reversed_groups,
+                             mirrored)
         state = _gather_to_receive(dims, state, down, up, steps, reversed_groups)
         if len(steps) == before:
             inert.add(2)
@@ -942,14 +946,18 @@ def _scatter_by_axes(state: Tiling, target: Tiling,
 
 def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
                  steps: list[Step], last_first: bool = False,
-                 reversed_groups: bool = False) -> Tiling:
+                 reversed_groups: bool = False, mirrored: bool = False) -> Tiling:
     """Pair dims losing tiles with dims gaining tiles; each common factor moves in one
     all-to-all when both sides stay aligned. A dim whose tiles do not nest (it loses all its
     tiles and gains others) gives all of them away in one move, before any other dim gives
     tiles to the dims it could fill, and, whole then, gains its new ones from another dim:
     XLA's all-to-alls for, e.g., [1,3,2,1] -> [1,2,1,3]. The dims losing tiles are taken
     first to last, or last to first (`last_first`): which dim's tiles move and which are
-    gathered then differ (both are planned, `_variants`). With `reversed_groups` each group
+    gathered then differ (both are planned, `_variants`). `mirrored` (with `last_first`) pairs
+    each with the last dim gaining tiles instead of the first: the same pairs as first to
+    last where the dims pair off alike, moved in the other order, which on uneven dims pads
+    another dim first (XLA's order for [1,1,2,2] -> [2,2,1,1]: the last dims trade first).
+    With `reversed_groups` each group
     lists its members in reverse order: member k still receives sub-tile k of the dim gaining
     tiles, so the devices of a group trade those sub-tiles (a permute after them may then move
     fewer devices: XLA's all-to-all for a `reverse`'s operand leaves half the devices in place
@@ -960,7 +968,7 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
     while changed:
         changed = False
         for i in sorted(order, key=lambda d: not (down[d] > 1 and up[d] > 1)):
-            for j in range(rank):
+            for j in (range(rank - 1, -1, -1) if mirrored else range(rank)):
                 if i == j or down[i] == 1 or up[j] == 1 or down[j] > 1:
                     continue
                 g = gcd(down[i], up[j])
