@@ -12,6 +12,7 @@ import pytest
 
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
+from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext, Signature
 from gspmdc.passes.spmd.reshard_plan import AllToAll, plan_reshard
 
 from conformance.oracle import xla_available
@@ -46,8 +47,51 @@ def test_the_last_dims_trade_their_tiles_first():
     assert sent_bytes(spmd, 4) == 48 + 64 + 128 * 3 / 4
 
 
+PAD_AND_TOPK = """HloModule m, num_partitions=8
+
+ENTRY main {
+  p = f32[6,7] parameter(0), sharding={devices=[4,2]<=[8]}
+  z = f32[] parameter(1), sharding={replicated}
+  pad = f32[3,8] pad(p, z), padding=-4_1x0_1, sharding={replicated}
+  t = (f32[6,2], s32[6,2]) topk(p), k=2, largest=true, sharding={{replicated}, {replicated}}
+  v = f32[6,2] get-tuple-element(t), index=0, sharding={replicated}
+  i = s32[6,2] get-tuple-element(t), index=1, sharding={replicated}
+  ROOT r = (f32[3,8], s32[6,2], f32[6,2]) tuple(pad, i, v), sharding={{replicated}, {replicated}, {replicated}}
+}
+"""
+
+
+def test_a_gather_one_user_makes_pays_for_itself_in_another():
+    """fuzz/10600002152: `p`, 2 rows x 4 columns per device, is read by a `pad` and a `topk`,
+    both replicated. Alone, the pad is cheaper on the tiles (its halo by permutes of 16 B,
+    then its [3,8] result gathered: 128 B on the busiest device) than gathering `p` (192 B),
+    and so is the topk (its candidates gathered: 128 B); together they send 256. Gathered once
+    for the pad, `p` gives the topk its whole operand too (XLA's reshard cache): the rows over
+    4 devices (3 x 32 B), the padding row cut, then the columns over 2 ([6,4], 96 B): 192 B
+    per device, and nothing else."""
+    spmd = check_equivalent(PAD_AND_TOPK, 8)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-gather"]
+    assert sent_bytes(spmd, 8) == 96 + 96
+
+
+def test_a_credited_reshard_is_priced_at_the_share_later_users_leave():
+    """The pricing itself: f32[8,8] in 4 row tiles gathered sends 3 x 64 B from every device;
+    with a quarter of that reshard credited to later users, a plan reading the operand
+    replicated is priced at 144 B, and one reading it as it is at 0 either way."""
+    shape = ArrayShape("f32", (8, 8))
+    rows, whole = parse_sharding("{devices=[4,1]<=[4]}"), parse_sharding("{replicated}")
+    ctx = PlanContext(4)
+    signature = Signature(shape, whole, (shape,), (rows,), (0,))
+    gathered, kept = OpPlan((whole,), whole, "gathered"), OpPlan((rows,), whole, "kept")
+    assert ctx.cost_of(signature, gathered) == 192
+    credited = signature._replace(operand_credit=(((whole, 0.25),),))
+    assert ctx.cost_of(credited, gathered) == 144
+    assert ctx.cost_of(credited, kept) == ctx.cost_of(signature, kept)
+
+
 @needs_xla
-@pytest.mark.parametrize("text,n", [(TRADED_UNEVEN, 4)], ids=["traded-uneven"])
+@pytest.mark.parametrize("text,n", [(TRADED_UNEVEN, 4), (PAD_AND_TOPK, 8)],
+                         ids=["traded-uneven", "pad-and-topk"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

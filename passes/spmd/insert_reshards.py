@@ -48,7 +48,10 @@ be:
 - a value's replicated reshard that a live instruction reads gives it whole to any pure op
   computed again from it;
 - an instruction with an operand on one device runs on that device when its rule's plan for
-  that moves fewer bytes than the plan for its own sharding.
+  that moves fewer bytes than the plan for its own sharding;
+- a reshard of an operand that the plans of the operand's users not planned yet would save
+  bytes by reading (`_credit`) is priced at the bytes they do not save: the choice is a joint
+  one over the value's users (XLA's reshard cache makes one reshard per value and sharding).
 A reshard made only for a dead instruction (one whose value does not reach the root; it is
 planned like any other and removed with its reshards after partitioning) is no shared node: a
 live user taking it pays its bytes (`_unpaid`), and a value is computed again from it only
@@ -194,7 +197,7 @@ class _Rewriter:
         #: result's sharding (that user's plans pay its bytes only where they read it)
         self.unread: dict[Instruction, HloSharding] = {}
         self.ctx = PlanContext(num_partitions, module.computations, self._result_needs,
-                               self._had, self.unread, self._broadcast)
+                               self._had, self.unread, self._broadcast, self._credit)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         #: per value (by id), the shardings `cache` holds a reshard of it to
@@ -235,6 +238,15 @@ class _Rewriter:
         #: plans of users of an operand of the instruction being planned (`_wanted`), with
         #: the operands they saw
         self.sibling_plans: dict[Instruction, tuple[tuple, OpPlan]] = {}
+        #: a value and a sharding its reshard to is taken as made while the later users'
+        #: plans are priced with it (`_credit`)
+        self.assumed: tuple[Instruction, HloSharding] | None = None
+        #: whether a later user is being planned to price a reshard for the instruction being
+        #: planned (`_saved`: no credits nor siblings' plans of its own, no plans kept)
+        self.crediting = False
+        #: per (value, sharding, later user), the bytes that user's plan saves when the
+        #: value's reshard to that sharding is made, while one instruction is planned
+        self.savings: dict[tuple, float] = {}
 
     def run(self) -> None:
         comp, b = self.comp, self.builder
@@ -243,6 +255,7 @@ class _Rewriter:
             inst.operands = [replacement.get(o, o) for o in inst.operands]
             desired = inst.sharding
             self.planning = (inst, desired)
+            self.savings.clear()
             if inst in self.arrivals:
                 plan = OpPlan((), self.arrivals[inst], "parameter of a partitioned callee: "
                                                        "it arrives as its call site passes it")
@@ -493,7 +506,7 @@ class _Rewriter:
         if plan is None:
             self.needs_missed = False
             plan = self._plan(user)
-            if not self.needs_missed:
+            if not self.needs_missed and not self.crediting:
                 self.ahead[user] = (_plan_key(user), plan)
         return [need for operand, need in zip(user.operands, plan.operands) if operand is value]
 
@@ -530,6 +543,8 @@ class _Rewriter:
         if self.made_for_dead:
             earlier = frozenset([held for held in earlier
                                  if self._unpaid(self.cache[(id(value), held)]) == 0])
+        if self.assumed is not None and self.assumed[0] is value:
+            earlier |= {self.assumed[1]}
         if len(self.users.get(value, ())) < 2:
             return earlier
         sharding = value.sharding
@@ -539,6 +554,80 @@ class _Rewriter:
         else:
             return earlier
         return earlier | self._wanted(value)
+
+    def _credit(self, value: Instruction, needs: tuple[HloSharding, ...], had: frozenset
+                ) -> tuple[tuple[HloSharding, float], ...]:
+        """For each sharding the plans of the live instruction being planned read its live
+        operand `value` in (`needs`) that no shared node has yet (`had`), the share of that
+        reshard the users of `value` not planned yet pay for: the bytes their plans (made
+        ahead, one level) save when they can read that node too (XLA's reshard cache gives
+        every user of a value the one reshard to a sharding), over the reshard's bytes, at
+        most 1. A plan reading it is then priced with the rest only: the choice is a joint
+        one over the value's users (e.g. a `pad` whose halo exchange is cheaper alone, where
+        gathering its operand makes a later `topk` of it free). Empty while looking ahead,
+        for a value computed again for free and for one without later users."""
+        if self.looking_ahead or self.crediting or self.planning is None or \
+                len(self.users.get(value, ())) < 2:
+            return ()
+        sharding = value.sharding
+        needs = [need for need in dict.fromkeys(needs)
+                 if need != sharding and need not in had and free_target(need)]
+        if not needs or isinstance(value.shape, TupleShape) or not free_target(sharding):
+            return ()
+        planning = self.planning[0]
+        operands = planning.operands
+        if not any([operands[i] is value for i in self.live_operands.get(planning, ())
+                    if i < len(operands)]):
+            return ()
+        later = [u for u in self.users[value] if u is not planning
+                 and u not in self.planned and u not in self.arrivals]
+        if not later or recomputed_for_free(value):
+            return ()
+        credit = []
+        for need in needs:
+            moved = self.ctx.cost(value.shape, sharding, need)
+            if moved == 0:
+                continue
+            saved = sum([self._saved(user, value, need) for user in later])
+            if saved > 0:
+                credit.append((need, min(1.0, saved / moved)))
+        return tuple(credit)
+
+    def _saved(self, user: Instruction, value: Instruction, need: HloSharding) -> float:
+        """The bytes `user`'s plan saves when `value`'s reshard to `need` is made for another
+        user: planned ahead with its operands as they are now, and where that plan (made
+        without its own users' needs) reads the node at all, planned again with and without
+        it, priced with what its own users read it in (their plans made ahead:
+        `_result_needs`, not kept)."""
+        key = (id(value), need, user)
+        if key in self.savings:
+            return self.savings[key]
+        user.operands = [self.replacement.get(o, o) for o in user.operands]
+        self.looking_ahead = True
+        self.assumed = (value, need)
+        try:
+            quick = self._plan(user)
+        finally:
+            self.assumed = None
+            self.looking_ahead = False
+        if not any([o is value and n == need for o, n in zip(user.operands, quick.operands)]):
+            self.savings[key] = 0.0     # its plan does not read the node even when made
+        else:
+            planning, self.planning = self.planning, (user, user.sharding)
+            known = self.ctx.known_needs(user)
+            self.crediting = True
+            try:
+                alone = self.ctx.plan_cost(user, self._plan(user))
+                self.assumed = (value, need)
+                shared = self.ctx.plan_cost(user, self._plan(user))
+            finally:
+                self.assumed = None
+                self.crediting = False
+                self.planning = planning
+                if not known:
+                    self.ctx.forget_needs(user)
+            self.savings[key] = max(0.0, alone - shared)
+        return self.savings[key]
 
     def _broadcast(self, value: Instruction, had: frozenset) -> bool:
         """Whether `value`, on one device, is broadcast to every partition for a live user
@@ -560,7 +649,7 @@ class _Rewriter:
         being planned, read it in: their plans with their operands as they are now (made
         ahead, one level, and remembered while those operands stay the same). Empty while
         looking ahead, for a value computed again for free and for one with a single user."""
-        if self.looking_ahead or self.planning is None:
+        if self.looking_ahead or self.crediting or self.planning is None:
             return frozenset()
         planning = self.planning[0]
         later = [u for u in self.users.get(value, ()) if u is not planning

@@ -83,6 +83,10 @@ class Signature(NamedTuple):
     #: of the result it was made from (its bytes are paid only by a plan reading it, from that
     #: result where cheaper: `_unread_bytes`), else None; empty: none
     operand_sources: tuple[HloSharding | None, ...] = ()
+    #: per operand, (sharding, share) pairs: the share of the reshard to that sharding that
+    #: insert-reshards' later users of the operand pay for by what it saves them (their plans
+    #: read the shared node instead of moving bytes of their own); empty: none
+    operand_credit: tuple[tuple[tuple[HloSharding, float], ...], ...] = ()
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
@@ -101,7 +105,8 @@ class Signature(NamedTuple):
                 all([s.memo_key is s for s in self.operand_shardings]) and \
                 all([s.memo_key is s for s in self.result_needs]) and \
                 all([s.memo_key is s for had in self.operand_had for s in had]) and \
-                all([s is None or s.memo_key is s for s in self.operand_sources]):
+                all([s is None or s.memo_key is s for s in self.operand_sources]) and \
+                all([s.memo_key is s for credit in self.operand_credit for s, _ in credit]):
             return self
         return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
                          tuple(s.with_metadata(()) for s in self.operand_shardings),
@@ -110,7 +115,9 @@ class Signature(NamedTuple):
                          tuple(frozenset(s.with_metadata(()) for s in had)
                                for had in self.operand_had), self.operand_broadcast,
                          tuple(s if s is None else s.with_metadata(())
-                               for s in self.operand_sources))
+                               for s in self.operand_sources),
+                         tuple(tuple((s.with_metadata(()), share) for s, share in credit)
+                               for credit in self.operand_credit))
 
 
 #: opcodes whose value on one device may differ between partitions that compute it: their
@@ -216,7 +223,8 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
     free in a free target or already resharded to the sharding needed for an earlier user, or
-    read whole or sliced from its broadcast made for another user (`operand_broadcast`). With a
+    read whole or sliced from its broadcast made for another user (`operand_broadcast`); of a
+    reshard later users pay a share of (`operand_credit`), the rest. With a
     `bound`, the sum stops once it passes the bound (no term is negative): a value above
     `bound`, then, not the whole sum."""
     total = own + _result_bytes(signature, plan.result, measure)
@@ -227,15 +235,17 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     had = signature.operand_had or (frozenset(),) * count
     broadcast = signature.operand_broadcast or (False,) * count
     sources = signature.operand_sources or (None,) * count
+    credits = signature.operand_credit or ((),) * count
     operands = zip(signature.operand_ids, signature.operand_shapes,
-                   signature.operand_shardings, free, had, broadcast, sources)
-    for (_, shape, sharding, recomputed, earlier, whole, source), need in \
+                   signature.operand_shardings, free, had, broadcast, sources, credits)
+    for (_, shape, sharding, recomputed, earlier, whole, source, credit), need in \
             dict.fromkeys(zip(operands, plan.operands)):
         if source is not None:
             total += _unread_bytes(shape, source, sharding, need, measure)
         elif not (recomputed and free_target(need)) and need not in earlier and \
                 not (whole and (need.is_replicated or broadcast_first(sharding, need))):
-            total += measure(shape, sharding, need)
+            paid = 1.0 - dict(credit).get(need, 0.0) if credit else 1.0
+            total += measure(shape, sharding, need) * paid
         if bound is not None and total > bound:
             return total
     return total
@@ -361,7 +371,9 @@ class PlanContext:
                  result_needs: Callable[[Instruction], tuple[HloSharding, ...]] | None = None,
                  had: Callable[[Instruction, tuple[HloSharding, ...]], frozenset] | None
                  = None, unread: dict[Instruction, HloSharding] | None = None,
-                 broadcast: Callable[[Instruction, frozenset], bool] | None = None):
+                 broadcast: Callable[[Instruction, frozenset], bool] | None = None,
+                 credit: Callable[[Instruction, tuple[HloSharding, ...], frozenset], tuple]
+                 | None = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
@@ -373,6 +385,9 @@ class PlanContext:
         #: whether insert-reshards broadcasts a value on one device for another live user,
         #: given the shardings `had` gives it (`Signature.operand_broadcast`)
         self.broadcast = broadcast
+        #: the shares of a value's reshards that its later users pay for, given the needs of
+        #: the plans asked about and the shardings `had` gives it (`Signature.operand_credit`)
+        self.credit = credit
         #: insert-reshards' result reshards nobody reads yet, with the sharding of the result
         #: each was made from (`Signature.operand_sources`)
         self.unread = {} if unread is None else unread
@@ -386,17 +401,26 @@ class PlanContext:
         """The needs of `inst`'s users, where a plan of it asked for them (else empty)."""
         return self._needs.get(inst, ())
 
+    def forget_needs(self, inst: Instruction) -> None:
+        """Ask `inst`'s users' needs again the next time a plan of it asks for them."""
+        self._needs.pop(inst, None)
+
     def signature(self, inst: Instruction, plans: Sequence[OpPlan]) -> "Signature":
         """`inst`'s signature, with its users' needs (`result_needs`) once some plan asked of
         it computes a result in another sharding than `inst`'s (before that the users'
         reshards are the same for all its plans); every later question about `inst` gets the
         same needs, so that its plans are compared alike."""
         signature = Signature.of(inst)
-        had = broadcast = needs = ()
+        had = broadcast = needs = credits = ()
         if self.had is not None:
-            operand_had = tuple([self.had(o, tuple([p.operands[i] for p in plans
-                                                    if len(p.operands) > i]))
-                                 for i, o in enumerate(inst.operands)])
+            operand_needs = [tuple([p.operands[i] for p in plans if len(p.operands) > i])
+                             for i in range(len(inst.operands))]
+            operand_had = tuple([self.had(o, n) for o, n in zip(inst.operands, operand_needs)])
+            if self.credit is not None and inst.opcode not in CONTRACTIONS:
+                credits = tuple([self.credit(o, n, h) for o, n, h in
+                                 zip(inst.operands, operand_needs, operand_had)])
+                if not any(credits):
+                    credits = ()
             if any(operand_had):
                 if inst.opcode not in CONTRACTIONS:
                     had = operand_had
@@ -418,12 +442,13 @@ class PlanContext:
             sources = tuple([self.unread.get(o) for o in inst.operands])
             if all([s is None for s in sources]):
                 sources = ()
-        if not (had or broadcast or needs or sources):
+        if not (had or broadcast or needs or sources or credits):
             return signature
         return Signature(signature.shape, signature.sharding, signature.operand_shapes,
                          signature.operand_shardings, signature.operand_ids,
                          signature.operand_free, result_needs=needs, operand_had=had,
-                         operand_broadcast=broadcast, operand_sources=sources)
+                         operand_broadcast=broadcast, operand_sources=sources,
+                         operand_credit=credits)
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""
