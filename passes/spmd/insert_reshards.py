@@ -560,12 +560,13 @@ class _Rewriter:
         """For each sharding the plans of the live instruction being planned read its live
         operand `value` in (`needs`) that no shared node has yet (`had`), the share of that
         reshard the users of `value` not planned yet pay for: the bytes their plans (made
-        ahead, one level) save when they can read that node too (XLA's reshard cache gives
+        ahead, `_saved`) save when they can read that node too (XLA's reshard cache gives
         every user of a value the one reshard to a sharding), over the reshard's bytes, at
         most 1. A plan reading it is then priced with the rest only: the choice is a joint
         one over the value's users (e.g. a `pad` whose halo exchange is cheaper alone, where
-        gathering its operand makes a later `topk` of it free). Empty while looking ahead,
-        for a value computed again for free and for one without later users."""
+        gathering its operand makes a later `topk` of it free). Asked for the operands of ops
+        other than contractions (as `had` is used: `PlanContext.signature`); empty while
+        looking ahead, for a value computed again for free and for one without later users."""
         if self.looking_ahead or self.crediting or self.planning is None or \
                 len(self.users.get(value, ())) < 2:
             return ()
