@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from gspmdc.ir.cost import Traffic, instruction_traffic
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.shapes import ArrayShape
@@ -67,6 +69,21 @@ def collective_traffic(module: Module, num_partitions: int) -> list[CollectiveTr
                                                collective_result_bytes(inst), traffic,
                                                counts[comp.name]))
     return found
+
+
+def sent_per_device(module: Module, num_partitions: int) -> np.ndarray | None:
+    """Bytes each device sends in one run of `module` (`[num_partitions]` integers): for every
+    device, the sum over the collectives of its bytes per execution (`Traffic.sent`) times the
+    collective's executions; None when some collective's executions are unknown. The busiest
+    device of a program is the one with the largest total (its `max`), which can be less than
+    the sum of each collective's busiest device's bytes when different devices are the busiest
+    in different collectives (docs/design/cost-model.md#a-programs-bytes)."""
+    total = np.zeros(num_partitions, dtype=np.int64)
+    for t in collective_traffic(module, num_partitions):
+        if t.executions is None:
+            return None
+        total += t.traffic.sent * t.executions
+    return total
 
 
 def execution_counts(module: Module) -> dict[str, int | None]:
@@ -176,4 +193,5 @@ def _step(body: Computation, index: int) -> int | None:
     return None
 
 
-__all__ = ["CollectiveTraffic", "collective_traffic", "execution_counts", "trip_count"]
+__all__ = ["CollectiveTraffic", "collective_traffic", "execution_counts", "sent_per_device",
+           "trip_count"]

@@ -2,7 +2,7 @@
 the two are compared three ways (see `run_case`).
 
     result = run_case(case, oracle, seed=0)
-    result.status, result.shardings, result.our_bytes, result.xla_bytes, result.values
+    result.status, result.shardings, result.our_bytes, result.our_busiest, result.values
 """
 from __future__ import annotations
 
@@ -71,6 +71,9 @@ class CaseResult:
     - "gspmdc-crashed": gspmdc failed with an internal error (a divergence);
     - "xla-crashed": XLA's process died or timed out (the case is not counted);
     - "skipped": one partition: XLA neither propagates nor partitions (not counted).
+    `our_bytes` / `xla_bytes`: the mean per device of each partitioned program's collective
+    bytes, `our_busiest` / `xla_busiest` its busiest device's (`program_bytes`; None when a
+    loop's trip count is not static).
     `values`: "compared" or "not run: <why>"; `value_mismatch` maps "gspmdc" and "XLA" to what
     differs from the reference interpreter (or why its run failed) where it does. `branches`:
     the same for each branch of each conditional run forced (`branches.py`), when values are
@@ -86,6 +89,8 @@ class CaseResult:
     shardings: list[ShardingVerdict] = field(default_factory=list)
     our_bytes: float | None = None
     xla_bytes: float | None = None
+    our_busiest: int | None = None
+    xla_busiest: int | None = None
     values: str = "not run"
     value_mismatch: dict[str, str] = field(default_factory=dict)
     before: str | None = None
@@ -108,21 +113,50 @@ class CaseResult:
     def bytes_compared(self) -> bool:
         return self.our_bytes is not None and self.xla_bytes is not None
 
+    @property
+    def xla_values_wrong(self) -> bool:
+        return xla_values_wrong(self.value_mismatch, [b.mismatch for b in self.branches])
+
+
+@dataclass(frozen=True, order=True)
+class ProgramBytes:
+    """The bytes a partitioned program's devices send in collectives in one run, by gspmdc's
+    cost model (docs/design/cost-model.md#a-programs-bytes): `busiest`, the largest of the
+    devices' totals (each device's bytes summed over every collective execution), and `mean`,
+    the devices' totals averaged. Ordered as the project compares programs: by the busiest
+    device, then by the mean on a tie."""
+
+    busiest: int
+    mean: float
+
+
+def program_bytes(spmd_text: str, num_partitions: int) -> ProgramBytes | None:
+    """The bytes of the partitioned program `spmd_text` (gspmdc's or XLA's), from every
+    device's total (`passes/spmd/traffic.sent_per_device`); None when some loop's trip count is
+    not static. The mean is exact (a fraction of integers), rounded to a float once: two
+    programs sending the same bytes in a different order of collectives compare equal."""
+    from gspmdc.passes.spmd.traffic import sent_per_device
+    module = api.parse(spmd_text, "<spmd>", verify=False)
+    sent = sent_per_device(module, num_partitions)
+    if sent is None:
+        return None
+    return ProgramBytes(int(sent.max(initial=0)),
+                        float(Fraction(int(sent.sum()), max(num_partitions, 1))))
+
 
 def collective_bytes(spmd_text: str, num_partitions: int) -> float | None:
-    """Bytes each device sends in collectives in one run of the partitioned program `spmd_text`
-    (gspmdc's or XLA's), by gspmdc's cost model (`passes/spmd/traffic.py`: each collective's
-    bytes by `gspmdc.ir.cost`, averaged over the devices, times its executions); None when some
-    loop's trip count is not static. The sum is exact (fractions), rounded to a float once:
-    two programs sending the same bytes in a different order of collectives compare equal."""
-    from gspmdc.passes.spmd.traffic import collective_traffic
-    module = api.parse(spmd_text, "<spmd>", verify=False)
-    total = Fraction(0)
-    for t in collective_traffic(module, num_partitions):
-        if t.total_sent_bytes is None:
-            return None
-        total += t.total_sent_bytes
-    return float(total)
+    """The mean per device of `program_bytes` (None where it is None)."""
+    measured = program_bytes(spmd_text, num_partitions)
+    return None if measured is None else measured.mean
+
+
+def xla_values_wrong(value_mismatch: dict, branch_mismatches) -> bool:
+    """XLA's partitioned program is wrong where gspmdc's is right: on the random inputs, or with
+    some branch forced (`branch_mismatches`, one mismatch dict per forced branch), XLA's outputs
+    differ from the reference interpreter's (or its run failed) while gspmdc's agree. Such a
+    module's XLA bytes bound nothing: the oracle keeps it out of the bytes verdict."""
+    return any("XLA" in m and "gspmdc" not in m
+               for m in [value_mismatch, *branch_mismatches])
 
 
 def _gspmdc_compile(text: str, case: Case, *, partition: bool = True
@@ -351,8 +385,11 @@ def finish(prepared: Prepared, xla: XlaAnswer) -> CaseResult:
         clock.lap("compare")
         return result
     result.our_spmd = api.to_text(spmd)
-    result.our_bytes = collective_bytes(result.our_spmd, n)
-    result.xla_bytes = collective_bytes(xla.spmd, n)
+    ours, theirs = program_bytes(result.our_spmd, n), program_bytes(xla.spmd, n)
+    if ours is not None:
+        result.our_bytes, result.our_busiest = ours.mean, ours.busiest
+    if theirs is not None:
+        result.xla_bytes, result.xla_busiest = theirs.mean, theirs.busiest
     clock.lap("compare")
     if skipped is None and not _same_leaves(before, original):
         skipped = "XLA's import changed the entry signature"

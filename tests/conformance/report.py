@@ -5,9 +5,11 @@ A divergence class names what differs, coarsely enough that one fix removes the 
 - ("deliberate", what): the shardings differ in a module that shows a known difference: one
   gspmdc makes on purpose (its other sharding differences, if any, are not classed) or a
   users-order tie, which explains all of them (`deliberate.py`);
-- ("bytes", opcode): gspmdc sends more collective bytes than XLA, most of the excess in
-  collectives made for instructions of that opcode (each partitioner records the instruction
-  a collective serves in its metadata: gspmdc its name, XLA its op_name);
+- ("bytes", opcode): gspmdc sends more collective bytes than XLA by the project's measure (the
+  busiest device's bytes, then the mean on a tie: `bytes_verdict`), most of the excess (on the
+  busiest device) in collectives made for instructions of that opcode (each partitioner
+  records the instruction a collective serves in its metadata: gspmdc its name, XLA its
+  op_name); not where XLA's values are wrong (`differential.xla_values_wrong`);
 - ("values", who): the outputs of "gspmdc"'s or "XLA"'s partitioned program differ from the
   reference interpreter's, or its run failed, on the random inputs or with some branch of a
   conditional forced (`branches.py`);
@@ -22,7 +24,11 @@ from dataclasses import dataclass, field
 
 from gspmdc.ir.module import Module
 
-from .differential import CaseResult
+from .differential import CaseResult, ProgramBytes
+
+#: the two measures a case's bytes are judged by: the project's ("busiest": the busiest
+#: device's bytes, then the mean on a tie) and XLA's reports' ("mean" per device alone)
+MEASURES = ("busiest", "mean")
 
 
 def _message_class(detail: str) -> str:
@@ -43,15 +49,40 @@ def _origin_opcodes(before: Module) -> dict[str, str]:
     return found
 
 
-def _bytes_by_opcode(spmd: Module, origins: dict[str, str], n: int) -> Counter:
+def _bytes_by_opcode(spmd: Module, origins: dict[str, str], n: int) -> dict[str, ProgramBytes]:
+    """The program's bytes (`ProgramBytes`, exact per device) of the collectives made for each
+    opcode of `origins`."""
+    import numpy as np
     from gspmdc.passes.spmd.traffic import collective_traffic
     by_name = {(c.name, i.name): i for c, i in spmd.all_instructions()}
-    totals: Counter = Counter()
+    sent: dict[str, np.ndarray] = {}
     for t in collective_traffic(spmd, n):
         metadata = by_name[(t.computation, t.name)].attr("metadata")
         op_name = metadata.get("op_name") if metadata is not None else None
-        totals[origins.get(op_name, "?")] += t.total_sent_bytes or 0.0
-    return totals
+        opcode = origins.get(op_name, "?")
+        sent[opcode] = sent.get(opcode, 0) + t.traffic.sent * (t.executions or 0)
+    return {opcode: ProgramBytes(int(v.max()), float(v.sum()) / n) for opcode, v in sent.items()}
+
+
+def bytes_verdict(r, measure: str = "busiest") -> str | None:
+    """How case `r` (a `CaseResult` or `summary.CaseSummary`) compares with XLA in collective
+    bytes by `measure` (`MEASURES`): "fewer", "equal" or "more"; "xla-values-wrong" when XLA's
+    partitioned program computes wrong values (`differential.xla_values_wrong`: its bytes bound
+    nothing, the case is kept out of the verdict); "unrecorded" for the busiest device in a
+    record written before it was kept; None when the bytes were not compared (no partitioned
+    program on some side, or a loop without a static trip count)."""
+    if not r.bytes_compared:
+        return None
+    if r.xla_values_wrong:
+        return "xla-values-wrong"
+    if measure == "mean":
+        ours, theirs = r.our_bytes, r.xla_bytes
+    elif r.our_busiest is None or r.xla_busiest is None:
+        return "unrecorded"
+    else:
+        ours = ProgramBytes(r.our_busiest, r.our_bytes)
+        theirs = ProgramBytes(r.xla_busiest, r.xla_bytes)
+    return "more" if ours > theirs else "fewer" if ours < theirs else "equal"
 
 
 def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
@@ -67,17 +98,39 @@ def divergence_classes(result: CaseResult) -> list[tuple[str, str]]:
         for v in result.shardings:
             if v.compared and not v.agrees and ("sharding", v.opcode) not in classes:
                 classes.append(("sharding", v.opcode))
-    if result.bytes_compared and result.our_bytes > result.xla_bytes:
+    if bytes_verdict(result) == "more":
         from gspmdc import api
         origins = _origin_opcodes(api.parse(result.before, "<before>", verify=False))
         n = result.case.num_partitions
-        excess = _bytes_by_opcode(api.parse(result.our_spmd, verify=False), origins, n)
-        excess.subtract(_bytes_by_opcode(api.parse(result.xla_spmd, verify=False), origins, n))
-        classes.append(("bytes", max(excess, key=excess.get) if excess else "?"))
+        ours = _bytes_by_opcode(api.parse(result.our_spmd, verify=False), origins, n)
+        theirs = _bytes_by_opcode(api.parse(result.xla_spmd, verify=False), origins, n)
+        none = ProgramBytes(0, 0.0)
+        excess = {opcode: (ours.get(opcode, none).busiest - theirs.get(opcode, none).busiest,
+                           ours.get(opcode, none).mean - theirs.get(opcode, none).mean)
+                  for opcode in ours.keys() | theirs.keys()}
+        classes.append(("bytes", max(sorted(excess), key=excess.get) if excess else "?"))
     for who in ("gspmdc", "XLA"):
         if who in result.value_mismatch or any(who in b.mismatch for b in result.branches):
             classes.append(("values", who))
     return classes
+
+
+def run_order(name: str) -> tuple:
+    """A case's place in run order by its name (the generator seed, then off before on),
+    whatever order shards finished the cases in."""
+    module, _, setting = name.partition(" ")
+    digits = module.rsplit("/", 1)[-1]
+    return (int(digits) if digits.isdigit() else 0, module, setting)
+
+
+def _names(names: list[str]) -> str:
+    """` (a, b, ...)`: case names in run order, each as "<module> <setting>" (the module's
+    last path component: `fuzz/11100000266 [on]` is `11100000266 on`)."""
+    if not names:
+        return ""
+    shown = [f"{n.partition(' ')[0].rsplit('/', 1)[-1]} {n.partition(' ')[2].strip('[]')}"
+             for n in sorted(names, key=run_order)]
+    return " (" + ", ".join(shown) + ")"
 
 
 def percent(part: int, whole: int, digits: int = 1) -> str:
@@ -134,10 +187,19 @@ class Figures:
     modules_deliberate: int = 0
     instructions_elsewhere: int = 0
     instructions_agreeing_elsewhere: int = 0
+    #: bytes by the project's measure (`bytes_verdict`), over the modules compared with XLA's
+    #: values not wrong, and the module-settings above XLA
     bytes_compared: int = 0
     bytes_equal: int = 0
     bytes_fewer: int = 0
     bytes_more: int = 0
+    #: the same by the mean alone
+    mean: Counter = field(default_factory=Counter)
+    #: module-settings above XLA by each measure, and kept out of the verdict because XLA's
+    #: values are wrong; records without the busiest device's bytes
+    above: dict = field(default_factory=lambda: {m: [] for m in MEASURES})
+    xla_values_wrong: list = field(default_factory=list)
+    bytes_unrecorded: int = 0
     bytes_unknown: int = 0
     values: ValueChecks = field(default_factory=ValueChecks)
     #: forced branches (`branches.py`): modules with some, and the checks of their runs
@@ -165,12 +227,21 @@ class Figures:
             else:
                 self.instructions_elsewhere += r.instructions
                 self.instructions_agreeing_elsewhere += r.agreeing
-        if r.bytes_compared:
+        verdict, by_mean = bytes_verdict(r), bytes_verdict(r, "mean")
+        if verdict in ("equal", "fewer", "more"):
             self.bytes_compared += 1
-            self.bytes_equal += r.our_bytes == r.xla_bytes
-            self.bytes_fewer += r.our_bytes < r.xla_bytes
-            self.bytes_more += r.our_bytes > r.xla_bytes
-        elif r.spmd_made:
+            self.bytes_equal += verdict == "equal"
+            self.bytes_fewer += verdict == "fewer"
+            self.bytes_more += verdict == "more"
+        self.bytes_unrecorded += verdict == "unrecorded"
+        if by_mean in ("equal", "fewer", "more"):
+            self.mean[by_mean] += 1
+        for measure, v in zip(MEASURES, (verdict, by_mean)):
+            if v == "more":
+                self.above[measure].append(r.name)
+        if verdict == "xla-values-wrong":
+            self.xla_values_wrong.append(r.name)
+        if verdict is None and r.spmd_made:
             self.bytes_unknown += 1
         self.values.add(r.values, r.value_mismatch)
         self.branch_modules += bool(r.branches)
@@ -229,10 +300,19 @@ class Figures:
             f" of {self.instructions_elsewhere} instructions agree; "
             f"{percent(self.modules_agreeing, self.modules_compared - self.modules_deliberate, 2)}"
             f" of {self.modules_compared - self.modules_deliberate} modules agree fully",
-            f"bytes: {self.bytes_compared} modules compared: gspmdc <= XLA on "
-            f"{self.bytes_equal + self.bytes_fewer} (equal {self.bytes_equal}, fewer "
-            f"{self.bytes_fewer}), more on {self.bytes_more}; unknown trip count "
-            f"{self.bytes_unknown}",
+            f"bytes (the busiest device's, then the mean on a tie): {self.bytes_compared} "
+            f"modules compared: gspmdc <= XLA on {self.bytes_equal + self.bytes_fewer} (equal "
+            f"{self.bytes_equal}, fewer {self.bytes_fewer}), more on {self.bytes_more}"
+            f"{_names(self.above['busiest'])}; unknown trip count {self.bytes_unknown}"
+            + (f"; busiest device not recorded {self.bytes_unrecorded}"
+               if self.bytes_unrecorded else ""),
+            f"bytes (the mean per device alone): {sum(self.mean.values())} modules compared: "
+            f"gspmdc <= XLA on {self.mean['equal'] + self.mean['fewer']} (equal "
+            f"{self.mean['equal']}, fewer {self.mean['fewer']}), more on {self.mean['more']}"
+            f"{_names(self.above['mean'])}",
+            f"bytes not judged, XLA's values wrong (its outputs differ from the reference "
+            f"interpreter's where gspmdc's agree): {len(self.xla_values_wrong)}"
+            f"{_names(self.xla_values_wrong)}",
             f"values: {self.values.compared} modules run: {self.values.agreement()}",
             f"branches forced: {self.branches.compared} runs in {self.branch_modules} modules "
             f"with a conditional: {self.branches.agreement()}; not run: "

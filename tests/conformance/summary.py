@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from .differential import Case, CaseResult
+from .differential import Case, CaseResult, xla_values_wrong
 from .report import divergence_classes
 
 
@@ -23,7 +23,8 @@ class CaseSummary:
     classes (`report.divergence_classes`), most specific first; `spmd_made`: gspmdc partitioned
     it; `seed`: the run seed its inputs were drawn from; `branches`: each forced branch's value
     check as [label, values, mismatch] (`differential.BranchValues`). The other fields are
-    `CaseResult`'s."""
+    `CaseResult`'s (`our_busiest` / `xla_busiest` are None in records written before they
+    were kept: such a record's bytes are judged by the mean alone)."""
 
     name: str
     num_partitions: int
@@ -46,6 +47,8 @@ class CaseSummary:
     classes: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
     branches: list = field(default_factory=list)
+    our_busiest: int | None = None
+    xla_busiest: int | None = None
     text: str | None = None
     before: str | None = None
     reference_text: str | None = None
@@ -62,6 +65,10 @@ class CaseSummary:
     @property
     def bytes_compared(self) -> bool:
         return self.our_bytes is not None and self.xla_bytes is not None
+
+    @property
+    def xla_values_wrong(self) -> bool:
+        return xla_values_wrong(self.value_mismatch, [m for _, _, m in self.branches])
 
     def case(self, text: str | None = None) -> Case:
         """The case again (with `text` in place of its module, e.g. a smaller one)."""
@@ -91,7 +98,8 @@ def summarize(result: CaseResult, seed: int) -> CaseSummary:
         [(v.opcode, v.describe()) for v in compared if not v.agrees], list(result.deliberate),
         result.our_bytes, result.xla_bytes, result.our_spmd is not None, result.values,
         dict(result.value_mismatch), classes, dict(result.seconds),
-        [[b.label, b.values, dict(b.mismatch)] for b in result.branches])
+        [[b.label, b.values, dict(b.mismatch)] for b in result.branches],
+        our_busiest=result.our_busiest, xla_busiest=result.xla_busiest)
     if classes:
         summary.text, summary.before = case.text, result.before
         summary.reference_text = case.reference_text

@@ -7,7 +7,8 @@
 
 Runs the cases (each module under both propagation option settings: to-output and
 to-parameters both off, both on), prints per setting the agreement figures (per-instruction
-sharding agreement, modules agreeing fully, collective bytes gspmdc <= / > XLA, value agreement,
+sharding agreement, modules agreeing fully, collective bytes gspmdc <= / > XLA (by the busiest
+device's bytes, then the mean; and by the mean alone, each with the modules above XLA), value agreement,
 seconds per case by stage), then the divergence classes by frequency and, for the `--show` most
 frequent, the first case of the class shrunk to a minimal module that still shows it. Needs the
 `[xla]` extra (jax, jaxlib). `--shardings-only` compares the shardings alone (gspmdc stops after
@@ -28,7 +29,7 @@ from collections import Counter
 
 from .differential import Case, CaseResult, finish, prepare, run_case
 from .oracle import XlaOracle, xla_available
-from .report import Figures, divergence_classes
+from .report import Figures, divergence_classes, run_order
 from .shrink import shrink, size
 from .sources import corpus_cases, fuzz_cases
 from .summary import CaseSummary, read_summaries, summarize
@@ -139,11 +140,8 @@ def report(results: list[CaseSummary], oracle: XlaOracle | None, show: int, budg
 
 
 def _order(r: CaseSummary) -> tuple:
-    """Cases in run order (the generator seed, then off before on), whatever order shards
-    finished them in, so that the "first" case of a class is the same split or not."""
-    name, _, setting = r.name.partition(" ")
-    digits = name.rsplit("/", 1)[-1]
-    return (int(digits) if digits.isdigit() else 0, name, setting)
+    """Cases in run order, so that the "first" case of a class is the same split or not."""
+    return run_order(r.name)
 
 
 def _print_evidence(r: CaseSummary, target: tuple[str, str], out) -> None:
@@ -155,7 +153,8 @@ def _print_evidence(r: CaseSummary, target: tuple[str, str], out) -> None:
             if kind == "deliberate" or opcode == what:
                 print(f"  {description}", file=out)
     elif kind == "bytes":
-        print(f"  bytes each device sends: gspmdc {r.our_bytes:g}, XLA {r.xla_bytes:g}", file=out)
+        print(f"  bytes the busiest device sends: gspmdc {r.our_busiest}, XLA {r.xla_busiest}; "
+              f"the mean per device: gspmdc {r.our_bytes:g}, XLA {r.xla_bytes:g}", file=out)
     elif kind == "values":
         if what in r.value_mismatch:
             print(f"  {what} vs reference: {r.value_mismatch[what]}", file=out)
