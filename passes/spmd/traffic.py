@@ -9,9 +9,10 @@ unknown (`None`) otherwise. Branches of a `conditional` are counted as if each r
 bound); other called computations (call, async wrappers) inherit their caller's count.
 XLA's collective reports (`reference.json` of the JAX programs) use the same measure: the
 `dynamic_bytes` of a collective is its result bytes times its executions. The bytes sent are the
-cost model's (`gspmdc.ir.cost`), as a mean per device of the program: XLA's reports use the same
-mean for the ring collectives, but count a collective-permute's operand on every device where the
-cost model counts it only on the devices that send.
+cost model's (`gspmdc.ir.cost`): per collective as a mean per device of the program (XLA's reports
+use the same mean for the ring collectives, but count a collective-permute's operand on every
+device where the cost model counts it only on the devices that send), and per device over the
+run (`sent_per_device`), whose largest total is the program's busiest device.
 """
 from __future__ import annotations
 
