@@ -115,6 +115,13 @@ RESHAPES = [
     # minor dim is gathered first (then each device slices its quarter of the merged rows)
     ("f32[6,4,2]", "{devices=[2,2,1]<=[4]}", "f32[24,2]", "{devices=[4,1]<=[4]}", 4,
      ["all-gather"]),
+    # one element split in tiles (every dim of size 1): it lies in the first tile on both sides,
+    # the other tiles are padding, so the shards reshape locally, as XLA does (fuzz/11100000266
+    # on gathered the two tiles to run the reshape replicated)
+    ("bf16[1]", "{devices=[2,4]<=[8] last_tile_dim_replicate}", "bf16[1,1]",
+     "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 8, []),
+    ("f32[1,1]", "{devices=[1,4]<=[4]}", "f32[1]", "{devices=[4]<=[4]}", 4, []),
+    ("f32[1,6]", "{devices=[2,2]<=[4]}", "f32[1,1,6]", "{devices=[2,1,2]<=[4]}", 4, []),
 ]
 
 

@@ -260,9 +260,14 @@ def _reshape_groups(source: tuple[int, ...], target: tuple[int, ...]):
 
 
 def _is_kept_dim(ins, outs, in_shape, out_shape, a, b) -> bool:
-    """A run that is one dim of equal size on both sides (plus untiled size-1 dims)."""
+    """A run that is one dim of equal size on both sides (plus untiled size-1 dims), or one
+    element (every dim of size 1): that element lies in the first tile of every tiled dim on
+    both sides, the other tiles being padding, so each shard reshapes locally (XLA's local
+    reshape of a dim of size 1 split in tiles)."""
     big_in = [d for d in ins if in_shape.dims[d] > 1]
     big_out = [d for d in outs if out_shape.dims[d] > 1]
+    if not big_in and not big_out:
+        return True
     return len(big_in) == len(big_out) == 1 and \
         in_shape.dims[big_in[0]] == out_shape.dims[big_out[0]] and \
         all(a.tile_counts[d] == 1 for d in ins if in_shape.dims[d] == 1) and \
