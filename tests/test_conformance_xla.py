@@ -391,7 +391,9 @@ SAMPLE_SEED = 0
 # replaced the uniform ring formulas, XLA's program of fuzz/61 counts 110 bytes where gspmdc's
 # counts 112 (both were 112), the one module that moved. Bytes not more than XLA's: 74 of 77
 # in both settings since values are had without communication where XLA has them so
-# (docs/partitioning.md, "Recomputing instead of resharding"; was 69 of 77).
+# (docs/partitioning.md, "Recomputing instead of resharding"; was 69 of 77). Judged by the
+# busiest device's bytes, then the mean, without the modules whose XLA values are wrong (session
+# 15): 75 of 75 off (fuzz/65 and fuzz/88 off: XLA's values wrong, not judged), 77 of 77 on.
 FLOORS = {
     "off": {"instruction_agreement": 0.99, "module_agreement": 0.95, "bytes_not_more": 0.95},
     "on": {"instruction_agreement": 0.99, "module_agreement": 0.95, "bytes_not_more": 0.95},

@@ -22,6 +22,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gspmdc.ir.module import Module
 
 from .differential import CaseResult, ProgramBytes
@@ -52,7 +54,6 @@ def _origin_opcodes(before: Module) -> dict[str, str]:
 def _bytes_by_opcode(spmd: Module, origins: dict[str, str], n: int) -> dict[str, ProgramBytes]:
     """The program's bytes (`ProgramBytes`, exact per device) of the collectives made for each
     opcode of `origins`."""
-    import numpy as np
     from gspmdc.passes.spmd.traffic import collective_traffic
     by_name = {(c.name, i.name): i for c, i in spmd.all_instructions()}
     sent: dict[str, np.ndarray] = {}
