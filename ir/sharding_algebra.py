@@ -132,7 +132,7 @@ def is_spatially_partitioned(s: HloSharding | None) -> bool:
     single-device sharding is not."""
     if s is None:
         return False
-    if s.is_tuple:
+    if s.kind == "tuple":
         return any(is_spatially_partitioned(e) for e in s.elements)
     return s.kind != "maximal"
 

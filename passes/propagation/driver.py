@@ -346,16 +346,19 @@ class Driver:
         computation_of = self.graph.computation_of
         members = self.prep.group_of if kind == "group" else None
         active = self.active
+        last = dirty = positions = None
         for inst in insts:
             comp = computation_of.get(inst)
             if comp is None:
                 continue
-            dirty = sets.get(comp.name)
+            if comp is not last:        # `insts` mostly share one computation
+                last, dirty = comp, sets.get(comp.name)
+                positions = self.positions[active] if active == (kind, comp.name) else None
             if dirty is None or inst in dirty or (members is not None and inst not in members):
                 continue
             dirty.add(inst)
-            if active == (kind, comp.name):
-                p = self.positions[active][inst]
+            if positions is not None:
+                p = positions[inst]
                 if p > self.cursor:
                     heapq.heappush(self.heap, p)
 

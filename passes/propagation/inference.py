@@ -34,7 +34,8 @@ _ASYNC_OPS = with_trait(Trait.ASYNC) | opcodes("call-start", "call-done")
 
 
 def _is_manual(s: HloSharding | None) -> bool:
-    return s is not None and s.is_manual
+    # the kind first: asked of every operand and user of every visit, mostly arrays
+    return s is not None and (s.kind == "manual" or s.kind == "tuple" and s.is_manual)
 
 
 def _async_thread(inst: Instruction) -> str | None:

@@ -91,12 +91,15 @@ class Signature(NamedTuple):
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
         ids: dict[int, int] = {}
-        operands = inst.operands
         whole = inst.opcode not in CONTRACTIONS
-        return cls(inst.shape, inst.sharding, tuple([o.shape for o in operands]),
-                   tuple([o.sharding for o in operands]),
-                   tuple([ids.setdefault(id(o), len(ids)) for o in operands]),
-                   tuple([recomputed_for_free(o, whole) for o in operands]))
+        shapes, shardings, numbers, free = [], [], [], []
+        for o in inst.operands:         # one loop: asked for every plan of every instruction
+            shapes.append(o.shape)
+            shardings.append(o.sharding)
+            numbers.append(ids.setdefault(id(o), len(ids)))
+            free.append(recomputed_for_free(o, whole))
+        return cls(inst.shape, inst.sharding, tuple(shapes), tuple(shardings), tuple(numbers),
+                   tuple(free))
 
     def without_metadata(self) -> "Signature":
         """The same signature with metadata-free shardings (a plan made for it carries no

@@ -35,9 +35,15 @@ _MANUAL_RULE = ManualRule()
 def rule_for(inst: Instruction, computations: dict[str, Computation]) -> PartitionRule:
     """The rule partitioning `inst` (see the module docstring); UnsupportedError for
     partition-dependent ops outside manual regions."""
+    opcode, sharding = inst.opcode, inst.sharding
+    if opcode != "custom-call" and (sharding is None or not sharding.has_manual_leaf):
+        # most instructions (asked for every plan and every lowering): no target, no manual leaf
+        rule = PARTITION_RULES.rules.get(opcode)
+        if rule is not None and rule is not DEFAULT_RULE:
+            return rule
     target = target_of(inst)
-    if target not in MANUAL_BOUNDARIES and inst.opcode not in _STRUCTURAL and \
-            has_manual_leaf(inst.sharding):
+    if target not in MANUAL_BOUNDARIES and opcode not in _STRUCTURAL and \
+            has_manual_leaf(sharding):
         return _MANUAL_RULE
     if target is not None and inst.attr("custom_call_has_side_effect", False) and \
             target not in PARTITION_RULES.targets:      # a Sharding annotation may be one
