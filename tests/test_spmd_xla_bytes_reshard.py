@@ -223,6 +223,38 @@ def test_uneven_tiles_are_realigned_before_gathering():
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
 
+#: fuzz/10600000549's reshard: 5 elements in 4 tiles of 2 held twice to 2 tiles of 3 held 4 times
+REALIGNED_BEATS_EXCHANGE = _copy_module("f64", "5", "{devices=[4,2]<=[8] last_tile_dim_replicate}",
+                                        "{devices=[2,4]<=[8] last_tile_dim_replicate}", 8)
+
+
+def test_realigned_gathers_beat_the_exchange_on_the_busiest_device():
+    """f64[5] in 4 tiles of 2 (elements 0-1, 2-3, 4 and padding, padding; devices 2k and 2k+1
+    hold tile k) to 2 tiles of 3 (devices 0-3 elements 0-2, devices 4-7 elements 3-4). The
+    exchange of the pieces can be planned (each missing piece sent once: 128 B over all
+    devices), but some device sends 4 elements in it (32 B). Realigned, as XLA does, element 3
+    moves from tile 1 to tile 2 (devices 2, 3 to 4, 5: 8 B each), after which tiles 0 and 1
+    (and 2 and 3) gather into the target's tiles over pairs (16 B from every device): 24 B from
+    the busiest device, 144 B in all. The plan counts the busiest device first."""
+    plan = plan_reshard(ArrayShape("f64", (5,)),
+                        parse_sharding("{devices=[4,2]<=[8] last_tile_dim_replicate}"),
+                        parse_sharding("{devices=[2,4]<=[8] last_tile_dim_replicate}"), 8)
+    assert (plan.cost, plan.total) == (8 + 16, 2 * 8 + 8 * 16)
+    spmd = check_equivalent(REALIGNED_BEATS_EXCHANGE, 8)
+    assert collectives(spmd) == [
+        ("collective-permute", [(2, 4), (3, 5)]),
+        ("all-gather", [[0, 2], [1, 3], [4, 6], [5, 7]], (0,))]
+    x = np.array([1.5, -2.0, 3.25, 7.0, -9.5])
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
+
+
+@needs_xla
+def test_realigned_gathers_send_no_more_than_xla_from_the_busiest_device():
+    """XLA partitions the same reshard: gspmdc's busiest device sends no more than XLA's."""
+    result = compared_with_xla(REALIGNED_BEATS_EXCHANGE, 8)
+    assert result.our_busiest <= result.xla_busiest, (result.our_busiest, result.xla_busiest)
+
+
 #: fuzz/9800001301's reshard: dim 1's 3 tiles of 2 rows do not nest in 2 tiles of 3
 MOVED_THROUGH = _copy_module("f16", "1,6,7,15", "{devices=[1,3,2,1]<=[6]}",
                              "{devices=[1,2,1,3]0,5,4,3,2,1}", 6)

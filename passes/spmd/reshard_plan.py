@@ -34,11 +34,12 @@ tiles do not nest (where they would fall back to gathering the dim whole): every
 its new tile from the pieces of the source tiles it overlaps, received by a few
 collective-permutes.
 
-Where an uneven dim goes to fewer tiles that its tiles do not gather into and neither that
-exchange nor the one to `_realigned`'s tiling can be planned, the *realigned* variants (XLA's
-halo exchange before an all-gather to a partially replicated sharding) start with an
-`Exchange` of the boundary pieces into the source's tiling laid out within the target's tiles
-(`plan_exchange`'s `within`), after which those dims' gathers are aligned.
+Where an uneven dim goes to fewer tiles that its tiles do not gather into, the *realigned*
+variants (XLA's halo exchange before an all-gather to a partially replicated sharding) start
+with an `Exchange` of the boundary pieces into the source's tiling laid out within the target's
+tiles (`plan_exchange`'s `within`), after which those dims' gathers are aligned. They are
+candidates beside the exchanges above (which send each missing piece once, fewest bytes over
+all devices) since they can leave the busiest device sending less.
 
 A `MaskedGather` replaces the all-gathers of a plan (or a leading run of them, the others
 following it: `_masked_prefix`) by one all-reduce: every device places its shard (padding
@@ -438,8 +439,7 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         if rounds is not None:
             exchange = Exchange(src, mid, rounds=tuple(rounds))
             variants += [[exchange, *rest] for rest in _variants(dims, mid, dst)]
-    if direct is None and rounds is None:
-        variants += _realigned_variants(dims, src, dst)
+    variants += _realigned_variants(dims, src, dst)
     return variants
 
 
@@ -486,10 +486,10 @@ def _realigned_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     elements in 4 tiles of 2 to 2 tiles of 3): an `Exchange` first moves the boundary elements
     so that each source tile holds its part of its coarse target tile (`plan_exchange`'s
     `within` layout), and the gathers that follow are aligned (the staged variants without
-    all-to-alls, which would regroup the moved dims otherwise). Planned where neither the
-    exchange of the pieces nor the one realigning to `_realigned`'s tiling is: those send each
-    missing piece once (fewer bytes over all devices), where the realigned gathers can send
-    fewer from the busiest device only."""
+    all-to-alls, which would regroup the moved dims otherwise). Always a candidate beside the
+    exchange of the pieces and the one realigning to `_realigned`'s tiling: those send each
+    missing piece once (fewer bytes over all devices), but the realigned gathers can send fewer
+    from the busiest device, which the plan's cost counts first."""
     if src.unreduced > 1 or dst.unreduced > 1:
         return []
     realigned = {d: tt for d, (size, t, tt) in enumerate(zip(dims, src.counts, dst.counts))
