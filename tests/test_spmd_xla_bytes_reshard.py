@@ -180,21 +180,23 @@ GATHER_ACROSS = _copy_module("f32", "9", "{devices=[8]<=[8]}",
                              "{devices=[4,2]<=[8] last_tile_dim_replicate}", 8)
 
 
-def test_tiles_that_do_not_nest_gather_their_pieces_in_rounds():
+def test_tiles_that_do_not_nest_are_realigned_where_the_busiest_device_sends_less():
     """f32[9] in 8 tiles of 2 (devices 5-7 hold padding) to 4 tiles of 3 held twice: devices
-    2k and 2k+1 need [3k, 3k+3), from 2 source tiles. The pieces held elsewhere go in three
-    permute rounds, a device sending and receiving at most one piece per round: {0->1, 1->0,
-    2->3, 3->4, 4->5} (buffers of 2 elements), {1->2, 3->5} (2), {1->3} (1). Device 1, the
-    busiest, sends 8 + 8 + 4 = 20 B; all devices 40 + 16 + 4 = 60 B. Gathering the dim whole
+    2k and 2k+1 need [3k, 3k+3), from 2 source tiles. The exchange of the pieces held elsewhere
+    goes in three permute rounds ({0->1, 1->0, 2->3, 3->4, 4->5} of 2 elements, {1->2, 3->5}
+    of 2, {1->3} of 1): device 1 sends 8 + 8 + 4 = 20 B, all devices 60 B. Realigned (XLA's
+    way), tiles 2k and 2k+1 first hold target tile k's first 2 elements and its last one:
+    element 3 goes 1->2, 5 goes 2->3, 6 and 7 go 3->4, 8 goes 4->5 (one permute of 2-element
+    buffers, 8 B), then pairs all-gather (8 B from every device): 16 B from the busiest
+    device, 96 B in all, kept since the busiest device counts first. Gathering the dim whole
     sent 7 x 8 = 56 B from every device."""
     plan = plan_reshard(ArrayShape("f32", (9,)), parse_sharding("{devices=[8]<=[8]}"),
                         parse_sharding("{devices=[4,2]<=[8] last_tile_dim_replicate}"), 8)
-    assert plan.cost == 20 and plan.total == 60
+    assert plan.cost == 8 + 8 and plan.total == 4 * 8 + 8 * 8
     spmd = check_equivalent(GATHER_ACROSS, 8)
     assert collectives(spmd) == [
-        ("collective-permute", [(0, 1), (1, 0), (2, 3), (3, 4), (4, 5)]),
-        ("collective-permute", [(1, 2), (3, 5)]),
-        ("collective-permute", [(1, 3)])]
+        ("collective-permute", [(1, 2), (2, 3), (3, 4), (4, 5)]),
+        ("all-gather", [[0, 1], [2, 3], [4, 5], [6, 7]], (0,))]
     x = np.arange(9, dtype=np.float32)
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
