@@ -387,7 +387,8 @@ def _padded_dims(dims, src: Tiling, dst: Tiling) -> tuple[int, ...] | None:
 
 
 def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
-    """The staged variants (and the exchange, where tiles do not nest) from `src` to `dst`."""
+    """The staged variants (and the exchanges, where tiles do not nest, and the realigned
+    variants, where they do not gather) from `src` to `dst`."""
     # whether to reduce-scatter only matters for partial sums
     scatter = (True, False) if src.unreduced > 1 else (True,)
     # a masked gather only pays where padding inflates the all-gathers
