@@ -89,6 +89,13 @@ def sent_bytes(spmd: Module, n: int) -> float:
     return float(sum(t.total_sent_bytes for t in collective_traffic(spmd, n)))
 
 
+def busiest_per_collective(spmd: Module, n: int) -> int:
+    """The busiest device's bytes of each collective of `spmd`, summed over the collectives
+    (what a reshard plan's cost adds up over its steps)."""
+    from gspmdc.passes.spmd.traffic import collective_traffic
+    return sum(t.traffic.max_sent for t in collective_traffic(spmd, n))
+
+
 def compared_with_xla(text: str, n: int):
     """XLA partitions `text` on `n` devices too (the oracle; needs jax): the comparison's
     result, asserted compared, gspmdc sending no more bytes per device than XLA, and gspmdc's

@@ -14,24 +14,12 @@ import numpy as np
 import pytest
 
 from gspmdc.passes.spmd.op_rules_gather import _within, tiling_from_coordinates
-from gspmdc.passes.spmd.traffic import collective_traffic
 
 from conformance.differential import Case, run_case
 from conformance.oracle import xla_available
-from spmd_partition_helpers import check_equivalent, collectives
+from spmd_partition_helpers import busiest_per_collective, check_equivalent, collectives, sent_bytes
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
-
-
-def _sent(spmd, n: int) -> float:
-    """Bytes a device sends in `spmd`'s collectives (the mean over devices, as the comparison
-    with XLA counts them)."""
-    return float(sum(t.total_sent_bytes for t in collective_traffic(spmd, n)))
-
-
-def _busiest(spmd, n: int) -> int:
-    """The busiest device's bytes, summed over the collectives (what plans minimise)."""
-    return sum(t.traffic.max_sent for t in collective_traffic(spmd, n))
 
 
 ON_REPLICAS = """HloModule m, num_partitions=8
@@ -69,8 +57,8 @@ def test_the_indices_batch_tiles_go_over_the_replicas_of_each_operand_tile():
     assert [c[0] for c in collectives(spmd)] == \
         ["collective-permute", "all-reduce", "collective-permute"]
     assert collectives(spmd)[1][1] == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert _sent(spmd, 8) == 68
-    assert _busiest(spmd, 8) == 80
+    assert sent_bytes(spmd, 8) == 68
+    assert busiest_per_collective(spmd, 8) == 80
 
 
 def test_gather_on_replicas_keeps_values_with_random_indices():

@@ -22,24 +22,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gspmdc.passes.spmd.traffic import collective_traffic
+from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.differential import Case, run_case
 from conformance.oracle import xla_available
-from spmd_partition_helpers import check_equivalent, collectives, run_global, partition
+from spmd_partition_helpers import (busiest_per_collective, check_equivalent, collectives,
+                                    partition, run_global, sent_bytes)
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
-
-
-def _sent(spmd, n: int) -> float:
-    """Bytes a device sends in `spmd`'s collectives (the mean over devices, as the comparison
-    with XLA counts them)."""
-    return float(sum(t.total_sent_bytes for t in collective_traffic(spmd, n)))
-
-
-def _busiest(spmd, n: int) -> int:
-    """The busiest device's bytes, summed over the collectives (what plans minimise)."""
-    return sum(t.traffic.max_sent for t in collective_traffic(spmd, n))
 
 
 GATHER = """HloModule m, num_partitions=6
@@ -74,8 +64,8 @@ def test_gather_sums_masked_gathers_within_each_batch_group():
         ("collective-permute", [(0, 0), (1, 3), (2, 1), (3, 4), (4, 2), (5, 5)]),
         ("all-gather", [[0, 3], [1, 4], [2, 5]], (0,)),
         ("all-reduce", [[0, 1, 2], [3, 4, 5]])]
-    assert _sent(spmd, 6) * 6 == 104
-    assert _busiest(spmd, 6) == 20
+    assert sent_bytes(spmd, 6) * 6 == 104
+    assert busiest_per_collective(spmd, 6) == 20
 
 
 def test_gather_in_groups_matches_numpy():
@@ -136,7 +126,7 @@ def test_scatter_with_a_maximal_result_runs_in_its_operands_tiling():
     scatter = next(inst for inst in spmd.entry.instructions if inst.opcode == "scatter")
     assert [leaf.dims for leaf in scatter.shape.leaves()] == [(3, 2), (3, 2)]
     assert collectives(spmd) == [("all-gather", [[0, 2], [1, 3]], (0,))]
-    assert _sent(spmd, 4) == 24
+    assert sent_bytes(spmd, 4) == 24
 
 
 def test_scatter_with_a_maximal_result_matches_numpy():
@@ -178,9 +168,7 @@ def test_scatter_spreads_its_updates_over_each_result_tiles_replicas():
     _, spmd = _gspmdc_compile(c.text, case)
     scatter = next(inst for inst in spmd.entry.instructions if inst.opcode == "scatter")
     assert scatter.sharding.has_unreduced
-    assert _sent(spmd, 8) == 87
-    per_device = sum(np.asarray(t.traffic.sent, np.int64) * t.executions
-                     for t in collective_traffic(spmd, 8))
-    assert per_device.max() == 96
+    assert sent_bytes(spmd, 8) == 87
+    assert sent_per_device(spmd, 8).max() == 96
     inputs = inputs_for(c.text, 3)
     assert_close(run_global(spmd, inputs, 8), reference(c.text, inputs))

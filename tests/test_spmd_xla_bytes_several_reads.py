@@ -14,7 +14,7 @@ import pytest
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.passes.spmd.reshard_order import first_made
-from gspmdc.passes.spmd.traffic import collective_traffic
+from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.oracle import xla_available
 
@@ -62,11 +62,6 @@ ENTRY e {
 """
 
 
-def _busiest(spmd, n: int) -> int:
-    """The busiest device's bytes: each device's total over every collective execution."""
-    return int(sum(t.traffic.sent * t.executions for t in collective_traffic(spmd, n)).max())
-
-
 def test_the_loop_state_is_gathered_once_and_its_tiles_sliced_from_it():
     """`p` (f32[5] in 3 tiles of 2, padded) gathered over each group of 3 devices: every device
     sends its 8 B shard twice, 16 B, and the 2 column tiles (of 3) are sliced from it. Before,
@@ -77,7 +72,7 @@ def test_the_loop_state_is_gathered_once_and_its_tiles_sliced_from_it():
     spmd = check_equivalent(LOOP_STATE, 6)
     assert collectives(spmd) == [("all-gather", [[0, 2, 4], [1, 3, 5]], (0,))]
     assert sent_bytes(spmd, 6) == 16 + 3 * 12
-    assert _busiest(spmd, 6) == 16 + 3 * 12
+    assert int(sent_per_device(spmd, 6).max()) == 16 + 3 * 12
 
 
 def test_a_value_read_in_another_device_order_and_whole_is_gathered_once():

@@ -10,19 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gspmdc.passes.spmd.traffic import collective_traffic
 
 from conformance.differential import Case, run_case
 from conformance.oracle import xla_available
-from spmd_partition_helpers import check_equivalent, collectives
+from spmd_partition_helpers import check_equivalent, collectives, sent_bytes
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
-
-
-def _sent(spmd, n: int) -> float:
-    """Bytes a device sends in `spmd`'s collectives (the mean over devices, as the comparison
-    with XLA counts them)."""
-    return float(sum(t.total_sent_bytes for t in collective_traffic(spmd, n)))
 
 
 WHOLE_WINDOW_CONV = """HloModule m, num_partitions=2
@@ -44,7 +37,7 @@ def test_a_window_covering_a_tiled_dim_whole_adds_partial_convolutions():
     sent 7*3*2*4*4 = 672 B per device."""
     spmd = check_equivalent(WHOLE_WINDOW_CONV, 2)
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
-    assert _sent(spmd, 2) == 96
+    assert sent_bytes(spmd, 2) == 96
 
 
 @needs_xla
@@ -76,7 +69,7 @@ def test_a_strided_slice_of_a_tiled_dim_sends_only_the_column_read():
     spans, more than the masked strategy."""
     spmd = check_equivalent(STRIDED_SLICE.format(n=2), 2)
     assert [c[0] for c in collectives(spmd)] == ["collective-permute", "all-gather"]
-    assert _sent(spmd, 2) == 40
+    assert sent_bytes(spmd, 2) == 40
 
 
 INTERIOR_PAD = """HloModule m, num_partitions={n}
@@ -166,7 +159,7 @@ def test_a_pred_gather_of_a_tiled_indexed_dim_ors_the_masked_local_gathers(n, si
               rng.integers(-1, size + 1, size=(4, 1)).astype(np.int32)]
     spmd = check_equivalent(PRED_GATHER.format(n=n, size=size), n, inputs=inputs)
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
-    assert _sent(spmd, n) == (8 * 2 * (n - 1) / n if size > 1 else 3)
+    assert sent_bytes(spmd, n) == (8 * 2 * (n - 1) / n if size > 1 else 3)
 
 
 WHOLE_DIM_STARTS = """HloModule m, num_partitions=4
@@ -213,7 +206,7 @@ def test_a_value_already_broadcast_for_one_user_is_free_for_the_next():
     inputs = [np.arange(128, dtype=np.float32).reshape(16, 8), np.int32(9)]
     spmd = check_equivalent(SHARED_BROADCAST, 2, inputs=inputs)
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
-    assert _sent(spmd, 2) == 512
+    assert sent_bytes(spmd, 2) == 512
 
 
 DIMENSION_SIZE = """HloModule m, num_partitions=4
@@ -255,7 +248,7 @@ def test_partial_sums_reduce_scatter_into_two_tiled_dims_in_stages():
     output's tiling by two all-to-alls instead (384 B)."""
     spmd = check_equivalent(TWO_DIM_SCATTER, 4)
     assert [c[0] for c in collectives(spmd)] == ["reduce-scatter", "reduce-scatter"]
-    assert _sent(spmd, 4) == 288
+    assert sent_bytes(spmd, 4) == 288
 
 
 GATHER_OF_A_SIZE_ONE_DIM = """HloModule m, num_partitions=2
@@ -300,7 +293,7 @@ def test_a_slice_for_one_device_is_sliced_in_its_operands_tiling():
     assert collectives(spmd) == [
         ("collective-permute", [(0, 4), (1, 5), (2, 6), (3, 7)]),
         ("all-gather", [[0, 4], [1, 5], [2, 6], [3, 7]], (0,))]
-    assert _sent(spmd, 8) == 7
+    assert sent_bytes(spmd, 8) == 7
 
 
 @needs_xla
