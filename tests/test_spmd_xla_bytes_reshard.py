@@ -471,3 +471,37 @@ def test_the_all_to_all_may_take_the_last_dim_losing_tiles():
 @needs_xla
 def test_two_dims_losing_tiles_against_xla():
     compared_with_xla(TWO_DIMS_LOSING_TILES, 4)
+
+
+# ---- partial sums reduce-scattered into the dim whose tiles the devices already match --------
+
+PARTIALS_TO_TWO_DIMS = """HloModule m, num_partitions=4
+
+ENTRY e {
+  x = f32[11,6,1] parameter(0), sharding={replicated}
+  p = f32[11,6,1] custom-call(x), custom_call_target="Sharding", sharding={devices=[1,1,1,2,2]<=[4] last_tile_dims={unreduced, replicated}}
+  ROOT t = f32[11,6,1] custom-call(p), custom_call_target="Sharding", sharding={devices=[2,2,1]1,3,0,2}
+}
+"""
+
+
+def test_partial_sums_scatter_into_the_dim_that_needs_no_permute():
+    """f32[11,6,1] summed over pairs {0,2} and {1,3}, to [2,2,1] tiles on devices 1,3,0,2:
+    device 0's tile is (1,0), device 2's (1,1), so the pairs split dim 1 between them and the
+    devices 0 and 1, which hold the same sums, take the two halves of dim 0. Reduce-scattered
+    into dim 1, each device sends half its [11,6,1] shard (11 x 3 x 4 = 132 B) and slices its
+    dim-0 half locally. Scattered into dim 0 (the first dim that can take the sums), dim 0
+    padded to 12, each sends half of [12,6,1] (144 B) and its halves then sit on the wrong
+    devices: a permute of the [6,3,1] tile (72 B), 216 B (fuzz/11300002752, where XLA's
+    all-reduce of the dim-1 half and permute sent 204)."""
+    plan = plan_reshard(ArrayShape("f32", (11, 6, 1)),
+                        parse_sharding("{devices=[1,1,1,2,2]<=[4] "
+                                       "last_tile_dims={unreduced, replicated}}"),
+                        parse_sharding("{devices=[2,2,1]1,3,0,2}"), 4)
+    assert plan.collectives == ["reduce-scatter"]
+    assert plan.steps[0].dim == 1
+    assert plan.cost == 132
+    spmd = check_equivalent(PARTIALS_TO_TWO_DIMS, 4)
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter"]
+    x = np.arange(66, dtype=np.float32).reshape(11, 6, 1)
+    np.testing.assert_array_equal(run_global(spmd, [x], 4), x)

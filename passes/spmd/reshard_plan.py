@@ -430,6 +430,11 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     for flags in itertools.product(scatter, (True,), *[(True, False)] * 2):
         if unmoved.get(flags[0]) is False:
             variants.append(_staged(dims, src, dst, *flags, reversed_groups=True))
+    # partial sums reduce-scattered into each other dim that can take them whole: which dim
+    # decides whether the devices then hold their target tiles or still need a permute
+    for d in _scatter_dims(dims, src, dst)[1:]:
+        for flags in itertools.product((True,), *[(True, False)] * 3):
+            variants.append(_staged(dims, src, dst, *flags, scatter_dim=d))
     direct = rounds = None
     if src.unreduced == dst.unreduced == 1 and _misaligned(dims, src, dst):
         direct = plan_exchange(dims, src, dst)
@@ -589,7 +594,8 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             early_slice: bool, early_permute: bool, masked: bool = False,
             slice_first: bool = False, inert: set[int] | None = None,
             last_first: bool = False, reversed_groups: bool = False,
-            realigned: dict[int, int] | None = None, mirrored: bool = False) -> list[Step]:
+            realigned: dict[int, int] | None = None, mirrored: bool = False,
+            scatter_dim: int | None = None) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), slices from replicas of the
     dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards),
     all-to-alls (when `exchange`), slices before gathering (when `early_slice`), a permute
@@ -601,16 +607,15 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     each to the last dim gaining tiles (`_all_to_alls`); `reversed_groups`: their groups list
     the members in reverse order.
     `realigned`: dim -> target count for dims an `Exchange` laid out within the target's
-    tiles (`_realigned_variants`): gathering them to that count is aligned."""
+    tiles (`_realigned_variants`): gathering them to that count is aligned. `scatter_dim`: the
+    dim the partial sums are reduce-scattered into (one of `_scatter_dims`; default the first)."""
     inert = set() if inert is None else inert
     realigned = realigned or {}
     steps: list[Step] = []
     state = src
-    target = dst if dst.unreduced == 1 else \
-        Tiling(_partials_as_replicas(dst.sharding, dst.rank, dst.num_devices), dst.rank,
-               dst.num_devices)
+    target = _without_partials(dst)
     if state.unreduced > 1:
-        state = _resolve_partials(dims, state, target, steps, scatter)
+        state = _resolve_partials(dims, state, target, steps, scatter, scatter_dim)
     if scatter and not any(isinstance(step, ReduceScatter) for step in steps):
         inert.add(1)
     rank = len(dims)
@@ -831,19 +836,37 @@ def _match(slot_key: np.ndarray, slot_devices: np.ndarray, device_key: np.ndarra
     return holders
 
 
+def _without_partials(dst: Tiling) -> Tiling:
+    """`dst` with its partial sums read as replicas (what the steps before `ZeroPartials` make)."""
+    if dst.unreduced == 1:
+        return dst
+    return Tiling(_partials_as_replicas(dst.sharding, dst.rank, dst.num_devices), dst.rank,
+                  dst.num_devices)
+
+
+def _scatter_dims(dims, src: Tiling, dst: Tiling) -> list[int]:
+    """The dims `src`'s partial sums can be reduce-scattered into whole: the target tiles them
+    by a multiple of the held count times the partial count, and the split stays aligned."""
+    if src.unreduced == 1:
+        return []
+    target, u = _without_partials(dst), src.unreduced
+    return [d for d, (size, t, tt) in enumerate(zip(dims, src.counts, target.counts))
+            if tt % (t * u) == 0 and _split_aligned(size, t, u)]
+
+
 def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
-                      scatter: bool) -> Tiling:
-    """Reduce-scatter into a dim the target tiles by a multiple of the partial count (member
-    order chosen to match the target where it can) when `scatter`, else all-reduce."""
-    u = state.unreduced
-    for d in range(len(dims) if scatter else 0):
-        t, tt = state.counts[d], target.counts[d]
-        if tt % (t * u) == 0 and _split_aligned(dims[d], t, u):
-            groups, after = _scatter_by_axes(state, target, d) or \
-                _scatter_by_devices(state, target, d)
-            scattered = Tiling(after, state.rank, state.num_devices)
-            steps.append(ReduceScatter(state, scattered, dim=d, groups=groups))
-            return scattered
+                      scatter: bool, scatter_dim: int | None = None) -> Tiling:
+    """Reduce-scatter into a dim the target tiles by a multiple of the partial count
+    (`scatter_dim`, else the first such dim; member order chosen to match the target where it
+    can) when `scatter`, else all-reduce."""
+    scatter_dims = _scatter_dims(dims, state, target) if scatter else []
+    if scatter_dims:
+        d = scatter_dims[0] if scatter_dim is None else scatter_dim
+        groups, after = _scatter_by_axes(state, target, d) or \
+            _scatter_by_devices(state, target, d)
+        scattered = Tiling(after, state.rank, state.num_devices)
+        steps.append(ReduceScatter(state, scattered, dim=d, groups=groups))
+        return scattered
     if scatter:
         state = _scatter_in_stages(dims, state, target, steps)
         if state.unreduced == 1:
