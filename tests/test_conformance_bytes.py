@@ -185,3 +185,13 @@ def test_a_one_element_reshape_stays_on_its_tiles_as_xlas_does():
     result = _run_one(11100000266, "on")
     assert (result.our_busiest, result.our_bytes) == (result.xla_busiest, result.xla_bytes)
     assert bytes_verdict(result) == "equal" and not result.value_mismatch
+
+
+@needs_xla
+def test_a_size_one_dim_cut_beside_a_kept_dim_reshapes_locally_as_xlas_does():
+    # fuzz/11200001242 on: s32[4,6,1] cut [1,2,2] (replicated twice) reshaped to s32[1,4,6,1]
+    # cut [1,1,2,2]: gspmdc gathered dims 2 and 1 to reshape replicated (124 B from the busiest
+    # device, XLA 28); XLA's pair now reshapes locally, as XLA does
+    result = _run_one(11200001242, "on")
+    assert result.our_busiest <= result.xla_busiest == 28
+    assert bytes_verdict(result) in ("equal", "fewer") and not result.value_mismatch

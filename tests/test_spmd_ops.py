@@ -123,6 +123,14 @@ RESHAPES = [
      "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 8, []),
     ("f32[1,1]", "{devices=[1,4]<=[4]}", "f32[1]", "{devices=[4]<=[4]}", 4, []),
     ("f32[1,6]", "{devices=[2,2]<=[4]}", "f32[1,1,6]", "{devices=[2,1,2]<=[4]}", 4, []),
+    # a dim of size 1 cut in 2 beside a kept dim cut in 2: XLA's pair (its element in tile 0 on
+    # both sides, the other tile padding), local as XLA's (fuzz/11200001242 on gathered both dims
+    # to reshape replicated: 124 B from the busiest device, XLA 28)
+    ("s32[4,6,1]", "{devices=[1,2,2,2]<=[8] last_tile_dim_replicate}", "s32[1,4,6,1]",
+     "{devices=[1,1,2,2,2]<=[8] last_tile_dim_replicate}", 8, []),
+    # XLA's pair read backwards: the result's sharding reshaped to the operand's shape gives the
+    # operand's (the forward reshape gives [2,2,1], the size-1 dims' tiles in another place)
+    ("f32[6,1]", "{devices=[2,2]<=[4]}", "f32[6,1,1]", "{devices=[2,1,2]<=[4]}", 4, []),
 ]
 
 

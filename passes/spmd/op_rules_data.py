@@ -11,9 +11,9 @@
   the operand's sharding extended by untiled new dims; local broadcast to the shard shape.
 - transpose: the operand in the result's sharding transposed back, or the result in the operand's
   sharding transposed; local transpose.
-- reshape: a pair of shardings whose shards correspond under a local reshape (the algebra's
-  `reshape_sharding` in either direction, docs/design/sharding-algebra.md, with the whole-tile
-  condition checked below), else replicated; local reshape.
+- reshape: XLA's pairs of shardings (HandleReshape: equal tile counts, the algebra's
+  `reshape_sharding` in either direction, docs/design/sharding-algebra.md#reshape), whose shards
+  correspond under a local reshape; else replicated; local reshape.
 - tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
 - opt-barrier: its operand takes its sharding; local barrier on the shards.
 - Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
@@ -22,10 +22,6 @@
   (`reshard_uniform.py`), where that sends fewer bytes.
 """
 from __future__ import annotations
-
-from bisect import bisect_left
-from itertools import accumulate
-from operator import mul
 
 import numpy as np
 
@@ -229,49 +225,17 @@ class ReshapeRule(PartitionRule):
 def local_reshape_ok(in_shape: ArrayShape, out_shape: ArrayShape, a: HloSharding,
                      b: HloSharding) -> bool:
     """Whether reshaping every device's shard of `in_shape` under `a` gives its shard of
-    `out_shape` under `b`: both whole (replicated or on the same device), or tiled with
-    `b = ReshapeSharding(a)`, equal tile counts, and every tiled dim dividing evenly except
-    dims the reshape keeps unchanged (padding then stays in that dim). Answered once per
-    distinct question (a model's layers ask the same ones)."""
+    `out_shape` under `b`: both whole (replicated or on the same device), or XLA's pair
+    (HandleReshape): equal tile counts and `b = ReshapeSharding(a)` or `a` the reshape of `b`
+    read backwards. With no tile lost to replication every tile follows the reshape whole, so
+    the shards correspond (docs/design/sharding-algebra.md#reshape). Answered once per distinct
+    question (a model's layers ask the same ones)."""
     if a.is_tile_maximal or b.is_tile_maximal:
         return a == b
     if not a.is_tiled or not b.is_tiled or a.num_tiles != b.num_tiles:
         return False
-    if sharding_algebra.reshape_sharding(a, in_shape.dims, out_shape.dims) != b:
-        return False
-    for ins, outs in _reshape_groups(in_shape.dims, out_shape.dims):
-        if _is_kept_dim(ins, outs, in_shape, out_shape, a, b):
-            continue
-        if any(in_shape.dims[d] % a.tile_counts[d] for d in ins) or \
-                any(out_shape.dims[d] % b.tile_counts[d] for d in outs):
-            return False
-    return True
-
-
-@sharding_algebra.cached
-def _reshape_groups(source: tuple[int, ...], target: tuple[int, ...]):
-    """Minimal runs of source and target dims with equal element counts: the cut points are the
-    prefix products both shapes share."""
-    ps, pt = list(accumulate(source, mul)), list(accumulate(target, mul))
-    cuts = sorted(set(ps) & set(pt))
-    gs, gt = [bisect_left(cuts, p) for p in ps], [bisect_left(cuts, p) for p in pt]
-    return tuple((tuple(d for d, g in enumerate(gs) if g == k),
-                  tuple(d for d, g in enumerate(gt) if g == k)) for k in range(len(cuts)))
-
-
-def _is_kept_dim(ins, outs, in_shape, out_shape, a, b) -> bool:
-    """A run that is one dim of equal size on both sides (plus untiled size-1 dims), or one
-    element (every dim of size 1): that element lies in the first tile of every tiled dim on
-    both sides, the other tiles being padding, so each shard reshapes locally (XLA's local
-    reshape of a dim of size 1 split in tiles)."""
-    big_in = [d for d in ins if in_shape.dims[d] > 1]
-    big_out = [d for d in outs if out_shape.dims[d] > 1]
-    if not big_in and not big_out:
-        return True
-    return len(big_in) == len(big_out) == 1 and \
-        in_shape.dims[big_in[0]] == out_shape.dims[big_out[0]] and \
-        all(a.tile_counts[d] == 1 for d in ins if in_shape.dims[d] == 1) and \
-        all(b.tile_counts[d] == 1 for d in outs if out_shape.dims[d] == 1)
+    return sharding_algebra.reshape_sharding(a, in_shape.dims, out_shape.dims) == b or \
+        sharding_algebra.reshape_sharding(b, out_shape.dims, in_shape.dims) == a
 
 
 @PARTITION_RULES.register("tuple", instance=True)
