@@ -13,6 +13,8 @@ from gspmdc.ir import sharding_algebra
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.sharding import HloSharding, TileAssignment
 from gspmdc.passes.spmd.op_rules_data import local_reshape_ok
+from hlo_text import hlo_module, reducer
+from spmd_partition_helpers import COLLECTIVES, check_equivalent
 
 
 def shard_elements(dims, sharding, device):
@@ -114,3 +116,25 @@ def test_a_size_one_dim_cut_beside_a_kept_dim():
     assert not local_reshape_ok(ArrayShape("s32", (4, 6, 1)), ArrayShape("s32", (1, 4, 6, 1)),
                                 a, c)
     assert not reshapes_locally((4, 6, 1), (1, 4, 6, 1), a, c)
+
+
+@settings(max_examples=25, deadline=None)
+@given(reshapes())
+def test_xlas_reshape_pairs_run_locally_and_right(case):
+    """The partitioned program of a reshape between XLA's pair, and a sum over its result (which
+    must not read the padding), on garbage-padded shards, against the unpartitioned program."""
+    source, target, a = case
+    b = sharding_algebra.reshape_sharding(a, source, target)
+    assume(b is not None and b.is_tiled and b.num_tiles == a.num_tiles and source != target)
+    dims = ",".join(str(d) for d in target)
+    spmd = check_equivalent(hlo_module(f"""
+  x = f32[{",".join(str(d) for d in source)}] parameter(0), sharding={a.to_text()}
+  r = f32[{dims}] reshape(x), sharding={b.to_text()}
+  z = f32[] constant(0)
+  s = f32[] reduce(r, z), dimensions={{{",".join(str(d) for d in range(len(target)))}}},
+    to_apply=add, sharding={{replicated}}
+  ROOT t = (f32[{dims}], f32[]) tuple(r, s), sharding={{{b.to_text()}, {{replicated}}}}""",
+                                        reducer("add")), a.tile_assignment.num_devices)
+    # local: no collective reads the operand's shard (the sum may gather the result)
+    assert not [i for i in spmd.entry.instructions if i.opcode in COLLECTIVES and
+                i.operands[0].opcode == "parameter"]
