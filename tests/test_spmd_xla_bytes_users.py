@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from gspmdc.ir.module import Instruction
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext, Signature
@@ -87,6 +88,32 @@ def test_a_credited_reshard_is_priced_at_the_share_later_users_leave():
     credited = signature._replace(operand_credit=(((whole, 0.25),),))
     assert ctx.cost_of(credited, gathered) == 144
     assert ctx.cost_of(credited, kept) == ctx.cost_of(signature, kept)
+
+
+def test_the_credit_is_asked_once_per_instruction_and_prices_each_operand():
+    """`PlanContext.signature` asks insert-reshards' credit once for the instruction, with
+    each operand's needs over the plans asked about (in plan order) and the shardings `had`
+    gives it, and prices a plan with the shares it answers per operand: `q`'s four row tiles
+    gathered send 3 x 64 B, half of that credited: 96 B; `p`, replicated, reads as it is."""
+    shape = ArrayShape("f32", (8, 8))
+    rows, whole = parse_sharding("{devices=[4,1]<=[4]}"), parse_sharding("{replicated}")
+    p = Instruction("p", "parameter", shape, sharding=whole, parameter_number=0)
+    q = Instruction("q", "parameter", shape, sharding=rows, parameter_number=1)
+    add = Instruction("add", "add", shape, [p, q], sharding=whole)
+    asked = []
+
+    def credit(inst, needs, had):
+        asked.append((inst, [tuple(n) for n in needs], list(had)))
+        return ((), ((whole, 0.5),))
+
+    held = frozenset({rows})
+    ctx = PlanContext(4, had=lambda value, needs: held if value is q else frozenset(),
+                      credit=credit)
+    gathered, kept = OpPlan((whole, whole), whole, "gathered"), OpPlan((rows, rows), rows, "kept")
+    signature = ctx.signature(add, (gathered, kept))
+    assert asked == [(add, [(whole, rows), (whole, rows)], [frozenset(), held])]
+    assert signature.operand_credit == ((), ((whole, 0.5),))
+    assert ctx.cost_of(signature, gathered) == 96
 
 
 @needs_xla

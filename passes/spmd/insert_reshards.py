@@ -70,6 +70,7 @@ comparators) are used unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from gspmdc.errors import ShardingError
 from gspmdc.ir.attributes import KeyValueList
@@ -139,18 +140,19 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
     `{manual}` constant (`_replicated_constants`), and merge equal pure instructions with equal
     shardings (not those `NOT_EVERYWHERE` names)."""
     for inst in comp.instructions:
-        if inst.sharding is not None:
-            inst.sharding = inst.sharding.with_shard_group(None)
         sharding = inst.sharding
+        if sharding is not None and (sharding.shard_group is not None or
+                                     sharding.kind == "tuple"):
+            inst.sharding = sharding = sharding.with_shard_group(None)
         if sharding is None:
             inst.sharding = replicated_for(inst.shape)
-        elif sharding.is_tuple and any(e.kind == "unknown" for e in sharding.elements):
+        elif sharding.kind == "tuple" and any(e.kind == "unknown" for e in sharding.elements):
             inst.sharding = HloSharding.tuple(
                 [HloSharding.replicate() if e.kind == "unknown" else e
                  for e in sharding.elements])
         elif sharding.kind == "unknown":
             inst.sharding = replicated_for(inst.shape)
-        elif not sharding.is_tuple and isinstance(inst.shape, TupleShape):
+        elif sharding.kind != "tuple" and isinstance(inst.shape, TupleShape):
             inst.sharding = HloSharding.tuple(sharding.leaf_shardings(inst.shape))
         try:
             inst.sharding.validate(inst.shape, num_partitions)
@@ -273,15 +275,18 @@ class _Rewriter:
                         self._read_by_live(inst.operands[i])
                     else:
                         self.made_for_dead.update(b.instructions[made:])
-            for operand in inst.operands:
-                self.unread.pop(operand, None)
+            if self.unread:
+                for operand in inst.operands:
+                    self.unread.pop(operand, None)
             inst.sharding = plan.result
-            if desired is not None and plan.result != desired:
-                record_partitioner_sharding(inst, comp.name, desired)
             b.append(inst)
             self.planned.add(inst)
             if self._computed_everywhere(inst):
                 self.everywhere.add(inst)
+            if plan.result is desired or plan.result == desired:
+                continue            # what users see is then the annotation: nothing to make
+            if desired is not None:
+                record_partitioner_sharding(inst, comp.name, desired)
             seen = seen_by_users(inst.shape, desired, plan.result, self.ctx.known_needs(inst))
             if plan.result is not seen and plan.result != seen:
                 replacement[inst] = node = self._reshard_result(inst, plan, seen)
@@ -362,14 +367,17 @@ class _Rewriter:
         (`reshard_order.first_made`) come first; the others are then made from the cheapest
         of the value and the reshards made before them (`_cheaper_sibling`;
         docs/design/partitioning.md#several-reads-of-one-value)."""
-        count = min(len(inst.operands), len(needs))
+        operands = inst.operands
+        count = min(len(operands), len(needs))
         reads: dict[Instruction, list[HloSharding]] = {}
         for i in range(count):
-            operand, need = inst.operands[i], needs[i]
-            if i in live and need != operand.sharding:
+            operand, need = operands[i], needs[i]
+            if i in live and need is not operand.sharding and need != operand.sharding:
                 reads.setdefault(operand, []).append(need)
         first = set()
         for value, wanted in reads.items():
+            if len(wanted) < 2:
+                continue
             wanted = list(dict.fromkeys(wanted))
             sharding = value.sharding
             if len(wanted) < 2 or isinstance(value.shape, TupleShape) or \
@@ -549,14 +557,26 @@ class _Rewriter:
             return earlier
         sharding = value.sharding
         for need in needs:
-            if need != sharding and need not in earlier:
+            if need is not sharding and need != sharding and need not in earlier:
                 break
         else:
             return earlier
         return earlier | self._wanted(value)
 
-    def _credit(self, value: Instruction, needs: tuple[HloSharding, ...], had: frozenset
-                ) -> tuple[tuple[HloSharding, float], ...]:
+    def _credit(self, inst: Instruction, needs: Sequence[tuple[HloSharding, ...]],
+                had: Sequence[frozenset]) -> tuple[tuple[tuple[HloSharding, float], ...], ...]:
+        """Per operand of `inst` (`Signature.operand_credit`), the credits `_operand_credit`
+        gives it, given the plans' needs of each operand (`needs`) and the shardings `_had`
+        gives each (`had`); empty where none has any, while looking ahead and while a later
+        user is planned for a credit."""
+        if self.looking_ahead or self.crediting or self.planning is None:
+            return ()
+        credits = tuple([self._operand_credit(o, n, h)
+                         for o, n, h in zip(inst.operands, needs, had)])
+        return credits if any(credits) else ()
+
+    def _operand_credit(self, value: Instruction, needs: tuple[HloSharding, ...],
+                        had: frozenset) -> tuple[tuple[HloSharding, float], ...]:
         """For each sharding the plans of the live instruction being planned read its live
         operand `value` in (`needs`) that no shared node has yet (`had`), the share of that
         reshard the users of `value` not planned yet pay for: the bytes their plans (made
@@ -565,10 +585,9 @@ class _Rewriter:
         most 1. A plan reading it is then priced with the rest only: the choice is a joint
         one over the value's users (e.g. a `pad` whose halo exchange is cheaper alone, where
         gathering its operand makes a later `topk` of it free). Asked for the operands of ops
-        other than contractions (as `had` is used: `PlanContext.signature`); empty while
-        looking ahead, for a value computed again for free and for one without later users."""
-        if self.looking_ahead or self.crediting or self.planning is None or \
-                len(self.users.get(value, ())) < 2:
+        other than contractions (as `had` is used: `PlanContext.signature`); empty for a
+        value computed again for free and for one without later users."""
+        if len(self.users.get(value, ())) < 2:
             return ()
         sharding = value.sharding
         needs = [need for need in dict.fromkeys(needs)

@@ -155,8 +155,12 @@ def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
     # by opcode first (asked of every operand of every plan): an op that is no free leaf
     # nor reshard node is free only as a pure non-contraction op of a `whole` user
     maybe_leaf = value.opcode in _LEAF_OPCODES
-    if not maybe_leaf and (not whole or value.opcode in NOT_RECOMPUTED):
-        return False
+    if not maybe_leaf:
+        if not whole or value.opcode in NOT_RECOMPUTED:
+            return False
+        if value.opcode != "get-tuple-element":
+            # its operands first: they are seldom all had replicated
+            return _whole_of_free_operands(value) and _free_value(value)
     if not _free_value(value):
         return False
     if maybe_leaf and (_free_leaf(value) or _reshard_of_replicated(value)):
@@ -188,11 +192,16 @@ def _whole_of_free_operands(value: Instruction) -> bool:
 def _replicated_for_free(operand: Instruction) -> bool:
     """Whether insert-reshards has `operand` replicated without communication: it is
     replicated, a reshard node of a replicated value, or a free leaf (`_free_leaf`)."""
-    if operand.sharding is None or isinstance(operand.shape, TupleShape):
+    sharding = operand.sharding
+    if sharding is None or isinstance(operand.shape, TupleShape):
         return False
-    if operand.sharding.is_replicated or _reshard_of_replicated(operand):
+    if sharding.is_replicated:
         return True
-    return _free_value(operand) and _free_leaf(operand)
+    # by opcode first (asked of every operand's operands): a reshard node and a free leaf
+    # are among `_LEAF_OPCODES`
+    if operand.opcode not in _LEAF_OPCODES:
+        return False
+    return _reshard_of_replicated(operand) or (_free_value(operand) and _free_leaf(operand))
 
 
 def _reshard_of_replicated(value: Instruction) -> bool:
@@ -375,8 +384,8 @@ class PlanContext:
                  had: Callable[[Instruction, tuple[HloSharding, ...]], frozenset] | None
                  = None, unread: dict[Instruction, HloSharding] | None = None,
                  broadcast: Callable[[Instruction, frozenset], bool] | None = None,
-                 credit: Callable[[Instruction, tuple[HloSharding, ...], frozenset], tuple]
-                 | None = None):
+                 credit: Callable[[Instruction, Sequence[tuple[HloSharding, ...]],
+                                   Sequence[frozenset]], tuple] | None = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
@@ -388,8 +397,9 @@ class PlanContext:
         #: whether insert-reshards broadcasts a value on one device for another live user,
         #: given the shardings `had` gives it (`Signature.operand_broadcast`)
         self.broadcast = broadcast
-        #: the shares of a value's reshards that its later users pay for, given the needs of
-        #: the plans asked about and the shardings `had` gives it (`Signature.operand_credit`)
+        #: per operand of an instruction, the shares of its reshards that its later users
+        #: pay for, given the needs of the plans asked about and the shardings `had` gives
+        #: each operand (`Signature.operand_credit`; empty: none)
         self.credit = credit
         #: insert-reshards' result reshards nobody reads yet, with the sharding of the result
         #: each was made from (`Signature.operand_sources`)
@@ -420,10 +430,7 @@ class PlanContext:
                              for i in range(len(inst.operands))]
             operand_had = tuple([self.had(o, n) for o, n in zip(inst.operands, operand_needs)])
             if self.credit is not None and inst.opcode not in CONTRACTIONS:
-                credits = tuple([self.credit(o, n, h) for o, n, h in
-                                 zip(inst.operands, operand_needs, operand_had)])
-                if not any(credits):
-                    credits = ()
+                credits = self.credit(inst, operand_needs, operand_had)
             if any(operand_had):
                 if inst.opcode not in CONTRACTIONS:
                     had = operand_had
@@ -435,7 +442,9 @@ class PlanContext:
                         broadcast = flags
         if self.result_needs is not None:
             needs = self._needs.get(inst)
-            if needs is None and any(p.result != inst.sharding for p in plans):
+            sharding = inst.sharding
+            if needs is None and any([p.result is not sharding and p.result != sharding
+                                      for p in plans]):
                 needs = self.result_needs(inst)
                 if needs:
                     self._needs[inst] = needs
@@ -503,6 +512,8 @@ class PlanContext:
         the signature and the plans (shardings compared without metadata), so without a
         tie-break the choice is remembered by its index, and the plan returned is always one
         of `candidates`."""
+        if tie_break is None and len(candidates) == 1:
+            return candidates[0]            # nothing to compare (over half the questions)
         if tie_break is not None:
             return candidates[self._cheapest(signature, candidates, tie_break)]
         question = (signature, tuple(candidates))
