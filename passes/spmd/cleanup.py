@@ -56,7 +56,8 @@ def _replace_uses(comp: Computation, mapping: dict[Instruction, Instruction]) ->
 def simplify_tuples(comp: Computation) -> None:
     mapping: dict[Instruction, Instruction] = {}
     for inst in comp.instructions:
-        inst.operands = [mapping.get(o, o) for o in inst.operands]
+        if mapping:
+            inst.operands = [mapping.get(o, o) for o in inst.operands]
         if inst.opcode == "get-tuple-element" and inst.operands[0].opcode == "tuple":
             mapping[inst] = inst.operands[0].operands[inst.attr("index")]
     _replace_uses(comp, mapping)
@@ -91,7 +92,8 @@ def eliminate_common_subexpressions(comp: Computation, annotated: frozenset[str]
         # and iotas are computed again for free wherever they are needed)
         first_uses = Counter(id(i.operands[0]) for i in comp.instructions if i.operands)
     for inst in comp.instructions:
-        inst.operands = [mapping.get(o, o) for o in inst.operands]
+        if mapping:
+            inst.operands = [mapping.get(o, o) for o in inst.operands]
         if inst.opcode in skipped or inst.attr("custom_call_has_side_effect") or \
                 (annotated and (not inst.operands or first_uses[id(inst.operands[0])] < 2)):
             kept.append(inst)
