@@ -210,10 +210,10 @@ class TileAssignment:
     Build with `TileAssignment.iota(...)` or `TileAssignment.explicit(...)`; both validate and raise
     `ShardingError` naming the offending values."""
 
-    __slots__ = ("_dims", "_iota", "_array", "_coordinates", "_hash")
+    __slots__ = ("dims", "_iota", "_array", "_coordinates", "_hash")
 
     def __init__(self, dims: tuple[int, ...], iota: tuple | None, array: np.ndarray | None):
-        object.__setattr__(self, "_dims", dims)
+        object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "_iota", iota)
         object.__setattr__(self, "_array", array)
         object.__setattr__(self, "_coordinates", None)
@@ -299,17 +299,13 @@ class TileAssignment:
     # ---- queries ------------------------------------------------------------------------------
 
     @property
-    def dims(self) -> tuple[int, ...]:
-        return self._dims
-
-    @property
     def ndim(self) -> int:
-        return len(self._dims)
+        return len(self.dims)
 
     @property
     def num_devices(self) -> int:
         """Number of elements (devices) of the assignment."""
-        return prod(self._dims)
+        return prod(self.dims)
 
     @property
     def max_device(self) -> int:
@@ -319,7 +315,7 @@ class TileAssignment:
     def array(self) -> np.ndarray:
         """The device-id array (int64, read-only; materialised once and cached)."""
         if self._array is None:
-            array = _iota_array(*self._iota, self._dims)
+            array = _iota_array(*self._iota, self.dims)
             array.setflags(write=False)
             object.__setattr__(self, "_array", array)
         return self._array
@@ -338,7 +334,7 @@ class TileAssignment:
         if self._coordinates is None:
             flat = self.array.ravel()
             table = np.full((int(flat.max()) + 1, self.ndim), -1, dtype=np.int64)
-            table[flat] = np.indices(self._dims, dtype=np.int64).reshape(self.ndim, -1).T
+            table[flat] = np.indices(self.dims, dtype=np.int64).reshape(self.ndim, -1).T
             table.setflags(write=False)
             object.__setattr__(self, "_coordinates", table)
         return self._coordinates
@@ -355,7 +351,7 @@ class TileAssignment:
                 return found
         if prod(dims) != self.num_devices or not dims or min(dims) < 1:
             raise ShardingError(
-                f"cannot reshape tile assignment {list(self._dims)} to {list(dims)}")
+                f"cannot reshape tile assignment {list(self.dims)} to {list(dims)}")
         if self._iota is not None:
             return _iota_value(dims, self._iota)
         return TileAssignment(dims, None, _frozen(self._array.reshape(dims)))
@@ -365,44 +361,44 @@ class TileAssignment:
         perm = _ints(perm, "transpose perm")
         if self._iota is not None:
             # transposed this way before: the perm is valid
-            found = _INTERNED.get(("transpose", self._dims, self._iota, perm))
+            found = _INTERNED.get(("transpose", self.dims, self._iota, perm))
             if found is not None:
                 return found
         if sorted(perm) != list(range(self.ndim)):
             raise ShardingError(
                 f"transpose perm {list(perm)} is not a permutation of range({self.ndim}) "
-                f"(tile assignment dims {list(self._dims)})")
+                f"(tile assignment dims {list(self.dims)})")
         if perm == tuple(range(self.ndim)):
             return self
         if self._iota is not None:
-            return _remember(("transpose", self._dims, self._iota, perm),
+            return _remember(("transpose", self.dims, self._iota, perm),
                              lambda: self._transposed(perm))
         return TileAssignment.from_array(self.array.transpose(perm))
 
     def _transposed(self, perm: tuple[int, ...]) -> "TileAssignment":
-        groups = _align(_digits(*self._iota), self._dims)
+        groups = _align(_digits(*self._iota), self.dims)
         if groups is None:
             return TileAssignment.from_array(self.array.transpose(perm))
         digits = [d for p in perm for d in groups[p]]
-        return _iota_value(tuple(self._dims[p] for p in perm), _canonical(digits))
+        return _iota_value(tuple(self.dims[p] for p in perm), _canonical(digits))
 
     def sort_last_dim(self) -> "TileAssignment":
         """Sort the ids along the last dim (each replication group ascending,
         docs/design/sharding-algebra.md#canonical-forms)."""
         if self._iota is not None:
-            return _remember(("sort_last_dim", self._dims, self._iota),
+            return _remember(("sort_last_dim", self.dims, self._iota),
                              self._sorted_last_dim)
         return self._sorted_last_dim()
 
     def _sorted_last_dim(self) -> "TileAssignment":
         if self._iota is not None:
-            groups = _align(_digits(*self._iota), self._dims)
+            groups = _align(_digits(*self._iota), self.dims)
             if groups is not None:
                 groups[-1] = sorted(groups[-1], key=lambda d: -d[1])
                 digits = [d for g in groups for d in g]
-                return _iota_value(self._dims, _canonical(digits))
-        last = self._dims[-1]
-        return TileAssignment.from_array(np.sort(self.array.reshape(-1, last), axis=1), self._dims)
+                return _iota_value(self.dims, _canonical(digits))
+        last = self.dims[-1]
+        return TileAssignment.from_array(np.sort(self.array.reshape(-1, last), axis=1), self.dims)
 
     # ---- value semantics ----------------------------------------------------------------------
 
@@ -411,7 +407,7 @@ class TileAssignment:
             return NotImplemented
         if self is other:
             return True
-        if self._dims != other._dims:
+        if self.dims != other.dims:
             return False
         if self._iota is not None or other._iota is not None:
             return self._iota == other._iota
@@ -420,12 +416,12 @@ class TileAssignment:
     def __hash__(self) -> int:
         if self._hash is None:
             key = self._iota if self._iota is not None else self._array.tobytes()
-            object.__setattr__(self, "_hash", hash((self._dims, key)))
+            object.__setattr__(self, "_hash", hash((self.dims, key)))
         return self._hash
 
     def to_text(self) -> str:
         """XLA's text: `[2,2]<=[4]`, `[2,2]<=[2,2]T(1,0)` or `[2,2]3,1,2,0`."""
-        head = "[" + ",".join(map(str, self._dims)) + "]"
+        head = "[" + ",".join(map(str, self.dims)) + "]"
         if self._iota is None:
             return head + ",".join(map(str, self._array.ravel().tolist()))
         reshape_dims, perm = self._iota
@@ -439,7 +435,7 @@ class TileAssignment:
 
     def __reduce__(self):
         if self._iota is not None:
-            return (TileAssignment.iota, (self._dims, *self._iota))
+            return (TileAssignment.iota, (self.dims, *self._iota))
         return (TileAssignment.from_array, (np.array(self._array),))
 
 
