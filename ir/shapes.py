@@ -23,9 +23,12 @@ class ArrayShape:
     #: the hash of the compared fields, computed once (a shape keys the memo tables of
     #: planning and every common-subexpression key)
     _hash: int = field(init=False, repr=False, compare=False)
+    #: the number of dims (read by every rule: a field, not a property to call)
+    rank: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash((self.element_type, self.dims, self.layout)))
+        object.__setattr__(self, "rank", len(self.dims))
 
     def __hash__(self) -> int:
         return self._hash
@@ -34,10 +37,6 @@ class ArrayShape:
         # rebuilt through the constructor: the cached hash is only valid in the process that
         # computed it
         return (ArrayShape, (self.element_type, self.dims, self.layout))
-
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
 
     @property
     def num_elements(self) -> int:
