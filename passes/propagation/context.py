@@ -49,15 +49,14 @@ class Context:
     graph: ModuleGraph
     options: Options
     level: int = 0
+    #: the options' `is_spmd` (a field: asked on every visit)
+    is_spmd: bool = field(init=False)
     #: partial shardings may merge (SPMD, levels >= 1); asked on nearly every rule visit
     may_combine: bool = field(init=False)
 
     def __post_init__(self):
-        self.may_combine = self.options.is_spmd and self.level > 0
-
-    @property
-    def is_spmd(self) -> bool:
-        return self.options.is_spmd
+        self.is_spmd = self.options.is_spmd
+        self.may_combine = self.is_spmd and self.level > 0
 
     def single_consumer(self, inst: Instruction) -> bool:
         """Exactly one user that is not the computation root: resharding is paid once anyway, so
