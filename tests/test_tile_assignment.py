@@ -73,7 +73,7 @@ def test_array_is_read_only_and_object_immutable():
     with pytest.raises(ValueError):
         t.array[0, 0] = 5
     with pytest.raises(AttributeError):
-        t._dims = (4,)
+        t.dims = (4,)
     with pytest.raises(ValueError):
         t.coordinates()[0, 0] = 1
 
