@@ -16,6 +16,7 @@ from conformance.branches import branch_variants, forced_by_origin, forced_text
 from conformance.differential import Case, run_case
 from conformance.oracle import XlaOracle, xla_available
 from conformance.report import divergence_classes
+from spmd_partition_helpers import run_global
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -86,7 +87,8 @@ def test_forcing_adds_scalars_behind_a_barrier_and_changes_only_the_selector():
     forced = api.parse(forced_text(NESTED, variant.forcings), "forced")
     before = {i.name: i for _, i in original.all_instructions()}
     after = {i.name: i for _, i in forced.all_instructions()}
-    added = ["o.branch", "o.force", "o.force.barrier", "o.force.on", "o.force.tuple", "o.forced"]
+    added = ["o.branch", "o.branch.held", "o.force", "o.force.barrier", "o.force.on",
+             "o.force.tuple", "o.forced"]
     assert sorted(set(after) - set(before)) == added
     for name, inst in before.items():
         got = after[name]
@@ -99,6 +101,54 @@ def test_forcing_adds_scalars_behind_a_barrier_and_changes_only_the_selector():
     assert [o.name for o in after["o.forced"].operands] == ["o.force.on", "o.branch", "p"]
     assert after["o.force.barrier"].opcode == "opt-barrier"
     assert all(after[n].sharding is None for n in added)
+
+
+#: a manual constant equal to the branch number the forcing selects (fuzz/11400001349)
+MANUAL_CONSTANT = """HloModule m, num_partitions=2
+
+t {
+  a = f32[4] parameter(0)
+  ROOT m = f32[4] multiply(a, a)
+}
+
+f {
+  a.1 = f32[4] parameter(0)
+  ROOT s = f32[4] sine(a.1)
+}
+
+ENTRY e {
+  x = f32[4] parameter(0), sharding={devices=[2]0,1}
+  one = s32[] constant(1), sharding={manual}
+  ones = s32[2] broadcast(one), dimensions={}, sharding={manual}
+  back = s32[2] custom-call(ones), custom_call_target="SPMDShardToFullShape", sharding={replicated}
+  k = s32[] parameter(1)
+  held = s32[1] constant({1})
+  o = f32[4] conditional(k, x, x), branch_computations={t, f}
+  ROOT r = (f32[4], s32[2], s32[1]) tuple(o, back, held)
+}
+"""
+
+
+def test_the_forced_branch_number_cannot_merge_with_a_manual_constant():
+    """Branch 1 of `o`: the number is held in a constant of a shape no constant of the module
+    has (`s32[1]` is taken, so `s32[1,1]`), reshaped to the selector: merging equal constants
+    cannot replace it by the `{manual}` `one`, which would make the selector manual. After
+    gspmdc's own cleanup the selector is not manual and the forced program computes branch 1."""
+    variant = next(v for v in branch_variants(MANUAL_CONSTANT) if v.label.endswith("(%f)"))
+    forced = api.parse(forced_text(MANUAL_CONSTANT, variant.forcings), "forced")
+    insts = {i.name: i for _, i in forced.all_instructions()}
+    assert str(insts["o.branch.held"].shape) == "s32[1,1]"
+    assert insts["o.branch"].opcode == "reshape"
+    assert not any(i.opcode == "constant" and str(i.shape) == "s32[]" and i.name != "one"
+                   for i in insts.values())
+    text = api.to_text(forced)
+    case = Case("manual constant [on]", text, 2, True, True)
+    _, spmd = differential._gspmdc_compile(text, case)
+    selector = next(i for _, i in spmd.all_instructions() if i.name == "k")
+    assert not selector.sharding.is_manual
+    x = np.arange(4, dtype=np.float32)
+    got = run_global(spmd, [x, np.int32(0)], 2)       # the inputs select branch 0
+    np.testing.assert_allclose(np.asarray(got[0]), np.sin(x), rtol=1e-6)
 
 
 #: NESTED's outer conditional as XLA's import leaves it: renamed, its source name kept as the
@@ -310,3 +360,17 @@ def test_branch_figures_count_each_forced_run():
             figures.branches.gspmdc_agreeing, figures.branches.xla_agreeing) == (1, 2, 1, 1, 2)
     assert figures.branches.skipped == {"no global result": 1}
     assert any(line.startswith("branches forced: 2 runs in 1 modules") for line in figures.lines())
+
+
+@needs_xla
+def test_a_forced_branch_beside_a_manual_constant_runs_on_both_sides(oracle):
+    """fuzz/11400001349 with propagation to parameters: its manual region holds `s32[] constant(1)`
+    `{manual}`. Forcing branch 1 with the number held in an `s32[]` constant, XLA's import merged
+    the two, the selector parameter became manual, and neither program could run the branch."""
+    from fuzz import case
+    generated = case(11400001349)
+    result = run_case(Case("fuzz/11400001349 [on]", generated.text, generated.num_partitions,
+                           True, True, generated.reference_text), oracle, seed=11400)
+    assert result.status == "compared"
+    assert [(b.values, b.mismatch) for b in result.branches] == [("compared", {})] * 3
+    assert divergence_classes(result) == []

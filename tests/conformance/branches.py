@@ -11,7 +11,8 @@ Forcing branch k of conditional C: C's selector operand `%s` is replaced by
     %C.force.tuple = (pred[]) tuple(%C.force)
     %C.force.barrier = (pred[]) opt-barrier(%C.force.tuple)
     %C.force.on = pred[] get-tuple-element(%C.force.barrier), index=0
-    %C.branch = s32[] constant(k)          (a pred selector: true for branch 0, false for 1)
+    %C.branch.held = s32[1] constant({k})  (a pred selector: true for branch 0, false for 1)
+    %C.branch = s32[] reshape(%C.branch.held)
     %C.forced = s32[] select(%C.force.on, %C.branch, %s)
 
 so C takes branch k whatever the inputs, wherever `%s` comes from (a parameter or computed
@@ -20,7 +21,10 @@ inside the module), and nothing else changes: `%s` keeps a user, so no instructi
 other instruction and annotation is as it was. The barrier keeps the selector unknown to the
 compiler: XLA's import folds a select on a constant and inlines a conditional on a constant
 selector, so without it XLA (and gspmdc, given XLA's module) would partition the branch alone
-instead of the conditional. The new instructions are scalars without annotations. A
+instead of the conditional. The branch number is held in a constant of a shape no constant of
+the module has (`s32[1]`, else `s32[1,1]`, ...): a pass merging equal constants cannot then
+replace it by one of the module's own, whose annotation (`{manual}`) would propagate to the
+selector. The new instructions have no annotations. A
 conditional inside another conditional's branch is reached by also forcing each enclosing
 conditional to the branch that (through calls, loops and other branches) contains it;
 a computation with several callers is reached through the first in text order.
@@ -92,12 +96,27 @@ def force(module: Module, computation: str, conditional: str, branch: int) -> No
                           [packed])
     unknown = Instruction(f"{inst.name}.force.on", "get-tuple-element", pred, [barrier],
                           {"index": 0})
-    chosen = Instruction(f"{inst.name}.branch", "constant", scalar,
-                         literal=Literal(np.asarray(value, dtype=_DTYPES[element_type])))
+    ones = _unused_ones_shape(module, element_type)
+    literal = np.asarray(value, dtype=_DTYPES[element_type]).reshape(ones.dims)
+    held = Instruction(f"{inst.name}.branch.held", "constant", ones, literal=Literal(literal))
+    chosen = Instruction(f"{inst.name}.branch", "reshape", scalar, [held])
     forced = Instruction(f"{inst.name}.forced", "select", scalar, [unknown, chosen, selector])
     at = comp.instructions.index(inst)
-    comp.instructions[at:at] = [on, packed, barrier, unknown, chosen, forced]
+    comp.instructions[at:at] = [on, packed, barrier, unknown, held, chosen, forced]
     inst.operands[0] = forced
+
+
+def _unused_ones_shape(module: Module, element_type: str) -> ArrayShape:
+    """`element_type[1]`, `[1,1]`, ...: the first such shape no constant of `module` has. The
+    branch number is held in it, so that no pass merging equal constants can replace it by one
+    of the module's own (a `{manual}` constant of the same value would make the selector
+    manual)."""
+    taken = {inst.shape.without_layout() for _, inst in module.all_instructions()
+             if inst.opcode == "constant"}
+    rank = 1
+    while ArrayShape(element_type, (1,) * rank) in taken:
+        rank += 1
+    return ArrayShape(element_type, (1,) * rank)
 
 
 #: the numpy type of a selector's constant
