@@ -164,6 +164,27 @@ def _extended_tilings(ctx, width: int, sources) -> list[tuple[Tiling, str]]:
     return found
 
 
+def _merged(parts, num_devices: int):
+    """The tiles of `parts` (`((coordinates, counts), dims taken)`, in priority order) merged
+    dim by dim: each extended dim takes the tiles of the first part that tiles it, where the
+    devices then still form one tiling, else the next part's (XLA's gather recursion: a
+    strategy keeps its value's tiles and partitions the rest within each group of their
+    devices, the next strategy by the next value's tiles that vary within the groups, the
+    result's own tiles merged where compatible)."""
+    width = parts[0][0][0].shape[1]
+    coords = np.zeros((num_devices, width), np.int64)
+    counts = [1] * width
+    for (part_coords, part_counts), taken in parts:
+        for e in taken:
+            if counts[e] > 1 or part_counts[e] == 1:
+                continue
+            trial_coords, trial_counts = coords.copy(), list(counts)
+            trial_coords[:, e], trial_counts[e] = part_coords[:, e], part_counts[e]
+            if tiling_from_coordinates(trial_coords, tuple(trial_counts)) is not None:
+                coords, counts = trial_coords, trial_counts
+    return coords, counts
+
+
 def _within(part, taken, other, others_taken, num_devices: int):
     """`part` (`(coordinates, counts)`) coarsened on its dims `taken` to the devices each tile
     of `other` on its dims `others_taken` holds: each dim's count cut to its greatest common
@@ -261,6 +282,14 @@ class GatherRule(PartitionRule):
             ((from_indices, output),
              (_within(from_operand, extra, from_indices, output, n), extra),
              f"the indices' tiling, {masked} on each group of their replicas"),
+            ((_merged([(from_operand, output + extra), (from_indices, output),
+                       (from_target, output)], n), output + extra),
+             "the operand's tiling, the indices' and the result's tiles on the devices of each "
+             "of its tiles"),
+            ((_merged([(from_indices, output), (from_operand, output + extra),
+                       (from_target, output)], n), output + extra),
+             "the indices' tiling, the operand's and the result's tiles on the devices of each "
+             "of their tiles"),
         ])
         candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
