@@ -28,7 +28,9 @@ indices' tiling alone, the operand's indexed tiles with the result's or the indi
 tiles on the replicas of each, the result's or the indices' batch tiles with the operand's
 indexed tiles on the replicas of each (`_within`: XLA's gather recursion partitions the rest
 within each group of the devices one strategy keeps apart, borrowing tiles from the other side
-where its replicas are too few), and everything replicated. A candidate whose device groups do
+where its replicas are too few), the operand's tiles then the indices' then the result's on the
+dims each leaves (and the indices' first: `_merged`, XLA's chain of strategies, each dim taken
+where the devices still form one tiling), and everything replicated. A candidate whose device groups do
 not combine into one tiling is skipped.
 `pred` gathers combine their partial values by `or` (the masked results are `false`).
 
