@@ -64,6 +64,42 @@ def test_batch_and_index_tiles_keep_values_with_random_indices():
     check_equivalent(BATCH_AND_INDEX, 4, seed=11)
 
 
+# operand f32[2,3,2]: indexed dim 0 in 2 tiles by d // 4, pass-through dim 2 by (d // 2) % 2;
+# indices s64[3,1]: batch dim 0 by d // 4, the index vector dim by (d // 2) % 2
+INDICES_FIRST = """HloModule m, num_partitions=8
+
+ENTRY e {
+  p = f32[2,3,2] parameter(0), sharding={devices=[2,1,2,2]<=[8] last_tile_dim_replicate}
+  i = s64[3,1] parameter(1), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
+  g = f32[3,3,2] gather(p, i), offset_dims={0,2}, collapsed_slice_dims={0},
+    start_index_map={0}, index_vector_dim=1, slice_sizes={1,3,2},
+    sharding={devices=[1,1,2,4]<=[8] last_tile_dim_replicate}
+  ROOT c = f32[3,3,2] custom-call(g), custom_call_target="Sharding",
+    sharding={devices=[2,1,2,2]<=[8] last_tile_dim_replicate}
+}
+"""
+
+
+def test_the_index_tiles_first_then_the_operands_pass_through_tiles():
+    """The indices' batch tiles (d // 4) first, then the operand's pass-through dim 2 tiles
+    ((d // 2) % 2) on the devices of each; its indexed dim 0 tiles share the indices' mesh axis,
+    so that dim is gathered: the operand's f32[1,3,1] over pairs {d, d+4} (12 B), the indices'
+    index vector dim over {d, d+2} (s64[2,1], 16 B), the local gather f32[3,2,1] (no partial
+    sums), and an all-to-all to the annotated result (half of f32[2,2,2,1]: 16 B): 44 B from
+    every device, where keeping the result's tiling sent 68 (the indices gathered on both dims,
+    32 B, and the masked gather's f32[3,3,1] all-reduced, 36 B) and XLA's program 140 from the
+    busiest device (shrunk from fuzz/11200000348)."""
+    spmd = check_equivalent(INDICES_FIRST, 8, propagate=True)
+    assert collectives(spmd) == [
+        ("all-gather", [[0, 4], [1, 5], [2, 6], [3, 7]], (0,)),
+        ("all-gather", [[0, 2], [1, 3], [4, 6], [5, 7]], (1,)),
+        ("all-to-all", [[0, 4], [1, 5], [2, 6], [3, 7]], (0,))]
+    gather = next(inst for inst in spmd.entry.instructions if inst.opcode == "gather")
+    assert gather.shape.dims == (3, 2, 1)
+    assert busiest_per_collective(spmd, 8) == 44
+    assert sent_bytes(spmd, 8) == 44
+
+
 def test_merging_takes_each_dim_from_the_first_part_that_tiles_it():
     """Operand tiles on extended dim 2 by d % 2, index tiles on dim 0 by d // 2, result tiles
     on dim 1 by (d in {1,2}) and dim 2 by d // 2: dim 2 stays the operand's (first), dim 0
@@ -107,3 +143,14 @@ def test_batch_and_index_tiles_send_no_more_than_xla_from_the_busiest_device():
     assert result.status == "compared", result.detail
     assert "gspmdc" not in result.value_mismatch, result.value_mismatch
     assert (result.our_busiest, result.xla_busiest) == (192, 256)
+
+
+@needs_xla
+def test_index_tiles_first_send_no_more_than_xla():
+    from conformance.differential import Case, run_case
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as oracle:
+        result = run_case(Case("gather-indices-first", INDICES_FIRST, 8), oracle)
+    assert result.status == "compared", result.detail
+    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    assert (result.our_busiest, result.xla_busiest) == (44, 140)
