@@ -73,15 +73,22 @@ def tiling_from_coordinates(coords: np.ndarray, counts: tuple[int, ...]) -> Tili
     """The tiling in which device `k` holds tile `coords[k]` (`[N, rank]`, each within `counts`),
     devices of one tile being replicas (by device id); None unless every tile has the same
     number of devices."""
+    if not _forms_tiling(coords, counts):
+        return None
     n = coords.shape[0]
-    tiles = prod(counts)
-    if n % tiles:
-        return None
-    keys = np.ravel_multi_index(tuple(coords.T), counts) if counts else np.zeros(n, np.int64)
-    if not np.array_equal(np.bincount(keys, minlength=tiles), np.full(tiles, n // tiles)):
-        return None
+    keys = _keys(coords, counts, range(len(counts)))
     order = np.lexsort((np.arange(n), keys))
-    return Tiling.of_devices(order.reshape(tuple(counts) + (1, n // tiles)))
+    return Tiling.of_devices(order.reshape(tuple(counts) + (1, n // prod(counts))))
+
+
+def _forms_tiling(coords: np.ndarray, counts) -> bool:
+    """Whether every tile of `counts` is held by the same number of devices (`coords`:
+    per device, its tile index on each dim)."""
+    n, tiles = coords.shape[0], prod(counts)
+    if n % tiles:
+        return False
+    keys = _keys(coords, counts, range(len(counts)))
+    return np.array_equal(np.bincount(keys, minlength=tiles), np.full(tiles, n // tiles))
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,7 @@ def _merged(parts, num_devices: int):
                 continue
             trial_coords, trial_counts = coords.copy(), list(counts)
             trial_coords[:, e], trial_counts[e] = part_coords[:, e], part_counts[e]
-            if tiling_from_coordinates(trial_coords, tuple(trial_counts)) is not None:
+            if _forms_tiling(trial_coords, trial_counts):
                 coords, counts = trial_coords, trial_counts
     return coords, counts
 
