@@ -13,7 +13,9 @@
   sharding transposed; local transpose.
 - reshape: XLA's pairs of shardings (HandleReshape: equal tile counts, the algebra's
   `reshape_sharding` in either direction, docs/design/sharding-algebra.md#reshape), whose shards
-  correspond under a local reshape; else replicated; local reshape.
+  correspond under a local reshape; or, where the one tiled dim is split or merged unevenly, the
+  operand in the result's devices and a halo exchange realigning the shards around the local
+  reshape (`reshape_halo.py`); else replicated; local reshape.
 - tuple / get-tuple-element: leaf shardings pass through; local tuple / get-tuple-element.
 - opt-barrier: its operand takes its sharding; local barrier on the shards.
 - Sharding custom-call: no local op; lower-spmd emits the reshard from the operand's sharding
@@ -38,6 +40,7 @@ from .op_rules import (
 )
 from .reshard import emit_reshard
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
+from .reshape_halo import emit_reshape_halo, plan_reshape_halo
 from .reshard_plan import plan_reshard
 from .reshard_uniform import emit_uniform, plan_uniform, sends_less
 from .tiling import Tiling
@@ -215,10 +218,25 @@ class ReshapeRule(PartitionRule):
             if through.is_tiled:
                 add(sharding_algebra.reshape_sharding(through, out_shape.dims, in_shape.dims),
                     through, "reshape keeps the part of the operand's tiling that survives")
+            halo = plan_reshape_halo(in_shape, out_shape, source, target, ctx.num_devices)
+            if halo is not None:
+                candidates.append(OpPlan((halo.operand,), target,
+                                         "reshape realigns the shards by a halo exchange",
+                                         halo.cost, halo.total))
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated,), replicated,
                                  "no tiling survives this reshape: it runs replicated"))
         return ctx.choose(inst, candidates)
+
+    def lower(self, inst, ctx):
+        operand = inst.operands[0]
+        halo = None if local_reshape_ok(operand.shape, inst.shape, operand.sharding,
+                                        inst.sharding) else \
+            plan_reshape_halo(operand.shape, inst.shape, operand.sharding, inst.sharding,
+                              ctx.num_devices)
+        if halo is None:
+            return clone(inst, ctx)
+        return emit_reshape_halo(ctx, inst, ctx.operands(inst)[0], halo)
 
 
 @sharding_algebra.cached

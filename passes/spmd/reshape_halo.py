@@ -1,0 +1,129 @@
+"""A reshape that splits or merges the one tiled dim, its shards realigned by a halo exchange
+(XLA's HandleReshape when no pair of shardings reshapes locally,
+docs/design/partitioning.md#reshape-by-halo-exchange).
+
+The operand is tiled `c` ways on its dim `i` alone (of size `A`) and the result `c` ways on its
+dim `j` alone (of size `B`), the dims before `i` and before `j` having the same product, so
+a row-major position before them is one index on both sides and every device's data is a
+contiguous run of each "major row". The operand takes the result's devices in the same order
+(tile `k` of dim `i` on the device of tile `k` of dim `j`; a partially replicated result keeps
+its replication). Shards are `a = cdiv(A, c)` and `s = cdiv(B, c)`:
+
+- split, `A % B == 0` (`k = A / B`): result shard `o` holds rows `[s·o, s·o + s)` of dim `j`,
+  which are rows `[s·k·o, s·k·(o+1))` of dim `i`. A halo exchange on dim `i` (window 1, the
+  operand padded to `s·k·c` rows) gives each shard those `s·k` rows, then a local reshape;
+- merge, `B % A == 0` (`m = B / A`): the shard reshaped locally holds positions
+  `[a·m·o, a·m·(o+1))` of dim `j` (a run of `a·m` of the `a·m·c` padded positions); a halo
+  exchange on dim `j` (window 1, cut to `B` positions) gives each shard its `s`.
+
+Only positions of real data travel (`WindowedDim.outputs`): positions at or past `A` (split) or
+`B` (merge) are padding of the result too, left as they are. The plan is a candidate of the
+reshape rule priced by its exchange (`halo.halo_bytes`); lower-spmd emits it
+(`emit_reshape_halo`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape
+
+from .halo import HaloPlan, WindowedDim, halo_bytes, halo_total_bytes, plan_halo, windowed_input
+from .reshard import EmitContext
+from .tiling import Tiling, cdiv
+
+
+@dataclass(frozen=True)
+class ReshapeHalo:
+    """How a reshape realigns its shards: `split` (exchange on the operand's dim `dim`, then
+    reshape) or `merge` (reshape to `merged`, a local shape, then exchange on the result's dim
+    `dim`); `operand` is the sharding the operand takes; `cost` / `total` the bytes of the
+    exchange (busiest device, all devices)."""
+
+    split: bool
+    dim: int
+    plan: HaloPlan
+    operand: HloSharding
+    merged: tuple[int, ...]
+    cost: float
+    total: float
+
+
+def _unique_tiled_dim(s: HloSharding, rank: int, n: int) -> tuple[Tiling, int] | None:
+    """The tiling of `s` and its one dim tiled more than once (replication allowed, nothing
+    else), or None."""
+    if not s.is_tiled or set(s.subgroup_types) - {"replicated"}:
+        return None
+    tiling = Tiling(s, rank, n)
+    tiled = [d for d, c in enumerate(tiling.counts) if c > 1]
+    return (tiling, tiled[0]) if len(tiled) == 1 and tiling.unreduced == 1 else None
+
+
+@sharding_algebra.cached
+def plan_reshape_halo(in_shape: ArrayShape, out_shape: ArrayShape, source: HloSharding,
+                      target: HloSharding, n: int) -> ReshapeHalo | None:
+    """The split or merge of the module docstring for reshaping an operand sharded `source` to
+    a result sharded `target` on `n` devices, or None where XLA's conditions do not hold: both
+    tiled on one dim alone the same number of ways, equal products of the dims before them,
+    and one size a multiple of the other."""
+    src, dst = _unique_tiled_dim(source, in_shape.rank, n), _unique_tiled_dim(
+        target, out_shape.rank, n)
+    if src is None or dst is None:
+        return None
+    (src_tiling, i), (dst_tiling, j) = src, dst
+    c = dst_tiling.counts[j]
+    if src_tiling.counts[i] != c or \
+            math.prod(in_shape.dims[:i]) != math.prod(out_shape.dims[:j]):
+        return None
+    size_a, size_b = in_shape.dims[i], out_shape.dims[j]
+    counts = tuple(c if d == i else 1 for d in range(in_shape.rank))
+    operand = Tiling.of_devices(dst_tiling.devices.reshape(
+        counts + dst_tiling.devices.shape[-2:])).sharding
+    a, s = cdiv(size_a, c), cdiv(size_b, c)
+    width = dtypes.byte_width(in_shape.element_type)
+    if size_a % size_b == 0:
+        rows = s * (size_a // size_b)
+        plan = plan_halo(WindowedDim(size_a, c, padding_high=rows * c - size_a,
+                                     outputs=(0, size_a)))
+        local = Tiling(operand, in_shape.rank, n).shard_dims(in_shape.dims)
+        split, dim, merged = True, i, ()
+    elif size_b % size_a == 0:
+        positions = a * (size_b // size_a)
+        plan = plan_halo(WindowedDim(positions * c, c, padding_high=size_b - positions * c,
+                                     outputs=(0, size_b)))
+        local = dst_tiling.shard_dims(out_shape.dims)
+        local = local[:j] + (positions,) + local[j + 1:]
+        split, dim, merged = False, j, local
+    else:
+        return None
+    return ReshapeHalo(split, dim, plan, operand, merged, halo_bytes({dim: plan}, local, width),
+                       halo_total_bytes({dim: plan}, local, width, n))
+
+
+def emit_reshape_halo(ctx: EmitContext, inst: Instruction, value: Instruction,
+                      halo: ReshapeHalo) -> Instruction:
+    """The local program of reshape `inst` on `value`, the operand's shard under
+    `halo.operand`: the exchange and the local reshape in the order of `halo.split`. The
+    reshape keeps `inst`'s name and sharding."""
+    operand = inst.operands[0]
+    shard = inst.sharding.shard_shape(inst.shape)
+    if halo.split:
+        tiling = Tiling(halo.operand, operand.shape.rank, ctx.num_devices)
+        value = windowed_input(ctx, value, tiling, {halo.dim: halo.plan}, None)
+        return _local_reshape(ctx, inst, value, shard)
+    tiling = Tiling(inst.sharding, inst.shape.rank, ctx.num_devices)
+    merged = _local_reshape(ctx, inst, value, shard.with_dims(halo.merged))
+    return windowed_input(ctx, merged, tiling, {halo.dim: halo.plan}, None)
+
+
+def _local_reshape(ctx: EmitContext, inst: Instruction, value: Instruction,
+                   shape: ArrayShape) -> Instruction:
+    local = Instruction(inst.name, "reshape", shape, [value], inst.attrs,    # copied
+                        sharding=inst.sharding)
+    return ctx.builder.append(local)
+
+
+__all__ = ["ReshapeHalo", "emit_reshape_halo", "plan_reshape_halo"]
