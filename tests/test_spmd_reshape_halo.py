@@ -99,6 +99,8 @@ def test_merge_sends_each_shard_its_first_positions_from_the_left():
                           "{devices=[4,1]<=[4]}")
     spmd = check_equivalent(text, 4)
     assert collectives(spmd)[0] == ("collective-permute", [(0, 1), (1, 2), (2, 3)])
+    permute = next(i for i in spmd.entry.instructions if i.opcode == "collective-permute")
+    assert "reshape merges its tiled dim unevenly" in str(permute.attr("metadata"))
     halo = plan_reshape_halo(ArrayShape("f32", (7, 7, 8)), ArrayShape("f32", (49, 8)),
                              parse_sharding("{devices=[4,1,1]<=[4]}"),
                              parse_sharding("{devices=[4,1]<=[4]}"), 4)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from gspmdc.ir import dtypes
 from gspmdc.ir import sharding_algebra
+from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
@@ -112,11 +113,23 @@ def emit_reshape_halo(ctx: EmitContext, inst: Instruction, value: Instruction,
     shard = inst.sharding.shard_shape(inst.shape)
     if halo.split:
         tiling = Tiling(halo.operand, operand.shape.rank, ctx.num_devices)
-        value = windowed_input(ctx, value, tiling, {halo.dim: halo.plan}, None)
+        with ctx.builder.scope(_metadata(inst, operand.name, halo)):
+            value = windowed_input(ctx, value, tiling, {halo.dim: halo.plan}, None)
         return _local_reshape(ctx, inst, value, shard)
     tiling = Tiling(inst.sharding, inst.shape.rank, ctx.num_devices)
     merged = _local_reshape(ctx, inst, value, shard.with_dims(halo.merged))
-    return windowed_input(ctx, merged, tiling, {halo.dim: halo.plan}, None)
+    with ctx.builder.scope(_metadata(inst, inst.name, halo)):
+        return windowed_input(ctx, merged, tiling, {halo.dim: halo.plan}, None)
+
+
+def _metadata(inst: Instruction, value: str, halo: ReshapeHalo) -> KeyValueList:
+    """What `explain` shows of the exchange's instructions."""
+    what = "splits" if halo.split else "merges"
+    return KeyValueList((("op_type", "halo-exchange"), ("op_name", inst.name),
+                         ("spmd_value", value),
+                         ("spmd_reason", f"reshape {what} its tiled dim unevenly: the shards "
+                                         f"realign by a halo exchange (dim {halo.dim}: "
+                                         f"{halo.plan.describe()})")))
 
 
 def _local_reshape(ctx: EmitContext, inst: Instruction, value: Instruction,
