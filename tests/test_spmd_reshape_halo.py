@@ -57,6 +57,14 @@ CASES = [
     (4, (6, 5), (30,), "{devices=[4,1]0,2,1,3}", "{devices=[4]<=[4]}"),
     (6, (15,), (5, 3), "{devices=[6]<=[6]}", "{devices=[6,1]<=[6]}"),
     (4, (5, 2, 3), (5, 6), "{devices=[1,4,1]<=[4]}", "{devices=[1,4]<=[4]}"),
+    # devices grouped on a dim the reshape keeps whole, tiled alike on both sides (unevenly,
+    # before or after the split or merged dim, or replicated too)
+    (8, (10, 4, 6), (2, 5, 4, 6), "{devices=[4,1,2]<=[8]}", "{devices=[4,1,1,2]<=[8]}"),
+    (8, (6, 7, 7, 8), (6, 49, 8), "{devices=[2,4,1,1]<=[8]}", "{devices=[2,4,1]<=[8]}"),
+    (8, (5, 7, 7, 3), (5, 49, 3), "{devices=[2,4,1,1]<=[2,4]T(1,0)}",
+     "{devices=[2,4,1]<=[2,4]T(1,0)}"),
+    (8, (3, 9, 2), (3, 3, 3, 2), "{devices=[2,2,1,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,2,1,1,2]<=[8] last_tile_dim_replicate}"),
 ]
 
 
@@ -110,7 +118,9 @@ def test_merge_sends_each_shard_its_first_positions_from_the_left():
 @pytest.mark.parametrize("source,target,a,b", [
     ((10, 4), (4, 10), "{devices=[4,1]<=[4]}", "{devices=[4,1]<=[4]}"),       # 10 vs 4
     ((2, 5, 3), (5, 2, 3), "{devices=[1,4,1]<=[4]}", "{devices=[4,1,1]<=[4]}"),  # majors 2, 1
-    ((10, 4), (2, 5, 4), "{devices=[2,2]<=[4]}", "{devices=[4,1,1]<=[4]}"),   # two tiled dims
+    ((10, 4), (2, 5, 4), "{devices=[2,2]<=[4]}", "{devices=[4,1,1]<=[4]}"),   # dim 1 not alike
+    ((2, 10, 4), (2, 2, 5, 4), "{devices=[2,2,1]<=[4]}",
+     "{devices=[1,4,1,1]<=[4]}"),                                             # nor dim 0
     ((10, 4), (2, 5, 4), "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
      "{devices=[4,1,1]<=[4]}"),                                               # 2 tiles vs 4
 ])
@@ -120,7 +130,7 @@ def test_no_halo_plan_outside_xlas_conditions(source, target, a, b):
 
 
 @needs_xla
-@pytest.mark.parametrize("n,source,target,a,b", CASES[:3])
+@pytest.mark.parametrize("n,source,target,a,b", CASES[:3] + CASES[9:11])
 def test_no_more_bytes_than_xla(n, source, target, a, b):
     result = compared_with_xla(reshape_module(n, source, target, a, b), n)
     assert result.our_busiest <= result.xla_busiest

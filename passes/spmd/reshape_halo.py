@@ -3,7 +3,7 @@
 docs/design/partitioning.md#reshape-by-halo-exchange).
 
 The operand is tiled `c` ways on its dim `i` alone (of size `A`) and the result `c` ways on its
-dim `j` alone (of size `B`), the dims before `i` and before `j` having the same product, so
+dim `j` alone (of size `B`; but see the grouped dims below), the dims before `i` and before `j` having the same product, so
 a row-major position before them is one index on both sides and every device's data is a
 contiguous run of each "major row". The operand takes the result's devices in the same order
 (tile `k` of dim `i` on the device of tile `k` of dim `j`; a partially replicated result keeps
@@ -15,6 +15,11 @@ its replication). Shards are `a = cdiv(A, c)` and `s = cdiv(B, c)`:
 - merge, `B % A == 0` (`m = B / A`): the shard reshaped locally holds positions
   `[a·m·o, a·m·(o+1))` of dim `j` (a run of `a·m` of the `a·m·c` padded positions); a halo
   exchange on dim `j` (window 1, cut to `B` positions) gives each shard its `s`.
+
+Dims the reshape keeps whole (equal sizes, equal products before them) that both sides tile
+alike group the devices, as XLA's recursion does: each group runs the above on the shapes with
+those dims at their shard sizes (the products before `i` and `j` taken so), exchanging along
+`i` or `j` within the group.
 
 Only positions of real data travel (`WindowedDim.outputs`): positions at or past `A` (split) or
 `B` (merge) are padding of the result too, left as they are. The plan is a candidate of the
@@ -53,36 +58,55 @@ class ReshapeHalo:
     total: float
 
 
-def _unique_tiled_dim(s: HloSharding, rank: int, n: int) -> tuple[Tiling, int] | None:
-    """The tiling of `s` and its one dim tiled more than once (replication allowed, nothing
-    else), or None."""
+def _tiling(s: HloSharding, rank: int, n: int) -> Tiling | None:
+    """The tiling of `s` when it tiles dims and replicates (nothing else), else None."""
     if not s.is_tiled or set(s.subgroup_types) - {"replicated"}:
         return None
     tiling = Tiling(s, rank, n)
-    tiled = [d for d, c in enumerate(tiling.counts) if c > 1]
-    return (tiling, tiled[0]) if len(tiled) == 1 and tiling.unreduced == 1 else None
+    return tiling if tiling.unreduced == 1 else None
+
+
+def _kept(source: tuple[int, ...], target: tuple[int, ...]) -> dict[int, int]:
+    """The source dims the reshape keeps whole as one target dim (equal sizes, equal products
+    of the dims before them): source dim -> target dim."""
+    return {d: e for d in range(len(source)) for e in range(len(target))
+            if source[d] == target[e] and math.prod(source[:d]) == math.prod(target[:e])}
 
 
 @sharding_algebra.cached
 def plan_reshape_halo(in_shape: ArrayShape, out_shape: ArrayShape, source: HloSharding,
                       target: HloSharding, n: int) -> ReshapeHalo | None:
     """The split or merge of the module docstring for reshaping an operand sharded `source` to
-    a result sharded `target` on `n` devices, or None where XLA's conditions do not hold: both
-    tiled on one dim alone the same number of ways, equal products of the dims before them,
-    and one size a multiple of the other."""
-    src, dst = _unique_tiled_dim(source, in_shape.rank, n), _unique_tiled_dim(
-        target, out_shape.rank, n)
+    a result sharded `target` on `n` devices, or None where XLA's conditions do not hold.
+    Dims the reshape keeps whole and both tile alike group the devices (XLA's recursion on the
+    dims `PropagateShardingThroughReshape` keeps): within a group, read with those dims at
+    their shard sizes, both are tiled on one dim alone the same number of ways, with equal
+    products of the dims before them, and one size a multiple of the other."""
+    src, dst = _tiling(source, in_shape.rank, n), _tiling(target, out_shape.rank, n)
     if src is None or dst is None:
         return None
-    (src_tiling, i), (dst_tiling, j) = src, dst
-    c = dst_tiling.counts[j]
-    if src_tiling.counts[i] != c or \
-            math.prod(in_shape.dims[:i]) != math.prod(out_shape.dims[:j]):
+    kept = _kept(in_shape.dims, out_shape.dims)
+    grouped = {d: e for d, e in kept.items() if src.counts[d] > 1 and
+               src.counts[d] == dst.counts[e]}
+    rest_in = [d for d, c in enumerate(src.counts) if c > 1 and d not in grouped]
+    rest_out = [e for e, c in enumerate(dst.counts) if c > 1 and e not in grouped.values()]
+    if len(rest_in) != 1 or len(rest_out) != 1:
+        return None
+    (i,), (j,) = rest_in, rest_out
+    c = dst.counts[j]
+    moved = {**grouped, i: j}
+    inner_in = [cdiv(x, src.counts[d]) if d in grouped else x
+                for d, x in enumerate(in_shape.dims)]
+    inner_out = [cdiv(x, dst.counts[e]) if e in grouped.values() else x
+                 for e, x in enumerate(out_shape.dims)]
+    targets = [moved[d] for d in sorted(moved)]
+    if src.counts[i] != c or targets != sorted(targets) or \
+            math.prod(inner_in[:i]) != math.prod(inner_out[:j]):
         return None
     size_a, size_b = in_shape.dims[i], out_shape.dims[j]
-    counts = tuple(c if d == i else 1 for d in range(in_shape.rank))
-    operand = Tiling.of_devices(dst_tiling.devices.reshape(
-        counts + dst_tiling.devices.shape[-2:])).sharding
+    moved = {**grouped, i: j}
+    counts = tuple(dst.counts[moved[d]] if d in moved else 1 for d in range(in_shape.rank))
+    operand = Tiling.of_devices(dst.devices.reshape(counts + dst.devices.shape[-2:])).sharding
     a, s = cdiv(size_a, c), cdiv(size_b, c)
     width = dtypes.byte_width(in_shape.element_type)
     if size_a % size_b == 0:
@@ -95,7 +119,7 @@ def plan_reshape_halo(in_shape: ArrayShape, out_shape: ArrayShape, source: HloSh
         positions = a * (size_b // size_a)
         plan = plan_halo(WindowedDim(positions * c, c, padding_high=size_b - positions * c,
                                      outputs=(0, size_b)))
-        local = dst_tiling.shard_dims(out_shape.dims)
+        local = dst.shard_dims(out_shape.dims)
         local = local[:j] + (positions,) + local[j + 1:]
         split, dim, merged = False, j, local
     else:
