@@ -1,0 +1,70 @@
+"""No more collective bytes than XLA (issue 13) where an op computed in its operand's sharding
+is read by its users in one sharding other than its annotation: the candidate is priced at the
+cheaper of the reshard through the annotation and the reshard straight from the computed result
+(which insert-reshards' chain cleanup makes of the two steps;
+docs/design/partitioning.md#a-result-read-through-its-annotation). Bytes by hand from the cost
+model (an all-gather over g devices: each sends its shard to the g-1 others); values against
+the unpartitioned program; with the `[xla]` extra, against XLA's own partitioned program."""
+from __future__ import annotations
+
+import pytest
+
+from conformance.oracle import xla_available
+from spmd_partition_helpers import busiest_per_collective, check_equivalent, collectives, \
+    compared_with_xla
+
+needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
+
+#: fuzz/11400002898 [off], shrunk: rows of 2 (s32[2,1,15] per device, padded) on 4 devices, an
+#: `or` annotated in 2 column tiles held twice, read replicated by the root tuple (of two
+#: elements: XLA's import folds a tuple of one into its element's annotation).
+ROWS_READ_WHOLE = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = s32[5,1,15] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  q = s32[3] parameter(1), sharding={replicated}
+  o = s32[5,1,15] or(p, p), sharding={devices=[1,1,2,2]<=[4] last_tile_dim_replicate}
+  ROOT t = (s32[5,1,15], s32[3]) tuple(o, q), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_an_op_read_whole_runs_on_its_operand_rows_and_is_gathered_once():
+    """On the rows, one all-gather over the 4 devices: each sends its 2x1x15 s32 (120 B) to 3
+    others, 360 B. Through the annotation it was an all-to-all, a permute and a gather of the
+    rows into the columns (320 B on the busiest device), then a gather of the columns (a
+    5x1x8 s32 tile, 160 B): 480 B."""
+    spmd = check_equivalent(ROWS_READ_WHOLE, 4)
+    assert collectives(spmd) == [("all-gather", [[0, 1, 2, 3]], (0,))]
+    assert busiest_per_collective(spmd, 4) == 360
+
+
+#: the same op read in its annotation by one user and whole by another: the annotation is
+#: made for the first, and the second reads it from there (a gather of the columns, 160 B)
+#: rather than from the rows (360 B), so the two steps stay.
+ROWS_READ_TWICE = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = s32[5,1,15] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  o = s32[5,1,15] or(p, p), sharding={devices=[1,1,2,2]<=[4] last_tile_dim_replicate}
+  n = s32[5,1,15] negate(o), sharding={devices=[1,1,2,2]<=[4] last_tile_dim_replicate}
+  ROOT t = (s32[5,1,15], s32[5,1,15]) tuple(o, n), sharding={{replicated}, {devices=[1,1,2,2]<=[4] last_tile_dim_replicate}}
+}
+"""
+
+
+def test_an_op_read_in_its_annotation_too_keeps_the_annotation():
+    """One user reads the columns: the rows go to the columns once (320 B), the replicated
+    element is gathered from the columns (160 B); gathering the rows for it as well (360 B)
+    would send more."""
+    spmd = check_equivalent(ROWS_READ_TWICE, 4)
+    assert busiest_per_collective(spmd, 4) == 480
+    assert collectives(spmd)[-1] == ("all-gather", [[0, 2], [1, 3]], (2,))
+
+
+@needs_xla
+def test_an_op_read_whole_sends_what_xla_sends():
+    """XLA computes the `or` on the rows and gathers it once (its reshard to the annotation
+    goes through the replicated value, which its cache gives to the root): 360 B per device."""
+    result = compared_with_xla(ROWS_READ_WHOLE, 4)
+    assert result.our_busiest == result.xla_busiest == 360
