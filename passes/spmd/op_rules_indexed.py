@@ -23,9 +23,9 @@ More strategies, chosen by bytes like the others:
   the reshard to the annotated sharding sums: an all-reduce of the slice instead of a gather of
   the operand.
 - `dynamic-update-slice` on a tiled *sliced* dim d (the update is smaller than the dim): the
-  operand stays tiled, the update is whole on d, and each partition writes the part of the update
-  that falls in its range. With `s` the start clamped as HLO does (`[0, S_d - U_d]`) and `lo` the
-  partition's offset, the local window of the update is
+  operand is tiled (as it is, or as the annotated result is), the update is whole on d, and each
+  partition writes the part of the update that falls in its range. With `s` the start clamped as
+  HLO does (`[0, S_d - U_d]`) and `lo` the partition's offset, the local window of the update is
   `dynamic-slice(pad(update, shard on both sides of d), lo - s + shard)` (`shard` elements, the
   part of the update over this partition's range wherever they overlap); it is written at 0 on
   d (and at the original start on whole dims), and a mask `s <= lo + iota < s + U_d` keeps the
@@ -252,19 +252,30 @@ class DynamicSliceRule(_KeptDimsRule):
 class DynamicUpdateSliceRule(_KeptDimsRule):
     def candidates(self, inst, ctx):
         candidates = super().candidates(inst, ctx)
-        operand, update = inst.operands[0], inst.operands[1]
-        source = operand.sharding
-        rank = operand.shape.rank
-        if not source.is_tiled or source != without_partials(source):
-            return candidates
-        tiling = ctx.tiling(source, rank)
+        rank = inst.shape.rank
         sliced = [d for d in range(rank) if d not in _kept_dims(inst)]
-        if not any(tiling.counts[d] > 1 for d in sliced):
-            return candidates
-        on_update = algebra.partially_replicate_on_dims(tiling.sharding, sliced)
-        candidates.insert(0, self.plan_for(
-            inst, source, "dynamic-update-slice keeps its operand tiled on sliced dims: each "
-            "partition writes the part of the update in its range", (source, on_update)))
+        # the operand's tiling first, the result's last: on a tie of bytes the operand stays,
+        # and the result's tiling wins only where it moves fewer
+        source = inst.operands[0].sharding
+        tilings = [(source, "its operand tiled")] + [
+            (target, "the result's tiling") for target in inst.sharding.leaf_shardings(inst.shape)]
+        seen = set()
+        for sharding, whose in tilings:
+            if not sharding.is_tiled or sharding != without_partials(sharding):
+                continue
+            tiling = ctx.tiling(sharding, rank)
+            if tiling.sharding in seen or not any(tiling.counts[d] > 1 for d in sliced):
+                continue
+            seen.add(tiling.sharding)
+            on_update = algebra.partially_replicate_on_dims(tiling.sharding, sliced)
+            plan = self.plan_for(
+                inst, tiling.sharding, f"dynamic-update-slice keeps {whose} on sliced dims: "
+                "each partition writes the part of the update in its range",
+                (tiling.sharding, on_update))
+            if sharding is source:
+                candidates.insert(0, plan)
+            else:
+                candidates.append(plan)
         return candidates
 
     def lower(self, inst, ctx: LowerContext):
