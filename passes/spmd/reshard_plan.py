@@ -435,8 +435,26 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     for d in _scatter_dims(dims, src, dst)[1:]:
         for flags in itertools.product((True,), *[(True, False)] * 3):
             variants.append(_staged(dims, src, dst, *flags, scatter_dim=d))
-    direct = rounds = None
-    if src.unreduced == dst.unreduced == 1 and _misaligned(dims, src, dst):
+    if src.unreduced == dst.unreduced == 1:
+        variants += _exchange_variants(dims, src, dst)
+    elif src.unreduced > 1 and dst.unreduced == 1:
+        # partial sums all-reduced, then moved by exchanges too (XLA's reshard of partial sums:
+        # all-reduce, then as any tiling; the staged variants all-reduce, but then only gather,
+        # slice, permute and all-to-all)
+        reduced = Tiling(algebra.all_reduce_partials(src.sharding, src.rank, src.num_devices),
+                         src.rank, src.num_devices)
+        all_reduce = AllReduce(src, reduced, groups=src.partial_groups())
+        variants += [[all_reduce, *rest] for rest in _exchange_variants(dims, reduced, dst)]
+    return variants
+
+
+def _exchange_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
+    """The variants from `src` to `dst` (neither with partial sums) that begin with an exchange
+    of pieces: where some dim's tiles do not nest, the exchange of the pieces of the new tiles
+    and the exchange to `_realigned`'s tiling followed by every variant from there; and the
+    `_realigned_variants`."""
+    variants = []
+    if _misaligned(dims, src, dst):
         direct = plan_exchange(dims, src, dst)
         if direct is not None:
             variants.append([Exchange(src, dst, rounds=tuple(direct))])
@@ -445,8 +463,7 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         if rounds is not None:
             exchange = Exchange(src, mid, rounds=tuple(rounds))
             variants += [[exchange, *rest] for rest in _variants(dims, mid, dst)]
-    variants += _realigned_variants(dims, src, dst)
-    return variants
+    return variants + _realigned_variants(dims, src, dst)
 
 
 def _realigned(dims, src: Tiling, dst: Tiling) -> Tiling | None:
