@@ -2,7 +2,8 @@
 order of the all-to-alls when two dims trade their tiles with two others over uneven dims (XLA
 moves the last pair first, `GetReshardAllToAllSourceTargetDims`, which pads a smaller shard
 first); and a value's reshard shared by its users (XLA reshards a value once per target
-sharding, its reshard cache, so one gather made for one user makes another user's read free).
+sharding, its reshard cache, so one gather made for one user makes another user's read free;
+a convolution's too, seed 11300).
 Bytes are worked out by hand from the cost model's formulas (`gspmdc.ir.cost`: all-to-all =
 every block but the device's own); values against the unpartitioned program; with the `[xla]`
 extra, against XLA's own partitioned program (skipped without it)."""
@@ -116,9 +117,52 @@ def test_the_credit_is_asked_once_per_instruction_and_prices_each_operand():
     assert ctx.cost_of(signature, gathered) == 96
 
 
+GATHERED_FOR_TWO = """HloModule m, num_partitions=4
+
+ENTRY main {{
+  p = f32[6,2,6,3] parameter(0), sharding={{devices=[1,1,4,1]<=[2,2]T(1,0)}}
+  u = f32[3,2,3,2] parameter(1), sharding={{replicated}}
+  i = s32[] parameter(2), sharding={{replicated}}
+  j = s32[] parameter(3), sharding={{replicated}}
+  one = s32[] constant(1), sharding={{replicated}}
+  two = s32[] constant(2), sharding={{replicated}}
+  dus = f32[6,2,6,3] dynamic-update-slice(p, u, one, two, i, j), sharding={{devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}}
+  k = f32[3,4,2,6] parameter(4), sharding={{replicated}}
+  conv = f32[5,6,6,2] convolution(p, k), window={{size=4x3 pad=2_2x0_1 lhs_dilate=2x1}}, dim_labels=1bf0_10io->10fb, feature_group_count=3, sharding={{devices=[2,1,2,1]<=[4]}}
+  ROOT t = (f32[6,2,6,3], f32[5,6,6,2]) tuple(dus, conv), sharding={root}
+}}
+"""
+#: the root replicated (the propagation options off) and in the two annotations (on)
+GATHERED_FOR_TWO_ROOTS = {
+    "off": "{{replicated}, {replicated}}",
+    "on": "{{devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}, {devices=[2,1,2,1]<=[4]}}",
+}
+
+
+@pytest.mark.parametrize("setting", ["off", "on"])
+def test_a_contraction_reads_the_gather_another_user_makes(setting):
+    """fuzz/11300001530: `p` (input features tiled 4 ways, f32[6,2,2,3] = 288 B a device) is
+    read by a `dynamic-update-slice` writing across its row tiles and by a grouped
+    convolution (3 groups; 4 feature tiles). Alone, each is cheaper without gathering `p`:
+    the update written in place, then its result gathered (off, 864 B a device: a tie) or
+    moved to its annotation by an all-to-all and a gather (on, 432 B); the convolution of
+    whole groups in place, its result permuted to its annotation (on, up to 528 B). Gathered
+    once, `p` gives both their whole operand (XLA's reshard cache: its handlers replicate
+    both operands here), the results sliced to any annotation for free: one all-gather,
+    3 x 288 = 864 B from every device, where the two paid for their own reshards (1,728 B
+    off, 960 on the busiest device)."""
+    text = GATHERED_FOR_TWO.format(root=GATHERED_FOR_TWO_ROOTS[setting])
+    spmd = check_equivalent(text, 4)
+    assert collectives(spmd) == [("all-gather", [[0, 2, 1, 3]], (2,))]
+    assert sent_bytes(spmd, 4) == 3 * 288
+
+
 @needs_xla
-@pytest.mark.parametrize("text,n", [(TRADED_UNEVEN, 4), (PAD_AND_TOPK, 8)],
-                         ids=["traded-uneven", "pad-and-topk"])
+@pytest.mark.parametrize("text,n", [
+    (TRADED_UNEVEN, 4), (PAD_AND_TOPK, 8),
+    (GATHERED_FOR_TWO.format(root=GATHERED_FOR_TWO_ROOTS["off"]), 4),
+    (GATHERED_FOR_TWO.format(root=GATHERED_FOR_TWO_ROOTS["on"]), 4)],
+    ids=["traded-uneven", "pad-and-topk", "gathered-for-two-off", "gathered-for-two-on"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""

@@ -584,9 +584,10 @@ class _Rewriter:
         every user of a value the one reshard to a sharding), over the reshard's bytes, at
         most 1. A plan reading it is then priced with the rest only: the choice is a joint
         one over the value's users (e.g. a `pad` whose halo exchange is cheaper alone, where
-        gathering its operand makes a later `topk` of it free). Asked for the operands of ops
-        other than contractions (as `had` is used: `PlanContext.signature`); empty for a
-        value computed again for free and for one without later users."""
+        gathering its operand makes a later `topk` of it free; a `dynamic-update-slice` whose
+        operand a later convolution reads gathered). Asked for the operands of every op, as
+        `had` is used (`PlanContext.signature`); empty for a value computed again for free
+        and for one without later users."""
         if len(self.users.get(value, ())) < 2:
             return ()
         sharding = value.sharding

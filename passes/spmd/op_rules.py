@@ -435,18 +435,20 @@ class PlanContext:
         """`inst`'s signature, with its users' needs (`result_needs`) once some plan asked of
         it computes a result in another sharding than `inst`'s (before that the users'
         reshards are the same for all its plans); every later question about `inst` gets the
-        same needs, so that its plans are compared alike."""
+        same needs, so that its plans are compared alike. The operands' shared reshards
+        (`operand_had`, `operand_credit`) are asked for every opcode, a contraction's too: a
+        node another user reads is had without bytes whatever the user does with it
+        (docs/design/partitioning.md#contract-and-steps)."""
         signature = Signature.of(inst)
         had = broadcast = needs = credits = ()
         if self.had is not None:
             operand_needs = [tuple([p.operands[i] for p in plans if len(p.operands) > i])
                              for i in range(len(inst.operands))]
             operand_had = tuple([self.had(o, n) for o, n in zip(inst.operands, operand_needs)])
-            if self.credit is not None and inst.opcode not in CONTRACTIONS:
+            if self.credit is not None:
                 credits = self.credit(inst, operand_needs, operand_had)
             if any(operand_had):
-                if inst.opcode not in CONTRACTIONS:
-                    had = operand_had
+                had = operand_had
                 if self.broadcast is not None:
                     flags = tuple([bool(h) and o.sharding.kind == "maximal" and
                                    self.broadcast(o, h)
