@@ -1,8 +1,9 @@
 """No more collective bytes than XLA (issue 13) where one instruction reads one value in
 several shardings (a `tuple` holding a parameter in two elements sharded differently, the
-initial state of a `while`): insert-reshards makes the read after which the others cost least
-first and takes the others from it (`passes/spmd/reshard_order.py`), as XLA's partitioner,
-whose reshard to the tiling goes through the replicated value, finds that value in its reshard
+initial state of a `while`), or an instruction reads it in a tiling that a later user reads
+whole: insert-reshards makes the read after which the others cost least first and takes the
+others from it (`passes/spmd/reshard_order.py`), as XLA's partitioner, whose reshard to the
+tiling (or to one device) goes through the replicated value, finds that value in its reshard
 cache for the other read. Bytes per device by hand from the cost model's formulas
 (`gspmdc.ir.cost`: an all-gather sends each device's shard to the g-1 others; a
 collective-permute counts on the devices that send); values against the unpartitioned program;
@@ -52,6 +53,22 @@ ENTRY e {
 }
 """
 
+#: fuzz/11200001884 reduced: a `dot` reads `p` in 8 column tiles, the root later reads it on
+#: one device (whose reshard gathers it on every device); `LATER_WHOLE_DEAD` has a dead user
+#: reading it on that device first
+LATER_WHOLE = """HloModule m, num_partitions=8
+
+ENTRY main {
+  p = f64[2,5] parameter(0), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
+  c = f64[2] constant({0.75, -1.5}), sharding={replicated}
+  d = f64[5] dot(c, p), lhs_contracting_dims={0}, rhs_contracting_dims={0}, sharding={devices=[8]5,2,4,7,0,6,1,3}
+  ROOT t = (f64[2,5], f64[5]) tuple(p, d), sharding={{maximal device=3}, {devices=[8]5,2,4,7,0,6,1,3}}
+}
+"""
+LATER_WHOLE_DEAD = LATER_WHOLE.replace(
+    "  c = ", "  r = f64[2,5] reshape(p), sharding={maximal device=3}\n  c = ")
+LATER_REPLICATED = LATER_WHOLE.replace("{{maximal device=3}, ", "{{replicated}, ")
+
 #: one tiling in two device orders and replicated, read by the root
 REORDERED = """HloModule m, num_partitions=4
 
@@ -82,6 +99,21 @@ def test_a_value_read_in_another_device_order_and_whole_is_gathered_once():
     spmd = check_equivalent(REORDERED, 4)
     assert [c[0] for c in collectives(spmd)] == ["all-gather"]
     assert sent_bytes(spmd, 4) == 3 * 8
+
+
+@pytest.mark.parametrize("text", [LATER_WHOLE, LATER_WHOLE_DEAD, LATER_REPLICATED])
+def test_a_tiling_is_sliced_from_the_gather_a_later_user_makes(text):
+    """`p`'s f64[1,3] shards (its 5 columns in 2 tiles, padded) gathered over the column pairs
+    (24 B from every device), the 5 columns over the row pairs (f64[1,5]: 40 B): 64 B on every
+    device, and the dot's 8 column tiles sliced from the whole value. Before, the dot's tiles
+    came first by two rounds of permutes (8 B from 4 devices, then from 3; device 0 in both)
+    and the root gathered `p` anyway: 80 B on the busiest device. XLA gathers for the dot
+    (its reshard to the tiles goes through the whole value) without trimming the padding:
+    24 + 48 = 72 B on every device."""
+    spmd = check_equivalent(text, 8)
+    assert [(c[0], c[2]) for c in collectives(spmd)] == [("all-gather", (1,)),
+                                                         ("all-gather", (0,))]
+    assert sent_per_device(spmd, 8).tolist() == [24 + 40] * 8
 
 
 _SHAPE = ArrayShape("f32", (12,))
@@ -126,3 +158,9 @@ def test_all_devices_bytes_break_a_tie_of_the_busiest():
 def test_no_more_bytes_than_xla_for_a_loop_state_read_twice():
     result = compared_with_xla(LOOP_STATE, 6)
     assert result.our_bytes == result.xla_bytes == 52
+
+
+@needs_xla
+def test_no_more_bytes_than_xla_for_a_tiling_read_before_the_whole_value():
+    result = compared_with_xla(LATER_WHOLE, 8)
+    assert (result.our_busiest, result.xla_busiest) == (64, 72)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gspmdc import api
+from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.oracle import xla_available
 
@@ -283,10 +284,15 @@ def test_a_sorted_element_read_twice_is_priced_through_the_first_read():
     against 120 sorted replicated; the whole value taken from the pair-gathered node (an
     all-gather of [4,3] s32 over the other pair: 48 B) makes the tiled sort cost 120 too, and
     it moves fewer bytes over all devices. XLA sorts tiled too and sends 108 B per device
-    (mean); gspmdc 96: permutes of 2 of 4 [2,3] s32 tiles twice (12 B mean each), the
-    all-gather over pairs (24) and over the other pairs (48)."""
+    (mean). gspmdc permutes 2 of 4 [2,3] s32 tiles of `values` for the sort (24 B from 2
+    devices, 12 B mean), then gathers the sorted element whole for the root (its [2,3] tile to
+    the 3 other devices: 72 B) and slices the convert's [2,1,2] tiles from it: 84 B mean, 96
+    on the busiest device. Before, the convert's tiles came first (a permute, an all-gather
+    over pairs) and the whole value from them (over the other pairs): 96 B mean, 120 on the
+    busiest device."""
     spmd = check_equivalent(SORTED_FOR_TWO, 4)
-    assert sent_bytes(spmd, 4) == 12 + 12 + 24 + 48
+    assert sent_bytes(spmd, 4) == 12 + 72
+    assert int(sent_per_device(spmd, 4).max()) == 24 + 72
 
 
 ELEMENT_OF_A_TUPLE = """HloModule m, num_partitions=4

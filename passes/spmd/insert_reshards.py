@@ -343,6 +343,12 @@ class _Rewriter:
         elif (recomputed := self._recompute_replicated(value, target, user, role,
                                                         reason)) is not None:
             node = recomputed
+        elif (whole := self._gathered_first(value, target)) is not None:
+            gathered = self.reshard(value, whole, user, role,
+                                    f"{reason} (gathered first: a later user reads it whole)")
+            if gathered in self.everywhere:
+                gathered = self._as_replicated(gathered)
+            node = self.reshard(gathered, target, user, role, reason)
         elif broadcast_first(value.sharding, target) or self._broadcast_later(value, target):
             whole = self.reshard(value, HloSharding.replicate(), user, role, reason)
             node = self.reshard(whole, target, user, role, reason)
@@ -439,6 +445,34 @@ class _Rewriter:
             return False
         return any(need.is_replicated or broadcast_first(value.sharding, need)
                    for need in self._wanted(value))
+
+    def _gathered_first(self, value: Instruction, target: HloSharding) -> HloSharding | None:
+        """The sharding in which a user of the tiled array `value` not planned yet reads it
+        whole (replicated, or onto one device: its plan gathers the value on every device),
+        when gathering it first and slicing `target`, a tiling, from the whole value moves
+        fewer bytes than resharding to `target` and gathering after, from the cheapest of the
+        value and its reshards (`reshard_order.first_made`, as for one instruction's reads).
+        XLA's reshard cache holds the replicated value a reshard to one device goes through,
+        and any later tiling is sliced from it; the later user then takes the gathered node
+        made here (docs/design/partitioning.md#several-reads-of-one-value). None otherwise,
+        and for the result of the instruction being planned (its users see it resharded)."""
+        sharding = value.sharding
+        if target.kind != "tiled" or sharding.kind != "tiled" or target.has_unreduced or \
+                target.has_manual_leaf or sharding.has_unreduced or sharding.has_manual_leaf or \
+                isinstance(value.shape, TupleShape) or len(self.users.get(value, ())) < 2 or \
+                self.planning is None or self.planning[0] is value:
+            return None
+        whole = sorted([need for need in self._wanted(value)
+                        if need.is_replicated or need.kind == "maximal"],
+                       key=lambda s: (not s.is_replicated, s.to_text(False)))
+        if not whole:
+            return None
+        held = frozenset([s for s, node in self._reshards_of(value)
+                          if node in self.read_live and is_inserted_reshard(node)])
+        needs = [target, HloSharding.replicate()]
+        if first_made(value.shape, sharding, held, needs, self.ctx.cost, self.ctx.total) != 1:
+            return None
+        return whole[0]
 
     def _cheaper_sibling(self, value: Instruction, target: HloSharding) -> Instruction | None:
         """A reshard node of the array `value` that an instruction reads already (made for
