@@ -47,6 +47,9 @@ be:
   that beats gathering from the tiles);
 - a value's replicated reshard that a live instruction reads gives it whole to any pure op
   computed again from it;
+- a tiled value that a user not planned yet reads whole (replicated, or onto one device) is
+  gathered first for a tiling the instruction being planned reads, the tiling sliced from it,
+  where that moves fewer bytes than the tiling and the later gather (`_gathered_first`);
 - an instruction with an operand on one device runs on that device when its rule's plan for
   that moves fewer bytes than the plan for its own sharding;
 - a reshard of an operand that the plans of the operand's users not planned yet would save
