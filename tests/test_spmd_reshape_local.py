@@ -13,6 +13,7 @@ from gspmdc.ir import sharding_algebra
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.sharding import HloSharding, TileAssignment
 from gspmdc.passes.spmd.op_rules_data import local_reshape_ok
+from fuzz.shardings import prime_factors
 from hlo_text import hlo_module, reducer
 from spmd_partition_helpers import COLLECTIVES, check_equivalent
 
@@ -79,16 +80,6 @@ def test_xlas_reshape_pairs_reshape_locally(case):
     assert reshapes_locally(target, source, b, a)
 
 
-def _primes(n: int) -> list[int]:
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
-
-
 @settings(max_examples=300, deadline=None)
 @given(reshapes(), st.data())
 def test_a_local_reshape_is_right_whenever_allowed(case, data):
@@ -96,7 +87,7 @@ def test_a_local_reshape_is_right_whenever_allowed(case, data):
     correspond (most random ones do not)."""
     source, target, a = case
     counts = [1] * len(target)
-    for p in _primes(a.num_tiles):
+    for p in prime_factors(a.num_tiles):
         counts[data.draw(st.integers(0, len(target) - 1))] *= p
     order = data.draw(st.permutations(range(a.num_tiles)))
     b = HloSharding.tiled(TileAssignment.explicit(counts, order))

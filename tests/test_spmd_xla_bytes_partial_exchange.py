@@ -18,6 +18,7 @@ from gspmdc.passes.spmd.reshard_plan import plan_reshard
 from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.oracle import xla_available
+from hlo_text import hlo_module, reducer
 
 from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla
 
@@ -25,20 +26,10 @@ needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extr
 
 #: fuzz/11400002053 (on) reduced: rows in 2 tiles, columns in 3 tiles (of 3, 3 and 2), reduced
 #: over the rows into 6 tiles of 2 columns
-REDUCE = """HloModule m, num_partitions=6
-
-mul {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] multiply(a, b)
-}
-
-ENTRY e {
-  p = f32[3,8] parameter(0), sharding={devices=[2,3]4,0,1,3,5,2}
+REDUCE = hlo_module("""  p = f32[3,8] parameter(0), sharding={devices=[2,3]4,0,1,3,5,2}
   one = f32[] constant(1.0)
-  ROOT r = f32[8] reduce(p, one), dimensions={0}, to_apply=mul, sharding={devices=[6]<=[6]}
-}
-"""
+  ROOT r = f32[8] reduce(p, one), dimensions={0}, to_apply=mul, sharding={devices=[6]<=[6]}""",
+                    reducer("mul", "multiply"), ", num_partitions=6")
 
 PARTIALS = "{devices=[3,2]4,3,0,5,1,2 last_tile_dims={unreduced}}"
 

@@ -460,22 +460,22 @@ class _Rewriter:
         made here (docs/design/partitioning.md#several-reads-of-one-value). None otherwise,
         and for the result of the instruction being planned (its users see it resharded)."""
         sharding = value.sharding
-        if target.kind != "tiled" or sharding.kind != "tiled" or target.has_unreduced or \
-                target.has_manual_leaf or sharding.has_unreduced or sharding.has_manual_leaf or \
-                isinstance(value.shape, TupleShape) or len(self.users.get(value, ())) < 2 or \
-                self.planning is None or self.planning[0] is value:
+        if not (target.kind == sharding.kind == "tiled" and free_target(target) and
+                free_target(sharding)) or isinstance(value.shape, TupleShape) or \
+                len(self.users.get(value, ())) < 2 or self.planning is None or \
+                self.planning[0] is value:
             return None
-        whole = sorted([need for need in self._wanted(value)
-                        if need.is_replicated or need.kind == "maximal"],
-                       key=lambda s: (not s.is_replicated, s.to_text(False)))
-        if not whole:
+        whole = min([need for need in self._wanted(value)
+                     if need.is_replicated or need.kind == "maximal"],
+                    key=lambda s: (not s.is_replicated, s.to_text(False)), default=None)
+        if whole is None:
             return None
         held = frozenset([s for s, node in self._reshards_of(value)
                           if node in self.read_live and is_inserted_reshard(node)])
         needs = [target, HloSharding.replicate()]
         if first_made(value.shape, sharding, held, needs, self.ctx.cost, self.ctx.total) != 1:
             return None
-        return whole[0]
+        return whole
 
     def _cheaper_sibling(self, value: Instruction, target: HloSharding) -> Instruction | None:
         """A reshard node of the array `value` that an instruction reads already (made for

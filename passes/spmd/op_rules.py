@@ -239,9 +239,7 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     reshard later users pay a share of (`operand_credit`), the rest. With a
     `bound`, the sum stops once it passes the bound (no term is negative): a value above
     `bound`, then, not the whole sum."""
-    in_place = all([sharding == need for sharding, need in
-                    zip(signature.operand_shardings, plan.operands)])
-    total = own + _result_bytes(signature, plan.result, measure, in_place)
+    total = own + _result_bytes(signature, plan.result, measure, plan.operands)
     if bound is not None and total > bound:
         return total
     count = len(signature.operand_ids)
@@ -303,7 +301,7 @@ def result_chain(result: HloSharding, annotated: HloSharding) -> tuple[HloShardi
 
 def _result_bytes(signature: "Signature", result: HloSharding,
                   measure: Callable[[Shape, HloSharding, HloSharding], float],
-                  in_place: bool = False) -> float:
+                  operand_needs: Sequence[HloSharding]) -> float:
     """The bytes `measure` gives for having a result computed in `result` where its users
     need it (`signature.result_needs`): each need is read from the last sharding of
     `result_chain`, or from an earlier one where that moves fewer bytes (as insert-reshards
@@ -311,12 +309,12 @@ def _result_bytes(signature: "Signature", result: HloSharding,
     fewer still (insert-reshards reshards from a node another user reads: `_cheaper_sibling`),
     and the chain's reshards up to the last one read are paid once. With no needs known, the
     reshard to the annotation. Where every user reads an array result replicated, computed
-    `in_place` (no operand resharded) in another sharding than its annotation (not
-    replicated), the reshard to the annotation is made for that one gather alone, which
-    insert-reshards then makes straight from the result where that moves no more bytes (its
-    chain cleanup; XLA's reshard cache gives the users the replicated form its reshard to the
-    annotation went through, docs/design/partitioning.md#a-result-read-through-its-annotation):
-    the cheaper of the two."""
+    in place (each operand read as it is: `operand_needs` are the plan's) in another sharding
+    than its annotation (not replicated), the reshard to the annotation is made for that one
+    gather alone, which insert-reshards then makes straight from the result where that moves
+    no more bytes (its chain cleanup; XLA's reshard cache gives the users the replicated form
+    its reshard to the annotation went through,
+    docs/design/partitioning.md#a-result-read-through-its-annotation): the cheaper of the two."""
     shape, annotated = signature.shape, signature.sharding
     if not signature.result_needs:
         return measure(shape, result, annotated)
@@ -335,8 +333,9 @@ def _result_bytes(signature: "Signature", result: HloSharding,
         reads = [min(k, 1) for k in reads]
     used = max(reads)
     total += sum(measure(shape, a, b) for a, b in zip(chain[:used], chain[1:used + 1]))
-    if in_place and len(chain) == 2 and isinstance(shape, ArrayShape) and \
-            not chain[1].is_replicated and all(need.is_replicated for need in needs):
+    if len(chain) == 2 and isinstance(shape, ArrayShape) and not chain[1].is_replicated and \
+            all(need.is_replicated for need in needs) and \
+            all([s == need for s, need in zip(signature.operand_shardings, operand_needs)]):
         total = min(total, measure(shape, result, needs[0]))
     return total
 

@@ -30,8 +30,8 @@ indexed tiles on the replicas of each (`_within`: XLA's gather recursion partiti
 within each group of the devices one strategy keeps apart, borrowing tiles from the other side
 where its replicas are too few), the operand's tiles then the indices' then the result's on the
 dims each leaves (and the indices' first: `_merged`, XLA's chain of strategies, each dim taken
-where the devices still form one tiling), and everything replicated. A candidate whose device groups do
-not combine into one tiling is skipped.
+where the devices still form one tiling), and everything replicated. A candidate whose device
+groups do not combine into one tiling is skipped.
 `pred` gathers combine their partial values by `or` (the masked results are `false`).
 
 Scatter (`ScatterRule`) tiles its operand (= result) dims the same way: dims the updates cover
@@ -73,22 +73,24 @@ def tiling_from_coordinates(coords: np.ndarray, counts: tuple[int, ...]) -> Tili
     """The tiling in which device `k` holds tile `coords[k]` (`[N, rank]`, each within `counts`),
     devices of one tile being replicas (by device id); None unless every tile has the same
     number of devices."""
-    if not _forms_tiling(coords, counts):
+    keys = _tiling_keys(coords, counts)
+    if keys is None:
         return None
     n = coords.shape[0]
-    keys = _keys(coords, counts, range(len(counts)))
     order = np.lexsort((np.arange(n), keys))
     return Tiling.of_devices(order.reshape(tuple(counts) + (1, n // prod(counts))))
 
 
-def _forms_tiling(coords: np.ndarray, counts) -> bool:
-    """Whether every tile of `counts` is held by the same number of devices (`coords`:
-    per device, its tile index on each dim)."""
+def _tiling_keys(coords: np.ndarray, counts) -> np.ndarray | None:
+    """Per device, the row-major index of its tile (`coords`: per device, its tile index on
+    each dim of `counts`), where every tile is held by the same number of devices; else None."""
     n, tiles = coords.shape[0], prod(counts)
     if n % tiles:
-        return False
+        return None
     keys = _keys(coords, counts, range(len(counts)))
-    return np.array_equal(np.bincount(keys, minlength=tiles), np.full(tiles, n // tiles))
+    if not np.array_equal(np.bincount(keys, minlength=tiles), np.full(tiles, n // tiles)):
+        return None
+    return keys
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ def _merged(parts, num_devices: int):
                 continue
             trial_coords, trial_counts = coords.copy(), list(counts)
             trial_coords[:, e], trial_counts[e] = part_coords[:, e], part_counts[e]
-            if _forms_tiling(trial_coords, trial_counts):
+            if _tiling_keys(trial_coords, trial_counts) is not None:
                 coords, counts = trial_coords, trial_counts
     return coords, counts
 

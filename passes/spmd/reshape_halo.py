@@ -3,9 +3,9 @@
 docs/design/partitioning.md#reshape-by-halo-exchange).
 
 The operand is tiled `c` ways on its dim `i` alone (of size `A`) and the result `c` ways on its
-dim `j` alone (of size `B`; but see the grouped dims below), the dims before `i` and before `j` having the same product, so
-a row-major position before them is one index on both sides and every device's data is a
-contiguous run of each "major row". The operand takes the result's devices in the same order
+dim `j` alone (of size `B`; but see the grouped dims below), the dims before `i` and before `j`
+having the same product, so a row-major position before them is one index on both sides and
+every device's data is a contiguous run of each "major row". The operand takes the result's devices in the same order
 (tile `k` of dim `i` on the device of tile `k` of dim `j`; a partially replicated result keeps
 its replication). Shards are `a = cdiv(A, c)` and `s = cdiv(B, c)`:
 
@@ -104,7 +104,6 @@ def plan_reshape_halo(in_shape: ArrayShape, out_shape: ArrayShape, source: HloSh
             math.prod(inner_in[:i]) != math.prod(inner_out[:j]):
         return None
     size_a, size_b = in_shape.dims[i], out_shape.dims[j]
-    moved = {**grouped, i: j}
     counts = tuple(dst.counts[moved[d]] if d in moved else 1 for d in range(in_shape.rank))
     operand = Tiling.of_devices(dst.devices.reshape(counts + dst.devices.shape[-2:])).sharding
     a, s = cdiv(size_a, c), cdiv(size_b, c)

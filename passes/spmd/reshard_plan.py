@@ -441,10 +441,9 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         # partial sums all-reduced, then moved by exchanges too (XLA's reshard of partial sums:
         # all-reduce, then as any tiling; the staged variants all-reduce, but then only gather,
         # slice, permute and all-to-all)
-        reduced = Tiling(algebra.all_reduce_partials(src.sharding, src.rank, src.num_devices),
-                         src.rank, src.num_devices)
-        all_reduce = AllReduce(src, reduced, groups=src.partial_groups())
-        variants += [[all_reduce, *rest] for rest in _exchange_variants(dims, reduced, dst)]
+        all_reduce = _all_reduce(src)
+        variants += [[all_reduce, *rest]
+                     for rest in _exchange_variants(dims, all_reduce.after, dst)]
     return variants
 
 
@@ -888,11 +887,17 @@ def _resolve_partials(dims, state: Tiling, target: Tiling, steps: list[Step],
         state = _scatter_in_stages(dims, state, target, steps)
         if state.unreduced == 1:
             return state
-    groups = state.partial_groups()
+    all_reduce = _all_reduce(state)
+    steps.append(all_reduce)
+    return all_reduce.after
+
+
+def _all_reduce(state: Tiling) -> AllReduce:
+    """The all-reduce of `state`'s partial sums over their groups (`after`: the sums held by
+    every member)."""
     reduced = Tiling(algebra.all_reduce_partials(state.sharding, state.rank, state.num_devices),
                      state.rank, state.num_devices)
-    steps.append(AllReduce(state, reduced, groups=groups))
-    return reduced
+    return AllReduce(state, reduced, groups=state.partial_groups())
 
 
 def _scatter_in_stages(dims, state: Tiling, target: Tiling, steps: list[Step]) -> Tiling:
