@@ -62,10 +62,11 @@ from gspmdc.ir.ops import COLLECTIVES, SIDE_EFFECTING, Trait, opcodes, with_trai
 from gspmdc.ir.schedule import BARRIER_OPCODES, fused_pads, issue_order, result_bytes
 from gspmdc.ir.shapes import ArrayShape, Shape, TupleShape
 
+from .buffer_donation import donations
 from .collectives import CollectiveBackend, Pending, SinglePartitionBackend
 from .kernels import KERNELS, TOKEN, Token
 from .kernels.indexing import dynamic_slice_of_pad_for
-from .kernels.specialising import kernel_for
+from .kernels.specialising import in_place_kernel_for, kernel_for
 from .live_arrays import LiveArrays
 from .options import DEFAULT_ROUNDING
 from .rounding import check_rounding, round_to_bf16, unrounded, unrounded_readers
@@ -295,13 +296,16 @@ class _Plan:
                  "foldable", "finish_at_end", "skipped", "hoistable", "_operands", "_windows",
                  "_unpacked",
                  "_pure", "_invariant", "_loop_schedules", "_collectives", "_barriers", "_wide",
-                 "_rounded", "_numbers", "_aliased")
+                 "_rounded", "_numbers", "_aliased", "_donate")
 
     def __init__(self, comp: Computation, communicates: Callable[[str], bool],
                  rounding: str = DEFAULT_ROUNDING, numbers: Mapping[int, int] | None = None,
                  alias_identities: bool = False):
         self.computation = comp
         self._numbers = numbers
+        #: whether steps may write over a dead operand (`buffer_donation.py`): not when a value
+        #: hook or a live-array count may hold values
+        self._donate = alias_identities
         slot = {inst: i for i, inst in enumerate(comp.instructions)}
         readers = unrounded_readers(comp) if rounding == "xla" else {}
         wide = {inst: len(comp.instructions) + k for k, inst in enumerate(readers)}
@@ -432,6 +436,11 @@ class _Plan:
         finishes: dict[int, list[int]] = {}
         for s, at in first_use.items():
             finishes.setdefault(at, []).append(s)
+        donated = donations(comp.instructions, self._operands, order, releases,
+                            [[u for u in readers if u not in dropped] for readers in users],
+                            self._undonatable(folded, invariant),
+                            lambda inst, k: in_place_kernel_for(KERNELS.get(inst.opcode), inst, k)
+                            ) if self._donate else {}
         # the instructions spared (reported to `on_step` with no time)
         skipped = tuple(comp.instructions[i] for i in sorted(dropped)
                         if self._operands[i] is not None)
@@ -444,7 +453,9 @@ class _Plan:
             if kernel is None:
                 raise UnsupportedError(f"opcode {inst.opcode} is not supported by the interpreter "
                                        f"(instruction {inst.name} in computation {comp.name})")
-            if i not in self._wide:
+            if i in donated:
+                kernel = donated[i]
+            elif i not in self._wide:
                 kernel = kernel_for(kernel, inst)
             dims, dtype = _expected(inst.shape)
             operands, release, finish = \
@@ -464,6 +475,13 @@ class _Plan:
                           number, structural))
         at_end = tuple(s for s in order if s in self._collectives and s not in first_use)
         return steps, at_end, skipped
+
+    def _undonatable(self, folded: set[int], invariant: frozenset[int]) -> set[int]:
+        """The slots whose array may outlive its last use, or that are no instruction's own
+        (`buffer_donation.donations`' `kept`): folded and foldable, loop-invariant, bf16 values
+        with an unrounded twin and the twins' slots."""
+        return set(folded) | self._pure | self._invariant | invariant | set(self._wide) | \
+            set(self._wide.values())
 
     def _issue_order(self, order: list[int]) -> list[int]:
         """`order` in the schedule's order (`gspmdc.ir.schedule.issue_order`; an unrounded

@@ -51,7 +51,8 @@ class _Widened:
 
 def _register(opcode: str, fn) -> None:
     """`fn(*operands)` as the kernel of `opcode`; specialised to an instruction whose first
-    operand is not bf16, a `_Widened` function is the function it widens."""
+    operand is not bf16, a `_Widened` function is the function it widens; in place
+    (`_in_place`) where that is one ufunc."""
     def generic(inst, args, ctx):
         return fn(*args)
 
@@ -60,7 +61,29 @@ def _register(opcode: str, fn) -> None:
             plain = fn.fn
             return lambda inst, args, ctx: plain(*args)
         return generic
-    KERNELS.add(SpecialisedKernel(generic, specialise), opcode)
+    KERNELS.add(SpecialisedKernel(generic, specialise, lambda inst, k: _in_place(inst, k, fn)),
+                opcode)
+
+
+def _in_place(inst, k: int, fn):
+    """The kernel of `inst` (kernel function `fn`) that writes its result into operand `k`, or
+    None when `fn` for these types is not one numpy ufunc whose result has operand `k`'s type:
+    the ufunc's own values, with operand `k` as its output."""
+    element_type = inst.shape.element_type
+    if element_type == "bf16" or inst.operands[k].shape.element_type != element_type:
+        return None                 # bf16 is computed in f32 (`_Widened`)
+    if type(fn) is _Widened:
+        fn = fn.fn
+    if inst.opcode in _FLOAT_UFUNCS and dtypes.is_float(element_type):
+        fn = _FLOAT_UFUNCS[inst.opcode]
+    if type(fn) is not np.ufunc or fn.nout != 1 or fn.nin != len(inst.operands):
+        return None
+    return lambda inst, args, ctx: fn(*args, out=args[k])
+
+
+#: the float kernels that are one ufunc (`_divide`, `_remainder` and `_power` for floats; their
+#: integer kernels are not)
+_FLOAT_UFUNCS = {"divide": np.true_divide, "remainder": np.fmod, "power": np.power}
 
 
 def _is_int(x) -> bool:
@@ -262,7 +285,7 @@ def _clamp(inst, args, ctx):
     return np.minimum(np.maximum(x, low), high)
 
 
-for _opcode, _fn in {
+_KERNEL_FUNCTIONS = {
     # arithmetic (bf16 through f32)
     "add": _Widened(np.add), "subtract": _Widened(np.subtract),
     "multiply": _Widened(np.multiply), "divide": _Widened(_divide),
@@ -286,5 +309,11 @@ for _opcode, _fn in {
     "cbrt": _Widened(np.cbrt), "sine": _Widened(np.sin), "cosine": _Widened(np.cos),
     "tan": _Widened(np.tan), "tanh": _Widened(np.tanh), "erf": _Widened(_erf),
     "is-finite": _Widened(np.isfinite), "real": np.real, "imag": np.imag,
-}.items():
+}
+for _opcode, _fn in _KERNEL_FUNCTIONS.items():
     _register(_opcode, _fn)
+
+#: the opcodes of this module whose kernels return arrays in memory of their own (not an
+#: operand's, nor a view of one; `real` and `imag` return views)
+ELEMENTWISE_FRESH = frozenset(_KERNEL_FUNCTIONS) - {"real", "imag"} | \
+    frozenset({"compare", "select", "clamp"})
