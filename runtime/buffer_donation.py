@@ -41,7 +41,7 @@ DONATED_BYTES = 64 << 10
 
 #: the opcodes whose kernels return arrays in memory of their own: no operand's, no view of one,
 #: nothing a kernel or backend keeps, and no reference to an operand once they return
-FRESH_RESULTS = ELEMENTWISE_FRESH | frozenset({"dot"})
+FRESH_RESULTS = ELEMENTWISE_FRESH | frozenset({"dot", "convolution"})
 
 
 def donations(instructions: Sequence[Instruction], operands: Sequence[tuple[int, ...] | None],

@@ -327,7 +327,6 @@ _FRESH_CASES = {
     "compare": ("pred", 2, ", direction=LT"),
     "select": ("f32", 3, ""),
     "clamp": ("f32", 3, ""),
-    "dot": ("f32", 2, ", lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
     "complex": ("c64", 2, ""),
     "is-finite": ("pred", 1, ""),
     "not": ("s32", 1, ""), "popcnt": ("s32", 1, ""), "count-leading-zeros": ("s32", 1, ""),
@@ -337,10 +336,28 @@ _FRESH_CASES = {
 }
 
 
+_CONTRACTIONS = {
+    "dot": "f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+    "convolution": "f32[64,32] convolution(a, b), dim_labels=bf_io->bf",
+}
+
+
 @pytest.mark.parametrize("opcode", sorted(FRESH_RESULTS))
 def test_fresh_result_kernels_share_no_memory_with_their_operands(opcode):
     """What donation counts on (`FRESH_RESULTS`): the kernel's result is memory of its own,
     not an operand's nor a view of one."""
+    if opcode in _CONTRACTIONS:
+        module = parse_module("HloModule m\nENTRY main {\n  a = f32[64,64] parameter(0)\n"
+                              f"  b = f32[64,32] parameter(1)\n  ROOT r = {_CONTRACTIONS[opcode]}"
+                              "\n}")
+        rng = np.random.default_rng(3)
+        args = [rng.standard_normal((64, 64)).astype(np.float32),
+                rng.standard_normal((64, 32)).astype(np.float32)]
+        out = evaluate(module, args)
+        assert out.shape == (64, 32)
+        for a in args:
+            assert not np.shares_memory(out, a)
+        return
     result_type, arity, attrs = _FRESH_CASES.get(
         opcode, ("f32", 2 if opcode in _BINARY else 1, ""))
     if opcode == "sign" or opcode.startswith("round") or opcode in ("logistic", "rsqrt", "erf"):
