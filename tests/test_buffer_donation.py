@@ -240,7 +240,8 @@ def test_values_a_hook_sees_are_not_overwritten_later():
     seen = {}
     evaluate(parse_module(_module(f"""  e = {SHAPE} exponential(p0)
   t = {SHAPE} tanh(e)
-  ROOT n = {SHAPE} negate(t)""")), [x], on_value=lambda inst, value: seen.update({inst.name: value}))
+  ROOT n = {SHAPE} negate(t)""")), [x],
+             on_value=lambda inst, value: seen.update({inst.name: value}))
     assert seen["e"].tobytes() == np.exp(x).tobytes()
     assert seen["t"].tobytes() == np.tanh(np.exp(x)).tobytes()
 
@@ -259,16 +260,36 @@ def test_binary_ops_write_over_either_dying_operand():
     assert out.tobytes() == (d * d).tobytes()
 
 
-def test_small_results_and_bf16_are_computed_fresh():
-    """Below DONATED_BYTES, and for bf16 (computed in f32), the kernel writes no operand."""
-    assert DONATED_BYTES > 4 * 8 * 8
-    x = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
-    e = np.exp(x)
-    out = single_op("tanh", ("f32", (8, 8)), [e])
-    assert out is not e and out.tobytes() == np.tanh(e).tobytes()
-    inst = parse_module(_module("  ROOT t = bf16[128,256] tanh(p0)").replace(
-        f"p0 = {SHAPE}", "p0 = bf16[128,256]")).entry.root
-    assert in_place_kernel_for(KERNELS["tanh"], inst, 0) is None
+@pytest.mark.parametrize("shape, donated", [(SHAPE, 1), ("f32[8,8]", 0), ("bf16[128,256]", 0),
+                                           ("s32[128,256]", 0)])
+def test_small_bf16_and_integer_divide_results_are_computed_fresh(monkeypatch, shape, donated):
+    """`divide(exp(x), y)` (integers: `divide(x + x, y)`) writes over the dying exponential
+    when it holds DONATED_BYTES or more of f32; not below, nor in bf16 (computed in f32), nor
+    for integers (XLA's x / 0 rule is no single ufunc)."""
+    from gspmdc.runtime import buffer_donation, interpreter
+    assert 4 * 8 * 8 < DONATED_BYTES <= 4 * ROWS * COLS
+    made = []
+
+    def counted(*args):
+        steps = buffer_donation.donations(*args)
+        made.append(len(steps))
+        return steps
+    monkeypatch.setattr(interpreter, "donations", counted)
+    first = "add(p0, p0)" if shape.startswith("s32") else "exponential(p0)"
+    text = f"""HloModule m
+ENTRY main {{
+  p0 = {shape} parameter(0)
+  p1 = {shape} parameter(1)
+  e = {shape} {first}
+  ROOT d = {shape} divide(e, p1)
+}}"""
+    module = parse_module(text)
+    from gspmdc.runtime.io import random_inputs
+    args = random_inputs(module, 0)
+    watched = evaluate(module, args, on_value=lambda inst, value: None)
+    assert made == []                       # a value hook watching: no donation at all
+    assert Executable(module)(args).tobytes() == watched.tobytes()
+    assert made == [donated]
 
 
 _UNARY = ["negate", "abs", "floor", "ceil", "round-nearest-even", "exponential",
@@ -397,10 +418,10 @@ def _leaves(value) -> list:
 @pytest.mark.parametrize("first", range(0, 120, 40))
 def test_random_modules_give_the_same_bits_with_every_array_donated(monkeypatch, first):
     """Random modules (`fuzz`, elementwise chains, loops, conditionals, calls, tuples), with
-    donation allowed at any size (made in 10 steps at least): every execution of an `Executable` (three each: folded
-    constants and loop-invariant arrays kept from the first) gives bit for bit the values of
-    the same interpreter with a value hook watching (which donates nothing), and leaves the
-    arguments as they were."""
+    donation allowed at any size (made in 10 steps at least): every execution of an
+    `Executable` (three each: folded constants and loop-invariant arrays kept from the first)
+    gives bit for bit the values of the same interpreter with a value hook watching (which
+    donates nothing), and leaves the arguments as they were."""
     import fuzz
     from gspmdc.runtime import buffer_donation, interpreter
     from gspmdc.runtime.io import random_inputs
