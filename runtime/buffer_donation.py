@@ -6,8 +6,7 @@ result over that operand, as XLA's buffer assignment lets an elementwise fusion 
 operand's buffer: the same ufunc computes the same bits whether its output is a fresh array or
 its input (`kernels.specialising.in_place_kernel_for`), and the result neither allocates nor pulls
 fresh memory through the cache: the bench's 4-layer MLP's three tanh took 0.43 ms in place
-against 0.48 fresh, the ResNet block's residual add 0.25 against 0.40 ms (docs/runtime.md,
-session 17).
+against 0.48 fresh, the ResNet block's residual add 0.25 against 0.40 ms.
 
 Values are immutable to everything else, so an operand's memory may be written only where
 nothing can still read it. `donations` gives a step operand slot `s` when all of these hold:
