@@ -63,3 +63,20 @@ def test_a_root_equal_to_an_earlier_op_stays_the_root():
   a = f32[4] exponential(p)
   ROOT b = f32[4] exponential(p)""")
     assert names == ["p", "a", "b"] and comp.root.name == "b"
+
+
+def test_equal_rng_bit_generators_merge_rng_ops_do_not():
+    # `rng-bit-generator`'s bits are a function of its state: two with one state give one value;
+    # `rng` draws from the module's generator state, a side effect, so its instances stay apart
+    names, comp = _cse("""
+  s = u64[2] parameter(0)
+  g1 = (u64[2], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry
+  g2 = (u64[2], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry
+  g3 = (u64[2], u32[4]) rng-bit-generator(s), algorithm=rng_philox
+  lo = f32[] constant(0)
+  hi = f32[] constant(1)
+  r1 = f32[4] rng(lo, hi), distribution=rng_uniform
+  r2 = f32[4] rng(lo, hi), distribution=rng_uniform
+  ROOT t = ((u64[2], u32[4]), (u64[2], u32[4]), (u64[2], u32[4]), f32[4], f32[4]) tuple(g1, g2, g3, r1, r2)""")
+    assert names == ["s", "g1", "g3", "lo", "hi", "r1", "r2", "t"]
+    assert _operands(comp, "t") == ["g1", "g1", "g3", "r1", "r2"]

@@ -7,8 +7,9 @@ its control-flow callees (each computation on its own).
   `channel_id` and `metadata`) and equal literals: the partition-id tables, offsets, iotas and
   masks the lowering creates per use collapse to one each. Every partition merges alike, so
   merging collectives keeps the program SPMD;
-- DCE removes what the root does not use (parameters always stay; collectives whose results are
-  unused go too, on every partition alike).
+- DCE removes what the root does not use (parameters and ops with effects always stay; an unused
+  `rng-bit-generator` goes, as its values depend on its state operand only; collectives whose
+  results are unused go too, on every partition alike).
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from gspmdc.passes.pass_manager import ModulePass, PassContext
 
 from .call_graph import partitioned_computations
 
-#: opcodes never merged or removed (their instances differ even with equal operands)
-_KEEP = SIDE_EFFECTING | opcodes("parameter", "rng-bit-generator")
+#: opcodes never merged or removed: parameters, and the ops with effects (whose instances differ
+#: even with equal operands). `rng-bit-generator` is not one of them: its bits and new state are
+#: a function of its state operand alone, so an unused one goes and equal ones merge
+_KEEP = SIDE_EFFECTING | opcodes("parameter")
 _IGNORED_ATTRS = ("channel_id", "metadata")
 
 
