@@ -183,6 +183,13 @@ class HaloPlan:
             self.pad_left == self.pad_right == 0 and not self.offsets.any()
 
     @property
+    def needed(self) -> bool:
+        """Whether the plan is recorded: it moves or masks something, or some shards hold no
+        real output (an identity plan still trims those partitions from the exchanges of the
+        other dims, `windowed_input`, as XLA trims a dim with fewer windows than shards)."""
+        return not self.identity or self.real is not None
+
+    @property
     def exchanged(self) -> int:
         """Elements of this dim each partition sends (and receives), undilated."""
         return (self.from_left + self.from_right) // self.base_dilation

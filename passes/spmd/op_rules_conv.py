@@ -59,7 +59,10 @@ from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.sharding import HloSharding
 
-from .halo import HaloPlan, WindowedDim, halo_bytes, plan_halo, recorded_plans, windowed_input
+from .halo import (
+    HaloPlan, WindowedDim, halo_bytes, halo_total_bytes, plan_halo, recorded_plans,
+    windowed_input,
+)
 from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
 from .op_rules_dot import DotDims, _inverse, aligned_operand_pairs, dot_result
 from .tiling import Tiling, cdiv, remap
@@ -143,7 +146,7 @@ class ConvDims:
         for d, window in self.windows.items():
             if lhs.counts[d] > 1:
                 plan = plan_halo(replace(window, shards=lhs.counts[d]))
-                if not plan.identity:
+                if plan.needed:
                     plans[d] = plan
         return plans
 
@@ -247,10 +250,15 @@ class ConvolutionRule(PartitionRule):
                 seen.add(key)
                 result = conv_result(a, b, cd, inst.shape.rank)
                 if result is not None:
-                    halo = halo_bytes(cd.halo_plans(a), a.shard_dims(lhs_op.shape.dims), width)
-                    candidates.append(OpPlan(key, result.sharding, reason, halo))
-        # on equal bytes one gather beats several permutes, then the least local work
-        return ctx.choose(inst, candidates, lambda p: (p.cost, _local_work(inst, p)))
+                    plans, local = cd.halo_plans(a), a.shard_dims(lhs_op.shape.dims)
+                    candidates.append(OpPlan(
+                        key, result.sharding, reason, halo_bytes(plans, local, width),
+                        halo_total_bytes(plans, local, width, ctx.num_devices)))
+        # on equal bytes for the busiest device, the fewest over all devices (a halo only
+        # some shards read: XLA's one-directional exchange), then one gather beats several
+        # permutes, then the least local work
+        return ctx.choose(inst, candidates, lambda p: (ctx.total_of(inst, p), p.cost,
+                                                       _local_work(inst, p)))
 
     def halo_plans(self, inst: Instruction, num_devices: int) -> list[dict[int, HaloPlan]]:
         """Per operand, the halo plans of its tiled windowed dims under its planned sharding

@@ -228,7 +228,7 @@ class WindowRule(PartitionRule):
             n = tiling.counts[d]
             if n > 1 and d in windowed:
                 plan = plan_halo(self.shard_window(inst, k, d, wd, tiling))
-                if not plan.identity:
+                if plan.needed:
                     plans[d] = plan
         return plans
 
