@@ -443,29 +443,65 @@ def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: 
                whole_pieces: bool = False) -> float:
     """Bytes the busiest partition sends to exchange `plans` (dim → plan) on a value whose
     local shard has `local_dims`, the dims exchanged in `exchange_order` (earlier exchanges
-    widen later pieces). A partition's bytes are a sum over dims of what its ordinal on each
-    dim sends, and every combination of ordinals is some partition's: the busiest sends the
-    sum of the per-dim maxima. `whole_pieces`: every hop's piece whole (`return_halo` sends
-    them so), not only its span."""
-    return sum(float(sent.max(initial=0)) * other * width
-               for sent, other in _sent_by_dim(plans, local_dims, whole_pieces))
+    widen later pieces), as `windowed_input` emits them: a partition sends a dim's pieces to
+    the receivers that are `served` (`_served_on`). `whole_pieces`: every hop's piece whole
+    to every neighbour reading it (`return_halo` sends them so), not only its span."""
+    return float(_sent_per_ordinals(plans, local_dims, whole_pieces).max(initial=0)) * width
 
 
 def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
                      num_devices: int) -> float:
     """Bytes all `num_devices` partitions together send to exchange `plans` (as
     `halo_bytes`)."""
-    return sum(float(sent.sum()) * (num_devices // sent.size) * other * width
-               for sent, other in _sent_by_dim(plans, local_dims))
+    sent = _sent_per_ordinals(plans, local_dims)
+    return float(sent.sum()) * (num_devices // max(sent.size, 1)) * width
+
+
+def _sent_per_ordinals(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
+                       whole_pieces: bool = False,
+                       order: Sequence[int] | None = None) -> np.ndarray:
+    """Elements sent by a partition per combination of its shard ordinals on the dims of
+    `plans` (flat, the dims in increasing order; every partition with those ordinals sends as
+    much): per dim, what its ordinal there sends (`_sent_by_dim`) when its receivers (the
+    partitions with its other ordinals) are served, times the elements of the other dims."""
+    dims = sorted(plans)
+    if not dims:
+        return np.zeros(1, dtype=np.int64)
+    grid = np.indices([plans[d].shards for d in dims]).reshape(len(dims), -1).T
+    ordinals = np.zeros((len(grid), len(local_dims)), dtype=np.int64)
+    ordinals[:, dims] = grid
+    order = exchange_order(plans, local_dims) if order is None else list(order)
+    sent = np.zeros(len(grid), dtype=np.int64)
+    for d, (by_ordinal, other) in zip(order, _sent_by_dim(plans, local_dims, whole_pieces,
+                                                          order)):
+        part = by_ordinal[ordinals[:, d]] * other
+        sent += part if whole_pieces else np.where(_served_on(plans, order, d, ordinals),
+                                                   part, 0)
+    return sent
+
+
+def _served_on(plans: Mapping[int, HaloPlan], order: Sequence[int], d: int,
+               ordinals: np.ndarray) -> np.ndarray:
+    """Per row of `ordinals` (a partition's shard ordinal on each dim), whether it receives
+    the halo of dim `d`: a partition whose shard on another dim holds no real output
+    (`HaloPlan.real`) receives none, except on a dim exchanged before one on which it sends
+    (that later exchange forwards what it holds: the corners)."""
+    position = {e: k for k, e in enumerate(order)}
+    served = np.ones(len(ordinals), dtype=bool)
+    for e, plan in plans.items():
+        if e != d and plan.real is not None:
+            needed = plan.real if position[e] < position[d] else plan.real | plan.senders()
+            served &= needed[ordinals[:, e]]
+    return served
 
 
 def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
-                 whole_pieces: bool = False, order: Sequence[int] | None = None):
-    """Per exchanged dim (in `order`, default `exchange_order`): the elements of that dim each
-    shard ordinal sends (to the shards whose `reach` covers it: each hop's span, or its whole
-    piece with `whole_pieces`) and the elements of the other dims one such element carries."""
+                 whole_pieces: bool, order: Sequence[int]):
+    """Per exchanged dim (in `order`): the elements of that dim each shard ordinal sends (to
+    the shards whose `reach` covers it: each hop's span, or its whole piece with
+    `whole_pieces`) and the elements of the other dims one such element carries."""
     dims = [int(d) for d in local_dims]
-    for d in (exchange_order(plans, local_dims) if order is None else order):
+    for d in order:
         plan = plans[d]
         dims[d] = plan.input_shard
         other = int(np.prod(dims)) // max(dims[d], 1)
@@ -544,14 +580,8 @@ def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
     it holds (the corners)."""
     ordinals = tiling.coordinates()
     order = exchange_order(plans, value.shape.dims)
-    position = {d: k for k, d in enumerate(order)}
     for d in order:
-        served = np.ones(len(ordinals), dtype=bool)
-        for e, plan in plans.items():
-            if e != d and plan.real is not None:
-                needed = plan.real if position[e] < position[d] else \
-                    plan.real | plan.senders()
-                served &= needed[ordinals[:, e]]
+        served = _served_on(plans, order, d, ordinals)
         value = exchange_halo(ctx, value, d, tiling, plans[d], pad_value, served)
     return value
 
@@ -571,14 +601,10 @@ def exchange_order(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]) -> 
         return dims
     orders = itertools.permutations(dims) if len(dims) <= 3 else \
         (dims, sorted(dims, key=lambda d: (plans[d].base_dilation > 1, d)))
-    # every partition's ordinal on each dim: a dim's ordinal sends for prod(shards) / n of them
-    devices = int(np.prod([plans[d].shards for d in dims]))
     best, best_key = None, None
     for order in orders:
-        busiest = total = 0
-        for sent, other in _sent_by_dim(plans, local_dims, order=order):
-            busiest += int(sent.max(initial=0)) * other
-            total += int(sent.sum()) * other * (devices // sent.size)
+        sent = _sent_per_ordinals(plans, local_dims, order=order)
+        busiest, total = int(sent.max(initial=0)), int(sent.sum())
         if best_key is None or (busiest, total) < best_key:
             best, best_key = list(order), (busiest, total)
     return best
