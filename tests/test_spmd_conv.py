@@ -168,6 +168,26 @@ def test_spatially_tiled_input_exchanges_halos_with_collective_permutes(n, size,
     assert kinds(spmd)
 
 
+def test_strided_window_reading_padding_takes_a_one_way_halo_from_the_shards_read():
+    """Window 2, stride 2, padding 0_2 on 4 elements tiled 2 ways (shards of 2): shard 0's
+    outputs 0 and 1 read elements [0, 4), its own and all of shard 1's; shard 1's output 2
+    reads the padding [4, 6). Only shard 1 sends (to shard 0, from the right): the busiest
+    partition sends what an all-gather would, every partition together half, as in XLA's
+    program (docs/design/partitioning.md#convolution-strategies)."""
+    text = module("""
+  x = f32[2,4,3] parameter(0), sharding={devices=[1,2,1]<=[2]}
+  k = f32[2,3,4] parameter(1), sharding={replicated}
+  ROOT c = f32[2,3,4] convolution(x, k), window={size=2 stride=2 pad=0_2}, dim_labels=b0f_0io->b0f, sharding={devices=[1,2,1]<=[2]}""")
+    x, k = np.arange(24, dtype=np.float32).reshape(2, 4, 3), \
+        np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4)
+    padded = np.concatenate([x, np.zeros((2, 2, 3), np.float32)], axis=1)
+    want = np.stack([np.einsum("bkf,kfo->bo", padded[:, 2 * o:2 * o + 2], k)
+                     for o in range(3)], axis=1)
+    spmd = check_equivalent(text, 2, inputs=[x, k], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(run_global(spmd, [x, k], 2), want, rtol=1e-5, atol=1e-4)
+    assert collectives(spmd) == [("collective-permute", [(1, 0)])]
+
+
 def test_two_spatial_dims_on_a_2x2_mesh_exchange_per_dim():
     """Halo example (F): dims 1 and 2 tiled 2x2; corners arrive through the second exchange."""
     text = module("""

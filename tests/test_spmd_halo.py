@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gspmdc.passes.spmd.halo import WindowedDim, plan_halo
+from gspmdc.passes.spmd.halo import WindowedDim, halo_bytes, halo_total_bytes, plan_halo
 
 
 def _table(plan):
@@ -135,3 +135,32 @@ def test_offsets_keep_every_window_inside_the_padded_concatenation():
         base = plan.input_shard * i - plan.from_left - plan.pad_left + plan.offsets
         real = plan.output_shard * i < dim.output_count
         assert (base[real] == plan.start[real]).all(), dim
+
+
+def test_strided_window_reading_padding_is_one_directional_by_hand():
+    """4 elements on 2 shards, window 2, stride 2, padding 0_2 (3 outputs, 2 a shard): shard
+    i reads base [4i, 4i + 4): left = 2i - 4i, right = 4i + 4 - 2(i + 1); nothing comes from
+    the left, 2 elements from the right, and only shard 0 receives (shard 1 reads padding)."""
+    plan = plan_halo(WindowedDim(4, 2, 2, 2, 0, 2))
+    assert plan.left.tolist() == [0, -2] and plan.right.tolist() == [2, 4]
+    assert (plan.from_left, plan.from_right) == (0, 2)
+    assert plan.receives("right", 1).tolist() == [True, False] and plan.mask
+    # f32 [2, 2, 3] shards: the busiest sends 2 elements x 2 x 3 x 4 bytes, all together as much
+    assert halo_bytes({1: plan}, (2, 2, 3), 4) == halo_total_bytes({1: plan}, (2, 2, 3), 4, 2) \
+        == 48
+
+
+def test_a_dim_with_one_window_trims_the_other_dims_exchange_by_hand():
+    """Dim 0: 3 rows on 4 shards, one window (size 1, stride 4): shard 0 computes output 0 from
+    its own row, the others have no output (`real`), nothing moves on dim 0 (`identity`) but
+    the plan is kept (`needed`). Dim 1: 10 columns on 2 shards, window 3, pad 0_2: shard 0
+    needs 2 columns from shard 1. Of the 8 partitions only the one with dim-0 ordinal 0 and
+    dim-1 ordinal 1 sends: 2 columns of 1 row of f32."""
+    rows = plan_halo(WindowedDim(3, 4, 1, 4))
+    cols = plan_halo(WindowedDim(10, 2, 3, 1, 0, 2))
+    assert rows.identity and rows.needed and rows.real.tolist() == [True, False, False, False]
+    assert (cols.from_left, cols.from_right) == (0, 2)
+    plans = {0: rows, 1: cols}
+    assert halo_bytes(plans, (1, 5), 4) == 8
+    assert halo_total_bytes(plans, (1, 5), 4, 8) == 8
+    assert not plan_halo(WindowedDim(4, 4, 1, 1)).needed      # every shard has an output

@@ -105,6 +105,36 @@ def test_two_windowed_dims_on_a_2x2_mesh():
     assert pairs == [[(0, 1), (2, 3)], [(0, 2), (1, 3)], [(1, 0), (3, 2)], [(2, 0), (3, 1)]]
 
 
+@pytest.mark.parametrize("shape,sharding,window,pairs", [
+    # dim 0: one element on 2 shards, one window (stride 2): the partitions of dim-0 shard 1
+    # hold only padding and compute no real output; dim 1's halo (window 2, pad 0_1) moves
+    # one element from the right within dim-0 shard 0's partitions only
+    ("f32[1,4]", "{devices=[2,4]<=[8]}", "size=1x2 stride=2x1 pad=0_0x0_1",
+     [(1, 0), (2, 1), (3, 2)]),
+    # 3 rows on 4 shards (the last all padding), one window (stride 4): only dim-0 shard 0
+    # has an output; trailing padding on dim 1 (5 columns a shard, window 3 pad 0_2): shard 0
+    # reads 2 columns of shard 1, shard 1 reads its own and the padding
+    ("f32[3,10]", "{devices=[4,2]<=[8]}", "size=1x3 stride=4x1 pad=0_0x0_2", [(1, 0)]),
+])
+@pytest.mark.parametrize("reducer,init", [("add", "0"), ("max", "-inf")])
+def test_partitions_without_a_real_output_on_one_dim_get_no_halo_on_another(
+        shape, sharding, window, pairs, reducer, init):
+    """A dim with fewer windows than shards whose own exchange is nothing (each output reads
+    its own shard) still trims the partitions without output from the other dims' exchanges,
+    as XLA's windowed-input reshard drops them (docs/design/partitioning.md#halo-exchange)."""
+    rows, cols = map(int, shape[4:-1].split(","))
+    fields = dict(f.split("=") for f in window.split())
+    (k0, k1), (s0, s1) = map(int, fields["size"].split("x")), map(int, fields["stride"].split("x"))
+    high = int(fields["pad"].split("x")[1].split("_")[1])
+    out = ((rows - k0) // s0 + 1, (cols + high - k1) // s1 + 1)
+    spmd = check_equivalent(module(f"""
+  x = {shape} parameter(0), sharding={sharding}
+  z = f32[] constant({init})
+  ROOT r = f32[{out[0]},{out[1]}] reduce-window(x, z), window={{{window}}}, to_apply={reducer},
+    sharding={sharding}"""), 8)
+    assert collectives(spmd) == [("collective-permute", pairs)]
+
+
 def test_variadic_reduce_window_masks_each_input_with_its_init():
     spmd = check_equivalent(module("""
   x = f32[30,32] parameter(0), sharding={devices=[4,1]<=[4]}
