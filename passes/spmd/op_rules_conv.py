@@ -42,9 +42,11 @@ Dim classes (`ConvDims.of`), in the dot's terms:
 
 Candidates: the operands as they are, one operand aligned to the other on batch/contracting dims,
 both derived from the output's tiling, everything replicated — each also with its windowed dims
-gathered instead of exchanged. The fewest bytes moved wins (operand reshards, the result's
-reshard, halo bytes), then the fewest halo bytes (one gather beats several permutes), then the
-least local work, then the first.
+gathered instead of exchanged. The fewest bytes moved by the busiest device wins (operand
+reshards, the result's reshard, halo bytes), then the fewest moved by all devices together (a
+halo only some shards read, as a strided window reading padding: XLA's one-directional
+exchange), then the fewest halo bytes (one gather beats several permutes), then the least local
+work, then the first.
 """
 from __future__ import annotations
 
