@@ -4,6 +4,7 @@ garbage in the padding, and compared with the unpartitioned program; halo cases 
 with collective-permutes only (no all-gather)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gspmdc import api
@@ -236,7 +237,7 @@ def test_the_halo_exchange_dump_records_the_plan_and_evaluates_unchanged(tmp_pat
 
 
 @pytest.mark.parametrize("n,rows,reducer,init", [
-    (4, 64, "add", "0"), (3, 64, "add", "0"), (8, 20, "max", "-inf"), (2, 7, "max", "-inf"),
+    (4, 64, "add", "0"), (3, 64, "add", "0"), (8, 20, "max", "-inf"),
 ])
 def test_a_cumulative_window_is_a_prefix_scan(n, rows, reducer, init):
     """JAX's cumsum/cummax: local scans plus one all-gather of the n shard totals per column
@@ -250,6 +251,26 @@ def test_a_cumulative_window_is_a_prefix_scan(n, rows, reducer, init):
     (gather,) = [i for i in spmd.entry.instructions if i.opcode == "all-gather"]
     assert gather.shape.dims == (n, 8)
     assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+
+
+@pytest.mark.parametrize("rows,reducer,init,sharding,pairs", [
+    (7, "max", "-inf", "{devices=[2,1]<=[2]}", [(0, 1)]),
+    (2, "add", "0", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", [(0, 2), (1, 3)]),
+    (9, "max", "-inf", "{devices=[2,2]<=[2,2]T(1,0)}", [(0, 1), (2, 3)]),
+])
+def test_a_scan_over_two_shards_permutes_the_first_shards_totals(rows, reducer, init, sharding,
+                                                                  pairs):
+    """With two shards the carry is the first shard's totals: one collective-permute from each
+    first-shard partition to its second-shard partner (by hand from the tile assignment), and
+    the first shard combines the init value, not the zeros a permute leaves it (a `max` over
+    negative inputs fails otherwise)."""
+    spmd = check_equivalent(module(f"""
+  x = f32[{rows},8] parameter(0), sharding={sharding}
+  z = f32[] constant({init})
+  ROOT r = f32[{rows},8] reduce-window(x, z), window={{size={rows}x1 pad={rows - 1}_0x0_0}},
+    to_apply={reducer}, sharding={sharding}"""), len({d for p in pairs for d in p}),
+        inputs=[np.random.default_rng(1).uniform(-3, -1, (rows, 8)).astype(np.float32)])
+    assert collectives(spmd) == [("collective-permute", pairs)]
 
 
 def test_a_non_identity_init_is_combined_once_per_window():

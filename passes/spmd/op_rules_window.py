@@ -58,7 +58,7 @@ from .op_rules_indexed import masked_window
 from .op_rules_passthrough import tiles_moved
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
-    scan_opcode,
+    scan_opcode, scan_total_bytes,
 )
 from .reshard_nodes import is_inserted_reshard
 from .tiling import Tiling, cdiv
@@ -111,8 +111,15 @@ class WindowRule(PartitionRule):
         return []
 
     def extra_cost(self, inst: Instruction, tiling: Tiling, computations: Computations) -> float:
-        """Bytes each partition sends besides the operand halos, under the operand `tiling`."""
+        """Bytes the busiest partition sends besides the operand halos, under the operand
+        `tiling`."""
         return 0.0
+
+    def extra_total(self, inst: Instruction, tiling: Tiling, computations: Computations
+                    ) -> float:
+        """Bytes all partitions together send besides the operand halos (`extra_cost`): each
+        as much as the busiest unless the rule says otherwise."""
+        return self.extra_cost(inst, tiling, computations) * tiling.num_devices
 
     def exchanged_shard(self, inst: Instruction, tiling: Tiling,
                         local: tuple[int, ...]) -> tuple[int, ...]:
@@ -169,7 +176,7 @@ class WindowRule(PartitionRule):
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
             return OpPlan(tuple(shardings), result, reason, cost + extra,
-                          total + extra * ctx.num_devices)
+                          total + self.extra_total(inst, operand_tiling, ctx.computations))
 
         bases = [] if on_device else [(ctx.tiling(target, rank), "the result's tiling")]
         if carry:
@@ -305,6 +312,12 @@ class ReduceWindowRule(WindowRule):
         dims = [d for d in self.scan_dims(inst, computations) if tiling.counts[d] > 1]
         return scan_bytes(tiling.shard_dims(operand.shape.dims), tiling, dims,
                           dtypes.byte_width(operand.shape.element_type))
+
+    def extra_total(self, inst, tiling, computations):
+        operand = inst.operands[0]
+        dims = [d for d in self.scan_dims(inst, computations) if tiling.counts[d] > 1]
+        return scan_total_bytes(tiling.shard_dims(operand.shape.dims), tiling, dims,
+                                dtypes.byte_width(operand.shape.element_type))
 
     def halo_description(self, inst, num_devices, computations):
         text = super().halo_description(inst, num_devices, computations)

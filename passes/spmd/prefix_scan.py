@@ -12,7 +12,11 @@ the dim tiled n ways (shard I), each partition
    totals: an exclusive scan, the init value for the first shard) and picks its own;
 4. combines that carry with its local scan by the reducer.
 
-This moves n-1 totals per row instead of a gather of the dim. It is exact for reducers that are
+This moves n-1 totals per row instead of a gather of the dim. With two shards (n = 2) the carry
+is the first shard's total alone: one `collective-permute` from the first shard to the second
+replaces steps 2-3 (one step as the all-gather, and only the first shard sends: half the
+bytes over all devices; XLA's halo exchange of the first shard sends as much when the shard is
+one element long, more otherwise), and the first shard takes the init value as its carry. It is exact for reducers that are
 one associative, commutative binary opcode (`add`, `multiply`, `maximum`, `minimum`, `and`,
 `or`) with an init value that is their identity (the carry is combined with a local scan that
 already holds the init once); floating-point sums are reassociated, as in any partitioned sum.
@@ -87,7 +91,8 @@ def scan_opcode(inst: Instruction, computations: dict[str, Computation]) -> str 
 
 
 def scan_bytes(local_dims, tiling: Tiling, dims, width: int) -> float:
-    """Bytes each partition sends to all-gather its shard totals over `dims`."""
+    """Bytes the busiest partition sends to exchange its shard totals over `dims` (the
+    all-gather's n-1 pieces; with two shards the first shard's one piece)."""
     total = 0.0
     for d in dims:
         rows = int(np.prod([n for k, n in enumerate(local_dims) if k != d]))
@@ -95,7 +100,20 @@ def scan_bytes(local_dims, tiling: Tiling, dims, width: int) -> float:
     return total
 
 
+def scan_total_bytes(local_dims, tiling: Tiling, dims, width: int) -> float:
+    """Bytes all partitions together send to exchange their shard totals over `dims`: every
+    partition as much as the busiest, but with two shards only the first shard's partitions."""
+    total = 0.0
+    for d in dims:
+        rows = int(np.prod([n for k, n in enumerate(local_dims) if k != d]))
+        senders = tiling.num_devices // 2 if tiling.counts[d] == 2 else tiling.num_devices
+        total += (tiling.counts[d] - 1) * rows * width * senders
+    return total
+
+
 def describe_scan(tiling: Tiling, dim: int) -> str:
+    if tiling.counts[dim] == 2:
+        return "prefix scan over 2 shards (collective-permute of the first shard's totals)"
     return f"prefix scan over {tiling.counts[dim]} shards (all-gather of shard totals)"
 
 
@@ -114,20 +132,37 @@ def emit_prefix_scan(ctx: LowerContext, local: Instruction, tiling: Tiling, dims
         single[d] = 1
         totals = b.add("slice", shape.with_dims(single), [value], {"slice": tuple(last)})
         groups = np.moveaxis(tiling.devices, d, -1).reshape(-1, n)
-        gathered = b.all_gather(totals, d, groups, ctx.channels())
-        window = [WindowDim(1)] * shape.rank
-        window[d] = WindowDim(n, padding_low=n, padding_high=-1)
-        before = b.add("reduce-window", gathered.shape.with_dims(gathered.shape.dims),
-                       [gathered, init], {"window": Window(tuple(window)),
-                                          "to_apply": local.attrs["to_apply"]})
-        starts = [ctx.tables.zero()] * shape.rank
-        starts[d] = ctx.tables.lookup(tiling.coordinates()[:, d], f"ordinal.{d}")
-        carry = b.dynamic_slice(before, starts, single)
+        ordinal = ctx.tables.lookup(tiling.coordinates()[:, d], f"ordinal.{d}")
+        if n == 2:
+            carry = _first_shards_total(ctx, totals, groups, ordinal, init)
+        else:
+            gathered = b.all_gather(totals, d, groups, ctx.channels())
+            window = [WindowDim(1)] * shape.rank
+            window[d] = WindowDim(n, padding_low=n, padding_high=-1)
+            before = b.add("reduce-window", gathered.shape.with_dims(gathered.shape.dims),
+                           [gathered, init], {"window": Window(tuple(window)),
+                                              "to_apply": local.attrs["to_apply"]})
+            starts = [ctx.tables.zero()] * shape.rank
+            starts[d] = ordinal
+            carry = b.dynamic_slice(before, starts, single)
         rest = [k for k in range(shape.rank) if k != d]
         carry = b.reshape(carry, [shape.dims[k] for k in rest])
         value = b.binary(opcode, b.broadcast(carry, shape.dims, rest), value)
     return value
 
 
+def _first_shards_total(ctx: LowerContext, totals: Instruction, pairs: np.ndarray,
+                        ordinal: Instruction, init: Instruction) -> Instruction:
+    """The carry of a scan over two shards: the first shard's `totals` on the second shard's
+    partitions (one collective-permute along `pairs`, first → second), the init value on the
+    first shard's (a collective-permute gives the partitions it sends nothing zeros, not the
+    reducer's identity)."""
+    b = ctx.builder
+    received = b.collective_permute(totals, pairs, ctx.channels())
+    dims = totals.shape.dims
+    first = b.compare(ordinal, ctx.tables.zero(), "EQ")
+    return b.select(b.broadcast(first, dims, []), b.broadcast(init, dims, []), received)
+
+
 __all__ = ["cumulative_dims", "associative_reducer", "identity", "scan_opcode", "scan_bytes",
-           "describe_scan", "emit_prefix_scan"]
+           "scan_total_bytes", "describe_scan", "emit_prefix_scan"]
