@@ -346,12 +346,14 @@ def test_the_dim_whose_tiles_do_not_nest_moves_first():
     shard, 5 rows padded to 8, in 4 blocks of [2,2,2]: 3 sent, 96 B); dim 2, whole then, takes
     dim 0's 2 tiles over pairs (half of [2,2,6]: 48 B) and a permute puts each [4,2,3] tile on
     its device (96 B): 240 B, XLA's plan and bytes. Moving dim 0's 2 tiles to dim 1 first
-    left dim 2 nothing to give all of its tiles to, and the plan gathered (480 B)."""
+    left dim 2 nothing to give all of its tiles to, and the plan gathered (480 B). The permute
+    goes first, on the [2,5,2] source shards (80 B; the [4,2,3] tiles it would move last are
+    larger by the padding of dim 1), and the all-to-alls run on the permuted devices: 224 B."""
     plan = plan_reshard(ArrayShape("f32", (4, 5, 6)),
                         parse_sharding("{devices=[2,1,4]3,2,1,7,5,0,6,4}"),
                         parse_sharding("{devices=[1,4,2]7,6,0,3,5,4,2,1}"), 8)
-    assert plan.collectives == ["all-to-all", "all-to-all", "collective-permute"]
-    assert plan.cost == 96 + 48 + 96
+    assert plan.collectives == ["collective-permute", "all-to-all", "all-to-all"]
+    assert plan.cost == 80 + 96 + 48
     spmd = check_equivalent(MOVED_FIRST, 8)
     x = np.arange(120, dtype=np.float32).reshape(4, 5, 6)
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)

@@ -62,7 +62,7 @@ many ways) before the others, even dims in reverse dim order.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd, prod
 from typing import Union
 
@@ -348,12 +348,14 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     if isinstance(dst, Maximal):
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
-    best, best_sent = _cheapest(_variants(dims, src, dst), dims, width)
+    best, best_sent = _cheapest(_with_earlier_permutes(dims, _variants(dims, src, dst)), dims,
+                                width)
     if steps:
         return _finish(shape, steps + best, width)
     padded = _padded_dims(dims, src, dst)
     if padded is not None:
-        wide, wide_sent = _cheapest(_variants(padded, src, dst), padded, width)
+        wide, wide_sent = _cheapest(
+            _with_earlier_permutes(padded, _variants(padded, src, dst)), padded, width)
         if wide_sent < best_sent:
             return ReshardPlan(shape, tuple(wide), *wide_sent, padded)
     return ReshardPlan(shape, tuple(best), *best_sent)
@@ -445,6 +447,62 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         variants += [[all_reduce, *rest]
                      for rest in _exchange_variants(dims, all_reduce.after, dst)]
     return variants
+
+
+#: the steps a permute can be moved in front of: each only regroups the tiles of its devices,
+#: so on relabelled devices the same steps reach the relabelled tiling, each device sending what
+#: the device it stands for sent
+_RELABELLABLE = (Slice, AllToAll, AllGather, MaskedGather)
+
+
+def _with_earlier_permutes(dims, variants: list[list[Step]]) -> list[list[Step]]:
+    """`variants` and, for each that closes with a permute, the same plan with the permute moved
+    in front of the local shard smallest among the steps before it (`_permuted_earlier`)."""
+    earlier = [moved for variant in variants
+               if (moved := _permuted_earlier(dims, variant)) is not None]
+    return variants + earlier
+
+
+def _permuted_earlier(dims, variant: list[Step]) -> list[Step] | None:
+    """`variant` with its closing permute (holder h -> device p(h)) moved back to the state
+    before step j, the latest whose local shard is the smallest among those before the permute
+    and smaller than the one it permutes (uneven dims: an all-to-all pads the dim it splits, so
+    the shard it leaves can be larger than the one it takes), or None. The steps from j on run
+    with device p(h) in the part of device h: they send what they sent, and end on the target
+    (docs/partitioning.md, "Resharding")."""
+    last = next((k for k in range(len(variant) - 1, -1, -1) if variant[k].collective), None)
+    if last is None or not isinstance(variant[last], Permute):
+        return None
+    permute = variant[last]
+    cut, smallest = None, prod(local_dims(dims, permute.before))
+    for j in range(last - 1, -1, -1):
+        if not isinstance(variant[j], _RELABELLABLE):
+            break
+        size = prod(local_dims(dims, variant[j].before))
+        if size < smallest:
+            cut, smallest = j, size
+    if cut is None:
+        return None
+    relabel = np.empty(permute.before.num_devices, dtype=np.int64)
+    relabel[permute.pairs[:, 0]] = permute.pairs[:, 1]
+    start = variant[cut].before
+    moved = Permute(start, _relabelled(start, relabel), pairs=permute.pairs)
+    return [*variant[:cut], moved, *(_relabelled_step(step, relabel)
+                                     for step in variant[cut:last]), *variant[last + 1:]]
+
+
+def _relabelled(tiling: Tiling, relabel: np.ndarray) -> Tiling:
+    """`tiling` with device `relabel[h]` holding what device h holds."""
+    return Tiling.of_devices(relabel[tiling.devices])
+
+
+def _relabelled_step(step: Step, relabel: np.ndarray) -> Step:
+    """One of the `_RELABELLABLE` steps with device `relabel[h]` in the part of device h."""
+    changes = {"before": _relabelled(step.before, relabel),
+               "after": _relabelled(step.after, relabel)}
+    if not isinstance(step, Slice):
+        changes["groups"] = relabel[step.groups]
+    return replace(step, **changes)
 
 
 def _exchange_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
