@@ -53,6 +53,10 @@ multiple of the target's tile count), where tile counts dividing the padded size
 evenly: a slice from replicas then an all-to-all stays aligned where the unpadded tiles do not
 nest. Both are planned and the cheaper kept (`ReshardPlan.padded`).
 
+A plan closing with a permute is also planned with the permute moved back to the smallest
+local shard before it (`_permuted_earlier`), where an all-to-all's padding made the shards after
+it larger; the steps between run on the permuted devices and send what they sent.
+
 Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing before
 gathering, permuting before gathering, masked gathering) and the cheapest is kept (then the one
 all devices together send least with, then the shortest, then the first), so the choice is
@@ -468,8 +472,8 @@ def _permuted_earlier(dims, variant: list[Step]) -> list[Step] | None:
     before step j, the latest whose local shard is the smallest among those before the permute
     and smaller than the one it permutes (uneven dims: an all-to-all pads the dim it splits, so
     the shard it leaves can be larger than the one it takes), or None. The steps from j on run
-    with device p(h) in the part of device h: they send what they sent, and end on the target
-    (docs/partitioning.md, "Resharding")."""
+    with device p(h) in the part of device h: they send what they sent, and end on the
+    target."""
     last = next((k for k in range(len(variant) - 1, -1, -1) if variant[k].collective), None)
     if last is None or not isinstance(variant[last], Permute):
         return None
