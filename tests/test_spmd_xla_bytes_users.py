@@ -36,17 +36,19 @@ def test_the_last_dims_trade_their_tiles_first():
     columns). Dim 3 to dim 1 first: the [3,7,1,1] shard padded to [3,8,1,1] (96 B), half of
     it sent: 48 B; then dim 2 to dim 0: [3,4,1,2] padded to [4,4,1,2] (128 B): 64 B. Dim 2 to
     dim 0 first pads the rows of the larger shard, [4,7,1,1] (112 B): 56, then 64 B. The permute
-    to the target's device order after them moves [2,4,2,2] (128 B) from 3 of the 4 devices."""
+    to the target's device order, after them [2,4,2,2] (128 B) from 3 of the 4 devices, goes
+    before them, on the [3,7,1,1] source shards (84 B; the all-to-alls padded the rows and the
+    columns)."""
     plan = plan_reshard(ArrayShape("f32", (3, 7, 2, 2)),
                         parse_sharding("{devices=[1,1,2,2]<=[4]}"),
                         parse_sharding("{devices=[2,2,1,1]3,0,2,1}"), 4)
     moves = [(s.source, s.target) for s in plan.steps if isinstance(s, AllToAll)]
     assert moves == [(3, 1), (2, 0)]
-    assert plan.cost == 48 + 64 + 128
+    assert plan.cost == 84 + 48 + 64
     spmd = check_equivalent(TRADED_UNEVEN, 4)
-    assert [c[0] for c in collectives(spmd)] == ["all-to-all", "all-to-all",
-                                                 "collective-permute"]
-    assert sent_bytes(spmd, 4) == 48 + 64 + 128 * 3 / 4
+    assert [c[0] for c in collectives(spmd)] == ["collective-permute", "all-to-all",
+                                                 "all-to-all"]
+    assert sent_bytes(spmd, 4) == 84 * 3 / 4 + 48 + 64
 
 
 PAD_AND_TOPK = """HloModule m, num_partitions=8
