@@ -478,6 +478,8 @@ def _permuted_earlier(dims, variant: list[Step]) -> list[Step] | None:
     if last is None or not isinstance(variant[last], Permute):
         return None
     permute = variant[last]
+    if len(permute.pairs) != permute.before.num_devices:     # not every device's target
+        return None
     cut, smallest = None, prod(local_dims(dims, permute.before))
     for j in range(last - 1, -1, -1):
         if not isinstance(variant[j], _RELABELLABLE):
