@@ -405,6 +405,7 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     # slicing from replicas before the all-to-alls needs replicas (or partials that become
     # replicas); planned after the same variant without it, kept where it changed something
     firsts = (False, True) if src.replication > 1 or src.unreduced > 1 else (False,)
+    gaining = sum(tt > t for t, tt in zip(src.counts, dst.counts))
     #: per reduce-scatter flag, whether the all-to-alls moved no tiles (their order is moot)
     unmoved: dict[bool, bool] = {}
     for masked in ((False, True) if uneven else (False,)):
@@ -421,6 +422,11 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
                                 inert=inert)
                 if 5 not in inert:
                     variants.append(first)
+                    # the replicas also sliced into the dims gaining tiles last to first: the
+                    # dims the all-to-alls then fill decide whether a permute must follow
+                    if gaining > 1:
+                        variants.append(_staged(dims, src, dst, *flags, masked=masked,
+                                                slice_first=True, slice_last_first=True))
     # with two dims or more losing tiles, the all-to-alls also take them last to first (where
     # they moved tiles at all: when no pair of dims can trade tiles, no order of the dims makes
     # one, and the variant would repeat the steps of the same flags taken first to last)
@@ -675,9 +681,10 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             slice_first: bool = False, inert: set[int] | None = None,
             last_first: bool = False, reversed_groups: bool = False,
             realigned: dict[int, int] | None = None, mirrored: bool = False,
-            scatter_dim: int | None = None) -> list[Step]:
+            scatter_dim: int | None = None, slice_last_first: bool = False) -> list[Step]:
     """Partial sums (reduce-scattered when `scatter` and possible), slices from replicas of the
-    dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards),
+    dims gaining tiles (when `slice_first`: the all-to-alls then move smaller shards; the
+    dims taken last to first when `slice_last_first`),
     all-to-alls (when `exchange`), slices before gathering (when `early_slice`), a permute
     before gathering (when `early_permute`, so the gathered groups already match the target),
     all-gathers (one masked gather when `masked`), the final slice, a permute. `inert` receives
@@ -712,7 +719,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
             down[d], up[d] = t, tt
     if slice_first:
         before = len(steps)
-        state = _slice_from_replicas(dims, state, down, up, steps)
+        state = _slice_from_replicas(dims, state, down, up, steps, slice_last_first)
         if len(steps) == before:
             inert.add(5)
     if exchange:
@@ -766,13 +773,14 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
 
 
 def _slice_from_replicas(dims, state: Tiling, down: list[int], up: list[int],
-                         steps: list[Step]) -> Tiling:
+                         steps: list[Step], last_first: bool = False) -> Tiling:
     """Split `state`'s replicas into tiles of the dims that gain tiles (`up`, lowered by what
-    is sliced) and lose none, where the slice stays aligned: a local `Slice` step."""
+    is sliced) and lose none, where the slice stays aligned, first to last or last to first
+    (`last_first`: the replicas may not cover every such dim): a local `Slice` step."""
     rank = len(dims)
     factors = [1] * rank
     free = state.replication
-    for d in range(rank):
+    for d in (range(rank - 1, -1, -1) if last_first else range(rank)):
         f = gcd(up[d], free) if down[d] == 1 else 1
         if f > 1 and _slice_aligned(dims[d], state.counts[d], f):
             factors[d], free, up[d] = f, free // f, up[d] // f
