@@ -1,9 +1,10 @@
-"""A reshard plan closing with a permute is also planned with the permute moved back to the
-smallest local shard before it, the steps between run on the permuted devices (issue 13:
-fuzz/11300002423 off, where XLA's all-to-all then permute sends more from the busiest device
-than gathering, and gathering more on the mean than XLA). Bytes per device worked out by hand
-from the cost model's formulas (`gspmdc.ir.cost`); values against the unpartitioned program and
-numpy."""
+"""Reshard plans that need no permute, or a smaller one (issue 13: module-settings sending less
+than XLA from the busiest device but more on the mean). A plan closing with a permute is also
+planned with the permute moved back to the smallest local shard before it, the steps between
+run on the permuted devices (fuzz/11300002423 off); the replicas are also sliced into the dims
+gaining tiles last to first, so the all-to-alls fill the others (fuzz/12000000473 on). Bytes
+per device worked out by hand from the cost model's formulas (`gspmdc.ir.cost`); values against
+the unpartitioned program and numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -51,3 +52,29 @@ def test_the_permute_stays_last_where_no_earlier_shard_is_smaller():
                         parse_sharding(TARGET), 4)
     assert plan.collectives == ["all-to-all", "collective-permute"]
     assert plan.cost == 64 + 128
+
+
+ROWS = "{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}"
+ROWS_TO_TWO_DIMS = ("HloModule m, num_partitions=4\n\nENTRY e {\n"
+                    f"  p = s64[3,6,4] parameter(0), sharding={ROWS}\n"
+                    "  ROOT c = s64[3,6,4] copy(p), sharding={devices=[1,2,2]<=[4]}\n}\n")
+
+
+def test_the_replicas_slice_the_dim_the_all_to_all_cannot_fill():
+    """s64[3,6,4], rows in 2 tiles (device d: tile d // 2) held twice, to `[1,2,2]<=[4]`
+    (device d: dim 1 tile d // 2, dim 2 tile d % 2). Slicing dim 2 from the replicas (device d
+    keeps half d % 2: a [2,6,2] shard, 192 B), an all-to-all over {0,2} and {1,3} moves the
+    rows' tiles to dim 1 and every device then holds its target tile: half its shard sent,
+    96 B from each. Slicing dim 1 first (the dims first to last), the rows' tiles move to dim
+    2 and devices 1 and 2 must swap their [3,3,2] tiles (96 + 144 B: XLA's plan); without the
+    slice the all-to-all moves the whole [2,6,4] shard (192 B from each: main's plan)."""
+    plan = plan_reshard(ArrayShape("s64", (3, 6, 4)), parse_sharding(ROWS),
+                        parse_sharding("{devices=[1,2,2]<=[4]}"), 4)
+    assert plan.collectives == ["all-to-all"]
+    assert (plan.cost, plan.total) == (96, 4 * 96)
+    spmd = check_equivalent(ROWS_TO_TWO_DIMS, 4)
+    found = collectives(spmd)
+    assert found == [("all-to-all", [[0, 2], [1, 3]], (1,))]
+    assert sent_per_device(spmd, 4).tolist() == [96, 96, 96, 96]
+    x = np.arange(72, dtype=np.int64).reshape(3, 6, 4)
+    np.testing.assert_array_equal(run_global(spmd, [x], 4), x)

@@ -57,8 +57,9 @@ A plan closing with a permute is also planned with the permute moved back to the
 local shard before it (`_permuted_earlier`), where an all-to-all's padding made the shards after
 it larger; the steps between run on the permuted devices and send what they sent.
 
-Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing before
-gathering, permuting before gathering, masked gathering) and the cheapest is kept (then the one
+Staged variants are planned (with and without reduce-scatters, all-to-alls, slicing from
+replicas before them, into the dims gaining tiles first to last and last to first, slicing
+before gathering, permuting before gathering, masked gathering) and the cheapest is kept (then the one
 all devices together send least with, then the shortest, then the first), so the choice is
 deterministic. All-gathers go cheapest first: dims that barely grow the shard (a size-1 dim split
 many ways) before the others, even dims in reverse dim order.
