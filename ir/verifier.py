@@ -29,9 +29,9 @@ from collections import Counter
 
 from gspmdc.errors import GspmdcError, UnsupportedError, VerificationError
 
+from .annotation_shape import annotated_shape
 from .module import Computation, Instruction, Module
 from .shape_inference import check_shape
-from .shapes import ArrayShape, Shape, TupleShape, num_leaves
 
 
 class _Problems:
@@ -135,17 +135,6 @@ def _verify_parameters(comp: Computation, problems: _Problems) -> None:
         problems.add(f"{where}: parameter numbers {distinct} are not 0..n-1", instruction=outside)
 
 
-def _sharded_shape(inst: Instruction) -> Shape:
-    """The shape a sharding annotation describes: the result's, except for outfeed, whose sharding
-    (as in XLA) describes its data operand, optionally followed by the token leaf."""
-    if inst.opcode != "outfeed" or not inst.operands or inst.operands[0].shape is None:
-        return inst.shape
-    data = inst.operands[0].shape
-    if inst.sharding.kind == "tuple" and len(inst.sharding.elements) == num_leaves(data) + 1:
-        return TupleShape((data, ArrayShape("token", ())))
-    return data
-
-
 def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
                         members: set[int], defined: set[int], problems: _Problems,
                         passed: set[tuple]) -> None:
@@ -185,7 +174,7 @@ def _verify_instruction(module: Module, comp: Computation, inst: Instruction,
                     passed.add(key)
     if inst.sharding is not None:
         try:
-            inst.sharding.validate(_sharded_shape(inst), module.num_partitions)
+            inst.sharding.validate(annotated_shape(inst), module.num_partitions)
         except (GspmdcError, ValueError) as e:
             problems.add(f"{where}: invalid sharding: {e}", instruction=inst)
 

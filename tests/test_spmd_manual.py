@@ -10,6 +10,9 @@ import pytest
 
 from gspmdc import api
 from gspmdc.errors import ShardingError, UnsupportedError
+from gspmdc.ir.sharding import HloSharding
+from gspmdc.passes.pipeline import compile_spmd
+from gspmdc.passes.propagation import propagate
 from gspmdc.runtime.backends.local import run_local
 
 from spmd_partition_helpers import partition, run_global
@@ -317,3 +320,32 @@ ENTRY main {
     np.testing.assert_array_equal(run_global(spmd, [x], 4), np.tile(squares, (4, 1)))
     assert [i.opcode for i in spmd.entry.instructions] == \
         ["parameter", "copy", "multiply", "all-reduce", "copy", "copy"]
+
+
+def test_outfeed_token_read_by_a_tuple_takes_the_token_part_of_the_annotation():
+    # an outfeed's sharding describes what it sends, then (last) its token (XLA's
+    # GetOutputSharding): a tuple holding the token reads the last element, and the partitioner
+    # checks the annotation against the data operand and the token, not the token alone
+    text = """
+HloModule outfeeds
+
+ENTRY e {
+  q = f32[2] parameter(1), sharding={replicated}
+  p = f32[4] parameter(0), sharding={manual}
+  data = (f32[4]) tuple(p)
+  c = u32[2] constant({3, 12})
+  first = (u32[2]) tuple(c)
+  t0 = token[] after-all()
+  out0 = token[] outfeed(first, t0), outfeed_shape=(u32[2]), sharding={{manual}, {manual}}
+  out1 = token[] outfeed(data, out0), outfeed_shape=(f32[4]), sharding={{manual}, {manual}}
+  ROOT r = (f32[2], token[]) tuple(q, out1), sharding={{replicated}, {manual}}
+}
+"""
+    module = api.parse(text)
+    propagate(module, propagate_to_output=True, propagate_to_parameters=True)
+    assert module.entry.root.sharding == HloSharding.tuple(
+        [HloSharding.replicate(), HloSharding.manual()])
+    assert module.entry.instruction("c").sharding == HloSharding.manual()
+    spmd = compile_spmd(module, 2, propagate=False, verify_each=True)
+    outfeeds = [i for i in spmd.entry.instructions if i.opcode == "outfeed"]
+    assert [i.sharding for i in outfeeds] == [HloSharding.tuple([HloSharding.manual()] * 2)] * 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gspmdc.ir import sharding_algebra as algebra
+from gspmdc.ir.annotation_shape import result_sharding
 from gspmdc.ir.custom_call_targets import BARRIER_FROM, BARRIER_TO, target_of
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import FORWARD_RULES
@@ -78,7 +79,8 @@ def _tuple(ctx: Context, inst: Instruction) -> Proposal | None:
     sources: list[Instruction] = []
     start = 0
     for op in inst.operands:
-        op_leaves = list(for_shape(op.sharding, op.shape).leaves()) if op.sharding is not None else []
+        op_sharding = result_sharding(op)
+        op_leaves = list(for_shape(op_sharding, op.shape).leaves()) if op_sharding is not None else []
         for j, leaf in enumerate(op_leaves):
             if not had or is_more_specific(leaf, leaves[start + j]):
                 leaves[start + j] = leaf

@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gspmdc.errors import ShardingError
+from gspmdc.ir.annotation_shape import annotated_shape
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.custom_call_targets import SHARDING
 from gspmdc.ir.module import Computation, Instruction, Module
@@ -158,7 +159,7 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
         elif sharding.kind != "tuple" and isinstance(inst.shape, TupleShape):
             inst.sharding = HloSharding.tuple(sharding.leaf_shardings(inst.shape))
         try:
-            inst.sharding.validate(inst.shape, num_partitions)
+            inst.sharding.validate(annotated_shape(inst), num_partitions)
         except ShardingError as e:
             raise ShardingError(f"instruction {inst.name}: {e}") from None
     _replicated_constants(comp)

@@ -13,7 +13,8 @@ The canonical form of a sharding on a shape is the tuple of its array leaves' sh
 metadata or shard groups, as gspmdc's `HloSharding` builds them from XLA's text (iota and
 explicit device lists, and `last_tile_dim_replicate` over all devices and `{replicated}`,
 compare equal); an instruction without a sharding has the canonical form None, which differs
-from `{replicated}`.
+from `{replicated}`. An outfeed's sharding is read on the shape it describes (its data, maybe
+followed by the token: `annotation_shape.annotated_shape`).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from gspmdc.ir.module import Module
 from gspmdc.ir.shapes import Shape, TupleShape
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.annotation_shape import annotated_shape
 
 Canonical = tuple | None
 ABSENT = "absent"
@@ -71,7 +73,7 @@ class ShardingVerdict:
 
 
 def _forms(module: Module) -> dict[tuple[str, str], Canonical]:
-    return {(comp.name, inst.name): canonical(inst.sharding, inst.shape)
+    return {(comp.name, inst.name): canonical(inst.sharding, annotated_shape(inst))
             for comp in module.computations.values() for inst in comp.instructions}
 
 
