@@ -38,7 +38,11 @@ Scatter (`ScatterRule`) tiles its operand (= result) dims the same way: dims the
 whole (updates tiled alike), batching dims (indices and updates tiled alike) and dims addressed
 with window size 1 (indices and updates replicated over those tiles; each partition shifts the
 indices by its offset and scatter's own bounds check drops the updates that belong to other
-partitions, so any combiner is correct). Its extra dims are the indices' other batch dims (index
+partitions, so any combiner is correct). A dim addressed by an index component that is an iota
+along an indices dim of its size (XLA's implicit parallel dims, `IndexedOp.implicit_parallel`)
+tiles that indices dim and its updates dim alike instead: row k of the updates goes to row k,
+so each partition's rows of the indices address its own rows (rows in the padding of uneven
+indices are dropped). Its extra dims are the indices' other batch dims (index
 pass-through), whose tiles become partial values combined by the scatter's own computation —
 only for combiners with an identity. Other dims are gathered. Its candidates also start from
 the indices' tiling (the indices stay where they are), alone or with the result's or the
@@ -64,6 +68,7 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.passes.propagation.indexing import scatter_view
 
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .tiling import Tiling, remap
@@ -368,7 +373,8 @@ class ScatterDims:
     to_operand: tuple[int, ...]
     to_indices: tuple[int, ...]
     to_updates: tuple[int, ...]
-    #: operand dims addressed with window size 1 (shifted by the partition's offset when tiled)
+    #: operand dims addressed with window size 1 (shifted by the partition's offset when tiled);
+    #: those an iota component addresses are tiled with their indices and updates dims
     indexed: tuple[int, ...]
 
     @classmethod
@@ -388,6 +394,7 @@ class ScatterDims:
         indices_dims = [d for d in range(indices.rank) if d != ivd]
         scatter_dims = [d for d in range(update.rank) if d not in window_dims]
         update_of_indices = dict(zip(indices_dims, scatter_dims))
+        parallel = dict(scatter_view(inst).implicit_parallel(inst.operands[count]))
         to_operand, to_indices, to_updates = [], [], []
         indexed = []
         for d in range(operand.rank):
@@ -402,16 +409,17 @@ class ScatterDims:
                 to_indices.append(-1)
                 to_updates.append(window[d])
             elif size == 1 and d in to_operand_map:
+                i = parallel.get(d, -1)
                 indexed.append(d)
                 to_operand.append(d)
-                to_indices.append(-1)
-                to_updates.append(-1)
+                to_indices.append(i)
+                to_updates.append(update_of_indices[i] if i >= 0 else -1)
             else:
                 to_operand.append(-1)
                 to_indices.append(-1)
                 to_updates.append(-1)
         for i in indices_dims:
-            if i not in index_batching:
+            if i not in index_batching and i not in parallel.values():
                 to_operand.append(-1)
                 to_indices.append(i)
                 to_updates.append(update_of_indices[i])
@@ -570,7 +578,8 @@ class ScatterRule(PartitionRule):
         ivd = inst.attr("index_vector_dim")
         tiling = Tiling(operand.sharding, dims.operand_rank, ctx.num_devices) \
             if operand.sharding.is_tiled else None
-        if tiling is not None and any(tiling.counts[d] > 1 for d in dims.indexed):
+        shifted = tiling is not None and any(tiling.counts[d] > 1 for d in dims.indexed)
+        if shifted:
             vectors = _index_vectors(b, local[count], ivd)
             # a dim the update windows cover whole keeps its index: the window is in bounds
             # on every shard exactly when it is in bounds globally (at 0)
@@ -581,8 +590,12 @@ class ScatterRule(PartitionRule):
         leaf = inst.sharding.leaf_shardings(inst.shape)[0]
         result = None if leaf.kind == "maximal" else \
             Tiling(leaf, dims.operand_rank, ctx.num_devices)
-        if result is not None and result.unreduced > 1:
+        partial = result is not None and result.unreduced > 1
+        if shifted or partial:
+            # rows in the padding of tiled indices hold no update, but their garbage, shifted,
+            # could address this partition's rows
             local[count] = _drop_padding_rows(ctx, indices, local[count], dims)
+        if partial:
             combiner = scatter_combiner(inst, ctx.module.computations)
             element_type = operand.shape.element_type
             first = b.compare(ctx.tables.partial_index(result), b.constant(0, "s32"), "EQ")
