@@ -71,6 +71,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.passes.propagation.indexing import scatter_view
 
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
+from .reshard_nodes import is_inserted_reshard
 from .tiling import Tiling, remap
 
 
@@ -394,7 +395,10 @@ class ScatterDims:
         indices_dims = [d for d in range(indices.rank) if d != ivd]
         scatter_dims = [d for d in range(update.rank) if d not in window_dims]
         update_of_indices = dict(zip(indices_dims, scatter_dims))
-        parallel = dict(scatter_view(inst).implicit_parallel(inst.operands[count]))
+        source = inst.operands[count]
+        while is_inserted_reshard(source):     # the same values, moved by this pass
+            source = source.operands[0]
+        parallel = dict(scatter_view(inst).implicit_parallel(source))
         to_operand, to_indices, to_updates = [], [], []
         indexed = []
         for d in range(operand.rank):
