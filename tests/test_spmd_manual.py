@@ -333,10 +333,10 @@ ENTRY e {
   q = f32[2] parameter(1), sharding={replicated}
   p = f32[4] parameter(0), sharding={manual}
   data = (f32[4]) tuple(p)
-  c = u32[2] constant({3, 12})
-  first = (u32[2]) tuple(c)
+  c = u32[3] constant({5, 7, 9})
+  first = (u32[3]) tuple(c)
   t0 = token[] after-all()
-  out0 = token[] outfeed(first, t0), outfeed_shape=(u32[2]), sharding={{manual}, {manual}}
+  out0 = token[] outfeed(first, t0), outfeed_shape=(u32[3]), sharding={{manual}, {manual}}
   out1 = token[] outfeed(data, out0), outfeed_shape=(f32[4]), sharding={{manual}, {manual}}
   ROOT r = (f32[2], token[]) tuple(q, out1), sharding={{replicated}, {manual}}
 }
