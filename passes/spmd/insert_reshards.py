@@ -546,6 +546,29 @@ class _Rewriter:
         return tuple(dict.fromkeys(needs))
 
     def _needs_of(self, user: Instruction, value: Instruction) -> list[HloSharding]:
+        """The shardings `user`'s plan (made ahead, one level) reads `value` in. A `tuple`
+        (not the root) that only get-tuple-elements read passes `value` on unchanged: its
+        needs at a position holding `value` are those of the readers of that element (their
+        plans for it, the root's sharding where it is the root), as for `_element_needs`;
+        insert-reshards reshards each reader's operand from `value`'s own nodes (a
+        get-tuple-element of a tuple is looked through), and XLA's import folds such a pair
+        away."""
+        if user.opcode == "tuple" and user is not self.comp.root and self.users[user] and \
+                all(u.opcode == "get-tuple-element" for u in self.users[user]):
+            positions = {i for i, o in enumerate(user.operands)
+                         if self.replacement.get(o, o) is value}
+            readers = [e for e in self.users[user] if e.attr("index") in positions]
+            if readers and {e.attr("index") for e in readers} == positions:
+                needs = []
+                for element in readers:
+                    if element is self.comp.root:
+                        needs.append(element.sharding)
+                    for reader in self.users[element]:
+                        needs += self._needs_of_plan(reader, element)
+                return needs
+        return self._needs_of_plan(user, value)
+
+    def _needs_of_plan(self, user: Instruction, value: Instruction) -> list[HloSharding]:
         """The shardings `user`'s plan (made ahead, one level) reads `value` in."""
         user.operands = [self.replacement.get(o, o) for o in user.operands]
         plan = self._planned_ahead(user)
@@ -655,9 +678,11 @@ class _Rewriter:
     def _saved(self, user: Instruction, value: Instruction, need: HloSharding) -> float:
         """The bytes `user`'s plan saves when `value`'s reshard to `need` is made for another
         user: planned ahead with its operands as they are now, and where that plan (made
-        without its own users' needs) reads the node at all, planned again with and without
-        it, priced with what its own users read it in (their plans made ahead:
-        `_result_needs`, not kept)."""
+        without its own users' needs) reads the node at all, or where the node gives `user`
+        whole for free (`_recomputed_from`), planned again with and without it, priced with
+        what its own users read it in (their plans made ahead: `_result_needs`, not kept);
+        in the second case its result's reshards to those reads cost nothing with the node
+        (each is computed again whole from it: `_recompute_replicated`)."""
         key = (id(value), need, user)
         if key in self.savings:
             return self.savings[key]
@@ -669,16 +694,23 @@ class _Rewriter:
         finally:
             self.assumed = None
             self.looking_ahead = False
-        if not any([o is value and n == need for o, n in zip(user.operands, quick.operands)]):
+        recomputed = self._recomputed_from(user, value, need)
+        if not recomputed and \
+                not any([o is value and n == need for o, n in zip(user.operands, quick.operands)]):
             self.savings[key] = 0.0     # its plan does not read the node even when made
         else:
             planning, self.planning = self.planning, (user, user.sharding)
             known = self.ctx.known_needs(user)
             self.crediting = True
             try:
+                if recomputed:
+                    recomputed = all([free_target(n) for n in self.ctx.users_needs(user)])
                 alone = self.ctx.plan_cost(user, self._plan(user))
                 self.assumed = (value, need)
-                shared = self.ctx.plan_cost(user, self._plan(user))
+                plan = self._plan(user)
+                shared = self.ctx.plan_cost(user, plan)
+                if recomputed:
+                    shared -= self.ctx.result_cost(user, plan)
             finally:
                 self.assumed = None
                 self.crediting = False
@@ -687,6 +719,19 @@ class _Rewriter:
                     self.ctx.forget_needs(user)
             self.savings[key] = max(0.0, alone - shared)
         return self.savings[key]
+
+    def _recomputed_from(self, user: Instruction, value: Instruction,
+                         need: HloSharding) -> bool:
+        """Whether `value`'s replicated reshard (`need`), once made, gives `user` whole on every
+        partition without communication: `user` is a pure array op (not a contraction) whose
+        other operands are had replicated so (`_replicated_source`), which insert-reshards
+        computes again whole for any user reading it in another sharding."""
+        if not need.is_replicated or user.opcode in NOT_RECOMPUTED or \
+                isinstance(user.shape, TupleShape) or user.sharding.has_manual_leaf or \
+                user.sharding.has_unreduced:
+            return False
+        return all([o is value or self._replicated_source(o) is not None
+                    for o in user.operands])
 
     def _broadcast(self, value: Instruction, had: frozenset) -> bool:
         """Whether `value`, on one device, is broadcast to every partition for a live user

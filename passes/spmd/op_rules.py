@@ -426,6 +426,16 @@ class PlanContext:
         """The needs of `inst`'s users, where a plan of it asked for them (else empty)."""
         return self._needs.get(inst, ())
 
+    def users_needs(self, inst: Instruction) -> tuple[HloSharding, ...]:
+        """The needs of `inst`'s users (`result_needs`), asked now and kept for its later
+        plans (`signature`)."""
+        needs = self._needs.get(inst)
+        if needs is None and self.result_needs is not None:
+            needs = self.result_needs(inst)
+            if needs:
+                self._needs[inst] = needs
+        return needs or ()
+
     def forget_needs(self, inst: Instruction) -> None:
         """Ask `inst`'s users' needs again the next time a plan of it asks for them."""
         self._needs.pop(inst, None)
@@ -459,9 +469,7 @@ class PlanContext:
             sharding = inst.sharding
             if needs is None and any([p.result is not sharding and p.result != sharding
                                       for p in plans]):
-                needs = self.result_needs(inst)
-                if needs:
-                    self._needs[inst] = needs
+                needs = self.users_needs(inst)
             needs = needs or ()
         sources = ()
         if self.unread:
@@ -493,6 +501,11 @@ class PlanContext:
         """Bytes per device of `plan`: its own traffic, each distinct operand reshard once
         (insert-reshards reshards a value used twice the same way once) and the result's."""
         return self.cost_of(self.signature(inst, (plan,)), plan)
+
+    def result_cost(self, inst: Instruction, plan: OpPlan) -> float:
+        """The part of `plan_cost` that has the result where the users read it."""
+        return _result_bytes(self.signature(inst, (plan,)), plan.result, self.cost,
+                             plan.operands)
 
     def cost_of(self, signature: "Signature", plan: OpPlan) -> float:
         """`plan_cost` for an instruction described by its `signature`."""
