@@ -17,7 +17,8 @@ from gspmdc import api
 from gspmdc.passes.pipeline import compile_spmd
 
 from conformance.oracle import xla_available
-from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
+from spmd_partition_helpers import busiest_per_collective, check_equivalent, collectives, \
+    compared_with_xla, sent_bytes
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 PIPELINE_SHIFT = Path(__file__).resolve().parents[2] / "shared" / "jax-programs" / \
@@ -210,12 +211,55 @@ def test_a_scatter_of_a_dot_runs_on_the_dots_tiles():
     assert sent_bytes(spmd, 2) == 4
 
 
+# ---- a value passed on through a tuple and its get-tuple-element -------------------------------
+
+#: fuzz/11400000288 [off], shrunk: a scatter of `i`'s batch tiles into `p` whose rows are in
+#: 3 tiles held twice (f16[2,4] = 16 B a device), annotated in `p`'s rows by column tiles; a
+#: tuple passes it to a get-tuple-element the root reads on device 0.
+SCATTER_THROUGH_A_TUPLE = """HloModule m, num_partitions=6
+
+add_f16 {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT r = f16[] add(a, b)
+}
+
+ENTRY e {
+  p = f16[6,4] parameter(0), sharding={devices=[3,1,2]<=[2,3]T(1,0) last_tile_dim_replicate}
+  i = s32[1,1,6,6] parameter(1), sharding={devices=[1,1,2,3]<=[6]}
+  c = f16[] constant(2.0)
+  u = f16[1,6,6] broadcast(c), dimensions={}, sharding={devices=[1,1,2,3]<=[6] last_tile_dim_replicate}
+  s = f16[6,4] scatter(p, i, u), update_window_dims={}, inserted_window_dims={1},
+    scatter_dims_to_operand_dims={1}, index_vector_dim=0, input_batching_dims={0},
+    scatter_indices_batching_dims={3}, to_apply=add_f16, sharding={devices=[2,3]<=[6]}
+  t = (f16[6,4]) tuple(s), sharding={{devices=[2,3]<=[6]}}
+  g = f16[6,4] get-tuple-element(t), index=0, sharding={devices=[2,3]<=[6]}
+  ROOT r = (f16[6,4]) tuple(g), sharding={{maximal device=0}}
+}
+"""
+
+
+def test_a_value_read_through_a_tuple_is_priced_with_the_tuples_readers():
+    """The scatter runs on `i`'s tiles, leaving partial sums in `p`'s row tiles. Its one user
+    is the tuple, which reads it in its annotation (the sums moved to the column tiles: an
+    all-reduce, then permutes); the value's true reader is the root, on device 0. Priced
+    with that read, the sums are taken whole from the all-reduce over each pair (16 B a
+    device) and gathered over each row of 3 (each sends 16 B to 2 others): 48 B on the
+    busiest device, where going through the annotation sent 80."""
+    spmd = check_equivalent(SCATTER_THROUGH_A_TUPLE, 6)
+    assert collectives(spmd) == [("all-reduce", [[0, 3], [1, 4], [2, 5]]),
+                                 ("all-gather", [[0, 1, 2], [3, 4, 5]], (0,))]
+    assert busiest_per_collective(spmd, 6) == 16 + 2 * 16
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(TOPK_MIXED, 3), (SORT_OF_WHOLE, 8), (SLICE_READ_WHOLE, 4),
                                     (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4),
-                                    (DOT_READ_BY_ONE_ADD, 2), (SCATTER_OF_A_DOT, 2)],
+                                    (DOT_READ_BY_ONE_ADD, 2), (SCATTER_OF_A_DOT, 2),
+                                    (SCATTER_THROUGH_A_TUPLE, 6)],
                          ids=["topk-mixed", "sort-of-whole", "slice-read-whole", "twin-slices",
-                              "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot"])
+                              "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot",
+                              "scatter-through-a-tuple"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""

@@ -18,7 +18,8 @@ from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext, Signature
 from gspmdc.passes.spmd.reshard_plan import AllToAll, plan_reshard
 
 from conformance.oracle import xla_available
-from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
+from spmd_partition_helpers import busiest_per_collective, check_equivalent, collectives, \
+    compared_with_xla, sent_bytes
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -159,12 +160,40 @@ def test_a_contraction_reads_the_gather_another_user_makes(setting):
     assert sent_bytes(spmd, 4) == 3 * 288
 
 
+#: fuzz/10900000168 [off], shrunk: `p` in 3 row tiles (f32[2,5] = 40 B a device, padded) is
+#: read by a `reshape` annotated in 3 column tiles and by an `erf` in `p`'s rows; the root
+#: reads both whole.
+RESHAPE_AND_ERF_READ_WHOLE = """HloModule m, num_partitions=3
+
+ENTRY e {
+  p = f32[4,5] parameter(0), sharding={devices=[3,1]<=[3]}
+  r = f32[4,5,1] reshape(p), sharding={devices=[1,3,1]2,1,0}
+  f = f32[4,5] erf(p), sharding={devices=[3,1]<=[3]}
+  ROOT t = (f32[4,5], f32[4,5,1]) tuple(f, r), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_a_gather_a_later_user_is_computed_again_from_is_credited():
+    """For the `reshape`, gathering `p` first (then reshaping locally) ties with reshaping in
+    place and gathering the result: 80 B each. The gathered `p` also gives the later `erf`,
+    which the root reads whole, for free (computed again whole from it), where it would
+    otherwise be gathered too: the gather of `p` is credited with those bytes, so one
+    all-gather over the 3 devices is all, each sending its 40 B tile to 2 others: 80 B on
+    every device (160 when the reshape ran in place: two gathers)."""
+    spmd = check_equivalent(RESHAPE_AND_ERF_READ_WHOLE, 3)
+    assert collectives(spmd) == [("all-gather", [[0, 1, 2]], (0,))]
+    assert busiest_per_collective(spmd, 3) == 2 * 40
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [
     (TRADED_UNEVEN, 4), (PAD_AND_TOPK, 8),
     (GATHERED_FOR_TWO.format(root=GATHERED_FOR_TWO_ROOTS["off"]), 4),
-    (GATHERED_FOR_TWO.format(root=GATHERED_FOR_TWO_ROOTS["on"]), 4)],
-    ids=["traded-uneven", "pad-and-topk", "gathered-for-two-off", "gathered-for-two-on"])
+    (GATHERED_FOR_TWO.format(root=GATHERED_FOR_TWO_ROOTS["on"]), 4),
+    (RESHAPE_AND_ERF_READ_WHOLE, 3)],
+    ids=["traded-uneven", "pad-and-topk", "gathered-for-two-off", "gathered-for-two-on",
+         "reshape-and-erf-read-whole"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both programs
     compute the reference's values."""
