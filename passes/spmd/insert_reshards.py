@@ -547,18 +547,20 @@ class _Rewriter:
 
     def _needs_of(self, user: Instruction, value: Instruction) -> list[HloSharding]:
         """The shardings `user`'s plan (made ahead, one level) reads `value` in. A `tuple`
-        (not the root) that only get-tuple-elements read passes `value` on unchanged: its
-        needs at a position holding `value` are those of the readers of that element (their
-        plans for it, the root's sharding where it is the root), as for `_element_needs`;
-        insert-reshards reshards each reader's operand from `value`'s own nodes (a
-        get-tuple-element of a tuple is looked through), and XLA's import folds such a pair
-        away."""
+        (not the root) that only get-tuple-elements read, each in the tuple's sharding of its
+        element, passes `value` on unchanged: its needs at a position holding `value` are
+        those of the readers of that element (their plans for it, the root's sharding where
+        it is the root), as for `_element_needs`; insert-reshards reshards each reader's
+        operand from `value`'s own nodes (a get-tuple-element of a tuple is looked through),
+        and XLA's import folds such a pair away."""
         if user.opcode == "tuple" and user is not self.comp.root and self.users[user] and \
                 all(u.opcode == "get-tuple-element" for u in self.users[user]):
             positions = {i for i, o in enumerate(user.operands)
                          if self.replacement.get(o, o) is value}
             readers = [e for e in self.users[user] if e.attr("index") in positions]
-            if readers and {e.attr("index") for e in readers} == positions:
+            if readers and {e.attr("index") for e in readers} == positions and \
+                    all([e.sharding == user.sharding.subsharding(user.shape, (e.attr("index"),))
+                         for e in readers]):
                 needs = []
                 for element in readers:
                     if element is self.comp.root:
