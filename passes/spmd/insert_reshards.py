@@ -203,7 +203,8 @@ class _Rewriter:
         #: result's sharding (that user's plans pay its bytes only where they read it)
         self.unread: dict[Instruction, HloSharding] = {}
         self.ctx = PlanContext(num_partitions, module.computations, self._result_needs,
-                               self._had, self.unread, self._broadcast, self._credit)
+                               self._had, self.unread, self._broadcast, self._credit,
+                               self._users_recomputed)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         #: per value (by id), the shardings `cache` holds a reshard of it to
@@ -253,6 +254,8 @@ class _Rewriter:
         #: per (value, sharding, later user), the bytes that user's plan saves when the
         #: value's reshard to that sharding is made, while one instruction is planned
         self.savings: dict[tuple, float] = {}
+        #: per instruction, `_users_recomputed`'s answer while it is planned
+        self.recomputed_users: dict[Instruction, float] = {}
 
     def run(self) -> None:
         comp, b = self.comp, self.builder
@@ -262,6 +265,7 @@ class _Rewriter:
             desired = inst.sharding
             self.planning = (inst, desired)
             self.savings.clear()
+            self.recomputed_users.clear()
             if inst in self.arrivals:
                 plan = OpPlan((), self.arrivals[inst], "parameter of a partitioned callee: "
                                                        "it arrives as its call site passes it")
@@ -721,6 +725,42 @@ class _Rewriter:
                     self.ctx.forget_needs(user)
             self.savings[key] = max(0.0, alone - shared)
         return self.savings[key]
+
+    def _users_recomputed(self, inst: Instruction) -> float:
+        """The bytes the plans of the users of `inst`, the instruction being planned, cost
+        (each priced with what its own users read it in: `_result_needs`) where `inst`
+        computed replicated gives them whole for free (`_recomputed_from`): a plan computing
+        `inst` replicated saves them (`Signature.users_recomputed`; e.g. an op whose replicated
+        result a `reshape` reads, itself read whole by the root, where the reshape's halo
+        exchange on the tiled result then needs a gather after it). 0.0 while looking ahead
+        and for any other instruction."""
+        if self.looking_ahead or self.crediting or self.planning is None or \
+                self.planning[0] is not inst or isinstance(inst.shape, TupleShape):
+            return 0.0
+        if inst not in self.recomputed_users:
+            replicated = HloSharding.replicate()
+            self.recomputed_users[inst] = sum(
+                [self._recomputed_cost(user) for user in self.users.get(inst, ())
+                 if user not in self.planned and user not in self.arrivals and
+                 self._recomputed_from(user, inst, replicated)])
+        return self.recomputed_users[inst]
+
+    def _recomputed_cost(self, user: Instruction) -> float:
+        """The bytes `user`'s plan costs, priced with what its own users read it in; 0.0 where
+        one of those is no sharding a value computed again whole is sliced to (`free_target`)."""
+        user.operands = [self.replacement.get(o, o) for o in user.operands]
+        planning, self.planning = self.planning, (user, user.sharding)
+        known = self.ctx.known_needs(user)
+        self.crediting = True
+        try:
+            if not all([free_target(n) for n in self.ctx.users_needs(user)]):
+                return 0.0
+            return self.ctx.plan_cost(user, self._plan(user))
+        finally:
+            self.crediting = False
+            self.planning = planning
+            if not known:
+                self.ctx.forget_needs(user)
 
     def _recomputed_from(self, user: Instruction, value: Instruction,
                          need: HloSharding) -> bool:

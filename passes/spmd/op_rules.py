@@ -87,6 +87,10 @@ class Signature(NamedTuple):
     #: insert-reshards' later users of the operand pay for by what it saves them (their plans
     #: read the shared node instead of moving bytes of their own); empty: none
     operand_credit: tuple[tuple[tuple[HloSharding, float], ...], ...] = ()
+    #: the bytes the plans of the instruction's users (priced with what their own users read
+    #: them in) save when its result is computed replicated: each such user is then computed
+    #: again whole from it for free; 0.0: none
+    users_recomputed: float = 0.0
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
@@ -120,7 +124,7 @@ class Signature(NamedTuple):
                          tuple(s if s is None else s.with_metadata(())
                                for s in self.operand_sources),
                          tuple(tuple((s.with_metadata(()), share) for s, share in credit)
-                               for credit in self.operand_credit))
+                               for credit in self.operand_credit), self.users_recomputed)
 
 
 #: opcodes whose value on one device may differ between partitions that compute it: their
@@ -236,10 +240,13 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     reshards a value used twice the same way once), none for an operand computed again for
     free in a free target or already resharded to the sharding needed for an earlier user, or
     read whole or sliced from its broadcast made for another user (`operand_broadcast`); of a
-    reshard later users pay a share of (`operand_credit`), the rest. With a
+    reshard later users pay a share of (`operand_credit`), the rest; less what the users
+    save where the plan computes a replicated result (`users_recomputed`). With a
     `bound`, the sum stops once it passes the bound (no term is negative): a value above
     `bound`, then, not the whole sum."""
     total = own + _result_bytes(signature, plan.result, measure, plan.operands)
+    if signature.users_recomputed and plan.result.is_replicated:
+        total -= signature.users_recomputed
     if bound is not None and total > bound:
         return total
     count = len(signature.operand_ids)
@@ -397,7 +404,8 @@ class PlanContext:
                  = None, unread: dict[Instruction, HloSharding] | None = None,
                  broadcast: Callable[[Instruction, frozenset], bool] | None = None,
                  credit: Callable[[Instruction, Sequence[tuple[HloSharding, ...]],
-                                   Sequence[frozenset]], tuple] | None = None):
+                                   Sequence[frozenset]], tuple] | None = None,
+                 users_recomputed: Callable[[Instruction], float] | None = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
@@ -413,6 +421,9 @@ class PlanContext:
         #: pay for, given the needs of the plans asked about and the shardings `had` gives
         #: each operand (`Signature.operand_credit`; empty: none)
         self.credit = credit
+        #: what the users of an instruction save when it is computed replicated
+        #: (`Signature.users_recomputed`)
+        self.users_recomputed = users_recomputed
         #: insert-reshards' result reshards nobody reads yet, with the sharding of the result
         #: each was made from (`Signature.operand_sources`)
         self.unread = {} if unread is None else unread
@@ -471,18 +482,22 @@ class PlanContext:
                                       for p in plans]):
                 needs = self.users_needs(inst)
             needs = needs or ()
+        recomputed = 0.0
+        if self.users_recomputed is not None and not inst.sharding.is_replicated and \
+                any([p.result.is_replicated for p in plans]):
+            recomputed = self.users_recomputed(inst)
         sources = ()
         if self.unread:
             sources = tuple([self.unread.get(o) for o in inst.operands])
             if all([s is None for s in sources]):
                 sources = ()
-        if not (had or broadcast or needs or sources or credits):
+        if not (had or broadcast or needs or sources or credits or recomputed):
             return signature
         return Signature(signature.shape, signature.sharding, signature.operand_shapes,
                          signature.operand_shardings, signature.operand_ids,
                          signature.operand_free, result_needs=needs, operand_had=had,
                          operand_broadcast=broadcast, operand_sources=sources,
-                         operand_credit=credits)
+                         operand_credit=credits, users_recomputed=recomputed)
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""
