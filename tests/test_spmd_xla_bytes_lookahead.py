@@ -211,6 +211,45 @@ def test_a_scatter_of_a_dot_runs_on_the_dots_tiles():
     assert sent_bytes(spmd, 2) == 4
 
 
+# ---- an op computed replicated where its users are then computed again whole -----------------
+
+#: fuzz/11200000144 [off] as generated, its dead code dropped: a `reduce-window` of `p`'s
+#: column tiles (f32[7,1,2] = 56 B a device) annotated in row tiles, reshaped (an uneven merge
+#: of its tiled dim: a halo exchange) to rows the root reads whole (a tuple of two elements:
+#: XLA's import folds a tuple of one into its element's annotation).
+WINDOW_RESHAPED_READ_WHOLE = """HloModule m, num_partitions=4
+
+min_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] minimum(a, b)
+}
+
+ENTRY e {
+  p = f32[7,1,6] parameter(0), sharding={devices=[1,1,4]<=[4]}
+  init = f32[] constant(inf)
+  w = f32[5,3,5] reduce-window(p, init), window={size=1x1x2 stride=2x1x1 pad=2_1x0_2x0_0},
+    to_apply=min_f32, sharding={devices=[4,1,1]<=[4]}
+  r = f32[15,5] reshape(w), sharding={devices=[4,1]<=[4]}
+  q = s32[3] parameter(1), sharding={replicated}
+  ROOT t = (f32[15,5], s32[3]) tuple(r, q), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_an_op_whose_users_are_computed_again_whole_runs_replicated():
+    """In its row tiles the reduce-window moves `p`'s columns into rows (an all-to-all) and
+    exchanges a halo, and the reshape of those rows exchanges halos again (cheaper, one op
+    ahead, than gathering `p`); but the root reads the reshape whole, so its rows are
+    gathered after all (80 B from each device to 3 others): 372 B on the busiest device.
+    Computed replicated from `p` gathered (each device sends its 56 B to 3 others), the
+    reduce-window gives the reshape its operand whole, computed again whole for free, which
+    the root reads as it is: one all-gather, 168 B on every device."""
+    spmd = check_equivalent(WINDOW_RESHAPED_READ_WHOLE, 4)
+    assert collectives(spmd) == [("all-gather", [[0, 1, 2, 3]], (2,))]
+    assert busiest_per_collective(spmd, 4) == 3 * 56
+
+
 # ---- a value passed on through a tuple and its get-tuple-element -------------------------------
 
 #: fuzz/11400000288 [off], shrunk: a scatter of `i`'s batch tiles into `p` whose rows are in
@@ -256,10 +295,11 @@ def test_a_value_read_through_a_tuple_is_priced_with_the_tuples_readers():
 @pytest.mark.parametrize("text,n", [(TOPK_MIXED, 3), (SORT_OF_WHOLE, 8), (SLICE_READ_WHOLE, 4),
                                     (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4),
                                     (DOT_READ_BY_ONE_ADD, 2), (SCATTER_OF_A_DOT, 2),
-                                    (SCATTER_THROUGH_A_TUPLE, 6)],
+                                    (SCATTER_THROUGH_A_TUPLE, 6),
+                                    (WINDOW_RESHAPED_READ_WHOLE, 4)],
                          ids=["topk-mixed", "sort-of-whole", "slice-read-whole", "twin-slices",
                               "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot",
-                              "scatter-through-a-tuple"])
+                              "scatter-through-a-tuple", "window-reshaped-read-whole"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""
