@@ -11,7 +11,10 @@ priced with the reshards `h`'s users will ask for (their plans for `h` in its an
 where that moves fewer bytes, and from the summed form of a partial result where users read
 that (`result_chain`: one all-reduce for all of them); a tuple of arrays read only by
 get-tuple-elements is priced with what the readers of each element read it in (an element
-nobody reads, `{unknown}` in those needs, stays as computed: `seen_by_users`). The pass then
+nobody reads, `{unknown}` in those needs, stays as computed: `seen_by_users`), and so is a
+value a `tuple` read only so passes on (`_needs_of`). A candidate computing `h` replicated is
+priced less what the plans of the users computed again whole from it then save
+(`_users_recomputed`; docs/design/partitioning.md#users-computed-again-whole). The pass then
 
 - inserts a reshard node before `h` for every operand whose sharding differs from the needed one;
 - sets `h.sharding` to the produced sharding, and when that differs from `h`'s annotation inserts
@@ -53,8 +56,9 @@ be:
 - an instruction with an operand on one device runs on that device when its rule's plan for
   that moves fewer bytes than the plan for its own sharding;
 - a reshard of an operand that the plans of the operand's users not planned yet would save
-  bytes by reading (`_credit`) is priced at the bytes they do not save: the choice is a joint
-  one over the value's users (XLA's reshard cache makes one reshard per value and sharding).
+  bytes by reading (`_credit`), or that gives such a user whole (computed again from it), is
+  priced at the bytes they do not save: the choice is a joint one over the value's users
+  (XLA's reshard cache makes one reshard per value and sharding).
 A reshard made only for a dead instruction (one whose value does not reach the root; it is
 planned like any other and removed with its reshards after partitioning) is no shared node: a
 live user taking it pays its bytes (`_unpaid`), and a value is computed again from it only
@@ -728,12 +732,14 @@ class _Rewriter:
 
     def _users_recomputed(self, inst: Instruction) -> float:
         """The bytes the plans of the users of `inst`, the instruction being planned, cost
-        (each priced with what its own users read it in: `_result_needs`) where `inst`
-        computed replicated gives them whole for free (`_recomputed_from`): a plan computing
+        beyond reading it (`_recomputed_cost`, with what their own users read them in:
+        `_result_needs`) where `inst` computed replicated gives them whole for free
+        (`_recomputed_from`): a plan computing
         `inst` replicated saves them (`Signature.users_recomputed`; e.g. an op whose replicated
         result a `reshape` reads, itself read whole by the root, where the reshape's halo
-        exchange on the tiled result then needs a gather after it). 0.0 while looking ahead
-        and for any other instruction."""
+        exchange on the tiled result then needs a gather after it:
+        docs/design/partitioning.md#users-computed-again-whole). 0.0 while looking ahead and
+        for any other instruction."""
         if self.looking_ahead or self.crediting or self.planning is None or \
                 self.planning[0] is not inst or isinstance(inst.shape, TupleShape):
             return 0.0
@@ -746,8 +752,10 @@ class _Rewriter:
         return self.recomputed_users[inst]
 
     def _recomputed_cost(self, user: Instruction) -> float:
-        """The bytes `user`'s plan costs, priced with what its own users read it in; 0.0 where
-        one of those is no sharding a value computed again whole is sliced to (`free_target`)."""
+        """The bytes `user`'s plan sends itself and has its result moved to where its own users
+        read it in (its operands' reshards are not counted: the plans of the instruction being
+        planned price their result where `user` reads it already); 0.0 where one of those reads
+        is no sharding a value computed again whole is sliced to (`free_target`)."""
         user.operands = [self.replacement.get(o, o) for o in user.operands]
         planning, self.planning = self.planning, (user, user.sharding)
         known = self.ctx.known_needs(user)
@@ -755,7 +763,8 @@ class _Rewriter:
         try:
             if not all([free_target(n) for n in self.ctx.users_needs(user)]):
                 return 0.0
-            return self.ctx.plan_cost(user, self._plan(user))
+            plan = self._plan(user)
+            return plan.cost + self.ctx.result_cost(user, plan)
         finally:
             self.crediting = False
             self.planning = planning
