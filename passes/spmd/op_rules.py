@@ -295,12 +295,16 @@ def broadcast_first(source: HloSharding, target: HloSharding) -> bool:
 def result_chain(result: HloSharding, annotated: HloSharding) -> tuple[HloSharding, ...]:
     """The shardings insert-reshards may have a result computed in `result` in, each a reshard
     of the one before: `result`, its summed form where it holds partial values (one all-reduce
-    every user can slice or permute from; made only where a user reads it), and the
-    annotation users see."""
+    every user can slice or permute from; made only where a user reads it), or its broadcast
+    where it lives on one device and the annotation is tiled (`broadcast_first`: the reshard
+    goes through that replicated node, which any user slices from), and the annotation users
+    see."""
     chain = [result]
     summed = without_partials(result)
     if summed != result and summed != annotated:
         chain.append(summed)
+    elif broadcast_first(result, annotated) and not annotated.is_replicated:
+        chain.append(HloSharding.replicate())
     if annotated != chain[-1]:
         chain.append(annotated)
     return tuple(chain)
