@@ -250,6 +250,32 @@ def test_an_op_whose_users_are_computed_again_whole_runs_replicated():
     assert busiest_per_collective(spmd, 4) == 3 * 56
 
 
+# ---- a result on one device reaching a tiled annotation through its broadcast ---------------
+
+#: fuzz/10900000418 [off]'s shape: a slice of a parameter on device 1, annotated in row tiles
+#: held twice, read by the root in four row tiles.
+SLICE_ON_ONE_DEVICE = """HloModule m, num_partitions=4
+
+ENTRY e {
+  p = f16[8,1] parameter(0), sharding={maximal device=1}
+  s = f16[6,1] slice(p), slice={[2:8], [0:1]}, sharding={devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  ROOT n = f16[6,1] negate(s), sharding={devices=[4,1]<=[4]}
+}
+"""
+
+
+def test_a_result_on_one_device_is_priced_through_its_broadcast():
+    """Sliced on device 1, the result is broadcast (the replicated node its reshard to the
+    annotation goes through) and the root's rows are sliced from that: a ring all-reduce of 6
+    f16 elements in chunks of 2, 2, 1 and 1, each device sending 3 chunks in each of its two
+    phases, the busiest 4 + 4 + 2 B: 20 B. Priced as a reshard from the annotation (24 B:
+    the broadcast, then 4 B to the rows), slicing on device 1 lost to broadcasting `p`, 8
+    elements in chunks of 2: 3 x 4 B twice, 24 B."""
+    spmd = check_equivalent(SLICE_ON_ONE_DEVICE, 4)
+    assert collectives(spmd) == [("all-reduce", [[0, 1, 2, 3]])]
+    assert busiest_per_collective(spmd, 4) == 2 * (4 + 4 + 2)
+
+
 # ---- a value passed on through a tuple and its get-tuple-element -------------------------------
 
 #: fuzz/11400000288 [off], shrunk: a scatter of `i`'s batch tiles into `p` whose rows are in
@@ -296,10 +322,11 @@ def test_a_value_read_through_a_tuple_is_priced_with_the_tuples_readers():
                                     (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4),
                                     (DOT_READ_BY_ONE_ADD, 2), (SCATTER_OF_A_DOT, 2),
                                     (SCATTER_THROUGH_A_TUPLE, 6),
-                                    (WINDOW_RESHAPED_READ_WHOLE, 4)],
+                                    (WINDOW_RESHAPED_READ_WHOLE, 4), (SLICE_ON_ONE_DEVICE, 4)],
                          ids=["topk-mixed", "sort-of-whole", "slice-read-whole", "twin-slices",
                               "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot",
-                              "scatter-through-a-tuple", "window-reshaped-read-whole"])
+                              "scatter-through-a-tuple", "window-reshaped-read-whole",
+                              "slice-on-one-device"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""
