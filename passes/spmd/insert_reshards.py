@@ -579,14 +579,16 @@ class _Rewriter:
         return self._needs_of_plan(user, value)
 
     def _needs_of_plan(self, user: Instruction, value: Instruction) -> list[HloSharding]:
-        """The shardings `user`'s plan (made ahead, one level) reads `value` in."""
+        """The shardings `user`'s plan (made ahead, one level) reads `value` in (`needs_missed`
+        is set where that plan went without needs it asked for, and stays set)."""
         user.operands = [self.replacement.get(o, o) for o in user.operands]
         plan = self._planned_ahead(user)
         if plan is None:
-            self.needs_missed = False
+            missed, self.needs_missed = self.needs_missed, False
             plan = self._plan(user)
             if not self.needs_missed and not self.crediting:
                 self.ahead[user] = (_plan_key(user), plan)
+            self.needs_missed = self.needs_missed or missed
         return [need for operand, need in zip(user.operands, plan.operands) if operand is value]
 
     def _element_needs(self, inst: Instruction, desired: HloSharding
@@ -714,7 +716,7 @@ class _Rewriter:
             self.crediting = True
             try:
                 if recomputed:
-                    recomputed = all([free_target(n) for n in self.ctx.users_needs(user)])
+                    recomputed = self._read_whole_by_users(user)
                 alone = self.ctx.plan_cost(user, self._plan(user))
                 self.assumed = (value, need)
                 plan = self._plan(user)
@@ -754,14 +756,14 @@ class _Rewriter:
     def _recomputed_cost(self, user: Instruction) -> float:
         """The bytes `user`'s plan sends itself and has its result moved to where its own users
         read it in (its operands' reshards are not counted: the plans of the instruction being
-        planned price their result where `user` reads it already); 0.0 where one of those reads
-        is no sharding a value computed again whole is sliced to (`free_target`)."""
+        planned price their result where `user` reads it already); 0.0 where those reads are
+        not all known and sliced from a value computed again whole (`_read_whole_by_users`)."""
         user.operands = [self.replacement.get(o, o) for o in user.operands]
         planning, self.planning = self.planning, (user, user.sharding)
         known = self.ctx.known_needs(user)
         self.crediting = True
         try:
-            if not all([free_target(n) for n in self.ctx.users_needs(user)]):
+            if not self._read_whole_by_users(user):
                 return 0.0
             plan = self._plan(user)
             return plan.cost + self.ctx.result_cost(user, plan)
@@ -770,6 +772,15 @@ class _Rewriter:
             self.planning = planning
             if not known:
                 self.ctx.forget_needs(user)
+
+    def _read_whole_by_users(self, user: Instruction) -> bool:
+        """Whether every sharding the users of `user` (being priced for a credit) read it in is
+        one a value computed again whole is sliced to (`free_target`), each known: none of
+        their plans made ahead went without needs of its own it asked for (a plan that would
+        choose by those reads may read `user` otherwise once they are known)."""
+        self.needs_missed = False
+        needs = self.ctx.users_needs(user)
+        return not self.needs_missed and all([free_target(n) for n in needs])
 
     def _recomputed_from(self, user: Instruction, value: Instruction,
                          need: HloSharding) -> bool:
