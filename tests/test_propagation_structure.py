@@ -181,8 +181,10 @@ ENTRY e {
   sb = f32[8,8] custom-call(b), custom_call_target="Sharding", sharding={unknown shard_like 0}
   ROOT t = (f32[8,8], f32[8,8]) tuple(sa, sb)
 }""")
+    # `{unknown shard_like 0}` constraints only put their operands in the group and go
     s = "{devices=[2,1]<=[2]}"
-    expect(m, sa=s, sb=s, b=s)
+    expect(m, a=s, b=s)
+    assert not [i for i in m.entry.instructions if i.opcode == "custom-call"]
 
 
 def test_shard_as_members_end_with_one_sharding():
@@ -197,8 +199,8 @@ ENTRY e {
   sb = f32[8,8] custom-call(b), custom_call_target="Sharding", sharding={unknown shard_as 1}
   ROOT t = (f32[8,8], f32[8,8]) tuple(sa, sb)
 }""")
-    # the two partial shardings merge into the common one
-    expect(m, sa="{devices=[2,2]<=[4]}", sb="{devices=[2,2]<=[4]}")
+    # the two partial shardings merge into the common one, on the constraints' operands
+    expect(m, a="{devices=[2,2]<=[4]}", b="{devices=[2,2]<=[4]}")
 
 
 def test_shard_barriers():

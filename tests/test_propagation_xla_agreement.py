@@ -324,6 +324,75 @@ ENTRY main {
   ROOT dot = f32[8,256] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2,2,2]<=[2,2,2,2]T(0,2,1,3) last_tile_dims={unreduced,replicated}}
 }""", 16, True, {"a": "{devices=[2,2,4]<=[16] last_tile_dim_replicate}",
                  "b": "{devices=[2,2,4]<=[2,4,2]T(1,0,2) last_tile_dim_replicate}"}),
+    # the diagonal of p0: the index is an iota along the explicit batching dim, so it makes no
+    # implicit parallel dim of its own; the operand takes the result's tiles on its batching dim
+    # (gspmdc paired index dim 0 with two operand dims and failed)
+    "gather_iota_along_an_explicit_batching_dim_adds_no_parallel_dim": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = f32[4,4] parameter(0)
+  i = s32[4,1] iota(), iota_dimension=0
+  ROOT g = f32[4] gather(p0, i), offset_dims={}, collapsed_slice_dims={1}, start_index_map={1},
+      operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=1,
+      slice_sizes={1,1}, sharding={devices=[4]<=[4]}
+}""", 4, True, {"p0": "{devices=[4,1]<=[4]}", "i": "{devices=[4,1]<=[4]}"}),
+    # index component 1 is an iota along index dim 1 (size 5) addressing operand dim 1 (size
+    # 16): the sizes differ, so the gather has no implicit parallel dims at all, not even the
+    # one component 0 would give; operand dim 0 is collapsed, nothing reaches the result
+    "gather_iota_of_another_size_than_its_operand_dim_cancels_the_parallel_dims": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = f32[4,16,2] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  row = s32[4,5,1] iota(), iota_dimension=0
+  col = s32[4,5,1] iota(), iota_dimension=1
+  idx = s32[4,5,2] concatenate(row, col), dimensions={2}
+  g = f32[4,5,2] gather(p0, idx), offset_dims={2}, collapsed_slice_dims={0,1},
+      start_index_map={0,1}, index_vector_dim=2, slice_sizes={1,1,2}
+  ROOT n = f32[4,5,2] negate(g)
+}""", 4, False, {"row": None, "col": None, "idx": None, "g": None}),
+    # the indices are a copy of a concatenate whose first piece is an iota along index dim 0:
+    # seen through the copy, operand dim 0 and result dim 0 are parallel
+    "gather_indices_are_seen_through_a_copy_of_a_concatenate": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  p0 = f32[4,16,2] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  p1 = s32[4,5,1] parameter(1)
+  row = s32[4,5,1] iota(), iota_dimension=0
+  idx = s32[4,5,2] concatenate(row, p1), dimensions={2}
+  idx2 = s32[4,5,2] copy(idx)
+  g = f32[4,5,2] gather(p0, idx2), offset_dims={2}, collapsed_slice_dims={0,1},
+      start_index_map={0,1}, index_vector_dim=2, slice_sizes={1,1,2}
+  ROOT n = f32[4,5,2] negate(g)
+}""", 4, False, {"g": "{devices=[4,1,1]<=[4]}", "idx2": "{devices=[4,1,1]<=[4]}",
+                "idx": "{devices=[4,1,1]<=[4]}", "row": "{devices=[4,1,1]<=[4]}", "p1": None}),
+    # `{unknown shard_as 0}` constraints on two computed values put the values themselves in
+    # the group (the custom-calls go): after the levels both take the group's common sharding,
+    # the first member's as the two are incompatible, members in reverse post order (y first)
+    "unknown_shard_as_constraints_group_their_operands": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  a = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[8,8] parameter(1), sharding={devices=[1,4]<=[4]}
+  x = f32[8,8] exponential(a)
+  sx = f32[8,8] custom-call(x), custom_call_target="Sharding", sharding={unknown shard_as 0}
+  y = f32[8,8] negate(b)
+  sy = f32[8,8] custom-call(y), custom_call_target="Sharding", sharding={unknown shard_as 0}
+  ROOT r = f32[8,8] add(sx, sy)
+}""", 4, False, {"x": "{devices=[1,4]<=[4]}", "y": "{devices=[1,4]<=[4]}", "r": None}),
+    # an outfeed's sharding covers its data and then its token; a tuple holding the outfeed's
+    # result (the token) takes the last element (gspmdc took both and failed)
+    "a_tuple_takes_the_token_part_of_an_outfeeds_sharding": Behaviour("""
+HloModule m, num_partitions=2
+ENTRY main {
+  p0 = f32[8] parameter(0), sharding={devices=[2]<=[2]}
+  n = f32[8] negate(p0)
+  t0 = (f32[8]) tuple(n)
+  tok = token[] after-all()
+  o = token[] outfeed(t0, tok), outfeed_shape=(f32[8]),
+      sharding={{devices=[2]<=[2]}, {maximal device=0}}
+  ROOT r = (f32[8], token[]) tuple(n, o)
+}""", 2, True, {"n": "{devices=[2]<=[2]}", "t0": "{{devices=[2]<=[2]}}",
+                "r": "{{devices=[2]<=[2]}, {maximal device=0}}"}),
 }
 
 

@@ -101,7 +101,9 @@ class Driver:
                 self.provenance.record(self._key(inst), s, ANNOTATION)
         self.prep = preprocess(self.module, self.graph,
                                cse_prevention_only=self.options.cse_prevention_only)
-        self.structural_change = bool(self.prep.converted)
+        self.structural_change = bool(self.prep.converted or self.prep.removed)
+        for key in self.prep.removed:
+            self.provenance.forget(key)
         for inst, s in original.items():
             if s is not None and inst.sharding is None:
                 self.provenance.forget(self._key(inst))

@@ -76,34 +76,47 @@ class IndexedOp:
 
     def implicit_parallel(self, indices: Instruction) -> list[tuple[int, int]]:
         """`(operand dim, index dim)` pairs found from iota index components (XLA's
-        GetGatherScatterBatchParallelDims); empty when none or when ambiguous."""
+        GetGatherScatterBatchParallelDims): a component that is an iota along index dim d
+        makes its operand dim parallel to d when that operand dim's slice size is 1 and d is
+        not an explicit batching dim. Empty when none, when two components are iotas along
+        one index dim, or when a parallel operand dim's size differs from d's."""
         ivd = self.index_vector_dim
+        source = _concatenate_through_copies(indices)
         iota_dims: list[int | None] = [None] * len(self.index_map)
-        if indices.opcode == "concatenate" and indices.attrs["dimensions"][0] == ivd:
+        if source.opcode == "concatenate" and source.attrs["dimensions"][0] == ivd:
             offset = 0
-            for op in indices.operands:
+            for op in source.operands:
                 count = op.shape.dims[ivd] if op.shape.rank > ivd else 1
                 dim = iota_dimension(op)
                 if dim is not None and dim != ivd:
                     iota_dims[offset:offset + count] = [dim] * count
                 offset += count
         else:
-            dim = iota_dimension(indices)
+            dim = iota_dimension(source)
             if dim is not None and dim != ivd:
-                count = indices.shape.dims[ivd] if indices.shape.rank > ivd else 1
+                count = source.shape.dims[ivd] if source.shape.rank > ivd else 1
                 iota_dims[:count] = [dim] * count
         pairs: list[tuple[int, int]] = []
         for component, index_dim in enumerate(iota_dims[:len(self.index_map)]):
             if index_dim is None:
                 continue
-            operand_dim = self.index_map[component]
-            if any(o == operand_dim for o, _ in pairs):
+            if any(i == index_dim for _, i in pairs):
                 return []
-            if self.slice_sizes[operand_dim] != 1 or \
-                    self.operand_dims[operand_dim] != indices.shape.dims[index_dim]:
+            operand_dim = self.index_map[component]
+            if self.slice_sizes[operand_dim] != 1 or index_dim in self.indices_batching:
                 continue
+            if self.operand_dims[operand_dim] != source.shape.dims[index_dim]:
+                return []
             pairs.append((operand_dim, index_dim))
         return pairs
+
+
+def _concatenate_through_copies(indices: Instruction) -> Instruction:
+    """The concatenate `indices` is a chain of copies of, else `indices` itself."""
+    inst = indices
+    while inst.opcode == "copy":
+        inst = inst.operands[0]
+    return inst if inst.opcode == "concatenate" else indices
 
 
 def iota_dimension(inst: Instruction) -> int | None:

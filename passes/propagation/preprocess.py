@@ -7,9 +7,11 @@ ShardingPropagation::Run).
    tuple (`sharding={replicated}` on a tuple-shaped instruction) becomes one per leaf.
 2. `Sharding` custom-calls become `copy` instructions (same name) carrying the constraint; their
    `unspecified_dims=[...]` are recorded; a fully specified constraint is also pushed onto an
-   unsharded operand.
-3. `shard_as k` / `shard_like k` markers are recorded as groups and stripped; `{unknown}` becomes
-   "no sharding" (it constrains nothing).
+   unsharded operand. A `{unknown}` constraint on anything but a parameter that names a shard
+   group only puts its operand in the group: the operand takes the marker and the custom-call
+   is removed, its users reading the operand.
+3. `shard_as k` / `shard_like k` markers are recorded as groups (members in the order of the walk,
+   users before operands) and stripped; `{unknown}` becomes "no sharding" (it constrains nothing).
 4. The entry root's and parameters' shardings are saved for restoring where propagation into them
    is not allowed.
 """
@@ -44,6 +46,8 @@ class Prepared:
     cse_originals: dict[Instruction, HloSharding] | None = None
     pushed: list[tuple[Instruction, Instruction]] = field(default_factory=list)
     converted: list[Instruction] = field(default_factory=list)
+    #: (computation, name) of the `Sharding` custom-calls removed
+    removed: list[tuple[str, str]] = field(default_factory=list)
 
     def group_members(self, inst: Instruction) -> list[Instruction]:
         gid = self.group_of.get(inst)
@@ -95,6 +99,14 @@ def preprocess(module: Module, graph: ModuleGraph, *, cse_prevention_only: bool)
                 inst.sharding = for_shape(inst.sharding, inst.shape)
     for comp in graph.computations:
         for inst in reversed(graph.post_order(comp)):
+            if target_of(inst) == SHARDING and not cse_prevention_only and \
+                    _hands_group_to_operand(inst):
+                operand = inst.operands[0]
+                operand.sharding = (operand.sharding or HloSharding.unknown()).with_shard_group(
+                    inst.sharding.shard_group)
+                graph.remove(inst)
+                prep.removed.append((comp.name, inst.name))
+                continue
             if target_of(inst) == SHARDING:
                 _constraint(inst, prep, convert=not cse_prevention_only)
             if inst.sharding is not None:
@@ -108,6 +120,15 @@ def preprocess(module: Module, graph: ModuleGraph, *, cse_prevention_only: bool)
         if p.sharding is not None:
             prep.saved_parameters[p.parameter_number] = p.sharding
     return prep
+
+
+def _hands_group_to_operand(inst: Instruction) -> bool:
+    """Whether the `Sharding` custom-call `inst` only names a shard group for its operand (XLA's
+    ProcessShardingInstruction keeps an `{unknown}` constraint on a non-parameter as a custom-call,
+    passes its group to the operand and replaces the custom-call by the operand)."""
+    s = inst.sharding
+    return s is not None and not s.is_tuple and s.is_unknown and s.shard_group is not None \
+        and inst.operands[0].opcode != "parameter"
 
 
 def _constraint(inst: Instruction, prep: Prepared, convert: bool) -> None:
