@@ -67,6 +67,17 @@ def test_unsharded_and_unknown_instructions():
         explain(module, "nope")
 
 
+def test_an_unknown_annotation_is_named_where_it_stays_replicated():
+    module = propagate(parse_module("""
+HloModule m
+ENTRY e {
+  p = f32[8] parameter(0)
+  y = f32[8] negate(p), sharding={unknown}
+  ROOT z = f32[8] abs(y)
+}""", "<test>"))
+    assert explain(module, "y") == ["y  {replicated}  ← {unknown} annotation, taken as replicated"]
+
+
 def test_origins_can_stay_out_of_the_text():
     module = parse_module(TEXT, "<test>")
     ctx = PassContext()

@@ -379,6 +379,33 @@ ENTRY main {
   sy = f32[8,8] custom-call(y), custom_call_target="Sharding", sharding={unknown shard_as 0}
   ROOT r = f32[8,8] add(sx, sy)
 }""", 4, False, {"x": "{devices=[1,4]<=[4]}", "y": "{devices=[1,4]<=[4]}", "r": None}),
+    # `{unknown}` constrains nothing but is a sharding: it starts `{replicated}`, a neighbour
+    # may replace it (x), and where none does it stays `{replicated}` and spreads as one (z)
+    "unknown_starts_replicated_and_may_be_replaced": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  a = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  c = f32[8,8] parameter(1)
+  x = f32[8,8] exponential(a), sharding={unknown}
+  y = f32[8,8] negate(c), sharding={unknown}
+  z = f32[8,8] abs(y)
+  ROOT t = (f32[8,8], f32[8,8]) tuple(x, z)
+}""", 4, False, {"x": "{devices=[4,1]<=[4]}", "y": "{replicated}", "z": "{replicated}",
+                "c": None, "t": None}),
+    # an `{unknown shard_as 0}` constraint on a parameter stays (a copy in the group) and hands
+    # its `{unknown}` to the parameter, which propagation may not change: `{replicated}`
+    "unknown_shard_as_constraint_on_a_parameter_leaves_it_replicated": Behaviour("""
+HloModule m, num_partitions=4
+ENTRY main {
+  a = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[8,8] parameter(1)
+  sb = f32[8,8] custom-call(b), custom_call_target="Sharding", sharding={unknown shard_as 0}
+  x = f32[8,8] exponential(a)
+  sx = f32[8,8] custom-call(x), custom_call_target="Sharding", sharding={unknown shard_as 0}
+  y = f32[8,8] negate(sb)
+  ROOT r = f32[8,8] add(sx, y)
+}""", 4, False, {"b": "{replicated}", "sb": "{devices=[4,1]<=[4]}", "x": "{devices=[4,1]<=[4]}",
+                "y": "{devices=[4,1]<=[4]}", "r": None}),
     # an outfeed's sharding covers its data and then its token; a tuple holding the outfeed's
     # result (the token) takes the last element (gspmdc took both and failed)
     "a_tuple_takes_the_token_part_of_an_outfeeds_sharding": Behaviour("""

@@ -109,6 +109,8 @@ class Driver:
                 self.provenance.forget(self._key(inst))
         for operand, constraint in self.prep.pushed:
             self._record(operand, "constraint", "Sharding", (constraint,))
+        for inst in self.prep.unknown:
+            self._record(inst, "{unknown} annotation, taken as replicated", "")
         for comp in self.graph.computations:
             for inst in comp.instructions:
                 if inst.opcode == "while":
@@ -141,14 +143,14 @@ class Driver:
     # ---- set-up -----------------------------------------------------------------------------
 
     def _fix_provided(self) -> None:
-        """Instructions with a sharding keep it; so do the entry root and parameters unless
-        propagation into them is allowed."""
+        """Instructions with a sharding keep it, unless it was `{unknown}`; so do the entry
+        root (unless `{unknown}`) and parameters unless propagation into them is allowed."""
         self.fixed = {i for c in self.graph.computations for i in c.instructions
-                      if i.sharding is not None}
+                      if i.sharding is not None and i not in self.prep.unknown}
         entry = self.module.entry
         if self.rule_options.to_output:
             self.fixed.discard(entry.root)
-        else:
+        elif entry.root not in self.prep.unknown:
             if entry.root.opcode == "while":
                 copy = insert_root_copy(self.module, self.graph)
                 self.structural_change = True

@@ -11,7 +11,8 @@ ShardingPropagation::Run).
    group only puts its operand in the group: the operand takes the marker and the custom-call
    is removed, its users reading the operand.
 3. `shard_as k` / `shard_like k` markers are recorded as groups (members in the order of the walk,
-   users before operands) and stripped; `{unknown}` becomes "no sharding" (it constrains nothing).
+   users before operands) and stripped; `{unknown}` becomes `{replicated}` that propagation may
+   replace (it constrains nothing; XLA's ShardingPropagation::Run).
 4. The entry root's and parameters' shardings are saved for restoring where propagation into them
    is not allowed.
 """
@@ -48,6 +49,8 @@ class Prepared:
     converted: list[Instruction] = field(default_factory=list)
     #: (computation, name) of the `Sharding` custom-calls removed
     removed: list[tuple[str, str]] = field(default_factory=list)
+    #: the instructions whose sharding was `{unknown}`: they start `{replicated}`, not fixed
+    unknown: set[Instruction] = field(default_factory=set)
 
     def group_members(self, inst: Instruction) -> list[Instruction]:
         gid = self.group_of.get(inst)
@@ -112,12 +115,12 @@ def preprocess(module: Module, graph: ModuleGraph, *, cse_prevention_only: bool)
             if inst.sharding is not None:
                 _shard_group(inst, prep)
     entry = module.entry
-    if entry.root.sharding is not None:
+    if entry.root.sharding is not None and entry.root not in prep.unknown:
         s = entry.root.sharding
         prep.saved_root = list(s.elements) if isinstance(entry.root.shape, TupleShape) and s.is_tuple \
             else [s] * (len(entry.root.shape.elements) if isinstance(entry.root.shape, TupleShape) else 1)
     for p in entry.parameters:
-        if p.sharding is not None:
+        if p.sharding is not None and p not in prep.unknown:
             prep.saved_parameters[p.parameter_number] = p.sharding
     return prep
 
@@ -141,7 +144,7 @@ def _constraint(inst: Instruction, prep: Prepared, convert: bool) -> None:
         return
     if unspec:
         prep.unspecified[inst] = unspec
-    elif inst.operands[0].sharding is None and not s.is_unknown:
+    elif inst.operands[0].sharding is None:
         inst.operands[0].sharding = s.with_shard_group(None)
         prep.pushed.append((inst.operands[0], inst))
 
@@ -155,7 +158,10 @@ def _shard_group(inst: Instruction, prep: Prepared) -> None:
         table.setdefault(group.group_id, []).append(inst)
         prep.group_of[inst] = group.group_id
         s = s.with_shard_group(None)
-    inst.sharding = None if s.is_unknown else s
+    if s.is_unknown:
+        prep.unknown.add(inst)
+        s = for_shape(HloSharding.replicate(() if s.is_tuple else s.metadata), inst.shape)
+    inst.sharding = s
 
 
 def insert_root_copy(module: Module, graph: ModuleGraph) -> Instruction:
