@@ -2,6 +2,7 @@
 passthrough, operand passthrough, parallel
 dims (implicit iota indices and explicit batching dims); expected values worked out by hand."""
 from gspmdc.ir.parser import parse_module
+from gspmdc.passes.propagation.graph import ModuleGraph
 from gspmdc.passes.propagation.indexing import gather_view, iota_dimension, scatter_view
 
 from hlo_text import reducer
@@ -152,8 +153,9 @@ ENTRY e {
   ROOT g = f32[6,8] gather(t, i), offset_dims={1}, collapsed_slice_dims={0},
       start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}
 }""")
-    assert iota_dimension(find(m, "a")) == 1
-    assert iota_dimension(find(m, "b")) == 1
+    graph = ModuleGraph(m)
+    assert iota_dimension(find(m, "a"), graph) == 1
+    assert iota_dimension(find(m, "b"), graph) == 1
     view = gather_view(m.entry.root)
     assert view.operand_passthrough() == [(1, 1)]
     assert view.index_batch_dims() == [0] and view.result_batch_dims() == [0]
@@ -163,3 +165,44 @@ def test_scatter_view_window_sizes():
     m = parse_module(SCATTER.format(add=reducer("add"), operand="", idx="", upd="", out=""))
     view = scatter_view(find(m, "s"))
     assert view.slice_sizes == (1, 8) and view.operand_passthrough() == [(1, 1)]
+
+
+def test_iota_dimension_through_a_loop_or_a_branch_parameter():
+    m = parse_module("""
+HloModule m
+body {
+  p = (s32[4,3], s32[4,3]) parameter(0)
+  kept = s32[4,3] get-tuple-element(p), index=0
+  changed = s32[4,3] get-tuple-element(p), index=1
+  n = s32[4,3] negate(changed)
+  ROOT r = (s32[4,3], s32[4,3]) tuple(kept, n)
+}
+cond {
+  p = (s32[4,3], s32[4,3]) parameter(0)
+  ROOT f = pred[] constant(false)
+}
+branch {
+  q = (s32[4,3], s32[4,3]) parameter(0)
+  ROOT second = s32[4,3] get-tuple-element(q), index=1
+}
+other {
+  q = (s32[4,3], s32[4,3]) parameter(0)
+  ROOT first = s32[4,3] get-tuple-element(q), index=0
+}
+ENTRY e {
+  a = s32[4,3] iota(), iota_dimension=1
+  b = s32[4,3] iota(), iota_dimension=0
+  t = (s32[4,3], s32[4,3]) tuple(a, b)
+  w = (s32[4,3], s32[4,3]) while(t), condition=cond, body=body
+  k = s32[] parameter(0)
+  c = s32[4,3] conditional(k, t, t), branch_computations={branch, other}
+  ROOT o = (s32[4,3], s32[4,3]) tuple(c, c)
+}""")
+    graph = ModuleGraph(m)
+    # passed through unchanged: the loop operand's element, an iota along dim 1
+    assert iota_dimension(find(m, "kept"), graph) == 1
+    # rewritten by the body: unknown after the first iteration
+    assert iota_dimension(find(m, "changed"), graph) is None
+    # a branch reads its operand tuple's element (b, an iota along dim 0)
+    assert iota_dimension(find(m, "second"), graph) == 0
+    assert iota_dimension(find(m, "first"), graph) == 1

@@ -379,6 +379,48 @@ ENTRY main {
   sy = f32[8,8] custom-call(y), custom_call_target="Sharding", sharding={unknown shard_as 0}
   ROOT r = f32[8,8] add(sx, sy)
 }""", 4, False, {"x": "{devices=[1,4]<=[4]}", "y": "{devices=[1,4]<=[4]}", "r": None}),
+    # the gather's indices are a loop-carried value the body passes through unchanged, an iota
+    # along dim 0 before the loop: index dim 0 and operand dim 0 are parallel inside the body
+    # too, so the table's tiles reach the gather, the accumulator and the iota outside
+    "gather_indices_carried_through_a_loop_keep_their_iota": Behaviour("""
+HloModule m, num_partitions=4
+cond {
+  p = (s32[], f32[4,16,2], s32[4,5,1], s32[4,5,1], f32[4,5,2]) parameter(0)
+  c = s32[] get-tuple-element(p), index=0
+  l = s32[] constant(3)
+  ROOT lt = pred[] compare(c, l), direction=LT
+}
+body {
+  p = (s32[], f32[4,16,2], s32[4,5,1], s32[4,5,1], f32[4,5,2]) parameter(0)
+  c = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  c1 = s32[] add(c, one)
+  t = f32[4,16,2] get-tuple-element(p), index=1
+  row = s32[4,5,1] get-tuple-element(p), index=2
+  col = s32[4,5,1] get-tuple-element(p), index=3
+  acc = f32[4,5,2] get-tuple-element(p), index=4
+  idx = s32[4,5,2] concatenate(row, col), dimensions={2}
+  g = f32[4,5,2] gather(t, idx), offset_dims={2}, collapsed_slice_dims={0,1},
+      start_index_map={0,1}, index_vector_dim=2, slice_sizes={1,1,2}
+  acc1 = f32[4,5,2] add(acc, g)
+  ROOT r = (s32[], f32[4,16,2], s32[4,5,1], s32[4,5,1], f32[4,5,2]) tuple(c1, t, row, col, acc1)
+}
+ENTRY main {
+  p0 = f32[4,16,2] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  p1 = s32[4,5,1] parameter(1)
+  zero = s32[] constant(0)
+  z = f32[] constant(0)
+  acc0 = f32[4,5,2] broadcast(z), dimensions={}
+  rowi = s32[4,5,1] iota(), iota_dimension=0
+  init = (s32[], f32[4,16,2], s32[4,5,1], s32[4,5,1], f32[4,5,2]) tuple(zero, p0, rowi, p1, acc0)
+  w = (s32[], f32[4,16,2], s32[4,5,1], s32[4,5,1], f32[4,5,2]) while(init), condition=cond,
+      body=body
+  ROOT out = f32[4,5,2] get-tuple-element(w), index=4
+}""", 4, False, {"g": "{devices=[4,1,1]<=[4]}", "idx": "{devices=[4,1,1]<=[4]}",
+                "acc1": "{devices=[4,1,1]<=[4]}", "rowi": "{devices=[4,1,1]<=[4]}",
+                "acc0": "{devices=[4,1,1]<=[4]}", "out": None,
+                "w": "{{replicated}, {devices=[4,1,1]<=[4]}, {devices=[4,1,1]<=[4]}, "
+                     "{devices=[4,1,1]<=[4]}, {devices=[4,1,1]<=[4]}}"}),
     # `{unknown}` constrains nothing but is a sharding: it starts `{replicated}`, a neighbour
     # may replace it (x), and where none does it stays `{replicated}` and spreads as one (z)
     "unknown_starts_replicated_and_may_be_replaced": Behaviour("""

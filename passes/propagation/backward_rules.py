@@ -264,7 +264,7 @@ def _gather(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding |
         return None
     if not s.is_tiled:
         return s
-    pairs = view.explicit_parallel() + view.implicit_parallel(indices)
+    pairs = view.explicit_parallel() + view.implicit_parallel(indices, ctx.graph)
     parallel = None
     if pairs:
         out = [view.result_dim_of_index_dim(i) for _, i in pairs]
@@ -295,7 +295,7 @@ def _scatter(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding 
         out = _operand_leaf(user, k)
         from_output = None
         if out.is_tiled:
-            pairs = view.explicit_parallel() + view.implicit_parallel(indices)
+            pairs = view.explicit_parallel() + view.implicit_parallel(indices, ctx.graph)
             parallel = None
             if pairs:
                 parallel = along(out, [o for o, _ in pairs],

@@ -391,7 +391,7 @@ def _gather(ctx: Context, inst: Instruction) -> Proposal | None:
     if _partitioned(indices):
         acc.improve(result_from_indices(indices.sharding, view, indices.shape.rank), indices)
     if ctx.is_spmd:
-        implicit = view.implicit_parallel(indices)
+        implicit = view.implicit_parallel(indices, ctx.graph)
         if implicit:
             _gather_parallel(acc, view, implicit, operand, indices)
         if _partitioned(operand) and operand.sharding.is_tiled:
@@ -443,7 +443,7 @@ def _scatter(ctx: Context, inst: Instruction) -> Proposal | None:
             acc.improve_leaf(k, op.sharding, op)
     if not _partitioned(indices) and not any(_partitioned(u) for u in updates):
         return acc.result("scatter")
-    implicit = view.implicit_parallel(indices)
+    implicit = view.implicit_parallel(indices, ctx.graph)
     if implicit:
         _scatter_parallel(acc, view, implicit, inst)
     for k, update in enumerate(updates):

@@ -38,6 +38,12 @@ class ModuleGraph:
                 if inst.opcode in CONTROL_FLOW:
                     for name in self.called(inst):
                         self.caller[name] = inst
+        #: every instruction calling each computation, whatever its opcode (XLA's call graph)
+        self.callers: dict[str, list[Instruction]] = {}
+        for comp in module.computations.values():
+            for inst in comp.instructions:
+                for name in dict.fromkeys(inst.called_computation_names()):
+                    self.callers.setdefault(name, []).append(inst)
         self._post_orders: dict[str, list[Instruction]] = {}
         self._memo: dict[str, dict[Instruction, object]] = {}
 

@@ -25,6 +25,8 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.sharding_algebra import merge_sharding
 
+from .graph import ModuleGraph
+
 
 @dataclass(frozen=True, slots=True)
 class IndexedOp:
@@ -74,12 +76,15 @@ class IndexedOp:
         """`(operand dim, index dim)` pairs of the explicit batching dims."""
         return list(zip(self.operand_batching, self.indices_batching))
 
-    def implicit_parallel(self, indices: Instruction) -> list[tuple[int, int]]:
+    def implicit_parallel(self, indices: Instruction,
+                          graph: ModuleGraph | None = None) -> list[tuple[int, int]]:
         """`(operand dim, index dim)` pairs found from iota index components (XLA's
         GetGatherScatterBatchParallelDims): a component that is an iota along index dim d
         makes its operand dim parallel to d when that operand dim's slice size is 1 and d is
         not an explicit batching dim. Empty when none, when two components are iotas along
-        one index dim, or when a parallel operand dim's size differs from d's."""
+        one index dim, or when a parallel operand dim's size differs from d's. Without `graph`
+        (the partitioner's use, on a module it is rewriting) `iota_dimension` does not look
+        into called computations' parameters."""
         ivd = self.index_vector_dim
         source = _concatenate_through_copies(indices)
         iota_dims: list[int | None] = [None] * len(self.index_map)
@@ -87,12 +92,12 @@ class IndexedOp:
             offset = 0
             for op in source.operands:
                 count = op.shape.dims[ivd] if op.shape.rank > ivd else 1
-                dim = iota_dimension(op)
+                dim = iota_dimension(op, graph)
                 if dim is not None and dim != ivd:
                     iota_dims[offset:offset + count] = [dim] * count
                 offset += count
         else:
-            dim = iota_dimension(source)
+            dim = iota_dimension(source, graph)
             if dim is not None and dim != ivd:
                 count = source.shape.dims[ivd] if source.shape.rank > ivd else 1
                 iota_dims[:count] = [dim] * count
@@ -119,9 +124,10 @@ def _concatenate_through_copies(indices: Instruction) -> Instruction:
     return inst if inst.opcode == "concatenate" else indices
 
 
-def iota_dimension(inst: Instruction) -> int | None:
+def iota_dimension(inst: Instruction, graph: ModuleGraph | None) -> int | None:
     """The dim along which `inst` is an iota (an `iota`, an s32 constant equal to its index along
-    one dim of size > 1, or a broadcast of such), else None (XLA's GetDimensionForIota)."""
+    one dim of size > 1, a broadcast of such, or an element of a loop body's or a branch's
+    parameter that is one, see `_argument_element`), else None (XLA's GetDimensionForIota)."""
     if inst.opcode == "iota":
         return inst.attrs["iota_dimension"]
     if inst.shape.is_tuple or inst.shape.element_type != "s32":
@@ -136,8 +142,33 @@ def iota_dimension(inst: Instruction) -> int | None:
                     return d
         return None
     if inst.opcode == "broadcast":
-        dim = iota_dimension(inst.operands[0])
+        dim = iota_dimension(inst.operands[0], graph)
         return None if dim is None else inst.attrs["dimensions"][dim]
+    if graph is not None and inst.opcode == "get-tuple-element" and \
+            inst.operands[0].opcode == "parameter":
+        element = _argument_element(inst, graph)
+        return None if element is None else iota_dimension(element, graph)
+    return None
+
+
+def _argument_element(gte: Instruction, graph: ModuleGraph) -> Instruction | None:
+    """What element `gte` of a called computation's parameter holds, when its one caller shows
+    it: a `while` body that passes the element through unchanged reads the element of the
+    loop's operand tuple on every iteration; a `conditional` branch reads the element of its
+    operand tuple. Else None (another caller, several callers, an operand that is no tuple)."""
+    comp = graph.computation_of[gte]
+    callers = graph.callers.get(comp.name, [])
+    if len(callers) != 1:
+        return None
+    caller, index = callers[0], gte.attrs["index"]
+    if caller.opcode == "while":
+        init, root = caller.operands[0], comp.root
+        if init.opcode == "tuple" and root.opcode == "tuple" and root.operands[index] is gte:
+            return init.operands[index]
+    elif caller.opcode == "conditional" and comp.name in caller.branch_computation_names():
+        argument = caller.operands[caller.branch_computation_names().index(comp.name) + 1]
+        if argument.opcode == "tuple":
+            return argument.operands[index]
     return None
 
 
