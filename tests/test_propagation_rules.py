@@ -368,3 +368,22 @@ ENTRY e {
   ROOT t = ((u64[2], u32[8]), f32[8]) tuple(bits, n)
 }""")
     expect(m, seed="{replicated}", other=None, n=None)
+
+
+def test_an_elementwise_fusions_unread_parameter_gives_it_nothing():
+    # the fused root never reads b (f32[8]): its tiles have no position in the f32[4,6] result
+    # (gspmdc gave the result y's rank-1 sharding and failed at the next broadcast)
+    m = run("""
+HloModule m
+fused {
+  a = f32[4,6] parameter(0)
+  b = f32[8] parameter(1)
+  ROOT n = f32[4,6] negate(a)
+}
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  y = f32[8] parameter(1), sharding={devices=[2]<=[2]}
+  f = f32[4,6] fusion(x, y), kind=kLoop, calls=fused
+  ROOT b = f32[3,4,6] broadcast(f), dimensions={1,2}
+}""", propagate_to_output=True)
+    expect(m, f=None, b=None)

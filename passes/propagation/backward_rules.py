@@ -46,12 +46,12 @@ def _operand_leaf(user: Instruction, index: int) -> HloSharding:
     return s.subsharding(user.shape, (index,)) if isinstance(user.shape, TupleShape) else s
 
 
-def _shapes_match(a, b) -> bool:
+def shapes_match(a, b) -> bool:
     """Same dims and nesting, ignoring element types and layouts."""
     if isinstance(a, TupleShape) or isinstance(b, TupleShape):
         return isinstance(a, TupleShape) and isinstance(b, TupleShape) and \
             len(a.elements) == len(b.elements) and \
-            all(_shapes_match(x, y) for x, y in zip(a.elements, b.elements))
+            all(shapes_match(x, y) for x, y in zip(a.elements, b.elements))
     return a.dims == b.dims
 
 
@@ -323,7 +323,7 @@ def _update_from_output(s: HloSharding, view) -> HloSharding | None:
 
 def default_rule(ctx: Context, inst: Instruction, user: Instruction) -> HloSharding | None:
     """Shape-preserving users (elementwise ops, copies, while loops, ...): the user's sharding."""
-    return user.sharding if _shapes_match(inst.shape, user.shape) else None
+    return user.sharding if shapes_match(inst.shape, user.shape) else None
 
 
 BACKWARD_RULES.set_default(default_rule)

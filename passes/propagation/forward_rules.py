@@ -22,7 +22,7 @@ from gspmdc.ir.sharding_algebra import (
     partially_replicate_on_dims, propagate_through_reshape, single_tuple, transpose,
 )
 
-from .backward_rules import lookahead_sharding
+from .backward_rules import lookahead_sharding, shapes_match
 from .context import Accumulator, Context, Proposal
 from .contraction import (
     ContractionDims, conv_spatial_partitions, convolution_dims, dot_dims, is_kernel_small,
@@ -459,7 +459,8 @@ def _scatter(ctx: Context, inst: Instruction) -> Proposal | None:
 def default_rule(ctx: Context, inst: Instruction) -> Proposal | None:
     """Elementwise ops at levels >= 1 (SPMD) improve successively with every sharded operand, so
     partial shardings of different operands merge; other ops (and level 0) take the
-    representative operand's sharding."""
+    representative operand's sharding. An operand of other dims than the result (an
+    elementwise fusion's parameter its fused root never reads) says nothing about it."""
     if is_elementwise(inst, ctx.graph) and ctx.may_combine:
         acc = ctx.accumulate(inst)
         lone = len(inst.operands) == 1 and ctx.single_consumer(inst)
@@ -470,7 +471,7 @@ def default_rule(ctx: Context, inst: Instruction) -> Proposal | None:
             if inst.opcode == "rng":
                 candidate = algebra.replicate_all_data_dims(candidate, inst.shape.rank)
                 acc.improve(candidate, op, aggressive=ctx.single_consumer(inst))
-            else:
+            elif shapes_match(op.shape, inst.shape):
                 acc.improve(candidate, op, aggressive=lone)
         return acc.result("elementwise")
     op = representative_operand(inst)
