@@ -741,7 +741,9 @@ class _Rewriter:
         result a `reshape` reads, itself read whole by the root, where the reshape's halo
         exchange on the tiled result then needs a gather after it:
         docs/design/partitioning.md#users-computed-again-whole). 0.0 while looking ahead and
-        for any other instruction."""
+        for any other instruction. Only users some reader may take whole are priced
+        (`_may_be_read_whole`): a user all of whose readers want it tiled is read in its own
+        tiling either way, and pricing its plan would cost a plan per user of every value."""
         if self.looking_ahead or self.crediting or self.planning is None or \
                 self.planning[0] is not inst or isinstance(inst.shape, TupleShape):
             return 0.0
@@ -750,8 +752,18 @@ class _Rewriter:
             self.recomputed_users[inst] = sum(
                 [self._recomputed_cost(user) for user in self.users.get(inst, ())
                  if user not in self.planned and user not in self.arrivals and
+                 self._may_be_read_whole(user) and
                  self._recomputed_from(user, inst, replicated)])
         return self.recomputed_users[inst]
+
+    def _may_be_read_whole(self, user: Instruction) -> bool:
+        """Whether a reader of `user` may take it whole: `user` is the root, or a reader's own
+        sharding is not an array tiling (replicated, on one device, a tuple's)."""
+        if user is self.comp.root:
+            return True
+        return any([r.sharding is None or r.sharding.is_tuple or
+                    r.sharding.kind in ("replicated", "maximal")
+                    for r in self.users.get(user, ())])
 
     def _recomputed_cost(self, user: Instruction) -> float:
         """The bytes `user`'s plan sends itself and has its result moved to where its own users
