@@ -234,6 +234,11 @@ def _within(part, taken, other, others_taken, num_devices: int):
     return coords, counts
 
 
+def _whole(part, dims) -> list[int]:
+    """The dims of `dims` that `part` (`(coordinates, counts)`) leaves in one tile."""
+    return [e for e in dims if part[1][e] == 1]
+
+
 def _keys(coords: np.ndarray, counts, taken) -> np.ndarray:
     """Per device, the row-major index of its tile on the dims `taken` (0 for none)."""
     if not taken:
@@ -284,6 +289,8 @@ class GatherRule(PartitionRule):
         n = ctx.num_devices
         masked = "masked local gathers summed over the operand's index tiles"
         replicas = "on each group of the operand's replicas"
+        beside_operand = _whole(from_operand, output)
+        beside_indices = _whole(from_indices, output) + extra
         tilings = _extended_tilings(ctx, width, [
             ((from_target, output), (from_operand, extra), f"the result's tiling, {masked}"),
             ((from_target, output), "gather keeps the result's tiling"),
@@ -299,6 +306,13 @@ class GatherRule(PartitionRule):
             ((from_indices, output),
              (_within(from_operand, extra, from_indices, output, n), extra),
              f"the indices' tiling, {masked} on each group of their replicas"),
+            ((from_operand, output + extra),
+             (_within(from_indices, beside_operand, from_operand, output + extra, n),
+              beside_operand),
+             "the operand's tiling, the indices' tiles on the devices of each of its tiles"),
+            ((from_indices, output),
+             (_within(from_operand, beside_indices, from_indices, output, n), beside_indices),
+             "the indices' tiling, the operand's tiles on the devices of each of their tiles"),
             ((_merged([(from_operand, output + extra), (from_indices, output),
                        (from_target, output)], n), output + extra),
              "the operand's tiling, the indices' and the result's tiles on the devices of each "
