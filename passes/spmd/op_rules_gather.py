@@ -28,7 +28,11 @@ indices' tiling alone, the operand's indexed tiles with the result's or the indi
 tiles on the replicas of each, the result's or the indices' batch tiles with the operand's
 indexed tiles on the replicas of each (`_within`: XLA's gather recursion partitions the rest
 within each group of the devices one strategy keeps apart, borrowing tiles from the other side
-where its replicas are too few), the operand's tiles then the indices' then the result's on the
+where its replicas are too few), the operand's tiling with the indices' tiles of the output
+dims it leaves whole laid out on the devices of each of its tiles, and the indices' tiling with
+the operand's likewise (XLA's explicit batch dims: the side with fewer batch tiles follows the
+other's device groups, keeping its other tiles within each), the operand's tiles then the
+indices' then the result's on the
 dims each leaves (and the indices' first: `_merged`, XLA's chain of strategies, each dim taken
 where the devices still form one tiling), and everything replicated. A candidate whose device
 groups do not combine into one tiling is skipped.
@@ -49,10 +53,13 @@ the indices' tiling (the indices stay where they are), alone or with the result'
 operand's tiles on the devices each index tile holds, and from the result's or the operand's
 tiling with the indices' tiles on the devices each of its tiles holds (`_within`: a mesh of
 index tiles by operand tiles, as XLA's partitioner recurses on the mesh dims one strategy
-leaves replicated). A scatter whose results are all on one device runs there; one whose
-results are not (a variadic scatter with `{maximal device=k}` beside a tiled result) is
-partitioned like any other, as XLA's (`HasUniqueDevice`), with that device among its
-candidates.
+leaves replicated); and, as for gather's explicit batch dims, from the result's or the
+operand's tiling with the indices' tiles of the dims it leaves whole (batching dims, and the
+other batch dims where allowed) laid out on the devices of each of its tiles, and from the
+indices' tiling with the operand's likewise. A scatter whose results are all on one device
+runs there; one whose results are not (a variadic scatter with `{maximal device=k}` beside a
+tiled result) is partitioned like any other, as XLA's (`HasUniqueDevice`), with that device
+among its candidates.
 """
 from __future__ import annotations
 
@@ -499,11 +506,14 @@ class ScatterRule(PartitionRule):
     the updates' and the indices' tilings (with the indices' tiles of their batch dims where
     allowed; then also the indices' tiles with the result's or the operand's coarsened onto
     each index tile's replicas, and the result's or the operand's tiles with the indices'
-    coarsened onto each of their tiles' replicas), and everything replicated; the fewest bytes
-    win. A variadic scatter runs all its operands in one tiling (XLA reshards them to a common
-    sharding), so each of its results, operands and updates proposes its tiling too; it runs
-    on one device only when all its results are on that device (XLA's `HasUniqueDevice`),
-    else that device is one more candidate."""
+    coarsened onto each of their tiles' replicas), the result's or the operand's tiling with
+    the indices' tiles of the dims it leaves whole laid out on the devices of each of its
+    tiles, the indices' tiling with the operand's likewise (explicit batch dims in XLA's
+    device groups), and everything replicated; the fewest bytes win. A variadic scatter runs
+    all its operands in one tiling (XLA reshards them to a common sharding), so each of its
+    results, operands and updates proposes its tiling too; it runs on one device only when all
+    its results are on that device (XLA's `HasUniqueDevice`), else that device is one more
+    candidate."""
 
     def plan(self, inst, ctx):
         dims = ScatterDims.of(inst)
@@ -547,8 +557,8 @@ class ScatterRule(PartitionRule):
                                dims.to_updates, width), every),
                  f"scatter keeps its updates {k}'s tiling"),
             ]
+        n = ctx.num_devices
         if extra:
-            n = ctx.num_devices
             sources += [
                 ((from_target, every), (from_indices, extra), f"the result's tiling, {spread}"),
                 ((from_operand, every), (from_indices, extra),
@@ -567,9 +577,28 @@ class ScatterRule(PartitionRule):
                  (_within(from_indices, extra, from_operand, every, n), extra),
                  f"the operand's tiling, {spread} on each group of its replicas"),
             ]
+        beside_result = _whole(from_target, every) + extra
+        beside_operand = _whole(from_operand, every) + extra
+        beside_indices = _whole(from_indices, every)
+        spread_too = f", {spread}" if extra else ""
+        sources += [
+            ((from_target, every),
+             (_within(from_indices, beside_result, from_target, every, n), beside_result),
+             f"the result's tiling, the indices' tiles on the devices of each of its "
+             f"tiles{spread_too}"),
+            ((from_operand, every),
+             (_within(from_indices, beside_operand, from_operand, every, n), beside_operand),
+             f"the operand's tiling, the indices' tiles on the devices of each of its "
+             f"tiles{spread_too}"),
+            ((from_indices, every + extra),
+             (_within(from_operand, beside_indices, from_indices, every + extra, n),
+              beside_indices),
+             f"the indices' tiling{spread_too}, the operand's tiles on the devices of each of "
+             "their tiles"),
+        ]
         candidates = [self._plan(inst, dims, tiling, reason)
                       for tiling, reason in _extended_tilings(ctx, width, sources)]
-        candidates.append(self._plan(inst, dims, Tiling.replicated(width, ctx.num_devices),
+        candidates.append(self._plan(inst, dims, Tiling.replicated(width, n),
                                      "scatter runs replicated"))
         if one_device is not None:
             candidates.append(one_device)
