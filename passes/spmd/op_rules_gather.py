@@ -28,14 +28,14 @@ indices' tiling alone, the operand's indexed tiles with the result's or the indi
 tiles on the replicas of each, the result's or the indices' batch tiles with the operand's
 indexed tiles on the replicas of each (`_within`: XLA's gather recursion partitions the rest
 within each group of the devices one strategy keeps apart, borrowing tiles from the other side
-where its replicas are too few), the operand's tiling with the indices' tiles of the output
-dims it leaves whole laid out on the devices of each of its tiles, and the indices' tiling with
-the operand's likewise (XLA's explicit batch dims: the side with fewer batch tiles follows the
-other's device groups, keeping its other tiles within each), the operand's tiles then the
-indices' then the result's on the
-dims each leaves (and the indices' first: `_merged`, XLA's chain of strategies, each dim taken
-where the devices still form one tiling), and everything replicated. A candidate whose device
-groups do not combine into one tiling is skipped.
+where its replicas are too few), the operand's tiles then the indices' then the result's on
+the dims each leaves (and the indices' first: `_merged`, XLA's chain of strategies, each dim
+taken where the devices still form one tiling), the operand's tiling with the indices' tiles
+of the output dims it leaves whole laid out on the devices of each of its tiles, and the
+indices' tiling with the operand's likewise (XLA's explicit batch dims: the side with fewer
+batch tiles follows the other's device groups, keeping its other tiles within each), and
+everything replicated. A candidate whose device groups do not combine into one tiling is
+skipped.
 `pred` gathers combine their partial values by `or` (the masked results are `false`).
 
 Scatter (`ScatterRule`) tiles its operand (= result) dims the same way: dims the updates cover
@@ -313,13 +313,6 @@ class GatherRule(PartitionRule):
             ((from_indices, output),
              (_within(from_operand, extra, from_indices, output, n), extra),
              f"the indices' tiling, {masked} on each group of their replicas"),
-            ((from_operand, output + extra),
-             (_within(from_indices, beside_operand, from_operand, output + extra, n),
-              beside_operand),
-             "the operand's tiling, the indices' tiles on the devices of each of its tiles"),
-            ((from_indices, output),
-             (_within(from_operand, beside_indices, from_indices, output, n), beside_indices),
-             "the indices' tiling, the operand's tiles on the devices of each of their tiles"),
             ((_merged([(from_operand, output + extra), (from_indices, output),
                        (from_target, output)], n), output + extra),
              "the operand's tiling, the indices' and the result's tiles on the devices of each "
@@ -328,6 +321,13 @@ class GatherRule(PartitionRule):
                        (from_target, output)], n), output + extra),
              "the indices' tiling, the operand's and the result's tiles on the devices of each "
              "of their tiles"),
+            ((from_operand, output + extra),
+             (_within(from_indices, beside_operand, from_operand, output + extra, n),
+              beside_operand),
+             "the operand's tiling, the indices' tiles on the devices of each of its tiles"),
+            ((from_indices, output),
+             (_within(from_operand, beside_indices, from_indices, output, n), beside_indices),
+             "the indices' tiling, the operand's tiles on the devices of each of their tiles"),
         ])
         candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
