@@ -84,6 +84,55 @@ def test_the_indices_in_the_operands_order_send_no_more_than_xla():
     assert result.our_bytes < result.xla_bytes
 
 
+# the converse: the operand f32[8,6,3] with its batching dim 0 in 2 tiles held by {0,5,1,2} and
+# {3,6,4,7} and its pass-through dim 2 in 4 (uneven: 1, 1, 1 and padding) in that order; the
+# indices s32[8,4] with their batching dim 0 in 2 tiles held by {0,1,2,3} and {4,5,6,7}
+OPERAND_ORDER = """HloModule m, num_partitions=8
+
+ENTRY e {
+  p = f32[8,6,3] parameter(0), sharding={devices=[2,1,4]0,5,1,2,3,6,4,7}
+  i = s32[8,4] parameter(1), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[8,4,3] gather(p, i), offset_dims={2}, collapsed_slice_dims={1},
+    start_index_map={1}, index_vector_dim=2, slice_sizes={1,1,3},
+    operand_batching_dims={0}, start_indices_batching_dims={0},
+    sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+
+
+def test_the_operand_follows_the_indices_batch_tiles():
+    """The local gather takes the indices' batch tiles (rows 0-3 on {0,1,2,3}, 4-7 on
+    {4,5,6,7}) and the operand's dim-2 tiles on the devices of each, in the order of the tile
+    each device holds, then of device id: devices 0, 3, 1, 2 (operand column tiles 0, 0, 2, 3)
+    take tiles 0-3, and 5, 6, 4, 7 (1, 1, 2, 3) likewise: f32[4,4,1] on
+    `[2,1,4]0,3,1,2,5,6,4,7`. Only devices 3 and 5 lack their operand tile and swap it
+    (f32[4,6,1]: 96 B each); the result reaches the annotation by an all-to-all in pairs (32 B
+    from each) and an all-gather of dim 2 (64 B from each): 192 B from the busiest device, 120
+    on average, where keeping the operand's tiling (main before) sent 224 and 128 (the indices
+    and the result also swapped between 3 and 5), and XLA's program sends 352 and 304."""
+    spmd = check_equivalent(OPERAND_ORDER, 8, seed=17)
+    assert collectives(spmd) == [
+        ("collective-permute", [(0, 0), (1, 1), (2, 2), (3, 5), (4, 4), (5, 3), (6, 6),
+                                (7, 7)]),
+        ("all-to-all", [[0, 3], [1, 2], [5, 6], [4, 7]], (0,)),
+        ("all-gather", [[0, 1], [3, 2], [5, 4], [6, 7]], (2,))]
+    gather = next(inst for inst in spmd.entry.instructions if inst.opcode == "gather")
+    assert gather.shape.dims == (4, 4, 1)
+    assert str(gather.sharding) == "{devices=[2,1,4]0,3,1,2,5,6,4,7}"
+    assert busiest_per_collective(spmd, 8) == 192
+    assert sent_bytes(spmd, 8) == 120
+
+
+@needs_xla
+def test_the_operand_in_the_indices_order_sends_no_more_than_xla():
+    from conformance.differential import Case, run_case
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as oracle:
+        result = run_case(Case("gather-operand-order", OPERAND_ORDER, 8), oracle)
+    assert result.status == "compared", result.detail
+    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    assert (result.our_busiest, result.xla_busiest) == (192, 352)
+
 # scatter's counterpart: the operand (= result) tiled on its indexed dim 1 in 2 tiles held by
 # {0,1,2,3} and {4,5,6,7}; the indices and updates on the batching dim 0 in 4 tiles held by
 # {k, k+4}; the combiner assigns (no identity: no partial results)
@@ -141,3 +190,108 @@ def test_the_scatter_in_the_results_tiling_sends_no_more_than_xla():
     assert result.status == "compared", result.detail
     assert "gspmdc" not in result.value_mismatch, result.value_mismatch
     assert (result.our_busiest, result.xla_busiest) == (72, 72)
+
+
+
+# the operand f32[8,6,3] (= result) addressed on dim 1 with window size 1, its dim 2 covered
+# whole by the update windows; the combiner assigns
+SCATTER_WINDOWS = """HloModule m, num_partitions=8
+
+assign {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] copy(b)
+}
+
+ENTRY e {
+  p = f32[8,6,3] parameter(0), sharding={OPERAND}
+  i = s32[8,4] parameter(1), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  u = f32[8,4,3] parameter(2), sharding={UPDATES}
+  ROOT s = f32[8,6,3] scatter(p, i, u), update_window_dims={2}, inserted_window_dims={1},
+    scatter_dims_to_operand_dims={1}, index_vector_dim=2, input_batching_dims={0},
+    scatter_indices_batching_dims={0}, to_apply=assign, sharding={RESULT}
+}
+"""
+
+
+def _scatter_windows(operand: str, updates: str, result: str) -> str:
+    return SCATTER_WINDOWS.replace("OPERAND", operand).replace("UPDATES", updates).replace(
+        "RESULT", result)
+
+
+def _scatter_windows_inputs():
+    """Four distinct columns per row, 6 being out of bounds (dropped)."""
+    rng = np.random.default_rng(21)
+    columns = np.stack([rng.permutation(7)[:4] for _ in range(8)]).astype(np.int32)
+    return [rng.standard_normal((8, 6, 3)).astype(np.float32), columns,
+            rng.standard_normal((8, 4, 3)).astype(np.float32)]
+
+
+# the indices' batch tiles on pairs {2k, 2k+1}; the operand's window dim 2 in 2 tiles held by
+# {0,1,2,3} and {4,5,6,7}; the updates' batch tiles on pairs in another order
+INDICES_TILES = _scatter_windows(
+    "devices=[1,1,2,4]<=[8] last_tile_dim_replicate",
+    "devices=[4,1,1,2]7,2,3,1,4,6,5,0 last_tile_dim_replicate",
+    "devices=[4,1,1,2]<=[8] last_tile_dim_replicate")
+
+
+def test_the_scatter_keeps_the_indices_tiles_with_the_operands_window_tiles_on_each():
+    """The local scatter takes the indices' batch tiles (pair k: rows 2k, 2k+1) and the
+    operand's dim-2 tiles on the devices of each (both devices of a pair held the same operand
+    tile, so in device order: device 2k+j, tile j): f32[2,6,2] on `[4,1,2]<=[8]`. The indices
+    stay; the devices holding the other operand tile swap theirs (1 with 4, 3 with 6:
+    f32[2,6,2], 96 B); the updates move to the same tiling (f32[2,4,2], 64 B, from 6 devices);
+    the result is gathered on dim 2 in the pairs (96 B from each): 256 B from the busiest
+    device, 192 on average, where main sent 288 and 240 and XLA's program sends 256 and 216."""
+    spmd = check_equivalent(INDICES_TILES, 8, inputs=_scatter_windows_inputs())
+    assert collectives(spmd) == [
+        ("collective-permute", [(0, 0), (1, 4), (2, 2), (3, 6), (4, 1), (5, 5), (6, 3),
+                                (7, 7)]),
+        ("collective-permute", [(0, 6), (1, 2), (2, 0), (3, 3), (4, 4), (5, 7), (6, 5),
+                                (7, 1)]),
+        ("all-gather", [[0, 1], [2, 3], [4, 5], [6, 7]], (2,))]
+    scatter = next(inst for inst in spmd.entry.instructions if inst.opcode == "scatter")
+    assert scatter.shape.dims == (2, 6, 2)
+    assert str(scatter.sharding) == "{devices=[4,1,2]<=[8]}"
+    assert busiest_per_collective(spmd, 8) == 256
+    assert sent_bytes(spmd, 8) == 192
+
+
+# the operand's indexed dim 1 in 2 tiles held by {0,5,7,2} and {4,1,3,6}; the updates' batch
+# tiles on pairs and their dim 1 (the indices' other batch dim) in 2; the result on the batching
+# dim and dim 2
+OPERAND_TILES = _scatter_windows(
+    "devices=[1,2,1,4]0,5,7,2,4,1,3,6 last_tile_dim_replicate",
+    "devices=[4,2,1]<=[8]",
+    "devices=[2,1,2,2]0,5,7,3,6,4,1,2 last_tile_dim_replicate")
+
+
+def test_the_scatter_keeps_the_operands_tiles_with_the_indices_batch_tiles_on_each():
+    """The local scatter takes the operand's dim-1 tiles and the indices' batch tiles on the
+    devices of each, in the order of the index tile each holds: {0,5,7,2} hold index tiles 0,
+    2, 3, 1, so 0, 2, 5, 7 take batch tiles 0-3; {4,1,3,6} likewise 1, 3, 4, 6: f32[2,3,3] on
+    `[4,2,1]0,1,2,3,5,4,7,6`, where neither the operand nor the indices move. The updates are
+    gathered on dim 1 in the pairs (f32[2,2,3]: 48 B from each) and the result reaches its
+    annotation: 288 B from the busiest device, 252 on average, where main sent 312 and 264
+    and XLA's program sends 480 and 396."""
+    spmd = check_equivalent(OPERAND_TILES, 8, inputs=_scatter_windows_inputs())
+    assert collectives(spmd)[0] == ("all-gather", [[0, 1], [2, 3], [4, 5], [6, 7]], (1,))
+    scatter = next(inst for inst in spmd.entry.instructions if inst.opcode == "scatter")
+    assert scatter.shape.dims == (2, 3, 3)
+    assert str(scatter.sharding) == "{devices=[4,2,1]0,1,2,3,5,4,7,6}"
+    assert busiest_per_collective(spmd, 8) == 288
+    assert sent_bytes(spmd, 8) == 252
+
+
+@needs_xla
+@pytest.mark.parametrize("name, text, ours, xla", [
+    ("scatter-indices-tiles", INDICES_TILES, 256, 256),
+    ("scatter-operand-tiles", OPERAND_TILES, 288, 480)])
+def test_the_scatters_send_no_more_than_xla(name, text, ours, xla):
+    from conformance.differential import Case, run_case
+    from conformance.oracle import XlaOracle
+    with XlaOracle() as oracle:
+        result = run_case(Case(name, text, 8), oracle)
+    assert result.status == "compared", result.detail
+    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    assert (result.our_busiest, result.xla_busiest) == (ours, xla)
