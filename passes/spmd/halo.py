@@ -495,6 +495,17 @@ def _served_on(plans: Mapping[int, HaloPlan], order: Sequence[int], d: int,
     return served
 
 
+def sent_per_partition(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
+                       counts: Sequence[int]) -> np.ndarray:
+    """Elements each partition sends to exchange `plans` (`_sent_per_ordinals`, as
+    `halo_bytes` prices them) as an array of the tiling's `counts`, indexed by the partition's
+    shard ordinals. Exchanges priced together add these arrays, so that their busiest
+    partition is one partition (a select-and-scatter's halos in and its results' halos back,
+    `returned_per_partition`, leave from different partitions)."""
+    shape = [plans[d].shards if d in plans else 1 for d in range(len(counts))]
+    return np.broadcast_to(_sent_per_ordinals(plans, local_dims).reshape(shape), tuple(counts))
+
+
 def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
                  whole_pieces: bool, order: Sequence[int]):
     """Per exchanged dim (in `order`): the elements of that dim each shard ordinal sends (to
@@ -691,6 +702,29 @@ def return_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
     return own
 
 
+def returned_per_partition(plans: Mapping[int, HaloPlan], value_dims: Sequence[int],
+                           counts: Sequence[int], order: Sequence[int]) -> np.ndarray:
+    """Elements each partition sends (an array of the tiling's `counts`, indexed by its shard
+    ordinals, as `sent_per_partition`) returning the halos of `plans` from a value of
+    `value_dims` (the window input on those dims) by `return_halo`, one dim after another in
+    `order`: every hop's piece whole, from every shard with a neighbour at that distance."""
+    sent = np.zeros(tuple(counts), dtype=np.int64)
+    dims = [int(n) for n in value_dims]
+    for d in order:
+        plan = plans[d]
+        i = np.arange(plan.shards, dtype=np.int64)
+        by_ordinal = np.zeros(plan.shards, dtype=np.int64)
+        for hop, size in enumerate(plan.hops(plan.from_left), 1):    # toward the left
+            by_ordinal += np.where(i >= hop, size, 0)
+        for hop, size in enumerate(plan.hops(plan.from_right), 1):   # toward the right
+            by_ordinal += np.where(i < plan.shards - hop, size, 0)
+        axis = [1] * len(counts)
+        axis[d] = plan.shards
+        sent = sent + (by_ordinal * (int(np.prod(dims)) // max(dims[d], 1))).reshape(axis)
+        dims[d] = plan.input_shard
+    return sent
+
+
 def _send(ctx: EmitContext, piece: Instruction, dim: int, tiling: Tiling, hop: int,
           toward_left: bool) -> Instruction:
     """Each shard sends `piece` to the shard `hop` positions to its left / right."""
@@ -811,5 +845,6 @@ def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid:
 
 
 __all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "halo_total_bytes",
+           "sent_per_partition", "returned_per_partition",
            "describe_plans", "recorded_plans", "windowed_input", "exchange_order",
            "exchange_halo", "return_halo"]

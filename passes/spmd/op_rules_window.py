@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -51,7 +52,8 @@ from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .halo import (
     HaloPlan, WindowedDim, describe_plans, exchange_order, halo_bytes, halo_total_bytes,
-    plan_halo, recorded_plans, return_halo, windowed_input,
+    plan_halo, recorded_plans, return_halo, returned_per_partition, sent_per_partition,
+    windowed_input,
 )
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .op_rules_indexed import masked_window
@@ -121,6 +123,24 @@ class WindowRule(PartitionRule):
         as much as the busiest unless the rule says otherwise."""
         return self.extra_cost(inst, tiling, computations) * tiling.num_devices
 
+    def halo_cost(self, inst: Instruction, tiling: Tiling, scans: list[int], num_devices: int,
+                  computations: Computations) -> tuple[float, float]:
+        """Bytes the busiest partition sends and all partitions together send when the windowed
+        operands take `tiling`: each operand's halos (`halo_bytes`, `halo_total_bytes`; `scans`
+        exchange none) plus `extra_cost` (`extra_total` from all partitions)."""
+        cost = total = 0.0
+        for k, (operand, window) in enumerate(zip(inst.operands, self.windows(inst))):
+            if window is None:
+                continue
+            plans = self._plans(inst, k, window, tiling, scans)
+            if plans:
+                local = self.exchanged_shard(inst, tiling, tiling.shard_dims(operand.shape.dims))
+                width = dtypes.byte_width(operand.shape.element_type)
+                cost += halo_bytes(plans, local, width)
+                total += halo_total_bytes(plans, local, width, num_devices)
+        return (cost + self.extra_cost(inst, tiling, computations),
+                total + self.extra_total(inst, tiling, computations))
+
     def exchanged_shard(self, inst: Instruction, tiling: Tiling,
                         local: tuple[int, ...]) -> tuple[int, ...]:
         """The dims of the local operand shard (`local`, under `tiling`) whose halos travel:
@@ -158,25 +178,14 @@ class WindowRule(PartitionRule):
 
         def candidate(tiling: Tiling, reason: str) -> OpPlan:
             operand_tiling = self.operand_tiling(inst, tiling)
-            shardings, cost, total = [], 0.0, 0.0
-            for k, (operand, window) in enumerate(zip(inst.operands, windows)):
-                if window is None:
-                    shardings.append(replicated)
-                    continue
-                shardings.append(operand_tiling.sharding)
-                plans = self._plans(inst, k, window, operand_tiling, scans)
-                if plans:
-                    local = self.exchanged_shard(
-                        inst, operand_tiling, operand_tiling.shard_dims(operand.shape.dims))
-                    width = dtypes.byte_width(operand.shape.element_type)
-                    cost += halo_bytes(plans, local, width)
-                    total += halo_total_bytes(plans, local, width, ctx.num_devices)
-            extra = self.extra_cost(inst, operand_tiling, ctx.computations)
+            shardings = tuple(replicated if window is None else operand_tiling.sharding
+                              for window in windows)
+            cost, total = self.halo_cost(inst, operand_tiling, scans, ctx.num_devices,
+                                         ctx.computations)
             result = tiling.sharding
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
-            return OpPlan(tuple(shardings), result, reason, cost + extra,
-                          total + self.extra_total(inst, operand_tiling, ctx.computations))
+            return OpPlan(shardings, result, reason, cost, total)
 
         bases = [] if on_device else [(ctx.tiling(target, rank), "the result's tiling")]
         if carry:
@@ -543,12 +552,14 @@ class ReverseRule(WindowRule):
 @PARTITION_RULES.register("select-and-scatter", instance=True)
 class SelectAndScatterRule(WindowRule):
     """Each tiled windowed dim runs one of two ways, the dims together taking the choice that
-    sends the fewest bytes from the busiest partition (on a tie, the most dims overlapping;
+    sends the fewest bytes from the busiest partition (its halos in and its results' halos
+    back priced together, `_sent_by_partition`; on a tie, the most dims overlapping;
     `_overlapping_dims`):
 
     - *overlapping windows* (XLA's partitioner): shard `i` runs every window overlapping its
       own operand shard, windows `[first(i), first(i) + W)` (`first(i)` the first window
-      reaching into its data, `W` the most any shard needs; a stride larger than the window
+      reaching into its data, negative for a first shard whose windows reach before the data
+      as XLA computes it, `W` the most any shard needs; a stride larger than the window
       counts as the window, so the windows cover the data); its operand's window input and
       the `source` elements of those windows come by halo exchange (`WindowedDim.firsts`) and
       it keeps its own shard of what it scattered. Windows that do not exist (before the
@@ -582,14 +593,17 @@ class SelectAndScatterRule(WindowRule):
             associative_reducer(inst, computations, "scatter") == "add" and \
             all((w.base_dilation, w.window_dilation) == (1, 1) for w in inst.attr("window").dims)
 
-    def extra_cost(self, inst, tiling, computations):
+    def halo_cost(self, inst, tiling, scans, num_devices, computations):
+        """The operand's and the source's halos in and, on the dims running their own windows,
+        the results' halos back, priced on one partition together (`_sent_by_partition`)."""
         operand = inst.operands[0]
-        overlapping = _overlapping_dims(inst, tiling)
-        plans = {d: plan for d, plan in self._plans(inst, 0, self.windows(inst)[0], tiling,
-                                                    []).items() if d not in overlapping}
-        return halo_bytes(plans, tiling.shard_dims(operand.shape.dims),
-                          dtypes.byte_width(operand.shape.element_type),
-                          whole_pieces=True) if plans else 0.0
+        windows = self.windows(inst)
+        data, source = (self._plans(inst, k, windows[k], tiling, []) for k in (0, 1))
+        sent = _sent_by_partition(operand.shape, inst.operands[1].shape, tiling, data, source,
+                                  _overlapping_dims(inst, tiling))
+        width = dtypes.byte_width(operand.shape.element_type)
+        return (float(sent.max(initial=0)) * width,
+                float(sent.sum()) * (num_devices // max(sent.size, 1)) * width)
 
     def pad_values(self, inst, ctx):
         t = inst.operands[0].shape.element_type
@@ -635,8 +649,7 @@ class SelectAndScatterRule(WindowRule):
                                                   f"own.{d}")
                     sizes[d] = shard[d]
                 result = b.dynamic_slice(local, starts, sizes)
-            order = exchange_order(plans[0], tiling.shard_dims(operand.shape.dims))
-            for d in reversed([d for d in order if d not in overlapping]):
+            for d in _returned(plans[0], tiling.shard_dims(operand.shape.dims), overlapping):
                 result = return_halo(ctx, result, d, tiling, plans[0][d], zero)
             init = ctx.local[inst.operands[2]]
             return b.binary("add", result, b.broadcast(init, result.shape.dims))
@@ -651,8 +664,10 @@ def _overlapping_windows(size: int, windows: int, w: WindowDim,
     shard = cdiv(size, shards)
     i = np.arange(shards, dtype=np.int64)
     # window j covers [stride*j - pad_low, stride*j - pad_low + extent): the first reaching
-    # past the shard's start, and the first starting at or after its end
-    first = np.maximum((shard * i + w.padding_low - extent + w.stride) // w.stride, 0)
+    # past the shard's start (negative before the first shard: windows there scatter 0 and
+    # read the padding, so that shard's windows end no later than the data it needs), and the
+    # first starting at or after its end
+    first = (shard * i + w.padding_low - extent + w.stride) // w.stride
     limit = -(-(shard * (i + 1) + w.padding_low) // w.stride)
     firsts, per_shard = tuple(int(f) for f in first), int((limit - first).max())
     return [WindowedDim(size, shards, extent, w.stride, w.padding_low, w.padding_high,
@@ -663,9 +678,9 @@ def _overlapping_windows(size: int, windows: int, w: WindowDim,
 def _overlapping_dims(inst: Instruction, tiling: Tiling) -> frozenset[int]:
     """The tiled windowed dims of `inst` that run overlapping windows under the operand
     `tiling`: of the choices per dim, the one whose halos (operand and source, and the own
-    windows' returned results) send the fewest bytes from the busiest partition (each
-    exchange priced as the candidates are, `halo_bytes`, each dim's halo widened by the earlier
-    dims'); on a tie, the most dims overlapping."""
+    windows' returned results) send the fewest bytes from the busiest partition (all of them
+    priced on one partition, `_sent_by_partition`, as the candidates are, each dim's halo
+    widened by the earlier dims'); on a tie, the most dims overlapping."""
     operand, source = inst.operands[:2]
     window = inst.attr("window")
     dims = tuple(d for d, (n, w) in enumerate(zip(tiling.counts, window.dims))
@@ -684,8 +699,6 @@ def _cheapest_overlap(operand: ArrayShape, source: ArrayShape, window: Window,
     """`_overlapping_dims` of a select-and-scatter of these shapes and window, `dims` its
     tiled windowed dims (a few: every subset is priced)."""
     tiling = Tiling(sharding, operand.rank, num_devices)
-    width = dtypes.byte_width(operand.element_type)
-    local, source_local = tiling.shard_dims(operand.dims), tiling.shard_dims(source.dims)
     own, overlapping = {}, {}
     for d in dims:
         w, n = window.dims[d], tiling.counts[d]
@@ -699,13 +712,32 @@ def _cheapest_overlap(operand: ArrayShape, source: ArrayShape, window: Window,
             data = {d: overlapping[d][0] if d in chosen else own[d] for d in dims}
             data = {d: plan for d, plan in data.items() if not plan.identity}
             windows = {d: overlapping[d][1] for d in chosen if not overlapping[d][1].identity}
-            returned = {d: plan for d, plan in data.items() if d not in chosen}
-            bytes_ = halo_bytes(data, local, width) + \
-                halo_bytes(windows, source_local, width) + \
-                halo_bytes(returned, local, width, whole_pieces=True)
+            bytes_ = _sent_by_partition(operand, source, tiling, data, windows,
+                                        frozenset(chosen)).max(initial=0)
             if best is None or bytes_ < best[0]:
                 best = (bytes_, frozenset(chosen))
     return best[1]
+
+
+def _sent_by_partition(operand: ArrayShape, source: ArrayShape, tiling: Tiling,
+                       data: dict[int, HaloPlan], windows: dict[int, HaloPlan],
+                       overlapping: frozenset[int]) -> np.ndarray:
+    """Elements each partition sends (an array of `tiling`'s counts, `sent_per_partition`) for
+    a select-and-scatter whose operand exchanges the halos `data` and its source `windows`,
+    the dims of `data` not `overlapping` sending their results' halos back (`_returned`)."""
+    local, source_local = tiling.shard_dims(operand.dims), tiling.shard_dims(source.dims)
+    order = _returned(data, local, overlapping)
+    value = [data[d].window_input if d in order else n for d, n in enumerate(local)]
+    return sent_per_partition(data, local, tiling.counts) + \
+        sent_per_partition(windows, source_local, tiling.counts) + \
+        returned_per_partition(data, value, tiling.counts, order)
+
+
+def _returned(data: dict[int, HaloPlan], local: Sequence[int],
+              overlapping: Iterable[int]) -> list[int]:
+    """The dims of the operand's halos `data` (on a shard of `local` dims) whose scattered
+    results go back to their owners, in the order they go: the reverse of the exchange's."""
+    return [d for d in reversed(exchange_order(data, local)) if d not in overlapping]
 
 
 def _select_direction(inst: Instruction, computations: Computations) -> str | None:
