@@ -395,7 +395,6 @@ def test_a_window_starting_inside_a_far_shard_receives_only_what_it_reads():
     with pytest.raises(ValueError, match="span_right"):
         HaloPlan.from_text(text.replace("span_right=[6,7]", "span_right=[6,8]"))
     assert halo_bytes({0: plan}, (7, 3), 4) == 12
-    assert halo_bytes({0: plan}, (7, 3), 4, whole_pieces=True) == 84
     spmd = check_equivalent(NEGATIVE_PAD, 2)
     assert collectives(spmd) == [("collective-permute", [(1, 0)])]
     assert sent_bytes(spmd, 2) == 6

@@ -439,14 +439,12 @@ def _full_reach(n: int, hops: int, side: str) -> np.ndarray:
     return np.minimum(hops, distance if side == "left" else n - 1 - distance)
 
 
-def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
-               whole_pieces: bool = False) -> float:
+def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int) -> float:
     """Bytes the busiest partition sends to exchange `plans` (dim → plan) on a value whose
     local shard has `local_dims`, the dims exchanged in `exchange_order` (earlier exchanges
     widen later pieces), as `windowed_input` emits them: a partition sends a dim's pieces to
-    the receivers that are `served` (`_served_on`). `whole_pieces`: every hop's piece whole
-    to every neighbour reading it (`return_halo` sends them so), not only its span."""
-    return float(_sent_per_ordinals(plans, local_dims, whole_pieces).max(initial=0)) * width
+    the receivers that are `served` (`_served_on`)."""
+    return float(_sent_per_ordinals(plans, local_dims).max(initial=0)) * width
 
 
 def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
@@ -458,7 +456,6 @@ def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], w
 
 
 def _sent_per_ordinals(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
-                       whole_pieces: bool = False,
                        order: Sequence[int] | None = None) -> np.ndarray:
     """Elements sent by a partition per combination of its shard ordinals on the dims of
     `plans` (flat, the dims in increasing order; every partition with those ordinals sends as
@@ -472,11 +469,9 @@ def _sent_per_ordinals(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
     ordinals[:, dims] = grid
     order = exchange_order(plans, local_dims) if order is None else list(order)
     sent = np.zeros(len(grid), dtype=np.int64)
-    for d, (by_ordinal, other) in zip(order, _sent_by_dim(plans, local_dims, whole_pieces,
-                                                          order)):
+    for d, (by_ordinal, other) in zip(order, _sent_by_dim(plans, local_dims, order)):
         part = by_ordinal[ordinals[:, d]] * other
-        sent += part if whole_pieces else np.where(_served_on(plans, order, d, ordinals),
-                                                   part, 0)
+        sent += np.where(_served_on(plans, order, d, ordinals), part, 0)
     return sent
 
 
@@ -507,10 +502,10 @@ def sent_per_partition(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
 
 
 def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
-                 whole_pieces: bool, order: Sequence[int]):
+                 order: Sequence[int]):
     """Per exchanged dim (in `order`): the elements of that dim each shard ordinal sends (to
-    the shards whose `reach` covers it: each hop's span, or its whole piece with
-    `whole_pieces`) and the elements of the other dims one such element carries."""
+    the shards whose `reach` covers it: the part of each hop's piece its receiver reads) and
+    the elements of the other dims one such element carries."""
     dims = [int(d) for d in local_dims]
     for d in order:
         plan = plans[d]
@@ -519,7 +514,7 @@ def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
         n = plan.shards
         sent = np.zeros(n, dtype=np.int64)
         for side, step in (("left", 1), ("right", -1)):
-            for hop, (size, lo, hi) in enumerate(plan.pieces(side), 1):
+            for hop in range(1, len(plan.pieces(side)) + 1):
                 receiver = np.arange(n) + step * hop          # the sender's receiver
                 inside = (receiver >= 0) & (receiver < n)
                 reads = np.zeros(n, dtype=bool)
@@ -527,7 +522,7 @@ def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
                 part = np.zeros(n, dtype=np.int64)
                 read = plan.parts(side, hop)
                 part[inside] = (read[:, 1] - read[:, 0])[receiver[inside]]
-                sent += np.where(reads, size if whole_pieces else part, 0)
+                sent += np.where(reads, part, 0)
         yield sent, other
         dims[d] = plan.window_input
 
