@@ -222,8 +222,7 @@ def _dot_candidates(dn: DotDims, signature: Signature, num_devices: int
          "lhs aligned to rhs on batch/contracting dims",
          "lhs aligned to rhs, keeping its free-dim tiling"))
     out_tiling = ctx.tiling(target, out_rank)
-    pairs += output_split_pairs(pairs, out_tiling.counts, dn, lr, rr, num_devices,
-                                OUTPUT_SPLIT)
+    pairs += output_split_pairs(pairs, out_tiling, dn, lr, rr, num_devices, OUTPUT_SPLIT)
     out = out_tiling.sharding
     out_to_lhs = _inverse(dn.lhs_to_output(lr), out_rank)
     out_to_rhs = _inverse(dn.rhs_to_output(rr), out_rank)
@@ -275,30 +274,32 @@ def aligned_operand_pairs(lhs: HloSharding | None, rhs: HloSharding | None, dn: 
 
 
 def output_split_pairs(pairs: list[tuple[HloSharding, HloSharding, str]],
-                       out_counts: tuple[int, ...], dn: DotDims, lhs_rank: int, rhs_rank: int,
+                       out: Tiling, dn: DotDims, lhs_rank: int, rhs_rank: int,
                        num_devices: int, reason: str
                        ) -> list[tuple[HloSharding, HloSharding, str]]:
     """For each (lhs, rhs) of `pairs`, the pair whose operands keep their tiling and split
     their replicas (a local slice) on their untiled free dims into the output's tiles of those
-    dims (`out_counts`), as far as the replicas divide (free dims pair with nothing on the
-    other side, so the pair stays compatible). This is XLA's dot partitioning grouped on the
-    contracting dims: within each group of devices holding one contracting block, the
-    operand replicated there is sliced by the output's sharding, and the partial results
-    summed over the groups are already tiled like the output
-    (docs/design/partitioning.md#dot)."""
+    dims (`out`), as far as the replicas divide (free dims pair with nothing on the other side,
+    so the pair stays compatible); then the pair split so that every device takes its own
+    tile of `out` there, where the replicas spread evenly so. This is XLA's dot partitioning
+    grouped on the contracting dims: within each group of devices holding one contracting
+    block, the operand replicated there is sliced by the output's sharding (its groups aligned
+    with the output's), and the partial results summed over the groups are already tiled like
+    the output (docs/design/partitioning.md#dot)."""
     found = []
     for lhs, rhs, _ in pairs:
-        split_lhs = _split_free(lhs, lhs_rank, dn.lhs_free, dn.lhs_to_output(lhs_rank),
-                                out_counts, num_devices)
-        split_rhs = _split_free(rhs, rhs_rank, dn.rhs_free, dn.rhs_to_output(rhs_rank),
-                                out_counts, num_devices)
-        if split_lhs is not None or split_rhs is not None:
-            found.append((split_lhs or lhs, split_rhs or rhs, reason))
+        for split in (_split_free, _split_free_as_output):
+            split_lhs = split(lhs, lhs_rank, dn.lhs_free, dn.lhs_to_output(lhs_rank), out,
+                              num_devices)
+            split_rhs = split(rhs, rhs_rank, dn.rhs_free, dn.rhs_to_output(rhs_rank), out,
+                              num_devices)
+            if split_lhs is not None or split_rhs is not None:
+                found.append((split_lhs or lhs, split_rhs or rhs, reason))
     return found
 
 
 def _split_free(s: HloSharding, rank: int, free: tuple[int, ...], to_output: list[int],
-                out_counts: tuple[int, ...], num_devices: int) -> HloSharding | None:
+                out: Tiling, num_devices: int) -> HloSharding | None:
     """`s` with its replicas split on its untiled `free` dims into the output's tile counts
     there (each factor taken when it divides the replicas left), or None when none splits."""
     if s.kind not in ("tiled", "replicated") or s.has_unreduced or s.has_manual_leaf:
@@ -306,12 +307,37 @@ def _split_free(s: HloSharding, rank: int, free: tuple[int, ...], to_output: lis
     tiling = Tiling(s, rank, num_devices)
     factors, left = [1] * rank, tiling.replication
     for d in free:
-        want = out_counts[to_output[d]]
+        want = out.counts[to_output[d]]
         if tiling.counts[d] == 1 and want > 1 and left % want == 0:
             factors[d], left = want, left // want
     if left == tiling.replication:
         return None
     return sharding_algebra.split_replication(s, factors, rank, num_devices)
+
+
+def _split_free_as_output(s: HloSharding, rank: int, free: tuple[int, ...],
+                          to_output: list[int], out: Tiling,
+                          num_devices: int) -> HloSharding | None:
+    """`s` with its replicas split on its untiled `free` dims so that every device holds its
+    own tile of `out` there (the other dims as in `s`), or None when no dim splits or the
+    devices holding a tile of `s` do not spread evenly over the output's tiles."""
+    if s.kind not in ("tiled", "replicated") or s.has_unreduced or s.has_manual_leaf:
+        return None
+    tiling = Tiling(s, rank, num_devices)
+    dims = [d for d in free if tiling.counts[d] == 1 and out.counts[to_output[d]] > 1]
+    if not dims:
+        return None
+    coords = tiling.coordinates()[:, :rank].copy()
+    counts = list(tiling.counts)
+    for d in dims:
+        coords[:, d] = out.coordinates()[:, to_output[d]]
+        counts[d] = out.counts[to_output[d]]
+    replicas, spread = divmod(num_devices, prod(counts))
+    keys = _flat(list(coords.T), counts, num_devices)
+    if spread or (np.bincount(keys, minlength=prod(counts)) != replicas).any():
+        return None
+    order = np.lexsort((np.arange(num_devices), keys))
+    return sharding_algebra.sharding_of_devices(order.reshape(tuple(counts) + (1, replicas)))
 
 
 def _merge_free(own: HloSharding, aligned: HloSharding,

@@ -16,6 +16,8 @@ Steps between tilings (`tiling.py`), in the order a plan uses them:
 | `ReduceScatter(d)`  | partial sums; the target tiles dim d by their count  | reduce-scatter |
 |                     | (or by a factor of it, dim after dim: in stages)     |                |
 | `AllReduce`         | partial sums otherwise                               | all-reduce     |
+|                     | (after a `Slice` to the target's tiles where every   |                |
+|                     | member of each partial group wants the same one)     |                |
 | `AllToAll(i, j, g)` | a factor g of tiles moves from dim i to dim j        | all-to-all     |
 | `Slice`             | target tiles nest in held tiles (uses replication)   | none           |
 | `AllGather(d, g)`   | dim d keeps fewer tiles (minor factor g gathered)    | all-gather     |
@@ -457,6 +459,9 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         all_reduce = _all_reduce(src)
         variants += [[all_reduce, *rest]
                      for rest in _exchange_variants(dims, all_reduce.after, dst)]
+        sliced = _sliced_partials(dims, src, dst)
+        if sliced is not None:
+            variants += [[Slice(src, sliced), *rest] for rest in _variants(dims, sliced, dst)]
     return variants
 
 
@@ -516,6 +521,35 @@ def _relabelled_step(step: Step, relabel: np.ndarray) -> Step:
     if not isinstance(step, Slice):
         changes["groups"] = relabel[step.groups]
     return replace(step, **changes)
+
+
+def _sliced_partials(dims, src: Tiling, dst: Tiling) -> Tiling | None:
+    """`src`'s partial sums sliced locally to `dst`'s tiles of the dims where that commutes with
+    summing them (XLA's dot grouped on the contracting dims computes each group's output tiled
+    like the target, then all-reduces across the groups): the dims `dst` tiles by a multiple f
+    of `src`'s count (the split aligned) where every device's `dst` tile nests in its `src` tile
+    and all members of each partial group want the same one. The sum then moves the target
+    tile instead of the held one. None where no dim qualifies or the groups do not spread
+    evenly over the new tiles."""
+    held, wanted = src.coordinates(), dst.coordinates()
+    groups = src.partial_groups()
+    sliced = np.zeros(len(dims), dtype=bool)
+    for d, (size, t, tt) in enumerate(zip(dims, src.counts, dst.counts)):
+        f = tt // t
+        sliced[d] = tt > t and tt % t == 0 and _slice_aligned(size, t, f) and \
+            bool((wanted[:, d] // f == held[:, d]).all()) and \
+            bool((wanted[groups, d] == wanted[groups[:, :1], d]).all())
+    if not sliced.any():
+        return None
+    counts = tuple(np.where(sliced, dst.counts, src.counts).tolist())
+    first = groups[:, 0]
+    keys = np.ravel_multi_index(tuple(np.where(sliced, wanted[first, :len(dims)],
+                                               held[first, :len(dims)]).T), counts)
+    replicas, spread = divmod(len(groups), prod(counts))
+    if spread or (np.bincount(keys, minlength=prod(counts)) != replicas).any():
+        return None
+    ordered = groups[np.lexsort((np.arange(len(groups)), keys))]
+    return Tiling.of_devices(ordered.reshape(counts + (replicas, -1)).swapaxes(-1, -2))
 
 
 def _exchange_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
