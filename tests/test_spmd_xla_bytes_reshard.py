@@ -495,14 +495,17 @@ def test_partial_sums_scatter_into_the_dim_that_needs_no_permute():
     dim-0 half locally. Scattered into dim 0 (the first dim that can take the sums), dim 0
     padded to 12, each sends half of [12,6,1] (144 B) and its halves then sit on the wrong
     devices: a permute of the [6,3,1] tile (72 B), 216 B (fuzz/11300002752, where XLA's
-    all-reduce of the dim-1 half and permute sent 204)."""
+    all-reduce of the dim-1 half and permute sent 204). Since each pair also wants one half of
+    dim 0 (devices 0, 2 the second, 1, 3 the first), the sums are sliced to it first
+    (`_sliced_partials`) and the reduce-scatter into dim 1 sends half of [6,6,1]: 72 B."""
     plan = plan_reshard(ArrayShape("f32", (11, 6, 1)),
                         parse_sharding("{devices=[1,1,1,2,2]<=[4] "
                                        "last_tile_dims={unreduced, replicated}}"),
                         parse_sharding("{devices=[2,2,1]1,3,0,2}"), 4)
     assert plan.collectives == ["reduce-scatter"]
-    assert plan.steps[0].dim == 1
-    assert plan.cost == 132
+    assert [type(step).__name__ for step in plan.steps] == ["Slice", "ReduceScatter"]
+    assert plan.steps[1].dim == 1
+    assert plan.cost == 72
     spmd = check_equivalent(PARTIALS_TO_TWO_DIMS, 4)
     assert [c[0] for c in collectives(spmd)] == ["reduce-scatter"]
     x = np.arange(66, dtype=np.float32).reshape(11, 6, 1)
