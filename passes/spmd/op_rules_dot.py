@@ -323,6 +323,17 @@ def _split_free_as_output(s: HloSharding, rank: int, free: tuple[int, ...],
     devices holding a tile of `s` do not spread evenly over the output's tiles."""
     if s.kind not in ("tiled", "replicated") or s.has_unreduced or s.has_manual_leaf:
         return None
+    return _split_as_output(s, rank, tuple(free), tuple(to_output), out.sharding, out.rank,
+                            num_devices)
+
+
+@cached
+def _split_as_output(s: HloSharding, rank: int, free: tuple[int, ...],
+                     to_output: tuple[int, ...], out_sharding: HloSharding, out_rank: int,
+                     num_devices: int) -> HloSharding | None:
+    """`_split_free_as_output` of a tiled or replicated `s`, the output's tiling given by its
+    sharding and rank (a per-device walk: asked once per layer shape, not once per layer)."""
+    out = Tiling(out_sharding, out_rank, num_devices)
     tiling = Tiling(s, rank, num_devices)
     dims = [d for d in free if tiling.counts[d] == 1 and out.counts[to_output[d]] > 1]
     if not dims:
