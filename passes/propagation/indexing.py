@@ -16,6 +16,7 @@ shardings:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,28 +77,30 @@ class IndexedOp:
         """`(operand dim, index dim)` pairs of the explicit batching dims."""
         return list(zip(self.operand_batching, self.indices_batching))
 
-    def implicit_parallel(self, indices: Instruction,
-                          graph: ModuleGraph | None = None) -> list[tuple[int, int]]:
+    def implicit_parallel(self, indices: Instruction, graph: ModuleGraph | None = None,
+                          moved: Callable[[Instruction], Instruction] | None = None
+                          ) -> list[tuple[int, int]]:
         """`(operand dim, index dim)` pairs found from iota index components (XLA's
         GetGatherScatterBatchParallelDims): a component that is an iota along index dim d
         makes its operand dim parallel to d when that operand dim's slice size is 1 and d is
         not an explicit batching dim. Empty when none, when two components are iotas along
         one index dim, or when a parallel operand dim's size differs from d's. Without `graph`
         (the partitioner's use, on a module it is rewriting) `iota_dimension` does not look
-        into called computations' parameters."""
+        into called computations' parameters; `moved` (the partitioner's) gives the value a
+        node stands for (the value one of its reshard nodes moves, else the node)."""
         ivd = self.index_vector_dim
-        source = _concatenate_through_copies(indices)
+        source = _concatenate_through_copies(indices, moved)
         iota_dims: list[int | None] = [None] * len(self.index_map)
         if source.opcode == "concatenate" and source.attrs["dimensions"][0] == ivd:
             offset = 0
             for op in source.operands:
                 count = op.shape.dims[ivd] if op.shape.rank > ivd else 1
-                dim = iota_dimension(op, graph)
+                dim = iota_dimension(op, graph, moved)
                 if dim is not None and dim != ivd:
                     iota_dims[offset:offset + count] = [dim] * count
                 offset += count
         else:
-            dim = iota_dimension(source, graph)
+            dim = iota_dimension(source, graph, moved)
             if dim is not None and dim != ivd:
                 count = source.shape.dims[ivd] if source.shape.rank > ivd else 1
                 iota_dims[:count] = [dim] * count
@@ -116,18 +119,25 @@ class IndexedOp:
         return pairs
 
 
-def _concatenate_through_copies(indices: Instruction) -> Instruction:
-    """The concatenate `indices` is a chain of copies of, else `indices` itself."""
-    inst = indices
+def _concatenate_through_copies(indices: Instruction,
+                                moved: Callable[[Instruction], Instruction] | None = None
+                                ) -> Instruction:
+    """The concatenate `indices` is a chain of copies of, else `indices` itself (seen through
+    `moved`, see `IndexedOp.implicit_parallel`)."""
+    inst = indices if moved is None else moved(indices)
     while inst.opcode == "copy":
-        inst = inst.operands[0]
+        inst = inst.operands[0] if moved is None else moved(inst.operands[0])
     return inst if inst.opcode == "concatenate" else indices
 
 
-def iota_dimension(inst: Instruction, graph: ModuleGraph | None) -> int | None:
+def iota_dimension(inst: Instruction, graph: ModuleGraph | None,
+                   moved: Callable[[Instruction], Instruction] | None = None) -> int | None:
     """The dim along which `inst` is an iota (an `iota`, an s32 constant equal to its index along
     one dim of size > 1, a broadcast of such, or an element of a loop body's or a branch's
-    parameter that is one, see `_argument_element`), else None (XLA's GetDimensionForIota)."""
+    parameter that is one, see `_argument_element`), else None (XLA's GetDimensionForIota);
+    seen through `moved` (see `IndexedOp.implicit_parallel`)."""
+    if moved is not None:
+        inst = moved(inst)
     if inst.opcode == "iota":
         return inst.attrs["iota_dimension"]
     if inst.shape.is_tuple or inst.shape.element_type != "s32":
@@ -142,12 +152,12 @@ def iota_dimension(inst: Instruction, graph: ModuleGraph | None) -> int | None:
                     return d
         return None
     if inst.opcode == "broadcast":
-        dim = iota_dimension(inst.operands[0], graph)
+        dim = iota_dimension(inst.operands[0], graph, moved)
         return None if dim is None else inst.attrs["dimensions"][dim]
     if graph is not None and inst.opcode == "get-tuple-element" and \
             inst.operands[0].opcode == "parameter":
         element = _argument_element(inst, graph)
-        return None if element is None else iota_dimension(element, graph)
+        return None if element is None else iota_dimension(element, graph, moved)
     return None
 
 

@@ -13,12 +13,17 @@ tiling `E` of that space,
   replicated over the rest;
 - the local result is `E` with the extra dims' tiles as partial values (an `unreduced` subgroup).
 
+An operand dim addressed by an index component that is an iota along an indices dim of its size
+(XLA's implicit parallel dims, `implicit_parallel`) is no indexed dim: like a batching dim, it
+takes the tiles of that indices dim's output batch dim (row k of the indices reads row k of the
+operand), so operand, indices and result tiled alike there need nothing moved.
+
 Locally, the start indices are clamped globally as HLO does (`[0, S_d - slice_d]`), shifted by the
-partition's offset on each tiled indexed dim, and gathered from the local operand (slice sizes of
-tiled pass-through dims become the shard size); results whose index fell outside the partition's
-range are zeroed, so the reshard to the annotated sharding sums them (an all-reduce or
-reduce-scatter over the operand's index tiles) into the one real value. Padding of uneven indexed
-dims is never read (clamped indices stay below `S_d`).
+partition's offset on each tiled indexed or parallel dim, and gathered from the local operand
+(slice sizes of tiled pass-through dims become the shard size); results whose index fell outside
+the partition's range are zeroed, so the reshard to the annotated sharding sums them (an all-reduce
+or reduce-scatter over the operand's index tiles) into the one real value. Padding of uneven
+indexed dims is never read (clamped indices stay below `S_d`).
 
 Candidates (fewest bytes wins; on a tie of the busiest device, where some candidate leaves
 partial values, the fewest bytes over all devices; then the first): the annotated result's
@@ -43,7 +48,7 @@ whole (updates tiled alike), batching dims (indices and updates tiled alike) and
 with window size 1 (indices and updates replicated over those tiles; each partition shifts the
 indices by its offset and scatter's own bounds check drops the updates that belong to other
 partitions, so any combiner is correct). A dim addressed by an index component that is an iota
-along an indices dim of its size (XLA's implicit parallel dims, `IndexedOp.implicit_parallel`)
+along an indices dim of its size (XLA's implicit parallel dims, `implicit_parallel`, as gather's)
 tiles that indices dim and its updates dim alike instead: row k of the updates goes to row k,
 so each partition's rows of the indices address its own rows (rows in the padding of uneven
 indices are dropped). Its extra dims are the indices' other batch dims (index
@@ -75,7 +80,7 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
-from gspmdc.passes.propagation.indexing import scatter_view
+from gspmdc.passes.propagation.indexing import IndexedOp, gather_view, scatter_view
 
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .reshard_nodes import is_inserted_reshard
@@ -106,6 +111,21 @@ def _tiling_keys(coords: np.ndarray, counts) -> np.ndarray | None:
     return keys
 
 
+def implicit_parallel(view: IndexedOp, indices: Instruction) -> dict[int, int]:
+    """Operand dim -> indices dim of the parallel dims that iota index components make (XLA's
+    GetGatherScatterBatchParallelDims, as propagation finds them: `IndexedOp.implicit_parallel`),
+    found behind this pass's own reshard nodes (the same values moved) of the indices and of
+    what they are built from, so a plan made after those nodes exist keeps them."""
+    return dict(view.implicit_parallel(indices, moved=_moved))
+
+
+def _moved(inst: Instruction) -> Instruction:
+    """The value that the reshard nodes this pass inserted in front of it move, else `inst`."""
+    while is_inserted_reshard(inst):
+        inst = inst.operands[0]
+    return inst
+
+
 @dataclass(frozen=True)
 class GatherDims:
     """How a gather's output dims, extra (indexed) dims, operand dims and indices dims relate."""
@@ -122,6 +142,9 @@ class GatherDims:
     indexed: tuple[int, ...]
     #: the output batch dims, in order (one per indices dim but index_vector_dim)
     batch: tuple[int, ...]
+    #: the operand dims an iota index component addresses (implicit parallel dims: tiled with
+    #: their indices and output batch dims, shifted by the partition's offset, never masked)
+    parallel: tuple[int, ...]
 
     @classmethod
     def of(cls, inst: Instruction) -> "GatherDims":
@@ -141,15 +164,22 @@ class GatherDims:
         for out, w in zip(offset_dims, window):
             if sizes[w] == operand.dims[w]:
                 to_operand[out] = w
+        parallel = {i: d for d, i in implicit_parallel(gather_view(inst),
+                                                       inst.operands[1]).items()}
+        parallel_dims = []
         for out, i in zip(batch, indices_dims):
             to_indices[out] = i
             if i in idx_batching:
                 to_operand[out] = op_batching[idx_batching.index(i)]
+            elif i in parallel and parallel[i] not in to_operand:
+                to_operand[out] = parallel[i]
+                parallel_dims.append(parallel[i])
         # a size-1 dim sliced whole is a pass-through dim already
         indexed = tuple(d for d in start_map if sizes[d] == 1 and d not in op_batching
                         and d not in to_operand)
         return cls(rank, operand.rank, indices.rank, ivd, tuple(to_operand) + indexed,
-                   tuple(to_indices) + (-1,) * len(indexed), indexed, tuple(batch))
+                   tuple(to_indices) + (-1,) * len(indexed), indexed, tuple(batch),
+                   tuple(parallel_dims))
 
     @property
     def extra(self) -> list[int]:
@@ -357,9 +387,11 @@ class GatherRule(PartitionRule):
         tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices) \
             if operand.sharding.is_tiled else None
         tiled_indexed = [d for d in dims.indexed if tiling is not None and tiling.counts[d] > 1]
+        tiled_parallel = [d for d in dims.parallel
+                          if tiling is not None and tiling.counts[d] > 1]
         new_indices = local_indices
         valid = None
-        if tiled_indexed:
+        if tiled_indexed or tiled_parallel:
             new_indices, valid = _shift_indices(inst, ctx, local_indices, tiling, tiled_indexed)
         local = clone(inst, ctx, [local_operand, new_indices])
         sizes = list(inst.attr("slice_sizes"))
@@ -416,10 +448,7 @@ class ScatterDims:
         indices_dims = [d for d in range(indices.rank) if d != ivd]
         scatter_dims = [d for d in range(update.rank) if d not in window_dims]
         update_of_indices = dict(zip(indices_dims, scatter_dims))
-        source = inst.operands[count]
-        while is_inserted_reshard(source):     # the same values, moved by this pass
-            source = source.operands[0]
-        parallel = dict(scatter_view(inst).implicit_parallel(source))
+        parallel = implicit_parallel(scatter_view(inst), inst.operands[count])
         to_operand, to_indices, to_updates = [], [], []
         indexed = []
         for d in range(operand.rank):
@@ -684,9 +713,10 @@ def _drop_padding_rows(ctx, indices: Instruction, local: Instruction,
 
 def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling,
                    tiled: list[int]) -> tuple[Instruction, Instruction]:
-    """The local start indices (clamped as HLO does, minus this partition's offset on the tiled
-    indexed dims `tiled`) and `pred[batch dims]`: whether every tiled indexed component falls in
-    this partition's range."""
+    """The local start indices (clamped as HLO does, minus this partition's offset on each dim
+    they address) and `pred[batch dims]`: whether every component of the tiled indexed dims
+    `tiled` falls in this partition's range (None for none: the parallel dims' components
+    always do)."""
     b = ctx.builder
     operand = inst.operands[0].shape
     ivd = inst.attr("index_vector_dim")
