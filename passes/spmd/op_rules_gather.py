@@ -143,7 +143,7 @@ class GatherDims:
     #: the output batch dims, in order (one per indices dim but index_vector_dim)
     batch: tuple[int, ...]
     #: the operand dims an iota index component addresses (implicit parallel dims: tiled with
-    #: their indices and output batch dims, shifted by the partition's offset, never masked)
+    #: their indices and output batch dims, shifted by the partition's offset)
     parallel: tuple[int, ...]
 
     @classmethod
@@ -386,13 +386,14 @@ class GatherRule(PartitionRule):
         dims = GatherDims.of(inst)
         tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices) \
             if operand.sharding.is_tiled else None
-        tiled_indexed = [d for d in dims.indexed if tiling is not None and tiling.counts[d] > 1]
-        tiled_parallel = [d for d in dims.parallel
-                          if tiling is not None and tiling.counts[d] > 1]
+        # a parallel dim is shifted and masked as an indexed dim is: its real rows always fall
+        # in their partition's range, so only padding rows are zeroed
+        tiled = [d for d in dims.indexed + dims.parallel
+                 if tiling is not None and tiling.counts[d] > 1]
         new_indices = local_indices
         valid = None
-        if tiled_indexed or tiled_parallel:
-            new_indices, valid = _shift_indices(inst, ctx, local_indices, tiling, tiled_indexed)
+        if tiled:
+            new_indices, valid = _shift_indices(inst, ctx, local_indices, tiling, tiled)
         local = clone(inst, ctx, [local_operand, new_indices])
         sizes = list(inst.attr("slice_sizes"))
         for d, size in enumerate(sizes):
@@ -713,10 +714,9 @@ def _drop_padding_rows(ctx, indices: Instruction, local: Instruction,
 
 def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling,
                    tiled: list[int]) -> tuple[Instruction, Instruction]:
-    """The local start indices (clamped as HLO does, minus this partition's offset on each dim
-    they address) and `pred[batch dims]`: whether every component of the tiled indexed dims
-    `tiled` falls in this partition's range (None for none: the parallel dims' components
-    always do)."""
+    """The local start indices (clamped as HLO does, minus this partition's offset on the tiled
+    indexed or parallel dims `tiled`) and `pred[batch dims]`: whether every tiled component
+    falls in this partition's range."""
     b = ctx.builder
     operand = inst.operands[0].shape
     ivd = inst.attr("index_vector_dim")
