@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gspmdc.passes.spmd.op_rules_gather import _within, tiling_from_coordinates
+from gspmdc.passes.spmd.op_rules_gather import _within
+from gspmdc.passes.spmd.tiling import tiling_from_coordinates
 
 from conformance.differential import Case, run_case
 from conformance.oracle import xla_available

@@ -39,7 +39,7 @@ from gspmdc.ir.sharding_algebra import cached
 from gspmdc.ir.tile_assignment import atomic_axes, from_axes
 
 from .op_rules import OpPlan, PartitionRule, PlanContext, Signature, clone, without_partials
-from .tiling import Tiling, remap
+from .tiling import Tiling, remap, tiling_from_coordinates
 
 
 class DotDims(NamedTuple):
@@ -343,12 +343,8 @@ def _split_as_output(s: HloSharding, rank: int, free: tuple[int, ...],
     for d in dims:
         coords[:, d] = out.coordinates()[:, to_output[d]]
         counts[d] = out.counts[to_output[d]]
-    replicas, spread = divmod(num_devices, prod(counts))
-    keys = _flat(list(coords.T), counts, num_devices)
-    if spread or (np.bincount(keys, minlength=prod(counts)) != replicas).any():
-        return None
-    order = np.lexsort((np.arange(num_devices), keys))
-    return sharding_algebra.sharding_of_devices(order.reshape(tuple(counts) + (1, replicas)))
+    tiled = tiling_from_coordinates(coords, tuple(counts))
+    return None if tiled is None else tiled.sharding
 
 
 def _merge_free(own: HloSharding, aligned: HloSharding,

@@ -84,31 +84,7 @@ from gspmdc.passes.propagation.indexing import IndexedOp, gather_view, scatter_v
 
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .reshard_nodes import is_inserted_reshard
-from .tiling import Tiling, remap
-
-
-def tiling_from_coordinates(coords: np.ndarray, counts: tuple[int, ...]) -> Tiling | None:
-    """The tiling in which device `k` holds tile `coords[k]` (`[N, rank]`, each within `counts`),
-    devices of one tile being replicas (by device id); None unless every tile has the same
-    number of devices."""
-    keys = _tiling_keys(coords, counts)
-    if keys is None:
-        return None
-    n = coords.shape[0]
-    order = np.lexsort((np.arange(n), keys))
-    return Tiling.of_devices(order.reshape(tuple(counts) + (1, n // prod(counts))))
-
-
-def _tiling_keys(coords: np.ndarray, counts) -> np.ndarray | None:
-    """Per device, the row-major index of its tile (`coords`: per device, its tile index on
-    each dim of `counts`), where every tile is held by the same number of devices; else None."""
-    n, tiles = coords.shape[0], prod(counts)
-    if n % tiles:
-        return None
-    keys = _keys(coords, counts, range(len(counts)))
-    if not np.array_equal(np.bincount(keys, minlength=tiles), np.full(tiles, n // tiles)):
-        return None
-    return keys
+from .tiling import Tiling, remap, tile_keys, tiling_from_coordinates
 
 
 def implicit_parallel(view: IndexedOp, indices: Instruction) -> dict[int, int]:
@@ -234,7 +210,7 @@ def _merged(parts, num_devices: int):
                 continue
             trial_coords, trial_counts = coords.copy(), list(counts)
             trial_coords[:, e], trial_counts[e] = part_coords[:, e], part_counts[e]
-            if _tiling_keys(trial_coords, trial_counts) is not None:
+            if tile_keys(trial_coords, trial_counts) is not None:
                 coords, counts = trial_coords, trial_counts
     return coords, counts
 
@@ -749,5 +725,4 @@ def _shift_indices(inst, ctx: LowerContext, indices: Instruction, tiling: Tiling
     return shifted, valid
 
 
-__all__ = ["GatherRule", "GatherDims", "ScatterRule", "ScatterDims", "scatter_combiner",
-           "tiling_from_coordinates"]
+__all__ = ["GatherRule", "GatherDims", "ScatterRule", "ScatterDims", "scatter_combiner"]

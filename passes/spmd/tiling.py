@@ -16,6 +16,7 @@ size S cut into t pieces has shard size `cdiv(S, t)`; tile `o` starts at `o * cd
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Sequence
 
 import numpy as np
@@ -144,4 +145,29 @@ def remap(s: HloSharding, destination: Sequence[int], rank: int) -> HloSharding:
     return propagate_along_dims(s, source, [destination[d] for d in source], rank)
 
 
-__all__ = ["Tiling", "cdiv", "remap"]
+def tiling_from_coordinates(coords: np.ndarray, counts: tuple[int, ...]) -> Tiling | None:
+    """The tiling in which device `k` holds tile `coords[k]` (`[N, rank]`, each within `counts`),
+    devices of one tile being replicas (by device id); None unless every tile has the same
+    number of devices."""
+    keys = tile_keys(coords, counts)
+    if keys is None:
+        return None
+    n = coords.shape[0]
+    order = np.lexsort((np.arange(n), keys))
+    return Tiling.of_devices(order.reshape(tuple(counts) + (1, n // prod(counts))))
+
+
+def tile_keys(coords: np.ndarray, counts: Sequence[int]) -> np.ndarray | None:
+    """Per device, the row-major index of its tile (`coords`: per device, its tile index on
+    each dim of `counts`), where every tile is held by the same number of devices; else None."""
+    n, tiles = coords.shape[0], prod(counts)
+    if n % tiles:
+        return None
+    keys = np.ravel_multi_index(tuple(coords[:, e] for e in range(len(counts))), tuple(counts)) \
+        if len(counts) else np.zeros(n, np.int64)
+    if not np.array_equal(np.bincount(keys, minlength=tiles), np.full(tiles, n // tiles)):
+        return None
+    return keys
+
+
+__all__ = ["Tiling", "cdiv", "remap", "tiling_from_coordinates", "tile_keys"]
