@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gspmdc.passes.spmd.halo import WindowedDim, halo_bytes, halo_total_bytes, plan_halo
+from gspmdc.passes.spmd.halo import WindowedDim, halo_sent, plan_halo
 
 
 def _table(plan):
@@ -146,8 +146,7 @@ def test_strided_window_reading_padding_is_one_directional_by_hand():
     assert (plan.from_left, plan.from_right) == (0, 2)
     assert plan.receives("right", 1).tolist() == [True, False] and plan.mask
     # f32 [2, 2, 3] shards: the busiest sends 2 elements x 2 x 3 x 4 bytes, all together as much
-    assert halo_bytes({1: plan}, (2, 2, 3), 4) == halo_total_bytes({1: plan}, (2, 2, 3), 4, 2) \
-        == 48
+    assert halo_sent({1: plan}, (2, 2, 3), 4, 2) == (48, 48)
 
 
 def test_a_dim_with_one_window_trims_the_other_dims_exchange_by_hand():
@@ -161,6 +160,5 @@ def test_a_dim_with_one_window_trims_the_other_dims_exchange_by_hand():
     assert rows.identity and rows.needed and rows.real.tolist() == [True, False, False, False]
     assert (cols.from_left, cols.from_right) == (0, 2)
     plans = {0: rows, 1: cols}
-    assert halo_bytes(plans, (1, 5), 4) == 8
-    assert halo_total_bytes(plans, (1, 5), 4, 8) == 8
+    assert halo_sent(plans, (1, 5), 4, 8) == (8, 8)
     assert not plan_halo(WindowedDim(4, 4, 1, 1)).needed      # every shard has an output

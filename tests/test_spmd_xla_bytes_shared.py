@@ -386,7 +386,7 @@ def test_a_window_starting_inside_a_far_shard_receives_only_what_it_reads():
     the last of shard 1's seven, so that row alone travels (the plan's `span_right=[6,7]`;
     the text round-trips): one permute of f32[1,3] from device 1, 12 B, 6 B per device on
     average (XLA's program; before, the whole shard: 84 B from device 1)."""
-    from gspmdc.passes.spmd.halo import HaloPlan, WindowedDim, halo_bytes, plan_halo
+    from gspmdc.passes.spmd.halo import HaloPlan, WindowedDim, halo_sent, plan_halo
     plan = plan_halo(WindowedDim(14, 2, 1, 1, -13, 2))
     assert plan.from_right == 7 and plan.pieces("right") == [(7, 6, 7)]
     text = plan.to_text()
@@ -394,7 +394,7 @@ def test_a_window_starting_inside_a_far_shard_receives_only_what_it_reads():
     assert HaloPlan.from_text(text).pieces("right") == [(7, 6, 7)]
     with pytest.raises(ValueError, match="span_right"):
         HaloPlan.from_text(text.replace("span_right=[6,7]", "span_right=[6,8]"))
-    assert halo_bytes({0: plan}, (7, 3), 4) == 12
+    assert halo_sent({0: plan}, (7, 3), 4, 2)[0] == 12
     spmd = check_equivalent(NEGATIVE_PAD, 2)
     assert collectives(spmd) == [("collective-permute", [(1, 0)])]
     assert sent_bytes(spmd, 2) == 6

@@ -439,20 +439,22 @@ def _full_reach(n: int, hops: int, side: str) -> np.ndarray:
     return np.minimum(hops, distance if side == "left" else n - 1 - distance)
 
 
-def halo_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int) -> float:
-    """Bytes the busiest partition sends to exchange `plans` (dim → plan) on a value whose
-    local shard has `local_dims`, the dims exchanged in `exchange_order` (earlier exchanges
-    widen later pieces), as `windowed_input` emits them: a partition sends a dim's pieces to
-    the receivers that are `served` (`_served_on`)."""
-    return float(_sent_per_ordinals(plans, local_dims).max(initial=0)) * width
+def halo_sent(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
+              num_devices: int) -> tuple[float, float]:
+    """(bytes the busiest partition sends, bytes all `num_devices` partitions together send)
+    to exchange `plans` (dim → plan) on a value whose local shard has `local_dims`, the dims
+    exchanged in `exchange_order` (earlier exchanges widen later pieces), as `windowed_input`
+    emits them: a partition sends a dim's pieces to the receivers that are `served`
+    (`_served_on`)."""
+    return busiest_and_total(_sent_per_ordinals(plans, local_dims), width, num_devices)
 
 
-def halo_total_bytes(plans: Mapping[int, HaloPlan], local_dims: Sequence[int], width: int,
-                     num_devices: int) -> float:
-    """Bytes all `num_devices` partitions together send to exchange `plans` (as
-    `halo_bytes`)."""
-    sent = _sent_per_ordinals(plans, local_dims)
-    return float(sent.sum()) * (num_devices // max(sent.size, 1)) * width
+def busiest_and_total(sent: np.ndarray, width: int, num_devices: int) -> tuple[float, float]:
+    """(the busiest partition's bytes, all `num_devices` partitions' bytes) from `sent`, the
+    elements sent per combination of shard ordinals (every combination held by as many
+    partitions), of `width` bytes each."""
+    return (float(sent.max(initial=0)) * width,
+            float(sent.sum()) * (num_devices // max(sent.size, 1)) * width)
 
 
 def _sent_per_ordinals(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
@@ -493,7 +495,7 @@ def _served_on(plans: Mapping[int, HaloPlan], order: Sequence[int], d: int,
 def sent_per_partition(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
                        counts: Sequence[int]) -> np.ndarray:
     """Elements each partition sends to exchange `plans` (`_sent_per_ordinals`, as
-    `halo_bytes` prices them) as an array of the tiling's `counts`, indexed by the partition's
+    `halo_sent` prices them) as an array of the tiling's `counts`, indexed by the partition's
     shard ordinals. Exchanges priced together add these arrays, so that their busiest
     partition is one partition (a select-and-scatter's halos in and its results' halos back,
     `returned_per_partition`, leave from different partitions)."""
@@ -839,7 +841,7 @@ def _mask(ctx: EmitContext, x: Instruction, dim: int, starts: np.ndarray, valid:
     return b.select(inside, x, b.broadcast(fill, dims))
 
 
-__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_bytes", "halo_total_bytes",
+__all__ = ["WindowedDim", "HaloPlan", "plan_halo", "halo_sent", "busiest_and_total",
            "sent_per_partition", "returned_per_partition",
            "describe_plans", "recorded_plans", "windowed_input", "exchange_order",
            "exchange_halo", "return_halo"]

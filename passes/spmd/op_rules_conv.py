@@ -62,7 +62,7 @@ from gspmdc.ir.shapes import ArrayShape
 from gspmdc.ir.sharding import HloSharding
 
 from .halo import (
-    HaloPlan, WindowedDim, halo_bytes, halo_total_bytes, plan_halo, recorded_plans,
+    HaloPlan, WindowedDim, halo_sent, plan_halo, recorded_plans,
     windowed_input,
 )
 from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
@@ -254,8 +254,8 @@ class ConvolutionRule(PartitionRule):
                 if result is not None:
                     plans, local = cd.halo_plans(a), a.shard_dims(lhs_op.shape.dims)
                     candidates.append(OpPlan(
-                        key, result.sharding, reason, halo_bytes(plans, local, width),
-                        halo_total_bytes(plans, local, width, ctx.num_devices)))
+                        key, result.sharding, reason,
+                        *halo_sent(plans, local, width, ctx.num_devices)))
         # on equal bytes for the busiest device, the fewest over all devices (a halo only
         # some shards read: XLA's one-directional exchange), then one gather beats several
         # permutes, then the least local work

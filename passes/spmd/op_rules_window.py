@@ -23,7 +23,7 @@ result tiling and the first operand's tiling carried through, each either *kept*
 (the operands take the same tiling and exchange halos: `collective-permute`s, no gather) or with
 the windowed dims *gathered* (no halo), and everything replicated. So a halo larger than a gather
 is never chosen. On equal bytes for the busiest device the candidate all devices together send
-fewer bytes with wins (a halo only some shards need: `halo.halo_total_bytes`), then the gather
+fewer bytes with wins (a halo only some shards need: `halo.halo_sent`), then the gather
 (one collective instead of several permutes).
 
 The `halo-exchange` pass computes each operand's `HaloPlan`s from its planned sharding
@@ -51,7 +51,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape, TupleShape
 
 from .halo import (
-    HaloPlan, WindowedDim, describe_plans, exchange_order, halo_bytes, halo_total_bytes,
+    HaloPlan, WindowedDim, busiest_and_total, describe_plans, exchange_order, halo_sent,
     plan_halo, recorded_plans, return_halo, returned_per_partition, sent_per_partition,
     windowed_input,
 )
@@ -60,7 +60,7 @@ from .op_rules_indexed import masked_window
 from .op_rules_passthrough import tiles_moved
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
-    scan_opcode, scan_total_bytes,
+    scan_opcode,
 )
 from .reshard_nodes import is_inserted_reshard
 from .tiling import Tiling, cdiv
@@ -112,22 +112,11 @@ class WindowRule(PartitionRule):
         """Windowed dims computed without a halo (`prefix_scan.py`)."""
         return []
 
-    def extra_cost(self, inst: Instruction, tiling: Tiling, computations: Computations) -> float:
-        """Bytes the busiest partition sends besides the operand halos, under the operand
-        `tiling`."""
-        return 0.0
-
-    def extra_total(self, inst: Instruction, tiling: Tiling, computations: Computations
-                    ) -> float:
-        """Bytes all partitions together send besides the operand halos (`extra_cost`): each
-        as much as the busiest unless the rule says otherwise."""
-        return self.extra_cost(inst, tiling, computations) * tiling.num_devices
-
-    def halo_cost(self, inst: Instruction, tiling: Tiling, scans: list[int], num_devices: int,
-                  computations: Computations) -> tuple[float, float]:
+    def halo_cost(self, inst: Instruction, tiling: Tiling, scans: list[int], num_devices: int
+                  ) -> tuple[float, float]:
         """Bytes the busiest partition sends and all partitions together send when the windowed
-        operands take `tiling`: each operand's halos (`halo_bytes`, `halo_total_bytes`; `scans`
-        exchange none) plus `extra_cost` (`extra_total` from all partitions)."""
+        operands take `tiling`: each operand's halos (`halo_sent`; `scans` exchange none), and
+        whatever else the rule sends (its override)."""
         cost = total = 0.0
         for k, (operand, window) in enumerate(zip(inst.operands, self.windows(inst))):
             if window is None:
@@ -135,11 +124,11 @@ class WindowRule(PartitionRule):
             plans = self._plans(inst, k, window, tiling, scans)
             if plans:
                 local = self.exchanged_shard(inst, tiling, tiling.shard_dims(operand.shape.dims))
-                width = dtypes.byte_width(operand.shape.element_type)
-                cost += halo_bytes(plans, local, width)
-                total += halo_total_bytes(plans, local, width, num_devices)
-        return (cost + self.extra_cost(inst, tiling, computations),
-                total + self.extra_total(inst, tiling, computations))
+                busiest, every = halo_sent(plans, local,
+                                           dtypes.byte_width(operand.shape.element_type),
+                                           num_devices)
+                cost, total = cost + busiest, total + every
+        return cost, total
 
     def exchanged_shard(self, inst: Instruction, tiling: Tiling,
                         local: tuple[int, ...]) -> tuple[int, ...]:
@@ -180,8 +169,7 @@ class WindowRule(PartitionRule):
             operand_tiling = self.operand_tiling(inst, tiling)
             shardings = tuple(replicated if window is None else operand_tiling.sharding
                               for window in windows)
-            cost, total = self.halo_cost(inst, operand_tiling, scans, ctx.num_devices,
-                                         ctx.computations)
+            cost, total = self.halo_cost(inst, operand_tiling, scans, ctx.num_devices)
             result = tiling.sharding
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
@@ -316,17 +304,14 @@ class ReduceWindowRule(WindowRule):
     def scan_dims(self, inst, computations):
         return cumulative_dims(inst) if scan_opcode(inst, computations) else []
 
-    def extra_cost(self, inst, tiling, computations):
+    def halo_cost(self, inst, tiling, scans, num_devices):
+        """The halos, and the shard totals the tiled prefix scans exchange (`scan_bytes`)."""
+        cost, total = super().halo_cost(inst, tiling, scans, num_devices)
         operand = inst.operands[0]
-        dims = [d for d in self.scan_dims(inst, computations) if tiling.counts[d] > 1]
-        return scan_bytes(tiling.shard_dims(operand.shape.dims), tiling, dims,
-                          dtypes.byte_width(operand.shape.element_type))
-
-    def extra_total(self, inst, tiling, computations):
-        operand = inst.operands[0]
-        dims = [d for d in self.scan_dims(inst, computations) if tiling.counts[d] > 1]
-        return scan_total_bytes(tiling.shard_dims(operand.shape.dims), tiling, dims,
-                                dtypes.byte_width(operand.shape.element_type))
+        busiest, every = scan_bytes(tiling.shard_dims(operand.shape.dims), tiling,
+                                    [d for d in scans if tiling.counts[d] > 1],
+                                    dtypes.byte_width(operand.shape.element_type))
+        return cost + busiest, total + every
 
     def halo_description(self, inst, num_devices, computations):
         text = super().halo_description(inst, num_devices, computations)
@@ -593,7 +578,7 @@ class SelectAndScatterRule(WindowRule):
             associative_reducer(inst, computations, "scatter") == "add" and \
             all((w.base_dilation, w.window_dilation) == (1, 1) for w in inst.attr("window").dims)
 
-    def halo_cost(self, inst, tiling, scans, num_devices, computations):
+    def halo_cost(self, inst, tiling, scans, num_devices):
         """The operand's and the source's halos in and, on the dims running their own windows,
         the results' halos back, priced on one partition together (`_sent_by_partition`)."""
         operand = inst.operands[0]
@@ -601,9 +586,8 @@ class SelectAndScatterRule(WindowRule):
         data, source = (self._plans(inst, k, windows[k], tiling, []) for k in (0, 1))
         sent = _sent_by_partition(operand.shape, inst.operands[1].shape, tiling, data, source,
                                   _overlapping_dims(inst, tiling))
-        width = dtypes.byte_width(operand.shape.element_type)
-        return (float(sent.max(initial=0)) * width,
-                float(sent.sum()) * (num_devices // max(sent.size, 1)) * width)
+        return busiest_and_total(sent, dtypes.byte_width(operand.shape.element_type),
+                                 num_devices)
 
     def pad_values(self, inst, ctx):
         t = inst.operands[0].shape.element_type

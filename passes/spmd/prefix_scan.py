@@ -16,10 +16,12 @@ This moves n-1 totals per row instead of a gather of the dim. With two shards (n
 is the first shard's total alone: one `collective-permute` from the first shard to the second
 replaces steps 2-3 (one step as the all-gather, and only the first shard sends: half the
 bytes over all devices; XLA's halo exchange of the first shard sends as much when the shard is
-one element long, more otherwise), and the first shard takes the init value as its carry. It is exact for reducers that are
-one associative, commutative binary opcode (`add`, `multiply`, `maximum`, `minimum`, `and`,
-`or`) with an init value that is their identity (the carry is combined with a local scan that
-already holds the init once); floating-point sums are reassociated, as in any partitioned sum.
+one element long, more otherwise), and the first shard takes the init value as its carry.
+
+It is exact for reducers that are one associative, commutative binary opcode (`add`,
+`multiply`, `maximum`, `minimum`, `and`, `or`) with an init value that is their identity (the
+carry is combined with a local scan that already holds the init once); floating-point sums are
+reassociated, as in any partitioned sum.
 """
 from __future__ import annotations
 
@@ -90,25 +92,17 @@ def scan_opcode(inst: Instruction, computations: dict[str, Computation]) -> str 
                                     identity(opcode, init.shape.element_type)) else None
 
 
-def scan_bytes(local_dims, tiling: Tiling, dims, width: int) -> float:
-    """Bytes the busiest partition sends to exchange its shard totals over `dims` (the
-    all-gather's n-1 pieces; with two shards the first shard's one piece)."""
-    total = 0.0
+def scan_bytes(local_dims, tiling: Tiling, dims, width: int) -> tuple[float, float]:
+    """(bytes the busiest partition sends, bytes all partitions together send) to exchange the
+    shard totals over `dims`: the all-gather's n-1 pieces from every partition; with two shards
+    the first shard's one piece, from the first shard's partitions only."""
+    busiest = total = 0.0
     for d in dims:
         rows = int(np.prod([n for k, n in enumerate(local_dims) if k != d]))
-        total += (tiling.counts[d] - 1) * rows * width
-    return total
-
-
-def scan_total_bytes(local_dims, tiling: Tiling, dims, width: int) -> float:
-    """Bytes all partitions together send to exchange their shard totals over `dims`: every
-    partition as much as the busiest, but with two shards only the first shard's partitions."""
-    total = 0.0
-    for d in dims:
-        rows = int(np.prod([n for k, n in enumerate(local_dims) if k != d]))
+        piece = (tiling.counts[d] - 1) * rows * width
         senders = tiling.num_devices // 2 if tiling.counts[d] == 2 else tiling.num_devices
-        total += (tiling.counts[d] - 1) * rows * width * senders
-    return total
+        busiest, total = busiest + piece, total + piece * senders
+    return busiest, total
 
 
 def describe_scan(tiling: Tiling, dim: int) -> str:
@@ -165,4 +159,4 @@ def _first_shards_total(ctx: LowerContext, totals: Instruction, pairs: np.ndarra
 
 
 __all__ = ["cumulative_dims", "associative_reducer", "identity", "scan_opcode", "scan_bytes",
-           "scan_total_bytes", "describe_scan", "emit_prefix_scan"]
+           "describe_scan", "emit_prefix_scan"]

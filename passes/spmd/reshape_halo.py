@@ -23,7 +23,7 @@ those dims at their shard sizes (the products before `i` and `j` taken so), exch
 
 Only positions of real data travel (`WindowedDim.outputs`): positions at or past `A` (split) or
 `B` (merge) are padding of the result too, left as they are. The plan is a candidate of the
-reshape rule priced by its exchange (`halo.halo_bytes`); lower-spmd emits it
+reshape rule priced by its exchange (`halo.halo_sent`); lower-spmd emits it
 (`emit_reshape_halo`)."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.shapes import ArrayShape
 
-from .halo import HaloPlan, WindowedDim, halo_bytes, halo_total_bytes, plan_halo, windowed_input
+from .halo import HaloPlan, WindowedDim, halo_sent, plan_halo, windowed_input
 from .reshard import EmitContext
 from .tiling import Tiling, cdiv
 
@@ -123,8 +123,7 @@ def plan_reshape_halo(in_shape: ArrayShape, out_shape: ArrayShape, source: HloSh
         split, dim, merged = False, j, local
     else:
         return None
-    return ReshapeHalo(split, dim, plan, operand, merged, halo_bytes({dim: plan}, local, width),
-                       halo_total_bytes({dim: plan}, local, width, n))
+    return ReshapeHalo(split, dim, plan, operand, merged, *halo_sent({dim: plan}, local, width, n))
 
 
 def emit_reshape_halo(ctx: EmitContext, inst: Instruction, value: Instruction,
