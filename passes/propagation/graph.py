@@ -38,12 +38,7 @@ class ModuleGraph:
                 if inst.opcode in CONTROL_FLOW:
                     for name in self.called(inst):
                         self.caller[name] = inst
-        #: every instruction calling each computation, whatever its opcode (XLA's call graph)
-        self.callers: dict[str, list[Instruction]] = {}
-        for comp in module.computations.values():
-            for inst in comp.instructions:
-                for name in dict.fromkeys(inst.called_computation_names()):
-                    self.callers.setdefault(name, []).append(inst)
+        self._callers: dict[str, list[Instruction]] | None = None
         self._post_orders: dict[str, list[Instruction]] = {}
         self._memo: dict[str, dict[Instruction, object]] = {}
 
@@ -54,6 +49,17 @@ class ModuleGraph:
         if inst.opcode == "conditional":
             return inst.branch_computation_names()
         return inst.called_computation_names()
+
+    def callers(self, name: str) -> list[Instruction]:
+        """Every instruction calling computation `name`, whatever its opcode (XLA's call graph;
+        the table is built on first use)."""
+        if self._callers is None:
+            self._callers = {}
+            for comp in self.module.computations.values():
+                for inst in comp.instructions:
+                    for called in dict.fromkeys(inst.called_computation_names()):
+                        self._callers.setdefault(called, []).append(inst)
+        return self._callers.get(name, [])
 
     def computation(self, name: str) -> Computation:
         return self.module.computations[name]

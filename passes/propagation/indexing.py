@@ -167,7 +167,7 @@ def _argument_element(gte: Instruction, graph: ModuleGraph) -> Instruction | Non
     loop's operand tuple on every iteration; a `conditional` branch reads the element of its
     operand tuple. Else None (another caller, several callers, an operand that is no tuple)."""
     comp = graph.computation_of[gte]
-    callers = graph.callers.get(comp.name, [])
+    callers = graph.callers(comp.name)
     if len(callers) != 1:
         return None
     caller, index = callers[0], gte.attrs["index"]
