@@ -16,7 +16,7 @@ import pytest
 
 from conformance.oracle import xla_available
 from spmd_partition_helpers import (busiest_per_collective, check_equivalent, collectives,
-                                    sent_bytes)
+                                    compared_with_xla, sent_bytes)
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -74,12 +74,7 @@ def test_the_indices_follow_the_operands_batch_tiles_with_random_indices():
 
 @needs_xla
 def test_the_indices_in_the_operands_order_send_no_more_than_xla():
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    with XlaOracle() as oracle:
-        result = run_case(Case("gather-batch-order", BATCH_ORDER, 8), oracle)
-    assert result.status == "compared", result.detail
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    result = compared_with_xla(BATCH_ORDER, 8)
     assert (result.our_busiest, result.xla_busiest) == (54, 54)
     assert result.our_bytes < result.xla_bytes
 
@@ -125,12 +120,7 @@ def test_the_operand_follows_the_indices_batch_tiles():
 
 @needs_xla
 def test_the_operand_in_the_indices_order_sends_no_more_than_xla():
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    with XlaOracle() as oracle:
-        result = run_case(Case("gather-operand-order", OPERAND_ORDER, 8), oracle)
-    assert result.status == "compared", result.detail
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    result = compared_with_xla(OPERAND_ORDER, 8)
     assert (result.our_busiest, result.xla_busiest) == (192, 352)
 
 # scatter's counterpart: the operand (= result) tiled on its indexed dim 1 in 2 tiles held by
@@ -183,12 +173,7 @@ def test_the_scatter_keeps_the_results_tiles_with_the_indices_batch_tiles_on_eac
 
 @needs_xla
 def test_the_scatter_in_the_results_tiling_sends_no_more_than_xla():
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    with XlaOracle() as oracle:
-        result = run_case(Case("scatter-batch-order", SCATTER, 8), oracle)
-    assert result.status == "compared", result.detail
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    result = compared_with_xla(SCATTER, 8)
     assert (result.our_busiest, result.xla_busiest) == (72, 72)
 
 
@@ -284,14 +269,8 @@ def test_the_scatter_keeps_the_operands_tiles_with_the_indices_batch_tiles_on_ea
 
 
 @needs_xla
-@pytest.mark.parametrize("name, text, ours, xla", [
-    ("scatter-indices-tiles", INDICES_TILES, 256, 256),
-    ("scatter-operand-tiles", OPERAND_TILES, 264, 480)])
-def test_the_scatters_send_no_more_than_xla(name, text, ours, xla):
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    with XlaOracle() as oracle:
-        result = run_case(Case(name, text, 8), oracle)
-    assert result.status == "compared", result.detail
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+@pytest.mark.parametrize("text, ours, xla", [(INDICES_TILES, 256, 256), (OPERAND_TILES, 264, 480)],
+                         ids=["scatter-indices-tiles", "scatter-operand-tiles"])
+def test_the_scatters_send_no_more_than_xla(text, ours, xla):
+    result = compared_with_xla(text, 8)
     assert (result.our_busiest, result.xla_busiest) == (ours, xla)
