@@ -18,6 +18,7 @@ from gspmdc.runtime.kernels import KERNELS
 from gspmdc.runtime.kernels.specialising import in_place_kernel_for
 
 from interpreter_helpers import single_op
+from same_bits import assert_same_bits
 
 #: a shape of f32 large enough to be donated
 ROWS, COLS = 128, 256
@@ -39,20 +40,25 @@ def _run_both_ways(text: str, args: list[np.ndarray], executions: int = 2):
     exe = Executable(module)
     for _ in range(executions):
         value = exe(args)
-        _assert_same(value, watched)
+        assert_same_bits(value, watched)
         for arg, copy in zip(args, copies):
             np.testing.assert_array_equal(arg, copy)
     return value
 
 
-def _assert_same(a, b) -> None:
-    if isinstance(a, tuple):
-        assert isinstance(b, tuple) and len(a) == len(b)
-        for x, y in zip(a, b):
-            _assert_same(x, y)
-        return
-    assert a.dtype == b.dtype and a.shape == b.shape
-    assert a.tobytes() == b.tobytes()
+@pytest.fixture
+def donations_made(monkeypatch) -> list[int]:
+    """The number of steps each plan the interpreter makes donates, in order (the interpreter's
+    `donations` counted as it is called)."""
+    from gspmdc.runtime import buffer_donation, interpreter
+    made: list[int] = []
+
+    def counted(*args):
+        steps = buffer_donation.donations(*args)
+        made.append(len(steps))
+        return steps
+    monkeypatch.setattr(interpreter, "donations", counted)
+    return made
 
 
 def _module(body: str, params: int = 1) -> str:
@@ -262,19 +268,13 @@ def test_binary_ops_write_over_either_dying_operand():
 
 @pytest.mark.parametrize("shape, donated", [(SHAPE, 1), ("f32[8,8]", 0), ("bf16[128,256]", 0),
                                            ("s32[128,256]", 0)])
-def test_small_bf16_and_integer_divide_results_are_computed_fresh(monkeypatch, shape, donated):
+def test_small_bf16_and_integer_divide_results_are_computed_fresh(donations_made, shape,
+                                                                  donated):
     """`divide(exp(x), y)` (integers: `divide(x + x, y)`) writes over the dying exponential
     when it holds DONATED_BYTES or more of f32; not below, nor in bf16 (computed in f32), nor
     for integers (XLA's x / 0 rule is no single ufunc)."""
-    from gspmdc.runtime import buffer_donation, interpreter
     assert 4 * 8 * 8 < DONATED_BYTES <= 4 * ROWS * COLS
-    made = []
-
-    def counted(*args):
-        steps = buffer_donation.donations(*args)
-        made.append(len(steps))
-        return steps
-    monkeypatch.setattr(interpreter, "donations", counted)
+    made = donations_made
     first = "add(p0, p0)" if shape.startswith("s32") else "exponential(p0)"
     text = f"""HloModule m
 ENTRY main {{
@@ -416,23 +416,18 @@ def _leaves(value) -> list:
 
 
 @pytest.mark.parametrize("first", range(0, 120, 40))
-def test_random_modules_give_the_same_bits_with_every_array_donated(monkeypatch, first):
+def test_random_modules_give_the_same_bits_with_every_array_donated(monkeypatch, donations_made,
+                                                                    first):
     """Random modules (`fuzz`, elementwise chains, loops, conditionals, calls, tuples), with
     donation allowed at any size (made in 10 steps at least): every execution of an
     `Executable` (three each: folded constants and loop-invariant arrays kept from the first)
     gives bit for bit the values of the same interpreter with a value hook watching (which
     donates nothing), and leaves the arguments as they were."""
     import fuzz
-    from gspmdc.runtime import buffer_donation, interpreter
+    from gspmdc.runtime import buffer_donation
     from gspmdc.runtime.io import random_inputs
     monkeypatch.setattr(buffer_donation, "DONATED_BYTES", 0)
-    donated = []
-
-    def counted(*args):
-        steps = buffer_donation.donations(*args)
-        donated.append(len(steps))
-        return steps
-    monkeypatch.setattr(interpreter, "donations", counted)
+    donated = donations_made
     checked = 0
     for seed in range(first, first + 40):
         module = parse_module(fuzz.case(seed).reference)

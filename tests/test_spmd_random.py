@@ -8,27 +8,9 @@ import numpy as np
 import pytest
 
 from hlo_text import hlo_module as module
+from same_bits import assert_same_bits
 from spmd_partition_helpers import collectives, partition, reference, run_global
 from test_kernels_random import KEY, XLA_GOLDEN
-
-
-def bits_of(value):
-    """Values as raw bits (tuples leaf by leaf), so equality is bit for bit."""
-    if isinstance(value, tuple):
-        return tuple(bits_of(v) for v in value)
-    value = np.asarray(value)
-    return value.view(f"u{value.dtype.itemsize}") if value.dtype.kind == "f" else value
-
-
-def assert_same_bits(got, want):
-    got, want = bits_of(got), bits_of(want)
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want)
-        for g, w in zip(got, want):
-            assert_same_bits(g, w)
-        return
-    assert got.shape == want.shape and got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
 
 
 def run_both(text: str, n: int, inputs: list):
