@@ -199,6 +199,38 @@ def test_cholesky_moves_matrix_tiles_to_the_batch_dim():
                                atol=1e-4)
 
 
+def test_cholesky_matrix_tiles_with_no_batch_dim_to_take_them_are_gathered():
+    """f32[3,3,3] wanted [1,3,2] on 6 devices (fuzz/12800001197 on): the row dim's 3 tiles move
+    to the batch dim of 3, the column dim's 2 cannot (3 is not a multiple of 6) and are
+    replicated, so every device factorises whole 3x3 matrices; before, the column tiles stayed
+    and the local cholesky of a [1,3,3] operand claimed a [1,3,2] result. The factors against
+    numpy's."""
+    text = """HloModule m, num_partitions=6
+
+ENTRY e {
+  p = f32[3,3,3] parameter(0), sharding={devices=[3,2,1]<=[6]}
+  d = f32[3,3,3] dot(p, p), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={2}, sharding={devices=[3,2,1]<=[6]}
+  i = s32[3,3] iota(), iota_dimension=0
+  j = s32[3,3] iota(), iota_dimension=1
+  eq = pred[3,3] compare(i, j), direction=EQ
+  three = f32[] constant(3)
+  zero = f32[] constant(0)
+  f = f32[3,3] broadcast(three), dimensions={}
+  z = f32[3,3] broadcast(zero), dimensions={}
+  s = f32[3,3] select(eq, f, z)
+  b = f32[3,3,3] broadcast(s), dimensions={1,2}
+  a = f32[3,3,3] add(d, b), sharding={devices=[3,2,1]<=[6]}
+  ROOT l = f32[3,3,3] cholesky(a), lower=true, sharding={devices=[1,3,2]<=[6]}
+}
+"""
+    spmd = check_equivalent(text, 6, rtol=1e-4, atol=1e-4)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 3, 3)).astype(np.float32)
+    a = x @ x.transpose(0, 2, 1) + 3 * np.eye(3, dtype=np.float32)
+    np.testing.assert_allclose(run_global(spmd, [x], 6), np.linalg.cholesky(a), rtol=1e-4,
+                               atol=1e-4)
+
+
 @needs_xla
 def test_cholesky_sends_no_more_than_xla():
     compared_with_xla(cholesky_module("{devices=[1,4,1,2]<=[8] last_tile_dim_replicate}"), 8)

@@ -127,8 +127,9 @@ def tiles_moved(sharding: HloSharding, dims, fixed: list[int],
                  free: list[int]) -> HloSharding | None:
     """`sharding` (tiled, of an array of `dims`) with the tiles of each dim of `fixed` moved
     into the first dim of `free` whose size the merged tile count divides (XLA's
-    GetFirstTargetDimToMoveShardingTiles, then MoveAndMergeShardingTiles); None when no tile
-    moves."""
+    GetFirstTargetDimToMoveShardingTiles, then MoveAndMergeShardingTiles), and the tiles that
+    found no such dim replicated (PartiallyReplicateTiledShardingOnDims): every dim of `fixed`
+    is whole. None when no tile moves."""
     if not sharding.is_tiled:
         return None
     moved = sharding
@@ -140,7 +141,7 @@ def tiles_moved(sharding: HloSharding, dims, fixed: list[int],
             if dims[target] % (moved.tile_assignment.dims[target] * count) == 0:
                 moved = algebra.move_and_merge(moved, source, target)
                 break
-    return None if moved is sharding else moved
+    return None if moved is sharding else algebra.partially_replicate_on_dims(moved, fixed)
 
 
 __all__ = ["PassThroughRule", "tiles_moved"]

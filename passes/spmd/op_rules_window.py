@@ -197,7 +197,6 @@ class WindowRule(PartitionRule):
                                 [d for d in range(rank) if d not in windowed]) \
                 if self.moves_windowed_tiles else None
             if moved is not None:
-                moved = algebra.partially_replicate_on_dims(moved, windowed)
                 candidates.append(candidate(ctx.tiling(moved, rank),
                                             f"{inst.opcode} moves the tiles of {source} on its "
                                             "windowed dims into its pass-through dims"))
