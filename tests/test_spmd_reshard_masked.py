@@ -51,6 +51,28 @@ def test_masked_gather_over_two_dims_with_replicas_groups_distinct_tiles():
     assert collectives(spmd) == [("all-reduce", [list(range(16)), list(range(16, 32))])]
 
 
+@pytest.mark.parametrize("element", ["f32", "pred"])
+def test_size_one_dim_summed_within_the_target_tile_groups(element):
+    """f32[1,4] in 8 row tiles (device 0 holds the row, the others padding) needed in 2 row
+    tiles each held by 4 devices: target tile 0 (devices 0-3) holds the row and tile 1 only
+    padding, so the devices sharing a target tile sum their zeroed shards, {0..3} and {4..7}
+    (XLA's partial replication by a sum within the groups of the replicated dim). Ring chunks
+    (1,1,1,1) of 4 elements: every device sends 2*4 - 1 - 1 = 6 elements, 24 B for f32 (the sum
+    over all 8 devices, chunks (1,1,1,1,0,0,0,0): 8 elements, 32 B; all-gathers in the groups:
+    3 padded rows, 48 B)."""
+    source, target = "{devices=[8,1]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"
+    plan = plan_reshard(ArrayShape(element, (1, 4)), parse_sharding(source),
+                        parse_sharding(target), 8)
+    assert plan.collectives == ["all-reduce"]
+    assert plan.cost == (24 if element == "f32" else 6)
+    text = _uneven("f32[1,4]", source, target, 8)
+    if element == "pred":
+        text = text.replace("ROOT r = f32[1,4] negate(e)", "ROOT r = pred[1,4] compare(e, e), "
+                            "direction=EQ")
+    spmd = check_equivalent(text, 8)
+    assert collectives(spmd) == [("all-reduce", [[0, 1, 2, 3], [4, 5, 6, 7]])]
+
+
 @pytest.mark.parametrize("source,target", [
     ("{devices=[2,4]<=[8]}", "{replicated}"),
     ("{devices=[8,1]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),

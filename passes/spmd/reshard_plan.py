@@ -699,8 +699,19 @@ def _slice_aligned(size: int, t: int, factor: int) -> bool:
 
 def _gather_aligned(size: int, t: int, factor: int) -> bool:
     """Whether gathering `factor` adjacent tiles of a `t`-way split gives the tiles of the
-    `t / factor`-way split (always true when the result is the whole dim)."""
-    return factor == t or cdiv(size, t) * factor == cdiv(size, t // factor)
+    `t / factor`-way split (always true when the result is the whole dim): every coarse tile
+    holding real elements starts where its first gathered tile does and ends inside the last
+    (a coarse tile of padding only may start anywhere; a size-1 dim split many ways has all
+    its data in the first tile of either split)."""
+    if factor == 1 or factor == t:
+        return True
+    z, zc = cdiv(size, t), cdiv(size, t // factor)
+    if z * factor == zc:
+        return True
+    coarse = np.arange(t // factor)
+    start, end = coarse * zc, np.minimum((coarse + 1) * zc, size)
+    ok = (start >= size) | ((start == coarse * factor * z) & (end <= (coarse + 1) * factor * z))
+    return bool(ok.all())
 
 
 def _split_aligned(size: int, t: int, factor: int) -> bool:
