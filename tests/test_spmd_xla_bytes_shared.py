@@ -16,7 +16,9 @@ from gspmdc.passes.spmd.traffic import sent_per_device
 from conformance.oracle import xla_available
 
 from filecheck import check, directives
-from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
+from spmd_partition_helpers import (
+    busiest_per_collective, check_equivalent, collectives, compared_with_xla, sent_bytes,
+)
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -627,3 +629,74 @@ def test_a_broadcast_made_only_for_a_dead_user_is_not_read_for_free():
 @pytest.mark.parametrize("text", [ONE_DEVICE_READ_WHOLE_FIRST, ONE_DEVICE_CONVOLUTION_READ_WHOLE])
 def test_a_broadcast_shared_with_a_later_user_against_xla(text):
     compared_with_xla(text, int(text.split("num_partitions=")[1].split()[0]))
+
+
+# ---- a value on one device sent to another device, and read whole by an earlier user ----------
+
+def one_device_sliced_whole_and_sent(second: str) -> str:
+    ops = {"negate": "negate(p)",
+           "all-reduce": "all-reduce(p), replica_groups={}, to_apply=max"}
+    return ("HloModule m, num_partitions=3\n\n"
+            "max {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+            "  ROOT r = f32[] maximum(a, b)\n}\n\nENTRY e {\n"
+            "  p = f32[3,2,10] parameter(0), sharding={maximal device=0}\n"
+            "  s = f32[3,2,4] slice(p), slice={[0:3], [0:2], [0:4]}, sharding={replicated}\n"
+            f"  n = f32[3,2,10] {ops[second]}, sharding={{maximal device=1}}\n"
+            "  ROOT t = (f32[3,2,4], f32[3,2,10]) tuple(s, n), "
+            "sharding={{replicated}, {maximal device=1}}\n}\n")
+
+
+@pytest.mark.parametrize("second", ["negate", "all-reduce"])
+def test_a_value_broadcast_for_one_user_reaches_another_device_for_free(second):
+    """fuzz/12600000072's shape: `p` (240 B) lives on device 0; `s` wants its slice
+    everywhere and `n` wants it on device 1. Alone, `s` runs on device 0 and broadcasts its
+    96 B result (a ring all-reduce over 3: 2 (3-1)/3 96 = 128 B per device) and `n` has `p`
+    sent to device 1 (240 B more from device 0: 368 B on the busiest device). Broadcasting
+    `p` once (2 (3-1)/3 240 = 320 B per device) gives `s` its operand whole and device 1 its
+    copy: the broadcast `s` reads pays for the send `n` saves (XLA's program: its reshard of a
+    single-device value to another device goes through the replicated value its cache
+    holds), whether `n`'s plan reads `p` replicated (a `negate` may run replicated) or on
+    device 1 (an `all-reduce` runs where its operand is: a copy of the broadcast)."""
+    spmd = check_equivalent(one_device_sliced_whole_and_sent(second), 3)
+    assert collectives(spmd)[0] == ("all-reduce", [[0, 1, 2]])
+    assert busiest_per_collective(spmd, 3) == 320
+    check(api.to_text(spmd), directives("""
+    // CHECK: all-reduce({{.*}}spmd_value="p" {{.*}}spmd_to="{replicated}"
+    // CHECK-NOT: collective-permute(
+    // CHECK: ROOT %t
+    """))
+
+
+# ---- a dot reading an operand's reshard that another user reads -------------------------------
+
+def dot_and_another_reader(dot_first: bool) -> str:
+    dot = "  d = f32[4,2] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}, " \
+          "sharding={replicated}\n"
+    negate = "  n = f32[4,6] negate(p), sharding={replicated}\n"
+    return ("HloModule m, num_partitions=2\n\nENTRY e {\n"
+            "  p = f32[4,6] parameter(0), sharding={devices=[2,1]0,1}\n"
+            "  q = f32[6,2] parameter(1), sharding={replicated}\n"
+            + (dot + negate if dot_first else negate + dot) +
+            "  ROOT t = (f32[4,6], f32[4,2]) tuple(n, d), sharding={{replicated}, {replicated}}\n"
+            "}\n")
+
+
+@pytest.mark.parametrize("dot_first", [False, True])
+def test_a_dot_reads_the_gathered_operand_another_user_reads(dot_first):
+    """fuzz/12600002039's shape: `n` reads the row-tiled `p` whole (an all-gather: each device
+    sends its f32[2,6] shard, 48 B). Alone, the dot runs on the row tiles and gathers its
+    f32[2,2] result (16 B more: 64 B); priced with the gathered `p` another user reads
+    anyway (made before it, or asked for by the later user's plan), it runs replicated on
+    that node: one all-gather, 48 B, XLA's program (its reshard cache)."""
+    spmd = check_equivalent(dot_and_another_reader(dot_first), 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert busiest_per_collective(spmd, 2) == 48
+
+
+@needs_xla
+@pytest.mark.parametrize("text,n", [(one_device_sliced_whole_and_sent("negate"), 3),
+                                    (one_device_sliced_whole_and_sent("all-reduce"), 3),
+                                    (dot_and_another_reader(False), 2),
+                                    (dot_and_another_reader(True), 2)])
+def test_shared_reshards_of_other_users_against_xla(text, n):
+    compared_with_xla(text, n)

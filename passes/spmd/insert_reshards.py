@@ -708,7 +708,8 @@ class _Rewriter:
             self.looking_ahead = False
         recomputed = self._recomputed_from(user, value, need)
         if not recomputed and \
-                not any([o is value and n == need for o, n in zip(user.operands, quick.operands)]):
+                not any([o is value and self._taken_from(value, need, n)
+                         for o, n in zip(user.operands, quick.operands)]):
             self.savings[key] = 0.0     # its plan does not read the node even when made
         else:
             planning, self.planning = self.planning, (user, user.sharding)
@@ -731,6 +732,15 @@ class _Rewriter:
                     self.ctx.forget_needs(user)
             self.savings[key] = max(0.0, alone - shared)
         return self.savings[key]
+
+    @staticmethod
+    def _taken_from(value: Instruction, node: HloSharding, read: HloSharding) -> bool:
+        """Whether a user reading `value` in `read` takes it from `value`'s reshard to `node`
+        without communication: the same sharding, or, for a value on one device, any array
+        sharding taken from its broadcast (`node` replicated: a copy onto another device, a
+        slice to a tiling; `Signature.operand_broadcast`)."""
+        return read == node or (node.is_replicated and value.sharding.kind == "maximal" and
+                                free_target(read))
 
     def _users_recomputed(self, inst: Instruction) -> float:
         """The bytes the plans of the users of `inst`, the instruction being planned, cost

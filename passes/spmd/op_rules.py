@@ -77,7 +77,8 @@ class Signature(NamedTuple):
     #: per operand on one device, whether insert-reshards broadcasts it to every partition
     #: for another user (made for an earlier user, or asked by a later user's plan for it
     #: replicated or tiled, whose reshard broadcasts first: `broadcast_first`): a shared
-    #: replicated node, read whole or sliced to any tiling at no cost; empty: none
+    #: replicated node, read whole, sliced to any tiling or copied onto any one device at no
+    #: cost; empty: none
     operand_broadcast: tuple[bool, ...] = ()
     #: per operand that is a result's reshard to its annotation nobody reads yet, the sharding
     #: of the result it was made from (its bytes are paid only by a plan reading it, from that
@@ -239,7 +240,8 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
     free in a free target or already resharded to the sharding needed for an earlier user, or
-    read whole or sliced from its broadcast made for another user (`operand_broadcast`); of a
+    read whole, sliced or copied onto one device from its broadcast made for another user
+    (`operand_broadcast`); of a
     reshard later users pay a share of (`operand_credit`), the rest; less what the users
     save where the plan computes a replicated result (`users_recomputed`). With a
     `bound`, the sum stops once it passes the bound (no term is negative): a value above
@@ -262,7 +264,8 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
         if source is not None:
             total += _unread_bytes(shape, source, sharding, need, measure)
         elif not (recomputed and free_target(need)) and need not in earlier and \
-                not (whole and (need.is_replicated or broadcast_first(sharding, need))):
+                not (whole and (need.is_replicated or need.kind == "maximal" or
+                                broadcast_first(sharding, need))):
             paid = 1.0 - dict(credit).get(need, 0.0) if credit else 1.0
             total += measure(shape, sharding, need) * paid
         if bound is not None and total > bound:
@@ -455,14 +458,17 @@ class PlanContext:
         """Ask `inst`'s users' needs again the next time a plan of it asks for them."""
         self._needs.pop(inst, None)
 
-    def signature(self, inst: Instruction, plans: Sequence[OpPlan]) -> "Signature":
+    def signature(self, inst: Instruction, plans: Sequence[OpPlan],
+                  users: bool = True) -> "Signature":
         """`inst`'s signature, with its users' needs (`result_needs`) once some plan asked of
         it computes a result in another sharding than `inst`'s (before that the users'
         reshards are the same for all its plans); every later question about `inst` gets the
         same needs, so that its plans are compared alike. The operands' shared reshards
         (`operand_had`, `operand_credit`) are asked for every opcode, a contraction's too: a
         node another user reads is had without bytes whatever the user does with it
-        (docs/design/partitioning.md#contract-and-steps)."""
+        (docs/design/partitioning.md#contract-and-steps). Without `users`, the operands'
+        side alone: the result is priced to the annotation (no needs, no users computed
+        again)."""
         signature = Signature.of(inst)
         had = broadcast = needs = credits = ()
         if self.had is not None:
@@ -479,7 +485,7 @@ class PlanContext:
                                    for o, h in zip(inst.operands, operand_had)])
                     if any(flags):
                         broadcast = flags
-        if self.result_needs is not None:
+        if self.result_needs is not None and users:
             needs = self._needs.get(inst)
             sharding = inst.sharding
             if needs is None and any([p.result is not sharding and p.result != sharding
@@ -487,7 +493,7 @@ class PlanContext:
                 needs = self.users_needs(inst)
             needs = needs or ()
         recomputed = 0.0
-        if self.users_recomputed is not None and not inst.sharding.is_replicated and \
+        if self.users_recomputed is not None and users and not inst.sharding.is_replicated and \
                 any([p.result.is_replicated for p in plans]):
             recomputed = self.users_recomputed(inst)
         sources = ()

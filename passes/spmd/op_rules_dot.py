@@ -166,13 +166,26 @@ class DotRule(PartitionRule):
         """The cheapest candidate priced to the dot's annotation (planned once per layer), or,
         when that is a pair split by the output's tiles (whose partial sums are summed only
         as the output's tiles), the cheapest priced where the dot's users read it: a user
-        reading the dot whole would gather those tiles again."""
+        reading the dot whole would gather those tiles again. Where insert-reshards shares
+        a reshard of an operand with its other users (made for an earlier one, or paid in
+        part by later ones: `PlanContext.signature` without users), the candidates are priced
+        with it, still to the annotation: a dot reading an operand's replicated node made for
+        another user runs replicated instead of gathering its own result (XLA's reshard
+        cache)."""
         dn, signature = DotDims.of(inst), Signature.of(inst).without_metadata()
         plan = _dot_plan(dn, signature, ctx.num_devices)
-        if plan.reason != OUTPUT_SPLIT:
+        candidates = _dot_candidates(dn, signature, ctx.num_devices)
+
+        def work(p):
+            return _local_work(dn, signature, p)
+
+        if plan.reason == OUTPUT_SPLIT:
+            return ctx.choose(inst, candidates, work)
+        shared = ctx.signature(inst, candidates, users=False)
+        if not (shared.operand_had or shared.operand_credit or shared.operand_broadcast or
+                shared.operand_sources):
             return plan
-        return ctx.choose(inst, _dot_candidates(dn, signature, ctx.num_devices),
-                          lambda p: _local_work(dn, signature, p))
+        return ctx.choose_for(shared, candidates, work)
 
     def lower(self, inst, ctx):
         # imported here: the windowed einsum builds on this module's DotDims
