@@ -73,6 +73,23 @@ def test_size_one_dim_summed_within_the_target_tile_groups(element):
     assert collectives(spmd) == [("all-reduce", [[0, 1, 2, 3], [4, 5, 6, 7]])]
 
 
+@pytest.mark.parametrize("source", ["{devices=[6]<=[6]}", "{devices=[6]0,1,4,3,2,5}"])
+def test_size_one_dim_sent_to_its_target_tile_when_that_moves_fewer_bytes(source):
+    """f32[1] in 6 tiles (device 0 holds the element) needed in 2 tiles each held by 3 devices
+    (fuzz/11500000183's reshard): device 0 sends its 4 B to devices 1 and 2, 8 B in all, where
+    summing within {0,1,2} and {3,4,5} also sends 8 B from the busiest device (ring chunks
+    (1,0,0): 2 - 0 - 0 elements from the middle device) but 32 B in all, and needs a permute
+    first where the devices are out of order."""
+    target = "{devices=[2,3]<=[6] last_tile_dim_replicate}"
+    plan = plan_reshard(ArrayShape("f32", (1,)), parse_sharding(source), parse_sharding(target),
+                        6)
+    assert plan.collectives == ["collective-permute"]
+    assert (plan.cost, plan.total) == (8, 8)
+    spmd = check_equivalent(_uneven("f32[1]", source, target, 6), 6)
+    assert collectives(spmd) == [("collective-permute", [(0, 1)]),
+                                 ("collective-permute", [(0, 2)])]
+
+
 @pytest.mark.parametrize("source,target", [
     ("{devices=[2,4]<=[8]}", "{replicated}"),
     ("{devices=[8,1]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),

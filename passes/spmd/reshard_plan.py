@@ -554,14 +554,17 @@ def _sliced_partials(dims, src: Tiling, dst: Tiling) -> Tiling | None:
 
 def _exchange_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     """The variants from `src` to `dst` (neither with partial sums) that begin with an exchange
-    of pieces: where some dim's tiles do not nest, the exchange of the pieces of the new tiles
-    and the exchange to `_realigned`'s tiling followed by every variant from there; and the
-    `_realigned_variants`."""
+    of pieces: where some dim's tiles do not nest, or gather into the target's only past
+    padding (`_gathered_past_padding`), the exchange of the pieces of the new tiles; where
+    some do not nest, the exchange to `_realigned`'s tiling followed by every variant from
+    there; and the `_realigned_variants`."""
     variants = []
-    if _misaligned(dims, src, dst):
+    misaligned = _misaligned(dims, src, dst)
+    if misaligned or _gathered_past_padding(dims, src, dst):
         direct = plan_exchange(dims, src, dst)
         if direct is not None:
             variants.append([Exchange(src, dst, rounds=tuple(direct))])
+    if misaligned:
         mid = _realigned(dims, src, dst)
         rounds = None if mid is None else plan_exchange(dims, src, mid)
         if rounds is not None:
@@ -634,6 +637,15 @@ def _realigned_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
 def _misaligned(dims, src: Tiling, dst: Tiling) -> bool:
     """Whether some dim's tiles neither nest in the held ones nor gather into the target's."""
     return any(_dim_misaligned(size, t, tt) for size, t, tt in zip(dims, src.counts, dst.counts))
+
+
+def _gathered_past_padding(dims, src: Tiling, dst: Tiling) -> bool:
+    """Whether some dim's tiles gather into the target's only because the coarse tiles past
+    its first hold padding alone (`_gather_aligned`: a size-1 dim in 6 tiles to 3): its gathers
+    move every member's padded shard, where sending the few real pieces (an `Exchange`) may
+    cost less."""
+    return any(1 < tt < t and t % tt == 0 and cdiv(size, t) * (t // tt) != cdiv(size, tt)
+               for size, t, tt in zip(dims, src.counts, dst.counts))
 
 
 def _dim_misaligned(size: int, t: int, tt: int) -> bool:
