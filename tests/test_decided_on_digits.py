@@ -5,7 +5,9 @@ from one mesh, incompatible ones from another device order, tiles that read over
 the device ids) and the groups of a reduce-scatter of partial values (`_scatter_by_axes` /
 `_scatter_by_devices`: targets whose blocks follow the partial index or not) and whether a
 reshard target's tiles nest in the held ones (`_nested`, on coarsened shardings, against the
-planner's per-device match)."""
+planner's per-device match), a dot operand's replicas split into the output's tiles
+(`_split_by_axes` / `_split_by_devices`) and partial sums sliced to a target's tiles before
+summing (`_sliced_by_axes` / `_sliced_by_devices`)."""
 from __future__ import annotations
 
 import random
@@ -16,10 +18,12 @@ import pytest
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.tile_assignment import TileAssignment, atomic_axes, from_axes
 from gspmdc.passes.spmd.op_rules_dot import (
-    DotDims, _dot_result_by_devices, _dot_result_of_axes, dot_result,
+    DotDims, _dot_result_by_devices, _dot_result_of_axes, _split_by_axes, _split_by_devices,
+    dot_result,
 )
 from gspmdc.passes.spmd.reshard_plan import (
-    _keys, _match, _nested, _scatter_by_axes, _scatter_by_devices, compatible_subtiling,
+    _keys, _match, _nested, _scatter_by_axes, _scatter_by_devices, _sliced_by_axes,
+    _sliced_by_devices, compatible_subtiling,
 )
 from gspmdc.passes.spmd.tiling import Tiling
 
@@ -201,3 +205,107 @@ def test_nesting_decided_on_shardings_agrees_with_the_device_match():
             moved += 1
             assert np.array_equal(pairs[:, 0], holders)
     assert nested and moved
+
+
+# ---- a dot operand's replicas split into the output's tiles --------------------------------------
+
+def _split_cases(seed: int) -> tuple[int, int]:
+    """(splits, pairs that do not split) decided alike on digits and on devices, from `seed`."""
+    rng = random.Random(3000 + seed)
+    split = unsplit = 0
+    for _ in range(24):
+        n = rng.choice([8, 16, 24, 32, 64])
+        mesh = _mesh(n, rng)
+        # the operand tiles dim 0 (or nothing) and leaves its free dim 1 whole; the output
+        # tiles both its dims, from the same mesh or from another device order
+        operand = _tiled(mesh, [rng.choice([[0], [], [0, 3]]), []])
+        out_mesh = mesh if rng.random() < 0.6 else _mesh(n, rng)
+        first = rng.choice([[0], [4]])
+        out = _tiled(out_mesh, [first, rng.choice([a for a in ([1], [2, 1], [0], [3])
+                                                   if a != first])])
+        dims = [d for d in (1,) if operand.counts[d] == 1 and out.counts[d] > 1]
+        axes = atomic_axes(operand.tiles, out.tiles)
+        if not dims or axes is None:
+            continue
+        by_axes = _split_by_axes(operand, out, dims, (0, 1), *axes)
+        by_devices = _split_by_devices(operand, out, dims, (0, 1))
+        assert (by_axes is None) == (by_devices is None), (operand, out)
+        if by_axes is None:
+            unsplit += 1
+            continue
+        split += 1
+        assert by_axes == by_devices and by_axes.to_text() == by_devices.to_text()
+    return split, unsplit
+
+
+def test_split_as_output_by_axes_agrees_with_devices():
+    split, unsplit = np.sum([_split_cases(seed) for seed in range(20)], axis=0)
+    assert split > 50 and unsplit > 10
+
+
+def test_replicas_split_as_the_output_by_hand():
+    # 2 x 4 mesh: the operand [m, k] tiles m by the 2, replicated over the 4; the output [m, n]
+    # tiles n by the 4: device 4i+j then holds operand tile (i, j) of the split
+    mesh = TileAssignment.iota((2, 4, 1, 1, 1))
+    operand, out = _tiled(mesh, [[0], []]), _tiled(mesh, [[0], [1]])
+    split = _split_by_axes(operand, out, [1], (0, 1), *atomic_axes(operand.tiles, out.tiles))
+    assert split == HloSharding.iota_tiled((2, 4))
+    # the output tiling n by the 2 that tiles the operand's m: the tiles (i, i) only
+    out = _tiled(mesh, [[1], [0]])
+    assert _split_by_axes(operand, out, [1], (0, 1),
+                          *atomic_axes(operand.tiles, out.tiles)) is None
+    assert _split_by_devices(operand, out, [1], (0, 1)) is None
+
+
+# ---- partial sums sliced to the target's tiles before summing ------------------------------------
+
+def _partials(mesh: TileAssignment, tiles: list[list[int]], partial: list[int]) -> Tiling:
+    """A rank-2 value whose dims are tiled by the mesh axes `tiles[0]` and `tiles[1]`, partial
+    over the axes `partial`, replicated over the others."""
+    data = [a for group in tiles for a in group]
+    rest = [a for a in range(5) if a not in data and a not in partial]
+    moved = mesh.transpose(data + partial + rest)
+    c = moved.dims
+    sizes = [len(tiles[0]), len(tiles[1]), len(partial), len(rest)]
+    ends = np.cumsum([0] + sizes)
+    dims = [int(np.prod(c[ends[k]:ends[k + 1]])) for k in range(4)]
+    sharding = HloSharding.tiled(moved.reshape(dims), ("unreduced", "replicated"))
+    return Tiling(sharding, 2, mesh.num_devices)
+
+
+def _sliced_cases(seed: int) -> tuple[int, int]:
+    """(slicings, pairs that do not slice) decided alike on digits and on devices, from
+    `seed`."""
+    rng = random.Random(4000 + seed)
+    sliced = unsliced = 0
+    for _ in range(24):
+        n = rng.choice([8, 16, 24, 32, 64])
+        mesh = _mesh(n, rng)
+        src = _partials(mesh, [[0], []], rng.choice([[2], [2, 3], [3]]))
+        if src.unreduced == 1:
+            continue
+        # the target refines dim 0 and tiles dim 1 from replicas, partial digits or another
+        # device order
+        target_mesh = mesh if rng.random() < 0.7 else _mesh(n, rng)
+        first = rng.choice([[0], [0, 4], [0, 2], [4]])
+        dst = _tiled(target_mesh, [first, rng.choice([a for a in ([], [1], [3], [2])
+                                                      if not set(a) & set(first)])])
+        dims = rng.choice([(60, 60), (64, 48), (7, 5)])
+        axes = atomic_axes(src.tiles, dst.tiles)
+        if axes is None:
+            continue
+        by_axes = _sliced_by_axes(dims, src, dst, *axes)
+        by_devices = _sliced_by_devices(dims, src, dst)
+        assert (by_axes is None) == (by_devices is None), (src, dst, dims)
+        if by_axes is None:
+            unsliced += 1
+            continue
+        sliced += 1
+        assert by_axes.sharding == by_devices.sharding
+        assert by_axes.sharding.to_text() == by_devices.sharding.to_text()
+    return sliced, unsliced
+
+
+def test_sliced_partials_by_axes_agree_with_devices():
+    sliced, unsliced = np.sum([_sliced_cases(seed) for seed in range(20)], axis=0)
+    assert sliced > 50 and unsliced > 10

@@ -345,12 +345,43 @@ def _split_as_output(s: HloSharding, rank: int, free: tuple[int, ...],
                      to_output: tuple[int, ...], out_sharding: HloSharding, out_rank: int,
                      num_devices: int) -> HloSharding | None:
     """`_split_free_as_output` of a tiled or replicated `s`, the output's tiling given by its
-    sharding and rank (a per-device walk: asked once per layer shape, not once per layer)."""
+    sharding and rank: on the digits of the device ids where both are iota tilings
+    (`_split_by_axes`, at any device count), else on per-device tables (`_split_by_devices`)."""
     out = Tiling(out_sharding, out_rank, num_devices)
     tiling = Tiling(s, rank, num_devices)
     dims = [d for d in free if tiling.counts[d] == 1 and out.counts[to_output[d]] > 1]
     if not dims:
         return None
+    axes = atomic_axes(tiling.tiles, out.tiles)
+    if axes is not None:
+        return _split_by_axes(tiling, out, dims, to_output, *axes)
+    return _split_by_devices(tiling, out, dims, to_output)
+
+
+def _split_by_axes(tiling: Tiling, out: Tiling, dims: list[int], to_output: tuple[int, ...],
+                   own_axes, out_axes) -> HloSharding | None:
+    """`_split_as_output` of iota tilings, on the digits of the device ids each tile index
+    reads (`atomic_axes`): dim d of `dims` reads the digits of the output's dim
+    `to_output[d]`, the others their own; the tiles spread evenly exactly when no digit is read
+    twice, and the devices of one tile (the digits no dim reads) are its replicas (in any
+    order: the sharding sorts them)."""
+    rank = tiling.rank
+    tile_axes = [out_axes[to_output[d]] if d in dims else own_axes[d] for d in range(rank)]
+    read = [digit for axis in tile_axes for digit in axis]
+    seen = set(read)
+    if len(seen) != len(read):
+        return None
+    rest = [digit for axis in own_axes for digit in axis if digit not in seen]
+    counts = [out.counts[to_output[d]] if d in dims else tiling.counts[d] for d in range(rank)]
+    tiles = from_axes(counts + [1, tiling.num_devices // prod(counts)],
+                      tile_axes + [[], rest])
+    return sharding_algebra.sharding_of_devices(tiles)
+
+
+def _split_by_devices(tiling: Tiling, out: Tiling, dims: list[int],
+                      to_output: tuple[int, ...]) -> HloSharding | None:
+    """`_split_as_output` on per-device coordinate tables (explicit device orders)."""
+    rank = tiling.rank
     coords = tiling.coordinates()[:, :rank].copy()
     counts = list(tiling.counts)
     for d in dims:

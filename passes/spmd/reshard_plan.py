@@ -530,7 +530,45 @@ def _sliced_partials(dims, src: Tiling, dst: Tiling) -> Tiling | None:
     of `src`'s count (the split aligned) where every device's `dst` tile nests in its `src` tile
     and all members of each partial group want the same one. The sum then moves the target
     tile instead of the held one. None where no dim qualifies or the groups do not spread
-    evenly over the new tiles."""
+    evenly over the new tiles. Decided on the digits of the device ids where both are iota
+    tilings (`_sliced_by_axes`, at any device count), else on per-device tables."""
+    axes = atomic_axes(src.tiles, dst.tiles)
+    if axes is not None:
+        return _sliced_by_axes(dims, src, dst, *axes)
+    return _sliced_by_devices(dims, src, dst)
+
+
+def _sliced_by_axes(dims, src: Tiling, dst: Tiling, src_axes, dst_axes) -> Tiling | None:
+    """`_sliced_partials` of iota tilings, on the digits of the device ids each tile index
+    reads (`atomic_axes`): a dim's `dst` tiles nest in the `src` ones on every device exactly
+    when its `dst` digits begin with its `src` digits, and all members of a partial group want
+    the same one when they read none of the partial index's digits; the new tiles spread evenly
+    when no digit is read twice. Groups keep their order (the digits of the `src` tile indices
+    and replicas that no new tile index reads), members the partial index."""
+    rank = len(dims)
+    partial = set(src_axes[rank])
+    sliced = [tt > t and tt % t == 0 and _slice_aligned(size, t, tt // t) and
+              dst_axes[d][:len(src_axes[d])] == src_axes[d] and
+              not partial.intersection(dst_axes[d])
+              for d, (size, t, tt) in enumerate(zip(dims, src.counts, dst.counts))]
+    if not any(sliced):
+        return None
+    tile_axes = [dst_axes[d] if sliced[d] else src_axes[d] for d in range(rank)]
+    read = [digit for axis in tile_axes for digit in axis]
+    seen = set(read)
+    if len(seen) != len(read):
+        return None
+    rest = [digit for a, axis in enumerate(src_axes) if a != rank for digit in axis
+            if digit not in seen]
+    counts = [dst.counts[d] if sliced[d] else src.counts[d] for d in range(rank)]
+    u = src.unreduced
+    tiles = from_axes(counts + [u, src.num_devices // (prod(counts) * u)],
+                      tile_axes + [src_axes[rank], rest])
+    return Tiling(algebra.sharding_of_devices(tiles), rank, src.num_devices)
+
+
+def _sliced_by_devices(dims, src: Tiling, dst: Tiling) -> Tiling | None:
+    """`_sliced_partials` on per-device coordinate tables (explicit device orders)."""
     held, wanted = src.coordinates(), dst.coordinates()
     groups = src.partial_groups()
     sliced = np.zeros(len(dims), dtype=bool)
