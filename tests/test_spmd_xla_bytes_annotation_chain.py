@@ -68,3 +68,45 @@ def test_an_op_read_whole_sends_what_xla_sends():
     goes through the replicated value, which its cache gives to the root): 360 B per device."""
     result = compared_with_xla(ROWS_READ_WHOLE, 4)
     assert result.our_busiest == result.xla_busiest == 360
+
+
+#: fuzz/11600000918, shrunk: a sort run in its operands' tiles (2 row tiles, 2 column tiles,
+#: held twice), its second element annotated [1,2,1,4] and read by a negate in [4,1,2] tiles
+#: (ordered as the iota [2,2,2] with dims 1 and 2 swapped).
+SORT_ELEMENT_READ_ELSEWHERE = """HloModule m, num_partitions=8
+
+lt {
+  a = s8[] parameter(0)
+  b = s8[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+
+ENTRY e {
+  k = s8[11,7,4] parameter(0), sharding={devices=[2,2,1,2]<=[8] last_tile_dim_replicate}
+  v = f32[11,7,4] parameter(1), sharding={devices=[2,2,1,2]<=[8] last_tile_dim_replicate}
+  s = (s8[11,7,4], f32[11,7,4]) sort(k, v), dimensions={2}, is_stable=true, to_apply=lt, sharding={{devices=[2,2,1,2]<=[8] last_tile_dim_replicate}, {devices=[1,2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}}
+  g = f32[11,7,4] get-tuple-element(s), index=1, sharding={devices=[1,2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}
+  ROOT n = f32[11,7,4] negate(g), sharding={devices=[4,1,2]<=[2,2,2]T(0,2,1)}
+}
+"""
+
+
+def test_a_sort_element_read_in_other_tiles_skips_its_annotation():
+    """Each device holds a 6x4x4 f32 shard (rows 6 of 11, columns 4 of 7, all 4 of dim 2) and
+    wants 3 of its 6 rows (row tiles of 3, the two replicas of a shard taking one half each),
+    its 7 columns (both column halves, one from its partner) and 2 of dim 2's 4. A local slice
+    of its rows, then one all-to-all in pairs trading the column halves for dim 2's halves: each
+    device sends 3x4x2 f32, 96 B. Through the annotation a permute (4 devices send their 384 B
+    shard) and a gather of the rows (384 B) came first: 864 B from the busiest device."""
+    spmd = check_equivalent(SORT_ELEMENT_READ_ELSEWHERE, 8)
+    assert collectives(spmd) == [("all-to-all", [[0, 2], [1, 3], [4, 6], [5, 7]], (2,))]
+    assert busiest_per_collective(spmd, 8) == 96
+
+
+@needs_xla
+def test_a_sort_element_read_in_other_tiles_sends_less_than_xla():
+    """XLA reshards the element to its annotation and then to the negate's tiles."""
+    result = compared_with_xla(SORT_ELEMENT_READ_ELSEWHERE, 8)
+    assert result.our_busiest == 96 < result.xla_busiest

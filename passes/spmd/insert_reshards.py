@@ -1103,24 +1103,28 @@ def _result_reason(inst: Instruction, plan) -> str:
 def _collapse_chains(comp: Computation, num_devices: int,
                      everywhere: set[Instruction]) -> None:
     """Replace `reshard(reshard(x))` whose inner node has no other use by one reshard of `x` when
-    the direct plan moves no more bytes. A chain whose outer node lives on one device but is
-    computed whole on every partition (in `everywhere`) only because its inner node is
-    replicated stays: its users were planned on that, and the direct reshard would give the
-    value to its device alone."""
+    the direct plan moves no more bytes (from the busiest device, then from all). Only uses whose values reach the root count
+    (`live_operands`): a tuple of reshard nodes whose get-tuple-element nobody reads any more,
+    since its reader took the element's node itself, is removed with the program's dead code.
+    A chain whose outer node lives on one device but is computed whole on every partition (in
+    `everywhere`) only because its inner node is replicated stays: its users were planned on
+    that, and the direct reshard would give the value to its device alone."""
     users = comp.users()
+    live = live_operands(comp)
     for inst in comp.instructions:
         if not is_inserted_reshard(inst):
             continue
         inner = inst.operands[0]
-        if not is_inserted_reshard(inner) or users[inner] != [inst] or inner is comp.root:
+        if not is_inserted_reshard(inner) or inner is comp.root or \
+                [u for u in users[inner] if _reads_live(u, inner, live)] != [inst]:
             continue
         source = inner.operands[0]
         if inst in everywhere and source not in everywhere and not source.sharding.is_replicated:
             continue
-        two_steps = plan_reshard(inner.shape, source.sharding, inner.sharding, num_devices).cost \
-            + plan_reshard(inst.shape, inner.sharding, inst.sharding, num_devices).cost
-        direct = plan_reshard(inst.shape, source.sharding, inst.sharding, num_devices).cost
-        if direct <= two_steps:
+        first = plan_reshard(inner.shape, source.sharding, inner.sharding, num_devices)
+        second = plan_reshard(inst.shape, inner.sharding, inst.sharding, num_devices)
+        direct = plan_reshard(inst.shape, source.sharding, inst.sharding, num_devices)
+        if (direct.cost, direct.total) <= (first.cost + second.cost, first.total + second.total):
             inst.operands = [source]
             users[source].append(inst)
             users[inner] = []
@@ -1128,6 +1132,13 @@ def _collapse_chains(comp: Computation, num_devices: int,
             metadata["spmd_value"] = source.name
             metadata["spmd_from"] = source.sharding.to_text(False)
             inst.attrs["metadata"] = KeyValueList(tuple(metadata.items()))
+
+
+def _reads_live(user: Instruction, value: Instruction,
+                live: dict[Instruction, frozenset[int]]) -> bool:
+    """Whether `user` reads `value` at a position whose value reaches the root (`live`:
+    `live_operands`)."""
+    return any(user.operands[i] is value for i in live.get(user, ()))
 
 
 def _remove_dead(comp: Computation, created: set[Instruction]) -> None:
