@@ -162,6 +162,48 @@ def test_a_tiled_value_of_replicated_inputs_is_computed_again_whole():
     np.testing.assert_array_equal(run_global(spmd, [x], 3), -x.sum(axis=1))
 
 
+#: fuzz/11600000871 [on], shrunk: a select-and-scatter annotated in 2x2 tiles (devices
+#: 2,1,3,0) of an operand two pure ops above an iota, tiled 2x2 (devices 0..3).
+TWO_LEVELS = """HloModule m, num_partitions=4
+
+le {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=LE
+}
+
+""" + reducer("add") + """
+ENTRY main {
+  i = f32[4,5] iota(), iota_dimension=1, sharding={devices=[2,2]<=[4]}
+  r = f32[4,5] sine(i), sharding={devices=[2,2]<=[4]}
+  x = f32[4,5] multiply(r, r), sharding={devices=[2,2]<=[4]}
+  y = f32[4,5] negate(x), sharding={devices=[2,2]<=[4]}
+  s = f32[4,2] parameter(0), sharding={replicated}
+  z = f32[] constant(0)
+  ROOT o = f32[4,5] select-and-scatter(x, s, z), window={size=2x2 stride=1x3 pad=1_0x2_0}, select=le, scatter=add, sharding={devices=[2,2]2,1,3,0}
+}
+"""
+
+
+def test_values_two_pure_ops_above_free_leaves_are_priced_free():
+    """`r` (the sine of an iota) is computed again whole from the iota, `x` (r * r) from `r`
+    computed whole: the op rules count `x`'s reshards free, as insert-reshards has them
+    (`_replicated_source` takes `r`, one level); `y`, a third op up, is not."""
+    from gspmdc import api
+    from gspmdc.passes.spmd.op_rules import recomputed_for_free
+    values = {i.name: i for i in api.parse(TWO_LEVELS).entry.instructions}
+    assert recomputed_for_free(values["r"]) and recomputed_for_free(values["r"], deep=False)
+    assert recomputed_for_free(values["x"]) and not recomputed_for_free(values["x"], deep=False)
+    assert not recomputed_for_free(values["y"])
+
+
+def test_an_op_of_values_computed_again_whole_runs_replicated_for_free():
+    """Every partition computes `x` whole (iota, sine, multiply), runs the select-and-scatter
+    on it and the replicated source, and keeps its own tile of the result: no collective.
+    Priced with an all-gather of `x`, the tiled windows won, sending 68 B of halos."""
+    spmd = check_equivalent(TWO_LEVELS, 4)
+    assert collectives(spmd) == []
+
 def test_gathers_that_barely_grow_the_shard_go_first():
     """s32[2,1,2] in [2,2,2] tiles to replicated: dim 1 (size 1, split 2 ways) gathered first
     while the shard is one element: 4 B, then dim 2 (4 B), then dim 0 (the [1,1,2] shard: 8 B)

@@ -957,14 +957,16 @@ class _Rewriter:
     def _replicated_source(self, operand: Instruction) -> Instruction | None:
         """`operand`, or a value it is a reshard of, or a reshard of it that every partition
         holds whole (its replicated reshard a live instruction reads, or one onto a device),
-        that gives its replicated form without communication; None when there is none."""
+        that gives its replicated form without communication, or `operand` computed again
+        whole from such values (`recomputed_for_free` not `deep`: with the op computed again
+        from it, the two levels the rules' costs count as free); None when there is none."""
         if operand.sharding.is_replicated:
             return operand
         if is_inserted_reshard(operand) and operand.operands[0].sharding.is_replicated:
             return operand.operands[0]
         if operand in self.everywhere:
             return self._as_replicated(operand)
-        if recomputed_for_free(operand):
+        if recomputed_for_free(operand, deep=False):
             return operand
         whole = self.cache.get((id(operand), HloSharding.replicate()))
         if whole is not None and whole in self.read_live:

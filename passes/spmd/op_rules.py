@@ -145,14 +145,16 @@ NOT_RECOMPUTED = NOT_EVERYWHERE | CONTRACTIONS
 _LEAF_OPCODES = frozenset({"constant", "iota", "broadcast", "custom-call"})
 
 
-def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
+def recomputed_for_free(value: Instruction, whole: bool = True, deep: bool = True) -> bool:
     """Whether insert-reshards computes `value` again in any sharding a user needs
     (`free_target`) instead of resharding it, moving no bytes: a constant (every partition
     has it whole), an iota, a broadcast of a replicated value (each partition broadcasts its
     part), or a pure array op (not a contraction) whose operands are all replicated or one of
     those (computed again whole on every partition, then sliced), or an element of such a
     tuple-shaped op (a sort's, a topk's), or a reshard node of a replicated value (the
-    value it was sliced from). XLA reaches the same for
+    value it was sliced from); when `deep`, also a pure op some of whose operands are such
+    pure ops themselves (insert-reshards computes each of them again whole first:
+    `_replicated_source`), not deeper. XLA reaches the same for
     values it resharded from replicated ones through its reshard cache. Rules' costs count
     such operands' reshards as free; a contraction's (`whole=False`) only the first three, so
     that its operands computed whole do not make running the whole contraction on every
@@ -165,7 +167,7 @@ def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
             return False
         if value.opcode != "get-tuple-element":
             # its operands first: they are seldom all had replicated
-            return _whole_of_free_operands(value) and _free_value(value)
+            return _whole_of_free_operands(value, deep) and _free_value(value)
     if not _free_value(value):
         return False
     if maybe_leaf and (_free_leaf(value) or _reshard_of_replicated(value)):
@@ -177,26 +179,28 @@ def recomputed_for_free(value: Instruction, whole: bool = True) -> bool:
         sharding = whole_tuple.sharding
         return sharding is not None and not sharding.has_manual_leaf and \
             not any(leaf.has_unreduced for leaf in sharding.leaves()) and \
-            _whole_of_free_operands(whole_tuple)
-    return _whole_of_free_operands(value)
+            _whole_of_free_operands(whole_tuple, deep)
+    return _whole_of_free_operands(value, deep)
 
 
-def _whole_of_free_operands(value: Instruction) -> bool:
+def _whole_of_free_operands(value: Instruction, deep: bool) -> bool:
     """Whether `value` (an array or a tuple, e.g. a sort's) is a pure op, not a contraction,
-    whose operands are all had replicated without communication (`_replicated_for_free`):
-    every partition can compute it again whole (if its own sharding holds no per-device or
-    partial data)."""
+    whose operands are all had replicated without communication (`_replicated_for_free`,
+    `deep` as `recomputed_for_free`'s): every partition can compute it again whole (if its
+    own sharding holds no per-device or partial data)."""
     if value.opcode in NOT_RECOMPUTED or not value.operands:
         return False
     for operand in value.operands:
-        if not _replicated_for_free(operand):
+        if not _replicated_for_free(operand, deep):
             return False
     return True
 
 
-def _replicated_for_free(operand: Instruction) -> bool:
+def _replicated_for_free(operand: Instruction, deep: bool) -> bool:
     """Whether insert-reshards has `operand` replicated without communication: it is
-    replicated, a reshard node of a replicated value, or a free leaf (`_free_leaf`)."""
+    replicated, a reshard node of a replicated value, or a free leaf (`_free_leaf`); when
+    `deep`, also a pure op of such values (`recomputed_for_free` not `deep`), computed again
+    whole."""
     sharding = operand.sharding
     if sharding is None or isinstance(operand.shape, TupleShape):
         return False
@@ -205,7 +209,7 @@ def _replicated_for_free(operand: Instruction) -> bool:
     # by opcode first (asked of every operand's operands): a reshard node and a free leaf
     # are among `_LEAF_OPCODES`
     if operand.opcode not in _LEAF_OPCODES:
-        return False
+        return deep and recomputed_for_free(operand, deep=False)
     return _reshard_of_replicated(operand) or (_free_value(operand) and _free_leaf(operand))
 
 
