@@ -1105,12 +1105,13 @@ def _result_reason(inst: Instruction, plan) -> str:
 def _collapse_chains(comp: Computation, num_devices: int,
                      everywhere: set[Instruction]) -> None:
     """Replace `reshard(reshard(x))` whose inner node has no other use by one reshard of `x` when
-    the direct plan moves no more bytes (from the busiest device, then from all). Only uses whose values reach the root count
-    (`live_operands`): a tuple of reshard nodes whose get-tuple-element nobody reads any more,
-    since its reader took the element's node itself, is removed with the program's dead code.
-    A chain whose outer node lives on one device but is computed whole on every partition (in
-    `everywhere`) only because its inner node is replicated stays: its users were planned on
-    that, and the direct reshard would give the value to its device alone."""
+    the direct plan moves no more bytes (from the busiest device, then from all). Only uses
+    whose values reach the root count (`live_operands`): a tuple of reshard nodes whose
+    get-tuple-element nobody reads any more, since its reader took the element's node itself,
+    is removed with the program's dead code. A chain whose outer node lives on one device but
+    is computed whole on every partition (in `everywhere`) only because its inner node is
+    replicated stays: its users were planned on that, and the direct reshard would give the
+    value to its device alone."""
     users = comp.users()
     live = live_operands(comp)
     for inst in comp.instructions:
