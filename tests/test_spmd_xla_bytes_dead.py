@@ -13,6 +13,8 @@ import pytest
 
 from conformance.oracle import xla_available
 
+from gspmdc.passes.spmd.traffic import sent_per_device
+
 from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
@@ -116,12 +118,37 @@ def test_a_pure_op_is_computed_again_from_the_gather_a_live_user_reads():
     assert sent_bytes(spmd, 2) == 4 * 8 * 4
 
 
+BROADCAST_FOR_A_DEAD_USER_AND_A_LATER_ONE = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = c64[4,4] parameter(0), sharding={maximal device=1}
+  dead = c64[4,4] negate(p), sharding={devices=[2,1]0,1}
+  i = f32[4,4] imag(p), sharding={replicated}
+  ROOT t = (f32[4,4], c64[4,4]) tuple(i, p), sharding={{replicated}, {devices=[2,1]0,1}}
+}
+"""
+
+
+def test_a_broadcast_made_for_a_dead_user_that_a_later_user_reads_too_is_read_for_free():
+    """`dead` broadcasts `p` from device 1 first (select + all-reduce of its 128 B: 2 (2-1)/2
+    128 = 128 B per device), then slices its rows. The root reads `p` in those rows too, so
+    the broadcast is made anyway: `imag` reads it whole for free. Before, `imag` took that
+    broadcast as made for the dead user only, ran on device 1 and broadcast its f32[4,4]
+    result as well (another 64 B per device; fuzz/12500002542 off, where XLA's import leaves
+    the root's annotation as such a dead reshape: 2,884 B per device to XLA's 1,930)."""
+    spmd = check_equivalent(BROADCAST_FOR_A_DEAD_USER_AND_A_LATER_ONE, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert list(sent_per_device(spmd, 2)) == [128, 128]
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(GATHERED_FOR_A_DEAD_RESHAPE, 2),
                                     (GATHERED_ONTO_A_DEVICE_FOR_A_DEAD_RESHAPE, 4),
-                                    (TAKEN_WHERE_CHEAPER, 2), (FROM_A_LIVE_GATHER, 2)],
+                                    (TAKEN_WHERE_CHEAPER, 2), (FROM_A_LIVE_GATHER, 2),
+                                    (BROADCAST_FOR_A_DEAD_USER_AND_A_LATER_ONE, 2)],
                          ids=["gathered-for-a-dead-reshape", "onto-a-device-for-a-dead-reshape",
-                              "taken-where-cheaper", "from-a-live-gather"])
+                              "taken-where-cheaper", "from-a-live-gather",
+                              "broadcast-for-a-dead-user-and-a-later-one"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""

@@ -544,6 +544,55 @@ def test_a_value_sent_to_another_device_and_broadcast_later_against_xla():
     compared_with_xla(ONE_DEVICE_TO_ANOTHER_AND_EVERYWHERE, 2)
 
 
+ONE_DEVICE_TO_ANOTHER_AND_REDUCED = """HloModule m, num_partitions=2
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY e {
+  p = f32[2,8] parameter(0), sharding={maximal device=1}
+  a = f32[2,8] negate(p), sharding={maximal device=0}
+  zero = f32[] constant(0), sharding={replicated}
+  r = f32[2,4] reduce-window(p, zero), window={size=1x2 stride=1x2}, to_apply=add,
+    sharding={replicated}
+  ROOT t = (f32[2,8], f32[2,4]) tuple(a, r), sharding={{maximal device=0}, {replicated}}
+}
+"""
+
+
+def test_a_value_sent_to_another_device_goes_through_the_broadcast_a_later_user_saves_by():
+    """`p` lives on device 1; `a` reads it on device 0. Alone, the later reduce-window runs on
+    device 1 and broadcasts its f32[2,4] result (32 B per device), cheaper than reading `p`
+    whole (64 B). Sent to device 0 by a permute (64 B from device 1), device 1 sends 96 B.
+    The broadcast of `p` sends no more from the busiest device than that permute (select +
+    all-reduce of 64 B over 2: 64 B per device) and gives the reduce-window `p` whole for
+    free: 64 B from each device, XLA's program (fuzz/12500002811 on: 96 B to XLA's 64)."""
+    spmd = check_equivalent(ONE_DEVICE_TO_ANOTHER_AND_REDUCED, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert list(sent_per_device(spmd, 2)) == [64, 64]
+
+
+def test_a_value_sent_to_another_device_keeps_its_send_where_the_broadcast_costs_more():
+    """On 4 devices the broadcast of `p` sends 2 (4-1)/4 64 = 96 B per device, 32 more than
+    the permute; a reduce of `p` to f32[2] that runs on device 1 and broadcasts its result
+    (2 (4-1)/4 8 = 12 B per device) saves less than that: `p` is sent (device 1: 64 + 12 B,
+    where XLA's program, broadcasting `p`, sends 96 B per device)."""
+    text = ONE_DEVICE_TO_ANOTHER_AND_REDUCED.replace("num_partitions=2", "num_partitions=4") \
+        .replace("f32[2,4] reduce-window(p, zero), window={size=1x2 stride=1x2}",
+                 "f32[2] reduce(p, zero), dimensions={1}").replace("f32[2,4])", "f32[2])")
+    spmd = check_equivalent(text, 4)
+    assert [c[0] for c in collectives(spmd)] == ["collective-permute", "all-reduce"]
+    assert max(sent_per_device(spmd, 4)) == 64 + 12
+
+
+@needs_xla
+def test_a_value_sent_to_another_device_through_a_broadcast_against_xla():
+    compared_with_xla(ONE_DEVICE_TO_ANOTHER_AND_REDUCED, 2)
+
+
 # ---- a value on one device that a later user has broadcast anyway -----------------------------
 
 ONE_DEVICE_READ_WHOLE_FIRST = """HloModule m, num_partitions=2

@@ -451,12 +451,27 @@ class _Rewriter:
         broadcast to every partition because a user not planned yet reads it on more than one
         device (its broadcast is made anyway, and the other device takes the value from it
         without communication: XLA's reshard of a single-device value replicates it first)
-        instead of by a send of its own."""
-        if value.sharding.kind != "maximal" or target.kind != "maximal" or \
+        instead of by a send of its own; or because the plans of the users not planned yet
+        save more bytes when they can read that broadcast (`_saved`: e.g. one running on the
+        value's device and broadcasting its result reads the value whole instead) than the
+        broadcast sends beyond the send (the joint choice over the value's users, as for
+        `_credit`)."""
+        sharding = value.sharding
+        if sharding.kind != "maximal" or target.kind != "maximal" or \
                 isinstance(value.shape, TupleShape):
             return False
-        return any(need.is_replicated or broadcast_first(value.sharding, need)
-                   for need in self._wanted(value))
+        if any(need.is_replicated or broadcast_first(sharding, need)
+               for need in self._wanted(value)):
+            return True
+        planning = self.planning[0] if self.planning is not None else None
+        later = [u for u in self.users.get(value, ()) if u is not planning
+                 and u not in self.planned and u not in self.arrivals]
+        if not later or self.looking_ahead or self.crediting or planning is None:
+            return False
+        replicated = HloSharding.replicate()
+        extra = self.ctx.cost(value.shape, sharding, replicated) - \
+            self.ctx.cost(value.shape, sharding, target)
+        return sum([self._saved(user, value, replicated) for user in later]) > extra
 
     def _gathered_first(self, value: Instruction, target: HloSharding) -> HloSharding | None:
         """The sharding in which a user of the tiled array `value` not planned yet reads it
@@ -822,12 +837,14 @@ class _Rewriter:
         other than the instruction being planned (so a plan reads it whole, or sliced to any
         tiling, at no cost): some reshard of it off its device that a live instruction reads
         (each starts from its broadcast: `broadcast_first`), or a user not planned yet reading
-        it replicated or tiled (among `had`, the shardings `_had` gives it). A broadcast made
+        it replicated or tiled (among `had`, the shardings `_had` gives it: a reshard made
+        first for a dead instruction counts where such a user reads it too). A broadcast made
         only for a dead instruction is removed with it and is not counted."""
         sharding = value.sharding
         earlier = self.resharded_to.get(id(value), ())
-        if any([s not in earlier and (s.is_replicated or broadcast_first(sharding, s))
-                for s in had]):
+        later = self._wanted(value) if any([s in earlier for s in had]) else frozenset()
+        if any([(s not in earlier or s in later) and
+                (s.is_replicated or broadcast_first(sharding, s)) for s in had]):
             return True
         return any([node in self.read_live for held, node in self._reshards_of(value)
                     if held.kind != "maximal"])
