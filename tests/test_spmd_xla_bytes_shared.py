@@ -653,6 +653,42 @@ def test_a_contraction_reads_whole_the_broadcast_its_operands_later_user_makes()
     assert sent_bytes(spmd, 8) == 420 + 96
 
 
+ONE_DEVICE_TILED_FOR_ONE_WHOLE_FOR_ANOTHER = """HloModule m, num_partitions=4
+
+min {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT m = f32[] minimum(x, y)
+}
+
+ENTRY e {
+  p = f32[7,6,8] parameter(0), sharding={maximal device=3}
+  q = f32[7,6,8] parameter(1), sharding={devices=[2,2,1]<=[2,2]T(1,0)}
+  a = f32[7,6,8] atan2(p, q), sharding={devices=[2,1,1,2]2,3,0,1 last_tile_dim_replicate}
+  top = f32[] constant(inf), sharding={replicated}
+  r = f32[5,5,9] reduce-window(p, top), window={size=3x2x3 pad=0_0x0_0x2_1}, to_apply=min,
+    sharding={replicated}
+  ROOT t = (f32[7,6,8], f32[5,5,9]) tuple(a, r), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_a_tiling_of_a_value_on_one_device_is_credited_with_what_its_broadcast_saves_later():
+    """`p` (on device 3) reaches `a`'s row tiles through its broadcast (select + all-reduce of
+    1,344 B over 4: 2 (4-1)/4 1,344 = 2,016 B per device), from which the later reduce-window
+    reads `p` whole for free; run on device 3 alone, it broadcasts its f32[5,5,9] result (900
+    B: 1,350 B per device). So the rows' reshard is credited with that saving although the
+    reduce-window reads the broadcast, not the rows: `a` runs on the rows (`q` permuted to
+    their device order, 384 B from the busiest device, and gathered in pairs, 384 B; `a`
+    gathered in pairs for the root, 768 B): 3,552 B from the busiest device. Before, `a` ran
+    on device 3 (`q` gathered there, `a` broadcast) and the reduce-window broadcast its
+    result too: 4,424 B (fuzz/13300000089 off: 5,768 B to XLA's 5,280)."""
+    spmd = check_equivalent(ONE_DEVICE_TILED_FOR_ONE_WHOLE_FOR_ANOTHER, 4)
+    assert sorted(c[0] for c in collectives(spmd)) == \
+        ["all-gather", "all-gather", "all-reduce", "collective-permute"]
+    assert max(sent_per_device(spmd, 4)) == 2016 + 384 + 384 + 768
+
+
 ONE_DEVICE_BROADCAST_FOR_A_DEAD_USER = """HloModule m, num_partitions=2
 
 ENTRY e {
@@ -675,7 +711,8 @@ def test_a_broadcast_made_only_for_a_dead_user_is_not_read_for_free():
 
 
 @needs_xla
-@pytest.mark.parametrize("text", [ONE_DEVICE_READ_WHOLE_FIRST, ONE_DEVICE_CONVOLUTION_READ_WHOLE])
+@pytest.mark.parametrize("text", [ONE_DEVICE_READ_WHOLE_FIRST, ONE_DEVICE_CONVOLUTION_READ_WHOLE,
+                                  ONE_DEVICE_TILED_FOR_ONE_WHOLE_FOR_ANOTHER])
 def test_a_broadcast_shared_with_a_later_user_against_xla(text):
     compared_with_xla(text, int(text.split("num_partitions=")[1].split()[0]))
 

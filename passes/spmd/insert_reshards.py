@@ -705,7 +705,7 @@ class _Rewriter:
     def _saved(self, user: Instruction, value: Instruction, need: HloSharding) -> float:
         """The bytes `user`'s plan saves when `value`'s reshard to `need` is made for another
         user: planned ahead with its operands as they are now, and where that plan (made
-        without its own users' needs) reads the node at all, or where the node gives `user`
+        without its own users' needs) reads the node at all (`_reads_made`), or where the node gives `user`
         whole for free (`_recomputed_from`), planned again with and without it, priced with
         what its own users read it in (their plans made ahead: `_result_needs`, not kept);
         in the second case its result's reshards to those reads cost nothing with the node
@@ -722,9 +722,8 @@ class _Rewriter:
             self.assumed = None
             self.looking_ahead = False
         recomputed = self._recomputed_from(user, value, need)
-        if not recomputed and \
-                not any([o is value and self._taken_from(value, need, n)
-                         for o, n in zip(user.operands, quick.operands)]):
+        if not recomputed and not any([o is value and _reads_made(value.sharding, need, n)
+                                       for o, n in zip(user.operands, quick.operands)]):
             self.savings[key] = 0.0     # its plan does not read the node even when made
         else:
             planning, self.planning = self.planning, (user, user.sharding)
@@ -747,15 +746,6 @@ class _Rewriter:
                     self.ctx.forget_needs(user)
             self.savings[key] = max(0.0, alone - shared)
         return self.savings[key]
-
-    @staticmethod
-    def _taken_from(value: Instruction, node: HloSharding, read: HloSharding) -> bool:
-        """Whether a user reading `value` in `read` takes it from `value`'s reshard to `node`
-        without communication: the same sharding, or, for a value on one device, any array
-        sharding taken from its broadcast (`node` replicated: a copy onto another device, a
-        slice to a tiling; `Signature.operand_broadcast`)."""
-        return read == node or (node.is_replicated and value.sharding.kind == "maximal" and
-                                free_target(read))
 
     def _users_recomputed(self, inst: Instruction) -> float:
         """The bytes the plans of the users of `inst`, the instruction being planned, cost
@@ -1101,6 +1091,18 @@ class _Rewriter:
         self.created.add(node)
         return node
 
+
+
+def _reads_made(sharding: HloSharding, made: HloSharding, need: HloSharding) -> bool:
+    """Whether a plan reading a value held in `sharding` in `need` reads it from its reshard
+    to `made` without communication: the same sharding, or, for a value on one device whose
+    reshard to `made` is its broadcast or goes through it (`broadcast_first`), any array
+    sharding taken from that broadcast (`free_target`: itself, a tiling sliced from it, a copy
+    onto another device)."""
+    if need == made:
+        return True
+    return sharding.kind == "maximal" and (made.is_replicated or broadcast_first(sharding, made)) \
+        and free_target(need)
 
 
 def _plan_key(inst: Instruction) -> tuple:
