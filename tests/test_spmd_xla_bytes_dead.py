@@ -141,6 +141,28 @@ def test_a_broadcast_made_for_a_dead_user_that_a_later_user_reads_too_is_read_fo
     assert list(sent_per_device(spmd, 2)) == [128, 128]
 
 
+READ_ONLY_BY_GET_DIMENSION_SIZE = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = c64[4,4] parameter(0), sharding={maximal device=1}
+  a = f32[4,4] imag(p), sharding={devices=[2,1]0,1}
+  n = s32[] get-dimension-size(a), dimensions={0}, sharding={replicated}
+  b = f32[4,4] imag(p), sharding={replicated}
+  ROOT t = (s32[], f32[4,4]) tuple(n, b), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_a_value_only_get_dimension_size_reads_is_dead():
+    """`get-dimension-size` reads only the shape of `a` (partitioned, it is the constant 4), so
+    `a` is dead and `p`'s broadcast is not made for it: `b` runs on device 1 and broadcasts its
+    f32[4,4] result (64 B per device). Taken as live, `a` read `p` from its broadcast (c64,
+    128 B per device), which `b` then read as well (fuzz/11600000153 off)."""
+    spmd = check_equivalent(READ_ONLY_BY_GET_DIMENSION_SIZE, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
+    assert list(sent_per_device(spmd, 2)) == [64, 64]
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(GATHERED_FOR_A_DEAD_RESHAPE, 2),
                                     (GATHERED_ONTO_A_DEVICE_FOR_A_DEAD_RESHAPE, 4),

@@ -146,12 +146,15 @@ def live_operands(comp: Computation) -> dict[Instruction, frozenset[int]]:
     `get-tuple-element` of a `tuple` to the element (and the ops never removed), the
     positions of its operands whose values reach the root through it: all of them, but of a
     tuple only read by get-tuple-elements just the elements they read (the others are dead
-    after the forwarding)."""
+    after the forwarding), and none of a `get-dimension-size` (it reads its operand's shape
+    only: partitioned, it is a constant)."""
     read: dict[Instruction, set[int] | None] = {comp.root: None}
     for inst in reversed(comp.instructions):
         if inst not in read and inst.opcode not in _KEEP:
             continue
         indices = read.setdefault(inst, None)
+        if inst.opcode == "get-dimension-size":
+            read[inst] = indices = set()
         positions = range(len(inst.operands)) if indices is None else indices
         for i in positions:
             operand = inst.operands[i]
