@@ -705,11 +705,11 @@ class _Rewriter:
     def _saved(self, user: Instruction, value: Instruction, need: HloSharding) -> float:
         """The bytes `user`'s plan saves when `value`'s reshard to `need` is made for another
         user: planned ahead with its operands as they are now, and where that plan (made
-        without its own users' needs) reads the node at all (`_reads_made`), or where the node gives `user`
-        whole for free (`_recomputed_from`), planned again with and without it, priced with
-        what its own users read it in (their plans made ahead: `_result_needs`, not kept);
-        in the second case its result's reshards to those reads cost nothing with the node
-        (each is computed again whole from it: `_recompute_replicated`)."""
+        without its own users' needs) reads the node at all (`_reads_made`), or where the node
+        gives `user` whole for free (`_recomputed_from`), planned again with and without it,
+        priced with what its own users read it in (their plans made ahead: `_result_needs`,
+        not kept); in the second case its result's reshards to those reads cost nothing with
+        the node (each is computed again whole from it: `_recompute_replicated`)."""
         key = (id(value), need, user)
         if key in self.savings:
             return self.savings[key]
