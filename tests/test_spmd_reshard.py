@@ -235,5 +235,5 @@ def test_dims_are_taken_last_to_first_only_where_all_to_alls_move_tiles(source, 
     steps = [[(type(s).__name__, s.before.sharding, s.after.sharding) for s in v]
              for v in variants]
     assert all(a != b for a, b in itertools.combinations(steps, 2)) or moved
-    firsts = [next((s.source for s in v if isinstance(s, AllToAll)), None) for v in variants]
+    firsts = [next((s.moves[0][0] for s in v if isinstance(s, AllToAll)), None) for v in variants]
     assert (1 in firsts) == moved and (0 in firsts) == moved

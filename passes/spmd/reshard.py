@@ -10,7 +10,7 @@ instruction holding its shard in the plan's target layout. Each step becomes:
 | `AllReduce`           | `all-reduce` over the partial groups with the value's reducer     |
 | `ReduceScatter(d)`    | pad dim d to `u * shard'` when the dim was whole; `reduce-scatter` |
 | `AllGather(d, g)`     | `all-gather` dim d; slice to the real size when the dim is whole   |
-| `AllToAll(i, j, g)`   | the sequence below                                                |
+| `AllToAll(moves)`     | the sequence below                                                |
 | `MaskedGather`        | padding zeroed; `dynamic-update-slice` into zeros; `all-reduce`   |
 | `Slice`               | pad (uneven); `dynamic-slice` at table offsets `new - old`        |
 | `Permute`             | `collective-permute`, one pair per target device                  |
@@ -22,7 +22,10 @@ instruction holding its shard in the plan's target layout. Each step becomes:
 
 An all-to-all moving g tiles from dim i to dim j pads dim j to `g * shard'`, reshapes it into
 `[g, shard']`, exchanges the g pieces, transposes the received axis in front of dim i, merges it
-into dim i, and slices dim i to its real size when it became whole.
+into dim i, and slices dim i to its real size when it became whole. One moving tiles between
+several pairs of dims splits every target dim so, transposes the sub-tile axes to the front
+and merges them into one axis (in the order of the moves), exchanges it, splits it again and
+puts each received axis in front of its source dim.
 
 A masked gather writes the shard at its offset in the gathered shard (`new`, extended by one
 shard so the update never clamps, then cut back to `new`) filled with zeros, padding elements
@@ -34,6 +37,7 @@ positions and only moves padding into padding), so no other step masks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 import numpy as np
 
@@ -119,25 +123,51 @@ def _all_gather(ctx, value, shape, step: AllGather, reducer):
 
 def _all_to_all(ctx, value, shape, step: AllToAll, reducer):
     b = ctx.builder
-    i, j, g = step.source, step.target, step.factor
     new_local = step.after.shard_dims(shape.dims)
+    factors = {j: g for _, j, g in step.moves}
     dims = list(value.shape.dims)
-    dims[j] = g * new_local[j]
+    for j, g in factors.items():
+        dims[j] = g * new_local[j]
     value = b.pad_high(value, dims)
-    split = dims[:j] + [g, new_local[j]] + dims[j + 1:]
+    # each target dim j split into [g, its new shard]: axis at[j] holds the g sub-tiles
+    split, at = [], {}
+    for d, size in enumerate(dims):
+        if d in factors:
+            at[d] = len(split)
+            split += [factors[d], new_local[d]]
+        else:
+            split.append(size)
     value = b.reshape(value, split)
-    value = b.all_to_all(value, j, step.groups, ctx.channels())
-    if step.reversed:
-        # the pieces arrived from the members in reverse order of their sub-tiles of dim i
-        value = b.add("reverse", value.shape, [value], {"dimensions": (j,)})
-    # the received axis (at j) indexes the source sub-tiles of dim i: put it before dim i
-    i_at = i if i < j else i + 1
-    order = [a for a in range(len(split)) if a != j]
-    order.insert(order.index(i_at), j)
+    if len(step.moves) == 1:
+        (i, j, g), = step.moves
+        value = b.all_to_all(value, j, step.groups, ctx.channels())
+        if step.reversed:
+            # the pieces arrived from the members in reverse order of their sub-tiles of dim i
+            value = b.add("reverse", value.shape, [value], {"dimensions": (j,)})
+        # the received axis (at j) indexes the source sub-tiles of dim i: put it before dim i
+        i_at = i if i < j else i + 1
+        order = [a for a in range(len(split)) if a != j]
+        order.insert(order.index(i_at), j)
+    else:
+        # the sub-tile axes brought together in the order of the moves, exchanged as one
+        front = [at[j] for _, j, _ in step.moves]
+        rest = [a for a in range(len(split)) if a not in front]
+        value = b.transpose(value, front + rest)
+        value = b.reshape(value, [prod(split[a] for a in front)] + [split[a] for a in rest])
+        value = b.all_to_all(value, 0, step.groups, ctx.channels())
+        value = b.reshape(value, [split[a] for a in front + rest])
+        # received axis k indexes the source sub-tiles of move k's dim i: put it before dim i
+        m, source_of = len(step.moves), {i: k for k, (i, _, _) in enumerate(step.moves)}
+        order = []
+        for d in range(len(dims)):
+            if d in source_of:
+                order.append(source_of[d])
+            order.append(m + d)
     value = b.transpose(value, order)
     merged = list(dims)
-    merged[j] = new_local[j]
-    merged[i] = g * dims[i]
+    for i, j, g in step.moves:
+        merged[j] = new_local[j]
+        merged[i] = g * dims[i]
     value = b.reshape(value, merged)
     return b.slice_to(value, new_local)
 

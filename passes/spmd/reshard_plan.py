@@ -19,6 +19,7 @@ Steps between tilings (`tiling.py`), in the order a plan uses them:
 |                     | (after a `Slice` to the target's tiles where every   |                |
 |                     | member of each partial group wants the same one)     |                |
 | `AllToAll(i, j, g)` | a factor g of tiles moves from dim i to dim j        | all-to-all     |
+|                     | (or several such moves on distinct dims at once)    |                |
 | `Slice`             | target tiles nest in held tiles (uses replication)   | none           |
 | `AllGather(d, g)`   | dim d keeps fewer tiles (minor factor g gathered)    | all-gather     |
 | `MaskedGather`      | the same gathers as one sum (uneven dims, see below) | all-reduce     |
@@ -54,6 +55,9 @@ A plan may also work on the array padded as XLA pads it (`_padded_dims`: each un
 multiple of the target's tile count), where tile counts dividing the padded size split it
 evenly: a slice from replicas then an all-to-all stays aligned where the unpadded tiles do not
 nest. Both are planned and the cheaper kept (`ReshardPlan.padded`).
+
+Each variant is also planned with its runs of consecutive all-to-alls on distinct dims merged
+into one (`_merged_all_to_alls`: every device sends each block once instead of once per pair).
 
 A plan closing with a permute is also planned with the permute moved back to the smallest
 local shard before it (`_permuted_earlier`), where an all-to-all's padding made the shards after
@@ -155,26 +159,29 @@ class ReduceScatter(Step):
 
 @dataclass(frozen=True, eq=False)
 class AllToAll(Step):
-    """`groups` list each group's members in the order of their sub-tiles of dim `source`, or
-    in the reverse order (`reversed`: member k then receives sub-tile k of dim `target` as
-    ever, and the pieces it receives arrive last sub-tile first)."""
+    """Tiles moved between dims by one all-to-all: each of `moves` `(i, j, g)` moves a factor g
+    of the tiles of dim i to dim j (no dim in two moves). `groups` `[G, prod(g)]` list each
+    group's members in the order of their sub-tiles of the source dims, row-major over the
+    moves (member k receives the same sub-tiles of the target dims); with one move, in the
+    reverse order (`reversed`: member k then receives sub-tile k of dim j as ever, and the
+    pieces it receives arrive last sub-tile first)."""
 
-    source: int = 0
-    target: int = 0
-    factor: int = 1
+    moves: tuple[tuple[int, int, int], ...] = ()
     groups: np.ndarray = None
     reversed: bool = False
     collective = "all-to-all"
 
     def traffic(self, dims, width):
         local = list(local_dims(dims, self.before))
-        local[self.target] = self.factor * self.after.shard_dims(dims)[self.target]
+        after = self.after.shard_dims(dims)
+        for _, j, g in self.moves:
+            local[j] = g * after[j]
         return cost.all_to_all(self.groups, prod(local), width, self.before.num_devices)
 
     def describe(self):
         order = " (groups in reverse order)" if self.reversed else ""
-        return f"all-to-all moving {self.factor} tiles from dim {self.source} to dim " \
-               f"{self.target}{order}"
+        moved = ", ".join(f"{g} tiles from dim {i} to dim {j}" for i, j, g in self.moves)
+        return f"all-to-all moving {moved}{order}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -355,17 +362,84 @@ def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     if isinstance(dst, Maximal):
         # every device then holds the data, which serves a single-device value too
         dst = Tiling.replicated(rank, num_devices)
-    best, best_sent = _cheapest(_with_earlier_permutes(dims, _variants(dims, src, dst)), dims,
-                                width)
+    best, best_sent = _cheapest(_candidates(dims, src, dst), dims, width)
     if steps:
         return _finish(shape, steps + best, width)
     padded = _padded_dims(dims, src, dst)
     if padded is not None:
-        wide, wide_sent = _cheapest(
-            _with_earlier_permutes(padded, _variants(padded, src, dst)), padded, width)
+        wide, wide_sent = _cheapest(_candidates(padded, src, dst), padded, width)
         if wide_sent < best_sent:
             return ReshardPlan(shape, tuple(wide), *wide_sent, padded)
     return ReshardPlan(shape, tuple(best), *best_sent)
+
+
+def _candidates(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
+    """Every plan from `src` to `dst` the cheapest is chosen among: the `_variants`, each also
+    with its all-to-alls merged (`_merged_all_to_alls`), and every one of those with its closing
+    permute moved earlier (`_with_earlier_permutes`)."""
+    variants = _variants(dims, src, dst)
+    variants += [merged for variant in variants
+                 if (merged := _merged_all_to_alls(variant)) is not None]
+    return _with_earlier_permutes(dims, variants)
+
+
+def _merged_all_to_alls(variant: list[Step]) -> list[Step] | None:
+    """`variant` with each run of consecutive all-to-alls on distinct dims done as one
+    all-to-all (XLA's reshard moving tiles between several pairs of dims at once: every device
+    sends each block once instead of once per pair), or None where no two merge. Two merge
+    where the devices that trade in the first all keep their place in the second's groups and
+    the other way round (`_merged`)."""
+    merged, changed = [], False
+    for step in variant:
+        last = merged[-1] if merged else None
+        both = isinstance(step, AllToAll) and isinstance(last, AllToAll)
+        one = _merged(last, step) if both else None
+        if one is None:
+            merged.append(step)
+        else:
+            merged[-1], changed = one, True
+    return merged if changed else None
+
+
+def _merged(first: AllToAll, second: AllToAll) -> AllToAll | None:
+    """`first` then `second` as one all-to-all, or None. Device D ends with the block of the
+    source dims it wants from each member m of its `second` group, which m received in `first`
+    from the members of its own group: one all-to-all does both when every member of a
+    `second` group had D's place in `first`'s groups (so m received the blocks of D's target
+    sub-tiles of `first`'s dims) and every member of a `first` group has the place in
+    `second`'s groups of the device it sent to (so the block lands in the same sub-tile of
+    `second`'s source dims). Member (a, b) of the merged group is the device in place a of a
+    `first` group and b of a `second` one."""
+    if first.reversed or second.reversed:
+        return None
+    taken = {d for i, j, _ in first.moves for d in (i, j)}
+    if any(i in taken or j in taken for i, j, _ in second.moves):
+        return None
+    n = first.before.num_devices
+    places = [_places(step.groups, n) for step in (first, second)]
+    if places[0] is None or places[1] is None:
+        return None
+    (row1, place1), (_, place2) = places
+    g1, g2 = first.groups, second.groups
+    if not ((place1[g2] == place1[g2[:, :1]]).all() and (place2[g1] == place2[g1[:, :1]]).all()):
+        return None
+    # [G2, k2, k1]: the first-groups of the members of each second-group
+    members = g1[row1[g2]]
+    groups = np.unique(members.transpose(0, 2, 1).reshape(len(g2), -1), axis=0)
+    if (np.bincount(groups.ravel(), minlength=n) != 1).any():
+        return None
+    return AllToAll(first.before, second.after, moves=first.moves + second.moves, groups=groups)
+
+
+def _places(groups: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """For each of `n` devices, its group's row in `groups` and its place in it; None unless
+    every device is in exactly one group."""
+    if groups.size != n or (np.bincount(groups.ravel(), minlength=n) != 1).any():
+        return None
+    row, place = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    row[groups] = np.arange(len(groups))[:, None]
+    place[groups] = np.arange(groups.shape[1])[None, :]
+    return row, place
 
 
 def _cheapest(variants: list[list[Step]], dims, width) -> tuple[list[Step], tuple[int, int]]:
@@ -1197,8 +1271,8 @@ def _all_to_alls(dims, state: Tiling, down: list[int], up: list[int],
                 moved = Tiling(after, rank, state.num_devices)
                 if reversed_groups:
                     moved, groups = _reversed_groups(moved, groups)
-                steps.append(AllToAll(state, moved, source=i, target=j, factor=g,
-                                      groups=groups, reversed=reversed_groups))
+                steps.append(AllToAll(state, moved, moves=((i, j, g),), groups=groups,
+                                      reversed=reversed_groups))
                 state = moved
                 down[i] //= g
                 up[j] //= g
