@@ -14,6 +14,8 @@ The op runs on equally sharded operands and produces that sharding; padding stay
 values are unspecified and never read as data). Candidates: the annotated result sharding, and
 each operand's own sharding (computing there, then resharding the result, is cheaper when most
 operands already agree). Scalar operands of a non-scalar op (`clamp`'s bounds) are replicated.
+A linear op (`LINEAR`) also runs on partial sums: every operand in the result's unreduced
+sharding or the first operand's, the result keeping it.
 """
 from __future__ import annotations
 
@@ -51,7 +53,27 @@ class ElementwiseRule(PartitionRule):
         replicated = HloSharding.replicate()
         plans = [OpPlan(tuple(replicated if s else c for s in scalar), c,
                         "elementwise operands share the result's sharding") for c in candidates]
+        if inst.opcode in LINEAR and not any(scalar):
+            plans += _partial_sum_plans(inst)
         return ctx.choose(inst, plans)
+
+
+#: ops linear in every operand: on partial sums they compute the partial sums of their result
+LINEAR = frozenset({"copy", "negate", "add", "subtract"})
+
+
+def _partial_sum_plans(inst) -> list[OpPlan]:
+    """A linear op computing on partial sums: its result's unreduced sharding, or its first
+    operand's, taken by every operand and kept by the result (a sum of partial sums needs no
+    reduction before it; each operand's partials are reduced once, after it, if at all)."""
+    plans = []
+    for partial in (inst.sharding, inst.operands[0].sharding):
+        if partial.kind == "maximal" or partial == without_partials(partial) or \
+                any(p.result == partial for p in plans):
+            continue
+        plans.append(OpPlan((partial,) * len(inst.operands), partial,
+                            "a linear op keeps its operands' partial sums"))
+    return plans
 
 
 PARTITION_RULES.add(ElementwiseRule(), targets=tuple(sorted(PLACEMENT)))
