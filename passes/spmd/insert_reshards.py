@@ -99,6 +99,7 @@ from .op_rules import (
     seen_by_users,
 )
 from .op_rules_control import boundary_shardings
+from .kernel_reversal import reverse_tiled_kernels
 from .merge_pad_slice import merge_pad_slices
 from .op_rules_data import broadcast_operand_sharding, is_splat
 from .partition_rules import rule_for
@@ -147,8 +148,9 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
     validate every sharding against its shape and `num_partitions` (ShardingError naming the
     instruction), give users outside a manual region their own `{replicated}` copy of a
     `{manual}` constant (`_replicated_constants`), merge equal pure instructions with equal
-    shardings (not those `NOT_EVERYWHERE` names), and merge each slice of a pad on a tiled dim
-    into one pad (`merge_pad_slices`)."""
+    shardings (not those `NOT_EVERYWHERE` names), merge each slice of a pad on a tiled dim
+    into one pad (`merge_pad_slices`), and give convolutions reversing a tiled kernel a
+    `reverse` of it instead (`reverse_tiled_kernels`)."""
     for inst in comp.instructions:
         sharding = inst.sharding
         if sharding is not None and (sharding.shard_group is not None or
@@ -171,6 +173,7 @@ def prepare_computation(comp: Computation, num_partitions: int) -> None:
     _replicated_constants(comp)
     eliminate_common_subexpressions(comp, annotated=NOT_EVERYWHERE)
     merge_pad_slices(comp)
+    reverse_tiled_kernels(comp)
 
 
 def _replicated_constants(comp: Computation) -> None:

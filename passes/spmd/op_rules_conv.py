@@ -79,7 +79,8 @@ class ConvDims:
     "batch" class, whose tiles must hold whole groups (`holds_whole_groups`), `windows` the
     lhs spatial dims with a non-trivial window (lhs dim -> `halo.WindowedDim`, one shard), and
     `kernel_tiled` the kernel spatial dims tiled like the input's (rhs dim -> its size, which
-    the tile count must divide).
+    the tile count must divide; None where one window covers the whole input and kernel, which
+    any tiling splits: uneven tiles are masked like uneven input features).
 
     `gradient`: the window dims whose kernel dim is tiled (the weight-gradient case, strategy 2
     strategy 2): input and kernel spatial dims are contracted like features (partial sums), and
@@ -114,7 +115,9 @@ class ConvDims:
                     (w.base_dilation * (size - 1) + 1) - w.padding_low
                 windows[d] = WindowedDim(size, 1, outputs, w.window_dilation, w.padding_low,
                                          high, w.base_dilation, w.stride)
-                kernel_tiled[rs[k]] = taps
+                whole = outputs == 1 and size == taps and \
+                    (w.padding_low, high, w.base_dilation, w.window_dilation) == (0, 0, 1, 1)
+                kernel_tiled[rs[k]] = None if whole else taps
             elif not _trivial(w):
                 windows[d] = WindowedDim(lhs.dims[d], 1, w.size, w.stride, w.padding_low,
                                          w.padding_high, w.base_dilation, w.window_dilation)
@@ -203,7 +206,8 @@ def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling
     """The output tiling of the local convolution of shards of `lhs` and `rhs` (partial sums
     over tiled input features as `unreduced`), or None when the pair cannot run locally."""
     if any(rhs.counts[d] > 1 for d in cd.rhs_whole) or \
-            any(size % rhs.counts[d] for d, size in cd.kernel_tiled.items()):
+            any(size is not None and size % rhs.counts[d]
+                for d, size in cd.kernel_tiled.items()):
         return None
     if cd.groups > 1 and not all(
             holds_whole_groups(size, cd.groups, tiles.counts[d])
