@@ -64,6 +64,65 @@ def test_a_dot_sliced_by_the_output_in_another_device_order_against_xla(user):
     compared_with_xla(_dot_module("0,4,1,2,3,5", user), 6)
 
 
+
+def _per_device(spmd, n: int) -> list[int]:
+    from gspmdc.passes.spmd.traffic import sent_per_device
+    return [int(b) for b in sent_per_device(spmd, n)]
+
+
+SQUARE = """HloModule m, num_partitions=4
+
+ENTRY e {
+  x = f32[1,4] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  ROOT d = f32[1,1] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={1},
+    sharding={devices=[2,2]<=[4]}
+}
+"""
+
+
+def test_a_dot_tie_on_the_busiest_device_takes_the_fewest_bytes_in_all():
+    """`x . x^T` annotated `[2,2]`: the rhs is read either replicated (an all-gather of x's
+    f32[1,4] row tiles over the pairs, 16 B from every device) or in the output's column tiles
+    (devices 1 and 2 hold the other tile than they need: one permute, 16 B from each of the
+    two). Both send 16 B from the busiest device (and do the same local work: one padded row
+    each); the permute sends half as many in all, XLA's program (fuzz/12800002515 on: 12/10 B
+    where XLA sends 12/8)."""
+    spmd = check_equivalent(SQUARE, 4)
+    assert [c[0] for c in collectives(spmd)] == ["collective-permute"]
+    assert _per_device(spmd, 4) == [0, 16, 16, 0]
+
+
+WHOLE_OPERAND = """HloModule m, num_partitions=4
+
+ENTRY e {
+  a = f32[4,2] parameter(0), sharding={replicated}
+  b = f32[4,2] parameter(1), sharding={replicated}
+  m = f32[4,2] minimum(a, b), sharding={devices=[4,1]<=[4]}
+  n = f32[4,2] negate(m), sharding={devices=[4,1]<=[4]}
+  w = f32[4,6,2] parameter(2), sharding={replicated}
+  d = f32[6] dot(m, w), lhs_contracting_dims={0,1}, rhs_contracting_dims={0,2},
+    sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
+  ROOT t = (f32[6], f32[4,2]) tuple(d, n),
+    sharding={{devices=[2,2]<=[4] last_tile_dim_replicate}, {devices=[4,1]<=[4]}}
+}
+"""
+
+
+def test_a_dot_reads_whole_an_operand_every_partition_computes_again_for_free():
+    """`m`, tiled on the dot's contracting dim, is a pure op of replicated parameters: every
+    partition computes it again whole for nothing, and `w`, replicated, is sliced by the
+    output's tiles of its free dim: the dot sends nothing, as XLA's program does (its
+    elementwise op of replicated operands is computed whole and sliced, and the dot reads the
+    whole value). Before, the planner priced that whole `m` as a gather, and the dot kept `m`'s
+    contracting tiles: a reduce-scatter and an all-reduce, 24 B from every device
+    (fuzz/12900000516 off: 40/36 B where XLA sends 24/21)."""
+    spmd = check_equivalent(WHOLE_OPERAND, 4)
+    assert collectives(spmd) == []
+    dots = [i for _, i in spmd.all_instructions() if i.opcode == "dot"]
+    assert [d.shape.dims for d in dots] == [(3,)]        # the output's tile, not all of it
+    assert _per_device(spmd, 4) == [0, 0, 0, 0]
+
+
 def _grouped_conv(group_attribute: str, lhs: str, rhs: str, out: str, labels: str,
                   window: str) -> str:
     return f"""HloModule m, num_partitions=2

@@ -92,6 +92,10 @@ class Signature(NamedTuple):
     #: them in) save when its result is computed replicated: each such user is then computed
     #: again whole from it for free; 0.0: none
     users_recomputed: float = 0.0
+    #: per operand of a contraction, whether it is a pure op computed again whole for free
+    #: (`recomputed_for_free`; not so in `operand_free`): free only in a plan that reads some
+    #: operand tiled, so that the contraction's own work stays split; empty: none
+    operand_split_free: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, inst: Instruction) -> "Signature":
@@ -103,8 +107,10 @@ class Signature(NamedTuple):
             shardings.append(o.sharding)
             numbers.append(ids.setdefault(id(o), len(ids)))
             free.append(recomputed_for_free(o, whole))
+        split_free = () if whole else \
+            tuple([not f and recomputed_for_free(o) for o, f in zip(inst.operands, free)])
         return cls(inst.shape, inst.sharding, tuple(shapes), tuple(shardings), tuple(numbers),
-                   tuple(free))
+                   tuple(free), operand_split_free=split_free if any(split_free) else ())
 
     def without_metadata(self) -> "Signature":
         """The same signature with metadata-free shardings (a plan made for it carries no
@@ -125,7 +131,8 @@ class Signature(NamedTuple):
                          tuple(s if s is None else s.with_metadata(())
                                for s in self.operand_sources),
                          tuple(tuple((s.with_metadata(()), share) for s, share in credit)
-                               for credit in self.operand_credit), self.users_recomputed)
+                               for credit in self.operand_credit), self.users_recomputed,
+                         self.operand_split_free)
 
 
 #: opcodes whose value on one device may differ between partitions that compute it: their
@@ -245,7 +252,8 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     reshards a value used twice the same way once), none for an operand computed again for
     free in a free target or already resharded to the sharding needed for an earlier user, or
     read whole, sliced or copied onto one device from its broadcast made for another user
-    (`operand_broadcast`); of a
+    (`operand_broadcast`), nor for a contraction's operand computed again whole for free where
+    the plan reads some operand tiled (`operand_split_free`); of a
     reshard later users pay a share of (`operand_credit`), the rest; less what the users
     save where the plan computes a replicated result (`users_recomputed`). With a
     `bound`, the sum stops once it passes the bound (no term is negative): a value above
@@ -261,6 +269,8 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     broadcast = signature.operand_broadcast or (False,) * count
     sources = signature.operand_sources or (None,) * count
     credits = signature.operand_credit or ((),) * count
+    if signature.operand_split_free and any([need.is_tiled for need in plan.operands]):
+        free = tuple([a or b for a, b in zip(free, signature.operand_split_free)])
     operands = zip(signature.operand_ids, signature.operand_shapes,
                    signature.operand_shardings, free, had, broadcast, sources, credits)
     for (_, shape, sharding, recomputed, earlier, whole, source, credit), need in \
@@ -511,7 +521,8 @@ class PlanContext:
                          signature.operand_shardings, signature.operand_ids,
                          signature.operand_free, result_needs=needs, operand_had=had,
                          operand_broadcast=broadcast, operand_sources=sources,
-                         operand_credit=credits, users_recomputed=recomputed)
+                         operand_credit=credits, users_recomputed=recomputed,
+                         operand_split_free=signature.operand_split_free)
 
     def cost(self, shape: Shape, source: HloSharding, target: HloSharding) -> float:
         """Bytes per device of resharding a value of `shape` (tuples: the sum over leaves)."""
@@ -552,7 +563,10 @@ class PlanContext:
         """Bytes all devices together send for `plan` of `inst` (as `plan_cost`, summed over
         the devices instead of the busiest one's): breaks ties between plans whose busiest
         device sends the same."""
-        signature = self.signature(inst, (plan,))
+        return self.total_for(self.signature(inst, (plan,)), plan)
+
+    def total_for(self, signature: "Signature", plan: OpPlan) -> float:
+        """`total_of` for an instruction described by its `signature`."""
         own = plan.cost * self.num_devices if plan.total is None else plan.total
         return _with_reshard_bytes(own, signature, plan, self.total)
 

@@ -11,9 +11,9 @@ or the output blocks do not cover the output evenly). XLA's grouped cases (cases
 exactly the compatible pairs whose devices form groups; no in-group ids are needed because every
 table and collective is built over global device ids.
 
-Candidate operand pairs, chosen by bytes moved (operand reshards + resharding the result,
-partial sums included — an all-reduce, or a reduce-scatter when the annotated output is tiled),
-then by local work:
+Candidate operand pairs, chosen by bytes the busiest device sends (operand reshards +
+resharding the result, partial sums included — an all-reduce, or a reduce-scatter when the
+annotated output is tiled), then by bytes all devices send, then by local work:
 
 1. the operands as they are;
 2. rhs aligned to the lhs on batch and contracting dims (replicated elsewhere, or keeping the
@@ -180,12 +180,13 @@ class DotRule(PartitionRule):
             return _local_work(dn, signature, p)
 
         if plan.reason == OUTPUT_SPLIT:
-            return ctx.choose(inst, candidates, work)
+            return ctx.choose(inst, candidates, lambda p: (ctx.total_of(inst, p), work(p)))
         shared = ctx.signature(inst, candidates, users=False)
         if not (shared.operand_had or shared.operand_credit or shared.operand_broadcast or
                 shared.operand_sources):
             return plan
-        return ctx.choose_for(shared, candidates, work)
+        return ctx.choose_for(shared, candidates,
+                              lambda p: (ctx.total_for(shared, p), work(p)))
 
     def lower(self, inst, ctx):
         # imported here: the windowed einsum builds on this module's DotDims
@@ -202,9 +203,9 @@ OUTPUT_SPLIT = "dot operands' replicas split by the output's free-dim tiles"
 def _dot_plan(dn: DotDims, signature: Signature, num_devices: int) -> OpPlan:
     """The dot's plan priced to its annotation, a function of its dims and signature alone
     (planned once per layer)."""
-    return PlanContext(num_devices).choose_for(signature,
-                                               _dot_candidates(dn, signature, num_devices),
-                                               lambda p: _local_work(dn, signature, p))
+    ctx = PlanContext(num_devices)
+    return ctx.choose_for(signature, _dot_candidates(dn, signature, num_devices),
+                          lambda p: (ctx.total_for(signature, p), _local_work(dn, signature, p)))
 
 
 @cached
