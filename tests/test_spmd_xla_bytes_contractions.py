@@ -113,14 +113,37 @@ def test_a_dot_reads_whole_an_operand_every_partition_computes_again_for_free():
     partition computes it again whole for nothing, and `w`, replicated, is sliced by the
     output's tiles of its free dim: the dot sends nothing, as XLA's program does (its
     elementwise op of replicated operands is computed whole and sliced, and the dot reads the
-    whole value). Before, the planner priced that whole `m` as a gather, and the dot kept `m`'s
-    contracting tiles: a reduce-scatter and an all-reduce, 24 B from every device
-    (fuzz/12900000516 off: 40/36 B where XLA sends 24/21)."""
+    whole value). Before, the planner priced that whole `m` as a gather for a contraction, and
+    the dot kept `m`'s contracting tiles: a reduce-scatter and an all-reduce, 24 B from every
+    device (fuzz/12900000516 off: 40/36 B where XLA sends 24/21)."""
     spmd = check_equivalent(WHOLE_OPERAND, 4)
     assert collectives(spmd) == []
     dots = [i for _, i in spmd.all_instructions() if i.opcode == "dot"]
     assert [d.shape.dims for d in dots] == [(3,)]        # the output's tile, not all of it
     assert _per_device(spmd, 4) == [0, 0, 0, 0]
+
+
+
+KERNEL_OF_A_CONSTANT = """HloModule m, num_partitions=2
+
+ENTRY e {
+  x = f64[2,9,9,1] parameter(0), sharding={replicated}
+  c = f64[] constant(0.75)
+  k = f64[9,1,4,2] broadcast(c), dimensions={}, sharding={maximal device=1}
+  ROOT y = f64[9,3,1,6] convolution(x, k), window={size=4x2 stride=1x2 pad=-1_1x0_0 lhs_dilate=1x2},
+    dim_labels=10bf_oi01->fb10, batch_group_count=3, sharding={devices=[1,1,1,2]<=[2]}
+}
+"""
+
+
+def test_a_convolution_of_a_replicated_input_and_a_kernel_broadcast_from_a_constant_runs_whole():
+    """The kernel, a broadcast of a constant placed on device 1, is computed again on every
+    partition for nothing (every partition has the constant), and the input is replicated: the
+    convolution runs whole and its result is sliced, no bytes. Pricing that broadcast as a
+    send from device 1 in the plan running whole, while a plan keeping the input tiled took it
+    free, exchanged the input's halos instead: two permutes, 288 B (fuzz/11500000727 on)."""
+    spmd = check_equivalent(KERNEL_OF_A_CONSTANT, 2)
+    assert collectives(spmd) == []
 
 
 def _grouped_conv(group_attribute: str, lhs: str, rhs: str, out: str, labels: str,

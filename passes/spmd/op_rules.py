@@ -155,8 +155,8 @@ _LEAF_OPCODES = frozenset({"constant", "iota", "broadcast", "custom-call"})
 def recomputed_for_free(value: Instruction, whole: bool = True, deep: bool = True) -> bool:
     """Whether insert-reshards computes `value` again in any sharding a user needs
     (`free_target`) instead of resharding it, moving no bytes: a constant (every partition
-    has it whole), an iota, a broadcast of a replicated value (each partition broadcasts its
-    part), or a pure array op (not a contraction) whose operands are all replicated or one of
+    has it whole), an iota, a broadcast of a replicated value or of a constant (each partition
+    broadcasts its part), or a pure array op (not a contraction) whose operands are all replicated or one of
     those (computed again whole on every partition, then sliced), or an element of such a
     tuple-shaped op (a sort's, a topk's), or a reshard node of a replicated value (the
     value it was sliced from); when `deep`, also a pure op some of whose operands are such
@@ -235,12 +235,16 @@ def _free_value(value: Instruction) -> bool:
 
 
 def _free_leaf(value: Instruction) -> bool:
-    """A constant, an iota or a broadcast of a replicated value."""
+    """A constant, an iota or a broadcast of a value every partition has: a replicated value
+    or a constant (whatever its sharding), or a reshard node of one."""
     if value.opcode in ("constant", "iota"):
         return True
     if value.opcode == "broadcast":
-        operand = value.operands[0].sharding
-        return operand is None or operand.is_replicated
+        operand = value.operands[0]
+        if is_inserted_reshard(operand):
+            operand = operand.operands[0]
+        return operand.opcode == "constant" or operand.sharding is None or \
+            operand.sharding.is_replicated
     return False
 
 
