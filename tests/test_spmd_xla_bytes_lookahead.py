@@ -317,16 +317,156 @@ def test_a_value_read_through_a_tuple_is_priced_with_the_tuples_readers():
     assert busiest_per_collective(spmd, 6) == 16 + 2 * 16
 
 
+#: fuzz/11500000652 [off], shrunk: a select moved to its annotation's column-reversed rows, an
+#: erf annotated in the rows in order, passed on by a tuple to the root, which reads it whole
+#: (the dead is-finite reads the select where it lies).
+ERF_THROUGH_A_TUPLE = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f32[2,4,4] parameter(0), sharding={devices=[1,2,1]<=[2]}
+  f = pred[] constant(false)
+  m = pred[2,4,4] broadcast(f), dimensions={}, sharding={devices=[1,2,1]0,1}
+  s = f32[2,4,4] select(m, p, p), sharding={devices=[2,1,1]1,0}
+  d = pred[2,4,4] is-finite(s)
+  e = f32[2,4,4] erf(s), sharding={devices=[2,1,1]<=[2]}
+  q = s32[3] parameter(1)
+  t = (s32[3], f32[2,4,4]) tuple(q, e)
+  g0 = s32[3] get-tuple-element(t), index=0
+  g1 = f32[2,4,4] get-tuple-element(t), index=1
+  ROOT r = (s32[3], f32[2,4,4]) tuple(g0, g1), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_a_result_passed_on_by_a_tuple_is_gathered_from_where_it_was_computed():
+    """The select runs on `p`'s column tiles and an all-to-all moves it to its rows (each
+    device sends half its 64 B shard); the erf runs on those rows, reversed against its
+    annotation, priced with the root's read through the tuple: one gather from where it was
+    computed (64 B from each device). The erf's permute to its annotation is read by the
+    tuple alone, which passes it on, so no one reads it: 96 B, where permuting first and
+    gathering after sent 160."""
+    spmd = check_equivalent(ERF_THROUGH_A_TUPLE, 2, propagate=True)
+    assert [c[0] for c in collectives(spmd)] == ["all-to-all", "all-gather"]
+    assert busiest_per_collective(spmd, 2) == 32 + 64
+
+
+#: fuzz/11600000166, shrunk: a scatter whose updates are in 2 tiles of dim 1 held 3 times,
+#: annotated in column tiles held twice, passed on by a tuple to a get-tuple-element annotated
+#: replicated, which the root reads on device 3.
+SCATTER_READ_WHOLE_THROUGH_A_TUPLE = """HloModule m, num_partitions=6
+
+min_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] minimum(a, b)
+}
+
+ENTRY e {
+  one = f32[] constant(1.0)
+  o = f32[6,6] broadcast(one), dimensions={}
+  two = s32[] constant(2)
+  i = s32[4,5,2] broadcast(two), dimensions={},
+    sharding={devices=[1,3,1,2]<=[6] last_tile_dim_replicate}
+  u = f32[2,4,5,1] parameter(0),
+    sharding={devices=[1,2,1,1,3]3,4,5,0,1,2 last_tile_dim_replicate}
+  s = f32[6,6] scatter(o, i, u), update_window_dims={0,3}, inserted_window_dims={},
+    scatter_dims_to_operand_dims={0,1}, index_vector_dim=2, to_apply=min_f32,
+    sharding={devices=[1,3,2]<=[2,3]T(1,0) last_tile_dim_replicate}
+  q = s32[3] parameter(1), sharding={replicated}
+  t = (f32[6,6], s32[3]) tuple(s, q)
+  g = f32[6,6] get-tuple-element(t), index=0, sharding={replicated}
+  h = s32[3] get-tuple-element(t), index=1
+  ROOT r = (f32[6,6], s32[3]) tuple(g, h), sharding={{maximal device=3}, {replicated}}
+}
+"""
+
+
+def test_a_get_tuple_element_annotated_otherwise_passes_its_readers_needs_on():
+    """On the updates' tiles the scatter leaves partial minima, which cost less summed into
+    the annotation (each pair's column tiles sliced, then an all-reduce of f32[6,2]: 48 B)
+    than gathering the updates (each device's f32[2,2,5,1], 80 B); but the get-tuple-element
+    gathers the annotation over each row of 3 (96 B more) for the root's device. Priced with
+    that read, the updates are gathered over each pair and the scatter runs whole, from which
+    device 3 takes its value: 80 B, where summing first sent 144."""
+    spmd = check_equivalent(SCATTER_READ_WHOLE_THROUGH_A_TUPLE, 6, propagate=True)
+    assert collectives(spmd) == [("all-gather", [[3, 0], [4, 1], [5, 2]], (1,))]
+    assert busiest_per_collective(spmd, 6) == 80
+
+
+#: fuzz/11600000087 [off], shrunk: a convolution contracting over `k`'s tiled input feature
+#: dim, its output features in 2 uneven tiles (3 into 2 + 1 padded), annotated in 2 batch by
+#: 2 feature tiles, passed on by a tuple to the root on device 2.
+CONVOLUTION_SUMS_TO_ONE_DEVICE = """HloModule m, num_partitions=4
+
+ENTRY e {
+  x = f32[2,2,2,3] parameter(0), sharding={devices=[1,2,1,1,2]<=[4] last_tile_dims={replicated}}
+  k = f32[2,2,3,3] parameter(1), sharding={devices=[2,1,1,2]<=[4]}
+  c = f32[2,2,1,3] convolution(x, k), window={size=2x2 stride=2x3 pad=2_0x0_2},
+    dim_labels=01bf_10io->0b1f, sharding={devices=[1,2,1,2]<=[4]}
+  q = s32[3] parameter(2), sharding={replicated}
+  t = (s32[3], f32[2,2,1,3]) tuple(q, c)
+  g = s32[3] get-tuple-element(t), index=0
+  h = f32[2,2,1,3] get-tuple-element(t), index=1
+  ROOT r = (s32[3], f32[2,2,1,3]) tuple(g, h), sharding={{maximal device=2}, {maximal device=2}}
+}
+"""
+
+
+def test_partial_sums_are_summed_whole_only_where_their_readers_gain_more():
+    """The convolution leaves partial sums of f32[2,2,1,2] (32 B) on each device. Summing
+    them whole (an all-reduce over each pair: 32 B) and gathering the feature tiles (32 B)
+    sends 64 B; reduce-scattering them into the annotation's batch tiles (16 B), then
+    gathering its feature tiles (16 B) and batch tiles (24 B: the uneven feature dim sliced
+    back to 3) sends 56 B, the annotation's own reshard as XLA makes it."""
+    spmd = check_equivalent(CONVOLUTION_SUMS_TO_ONE_DEVICE, 4)
+    assert [c[0] for c in collectives(spmd)] == ["reduce-scatter", "all-gather", "all-gather"]
+    assert busiest_per_collective(spmd, 4) == 16 + 16 + 24
+
+
+#: fuzz/11600000800 [on], shrunk: a select of two parameters' row tiles, broadcast and passed
+#: on by a tuple to a get-tuple-element on device 0, which the root reads whole.
+BROADCAST_ON_ONE_DEVICE = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = s32[2,7] parameter(0), sharding={devices=[2,1]<=[2]}
+  q = s32[2,7] parameter(1), sharding={devices=[2,1]<=[2]}
+  three = s32[] constant(3)
+  t3 = s32[2,7] broadcast(three), dimensions={}
+  c = pred[2,7] compare(p, t3), direction=GE, sharding={replicated}
+  s = s32[2,7] select(c, p, q)
+  b = s32[2,5,2,7] broadcast(s), dimensions={2,3}
+  t = (s32[2,5,2,7], s32[2,7]) tuple(b, p)
+  g = s32[2,5,2,7] get-tuple-element(t), index=0, sharding={maximal device=0}
+  h = s32[2,7] get-tuple-element(t), index=1
+  ROOT r = (s32[2,5,2,7], s32[2,7]) tuple(g, h), sharding={{replicated}, {devices=[2,1]<=[2]}}
+}
+"""
+
+
+def test_a_broadcast_computed_again_whole_is_credited_its_operands_gather_at_most():
+    """Computed replicated, the select gives the broadcast its operand whole (the broadcast
+    then computed again on device 0 for free), but gathers `p`, `q` and the compare (28 + 28
+    + 7 B). On its row tiles, the broadcast's move to device 0 (its 560 B result gathered,
+    280 B) is not what it costs: insert-reshards computes it again there from the select
+    gathered (28 B), which is all a replicated select saves it: 28 B."""
+    spmd = check_equivalent(BROADCAST_ON_ONE_DEVICE, 2, propagate=True)
+    assert collectives(spmd) == [("all-gather", [[0, 1]], (0,))]
+    assert busiest_per_collective(spmd, 2) == 28
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(TOPK_MIXED, 3), (SORT_OF_WHOLE, 8), (SLICE_READ_WHOLE, 4),
                                     (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4),
                                     (DOT_READ_BY_ONE_ADD, 2), (SCATTER_OF_A_DOT, 2),
                                     (SCATTER_THROUGH_A_TUPLE, 6),
-                                    (WINDOW_RESHAPED_READ_WHOLE, 4), (SLICE_ON_ONE_DEVICE, 4)],
+                                    (WINDOW_RESHAPED_READ_WHOLE, 4), (SLICE_ON_ONE_DEVICE, 4),
+                                    (SCATTER_READ_WHOLE_THROUGH_A_TUPLE, 6),
+                                    (CONVOLUTION_SUMS_TO_ONE_DEVICE, 4)],
                          ids=["topk-mixed", "sort-of-whole", "slice-read-whole", "twin-slices",
                               "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot",
                               "scatter-through-a-tuple", "window-reshaped-read-whole",
-                              "slice-on-one-device"])
+                              "slice-on-one-device", "scatter-read-whole-through-a-tuple",
+                              "convolution-sums-to-one-device"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""

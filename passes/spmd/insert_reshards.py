@@ -12,7 +12,9 @@ where that moves fewer bytes, and from the summed form of a partial result where
 that (`result_chain`: one all-reduce for all of them); a tuple of arrays read only by
 get-tuple-elements is priced with what the readers of each element read it in (an element
 nobody reads, `{unknown}` in those needs, stays as computed: `seen_by_users`), and so is a
-value a `tuple` read only so passes on (`_needs_of`). A candidate computing `h` replicated is
+value a `tuple` read only so passes on (`_needs_of`; its reshard to its annotation stays
+unread until a reader of the element reads it). The summed form is made only where the reads
+through it move fewer bytes than without it (`summed_first`). A candidate computing `h` replicated is
 priced less what the plans of the users computed again whole from it then save
 (`_users_recomputed`; docs/design/partitioning.md#users-computed-again-whole). The pass then
 
@@ -95,8 +97,8 @@ from .call_graph import control_flow_callees, unshare_callees
 from .cleanup import eliminate_common_subexpressions, live_operands
 from .op_rules import (
     NOT_EVERYWHERE, NOT_RECOMPUTED, OpPlan, PlanContext, broadcast_first, free_target,
-    maximal_for, read_as, read_from, recomputed_for_free, replicated_for, result_chain,
-    seen_by_users,
+    maximal_for, read_as, recomputed_for_free, replicated_for, result_chain, seen_by_users,
+    summed_first,
 )
 from .op_rules_control import boundary_shardings
 from .kernel_reversal import reverse_tiled_kernels
@@ -293,9 +295,9 @@ class _Rewriter:
                         self._read_by_live(inst.operands[i])
                     else:
                         self.made_for_dead.update(b.instructions[made:])
-            if self.unread:
+            if self.unread and not self._passes_on(inst):
                 for operand in inst.operands:
-                    self.unread.pop(operand, None)
+                    self.unread.pop(_element_value(operand), None)
             inst.sharding = plan.result
             b.append(inst)
             self.planned.add(inst)
@@ -328,8 +330,8 @@ class _Rewriter:
         resharded from its source when that moves fewer bytes (unless not to
         `look_through`: a result's `result_chain`), its source itself when it has
         `target`."""
-        while value.opcode == "get-tuple-element" and value.operands[0].opcode == "tuple":
-            value = value.operands[0].operands[value.attr("index")]
+        if value.opcode == "get-tuple-element" and value.operands[0].opcode == "tuple":
+            value = _element_value(value)
             look_through = True
         if is_inserted_reshard(value):
             source = value.operands[0]
@@ -530,21 +532,22 @@ class _Rewriter:
                         desired: HloSharding) -> Instruction:
         """`inst`, computed in `plan.result`, resharded to its annotation `desired` (as its
         users see it: `seen_by_users`) for them; through the summed form of a partial result
-        (`result_chain`) when some user's need reads that form (`read_from`), each user then
-        resharded from the cheapest one."""
+        (`result_chain`) when some user's need reads that form and the reads through it move
+        fewer bytes than without it (`summed_first`), each user then resharded from the
+        cheapest one."""
         reason = _result_reason(inst, plan)
         chain = result_chain(plan.result, desired)
         value = inst
         needs = [read_as(inst.shape, need, desired) for need in self.ctx.known_needs(inst)]
-        if len(chain) == 3 and any(read_from(inst.shape, chain, need, self.ctx.cost) == 1
-                                   for need in needs):
+        if summed_first(inst.shape, chain, needs, self.ctx.cost):
             value = self.reshard(inst, chain[1], inst, "result", reason)
         return self.reshard(value, desired, inst, "result", reason, look_through=False)
 
     def _read_by_one_user(self, inst: Instruction, node: Instruction) -> bool:
         """Whether `node`, the reshard of the array `inst` to its annotation, has one user, not
         planned yet, that may read `inst` itself instead (partial values included: the user
-        then sums them into what it reads; no manual values)."""
+        then sums them into what it reads; no manual values). A `tuple` that passes it on
+        (`_passes_on`) leaves it unread for the readers of its get-tuple-elements."""
         return is_inserted_reshard(node) and node.operands[0] is inst and \
             len(self.users.get(inst, ())) == 1 and inst is not self.comp.root and \
             not isinstance(inst.shape, TupleShape) and not inst.sharding.has_manual_leaf
@@ -576,28 +579,40 @@ class _Rewriter:
 
     def _needs_of(self, user: Instruction, value: Instruction) -> list[HloSharding]:
         """The shardings `user`'s plan (made ahead, one level) reads `value` in. A `tuple`
-        (not the root) that only get-tuple-elements read, each in the tuple's sharding of its
-        element, passes `value` on unchanged: its needs at a position holding `value` are
-        those of the readers of that element (their plans for it, the root's sharding where
-        it is the root), as for `_element_needs`; insert-reshards reshards each reader's
-        operand from `value`'s own nodes (a get-tuple-element of a tuple is looked through),
-        and XLA's import folds such a pair away."""
-        if user.opcode == "tuple" and user is not self.comp.root and self.users[user] and \
-                all(u.opcode == "get-tuple-element" for u in self.users[user]):
+        (not the root) that only get-tuple-elements read passes `value` on unchanged: its
+        needs at a position holding `value` are those the get-tuple-elements of that element
+        have it read in (`_element_reads`), as for `_element_needs`; insert-reshards reshards
+        each reader's operand from `value`'s own nodes (a get-tuple-element of a tuple is
+        looked through), and XLA's import folds such a pair away."""
+        if self._passes_on(user):
             positions = {i for i, o in enumerate(user.operands)
                          if self.replacement.get(o, o) is value}
             readers = [e for e in self.users[user] if e.attr("index") in positions]
-            if readers and {e.attr("index") for e in readers} == positions and \
-                    all([e.sharding == user.sharding.subsharding(user.shape, (e.attr("index"),))
-                         for e in readers]):
+            if readers and {e.attr("index") for e in readers} == positions:
                 needs = []
                 for element in readers:
-                    if element is self.comp.root:
-                        needs.append(element.sharding)
-                    for reader in self.users[element]:
-                        needs += self._needs_of_plan(reader, element)
+                    needs += self._element_reads(element)
                 return needs
         return self._needs_of_plan(user, value)
+
+    def _passes_on(self, inst: Instruction) -> bool:
+        """Whether `inst` is a `tuple` (not the root) that only get-tuple-elements read: it
+        passes its operands on unchanged (what reads them is the readers of those elements)."""
+        return inst.opcode == "tuple" and inst is not self.comp.root and \
+            bool(self.users.get(inst)) and \
+            all([u.opcode == "get-tuple-element" for u in self.users[inst]])
+
+    def _element_reads(self, element: Instruction) -> list[HloSharding]:
+        """The shardings the get-tuple-element `element` of a tuple has the element read in:
+        what its readers' plans (made ahead) read it in, and its sharding where it is the root.
+        Where its own sharding differs from the tuple's, its result is resharded to it from
+        the element's value, and each reader reshards from that node's source (the element's
+        value, looked through) where that moves fewer bytes: the readers' needs are the
+        element's."""
+        needs = [element.sharding] if element is self.comp.root else []
+        for reader in self.users[element]:
+            needs += self._needs_of(reader, element)
+        return needs
 
     def _needs_of_plan(self, user: Instruction, value: Instruction) -> list[HloSharding]:
         """The shardings `user`'s plan (made ahead, one level) reads `value` in (`needs_missed`
@@ -615,9 +630,9 @@ class _Rewriter:
     def _element_needs(self, inst: Instruction, desired: HloSharding
                        ) -> tuple[HloSharding, ...]:
         """`_result_needs` of a tuple of arrays only read by `get-tuple-element`s (a sort's, a
-        scatter's): each element is read as the plans of the readers of its
-        get-tuple-elements (in their annotations) read it, the root in its annotation; an
-        element nobody reads as `{unknown}` (any sharding: nothing reshards it). One tuple per
+        scatter's): each element is read as its get-tuple-elements have it read
+        (`_element_reads`: their readers' plans, the root's annotation); an element nobody
+        reads as `{unknown}` (any sharding: nothing reshards it). One tuple per
         k-th need of the elements (an element with fewer needs repeats its last), so that each
         need is priced once."""
         leaves = list(desired.leaf_shardings(inst.shape))
@@ -626,10 +641,7 @@ class _Rewriter:
         try:
             for element in self.users[inst]:
                 index = element.attr("index")
-                if element is self.comp.root:
-                    per_leaf[index].append(element.sharding)
-                for user in self.users[element]:
-                    per_leaf[index] += self._needs_of(user, element)
+                per_leaf[index] += self._element_reads(element)
         finally:
             self.looking_ahead = False
         per_leaf = [list(dict.fromkeys(needs)) or [HloSharding.unknown()] for needs in per_leaf]
@@ -789,8 +801,10 @@ class _Rewriter:
     def _recomputed_cost(self, user: Instruction) -> float:
         """The bytes `user`'s plan sends itself and has its result moved to where its own users
         read it in (its operands' reshards are not counted: the plans of the instruction being
-        planned price their result where `user` reads it already); 0.0 where those reads are
-        not all known and sliced from a value computed again whole (`_read_whole_by_users`)."""
+        planned price their result where `user` reads it already), or, for a `broadcast`, its
+        operand's reshards to compute it again in each of those reads where that moves fewer
+        bytes (`_recompute`); 0.0 where those reads are not all known and sliced from a value
+        computed again whole (`_read_whole_by_users`)."""
         user.operands = [self.replacement.get(o, o) for o in user.operands]
         planning, self.planning = self.planning, (user, user.sharding)
         known = self.ctx.known_needs(user)
@@ -799,7 +813,16 @@ class _Rewriter:
             if not self._read_whole_by_users(user):
                 return 0.0
             plan = self._plan(user)
-            return plan.cost + self.ctx.result_cost(user, plan)
+            cost = plan.cost + self.ctx.result_cost(user, plan)
+            needs = self.ctx.known_needs(user)
+            if user.opcode == "broadcast" and needs and cost > 0:
+                operand, devices = user.operands[0], self.ctx.num_devices
+                again = sum([self.ctx.cost(operand.shape, operand.sharding,
+                                           need if need.kind == "maximal" else
+                                           broadcast_operand_sharding(user, need, devices))
+                             for need in dict.fromkeys(needs)])
+                cost = min(cost, again)
+            return cost
         finally:
             self.crediting = False
             self.planning = planning
@@ -1109,6 +1132,14 @@ def _reads_made(sharding: HloSharding, made: HloSharding, need: HloSharding) -> 
         return True
     return sharding.kind == "maximal" and (made.is_replicated or broadcast_first(sharding, made)) \
         and free_target(need)
+
+
+def _element_value(value: Instruction) -> Instruction:
+    """`value`, or where it is a get-tuple-element of a `tuple`, that element's own value
+    (looked through again while that is one too)."""
+    while value.opcode == "get-tuple-element" and value.operands[0].opcode == "tuple":
+        value = value.operands[0].operands[value.attr("index")]
+    return value
 
 
 def _plan_key(inst: Instruction) -> tuple:

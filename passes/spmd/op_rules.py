@@ -353,23 +353,46 @@ def _result_bytes(signature: "Signature", result: HloSharding,
     annotated = seen_by_users(shape, annotated, result, signature.result_needs)
     needs = [read_as(shape, need, annotated) for need in signature.result_needs]
     chain = result_chain(result, annotated)
+    if len(chain) == 3 and not summed_first(shape, chain, needs, measure):
+        chain = chain[0], chain[2]                # the middle step is made only when it pays
+    total = _chain_bytes(shape, chain, needs, measure)
+    if len(chain) == 2 and isinstance(shape, ArrayShape) and not chain[1].is_replicated and \
+            all(need.is_replicated for need in needs) and \
+            all([s == need for s, need in zip(signature.operand_shardings, operand_needs)]):
+        total = min(total, measure(shape, result, needs[0]))
+    return total
+
+
+def _chain_bytes(shape: Shape, chain: Sequence[HloSharding], needs: Sequence[HloSharding],
+                 measure: Callable[[Shape, HloSharding, HloSharding], float]) -> float:
+    """The bytes `measure` gives for having a result in each of `needs` through the reshards of
+    `chain` (a `result_chain`, or one without its middle step): each need read from the
+    sharding `read_from` picks, or from an earlier need where that moves fewer bytes, and the
+    chain's reshards up to the last one read paid once."""
     reads = [read_from(shape, chain, need, measure) for need in needs]
     costs = [measure(shape, chain[k], need) for k, need in zip(reads, needs)]
     for i, need in enumerate(needs):
         for earlier in needs[:i]:
             if not any(leaf.has_unreduced for leaf in earlier.leaf_shardings(shape)):
                 costs[i] = min(costs[i], measure(shape, earlier, need))
-    total = sum(costs)
-    if len(chain) == 3 and 1 not in reads:
-        chain = chain[0], chain[2]                # the summed form is made only when read
-        reads = [min(k, 1) for k in reads]
     used = max(reads)
-    total += sum(measure(shape, a, b) for a, b in zip(chain[:used], chain[1:used + 1]))
-    if len(chain) == 2 and isinstance(shape, ArrayShape) and not chain[1].is_replicated and \
-            all(need.is_replicated for need in needs) and \
-            all([s == need for s, need in zip(signature.operand_shardings, operand_needs)]):
-        total = min(total, measure(shape, result, needs[0]))
-    return total
+    return sum(costs) + sum(measure(shape, a, b) for a, b in zip(chain[:used], chain[1:used + 1]))
+
+
+def summed_first(shape: Shape, chain: Sequence[HloSharding], needs: Sequence[HloSharding],
+                 measure: Callable[[Shape, HloSharding, HloSharding], float]) -> bool:
+    """Whether insert-reshards makes the middle step of a three-step `result_chain` (the
+    summed form of partial values, or the broadcast of a value on one device) for users
+    reading the result in `needs`: some need reads it (`read_from`) and the reads through it
+    move fewer bytes than without it (the partial values resharded straight to the
+    annotation, each need read from that or from them). XLA's partitioner sums partial values
+    into the annotation itself (a reduce-scatter where it is tiled); the summed form is
+    worth making only where its users' reads gain more than that costs."""
+    if len(chain) != 3 or not any(read_from(shape, chain, need, measure) == 1
+                                  for need in needs):
+        return False
+    return _chain_bytes(shape, chain, needs, measure) < \
+        _chain_bytes(shape, (chain[0], chain[2]), needs, measure)
 
 
 def seen_by_users(shape: Shape, annotated: HloSharding, result: HloSharding,
@@ -704,6 +727,6 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
 
 
 __all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "NOT_RECOMPUTED", "recomputed_for_free",
-           "result_chain", "read_from", "free_target", "OpPlan",
+           "result_chain", "read_from", "summed_first", "free_target", "OpPlan",
            "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]
