@@ -38,3 +38,26 @@ def test_the_choice_is_the_exhaustive_minimum_in_every_order():
             expected = min(range(len(order)), key=lambda i: (
                 costs[order[i].reason], tie_break(order[i]) if tie_break else 0.0, i))
             assert ctx.choose_for(SIGNATURE, order, tie_break) is order[expected]
+
+
+# an elementwise op of f32[8] on 4 devices, its operand and annotation in one row tile each
+IN_ORDER = parse_sharding("{devices=[4]<=[4]}")
+SWAPPED = parse_sharding("{devices=[4]1,0,2,3}")          # devices 0 and 1 trade tiles
+REVERSED_PAIRS = parse_sharding("{devices=[4]1,0,3,2}")   # both pairs trade tiles
+VECTOR = ArrayShape("f32", (8,))
+IN_PLACE = Signature(VECTOR, IN_ORDER, (VECTOR,), (IN_ORDER,), (0,))
+
+
+def test_a_tie_of_the_busiest_device_goes_to_fewer_bytes_in_all():
+    """Computed on a device order and permuted back, each plan's busiest device sends its
+    8 B tile twice (16 B); one pair trading tiles sends 16 B in all each way (32 B), both
+    pairs 32 B each way (64 B). Without `totals` the first of the tie is kept; with them, the
+    plan all devices together send fewer bytes with."""
+    ctx = PlanContext(4)
+    pairs = OpPlan((REVERSED_PAIRS,), REVERSED_PAIRS, "both pairs")
+    one = OpPlan((SWAPPED,), SWAPPED, "one pair")
+    assert ctx.cost_of(IN_PLACE, pairs) == ctx.cost_of(IN_PLACE, one) == 16
+    assert ctx.total_for(IN_PLACE, pairs) == 64 and ctx.total_for(IN_PLACE, one) == 32
+    assert ctx.choose_for(IN_PLACE, [pairs, one]) is pairs
+    assert ctx.choose_for(IN_PLACE, [pairs, one], totals=True) is one
+    assert ctx.choose_for(IN_PLACE, [one, pairs], totals=True) is one

@@ -598,25 +598,29 @@ class PlanContext:
         return _with_reshard_bytes(own, signature, plan, self.total)
 
     def choose(self, inst: Instruction, candidates: Sequence[OpPlan],
-               tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
-        """The candidate moving the fewest bytes (then the smallest `tie_break`, then the
-        first)."""
-        return self.choose_for(self.signature(inst, candidates), candidates, tie_break)
+               tie_break: Callable[[OpPlan], float] | None = None,
+               totals: bool = False) -> OpPlan:
+        """The candidate moving the fewest bytes (then the smallest `tie_break`, or with
+        `totals` the fewest bytes all devices together send, then the first)."""
+        return self.choose_for(self.signature(inst, candidates), candidates, tie_break, totals)
 
     def choose_for(self, signature: "Signature", candidates: Sequence[OpPlan],
-                   tie_break: Callable[[OpPlan], float] | None = None) -> OpPlan:
+                   tie_break: Callable[[OpPlan], float] | None = None,
+                   totals: bool = False) -> OpPlan:
         """`choose` for an instruction described by its `signature`. Costs are functions of
         the signature and the plans (shardings compared without metadata), so without a
-        tie-break the choice is remembered by its index, and the plan returned is always one
-        of `candidates`."""
+        tie-break (or with `totals`, the signature's too) the choice is remembered by its
+        index, and the plan returned is always one of `candidates`."""
         if tie_break is None and len(candidates) == 1:
             return candidates[0]            # nothing to compare (over half the questions)
         if tie_break is not None:
             return candidates[self._cheapest(signature, candidates, tie_break)]
-        question = (signature, tuple(candidates))
+        question = (signature, tuple(candidates), totals)
         index = self._chosen.get(question)
         if index is None:
-            index = self._chosen[question] = self._cheapest(signature, candidates, None)
+            index = self._chosen[question] = self._cheapest(
+                signature, candidates,
+                (lambda plan: self.total_for(signature, plan)) if totals else None)
         return candidates[index]
 
     def _cheapest(self, signature: "Signature", candidates: Sequence[OpPlan],
@@ -624,16 +628,21 @@ class PlanContext:
         """The index of the candidate moving the fewest bytes (`cost_of`), then the smallest
         `tie_break`, then the first. A candidate's bytes are summed only until they pass the
         fewest so far (such a candidate cannot be chosen): fewer reshards are planned."""
-        best: tuple[float, float, int] | None = None
+        best: tuple[float, int] | None = None
+        #: the best candidate's tie-break, asked only once another candidate ties with it
+        best_tie = None
         for index, plan in enumerate(candidates):
             cost = _with_reshard_bytes(plan.cost, signature, plan, self.cost,
                                        None if best is None else best[0])
-            if best is not None and cost > best[0]:
-                continue
-            key = (cost, tie_break(plan) if tie_break else 0.0, index)
-            if best is None or key < best:
-                best = key
-        return best[2]
+            if best is None or cost < best[0]:
+                best, best_tie = (cost, index), None
+            elif cost == best[0] and tie_break is not None:
+                if best_tie is None:
+                    best_tie = tie_break(candidates[best[1]])
+                tie = tie_break(plan)
+                if tie < best_tie:
+                    best, best_tie = (cost, index), tie
+        return best[1]
 
     def tiling(self, sharding: HloSharding, rank: int) -> Tiling:
         return Tiling(sharding, rank, self.num_devices)

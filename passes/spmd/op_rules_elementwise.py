@@ -13,7 +13,9 @@ operand's, both candidates here; before, they ran on a replicated operand).
 The op runs on equally sharded operands and produces that sharding; padding stays padding (its
 values are unspecified and never read as data). Candidates: the annotated result sharding, and
 each operand's own sharding (computing there, then resharding the result, is cheaper when most
-operands already agree). Scalar operands of a non-scalar op (`clamp`'s bounds) are replicated.
+operands already agree), the one moving the fewest bytes from the busiest device, then in all
+(the cost model's measure: docs/design/cost-model.md#a-programs-bytes), then the first. Scalar
+operands of a non-scalar op (`clamp`'s bounds) are replicated.
 A linear op (`LINEAR`) also runs on partial sums: every operand in the result's unreduced
 sharding or the first operand's, the result keeping it.
 """
@@ -55,7 +57,7 @@ class ElementwiseRule(PartitionRule):
                         "elementwise operands share the result's sharding") for c in candidates]
         if inst.opcode in LINEAR and not any(scalar):
             plans += _partial_sum_plans(inst)
-        return ctx.choose(inst, plans)
+        return ctx.choose(inst, plans, totals=True)
 
 
 #: ops linear in every operand: on partial sums they compute the partial sums of their result
