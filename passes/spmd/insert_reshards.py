@@ -14,8 +14,8 @@ get-tuple-elements is priced with what the readers of each element read it in (a
 nobody reads, `{unknown}` in those needs, stays as computed: `seen_by_users`), and so is a
 value a `tuple` read only so passes on (`_needs_of`; its reshard to its annotation stays
 unread until a reader of the element reads it). The summed form is made only where the reads
-through it move fewer bytes than without it (`summed_first`). A candidate computing `h` replicated is
-priced less what the plans of the users computed again whole from it then save
+through it move fewer bytes than without it (`summed_first`). A candidate computing `h`
+replicated is priced less what the plans of the users computed again whole from it then save
 (`_users_recomputed`; docs/design/partitioning.md#users-computed-again-whole). The pass then
 
 - inserts a reshard node before `h` for every operand whose sharding differs from the needed one;
