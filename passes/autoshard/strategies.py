@@ -74,7 +74,7 @@ class _Recorder(PlanContext):
     def memoized(self, key, plan: Callable[[], OpPlan]) -> OpPlan:
         return plan()
 
-    def choose(self, inst, candidates, tie_break=None) -> OpPlan:
+    def choose(self, inst, candidates, tie_break=None, totals=False) -> OpPlan:
         self.plans.extend(candidates)
         return candidates[0]
 
