@@ -2,7 +2,9 @@
 contracting block replicated over a group of devices slices that operand by the output's
 tiles (XLA's dot partitioning grouped on contracting dims) where its users read those tiles,
 and a grouped convolution whose
-group dim is tiled unevenly keeps whole groups on every tile (XLA pads the group dim). Bytes
+group dim is tiled unevenly keeps whole groups on every tile (XLA pads the group dim), and
+one whose input alone is tiled on its features gathers them rather than all-reduce a larger
+output. Bytes
 per device by hand from the cost model's formulas (`gspmdc.ir.cost`: a ring all-reduce of B
 bytes over g devices sends 2 (g-1)/g B); values against the unpartitioned program; with the
 `[xla]` extra, against XLA's own partitioned program."""
@@ -11,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.oracle import xla_available
+from gspmdc.passes.spmd.traffic import sent_per_device
 
 from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
 
@@ -197,3 +200,36 @@ def test_three_feature_groups_on_two_devices_run_in_place():
 @needs_xla
 def test_uneven_batch_groups_against_xla():
     compared_with_xla(UNEVEN_BATCH_GROUPS, 2)
+
+
+# the input's features (dim 0) tiled on pairs and its batch of three groups (dim 1) three ways;
+# the kernel's input features tiled like the input's; the output tiled on its batch (dim 1)
+FEATURE_TILED_BATCH_GROUPS = """HloModule m, num_partitions=6
+
+ENTRY e {
+  x = f32[2,9] parameter(0), sharding={devices=[2,3]<=[2,3]T(1,0)}
+  c = f32[] constant(0.5)
+  k = f32[9,2] broadcast(c), dimensions={}, sharding={devices=[1,2,3]0,1,3,2,4,5 last_tile_dim_replicate}
+  y = f32[9,3] convolution(x, k), dim_labels=fb_oi->fb, batch_group_count=3, sharding={devices=[1,3,2]0,4,2,3,1,5 last_tile_dim_replicate}
+  ROOT n = f32[9,3] negate(y), sharding={devices=[1,3,2]0,4,2,3,1,5 last_tile_dim_replicate}
+}
+"""
+
+
+def test_an_input_tiled_on_its_features_alone_gathers_them_instead_of_summing_the_output():
+    """Each device holds one of two feature blocks of its group's batch block, `f32[1,3]`.
+    Gathering the features within each pair ({0,4}, {3,2}, {1,5}: 12 B per device) gives
+    whole input features: the local convolution of a batch group with the kernel's matching
+    output features (sliced for free from the broadcast) has no partial sums, and its
+    `f32[3,3]` tile moves from the output features to the output batch by one all-to-all
+    over three devices, 2/3 * 36 = 24 B: 36 B per device (XLA's program; fuzz/12900002531
+    on). Before: the kernel sliced by features and the `f32[3,3]` partial sums all-reduced
+    over the pairs, 2 (2-1)/2 * 36 = 36 B, then the all-to-all: 60 B."""
+    spmd = check_equivalent(FEATURE_TILED_BATCH_GROUPS, 6)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-to-all"]
+    assert sent_per_device(spmd, 6).tolist() == [36] * 6
+
+
+@needs_xla
+def test_an_input_tiled_on_its_features_alone_against_xla():
+    compared_with_xla(FEATURE_TILED_BATCH_GROUPS, 6)

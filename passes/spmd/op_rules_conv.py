@@ -41,8 +41,10 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   that dim as a dot's contracting dim).
 
 Candidates: the operands as they are, one operand aligned to the other on batch/contracting dims,
-both derived from the output's tiling, everything replicated — each also with its windowed dims
-gathered instead of exchanged. The fewest bytes moved by the busiest device wins (operand
+both derived from the output's tiling, everything replicated, one operand's contracting tiles
+gathered with the other aligned on the batch/group dims (whole input features, no partial
+sums: `op_rules_dot.gathered_contracting_pairs`) — each also with its windowed dims gathered
+instead of exchanged. The fewest bytes moved by the busiest device wins (operand
 reshards, the result's reshard, halo bytes), then the fewest moved by all devices together (a
 halo only some shards read, as a strided window reading padding: XLA's one-directional
 exchange), then the fewest halo bytes (one gather beats several permutes), then the least local
@@ -66,7 +68,8 @@ from .halo import (
     windowed_input,
 )
 from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
-from .op_rules_dot import DotDims, _inverse, aligned_operand_pairs, dot_result
+from .op_rules_dot import DotDims, _inverse, aligned_operand_pairs, dot_result, \
+    gathered_contracting_pairs
 from .tiling import Tiling, cdiv, remap
 
 
@@ -333,6 +336,11 @@ def _pairs(inst: Instruction, cd: ConvDims, ctx: PlanContext, target: HloShardin
                   "convolution operands follow the output's tiling"))
     pairs.append((Tiling.replicated(lr, ctx.num_devices), Tiling.replicated(rr, ctx.num_devices),
                   "convolution runs replicated"))
+    gathered = gathered_contracting_pairs(
+        None if lhs is None else lhs.sharding, None if rt is None else rt.sharding, cd.dot, lr, rr,
+        ("input gathers its feature tiles, kernel aligned on batch/group dims",
+         "kernel gathers its feature tiles, input aligned on group dims"))
+    pairs += [(ctx.tiling(a, lr), ctx.tiling(b, rr), reason) for a, b, reason in gathered]
     windowed = [d for d in cd.windows if d not in cd.dot.lhs_contracting]
     result = []
     for a, b, reason in pairs:

@@ -287,6 +287,34 @@ def aligned_operand_pairs(lhs: HloSharding | None, rhs: HloSharding | None, dn: 
     return found
 
 
+def gathered_contracting_pairs(lhs: HloSharding | None, rhs: HloSharding | None, dn: DotDims,
+                               lhs_rank: int, rhs_rank: int, reasons: tuple[str, str]
+                               ) -> list[tuple[HloSharding, HloSharding, str]]:
+    """Candidate (lhs, rhs, reason) operand shardings in which one operand keeps its batch and
+    free tiling but gathers its tiled contracting dims, and the other is aligned to it on the
+    batch dims (replicated elsewhere): the local dot then has whole contracting dims and no
+    partial sums. This is XLA's choice when an operand is contracting-partitioned alone: it
+    gathers that operand rather than slicing its partner and all-reducing a result larger
+    than the gathered operand (within each group of devices sharing a batch block). The
+    convolution rule asks it of its dims in the dot's terms, where a batch-grouped
+    convolution's output tiling does not lead back to the input's batch tiles. First the lhs
+    kept (`reasons[0]`), then the rhs (`reasons[1]`); an operand given as None, or without
+    tiled contracting dims, proposes nothing."""
+    found = []
+    for side, (own, contracting, rank) in enumerate(
+            ((lhs, dn.lhs_contracting, lhs_rank), (rhs, dn.rhs_contracting, rhs_rank))):
+        if own is None or not own.is_tiled or \
+                not any(own.tile_counts[d] > 1 for d in contracting):
+            continue
+        gathered = sharding_algebra.partially_replicate_on_dims(own, contracting)
+        mapping, other_rank = (dn.lhs_to_rhs(lhs_rank), rhs_rank) if side == 0 \
+            else (dn.rhs_to_lhs(rhs_rank), lhs_rank)
+        partner = remap(gathered, mapping, other_rank)
+        found.append((gathered, partner, reasons[0]) if side == 0
+                     else (partner, gathered, reasons[1]))
+    return found
+
+
 def output_split_pairs(pairs: list[tuple[HloSharding, HloSharding, str]],
                        out: Tiling, dn: DotDims, lhs_rank: int, rhs_rank: int,
                        num_devices: int, reason: str
@@ -409,4 +437,4 @@ def _local_work(dn: DotDims, signature: Signature, plan: OpPlan) -> float:
     return float(prod(out.dims) * size)
 
 
-__all__ = ["DotDims", "dot_result", "DotRule"]
+__all__ = ["DotDims", "dot_result", "DotRule", "gathered_contracting_pairs"]
