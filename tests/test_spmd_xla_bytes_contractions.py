@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.oracle import xla_available
 from gspmdc.passes.spmd.traffic import sent_per_device
+
+from conformance.oracle import xla_available
 
 from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla, sent_bytes
 

@@ -454,6 +454,52 @@ def test_a_broadcast_computed_again_whole_is_credited_its_operands_gather_at_mos
     assert busiest_per_collective(spmd, 2) == 28
 
 
+DOT_OF_A_GATHERED_OPERAND = """HloModule m, num_partitions=2
+
+ENTRY e {
+  x = f32[4,6] parameter(0), sharding={devices=[1,2]<=[2]}
+  c = f32[] constant(0.75)
+  d = f32[4,6] dot(x, c), lhs_contracting_dims={}, rhs_contracting_dims={}, sharding={replicated}
+  ROOT t = (f32[4,6], f32[4,6]) tuple(d, x), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_a_dot_reads_the_gather_of_its_operand_another_user_makes():
+    """The dot (a scaling: no contracting dims) and the tuple both want `x` whole. Run on
+    `x`'s column tiles the dot's result would be gathered (48 B a device) besides `x`'s own
+    gather for the tuple (48 B); the dot priced with the gather the tuple makes anyway reads
+    it instead: one all-gather, 4*3*4 = 48 B a device (XLA's reshard cache;
+    fuzz/12900002150 off: 920 B before, 472 after, XLA 472; the dot plan's shared reshards)."""
+    spmd = check_equivalent(DOT_OF_A_GATHERED_OPERAND, 2)
+    assert collectives(spmd) == [("all-gather", [[0, 1]], (1,))]
+    assert busiest_per_collective(spmd, 2) == 48
+
+
+DOT_OF_A_MOVED_OPERAND = """HloModule m, num_partitions=2
+
+ENTRY e {
+  x = f32[12,16] parameter(0), sharding={devices=[1,2]<=[2]}
+  a = f32[12,16] abs(x), sharding={devices=[2,1]<=[2]}
+  w = f32[16,2] parameter(1), sharding={replicated}
+  d = f32[12,2] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1]<=[2]}
+  ROOT t = (f32[12,2], f32[12,16]) tuple(d, a), sharding={{devices=[2,1]<=[2]}, {devices=[2,1]<=[2]}}
+}
+"""
+
+
+def test_a_dot_reads_its_operand_as_moved_for_another_user():
+    """`x` is tiled on the dot's contracting dim; `abs` wants it row-tiled, an all-to-all
+    (each device sends half its `f32[12,8]`, 192 B). Alone, the dot would rather keep `x`
+    and reduce-scatter its `f32[12,2]` partial sums (48 B) than move `x` (192 B); priced with
+    the row-tiled `x` made for `abs` anyway, it reads that instead and needs nothing more:
+    192 B a device, not 240 (XLA's reshard cache; fuzz/12900001247 off: 1752 B before, 1512
+    after, XLA 1512)."""
+    spmd = check_equivalent(DOT_OF_A_MOVED_OPERAND, 2)
+    assert collectives(spmd) == [("all-to-all", [[0, 1]], (0,))]
+    assert busiest_per_collective(spmd, 2) == 192
+
+
 @needs_xla
 @pytest.mark.parametrize("text,n", [(TOPK_MIXED, 3), (SORT_OF_WHOLE, 8), (SLICE_READ_WHOLE, 4),
                                     (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4),
@@ -461,12 +507,14 @@ def test_a_broadcast_computed_again_whole_is_credited_its_operands_gather_at_mos
                                     (SCATTER_THROUGH_A_TUPLE, 6),
                                     (WINDOW_RESHAPED_READ_WHOLE, 4), (SLICE_ON_ONE_DEVICE, 4),
                                     (SCATTER_READ_WHOLE_THROUGH_A_TUPLE, 6),
-                                    (CONVOLUTION_SUMS_TO_ONE_DEVICE, 4)],
+                                    (CONVOLUTION_SUMS_TO_ONE_DEVICE, 4),
+                                    (DOT_OF_A_GATHERED_OPERAND, 2), (DOT_OF_A_MOVED_OPERAND, 2)],
                          ids=["topk-mixed", "sort-of-whole", "slice-read-whole", "twin-slices",
                               "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot",
                               "scatter-through-a-tuple", "window-reshaped-read-whole",
                               "slice-on-one-device", "scatter-read-whole-through-a-tuple",
-                              "convolution-sums-to-one-device"])
+                              "convolution-sums-to-one-device", "dot-of-a-gathered-operand",
+                              "dot-of-a-moved-operand"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""
