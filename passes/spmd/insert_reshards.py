@@ -652,13 +652,18 @@ class _Rewriter:
         """The shardings `value` was already resharded to for earlier users, and, where the
         plans asked about (`needs`: theirs for `value`) reshard it otherwise, those its later
         users' plans read it in (`_wanted`): shared nodes, so a plan of the instruction being
-        planned needing one of them moves no more bytes for it than is moved anyway."""
+        planned needing one of them moves no more bytes for it than is moved anyway. While a
+        later user is priced with `value`'s replicated reshard assumed made (`_saved`), every
+        array sharding the plans ask about is had too: sliced or copied from that node."""
         earlier = frozenset(self.resharded_to.get(id(value), ()))
         if self.made_for_dead:
             earlier = frozenset([held for held in earlier
                                  if self._unpaid(self.cache[(id(value), held)]) == 0])
         if self.assumed is not None and self.assumed[0] is value:
             earlier |= {self.assumed[1]}
+            if self.assumed[1].is_replicated and free_target(value.sharding) and \
+                    not isinstance(value.shape, TupleShape):
+                earlier |= {need for need in needs if free_target(need)}
         if len(self.users.get(value, ())) < 2:
             return earlier
         sharding = value.sharding
@@ -1124,11 +1129,12 @@ class _Rewriter:
 
 def _reads_made(sharding: HloSharding, made: HloSharding, need: HloSharding) -> bool:
     """Whether a plan reading a value held in `sharding` in `need` reads it from its reshard
-    to `made` without communication: the same sharding, or, for a value on one device whose
+    to `made` without communication: the same sharding, a copy onto one device of a replicated
+    node, or, for a value on one device whose
     reshard to `made` is its broadcast or goes through it (`broadcast_first`), any array
     sharding taken from that broadcast (`free_target`: itself, a tiling sliced from it, a copy
     onto another device)."""
-    if need == made:
+    if need == made or (made.is_replicated and need.kind == "maximal"):
         return True
     return sharding.kind == "maximal" and (made.is_replicated or broadcast_first(sharding, made)) \
         and free_target(need)
