@@ -187,6 +187,18 @@ def test_forcing_by_origin_forces_every_copy_xlas_import_made():
     assert forced_by_origin(IMPORTED, (("outer_true", "c", 1),)) is None
 
 
+def test_forcing_by_origin_refuses_a_conditional_the_import_folded():
+    # XLA's import folds a conditional on a constant selector into the branch it takes and may
+    # leave a dead copy of the conditional: forcing the copy would change nothing the module
+    # computes, so the forced module would be compared with the wrong branch's reference
+    folded = IMPORTED.replace("ROOT r.1 = f32[4] add(o.1, o.2)",
+                              "ROOT r.1 = f32[4] sine(x.1)\n  d.1 = f32[4] add(o.1, o.2)")
+    outer_true = branch_variants(NESTED)[3]
+    assert forced_by_origin(folded, outer_true.forcings[:1]) is None
+    one_used = IMPORTED.replace("ROOT r.1 = f32[4] add(o.1, o.2)", "ROOT r.1 = f32[4] sine(o.1)")
+    assert forced_by_origin(one_used, outer_true.forcings[:1]) is not None
+
+
 def _propagated_shardings(text: str, case) -> dict:
     from gspmdc.passes.pass_manager import PassContext, run_pipeline
     from gspmdc.passes.propagation import ShardingPropagation

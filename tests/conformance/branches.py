@@ -140,17 +140,33 @@ def forced_by_origin(text: str, forcings, name: str = "<branches>") -> str | Non
     renames instructions and computations but keeps a source instruction's name as its metadata
     op_name, and inlines calls, so one conditional may appear once per call site), with every
     conditional whose op_name is one of the forced conditionals' names forced alike; None when
-    one of them is not there."""
+    one of them is not there or no copy of it is used (the import may fold a conditional on a
+    constant selector into the branch it takes, leaving a dead copy behind: forcing that copy
+    would change nothing the module computes)."""
     module = api.parse(text, name, verify=False)
     for _, conditional, branch in forcings:
         found = [(comp.name, inst.name) for comp, inst in module.all_instructions()
                  if inst.opcode == "conditional" and
                  (inst.attr("metadata") or {}).get("op_name") == conditional]
-        if not found:
+        if not any(_used(module.computation(comp), inst) for comp, inst in found):
             return None
         for comp, inst in found:
             force(module, comp, inst, branch)
     return api.to_text(module)
+
+
+def _used(computation: Computation, name: str) -> bool:
+    """Whether instruction `name` reaches `computation`'s root through its users."""
+    users = computation.users()
+    seen, todo = set(), [computation.instruction(name)]
+    while todo:
+        inst = todo.pop()
+        if inst is computation.root:
+            return True
+        if inst.name not in seen:
+            seen.add(inst.name)
+            todo.extend(users[inst])
+    return False
 
 
 def branch_variants(text: str, name: str = "<branches>") -> list[BranchVariant]:

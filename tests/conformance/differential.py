@@ -448,7 +448,8 @@ def _branch_values(variant: BranchVariant, xla: XlaAnswer, imported: str, prepar
     before = xla.before if xla.before is not None else \
         forced_by_origin(imported, variant.forcings, case.name)
     if before is None:
-        return BranchValues(variant.label, f"not run: XLA rejected it: {xla.error}")
+        return BranchValues(variant.label, f"not run: XLA rejected it ({xla.error}) and its "
+                            "import of the case lacks the conditional or folded it")
     try:
         _, spmd = _gspmdc_compile(before, case)
     except Exception as e:  # noqa: BLE001 - an error here is a finding about this branch
