@@ -9,7 +9,8 @@ shardings under names unique in the caller; callee parameters become the call's 
 call itself carries a sharding, the inlined result takes it, its Shardy sharding too (a `copy`
 carries it when the result is an operand of the call or already has a different sharding).
 Calls marked `frontend_attributes={inlineable="false"}` stay. Computations no longer reachable
-from the entry are removed.
+from the entry are removed. A computation without calls (nor asynchronous ones) is left as it is:
+its instructions and their operand lists are not rebuilt.
 """
 from __future__ import annotations
 
@@ -34,9 +35,12 @@ class InlineCalls(ModulePass):
 
     def apply(self, ctx: PassContext, module: Module) -> Module:
         for comp in partitioned_computations(module):
-            _synchronous_calls(comp)
-            while any(_inlineable(i) for i in comp.instructions):
-                _inline_once(module, comp)
+            opcodes = {inst.opcode for inst in comp.instructions}
+            if "call-start" in opcodes:
+                _synchronous_calls(comp)
+            if opcodes & {"call", "call-start"}:
+                while any(_inlineable(i) for i in comp.instructions):
+                    _inline_once(module, comp)
         _drop_unreachable(module)
         return module
 
