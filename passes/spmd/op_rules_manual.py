@@ -19,8 +19,9 @@ shape is the shard shape of its data dims.
 - Inside a fully manual region the ops whose meaning depends on the partition (`partition-id`,
   collectives written by the user) run unchanged: their partition ids are the global ones.
 - Inside a partially manual region every manual group partitions its own value
-  (`manual_groups.py`): an elementwise op runs on operands tiled like it; any other pure op runs
-  on each group's whole operands (gathered inside the group) and its result is sliced to its
+  (`manual_groups.py`): an elementwise op runs on operands tiled like it; a `reduce` is
+  partitioned like an ordinary reduce inside each group (`manual_reduce.py`); any other pure op
+  runs on each group's whole operands (gathered inside the group) and its result is sliced to its
   annotated tiling; a `Sharding` annotation (or a reshard insert-reshards adds) reshards inside
   every group, by the plan of the auto-equivalent shardings, and is refused (UnsupportedError)
   when that plan would need a collective across groups. Collectives written by the user run as
@@ -49,6 +50,7 @@ from .manual_groups import (
 from .op_rules import (
     LowerContext, OpPlan, PartitionRule, clone, has_manual_leaf, replicated_for,
 )
+from .manual_reduce import lower_reduce, reduce_plans
 from .op_rules_data import lower_reshard
 from .reshard_nodes import is_reshard
 
@@ -85,12 +87,18 @@ class ManualRule(PartitionRule):
             return OpPlan(tuple(_like(o, sharding) for o in inst.operands), sharding,
                           "partially manual region: elementwise on equally tiled operands")
         leaf = inst.sharding.leaf_shardings(inst.shape)[0]
-        return OpPlan(tuple(whole_in_groups(leaf, o.shape) if has_manual_leaf(o.sharding) else
-                            replicated_for(o.shape) for o in inst.operands),
-                      whole_in_groups(leaf, inst.shape),
-                      "partially manual region: the op runs on each manual group's whole operands")
+        whole = OpPlan(tuple(whole_in_groups(leaf, o.shape) if has_manual_leaf(o.sharding) else
+                             replicated_for(o.shape) for o in inst.operands),
+                       whole_in_groups(leaf, inst.shape),
+                       "partially manual region: the op runs on each manual group's whole "
+                       "operands")
+        if inst.opcode == "reduce":
+            return reduce_plans(inst, ctx, whole)
+        return whole
 
     def lower(self, inst, ctx):
+        if inst.opcode == "reduce":
+            return lower_reduce(inst, ctx)
         if not is_reshard(inst):
             return clone(inst, ctx)
         operand = inst.operands[0]

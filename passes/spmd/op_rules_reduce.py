@@ -98,20 +98,28 @@ class ReduceRule(PartitionRule):
             tiled = [d for d in dims if tiling.counts[d] > 1]
         if not tiled:
             return clone(inst, ctx)
-        b = ctx.builder
-        partial = clone(inst, ctx)
-        partial.name = b.names(f"{inst.name}.partial")
         groups = algebra.partial_groups(algebra.unreduce_on_dims(tiling.sharding, tiled),
                                         tiling.rank, tiling.num_devices)
-        gathered = []
-        for i, leaf in enumerate(partial.shape.elements):
-            element = b.add("get-tuple-element", leaf, [partial], {"index": i})
-            element = b.reshape(element, (1,) + leaf.dims)
-            gathered.append(b.all_gather(element, 0, groups, ctx.channels()))
-        inits = ctx.operands(inst)[count:]
-        return b.append(Instruction(inst.name, "reduce", partial.shape, gathered + inits,
-                                    {**inst.attrs, "dimensions": (0,)},
-                                    sharding=inst.sharding))
+        return combine_partials(inst, ctx, groups)
 
 
-__all__ = ["ReduceRule"]
+def combine_partials(inst: Instruction, ctx: LowerContext, groups) -> Instruction:
+    """A variadic reduce's local reduce, its partial results combined over the rows of
+    `groups` (the devices holding the other tiles of its reduced dims, in tile order): each
+    partial leaf gets a new leading dim of 1, is all-gathered along it, and a second reduce over
+    that dim with the same computation and init values gives `inst`'s local result."""
+    count = len(inst.operands) // 2
+    b = ctx.builder
+    partial = clone(inst, ctx)
+    partial.name = b.names(f"{inst.name}.partial")
+    gathered = []
+    for i, leaf in enumerate(partial.shape.elements):
+        element = b.add("get-tuple-element", leaf, [partial], {"index": i})
+        element = b.reshape(element, (1,) + leaf.dims)
+        gathered.append(b.all_gather(element, 0, groups, ctx.channels()))
+    inits = ctx.operands(inst)[count:]
+    return b.append(Instruction(inst.name, "reduce", partial.shape, gathered + inits,
+                                {**inst.attrs, "dimensions": (0,)}, sharding=inst.sharding))
+
+
+__all__ = ["ReduceRule", "combine_partials"]
