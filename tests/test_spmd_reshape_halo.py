@@ -65,6 +65,13 @@ CASES = [
      "{devices=[2,4,1]<=[2,4]T(1,0)}"),
     (8, (3, 9, 2), (3, 3, 3, 2), "{devices=[2,2,1,2]<=[8] last_tile_dim_replicate}",
      "{devices=[2,2,1,1,2]<=[8] last_tile_dim_replicate}"),
+    # devices grouped on dims the reshape splits or merges whose tiling survives on the major
+    # part (the operand's tiling propagated through the reshape), on either side of the
+    # unevenly split or merged dim
+    (8, (4, 10, 6), (2, 2, 2, 5, 6), "{devices=[2,4,1]<=[8]}", "{devices=[2,1,4,1,1]<=[8]}"),
+    (8, (2, 2, 7, 7, 3), (4, 49, 3), "{devices=[2,1,4,1,1]<=[8]}", "{devices=[2,4,1]<=[8]}"),
+    (16, (4, 14, 6), (2, 2, 2, 7, 2, 3), "{devices=[2,4,2]<=[16]}",
+     "{devices=[2,1,4,1,2,1]<=[16]}"),
 ]
 
 
@@ -115,6 +122,18 @@ def test_merge_sends_each_shard_its_first_positions_from_the_left():
     assert (halo.split, halo.dim, halo.merged, halo.cost) == (False, 0, (14, 8), 96)
 
 
+def test_devices_group_on_a_split_dim_whose_tiling_survives():
+    """f32[4,10,6] [2,4,1] to f32[2,2,2,5,6] [2,1,4,1,1] on 8 devices: dim 0 splits into (2,2)
+    keeping its 2 tiles on the major part, so the devices group on it (2 groups of 4) and each
+    group splits its f32[2,10,6] as f32[10,4] to f32[2,5,4] above, rows of 2·6 floats (48 B):
+    the busiest device sends 3 rows, 144 B, where gathering dim 1 sent 3 shards of 3 rows,
+    432."""
+    halo = plan_reshape_halo(ArrayShape("f32", (4, 10, 6)), ArrayShape("f32", (2, 2, 2, 5, 6)),
+                             parse_sharding("{devices=[2,4,1]<=[8]}"),
+                             parse_sharding("{devices=[2,1,4,1,1]<=[8]}"), 8)
+    assert (halo.split, halo.dim, halo.cost) == (True, 1, 144)
+
+
 @pytest.mark.parametrize("source,target,a,b", [
     ((10, 4), (4, 10), "{devices=[4,1]<=[4]}", "{devices=[4,1]<=[4]}"),       # 10 vs 4
     ((2, 5, 3), (5, 2, 3), "{devices=[1,4,1]<=[4]}", "{devices=[4,1,1]<=[4]}"),  # majors 2, 1
@@ -130,7 +149,7 @@ def test_no_halo_plan_outside_xlas_conditions(source, target, a, b):
 
 
 @needs_xla
-@pytest.mark.parametrize("n,source,target,a,b", CASES[:3] + CASES[9:11])
+@pytest.mark.parametrize("n,source,target,a,b", CASES[:3] + CASES[9:11] + CASES[-3:])
 def test_no_more_bytes_than_xla(n, source, target, a, b):
     result = compared_with_xla(reshape_module(n, source, target, a, b), n)
     assert result.our_busiest <= result.xla_busiest

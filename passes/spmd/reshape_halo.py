@@ -16,10 +16,11 @@ its replication). Shards are `a = cdiv(A, c)` and `s = cdiv(B, c)`:
   `[a·m·o, a·m·(o+1))` of dim `j` (a run of `a·m` of the `a·m·c` padded positions); a halo
   exchange on dim `j` (window 1, cut to `B` positions) gives each shard its `s`.
 
-Dims the reshape keeps whole (equal sizes, equal products before them) that both sides tile
-alike group the devices, as XLA's recursion does: each group runs the above on the shapes with
-those dims at their shard sizes (the products before `i` and `j` taken so), exchanging along
-`i` or `j` within the group.
+Dims whose tiling survives the reshape group the devices, as XLA's recursion does: the
+operand's tiling propagated through the reshape, and back, pairs operand and result dims (kept
+whole, or split or merged with the tiles on the major part) that the result tiles alike; each
+group runs the above on the shapes with those dims at their shard sizes (the products before
+`i` and `j` taken so), exchanging along `i` or `j` within the group.
 
 Only positions of real data travel (`WindowedDim.outputs`): positions at or past `A` (split) or
 `B` (merge) are padding of the result too, left as they are. The plan is a candidate of the
@@ -66,11 +67,26 @@ def _tiling(s: HloSharding, rank: int, n: int) -> Tiling | None:
     return tiling if tiling.unreduced == 1 else None
 
 
-def _kept(source: tuple[int, ...], target: tuple[int, ...]) -> dict[int, int]:
-    """The source dims the reshape keeps whole as one target dim (equal sizes, equal products
-    of the dims before them): source dim -> target dim."""
-    return {d: e for d in range(len(source)) for e in range(len(target))
-            if source[d] == target[e] and math.prod(source[:d]) == math.prod(target[:e])}
+def _grouped(in_shape: ArrayShape, out_shape: ArrayShape, source: HloSharding,
+             src: Tiling, dst: Tiling) -> dict[int, int] | None:
+    """The dims whose tiling survives the reshape, operand dim -> result dim (XLA's recursion:
+    the tiled dims of the operand's sharding propagated through the reshape, and of that
+    propagated back to the operand), paired in order; None unless they pair one to one and the
+    result tiles each like the propagated sharding (XLA then groups on the result's sharding
+    itself)."""
+    through = sharding_algebra.propagate_through_reshape(source, in_shape.dims, out_shape.dims)
+    if not through.is_tiled:
+        return {}
+    back = sharding_algebra.reshape_sharding(through, out_shape.dims, in_shape.dims)
+    if back is None or not back.is_tiled:
+        return {}
+    ins = [d for d, c in enumerate(back.tile_counts_for_rank(in_shape.rank)) if c > 1]
+    outs = [e for e, c in enumerate(through.tile_counts_for_rank(out_shape.rank)) if c > 1]
+    if len(ins) != len(outs) or any(src.counts[d] != dst.counts[e] or
+                                    dst.counts[e] != through.tile_counts[e]
+                                    for d, e in zip(ins, outs)):
+        return None
+    return dict(zip(ins, outs))
 
 
 @sharding_algebra.cached
@@ -78,16 +94,16 @@ def plan_reshape_halo(in_shape: ArrayShape, out_shape: ArrayShape, source: HloSh
                       target: HloSharding, n: int) -> ReshapeHalo | None:
     """The split or merge of the module docstring for reshaping an operand sharded `source` to
     a result sharded `target` on `n` devices, or None where XLA's conditions do not hold.
-    Dims the reshape keeps whole and both tile alike group the devices (XLA's recursion on the
-    dims `PropagateShardingThroughReshape` keeps): within a group, read with those dims at
+    Dims whose tiling survives the reshape group the devices (`_grouped`: XLA's recursion on
+    the dims `PropagateShardingThroughReshape` keeps): within a group, read with those dims at
     their shard sizes, both are tiled on one dim alone the same number of ways, with equal
     products of the dims before them, and one size a multiple of the other."""
     src, dst = _tiling(source, in_shape.rank, n), _tiling(target, out_shape.rank, n)
     if src is None or dst is None:
         return None
-    kept = _kept(in_shape.dims, out_shape.dims)
-    grouped = {d: e for d, e in kept.items() if src.counts[d] > 1 and
-               src.counts[d] == dst.counts[e]}
+    grouped = _grouped(in_shape, out_shape, source, src, dst)
+    if grouped is None:
+        return None
     rest_in = [d for d, c in enumerate(src.counts) if c > 1 and d not in grouped]
     rest_out = [e for e, c in enumerate(dst.counts) if c > 1 and e not in grouped.values()]
     if len(rest_in) != 1 or len(rest_out) != 1:
