@@ -30,7 +30,8 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   convolution with that dim's padding and lhs dilation removed;
 - kernel spatial dims tiled like the input's (the weight-gradient case, strategy 2; not
   with window reversal): the spatial dims are contracted like features — each partition holds
-  kernel taps `[R*i, R*(i+1))` (the tile count must divide the kernel size), receives the input
+  kernel taps `[R*i, R*(i+1))` (`R = ceil(taps / tiles)`: an uneven kernel's padded taps are
+  masked to 0 like uneven input features, as XLA's partitioner does), receives the input
   window those taps read by the same halo exchange (a window of the output's size sliding by
   the window dilation per tap) and convolves it with its taps into a partial sum of the whole
   output; the result's reshard adds the partial sums. Other kernel spatial tilings are gathered.
@@ -81,9 +82,8 @@ class ConvDims:
     the group count (1: none) and `group_sizes` the sizes of the lhs and rhs dims of the
     "batch" class, whose tiles must hold whole groups (`holds_whole_groups`), `windows` the
     lhs spatial dims with a non-trivial window (lhs dim -> `halo.WindowedDim`, one shard), and
-    `kernel_tiled` the kernel spatial dims tiled like the input's (rhs dim -> its size, which
-    the tile count must divide; None where one window covers the whole input and kernel, which
-    any tiling splits: uneven tiles are masked like uneven input features).
+    `kernel_tiled` the kernel spatial dims tiled like the input's (any number of ways: uneven
+    tiles are masked like uneven input features, so the last shard's padded taps add 0).
 
     `gradient`: the window dims whose kernel dim is tiled (the weight-gradient case, strategy 2
     strategy 2): input and kernel spatial dims are contracted like features (partial sums), and
@@ -97,7 +97,7 @@ class ConvDims:
     groups: int
     group_sizes: tuple[int, int]
     windows: dict
-    kernel_tiled: dict
+    kernel_tiled: frozenset
 
     @classmethod
     def of(cls, inst: Instruction, gradient: frozenset = frozenset()) -> "ConvDims":
@@ -109,7 +109,7 @@ class ConvDims:
         ri, ro, rs = labels.rhs_input_feature, labels.rhs_output_feature, labels.rhs_spatial
         ob, of, os_ = labels.out_batch, labels.out_feature, labels.out_spatial
         lhs, rhs, out = inst.operands[0].shape, inst.operands[1].shape, inst.shape
-        windows, kernel_tiled = {}, {}
+        windows, kernel_tiled = {}, set()
         for k, w in enumerate(window.dims if window is not None else ()):
             d = ls[k]
             if k in gradient:
@@ -118,12 +118,11 @@ class ConvDims:
                     (w.base_dilation * (size - 1) + 1) - w.padding_low
                 windows[d] = WindowedDim(size, 1, outputs, w.window_dilation, w.padding_low,
                                          high, w.base_dilation, w.stride)
-                whole = outputs == 1 and size == taps and \
-                    (w.padding_low, high, w.base_dilation, w.window_dilation) == (0, 0, 1, 1)
-                kernel_tiled[rs[k]] = None if whole else taps
+                kernel_tiled.add(rs[k])
             elif not _trivial(w):
                 windows[d] = WindowedDim(lhs.dims[d], 1, w.size, w.stride, w.padding_low,
                                          w.padding_high, w.base_dilation, w.window_dilation)
+        kernel_tiled = frozenset(kernel_tiled)
         free = [k for k in range(len(ls)) if k not in gradient]
         lc = tuple(ls[k] for k in sorted(gradient))
         rc = tuple(rs[k] for k in sorted(gradient))
@@ -208,9 +207,7 @@ def holds_whole_groups(size: int, groups: int, tiles: int) -> bool:
 def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling | None:
     """The output tiling of the local convolution of shards of `lhs` and `rhs` (partial sums
     over tiled input features as `unreduced`), or None when the pair cannot run locally."""
-    if any(rhs.counts[d] > 1 for d in cd.rhs_whole) or \
-            any(size is not None and size % rhs.counts[d]
-                for d, size in cd.kernel_tiled.items()):
+    if any(rhs.counts[d] > 1 for d in cd.rhs_whole):
         return None
     if cd.groups > 1 and not all(
             holds_whole_groups(size, cd.groups, tiles.counts[d])
