@@ -11,7 +11,7 @@ import pytest
 
 from gspmdc import api
 from gspmdc.passes.pipeline import compile_spmd
-from gspmdc.passes.spmd.traffic import collective_traffic
+from gspmdc.passes.spmd.traffic import collective_traffic, sent_per_device
 from gspmdc.runtime import io
 
 from hlo_text import hlo_module as module
@@ -288,3 +288,46 @@ def test_xla_weight_gradient_cases_are_equivalent_without_gathers():
     case = cases["ConvolutionLhsTiledRhsTiledWithPadding_HaloOnLhs"]
     spmd = compile_spmd(api.parse(case["hlo"]), case["num_devices"], propagate=False)
     assert sorted(set(kinds(spmd))) == ["all-reduce", "collective-permute"]
+
+
+# ---- parallel spatial dims: a dot's batch dim written as a window -----------------------------
+
+# (input/kernel size B of the parallel dim 0, its window attribute: size B, base dilation B, a
+# stride or window dilation of B - 1)
+PARALLEL = [
+    (8, "size=8x3 stride=7x1 lhs_dilate=8x1 pad=0_0x1_1"),
+    (6, "size=6x3 rhs_dilate=5x1 lhs_dilate=6x1"),
+    (5, "size=5x3 stride=4x1 lhs_dilate=5x1 pad=0_0x1_1"),      # uneven on 2 and 4
+]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("size,window", PARALLEL)
+def test_parallel_spatial_dim_is_partitioned_like_a_batch_dim(n, size, window):
+    """Output position o of dim 0 reads input o with kernel tap o alone: input, kernel and
+    output tiled alike there, each partition convolves its block (the window rewritten to the
+    block's size) and nothing moves; the unpartitioned program checks the values."""
+    text = module(f"""
+  x = f32[{size},9,3,2] parameter(0), sharding={tiled(n, 4, 0)}
+  k = f32[{size},3,2,4] parameter(1), sharding={tiled(n, 4, 0)}
+  ROOT c = f32[{size},{9 if 'pad' in window else 7},3,4] convolution(x, k), window={{{window}}}, dim_labels=01bf_01io->01bf, sharding={tiled(n, 4, 0)}""")
+    spmd = check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+    assert kinds(spmd) == []
+
+
+def test_parallel_dim_keeps_its_tiles_while_the_kernel_gathers_its_spatial_tiles():
+    """2x2 devices: dim 0 parallel (8 positions in blocks of 4), dim 1 an ordinary window (4
+    taps, padding 1_2, 12 input rows in 6s) tiled on the other mesh axis. The kernel gathers
+    only its dim-1 tiles (each device sends its f32[4,2,2,4], 256 B) and keeps dim 0; the input
+    exchanges halos on dim 1 (a row f32[4,1,3,2] is 96 B: one row to the right, two to the
+    left): 352 B from the first device of each pair, 448 from the second, where gathering the
+    kernel's dim 0 as well sent 768 for the kernel alone."""
+    text = module("""
+  x = f32[8,12,3,2] parameter(0), sharding={devices=[2,2,1,1]<=[4]}
+  k = f32[8,4,2,4] parameter(1), sharding={devices=[2,2,1,1]<=[4]}
+  ROOT c = f32[8,12,3,4] convolution(x, k), window={size=8x4 stride=7x1 lhs_dilate=8x1 pad=0_0x1_2}, dim_labels=01bf_01io->01bf, sharding={devices=[2,2,1,1]<=[4]}""")
+    spmd = check_equivalent(text, 4, rtol=1e-4, atol=1e-4)
+    assert collectives(spmd) == [("all-gather", [[0, 1], [2, 3]], (1,)),
+                                 ("collective-permute", [(0, 1), (2, 3)]),
+                                 ("collective-permute", [(1, 0), (3, 2)])]
+    assert list(sent_per_device(spmd, 4)) == [352, 448, 352, 448]

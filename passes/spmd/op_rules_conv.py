@@ -41,6 +41,13 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   small partial result all-reduced, instead of gathering the input (XLA's partitioner treats
   that dim as a dot's contracting dim).
 
+- parallel spatial dims (`parallel_dims`: input size `B` = window size = base dilation, a
+  stride or window dilation of `B - 1`, no padding; output `o` reads input `o` with tap `o`
+  alone): a dot's batch dim written as a window, which XLA's partitioner reads as one. They are
+  "batch" dims here: input, kernel and output tiled alike, each partition convolves its block
+  with the window rewritten to the block's size; an uneven block's padded kernel taps are
+  zeroed (every tap also meets the zeros of the dilated input).
+
 Candidates: the operands as they are, one operand aligned to the other on batch/contracting dims,
 both derived from the output's tiling, everything replicated, one operand's contracting tiles
 gathered with the other aligned on the batch/group dims (whole input features, no partial
@@ -110,8 +117,11 @@ class ConvDims:
         ob, of, os_ = labels.out_batch, labels.out_feature, labels.out_spatial
         lhs, rhs, out = inst.operands[0].shape, inst.operands[1].shape, inst.shape
         windows, kernel_tiled = {}, set()
+        parallel = parallel_dims(inst) - gradient
         for k, w in enumerate(window.dims if window is not None else ()):
             d = ls[k]
+            if k in parallel:
+                continue
             if k in gradient:
                 size, taps, outputs = lhs.dims[d], rhs.dims[rs[k]], out.dims[os_[k]]
                 high = (taps - 1) * w.window_dilation + (outputs - 1) * w.stride + 1 - \
@@ -123,29 +133,33 @@ class ConvDims:
                 windows[d] = WindowedDim(lhs.dims[d], 1, w.size, w.stride, w.padding_low,
                                          w.padding_high, w.base_dilation, w.window_dilation)
         kernel_tiled = frozenset(kernel_tiled)
-        free = [k for k in range(len(ls)) if k not in gradient]
+        free = [k for k in range(len(ls)) if k not in gradient and k not in parallel]
         lc = tuple(ls[k] for k in sorted(gradient))
         rc = tuple(rs[k] for k in sorted(gradient))
+        pl, pr = tuple(ls[k] for k in sorted(parallel)), tuple(rs[k] for k in sorted(parallel))
+        po = tuple(os_[k] for k in sorted(parallel))
         whole = tuple(rs[k] for k in free)
         ls, os_ = tuple(ls[k] for k in free), tuple(os_[k] for k in free)
         if fgc > 1:
-            dot = DotDims((lf,), (ro,), lc, rc, (lb,) + ls, ())
-            return cls(dot, (of, ob) + os_, (ri,) + whole, fgc, (lhs.dims[lf], rhs.dims[ro]),
-                       windows, kernel_tiled)
+            dot = DotDims((lf,) + pl, (ro,) + pr, lc, rc, (lb,) + ls, ())
+            return cls(dot, (of,) + po + (ob,) + os_, (ri,) + whole, fgc,
+                       (lhs.dims[lf], rhs.dims[ro]), windows, kernel_tiled)
         if bgc > 1:
-            dot = DotDims((lb,), (ro,), (lf,) + lc, (ri,) + rc, ls, ())
-            return cls(dot, (of,) + os_, whole, bgc, (lhs.dims[lb], rhs.dims[ro]), windows,
+            dot = DotDims((lb,) + pl, (ro,) + pr, (lf,) + lc, (ri,) + rc, ls, ())
+            return cls(dot, (of,) + po + os_, whole, bgc, (lhs.dims[lb], rhs.dims[ro]), windows,
                        kernel_tiled)
-        dot = DotDims((), (), (lf,) + lc, (ri,) + rc, (lb,) + ls, (ro,))
-        return cls(dot, (ob,) + os_ + (of,), whole, 1, (0, 0), windows, kernel_tiled)
+        dot = DotDims(pl, pr, (lf,) + lc, (ri,) + rc, (lb,) + ls, (ro,))
+        return cls(dot, po + (ob,) + os_ + (of,), whole, 1, (0, 0), windows, kernel_tiled)
 
     @classmethod
     def planned(cls, inst: Instruction, rhs: Tiling) -> "ConvDims":
         """The dims of `inst` whose kernel has the tiling `rhs` (kernel-tiled spatial dims are
         weight-gradient dims)."""
         labels, window = inst.attr("dim_labels"), inst.attr("window")
+        parallel = parallel_dims(inst)
         return cls.of(inst, frozenset(k for k, d in enumerate(labels.rhs_spatial)
-                                      if rhs.counts[d] > 1 and not window.dims[k].window_reversal))
+                                      if rhs.counts[d] > 1 and k not in parallel and
+                                      not window.dims[k].window_reversal))
 
     def halo_plans(self, lhs: Tiling) -> dict[int, HaloPlan]:
         """The halo exchanges of the lhs's tiled windowed dims under `lhs`."""
@@ -191,6 +205,34 @@ def whole_window_dims(inst: Instruction) -> frozenset:
         not w.window_reversal)
 
 
+def parallel_dims(inst: Instruction) -> frozenset:
+    """The spatial dims (window positions) that are a dot's batch dim in all but name: the
+    input's size `B` is the window's size and its base dilation, the stride (or the window
+    dilation, the other being 1) is `max(1, B - 1)`, no padding or reversal — output `o` reads
+    input `o` with kernel tap `o` alone (XLA's partitioner reads such a dim as a batch dim).
+    Tiled alike on input, kernel and output, each partition convolves its block of them."""
+    window = inst.attr("window")
+    if window is None:
+        return frozenset()
+    lhs, spatial = inst.operands[0].shape, inst.attr("dim_labels").lhs_spatial
+    return frozenset(k for k, w in enumerate(window.dims) if _parallel(w, lhs.dims[spatial[k]]))
+
+
+def _parallel(w, size: int) -> bool:
+    step = max(1, size - 1)
+    return size == w.size == w.base_dilation and w.padding_low == w.padding_high == 0 and \
+        not w.window_reversal and ((w.stride, w.window_dilation) == (step, 1) or
+                                   (w.stride, w.window_dilation) == (1, step))
+
+
+def _parallel_window(w, size: int):
+    """A parallel dim's window on a block of `size`, in the same form."""
+    step = max(1, size - 1)
+    if w.window_dilation > 1:
+        return replace(w, size=size, base_dilation=size, stride=1, window_dilation=step)
+    return replace(w, size=size, base_dilation=size, stride=step, window_dilation=1)
+
+
 def _trivial(w) -> bool:
     return (w.size, w.stride, w.padding_low, w.padding_high, w.base_dilation,
             w.window_dilation) == (1, 1, 0, 0, 1, 1)
@@ -210,9 +252,9 @@ def conv_result(lhs: Tiling, rhs: Tiling, cd: ConvDims, out_rank: int) -> Tiling
     if any(rhs.counts[d] > 1 for d in cd.rhs_whole):
         return None
     if cd.groups > 1 and not all(
-            holds_whole_groups(size, cd.groups, tiles.counts[d])
+            holds_whole_groups(size, cd.groups, tiles.counts[dims[0]])
             for size, tiles, dims in zip(cd.group_sizes, (lhs, rhs),
-                                         (cd.dot.lhs_batch, cd.dot.rhs_batch)) for d in dims):
+                                         (cd.dot.lhs_batch, cd.dot.rhs_batch))):
         return None
     result = dot_result(lhs, rhs, cd.dot)
     if result is None:
@@ -285,16 +327,21 @@ class ConvolutionRule(PartitionRule):
         lt = Tiling(lhs_op.sharding, lhs_op.shape.rank, ctx.num_devices)
         rt = Tiling(rhs_op.sharding, rhs_op.shape.rank, ctx.num_devices)
         cd = ConvDims.planned(inst, rt)
+        labels = inst.attr("dim_labels")
+        parallel = sorted(parallel_dims(inst))
         lhs = _mask_uneven(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
-        rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting)
+        # a parallel dim's kernel taps also meet the holes of the dilated input: its padded
+        # taps are zeroed, as padded input features are
+        rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting +
+                           tuple(labels.rhs_spatial[k] for k in parallel))
         plans = recorded_plans(inst, ctx.num_devices)[0]
         if plans:
             with ctx.builder.scope(_halo_metadata(inst, plans)):
                 lhs = windowed_input(ctx, lhs, lt, plans,
                                      ctx.builder.zero(lhs_op.shape.element_type))
         local = clone(inst, ctx, [lhs, rhs])
-        if plans or cd.kernel_tiled:                     # windows exchanged or kernel taps split
-            labels = inst.attr("dim_labels")
+        parallel = [k for k in parallel if lt.counts[labels.lhs_spatial[k]] > 1]
+        if plans or cd.kernel_tiled or parallel:  # windows exchanged, kernel taps or blocks split
             window = list(inst.attr("window").dims)
             for k, (d, r) in enumerate(zip(labels.lhs_spatial, labels.rhs_spatial)):
                 if d in plans:
@@ -302,11 +349,13 @@ class ConvolutionRule(PartitionRule):
                                         base_dilation=1)
                 if r in cd.kernel_tiled:                 # the kernel shard's taps
                     window[k] = replace(window[k], size=rhs.shape.dims[r])
+                if k in parallel:
+                    window[k] = _parallel_window(window[k], lhs.shape.dims[d])
             local.attrs["window"] = Window(tuple(window))
         if cd.groups > 1:
             key = "feature_group_count" if inst.attr("feature_group_count", 1) > 1 else \
                 "batch_group_count"
-            local.attrs[key] = cdiv(cd.groups, prod(lt.counts[d] for d in cd.dot.lhs_batch))
+            local.attrs[key] = cdiv(cd.groups, lt.counts[cd.dot.lhs_batch[0]])
         return local
 
 
@@ -387,4 +436,4 @@ def _local_work(inst: Instruction, plan: OpPlan) -> float:
     return float(prod(out.dims) * per_output)
 
 
-__all__ = ["ConvDims", "conv_result", "whole_window_dims", "ConvolutionRule"]
+__all__ = ["ConvDims", "conv_result", "whole_window_dims", "parallel_dims", "ConvolutionRule"]
