@@ -11,6 +11,7 @@ import pytest
 
 from gspmdc import api
 from gspmdc.passes.pipeline import compile_spmd
+from gspmdc.passes.spmd.op_rules_conv import parallel_dims
 from gspmdc.passes.spmd.traffic import collective_traffic, sent_per_device
 from gspmdc.runtime import io
 
@@ -331,3 +332,18 @@ def test_parallel_dim_keeps_its_tiles_while_the_kernel_gathers_its_spatial_tiles
                                  ("collective-permute", [(0, 1), (2, 3)]),
                                  ("collective-permute", [(1, 0), (3, 2)])]
     assert list(sent_per_device(spmd, 4)) == [352, 448, 352, 448]
+
+
+@pytest.mark.parametrize("window,parallel", [
+    ("size=8x3 stride=7x1 lhs_dilate=8x1", {0}),
+    ("size=8x3 rhs_dilate=7x1 lhs_dilate=8x1", {0}),
+    ("size=8x3 stride=7x1", set()),                          # no base dilation
+    ("size=8x3 stride=7x1 lhs_dilate=8x1 pad=1_0x0_0", set()),  # padded
+    ("size=8x3 stride=6x1 lhs_dilate=8x1", set()),           # stride not B - 1
+])
+def test_parallel_dims_are_xlas_batch_dims_written_as_windows(window, parallel):
+    inst = api.parse(module(f"""
+  x = f32[8,9,3,2] parameter(0)
+  k = f32[8,3,2,4] parameter(1)
+  ROOT c = convolution(x, k), window={{{window}}}, dim_labels=01bf_01io->01bf""")).entry.root
+    assert set(parallel_dims(inst)) == parallel
