@@ -20,7 +20,8 @@ shape is the shard shape of its data dims.
   collectives written by the user) run unchanged: their partition ids are the global ones.
 - Inside a partially manual region every manual group partitions its own value
   (`manual_groups.py`): an elementwise op runs on operands tiled like it; a `reduce` is
-  partitioned like an ordinary reduce inside each group (`manual_reduce.py`); any other pure op
+  partitioned like an ordinary reduce inside each group (`manual_reduce.py`), a `dot` by the
+  ordinary dot's local candidates every group holds alike (`manual_dot.py`); any other pure op
   runs on each group's whole operands (gathered inside the group) and its result is sliced to its
   annotated tiling; a `Sharding` annotation (or a reshard insert-reshards adds) reshards inside
   every group, by the plan of the auto-equivalent shardings, and is refused (UnsupportedError)
@@ -50,6 +51,7 @@ from .manual_groups import (
 from .op_rules import (
     LowerContext, OpPlan, PartitionRule, clone, has_manual_leaf, replicated_for,
 )
+from .manual_dot import dot_plans
 from .manual_reduce import lower_reduce, reduce_plans
 from .op_rules_data import lower_reshard
 from .reshard_nodes import is_reshard
@@ -94,6 +96,8 @@ class ManualRule(PartitionRule):
                        "operands")
         if inst.opcode == "reduce":
             return reduce_plans(inst, ctx, whole)
+        if inst.opcode == "dot":
+            return dot_plans(inst, ctx, whole)
         return whole
 
     def lower(self, inst, ctx):
