@@ -42,9 +42,11 @@ Emission (`exchange_halo`, in lower-spmd): `[left hops..., own shard, right hops
 concatenated, dilated (base dilation), padded to cover every shard's window, cut with a
 (dynamic-)slice at `from_left - left(i)` and masked; running the op on the result with padding 0
 and no base dilation on this dim yields exactly the shard's `W` outputs. Several dims are
-exchanged one after another (`windowed_input`, in `exchange_order`: the order sending least, so
-that no exchange carries another dim's holes where it need not): corners arrive through the
-later exchanges.
+exchanged one after another (`windowed_input`, in `exchange_order`: the order sending least):
+corners arrive through the later exchanges. A dilated dim with exchanges after it is cut to the
+undilated elements its windows span (`HaloPlan.undilated_window`) and dilated, padded, cut and
+masked once every exchange is done, so that no later exchange carries its holes or padding
+(XLA exchanges undilated data and leaves the dilation to the local op).
 """
 from __future__ import annotations
 
@@ -188,6 +190,24 @@ class HaloPlan:
         real output (an identity plan still trims those partitions from the exchanges of the
         other dims, `windowed_input`, as XLA trims a dim with fewer windows than shards)."""
         return not self.identity or self.real is not None
+
+    def undilated_window(self) -> tuple[int, np.ndarray]:
+        """`(U, first)`: the undilated elements of the concatenation `[left hops, own, right
+        hops]` each shard's window input spans, `first[i]` the index of shard `i`'s first one
+        (negative or past the end: padding) and `U` the most any shard's window holds (at
+        least 1): what a dilated dim's exchange keeps for the exchanges after it."""
+        b = self.base_dilation
+        lo = self.offsets - self.pad_left
+        first = -(-lo // b)
+        last = -(-(lo + self.window_input) // b)
+        return max(1, int((last - first).max(initial=0))), first
+
+    @property
+    def carried(self) -> int:
+        """This dim's length in what the exchanges after it carry: the window input, or for
+        a dilated dim its undilated elements (`undilated_window`: holes and padding are
+        added once every exchange is done, so that no later piece carries them)."""
+        return self.window_input if self.base_dilation == 1 else self.undilated_window()[0]
 
     @property
     def exchanged(self) -> int:
@@ -526,7 +546,7 @@ def _sent_by_dim(plans: Mapping[int, HaloPlan], local_dims: Sequence[int],
                 part[inside] = (read[:, 1] - read[:, 0])[receiver[inside]]
                 sent += np.where(reads, part, 0)
         yield sent, other
-        dims[d] = plan.window_input
+        dims[d] = plan.carried
 
 
 # ---- the plans of an instruction, as the halo-exchange pass records them (`halo=`) ------------
@@ -588,9 +608,17 @@ def windowed_input(ctx: EmitContext, value: Instruction, tiling: Tiling,
     it holds (the corners)."""
     ordinals = tiling.coordinates()
     order = exchange_order(plans, value.shape.dims)
-    for d in order:
+    dilated_later = []
+    for k, d in enumerate(order):
         served = _served_on(plans, order, d, ordinals)
-        value = exchange_halo(ctx, value, d, tiling, plans[d], pad_value, served)
+        if plans[d].base_dilation > 1 and k + 1 < len(order):
+            value = _undilated_window(ctx, _exchanged(ctx, value, d, tiling, plans[d], served),
+                                      d, tiling, plans[d], pad_value)
+            dilated_later.append(d)
+        else:
+            value = exchange_halo(ctx, value, d, tiling, plans[d], pad_value, served)
+    for d in dilated_later:
+        value = _dilated_window(ctx, value, d, tiling, plans[d], _need(pad_value))
     return value
 
 
@@ -598,10 +626,9 @@ def exchange_order(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]) -> 
     """The order the dims of `plans` are exchanged in on a shard of `local_dims`: the one whose
     busiest partition sends least (then all partitions; then increasing dims, the first of
     equals). Each exchange carries what the earlier ones made of the other dims (the corners),
-    so any order is exact, but not equally cheap: a dim dilated first makes every later piece
-    carry its holes (XLA dilates after its exchanges: a `pad` with interior padding on dim 0
-    and a halo on dim 1 sends half), a dim whose window crops its shard first makes them
-    smaller. Without base dilation, increasing (XLA's order, which the per-partition trimming
+    so any order is exact, but not equally cheap: a dim whose window crops its shard (a
+    dilated dim: the undilated elements its windows span, `HaloPlan.carried`) first makes every
+    later piece smaller, one whose window grows it first makes them larger. Without base dilation, increasing (XLA's order, which the per-partition trimming
     of halos, `HaloPlan.real`, is measured against); with it, up to three dims every order is
     tried, beyond that increasing and dilated last."""
     dims = sorted(plans)
@@ -625,12 +652,29 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
     replaced by this partition's window input of `plan.window_input` elements: collective-permutes
     per hop, concatenation, dilation, (dynamic-)slice and mask. `served`: per device id,
     whether it receives its halo (None: every device); the others get zeros."""
-    if tiling.counts[dim] != plan.shards:
-        raise ValueError(f"halo plan for {plan.shards} shards on a dim tiled "
-                         f"{tiling.counts[dim]} ways")
     if plan.identity:
         return value
     b = ctx.builder
+    value = _exchanged(ctx, value, dim, tiling, plan, served)
+    if plan.base_dilation > 1:
+        value = _dilate(b, value, dim, plan.base_dilation, _need(pad_value))
+    if plan.pad_left or plan.pad_right:
+        fill = pad_value if pad_value is not None else b.zero(value.shape.element_type)
+        value = _pad_dim(b, value, dim, plan.pad_left, plan.pad_right, fill)
+    value = _cut(ctx, value, dim, tiling, plan.offsets, plan.window_input)
+    if plan.mask:
+        value = _mask(ctx, value, dim, plan.start[tiling.coordinates()[:, dim]], plan.valid,
+                      _need(pad_value))
+    return value
+
+
+def _exchanged(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
+               plan: HaloPlan, served: np.ndarray | None) -> Instruction:
+    """The concatenation `[left hops..., own shard, right hops...]` of undilated elements on
+    `dim` (`exchange_halo`'s permutes)."""
+    if tiling.counts[dim] != plan.shards:
+        raise ValueError(f"halo plan for {plan.shards} shards on a dim tiled "
+                         f"{tiling.counts[dim]} ways")
     pieces = [_receive(ctx, value, dim, tiling, h, piece, plan.receives("left", h),
                        from_left=True, parts=plan.parts("left", h), served=served)
               for h, piece in reversed(list(enumerate(plan.pieces("left"), 1)))]
@@ -638,25 +682,55 @@ def exchange_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling
     pieces += [_receive(ctx, value, dim, tiling, h, piece, plan.receives("right", h),
                         from_left=False, parts=plan.parts("right", h), served=served)
                for h, piece in enumerate(plan.pieces("right"), 1)]
-    value = _concatenate(b, pieces, dim)
-    if plan.base_dilation > 1:
-        value = _dilate(b, value, dim, plan.base_dilation, _need(pad_value))
-    if plan.pad_left or plan.pad_right:
-        fill = pad_value if pad_value is not None else b.zero(value.shape.element_type)
-        value = _pad_dim(b, value, dim, plan.pad_left, plan.pad_right, fill)
-    ordinals = tiling.coordinates()[:, dim]
-    offsets = plan.offsets[ordinals]
-    if (offsets == offsets[0]).all():
-        value = _slice_dim(b, value, dim, int(offsets[0]), int(offsets[0]) + plan.window_input)
-    else:
-        starts = [ctx.tables.zero()] * value.shape.rank
-        starts[dim] = ctx.tables.lookup(offsets, f"halo.offset.{dim}")
-        sizes = list(value.shape.dims)
-        sizes[dim] = plan.window_input
-        value = b.dynamic_slice(value, starts, sizes)
+    return _concatenate(ctx.builder, pieces, dim)
+
+
+def _undilated_window(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
+                      plan: HaloPlan, pad_value: Instruction | None) -> Instruction:
+    """The concatenation `value` of a dilated dim cut to the `U` undilated elements this
+    partition's window input spans (`HaloPlan.undilated_window`; padded with the pad value
+    where the window reaches past the concatenation): what the later exchanges carry."""
+    b = ctx.builder
+    count, first = plan.undilated_window()
+    length = value.shape.dims[dim]
+    low = max(0, -int(first.min()))
+    high = max(0, int((first + count).max()) - length)
+    if low or high:
+        value = _pad_dim(b, value, dim, low, high, _need(pad_value))
+    return _cut(ctx, value, dim, tiling, first + low, count)
+
+
+def _dilated_window(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
+                    plan: HaloPlan, pad_value: Instruction) -> Instruction:
+    """`_undilated_window`'s elements on `dim` dilated into this partition's window input:
+    holes and padding take `pad_value`, then the positions outside the data are masked (as
+    `exchange_halo` leaves it)."""
+    count, first = plan.undilated_window()
+    b = plan.base_dilation
+    # shard i's window starts `behind[i]` positions (holes or padding) before its first element
+    behind = b * first - (plan.offsets - plan.pad_left)
+    low = int(behind.max())
+    high = max(0, int((plan.window_input - behind).max()) - (b * (count - 1) + 1))
+    value = _pad_dim(ctx.builder, value, dim, low, high, pad_value, interior=b - 1)
+    value = _cut(ctx, value, dim, tiling, low - behind, plan.window_input)
     if plan.mask:
-        value = _mask(ctx, value, dim, plan.start[ordinals], plan.valid, _need(pad_value))
+        value = _mask(ctx, value, dim, plan.start[tiling.coordinates()[:, dim]], plan.valid,
+                      pad_value)
     return value
+
+
+def _cut(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling, starts: np.ndarray,
+         length: int) -> Instruction:
+    """`length` elements of `dim` from `starts[i]` on shard `i` of that dim (a slice where all
+    shards agree, else a dynamic-slice at a table entry)."""
+    starts = starts[tiling.coordinates()[:, dim]]
+    if (starts == starts[0]).all():
+        return _slice_dim(ctx.builder, value, dim, int(starts[0]), int(starts[0]) + length)
+    offsets = [ctx.tables.zero()] * value.shape.rank
+    offsets[dim] = ctx.tables.lookup(starts, f"halo.offset.{dim}")
+    sizes = list(value.shape.dims)
+    sizes[dim] = length
+    return ctx.builder.dynamic_slice(value, offsets, sizes)
 
 
 def return_halo(ctx: EmitContext, value: Instruction, dim: int, tiling: Tiling,
