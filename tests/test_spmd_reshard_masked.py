@@ -12,7 +12,12 @@ from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.passes.spmd.reshard_plan import plan_reshard
 
-from spmd_partition_helpers import check_equivalent, collectives, opcodes, partition, run_global
+from conformance.oracle import xla_available
+from spmd_partition_helpers import (
+    check_equivalent, collectives, compared_with_xla, opcodes, partition, run_global,
+)
+
+needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
 
 def _uneven(shape: str, source: str, target: str, n: int) -> str:
@@ -152,3 +157,57 @@ ENTRY e {
 """
     spmd = check_equivalent(text, 4)
     assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+
+
+# ---- realigned, then summed (fuzz/14500000042 on) ---------------------------------------------
+
+REALIGNED_SUM = """HloModule m, num_partitions=8
+
+ENTRY e {
+  p = f32[2,1] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT a = f32[2,1] add(p, p), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+
+
+def test_tiles_realigned_into_the_target_groups_then_summed():
+    """f32[2,1] in 8 row tiles (rows 0 and 1 on devices 0 and 1) needed in 2 row tiles held by
+    {0..3} and {4..7}: row 1 moves from device 1 to device 4, the first of its target group
+    (4 B), then each four sums its zeroed shards (ring chunks (1,0,0,0): at most 2 elements,
+    8 B): 12 B from device 1, XLA's program. Sending row 1 from device 1 to each of its 4
+    holders sent 16 B; the realigned all-gather over fours 4 + 12 B."""
+    source, target = "{devices=[8,1]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"
+    plan = plan_reshard(ArrayShape("f32", (2, 1)), parse_sharding(source),
+                        parse_sharding(target), 8)
+    assert plan.collectives == ["collective-permute", "all-reduce"]
+    assert plan.cost == 12
+    spmd = check_equivalent(REALIGNED_SUM, 8)
+    assert collectives(spmd) == [("collective-permute", [(1, 4)]),
+                                 ("all-reduce", [[0, 1, 2, 3], [4, 5, 6, 7]])]
+    x = np.array([[1.5], [-2.0]], dtype=np.float32)
+    np.testing.assert_array_equal(run_global(spmd, [x], 8), 2 * x)
+
+
+def test_realigned_parts_are_summed_at_their_place_in_the_tile():
+    """f32[3,4] in 16 row tiles needed in 2 row tiles (rows 0-1, row 2) held by 8 devices each:
+    device 1's row 1 is the second part of target tile 0 and must land at its row 1; row 2
+    moves from device 2 to device 8 (16 B). The sum of 2 rows over 8 (ring chunks of 1
+    element: 2*8 - 1 - 1 = 14 elements, 56 B): 72 B from the busiest device, where the
+    all-gather over eights sent 16 + 7 * 16 = 128."""
+    source = "{devices=[16,1]<=[16]}"
+    target = "{devices=[2,1,8]<=[16] last_tile_dim_replicate}"
+    plan = plan_reshard(ArrayShape("f32", (3, 4)), parse_sharding(source),
+                        parse_sharding(target), 16)
+    assert plan.collectives == ["collective-permute", "all-reduce"]
+    assert plan.cost == 72
+    spmd = check_equivalent(_uneven("f32[3,4]", source, target, 16), 16)
+    assert collectives(spmd) == [("collective-permute", [(2, 8)]),
+                                 ("all-reduce", [list(range(8)), list(range(8, 16))])]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    np.testing.assert_allclose(run_global(spmd, [x], 16), -np.exp(x), rtol=1e-6)
+
+
+@needs_xla
+def test_realigned_sum_sends_what_xla_sends():
+    result = compared_with_xla(REALIGNED_SUM, 8)
+    assert (result.our_busiest, result.our_bytes) == (result.xla_busiest, result.xla_bytes)

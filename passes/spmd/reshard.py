@@ -177,8 +177,11 @@ def _masked_gather(ctx, value, shape, step: MaskedGather, reducer):
     before, after = step.before, step.after
     old, new = before.shard_dims(shape.dims), after.shard_dims(shape.dims)
     t = value.shape.element_type
-    value = _zero_padding(ctx, value, shape, before)
+    value = _zero_padding(ctx, value, shape, before, step.realigned)
     relative = before.offsets(shape.dims) - after.offsets(shape.dims)     # [N, rank]
+    for d in step.realigned:        # member j of a group holds the j-th part of its tile
+        factor = before.counts[d] // after.counts[d]
+        relative[:, d] = before.coordinates()[:, d] % factor * old[d]
     room = [n + o if moved else n for n, o, moved in zip(new, old, relative.any(axis=0))]
     zeros = b.broadcast(b.zero(t), room)
     starts = [tables.lookup(relative[:, d], f"gather.offset.{d}") for d in range(len(new))]
@@ -188,14 +191,15 @@ def _masked_gather(ctx, value, shape, step: MaskedGather, reducer):
     return b.all_reduce(placed, step.groups, combine, ctx.channels())
 
 
-def _zero_padding(ctx, value, shape, tiling) -> Instruction:
+def _zero_padding(ctx, value, shape, tiling,
+                  zeroed: frozenset = frozenset()) -> Instruction:
     """`value` (a shard under `tiling`) with its padding elements (beyond the dim's size) set to
-    zero."""
+    zero, except on the dims `zeroed` (whose padding is zero already)."""
     b = ctx.builder
     dims = value.shape.dims
     keep = None
     for d, (size, count) in enumerate(zip(shape.dims, tiling.counts)):
-        if size % count == 0:
+        if size % count == 0 or d in zeroed:
             continue
         start = ctx.tables.offsets(tiling, shape.dims)[d]
         index = b.binary("add", b.iota("s32", dims, d), b.broadcast(start, dims))

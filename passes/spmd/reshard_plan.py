@@ -202,9 +202,12 @@ class AllGather(Step):
 @dataclass(frozen=True, eq=False)
 class MaskedGather(Step):
     """All-gathers done as one sum: `groups` [G, g] are the devices whose tiles of `before`
-    make up one tile of `after`."""
+    make up one tile of `after`. `realigned`: the dims an `Exchange` laid out within the
+    target's coarser tiles (`_realigned_variants`): there member `j` of a group holds the
+    `j`-th part of its coarse tile, its padding already zero."""
 
     groups: np.ndarray = None
+    realigned: frozenset = frozenset()
     collective = "all-reduce"
 
     def traffic(self, dims, width):
@@ -742,8 +745,9 @@ def _realigned_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     if rounds is None:
         return []
     exchange = Exchange(src, src, rounds=tuple(rounds))
-    return [[exchange, *_staged(dims, src, dst, True, False, *flags, realigned=realigned)]
-            for flags in itertools.product((True, False), repeat=2)]
+    return [[exchange, *_staged(dims, src, dst, True, False, *flags, masked=masked,
+                                realigned=realigned)]
+            for masked in (False, True) for flags in itertools.product((True, False), repeat=2)]
 
 
 def _misaligned(dims, src: Tiling, dst: Tiling) -> bool:
@@ -927,7 +931,7 @@ def _staged(dims, src: Tiling, dst: Tiling, scatter: bool, exchange: bool,
     if masked and not gather_steps:
         inert.add(0)
     if masked and gather_steps:
-        steps += _masked_prefix(dims, gather_steps)
+        steps += _masked_prefix(dims, gather_steps, frozenset(realigned))
     else:
         steps += gather_steps
     if state != target:
@@ -975,17 +979,20 @@ def _gather_order(dims, state: Tiling, gathers: list[int]) -> list[int]:
     return sorted((d for d in range(len(dims)) if gathers[d] > 1), key=key)
 
 
-def _masked_prefix(dims, gathers: list[AllGather]) -> list[Step]:
+def _masked_prefix(dims, gathers: list[AllGather],
+                   realigned: frozenset = frozenset()) -> list[Step]:
     """The all-gathers `gathers` (cheapest order first) with a leading run of them done as one
     masked gather: the run whose steps send least (busiest device, then all devices; the whole
     run on a tie). As XLA replicates a dim whose size is at most half its tile count by a sum
     of zero-padded shards and gathers the others, masking pays on the dims padding inflates
     (the first in the order), and the sum grows with every dim gathered before it (f32[2,1]
-    tiled [2,3]: the sum over the 3 tiles of dim 1, then an all-gather of dim 0)."""
+    tiled [2,3]: the sum over the 3 tiles of dim 1, then an all-gather of dim 0). `realigned`:
+    the dims an `Exchange` laid out within the target's tiles (`MaskedGather.realigned`)."""
     best, best_sent = None, None
     for k in range(len(gathers), 0, -1):
         run = gathers[:k]
-        steps = [MaskedGather(run[0].before, run[-1].after, groups=_combined_groups(run)),
+        steps = [MaskedGather(run[0].before, run[-1].after, groups=_combined_groups(run),
+                              realigned=realigned),
                  *gathers[k:]]
         sent = _bytes_sent(steps, dims, 1)
         if best_sent is None or sent < best_sent:
