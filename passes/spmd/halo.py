@@ -628,9 +628,10 @@ def exchange_order(plans: Mapping[int, HaloPlan], local_dims: Sequence[int]) -> 
     equals). Each exchange carries what the earlier ones made of the other dims (the corners),
     so any order is exact, but not equally cheap: a dim whose window crops its shard (a
     dilated dim: the undilated elements its windows span, `HaloPlan.carried`) first makes every
-    later piece smaller, one whose window grows it first makes them larger. Without base dilation, increasing (XLA's order, which the per-partition trimming
-    of halos, `HaloPlan.real`, is measured against); with it, up to three dims every order is
-    tried, beyond that increasing and dilated last."""
+    later piece smaller, one whose window grows it first makes them larger. Without base
+    dilation, increasing (XLA's order, which the per-partition trimming of halos,
+    `HaloPlan.real`, is measured against); with it, up to three dims every order is tried,
+    beyond that increasing and dilated last."""
     dims = sorted(plans)
     if len(dims) < 2 or all(plans[d].base_dilation == 1 for d in dims):
         return dims
