@@ -8,6 +8,9 @@
 - A variadic scatter whose operands are tiled differently runs in a tiling any of its results,
   operands or updates proposes (XLA reshards its operands to a common sharding), not only the
   first's.
+- Updates tiled on a scatter dim the scatter cannot tile (a variadic scatter: no partial
+  values to combine) move their tiles to a dim the update windows cover whole by an
+  all-to-all, and the scatter runs in those tiles, rather than gathering the updates.
 - A select-and-scatter whose `source` is a constant still exchanges halos of its operand: only
   an operand read through a window that is free to take whole (a constant) makes halos
   pointless.
@@ -269,10 +272,52 @@ def test_iota_indices_uneven(rows):
     assert collectives(spmd) == []
 
 
+def updates_on_a_scatter_dim(columns: int = 2) -> str:
+    """A variadic min-scatter (no partial values to combine: its scatter dims cannot be
+    tiled) of f32[6,{columns}] windows into a replicated f32[7,{columns}] operand: the windows
+    cover its columns whole (the indices' column component is checked against 0 only); the
+    first updates tiled 2 ways on their second scatter dim, the second replicated; the first
+    result read, replicated."""
+    return f"""HloModule m, num_partitions=2
+
+{MIN2}
+ENTRY e {{
+  p = f32[7,{columns}] parameter(0), sharding={{replicated}}
+  i = s32[4,6,2] parameter(1), sharding={{replicated}}
+  u = f32[6,4,6,{columns}] parameter(2), sharding={{devices=[1,2,1,1]<=[2]}}
+  v = f32[6,4,6,{columns}] parameter(3), sharding={{replicated}}
+  s = (f32[7,{columns}], f32[7,{columns}]) scatter(p, p, i, u, v), update_window_dims={{0,3}},
+    inserted_window_dims={{}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=2,
+    to_apply=min2, sharding={{{{replicated}}, {{replicated}}}}
+  ROOT a = f32[7,{columns}] get-tuple-element(s), index=0, sharding={{replicated}}
+}}
+"""
+
+
+def test_updates_tiles_move_to_the_columns_their_windows_cover_whole():
+    """The scatter runs in the operand's column halves (operand pass-through): the tiled
+    updates move their tiles from the scatter dim to their window's column dim by one
+    all-to-all (each device keeps half of its f32[6,2,6,2] shard, 576 B, and sends the other
+    half: 288 B), the replicated ones are sliced locally, and the result's halves are gathered
+    (f32[7,1]: 28 B to the other device): 316 B from each device (XLA: 324 B, the same plan
+    from its resharding of the operands to the updates' common sharding). Before, the first
+    updates were gathered whole (576 B each)."""
+    spmd = check_equivalent(updates_on_a_scatter_dim(), 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-to-all", "all-gather"]
+    assert sent_bytes(spmd, 2) == 316
+
+
+def test_updates_moved_uneven():
+    """Three columns over two devices: the column halves are padded, the padding's windows
+    are dropped by the scatter's bounds check (values only)."""
+    check_equivalent(updates_on_a_scatter_dim(3), 2)
+
+
 @needs_xla
 @pytest.mark.parametrize("text, n", [(indices_kept(), 6), (operand_on_index_replicas(), 4),
                                      (constant_source(), 4), (variadic_second_tiled(7), 2),
-                                     (iota_indices(), 4), (SWAPPED, 8)])
+                                     (iota_indices(), 4), (SWAPPED, 8),
+                                     (updates_on_a_scatter_dim(), 2)])
 def test_no_more_bytes_than_xla(text, n):
     compared_with_xla(text, n)
 

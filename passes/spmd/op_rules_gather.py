@@ -64,7 +64,9 @@ other batch dims where allowed) laid out on the devices of each of its tiles, an
 indices' tiling with the operand's likewise. A scatter whose results are all on one device
 runs there; one whose results are not (a variadic scatter with `{maximal device=k}` beside a
 tiled result) is partitioned like any other, as XLA's (`HasUniqueDevice`), with that device
-among its candidates.
+among its candidates. Updates tiled on a scatter dim the scatter cannot tile propose their tiles
+moved to an operand dim the update windows cover whole (`_updates_tiles_moved`: an all-to-all
+of the updates instead of gathering them).
 """
 from __future__ import annotations
 
@@ -515,7 +517,9 @@ class ScatterRule(PartitionRule):
     coarsened onto each of their tiles' replicas), the result's or the operand's tiling with
     the indices' tiles of the dims it leaves whole laid out on the devices of each of its
     tiles, the indices' tiling with the operand's likewise (explicit batch dims in XLA's
-    device groups), and everything replicated; the fewest bytes win. A variadic scatter runs
+    device groups), the updates' tiling with the tiles of a scatter dim it cannot tile moved
+    to a dim the update windows cover whole, and everything replicated; the fewest bytes win.
+    A variadic scatter runs
     all its operands in one tiling (XLA reshards them to a common sharding), so each of its
     results, operands and updates proposes its tiling too; it runs on one device only when all
     its results are on that device (XLA's `HasUniqueDevice`), else that device is one more
@@ -602,6 +606,11 @@ class ScatterRule(PartitionRule):
              f"the indices' tiling{spread_too}, the operand's tiles on the devices of each of "
              "their tiles"),
         ]
+        moved = _updates_tiles_moved(ctx, dims, update, every + extra)
+        if moved is not None:
+            sources.append(((moved, every), "scatter keeps its updates' tiles, those of dims it "
+                                            "cannot tile moved to the dims its updates cover "
+                                            "whole"))
         candidates = [self._plan(inst, dims, tiling, reason)
                       for tiling, reason in _extended_tilings(ctx, width, sources)]
         candidates.append(self._plan(inst, dims, Tiling.replicated(width, n),
@@ -657,6 +666,41 @@ class ScatterRule(PartitionRule):
                                    shape.dims)
             local[0] = b.select(b.broadcast(first, shape.dims), local[0], identity)
         return clone(inst, ctx, local)
+
+
+def _updates_tiles_moved(ctx, dims: ScatterDims, update: Instruction, taken: list[int]):
+    """The updates' tiling as coordinates of the extended space (`_coordinates`), the tiles of
+    each update dim no extended dim of `taken` carries (a scatter dim the scatter cannot tile:
+    index pass-through without a combiner that all-reduces) moved to an
+    operand dim the update windows cover whole that the updates leave in one tile (the first
+    whose size the count divides, else the first at least as large): the updates are
+    resharded there by an all-to-all and the scatter runs in those tiles (operand
+    pass-through), where gathering the updates would move all of them. None when no tile
+    moves."""
+    sharding = update.sharding
+    if not sharding.is_tiled or sharding != without_partials(sharding):
+        return None
+    rank = update.shape.rank
+    coords, counts = _coordinates(ctx, sharding, rank, dims.to_updates, len(dims.to_operand))
+    tiling = ctx.tiling(sharding, rank)
+    table = tiling.coordinates()
+    free = [d for d in range(dims.operand_rank)
+            if dims.to_indices[d] < 0 and dims.to_updates[d] >= 0 and counts[d] == 1]
+    moved = False
+    for u in range(rank):
+        count = tiling.counts[u]
+        if count == 1 or any(dims.to_updates[e] == u for e in taken):
+            continue
+        sizes = {d: update.shape.dims[dims.to_updates[d]] for d in free}
+        fits = [d for d in free if sizes[d] % count == 0] or \
+            [d for d in free if sizes[d] >= count]
+        if not fits:
+            continue
+        d = fits[0]
+        coords[:, d], counts[d] = table[:, u], count
+        free.remove(d)
+        moved = True
+    return (coords, counts) if moved else None
 
 
 def _drop_padding_rows(ctx, indices: Instruction, local: Instruction,
