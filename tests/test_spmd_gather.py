@@ -16,7 +16,7 @@ from gspmdc.passes.spmd.traffic import collective_traffic
 from gspmdc.runtime import io
 
 from hlo_text import hlo_module as module, reducer
-from spmd_partition_helpers import check_equivalent, collectives, run_global
+from spmd_partition_helpers import check_equivalent, collectives, run_global, sent_bytes
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -276,8 +276,11 @@ def test_scatter_with_tiled_indices_combines_partial_results_with_its_combiner(n
 
 
 def test_scatter_assignment_with_tiled_indices_gathers_them():
-    """Assignment has no identity to combine partial results with: indices and updates are
-    gathered instead."""
+    """Assignment has no identity to combine partial results with: the indices are gathered
+    (each device's s32[5,1], 20 B, to the 3 others: 60 B), and the updates' row tiles move
+    to the columns their windows cover whole (an all-to-all: 3/4 of each device's f32[5,4],
+    60 B), so the scatter runs on column tiles and its f32[6,1] tiles are gathered (24 B to 3
+    others: 72 B): 192 B per device, where gathering the updates too sent 300 B."""
     text = scatter_module("""
   x = f32[6,4] parameter(0), sharding={replicated}
   i = s32[19,1] parameter(1), sharding={devices=[4,1]<=[4]}
@@ -286,4 +289,5 @@ def test_scatter_assignment_with_tiled_indices_gathers_them():
     indices = np.array([[k % 5] for k in range(19)], np.int32)       # unique per row of 5
     updates = np.arange(76, dtype=np.float32).reshape(19, 4)
     spmd = check_equivalent(text, 4, inputs=[table(6, 4), indices, updates])
-    assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-gather"]
+    assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-to-all", "all-gather"]
+    assert sent_bytes(spmd, 4) == 192
