@@ -311,7 +311,7 @@ class _Rewriter:
             if plan.result is not seen and plan.result != seen:
                 replacement[inst] = node = self._reshard_result(inst, plan, seen)
                 if self._read_by_one_user(inst, node):
-                    self.unread[node] = inst.sharding
+                    self.unread[node] = node.operands[0].sharding
         root = replacement.get(comp.root, comp.root)
         if self.root_sharding is not None and root.sharding != self.root_sharding:
             root = self.reshard(root, self.root_sharding, comp.root, "result",
@@ -546,9 +546,12 @@ class _Rewriter:
     def _read_by_one_user(self, inst: Instruction, node: Instruction) -> bool:
         """Whether `node`, the reshard of the array `inst` to its annotation, has one user, not
         planned yet, that may read `inst` itself instead (partial values included: the user
-        then sums them into what it reads; no manual values). A `tuple` that passes it on
-        (`_passes_on`) leaves it unread for the readers of its get-tuple-elements."""
-        return is_inserted_reshard(node) and node.operands[0] is inst and \
+        then sums them into what it reads; no manual values). `inst` a get-tuple-element of a
+        `tuple` is its element's value there (`_element_value`: the reshard is made from
+        that). A `tuple` that passes it on (`_passes_on`) leaves it unread for the readers of
+        its get-tuple-elements."""
+        return is_inserted_reshard(node) and \
+            node.operands[0] in (inst, _element_value(inst)) and \
             len(self.users.get(inst, ())) == 1 and inst is not self.comp.root and \
             not isinstance(inst.shape, TupleShape) and not inst.sharding.has_manual_leaf
 

@@ -340,15 +340,7 @@ class GatherRule(PartitionRule):
         candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated, replicated), replicated, "gather runs replicated"))
-        if not any(p.result.has_unreduced for p in candidates):
-            return ctx.choose(inst, candidates)
-        # masked gathers against a gather of the operand, on a tie of the busiest device
-        # (docs/design/cost-model.md#bytes: what plans minimise): the fewest bytes over all
-        # devices, as for reduce (a small partial result all-reduced over 3 devices sends more
-        # from one of them than from the others); where the busiest sends nothing, so do all
-        signature = ctx.signature(inst, candidates)
-        return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
-                              if ctx.cost_of(signature, p) else 0.0)
+        return _choose_partial(inst, ctx, candidates)
 
     @staticmethod
     def _plan(dims: GatherDims, extended: Tiling, reason: str) -> OpPlan:
@@ -389,6 +381,20 @@ class GatherRule(PartitionRule):
                                     {"metadata": inst.attrs["metadata"]}
                                     if "metadata" in inst.attrs else {},
                                     sharding=inst.sharding))
+
+
+def _choose_partial(inst: Instruction, ctx, candidates: list[OpPlan]) -> OpPlan:
+    """The candidate moving the fewest bytes; where some candidate leaves partial results
+    (masked gathers, updates spread over partitions), on a tie of the busiest device
+    (docs/design/cost-model.md#bytes: what plans minimise) the fewest bytes over all devices,
+    as for reduce (a small partial result all-reduced over 3 devices sends more from one of
+    them than from the others, a gather of its shards as much from each); where the busiest
+    sends nothing, so do all."""
+    if not any(p.result.has_unreduced for p in candidates):
+        return ctx.choose(inst, candidates)
+    signature = ctx.signature(inst, candidates)
+    return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
+                          if ctx.cost_of(signature, p) else 0.0)
 
 
 @dataclass(frozen=True)
@@ -518,7 +524,10 @@ class ScatterRule(PartitionRule):
     the indices' tiles of the dims it leaves whole laid out on the devices of each of its
     tiles, the indices' tiling with the operand's likewise (explicit batch dims in XLA's
     device groups), the updates' tiling with the tiles of a scatter dim it cannot tile moved
-    to a dim the update windows cover whole, and everything replicated; the fewest bytes win.
+    to a dim the update windows cover whole, and everything replicated; the fewest bytes win
+    (`_choose_partial`), on a tie the result's tiling before the operand's, except where the
+    operand is tiled on batch dims (explicit batch or index parallel dims: XLA's partitioner
+    takes those strategies first, whatever they cost, and reshards the result afterwards).
     A variadic scatter runs
     all its operands in one tiling (XLA reshards them to a common sharding), so each of its
     results, operands and updates proposes its tiling too; it runs on one device only when all
@@ -551,9 +560,11 @@ class ScatterRule(PartitionRule):
         from_updates = _coordinates(ctx, update.sharding, update.shape.rank, dims.to_updates,
                                     width)
         spread = "updates spread over partitions, combined by an all-reduce"
-        sources = [
-            ((from_target, every), "scatter keeps the result's tiling"),
-            ((from_operand, every), "scatter keeps its operand's tiling"),
+        kept = [((from_target, every), "scatter keeps the result's tiling"),
+                ((from_operand, every), "scatter keeps its operand's tiling")]
+        if any(from_operand[1][d] > 1 for d in every if dims.to_indices[d] >= 0):
+            kept.reverse()      # XLA's preferred strategies: explicit batch, index parallel
+        sources = kept + [
             ((from_updates, every), "scatter keeps its updates' tiling"),
             ((from_indices, every), "scatter keeps its indices' tiling"),
         ]
@@ -617,7 +628,7 @@ class ScatterRule(PartitionRule):
                                      "scatter runs replicated"))
         if one_device is not None:
             candidates.append(one_device)
-        return ctx.choose(inst, candidates)
+        return _choose_partial(inst, ctx, candidates)
 
     @staticmethod
     def _plan(inst, dims: ScatterDims, tiling: Tiling, reason: str) -> OpPlan:
