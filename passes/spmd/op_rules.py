@@ -499,8 +499,8 @@ class PlanContext:
         """Ask `inst`'s users' needs again the next time a plan of it asks for them."""
         self._needs.pop(inst, None)
 
-    def signature(self, inst: Instruction, plans: Sequence[OpPlan],
-                  users: bool = True) -> "Signature":
+    def signature(self, inst: Instruction, plans: Sequence[OpPlan], users: bool = True,
+                  own: "Signature | None" = None) -> "Signature":
         """`inst`'s signature, with its users' needs (`result_needs`) once some plan asked of
         it computes a result in another sharding than `inst`'s (before that the users'
         reshards are the same for all its plans); every later question about `inst` gets the
@@ -509,8 +509,9 @@ class PlanContext:
         node another user reads is had without bytes whatever the user does with it
         (docs/design/partitioning.md#contract-and-steps). Without `users`, the operands'
         side alone: the result is priced to the annotation (no needs, no users computed
-        again)."""
-        signature = Signature.of(inst)
+        again). `own`: `inst`'s `Signature.of` where the caller has it already (the shared
+        reshards are added to it; it is returned itself where there are none)."""
+        signature = Signature.of(inst) if own is None else own
         had = broadcast = needs = credits = ()
         if self.had is not None:
             operand_needs = [tuple([p.operands[i] for p in plans if len(p.operands) > i])

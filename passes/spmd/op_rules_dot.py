@@ -175,18 +175,13 @@ class DotRule(PartitionRule):
         dn, signature = DotDims.of(inst), Signature.of(inst).without_metadata()
         plan = _dot_plan(dn, signature, ctx.num_devices)
         candidates = _dot_candidates(dn, signature, ctx.num_devices)
-
-        def work(p):
-            return _local_work(dn, signature, p)
-
         if plan.reason == OUTPUT_SPLIT:
-            return ctx.choose(inst, candidates, lambda p: (ctx.total_of(inst, p), work(p)))
-        shared = ctx.signature(inst, candidates, users=False)
-        if not (shared.operand_had or shared.operand_credit or shared.operand_broadcast or
-                shared.operand_sources):
+            return ctx.choose(inst, candidates, lambda p: (ctx.total_of(inst, p),
+                                                           _local_work(dn, signature, p)))
+        shared = ctx.signature(inst, candidates, users=False, own=signature)
+        if shared is signature:
             return plan
-        return ctx.choose_for(shared, candidates,
-                              lambda p: (ctx.total_for(shared, p), work(p)))
+        return _dot_plan(dn, signature, ctx.num_devices, shared.without_metadata())
 
     def lower(self, inst, ctx):
         # imported here: the windowed einsum builds on this module's DotDims
@@ -200,12 +195,17 @@ OUTPUT_SPLIT = "dot operands' replicas split by the output's free-dim tiles"
 
 
 @cached
-def _dot_plan(dn: DotDims, signature: Signature, num_devices: int) -> OpPlan:
-    """The dot's plan priced to its annotation, a function of its dims and signature alone
-    (planned once per layer)."""
-    ctx = PlanContext(num_devices)
-    return ctx.choose_for(signature, _dot_candidates(dn, signature, num_devices),
-                          lambda p: (ctx.total_for(signature, p), _local_work(dn, signature, p)))
+def _dot_plan(dn: DotDims, signature: Signature, num_devices: int,
+              shared: Signature | None = None) -> OpPlan:
+    """The dot's candidate (`_dot_candidates` of its dims and metadata-free `signature`)
+    moving the fewest bytes, then the fewest all devices send, then doing the least local
+    work: priced to its annotation (`signature`), or, given `shared` (its signature with its
+    operands' shared reshards, metadata-free), with those. A function of its arguments alone,
+    so planned once per layer, the shared pricing too (a later user planned ahead with the
+    same shared reshards assumed asks the same question for every layer)."""
+    ctx, priced = PlanContext(num_devices), signature if shared is None else shared
+    return ctx.choose_for(priced, _dot_candidates(dn, signature, num_devices),
+                          lambda p: (ctx.total_for(priced, p), _local_work(dn, signature, p)))
 
 
 @cached
