@@ -436,6 +436,15 @@ def read_from(shape: Shape, chain: Sequence[HloSharding], need: HloSharding,
     return k
 
 
+def _needs_by_operand(plans: Sequence[OpPlan], count: int) -> list[tuple[HloSharding, ...]]:
+    """Per operand position below `count`, the shardings `plans` read that operand in, in
+    plan order (a plan with fewer operands reads none there)."""
+    needs = [p.operands for p in plans]
+    if needs and all([len(n) == count for n in needs]):
+        return list(zip(*needs))            # the usual case: one per operand in every plan
+    return [tuple([n[i] for n in needs if len(n) > i]) for i in range(count)]
+
+
 def free_target(target: HloSharding) -> bool:
     """Whether `target` is a sharding a `recomputed_for_free` value is computed again in: an
     array sharding, tiled, replicated or on one device, without unreduced or manual subgroups."""
@@ -512,19 +521,18 @@ class PlanContext:
         again). `own`: `inst`'s `Signature.of` where the caller has it already (the shared
         reshards are added to it; it is returned itself where there are none)."""
         signature = Signature.of(inst) if own is None else own
+        operands = inst.operands
         had = broadcast = needs = credits = ()
         if self.had is not None:
-            operand_needs = [tuple([p.operands[i] for p in plans if len(p.operands) > i])
-                             for i in range(len(inst.operands))]
-            operand_had = tuple([self.had(o, n) for o, n in zip(inst.operands, operand_needs)])
+            operand_needs = _needs_by_operand(plans, len(operands))
+            operand_had = tuple(map(self.had, operands, operand_needs))
             if self.credit is not None:
                 credits = self.credit(inst, operand_needs, operand_had)
             if any(operand_had):
                 had = operand_had
                 if self.broadcast is not None:
                     flags = tuple([bool(h) and o.sharding.kind == "maximal" and
-                                   self.broadcast(o, h)
-                                   for o, h in zip(inst.operands, operand_had)])
+                                   self.broadcast(o, h) for o, h in zip(operands, operand_had)])
                     if any(flags):
                         broadcast = flags
         if self.result_needs is not None and users:
@@ -540,7 +548,7 @@ class PlanContext:
             recomputed = self.users_recomputed(inst)
         sources = ()
         if self.unread:
-            sources = tuple([self.unread.get(o) for o in inst.operands])
+            sources = tuple(map(self.unread.get, operands))
             if all([s is None for s in sources]):
                 sources = ()
         if not (had or broadcast or needs or sources or credits or recomputed):
