@@ -115,12 +115,17 @@ class Signature(NamedTuple):
     def without_metadata(self) -> "Signature":
         """The same signature with metadata-free shardings (a plan made for it carries no
         instruction's metadata): itself when none has any."""
+        # the fields a signature seldom has are looked into only when not empty (every plan
+        # of a dot asks this)
         if self.sharding.memo_key is self.sharding and \
                 all([s.memo_key is s for s in self.operand_shardings]) and \
-                all([s.memo_key is s for s in self.result_needs]) and \
-                all([s.memo_key is s for had in self.operand_had for s in had]) and \
-                all([s is None or s.memo_key is s for s in self.operand_sources]) and \
-                all([s.memo_key is s for credit in self.operand_credit for s, _ in credit]):
+                (not self.result_needs or all([s.memo_key is s for s in self.result_needs])) and \
+                (not self.operand_had or
+                 all([s.memo_key is s for had in self.operand_had for s in had])) and \
+                (not self.operand_sources or
+                 all([s is None or s.memo_key is s for s in self.operand_sources])) and \
+                (not self.operand_credit or
+                 all([s.memo_key is s for credit in self.operand_credit for s, _ in credit])):
             return self
         return Signature(self.shape, self.sharding.with_metadata(()), self.operand_shapes,
                          tuple(s.with_metadata(()) for s in self.operand_shardings),
