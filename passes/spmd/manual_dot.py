@@ -21,7 +21,7 @@ from gspmdc.ir.tile_assignment import TileAssignment
 
 from .manual_groups import auto_equivalent, is_partially_manual, manual_groups
 from .op_rules import OpPlan, PlanContext, Signature, has_manual_leaf
-from .op_rules_dot import DotDims, _dot_candidates
+from .op_rules_dot import DotDims, dot_candidates
 
 
 def dot_plans(inst: Instruction, ctx: PlanContext, fallback: OpPlan) -> OpPlan:
@@ -40,7 +40,7 @@ def dot_plans(inst: Instruction, ctx: PlanContext, fallback: OpPlan) -> OpPlan:
         operand_shardings=tuple(auto_equivalent(o.sharding) if has_manual_leaf(o.sharding)
                                 else o.sharding for o in inst.operands))
     candidates = []
-    for plan in _dot_candidates(DotDims.of(inst), signature.without_metadata(),
+    for plan in dot_candidates(DotDims.of(inst), signature.without_metadata(),
                                 ctx.num_devices):
         result = within_groups(plan.result, inst.shape.rank, groups, ctx.num_devices)
         needs = [within_groups(need, o.shape.rank, groups, ctx.num_devices)

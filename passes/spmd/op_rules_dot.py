@@ -174,7 +174,7 @@ class DotRule(PartitionRule):
         cache)."""
         dn, signature = DotDims.of(inst), Signature.of(inst).without_metadata()
         plan = _dot_plan(dn, signature, ctx.num_devices)
-        candidates = _dot_candidates(dn, signature, ctx.num_devices)
+        candidates = dot_candidates(dn, signature, ctx.num_devices)
         if plan.reason == OUTPUT_SPLIT:
             return ctx.choose(inst, candidates, lambda p: (ctx.total_of(inst, p),
                                                            _local_work(dn, signature, p)))
@@ -197,20 +197,20 @@ OUTPUT_SPLIT = "dot operands' replicas split by the output's free-dim tiles"
 @cached
 def _dot_plan(dn: DotDims, signature: Signature, num_devices: int,
               shared: Signature | None = None) -> OpPlan:
-    """The dot's candidate (`_dot_candidates` of its dims and metadata-free `signature`)
+    """The dot's candidate (`dot_candidates` of its dims and metadata-free `signature`)
     moving the fewest bytes, then the fewest all devices send, then doing the least local
     work: priced to its annotation (`signature`), or, given `shared` (its signature with its
     operands' shared reshards, metadata-free), with those. A function of its arguments alone,
     so planned once per layer, the shared pricing too (a later user planned ahead with the
     same shared reshards assumed asks the same question for every layer)."""
     ctx, priced = PlanContext(num_devices), signature if shared is None else shared
-    return ctx.choose_for(priced, _dot_candidates(dn, signature, num_devices),
+    return ctx.choose_for(priced, dot_candidates(dn, signature, num_devices),
                           lambda p: (ctx.total_for(priced, p), _local_work(dn, signature, p)))
 
 
 @cached
-def _dot_candidates(dn: DotDims, signature: Signature, num_devices: int
-                    ) -> tuple[OpPlan, ...]:
+def dot_candidates(dn: DotDims, signature: Signature, num_devices: int
+                   ) -> tuple[OpPlan, ...]:
     """The dot's candidate plans, in XLA's order of preference."""
     ctx = PlanContext(num_devices)
     (lhs_shape, rhs_shape), (lhs_sharding, rhs_sharding) = \
