@@ -1,7 +1,8 @@
 """`PlanContext.signature`: which needs of its operands the shared-reshard callbacks are asked
 about (each operand the shardings the plans read it in, in plan order; a plan with fewer
 operands reads none past its own), and that a signature the caller built (`own`) is returned
-itself where no operand has a shared reshard, else extended with them."""
+itself where no operand has a shared reshard, else extended with them; and that `choose` builds
+no signature for a lone plan computing the result in the instruction's own sharding."""
 from gspmdc.ir.parser import parse_module, parse_sharding
 from gspmdc.passes.spmd.op_rules import OpPlan, PlanContext, Signature
 
@@ -58,3 +59,24 @@ def test_the_callers_signature_is_extended_with_the_shared_reshards():
     _, own, signature = _asked([OpPlan((ROWS, ROWS), ROWS, "rows")], held)
     assert signature is not own and signature.operand_had == (held, frozenset())
     assert signature._replace(operand_had=()) == own
+
+
+def _choose_asks(plans):
+    """The operands `choose` asks `had` about, choosing among `plans` for the add."""
+    asked = []
+
+    def had(value, needs):
+        asked.append(value.name)
+        return frozenset()
+    PlanContext(4, had=had).choose(_add(), plans)
+    return asked
+
+
+def test_a_lone_plan_in_the_instructions_own_sharding_is_chosen_without_its_signature():
+    assert _choose_asks([OpPlan((ROWS, ROWS), ROWS, "rows")]) == []
+
+
+def test_a_lone_plan_in_another_sharding_and_plans_compared_build_the_signature():
+    assert _choose_asks([OpPlan((COLS, COLS), COLS, "columns")]) == ["x", "y"]
+    assert _choose_asks([OpPlan((ROWS, ROWS), ROWS, "rows"),
+                         OpPlan((COLS, COLS), COLS, "columns")]) == ["x", "y"]

@@ -615,7 +615,15 @@ class PlanContext:
                tie_break: Callable[[OpPlan], float] | None = None,
                totals: bool = False) -> OpPlan:
         """The candidate moving the fewest bytes (then the smallest `tie_break`, or with
-        `totals` the fewest bytes all devices together send, then the first)."""
+        `totals` the fewest bytes all devices together send, then the first). A lone
+        candidate without a tie-break that computes the result in `inst`'s own sharding is
+        returned before `inst`'s signature is built: nothing is compared, and its operands'
+        shared reshards are asked by the questions that compare plans (one with a result in
+        another sharding still asks for its users' needs, which `signature` keeps for `inst`'s
+        later plans)."""
+        if tie_break is None and len(candidates) == 1 and \
+                candidates[0].result == inst.sharding:
+            return candidates[0]
         return self.choose_for(self.signature(inst, candidates), candidates, tie_break, totals)
 
     def choose_for(self, signature: "Signature", candidates: Sequence[OpPlan],
