@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from math import prod
 
-from gspmdc.ir import dtypes
 from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
@@ -31,7 +30,7 @@ from .manual_groups import (
     auto_equivalent, check_within_groups, is_partially_manual, same_manual_groups,
 )
 from .op_rules import LowerContext, OpPlan, PlanContext, clone, has_manual_leaf, replicated_for
-from .op_rules_reduce import combine_partials
+from .op_rules_reduce import combine_partials, partial_result_bytes
 
 
 def reduce_plans(inst: Instruction, ctx: PlanContext, fallback: OpPlan) -> OpPlan:
@@ -69,8 +68,7 @@ def _combine_bytes(inst: Instruction, result: HloSharding, tiles: int) -> float:
     single-output reduce's, `tiles - 1` gathered partials of a variadic one's."""
     if tiles == 1:
         return 0.0
-    local = sum(dtypes.byte_width(leaf.element_type) * prod(result.shard_shape(leaf).dims)
-                for leaf in inst.shape.leaves())
+    local = partial_result_bytes(inst, result)
     if len(inst.operands) == 2:
         return 2.0 * (tiles - 1) / tiles * local
     return float((tiles - 1) * local)

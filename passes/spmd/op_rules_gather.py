@@ -84,7 +84,9 @@ from gspmdc.ir.shapes import ArrayShape, TupleShape
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.passes.propagation.indexing import IndexedOp, gather_view, scatter_view
 
-from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
+from .op_rules import (
+    LowerContext, OpPlan, PartitionRule, choose_partial, clone, without_partials,
+)
 from .reshard_nodes import is_inserted_reshard
 from .tiling import Tiling, remap, tile_keys, tiling_from_coordinates
 
@@ -340,7 +342,7 @@ class GatherRule(PartitionRule):
         candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated, replicated), replicated, "gather runs replicated"))
-        return _choose_partial(inst, ctx, candidates)
+        return choose_partial(inst, ctx, candidates)
 
     @staticmethod
     def _plan(dims: GatherDims, extended: Tiling, reason: str) -> OpPlan:
@@ -381,20 +383,6 @@ class GatherRule(PartitionRule):
                                     {"metadata": inst.attrs["metadata"]}
                                     if "metadata" in inst.attrs else {},
                                     sharding=inst.sharding))
-
-
-def _choose_partial(inst: Instruction, ctx, candidates: list[OpPlan]) -> OpPlan:
-    """The candidate moving the fewest bytes; where some candidate leaves partial results
-    (masked gathers, updates spread over partitions), on a tie of the busiest device
-    (docs/design/cost-model.md#bytes: what plans minimise) the fewest bytes over all devices,
-    as for reduce (a small partial result all-reduced over 3 devices sends more from one of
-    them than from the others, a gather of its shards as much from each); where the busiest
-    sends nothing, so do all."""
-    if not any(p.result.has_unreduced for p in candidates):
-        return ctx.choose(inst, candidates)
-    signature = ctx.signature(inst, candidates)
-    return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
-                          if ctx.cost_of(signature, p) else 0.0)
 
 
 @dataclass(frozen=True)
@@ -525,7 +513,7 @@ class ScatterRule(PartitionRule):
     tiles, the indices' tiling with the operand's likewise (explicit batch dims in XLA's
     device groups), the updates' tiling with the tiles of a scatter dim it cannot tile moved
     to a dim the update windows cover whole, and everything replicated; the fewest bytes win
-    (`_choose_partial`), on a tie the result's tiling before the operand's, except where the
+    (`choose_partial`), on a tie the result's tiling before the operand's, except where the
     operand is tiled on batch dims (explicit batch or index parallel dims: XLA's partitioner
     takes those strategies first, whatever they cost, and reshards the result afterwards).
     A variadic scatter runs
@@ -628,7 +616,7 @@ class ScatterRule(PartitionRule):
                                      "scatter runs replicated"))
         if one_device is not None:
             candidates.append(one_device)
-        return _choose_partial(inst, ctx, candidates)
+        return choose_partial(inst, ctx, candidates)
 
     @staticmethod
     def _plan(inst, dims: ScatterDims, tiling: Tiling, reason: str) -> OpPlan:

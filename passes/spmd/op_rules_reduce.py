@@ -31,7 +31,9 @@ from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 
-from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
+from .op_rules import (
+    LowerContext, OpPlan, PartitionRule, choose_partial, clone, without_partials,
+)
 from .tiling import Tiling
 
 
@@ -56,7 +58,6 @@ class ReduceRule(PartitionRule):
             return OpPlan((target,) * (2 * count), whole, "reduce on one device")
         candidates = [plan(algebra.insert_dims(ctx.tiling(target, rank - len(dims)).sharding, dims),
                            target, "reduce input takes the result's tiling")]
-        summed = False          # whether a candidate leaves partial sums
         source = inputs[0].sharding
         if source.kind in ("tiled", "replicated") and source == without_partials(source):
             tiling = ctx.tiling(source, rank)
@@ -64,29 +65,20 @@ class ReduceRule(PartitionRule):
                 result = algebra.remove_dims(
                     algebra.partially_replicate_on_dims(tiling.sharding, dims), dims)
                 tiles = prod(tiling.counts[d] for d in dims)
-                partials = sum(dtypes.byte_width(leaf.element_type) *
-                               prod(result.shard_shape(leaf).dims)
-                               for leaf in inst.shape.leaves())
                 reason = "variadic reduce combines its partial results by an all-gather" \
                     if tiles > 1 else "reduce keeps its input's tiling"
                 candidates.append(plan(source, result, reason)._replace(
-                    cost=float((tiles - 1) * partials)))
+                    cost=(tiles - 1) * partial_result_bytes(inst, result)))
             else:
-                summed = any(tiling.counts[d] > 1 for d in dims)
                 partial = algebra.remove_dims(algebra.unreduce_on_dims(tiling.sharding, dims),
                                               dims)
                 candidates.append(plan(source, partial,
                                        "reduce keeps its input's tiling"))
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
-        if not summed:
-            return ctx.choose(inst, candidates)
-        # partial sums against a gather, on a tie of the busiest device: the fewest bytes over
-        # all devices (a partial scalar all-reduced over 3 tiles sends 8 B from one device and
-        # 4 B from the others, the gather of its 3 one-element shards 8 B from each; XLA
-        # reduces locally); where the busiest sends nothing, so do all
-        signature = ctx.signature(inst, candidates)
-        return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
-                              if ctx.cost_of(signature, p) else 0.0)
+        # partial sums against a gather: a partial scalar all-reduced over 3 tiles sends 8 B
+        # from one device and 4 B from the others, the gather of its 3 one-element shards 8 B
+        # from each
+        return choose_partial(inst, ctx, candidates)
 
     def lower(self, inst, ctx: LowerContext):
         count = len(inst.operands) // 2
@@ -101,6 +93,14 @@ class ReduceRule(PartitionRule):
         groups = algebra.partial_groups(algebra.unreduce_on_dims(tiling.sharding, tiled),
                                         tiling.rank, tiling.num_devices)
         return combine_partials(inst, ctx, groups)
+
+
+def partial_result_bytes(inst: Instruction, result: HloSharding) -> float:
+    """Bytes per device of one local result of the reduce `inst` whose every leaf is laid out
+    in `result` (a variadic reduce combining its partial results gathers `tiles - 1` of
+    them)."""
+    return float(sum(dtypes.byte_width(leaf.element_type) * prod(result.shard_shape(leaf).dims)
+                     for leaf in inst.shape.leaves()))
 
 
 def combine_partials(inst: Instruction, ctx: LowerContext, groups) -> Instruction:
@@ -122,4 +122,4 @@ def combine_partials(inst: Instruction, ctx: LowerContext, groups) -> Instructio
                                 {**inst.attrs, "dimensions": (0,)}, sharding=inst.sharding))
 
 
-__all__ = ["ReduceRule", "combine_partials"]
+__all__ = ["ReduceRule", "combine_partials", "partial_result_bytes"]
