@@ -123,6 +123,30 @@ def test_another_tiling_is_sliced_from_the_value_gathered_onto_one_device():
     assert sent_bytes(spmd, 4) == 24
 
 
+NARROWED_ONTO_ONE_DEVICE = """HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f64[2] parameter(0), sharding={devices=[2]0,1}
+  i = s64[] parameter(1), sharding={replicated}
+  z = f64[] constant(0), sharding={replicated}
+  b = f64[12] broadcast(z), dimensions={}, sharding={replicated}
+  c = u8[2] convert(p), sharding={maximal device=0}
+  d = f64[12] dynamic-update-slice(b, p, i), sharding={replicated}
+  ROOT t = (u8[2], f64[12]) tuple(c, d), sharding={{maximal device=0}, {replicated}}
+}
+"""
+
+
+def test_an_operand_gathered_onto_one_device_is_credited_with_a_later_whole_read():
+    """`c` can convert `p`'s tiles to bytes and gather those (1 B from each device), or
+    gather `p` onto device 0 (8 B) and convert there; the later `dynamic-update-slice` reads
+    `p` replicated, which that gather gives every partition for free: the second plan, one
+    all-gather of 8 B (XLA's program; before, the bytes were gathered too, 9 B)."""
+    spmd = check_equivalent(NARROWED_ONTO_ONE_DEVICE, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert sent_bytes(spmd, 2) == 8
+
+
 ONE_DEVICE_RESULT_READ_IN_PAIRS = """HloModule m, num_partitions=4
 
 ENTRY e {
@@ -359,12 +383,13 @@ def test_a_tuple_element_nobody_reads_changes_nothing():
                                         reshape=False), 4),
                                     (ONE_DEVICE_RESULT_READ_IN_PAIRS, 4),
                                     (ELEMENTS_READ_OTHERWISE, 4), (GATHERED_THROUGH_PAIRS, 4),
-                                    (SORTED_FOR_TWO, 4), (ELEMENT_OF_A_TUPLE, 4)],
+                                    (SORTED_FOR_TWO, 4), (ELEMENT_OF_A_TUPLE, 4),
+                                    (NARROWED_ONTO_ONE_DEVICE, 2)],
                          ids=["gathered-for-two", "one-device-for-three",
                               "gathered-for-one-device", "sliced-from-the-gathered",
                               "one-device-result-read-in-pairs", "elements-read-otherwise",
                               "gathered-through-pairs", "sorted-for-two",
-                              "element-of-a-tuple"])
+                              "element-of-a-tuple", "narrowed-onto-one-device"])
 def test_no_more_bytes_than_xla(text, n):
     """XLA partitions the same module: gspmdc sends no more bytes per device, and both
     programs compute the reference's values."""

@@ -664,7 +664,7 @@ class _Rewriter:
                                  if self._unpaid(self.cache[(id(value), held)]) == 0])
         if self.assumed is not None and self.assumed[0] is value:
             earlier |= {self.assumed[1]}
-            if self.assumed[1].is_replicated and free_target(value.sharding) and \
+            if _gives_whole(value.sharding, self.assumed[1]) and \
                     not isinstance(value.shape, TupleShape):
                 earlier |= {need for need in needs if free_target(need)}
         if len(self.users.get(value, ())) < 2:
@@ -1133,14 +1133,28 @@ class _Rewriter:
 def _reads_made(sharding: HloSharding, made: HloSharding, need: HloSharding) -> bool:
     """Whether a plan reading a value held in `sharding` in `need` reads it from its reshard
     to `made` without communication: the same sharding, a copy onto one device of a replicated
-    node, or, for a value on one device whose
+    node, any array sharding from a reshard onto one device that gives every partition the
+    whole value (`_gives_whole`), or, for a value on one device whose
     reshard to `made` is its broadcast or goes through it (`broadcast_first`), any array
     sharding taken from that broadcast (`free_target`: itself, a tiling sliced from it, a copy
     onto another device)."""
     if need == made or (made.is_replicated and need.kind == "maximal"):
         return True
+    if made.kind == "maximal" and _gives_whole(sharding, made):
+        return free_target(need)
     return sharding.kind == "maximal" and (made.is_replicated or broadcast_first(sharding, made)) \
         and free_target(need)
+
+
+def _gives_whole(sharding: HloSharding, made: HloSharding) -> bool:
+    """Whether every partition holds the whole value from its reshard from `sharding` to
+    `made`: a replicated one, or one onto a device from a value on no single device (the
+    reshard plan gathers it on every device: `_computed_everywhere`); users read it then in
+    any array sharding without communication (the replicated value, a tiling sliced from it,
+    a copy onto a device)."""
+    if not free_target(sharding):
+        return False
+    return made.is_replicated or (made.kind == "maximal" and sharding.kind != "maximal")
 
 
 def _element_value(value: Instruction) -> Instruction:
