@@ -133,6 +133,64 @@ def test_a_manual_region_of_per_device_values_keeps_its_permute():
     assert sent_bytes(spmd, 4) == 4
 
 
+def uneven_region(body: str, leave: str) -> str:
+    """A manual region entered from a broadcast constant `f32[7,2]` whose 7 rows are cut in two
+    tiles (4 real rows, then 3 and a row of padding) by devices {0,1} and {2,3}; `body` computes
+    `a` from the local value `local`; the result leaves in the sharding `leave` and is read with
+    the two row tiles swapped between the device pairs."""
+    return f"""HloModule uneven_region, num_partitions=4
+
+ENTRY main {{
+  one = f32[] constant(1)
+  b = f32[7,2] broadcast(one), dimensions={{}}
+  in = f32[7,2] custom-call(b), custom_call_target="Sharding", sharding={{devices=[2,1,2]<=[4] last_tile_dim_replicate}}
+  local = f32[4,2] custom-call(in), custom_call_target="SPMDFullToShardShape", sharding={{manual}}
+  {body}
+  out = f32[7,2] custom-call(a), custom_call_target="SPMDShardToFullShape", sharding={leave}
+  p = f32[3] parameter(0), sharding={{replicated}}
+  ROOT t = (f32[3], f32[7,2]) tuple(p, out), sharding={{{{replicated}}, {{devices=[2,1,2]2,3,0,1 last_tile_dim_replicate}}}}
+}}
+"""
+
+
+ENTERED = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"
+HALF_CEIL = ("h = f32[] constant(0.5), sharding={manual}\n"
+             "  hb = f32[4,2] broadcast(h), dimensions={}, sharding={manual}\n"
+             "  s = f32[4,2] add(local, hb), sharding={manual}\n"
+             "  a = f32[4,2] ceil(s), sharding={manual}")
+UNEVEN_REGION = uneven_region(HALF_CEIL, ENTERED)
+
+
+@pytest.mark.parametrize("body, leave, dims", [
+    (HALF_CEIL, ENTERED, [0, 1]),
+    ("a = f32[4,2] reverse(local), dimensions={0}, sharding={manual}", ENTERED, [1]),
+    (HALF_CEIL, "{devices=[2,1,2]2,3,0,1 last_tile_dim_replicate}", [1]),
+    (HALF_CEIL, "{devices=[2,1,2]1,0,3,2 last_tile_dim_replicate}", [0, 1]),
+], ids=["elementwise", "reverse", "other-layout", "replicas-reordered"])
+def test_a_region_entered_unevenly_keeps_the_real_elements_uniform(body, leave, dims):
+    """Entering the region, the device pair holding the last row tile has a row of padding
+    (unspecified values): no local value is uniform along the rows. Computed element by
+    element and leaving in the layout it entered in (replicas in any order), the real elements
+    are the entering broadcast's, so the result is uniform along both dims; a `reverse` moves
+    padding into real rows, and leaving with the row tiles on other devices puts that padding
+    row among the real ones: uniform along the columns only."""
+    entry = api.parse(uneven_region(body, leave)).entry
+    out = next(i for i in entry.instructions if i.name == "out")
+    assert sorted(UniformDims()(out)) == dims
+
+
+def test_a_region_entered_unevenly_reads_in_another_order_without_a_collective():
+    """The region's result is ceil(1 + 0.5) = 2 in every real element; read with the row tiles
+    swapped it needs no collective (before: a collective-permute of the first column of every
+    f32[4,2] shard, f32[4,1], 16 B from each device), as XLA copies it."""
+    spmd = partition(UNEVEN_REGION, 4)
+    x = np.arange(3, dtype=np.float32)
+    got_p, got = run_global(spmd, [x], 4)
+    np.testing.assert_array_equal(got_p, x)
+    np.testing.assert_array_equal(got, np.full((7, 2), 2, np.float32))
+    assert collectives(spmd) == [] and sent_bytes(spmd, 4) == 0
+
+
 UNEVEN = """HloModule u, num_partitions=4
 
 ENTRY main {
@@ -180,6 +238,24 @@ def test_manual_region_of_constants_against_xla():
     assert result.values == "compared" and not result.value_mismatch, result.value_mismatch
 
 
+@needs_xla
+def test_region_entered_unevenly_against_xla():
+    """XLA's program for the unevenly entered region sends nothing either, with the same
+    values."""
+    from conformance.differential import Case, run_case
+    from conformance.oracle import XlaOracle
+    reference = UNEVEN_REGION.replace(
+        'custom-call(in), custom_call_target="SPMDFullToShardShape", sharding={manual}',
+        "copy(in)").replace(
+        f'custom-call(a), custom_call_target="SPMDShardToFullShape", sharding={ENTERED}',
+        "copy(a)").replace("f32[4,2]", "f32[7,2]").replace(", sharding={manual}", "")
+    with XlaOracle() as xla:
+        result = run_case(Case("uneven", UNEVEN_REGION, 4, reference_text=reference), xla)
+    assert result.status == "compared", result.detail
+    assert result.our_bytes == result.xla_bytes == 0
+    assert result.values == "compared" and not result.value_mismatch, result.value_mismatch
+
+
 def _per_device(spmd, n: int) -> np.ndarray:
     from gspmdc.passes.spmd.traffic import collective_traffic
     sent = np.zeros(n)
@@ -188,7 +264,8 @@ def _per_device(spmd, n: int) -> np.ndarray:
     return sent
 
 
-@pytest.mark.parametrize("module", [10900002953, 10900000013, 11100001923, 11100000202])
+@pytest.mark.parametrize("module", [10900002953, 10900000013, 11100001923, 11100000202,
+                                    14657000213])
 def test_generated_modules_send_less_on_no_device_more(module, monkeypatch):
     """Generated modules whose reshards take the new form (a manual region of constants; a
     pure function of constants gathered for the output; ...): every device sends no more than
@@ -202,8 +279,9 @@ def test_generated_modules_send_less_on_no_device_more(module, monkeypatch):
     inputs = inputs_for(case.text)
     want = api.evaluate(api.parse(case.reference_text or case.text), inputs)
     for got_leaf, want_leaf in zip(run_global(spmd, inputs, n), want):
-        np.testing.assert_allclose(np.asarray(got_leaf, dtype=float),
-                                   np.asarray(want_leaf, dtype=float), rtol=1e-3, atol=1e-3)
+        kind = complex if np.iscomplexobj(want_leaf) else float
+        np.testing.assert_allclose(np.asarray(got_leaf).astype(kind),
+                                   np.asarray(want_leaf).astype(kind), rtol=1e-3, atol=1e-3)
     monkeypatch.setattr(op_rules_data, "plan_uniform", lambda *args: None)
     whole = _per_device(partition(case.text, n, propagate=True), n)
     through = _per_device(spmd, n)

@@ -24,12 +24,22 @@ every dim its sharding tiles evenly, and what pure ops make of those; values out
 count as the same everywhere, since manual code reads them replicated). Leaving the region
 (`SPMDShardToFullShape`), a local value the same on every device keeps its uniform dims; any
 other keeps only those its result sharding does not tile (devices hold different parts).
-Partially manual boundaries give no uniform dims.
+
+A manual value computed element by element (pure elementwise ops) from values entering its
+region in one *layout* (global dims and the tile each device holds) also has the uniform dims
+of the global value its devices' real elements make up in that layout: each entering value
+gives its own global uniform dims (the padding of an uneven tile is left out, so uneven dims
+count too), a local value the same on every device its uniform dims, any other local value
+its uniform dims the layout does not tile. Leaving the region in the same layout, the result
+has those dims as well. Partially manual boundaries give no uniform dims.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.custom_call_targets import (
     FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL, SHARD_TO_FULL, target_of,
 )
@@ -52,10 +62,24 @@ _SAME_DIMS = frozenset({"slice", "dynamic-slice", "reverse"})
 _READS = _POINTWISE | _SAME_DIMS | {"broadcast", "transpose", "reshape", "pad"}
 
 
+class _Layout(NamedTuple):
+    """Global dims, tile counts and the devices holding each tile (replicas in ascending order;
+    none listed for a replicated value)."""
+
+    dims: tuple[int, ...]
+    counts: tuple[int, ...]
+    tiles: tuple
+
+
 class _Fact(NamedTuple):
     dims: frozenset[int]
     #: for a manual value: the same on every device (any value outside a region: True)
     everywhere: bool
+    #: for a manual value computed element by element from values entering its region in one
+    #: layout: that layout (else None) ...
+    layout: _Layout | None = None
+    #: ... and the uniform dims of the global value its devices' real elements make up in it
+    global_dims: frozenset[int] = frozenset()
 
 
 _NOTHING = _Fact(frozenset(), False)
@@ -115,10 +139,11 @@ def _fact(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
     dims = inst.shape.dims
     everywhere = fact.everywhere or not _manual(inst.sharding)
     if 1 in dims:
-        return _Fact(fact.dims | {d for d, n in enumerate(dims) if n == 1}, everywhere)
+        return fact._replace(dims=fact.dims | {d for d, n in enumerate(dims) if n == 1},
+                             everywhere=everywhere)
     if everywhere == fact.everywhere:
         return fact
-    return _Fact(fact.dims, everywhere)
+    return fact._replace(everywhere=everywhere)
 
 
 def _rule(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
@@ -141,7 +166,10 @@ def _rule(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
                 return _NOTHING
             if operand.shape.rank:
                 dims &= fact.dims
-        return _Fact(dims, everywhere) if dims or everywhere else _NOTHING
+        layout, global_dims = _in_layout(operands, inputs)
+        if not (dims or everywhere or global_dims):
+            return _NOTHING
+        return _Fact(dims, everywhere, layout, global_dims)
     if op == "transpose":
         perm = inst.attr("dimensions")
         return _Fact(frozenset(i for i, p in enumerate(perm) if p in inputs[0].dims), everywhere)
@@ -174,7 +202,8 @@ def _entered(operand: Instruction, manual: HloSharding | None, fact: _Fact) -> _
     dims = operand.shape.dims
     split = {d for d, t in enumerate(counts) if t > 1}
     uneven = {d for d in split if dims[d] % counts[d]}
-    return _Fact(fact.dims - uneven, split <= fact.dims and not uneven)
+    return _Fact(fact.dims - uneven, split <= fact.dims and not uneven,
+                 _layout(operand.shape, source), fact.dims)
 
 
 def _left(manual: HloSharding | None, inst: Instruction, fact: _Fact) -> _Fact:
@@ -184,10 +213,46 @@ def _left(manual: HloSharding | None, inst: Instruction, fact: _Fact) -> _Fact:
     if manual is None or not manual.is_manual or result is None or _manual(result) or \
             not (result.is_replicated or result.is_tiled):
         return _NOTHING
+    laid_out = fact.global_dims if fact.layout is not None and \
+        fact.layout == _layout(inst.shape, result) else frozenset()
     if fact.everywhere or result.is_replicated:
-        return _Fact(fact.dims, True)
-    counts = result.tile_counts_for_rank(inst.shape.rank)
-    return _Fact(fact.dims - {d for d, t in enumerate(counts) if t > 1}, True)
+        return _Fact(fact.dims | laid_out, True)
+    return _Fact((fact.dims - _tiled(result, inst.shape.rank)) | laid_out, True)
+
+
+def _layout(shape: ArrayShape, sharding: HloSharding) -> _Layout:
+    """The layout of a value of `shape` in a replicated or tiled `sharding`."""
+    counts = sharding.tile_counts_for_rank(shape.rank)
+    if not sharding.is_tiled:
+        return _Layout(shape.dims, counts, ())
+    tiles = algebra.device_array(sharding, shape.rank, sharding.tile_assignment.num_devices)
+    return _Layout(shape.dims, counts, tuple(map(tuple, np.sort(
+        tiles.reshape(-1, tiles.shape[-2] * tiles.shape[-1]), axis=-1).tolist())))
+
+
+def _tiled(sharding: HloSharding, rank: int) -> frozenset[int]:
+    """The dims `sharding` cuts into more than one tile."""
+    return frozenset(d for d, t in enumerate(sharding.tile_counts_for_rank(rank)) if t > 1)
+
+
+def _in_layout(operands: list[Instruction], inputs: list[_Fact]
+               ) -> tuple[_Layout | None, frozenset[int]]:
+    """The layout of a pure elementwise op's operands that have one (when they share it) and
+    the uniform dims of the global value the op's result makes up in it."""
+    layouts = {f.layout for f in inputs if f.layout is not None}
+    if len(layouts) != 1:
+        return None, frozenset()
+    layout = layouts.pop()
+    everything = frozenset(range(len(layout.dims)))
+    tiled = frozenset(d for d, t in enumerate(layout.counts) if t > 1)
+    dims = everything
+    for operand, fact in zip(operands, inputs):
+        if fact.layout is not None:
+            dims &= fact.global_dims
+        else:
+            own = fact.dims if operand.shape.rank else everything
+            dims &= own if fact.everywhere else own - tiled
+    return layout, dims
 
 
 def _reshaped(source: tuple[int, ...], target: tuple[int, ...],
