@@ -196,7 +196,7 @@ def _entered(operand: Instruction, manual: HloSharding | None, fact: _Fact) -> _
     """A value entering a fully manual region: each device's shard of `operand`."""
     source = operand.sharding
     if manual is None or not manual.is_manual or source is None or _manual(source) or \
-            not (source.is_replicated or source.is_tiled):
+            not (source.is_replicated or source.is_tiled) or source.has_unreduced:
         return _NOTHING
     counts = source.tile_counts_for_rank(operand.shape.rank) if source.is_tiled else ()
     dims = operand.shape.dims
