@@ -265,7 +265,7 @@ def _per_device(spmd, n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("module", [10900002953, 10900000013, 11100001923, 11100000202,
-                                    14657000213])
+                                    14657000213, 15100000332])
 def test_generated_modules_send_less_on_no_device_more(module, monkeypatch):
     """Generated modules whose reshards take the new form (a manual region of constants; a
     pure function of constants gathered for the output; ...): every device sends no more than
