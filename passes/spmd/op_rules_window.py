@@ -24,7 +24,9 @@ result tiling and the first operand's tiling carried through, each either *kept*
 the windowed dims *gathered* (no halo), and everything replicated. So a halo larger than a gather
 is never chosen. On equal bytes for the busiest device the candidate all devices together send
 fewer bytes with wins (a halo only some shards need: `halo.halo_sent`), then the gather
-(one collective instead of several permutes).
+(one collective instead of several permutes). A `pad` without interior padding may exchange
+pieces instead of halos (`pad_pieces.py`): in the kept candidate where they send fewer bytes,
+and from its operand's own tiling as one more candidate (`direct_candidates`).
 
 The `halo-exchange` pass computes each operand's `HaloPlan`s from its planned sharding
 (`halo_plans`) and records them in `frontend_attributes={halo="..."}` (`describe_plans`);
@@ -58,6 +60,7 @@ from .halo import (
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .op_rules_indexed import masked_window
 from .op_rules_passthrough import tiles_moved
+from .pad_pieces import emit_pad_pieces, pieces_bytes, pieces_plan
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
     scan_opcode,
@@ -130,6 +133,11 @@ class WindowRule(PartitionRule):
                 cost, total = cost + busiest, total + every
         return cost, total
 
+    def direct_candidates(self, inst: Instruction, ctx, tiling: Tiling) -> list[OpPlan]:
+        """Plans computing the result in `tiling` (the result's) from the first operand in its
+        own tiled sharding, without resharding it first (none by default)."""
+        return []
+
     def exchanged_shard(self, inst: Instruction, tiling: Tiling,
                         local: tuple[int, ...]) -> tuple[int, ...]:
         """The dims of the local operand shard (`local`, under `tiling`) whose halos travel:
@@ -185,6 +193,8 @@ class WindowRule(PartitionRule):
             _whole_for_free(o) for o, w in zip(inst.operands, windows)
             if w is not None and not all(_trivial(wd) for wd in w.values()))
         candidates = [on_device] if on_device else []
+        if carry and bases and not on_device:
+            candidates += self.direct_candidates(inst, ctx, bases[0][0])
         for tiling, source in bases:
             if halo and any(tiling.counts[d] > 1 for d in windowed):
                 candidates.append(candidate(tiling, f"{inst.opcode} keeps {source} and "
@@ -258,6 +268,15 @@ def _metadata(inst: Instruction, k: int, plans: dict[int, HaloPlan]) -> KeyValue
                          ("spmd_value", inst.operands[k].name),
                          ("spmd_reason", f"operand {k} of {inst.opcode} reads its neighbours' "
                                          f"elements ({text})")))
+
+
+def _pieces_metadata(inst: Instruction, rounds) -> KeyValueList:
+    moving = sum(r.pairs is not None for r in rounds)
+    return KeyValueList((("op_type", "pad-pieces"), ("op_name", inst.name),
+                         ("spmd_value", inst.operands[0].name),
+                         ("spmd_reason", f"each tile of {inst.name} receives the pieces of its "
+                                         f"operand it reads ({moving} rounds of "
+                                         "collective-permutes)")))
 
 
 def _trivial(wd: WindowedDim) -> bool:
@@ -352,6 +371,60 @@ class PadRule(WindowRule):
 
     def pad_values(self, inst, ctx):
         return [ctx.local[inst.operands[1]], None]
+
+    def halo_cost(self, inst, tiling, scans, num_devices):
+        """The halos, or the exchange of pieces where that sends fewer bytes
+        (`pieces`)."""
+        halo = super().halo_cost(inst, tiling, scans, num_devices)
+        rounds = pieces_plan(inst, tiling.sharding, tiling.sharding, num_devices)
+        if rounds is None:
+            return halo
+        return min(halo, pieces_bytes(inst, rounds, num_devices))
+
+    def direct_candidates(self, inst, ctx, tiling):
+        """The result in `tiling` by the exchange of pieces from the operand's own tiling
+        (`pad_pieces.py`), where that is another tiling and the users' needs are known: not
+        while the operand looks ahead at how its users read it (this plan reads it in whatever
+        tiling it has, so it tells the operand nothing, and its result would be priced without
+        its own users' reshards)."""
+        source = inst.operands[0].sharding
+        if Tiling(source, tiling.rank, ctx.num_devices) == tiling:
+            return []
+        rounds = pieces_plan(inst, source, tiling.sharding, ctx.num_devices)
+        if rounds is None or not ctx.users_needs(inst):
+            return []
+        return [OpPlan((source, HloSharding.replicate()), tiling.sharding,
+                       "pad exchanges the pieces of its operand's tiles that the result's tiles "
+                       "read", *pieces_bytes(inst, rounds, ctx.num_devices))]
+
+    def pieces(self, inst: Instruction, num_devices: int):
+        """The rounds of the exchange of pieces the planned shardings of pad `inst` call for
+        (None: halos): its operand in another tiling than its result, or in the same one where
+        the pieces send fewer bytes than the halos (busiest device, then all)."""
+        source, target = inst.operands[0].sharding, inst.sharding
+        rounds = pieces_plan(inst, source, target, num_devices)
+        if rounds is None:
+            return None
+        rank = inst.shape.rank
+        tiling = Tiling(target, rank, num_devices)
+        if Tiling(source, rank, num_devices) == tiling and \
+                pieces_bytes(inst, rounds, num_devices) >= \
+                super().halo_cost(inst, tiling, [], num_devices):
+            return None
+        return rounds
+
+    def halo_plans(self, inst, num_devices, computations=None):
+        if self.pieces(inst, num_devices) is not None:
+            return [{} for _ in inst.operands]
+        return super().halo_plans(inst, num_devices, computations)
+
+    def lower(self, inst, ctx):
+        rounds = self.pieces(inst, ctx.num_devices)
+        if rounds is None:
+            return super().lower(inst, ctx)
+        with ctx.builder.scope(_pieces_metadata(inst, rounds)):
+            return emit_pad_pieces(ctx, inst, ctx.local[inst.operands[0]],
+                                   ctx.local[inst.operands[1]], rounds)
 
     def local_op(self, inst, ctx, inputs, plans):
         tiled = _tiled_dims(inst.operands[0], ctx)

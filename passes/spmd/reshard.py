@@ -233,16 +233,22 @@ def _permute(ctx, value, shape, step: Permute, reducer):
 
 
 def _exchange(ctx, value, shape, step: Exchange, reducer):
-    """Per round (the local pieces first): every device cuts the piece it sends out of its shard
-    (padded so the cut never clamps), the round's permute moves it, the receiver writes it at its
-    place in a zero tile and keeps it where the piece lies (padding of the new tile is zero)."""
+    return emit_pieces(ctx, value, step.rounds, step.after.shard_dims(shape.dims))
+
+
+def emit_pieces(ctx: EmitContext, value: Instruction, rounds, new: tuple[int, ...]
+                ) -> Instruction:
+    """The new tiles of shape `new` assembled from the pieces of `rounds`
+    (`reshard_exchange.Round`s) cut from the local shard `value`. Per round (the local pieces
+    first): every device cuts the piece it sends out of its shard (padded so the cut never
+    clamps), the round's permute moves it, the receiver writes it at its place in a zero tile
+    and keeps it where the piece lies (what no piece fills is zero)."""
     b, tables = ctx.builder, ctx.tables
-    new = step.after.shard_dims(shape.dims)
     t = value.shape.element_type
     held = value.shape.dims
     rank = len(new)
     result = None
-    for r in step.rounds:
+    for r in rounds:
         padded = b.pad_high(value, [h + s for h, s in zip(held, r.size)])
         piece = b.dynamic_slice(padded, [tables.lookup(r.send_at[:, d], f"exchange.send.{d}")
                                          for d in range(rank)], list(r.size))
@@ -307,4 +313,4 @@ _EMITTERS = {
 }
 
 
-__all__ = ["EmitContext", "emit_reshard"]
+__all__ = ["EmitContext", "emit_pieces", "emit_reshard"]

@@ -53,19 +53,31 @@ class Round:
 
 
 def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling,
-                  within: dict[int, int] | None = None) -> list[Round] | None:
+                  within: dict[int, int] | None = None,
+                  shifted: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+                  ) -> list[Round] | None:
     """The rounds turning `source` into `target` (see the module docstring; `within`: dim ->
-    coarse tile count for the dims of `target` laid out within coarser tiles)."""
+    coarse tile count for the dims of `target` laid out within coarser tiles). `shifted =
+    (dims', low)`: `target` tiles an array of `dims'` whose element `o` is element `o - low` of
+    this one (a `pad` without interior padding): each device's new tile is its tile of that
+    array, holding the elements of this one it covers at their places (the rest receive
+    nothing)."""
     rank = len(dims)
     n = source.num_devices
     extent = np.asarray(dims, dtype=np.int64)
     held = np.asarray(source.shard_dims(dims), dtype=np.int64)
-    tile = np.asarray(target.shard_dims(dims), dtype=np.int64)
-    src = source.coordinates()[:, :rank]
     tgt = target.coordinates()[:, :rank]
+    if shifted is None:
+        tile = np.asarray(target.shard_dims(dims), dtype=np.int64)
+        t_lo = tgt * tile
+        t_hi = np.minimum(t_lo + tile, extent)
+    else:
+        wide, low = (np.asarray(a, dtype=np.int64) for a in shifted)
+        tile = np.asarray(target.shard_dims(shifted[0]), dtype=np.int64)
+        t_lo = tgt * tile - low
+        t_hi = np.minimum(np.minimum(t_lo + tile, extent), wide - low)
+    src = source.coordinates()[:, :rank]
     s_lo = src * held
-    t_lo = tgt * tile
-    t_hi = np.minimum(t_lo + tile, extent)
     for d, coarse in (within or {}).items():
         size = -(-dims[d] // coarse)
         g, j = np.divmod(tgt[:, d], target.counts[d] // coarse)

@@ -1,0 +1,99 @@
+"""A `pad` without interior padding by an exchange of pieces
+(docs/design/partitioning.md#pad-by-pieces).
+
+Each tile of the result's tiling reads one box of the operand: result elements `[a, b)` of dim
+d are operand elements `[a - low_d, b - low_d)`, cut to the operand's extent. Every device
+receives the parts of its box it does not hold from devices holding them
+(`reshard_exchange.plan_exchange` with `shifted`: one `collective-permute` per round, a
+replicated part sent by its least busy holder), writes them at their places in its result tile
+and fills the positions outside the operand with the pad value. XLA's partitioner reshards the
+operand to the result's sharding and exchanges halos between neighbours: whole shards move,
+then the halos, including elements the result's tiles never read (a negative padding's cut)
+and, when the operand's tiles are another device order, twice over the busiest devices. The
+pieces move each element a tile reads once, from its holder.
+
+`pieces_plan(inst, source, target, n)` gives the rounds when the operand (sharded `source`)
+and the result (`target`) are both tiled without partial or manual subgroups and the pad has
+no interior padding, else None (also when more rounds than `MAX_ROUNDS` would be needed).
+`pieces_bytes` prices them as lowering emits them; `emit_pad_pieces` emits them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gspmdc.ir import dtypes
+from gspmdc.ir.module import Instruction
+from gspmdc.ir.sharding import HloSharding
+
+from .reshard import EmitContext, emit_pieces
+from .reshard_exchange import Round, plan_exchange
+from .reshard_plan import Exchange
+from .tiling import Tiling
+
+
+def pieces_plan(inst: Instruction, source: HloSharding, target: HloSharding,
+                num_devices: int) -> tuple[Round, ...] | None:
+    """The rounds moving the operand of pad `inst` from `source` into the pieces of the tiles
+    of its result under `target` (None where the exchange does not apply, see the module
+    docstring)."""
+    padding = inst.attr("padding")
+    if any(p.interior for p in padding) or not (_plain_tiled(source) and _plain_tiled(target)):
+        return None
+    operand = inst.operands[0]
+    rank = operand.shape.rank
+    rounds = plan_exchange(operand.shape.dims, Tiling(source, rank, num_devices),
+                           Tiling(target, rank, num_devices),
+                           shifted=(inst.shape.dims, tuple(p.low for p in padding)))
+    return None if rounds is None else tuple(rounds)
+
+
+def pieces_bytes(inst: Instruction, rounds: tuple[Round, ...], num_devices: int
+                 ) -> tuple[float, float]:
+    """The bytes the busiest device sends and all devices together send in `rounds`."""
+    operand = inst.operands[0]
+    replicated = Tiling.replicated(operand.shape.rank, num_devices)
+    traffic = Exchange(replicated, replicated, rounds=rounds).traffic(
+        operand.shape.dims, dtypes.byte_width(operand.shape.element_type))
+    return (0.0, 0.0) if traffic is None else \
+        (float(traffic.max_sent), float(traffic.total_sent))
+
+
+def emit_pad_pieces(ctx: EmitContext, inst: Instruction, value: Instruction,
+                    pad_value: Instruction, rounds: tuple[Round, ...]) -> Instruction:
+    """This partition's result tile of pad `inst` (sharded as planned) from its operand shard
+    `value`: the pieces of `rounds` at their places, the pad value (`pad_value`, a local
+    scalar) at the positions outside the operand."""
+    b, tables = ctx.builder, ctx.tables
+    operand = inst.operands[0]
+    rank = operand.shape.rank
+    target = Tiling(inst.sharding, rank, ctx.num_devices)
+    new = target.shard_dims(inst.shape.dims)
+    tile = emit_pieces(ctx, value, rounds, new)
+    offsets = target.offsets(inst.shape.dims)
+    keep = None
+    for d, p in enumerate(inst.attr("padding")):
+        # only positive edge padding is filled (the positions past the result's end are
+        # padding of its uneven tiles, whose values do not matter)
+        start = offsets[:, d] - p.low
+        lo = np.clip(-start, 0, new[d]) if p.low > 0 else np.zeros_like(start)
+        hi = np.clip(operand.shape.dims[d] - start, 0, new[d]) if p.high > 0 else \
+            np.full_like(start, new[d])
+        if not lo.any() and (hi == new[d]).all():
+            continue
+        index = b.iota("s32", new, d)
+        inside = b.binary("and",
+                          b.compare(index, b.broadcast(tables.lookup(lo, f"pad.lo.{d}"), new),
+                                    "GE"),
+                          b.compare(index, b.broadcast(tables.lookup(hi, f"pad.hi.{d}"), new),
+                                    "LT"))
+        keep = inside if keep is None else b.binary("and", keep, inside)
+    if keep is None:
+        return tile
+    return b.select(keep, tile, b.broadcast(pad_value, new))
+
+
+def _plain_tiled(s: HloSharding) -> bool:
+    return s.is_tiled and not s.has_unreduced and not s.has_manual_leaf
+
+
+__all__ = ["emit_pad_pieces", "pieces_bytes", "pieces_plan"]
