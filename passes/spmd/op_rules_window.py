@@ -60,7 +60,7 @@ from .halo import (
 from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
 from .op_rules_indexed import masked_window
 from .op_rules_passthrough import tiles_moved
-from .pad_pieces import emit_pad_pieces, pieces_bytes, pieces_plan
+from .pad_pieces import emit_pad_pieces, pieces_plan
 from .prefix_scan import (
     associative_reducer, cumulative_dims, describe_scan, emit_prefix_scan, identity, scan_bytes,
     scan_opcode,
@@ -376,10 +376,8 @@ class PadRule(WindowRule):
         """The halos, or the exchange of pieces where that sends fewer bytes
         (`pieces`)."""
         halo = super().halo_cost(inst, tiling, scans, num_devices)
-        rounds = pieces_plan(inst, tiling.sharding, tiling.sharding, num_devices)
-        if rounds is None:
-            return halo
-        return min(halo, pieces_bytes(inst, rounds, num_devices))
+        pieces = pieces_plan(inst, tiling.sharding, tiling.sharding, num_devices)
+        return halo if pieces is None else min(halo, pieces.sent)
 
     def direct_candidates(self, inst, ctx, tiling):
         """The result in `tiling` by the exchange of pieces from the operand's own tiling
@@ -390,28 +388,27 @@ class PadRule(WindowRule):
         source = inst.operands[0].sharding
         if Tiling(source, tiling.rank, ctx.num_devices) == tiling:
             return []
-        rounds = pieces_plan(inst, source, tiling.sharding, ctx.num_devices)
-        if rounds is None or not ctx.users_needs(inst):
+        pieces = pieces_plan(inst, source, tiling.sharding, ctx.num_devices)
+        if pieces is None or not ctx.users_needs(inst):
             return []
         return [OpPlan((source, HloSharding.replicate()), tiling.sharding,
                        "pad exchanges the pieces of its operand's tiles that the result's tiles "
-                       "read", *pieces_bytes(inst, rounds, ctx.num_devices))]
+                       "read", *pieces.sent)]
 
     def pieces(self, inst: Instruction, num_devices: int):
         """The rounds of the exchange of pieces the planned shardings of pad `inst` call for
         (None: halos): its operand in another tiling than its result, or in the same one where
         the pieces send fewer bytes than the halos (busiest device, then all)."""
         source, target = inst.operands[0].sharding, inst.sharding
-        rounds = pieces_plan(inst, source, target, num_devices)
-        if rounds is None:
+        pieces = pieces_plan(inst, source, target, num_devices)
+        if pieces is None:
             return None
         rank = inst.shape.rank
         tiling = Tiling(target, rank, num_devices)
         if Tiling(source, rank, num_devices) == tiling and \
-                pieces_bytes(inst, rounds, num_devices) >= \
-                super().halo_cost(inst, tiling, [], num_devices):
+                pieces.sent >= super().halo_cost(inst, tiling, [], num_devices):
             return None
-        return rounds
+        return pieces.rounds
 
     def halo_plans(self, inst, num_devices, computations=None):
         if self.pieces(inst, num_devices) is not None:

@@ -12,18 +12,22 @@ then the halos, including elements the result's tiles never read (a negative pad
 and, when the operand's tiles are another device order, twice over the busiest devices. The
 pieces move each element a tile reads once, from its holder.
 
-`pieces_plan(inst, source, target, n)` gives the rounds when the operand (sharded `source`)
-and the result (`target`) are both tiled without partial or manual subgroups and the pad has
-no interior padding, else None (also when more rounds than `MAX_ROUNDS` would be needed).
-`pieces_bytes` prices them as lowering emits them; `emit_pad_pieces` emits them.
+`pieces_plan(inst, source, target, n)` gives the rounds and their bytes (`Pieces`, priced as
+lowering emits them) when the operand (sharded `source`) and the result (`target`) are both
+tiled without partial or manual subgroups and the pad has no interior padding, else None (also
+when more rounds than `MAX_ROUNDS` would be needed); `emit_pad_pieces` emits them.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from gspmdc.ir import dtypes
+from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.sharding import HloSharding
+from gspmdc.ir.shapes import ArrayShape
 
 from .reshard import EmitContext, emit_pieces
 from .reshard_exchange import Round, plan_exchange
@@ -31,31 +35,45 @@ from .reshard_plan import Exchange
 from .tiling import Tiling
 
 
+class Pieces(NamedTuple):
+    """The rounds of an exchange of pieces and the bytes they send: from the busiest device
+    and from all devices together (as lowering emits them)."""
+
+    rounds: tuple[Round, ...]
+    busiest: float
+    total: float
+
+    @property
+    def sent(self) -> tuple[float, float]:
+        return self.busiest, self.total
+
+
 def pieces_plan(inst: Instruction, source: HloSharding, target: HloSharding,
-                num_devices: int) -> tuple[Round, ...] | None:
-    """The rounds moving the operand of pad `inst` from `source` into the pieces of the tiles
-    of its result under `target` (None where the exchange does not apply, see the module
+                num_devices: int) -> Pieces | None:
+    """The exchange moving the operand of pad `inst` from `source` into the pieces of the
+    tiles of its result under `target` (None where it does not apply, see the module
     docstring)."""
     padding = inst.attr("padding")
     if any(p.interior for p in padding) or not (_plain_tiled(source) and _plain_tiled(target)):
         return None
-    operand = inst.operands[0]
-    rank = operand.shape.rank
-    rounds = plan_exchange(operand.shape.dims, Tiling(source, rank, num_devices),
-                           Tiling(target, rank, num_devices),
-                           shifted=(inst.shape.dims, tuple(p.low for p in padding)))
-    return None if rounds is None else tuple(rounds)
+    return _pieces(inst.operands[0].shape, inst.shape.dims, tuple(p.low for p in padding),
+                   source, target, num_devices)
 
 
-def pieces_bytes(inst: Instruction, rounds: tuple[Round, ...], num_devices: int
-                 ) -> tuple[float, float]:
-    """The bytes the busiest device sends and all devices together send in `rounds`."""
-    operand = inst.operands[0]
-    replicated = Tiling.replicated(operand.shape.rank, num_devices)
-    traffic = Exchange(replicated, replicated, rounds=rounds).traffic(
-        operand.shape.dims, dtypes.byte_width(operand.shape.element_type))
-    return (0.0, 0.0) if traffic is None else \
-        (float(traffic.max_sent), float(traffic.total_sent))
+@algebra.cached
+def _pieces(shape: ArrayShape, result_dims: tuple[int, ...], low: tuple[int, ...],
+            source: HloSharding, target: HloSharding, num_devices: int) -> Pieces | None:
+    rank = shape.rank
+    rounds = plan_exchange(shape.dims, Tiling(source, rank, num_devices),
+                           Tiling(target, rank, num_devices), shifted=(result_dims, low))
+    if rounds is None:
+        return None
+    replicated = Tiling.replicated(rank, num_devices)
+    traffic = Exchange(replicated, replicated, rounds=tuple(rounds)).traffic(
+        shape.dims, dtypes.byte_width(shape.element_type))
+    if traffic is None:
+        return Pieces(tuple(rounds), 0.0, 0.0)
+    return Pieces(tuple(rounds), float(traffic.max_sent), float(traffic.total_sent))
 
 
 def emit_pad_pieces(ctx: EmitContext, inst: Instruction, value: Instruction,
@@ -96,4 +114,4 @@ def _plain_tiled(s: HloSharding) -> bool:
     return s.is_tiled and not s.has_unreduced and not s.has_manual_leaf
 
 
-__all__ = ["emit_pad_pieces", "pieces_bytes", "pieces_plan"]
+__all__ = ["Pieces", "emit_pad_pieces", "pieces_plan"]
