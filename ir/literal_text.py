@@ -2,6 +2,9 @@
 
 Syntax (XLA's): a scalar is one token; an array nests one brace level per dimension, major to minor,
 elements separated by commas (`{{1, 2}, {3, 4}}` for a `[2,2]` array; `{}` for an empty dimension).
+An array of at least one element may also be written as one bare element token, as XLA's parser
+reads it: that token is the array's first element (in row-major order) and every other element is
+zero (`f32[2,2] constant(7)` is `{{7, 0}, {0, 0}}`, not a broadcast of 7).
 Element tokens by type:
 
 * `pred`: `true` / `false` (`1` / `0` accepted);
@@ -37,9 +40,12 @@ class LiteralTextError(ValueError):
 # ---------------------------------------------------------------------------------- parsing
 
 def parse_array(text: str, element_type: str, dims: tuple[int, ...]) -> np.ndarray:
-    """The array of shape `dims` written by `text` (a scalar token for rank 0, else nested braces)."""
+    """The array of shape `dims` written by `text` (a scalar token for rank 0, else nested braces,
+    or one bare token for the first element of an otherwise zero array)."""
     tokens = _ELEMENT.findall(text)
     count = prod(dims)
+    if dims and len(tokens) == 1 and "{" not in text:
+        return _first_element_only(tokens, element_type, dims)
     if len(tokens) != count:    # checked first: the expected skeleton is as long as the shape
         raise LiteralTextError(
             f"literal has {len(tokens)} element{'s' * (len(tokens) != 1)}, "
@@ -50,6 +56,17 @@ def parse_array(text: str, element_type: str, dims: tuple[int, ...]) -> np.ndarr
             f"literal nesting does not match shape {element_type}[{','.join(map(str, dims))}] "
             f"(one brace level per dimension, each listing exactly that dimension's size)")
     return parse_values(np.array(tokens, dtype=str), element_type).reshape(dims)
+
+
+def _first_element_only(tokens: list[str], element_type: str, dims: tuple[int, ...]) -> np.ndarray:
+    """The array of shape `dims` whose first element the one token gives, all others zero."""
+    shape_text = f"{element_type}[{','.join(map(str, dims))}]"
+    if prod(dims) == 0:
+        raise LiteralTextError(f"literal has 1 element, shape {shape_text} has none")
+    first = parse_values(np.array(tokens, dtype=str), element_type)
+    value = np.zeros(dims, dtype=first.dtype)
+    value.reshape(-1)[0] = first[0]
+    return value
 
 
 def parse_values(tokens: np.ndarray, element_type: str) -> np.ndarray:

@@ -1,5 +1,7 @@
 """The HLO printer: canonical XLA style (golden text), attribute order, value spellings, exact float
 round trips per element type, replica groups in iota form, and print -> parse identity."""
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from gspmdc.ir.attributes import (
     ComputationRef, ConvDimLabels, Ident, InstructionRef, KeyValueList, Literal, PadDim, RawAttr,
     ReplicaGroups, SliceDim, Window, WindowDim,
 )
-from gspmdc.ir.literal_text import format_array, parse_array
+from gspmdc.ir.literal_text import LiteralTextError, format_array, parse_array
 from gspmdc.ir.module import Computation, Instruction, Module
 from gspmdc.ir.parser import parse_module
 from gspmdc.ir.printer import format_attribute, print_instruction, print_module, print_shape
@@ -146,6 +148,31 @@ def test_literals_of_every_kind_round_trip():
     assert "constant({(1, -2.5), (nan, inf)})" in printed
     assert "f32[1000] constant({...})" in printed
     assert "ROOT %h = f32[3] constant({1, 1e+30, -1e-45})" in printed
+
+
+def test_one_bare_token_for_an_array_is_its_first_element_and_zeros_elsewhere():
+    # XLA's parser reads `f32[2,3] constant(7)` as 7 at index 0 and zeros, not a broadcast (its
+    # partitioned output of such a module holds the constant `{{7, 0, 0}, {0, 0, 0}}`)
+    expected = {"f32[2,3]": np.array([[7, 0, 0], [0, 0, 0]], np.float32),
+                "pred[2]": np.array([True, False]), "s32[3]": np.array([-5, 0, 0], np.int32),
+                "f16[1,1]": np.array([[-np.inf]], np.float16)}
+    for (shape, value), token in zip(expected.items(), ["7", "true", "-5", "-inf"]):
+        element_type, dims = shape.split("[")
+        dims = tuple(int(d) for d in dims.rstrip("]").split(","))
+        parsed = parse_array(token, element_type, dims)
+        assert parsed.dtype == value.dtype and np.array_equal(parsed, value)
+    printed = roundtrip("ENTRY main {\n  ROOT c = s32[2,2] constant(3)\n}\n")
+    assert "constant({{3, 0}, {0, 0}})" in printed
+
+
+@pytest.mark.parametrize("token, element_type, dims, message", [
+    ("1", "f32", (0, 3), "literal has 1 element, shape f32[0,3] has none"),
+    ("1.5", "s32", (2,), "expected an integer, found '1.5'"),
+    ("300", "s8", (2,), "300 is out of range for s8"),
+])
+def test_one_bare_token_for_an_array_is_checked_as_its_element(token, element_type, dims, message):
+    with pytest.raises(LiteralTextError, match=re.escape(message)):
+        parse_array(token, element_type, dims)
 
 
 BITS = {"bf16": np.uint16, "f16": np.uint16, "f32": np.uint32, "f64": np.uint64}
