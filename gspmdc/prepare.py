@@ -28,7 +28,7 @@ from gspmdc.ir.custom_call_targets import MANUAL_BOUNDARIES
 from gspmdc.ir.module import Module
 from gspmdc.ir.ops import HOST_IO
 from gspmdc.ir.parser import parse_sharding
-from gspmdc.ir.stage import Stage, module_stage, recorded_stage
+from gspmdc.ir.stage import Stage, claim_global, module_stage, recorded_stage
 from gspmdc.runtime.job import Job, check_executable, check_input_file
 from gspmdc.runtime.options import RunOptions
 from gspmdc.runtime.sharded_io import PADDINGS, spmd_signature
@@ -107,7 +107,10 @@ def stage_of(module: Module, claimed: str | None, path: str) -> Stage:
         return module_stage(module)
     if recorded is not None and recorded.is_global != (claimed == "global"):
         raise GspmdcError(f"{path} records stage {recorded.value}, which is not --{claimed}")
+    if claimed == "global":
+        claim_global(module, path)
     return recorded or Stage(claimed)
+
 
 
 def devices_named_by_shardings(module: Module) -> int:

@@ -109,6 +109,18 @@ def set_stage(module: Module, stage: Stage) -> None:
     module.attrs["frontend_attributes"] = KeyValueList(items + ((STAGE_KEY, stage.value),), ", ")
 
 
+def claim_global(module: Module, path: str) -> None:
+    """Record that `module` is a global program (`--global`): one that records no stage is then
+    partitioned from the start whatever it holds, as XLA's partitioner takes every module (a
+    collective outside manual regions then runs on its operand's replicated copy). GspmdcError
+    when the module records a partitioned stage."""
+    recorded = recorded_stage(module)
+    if recorded is None:
+        set_stage(module, Stage.GLOBAL)
+    elif not recorded.is_global:
+        raise GspmdcError(f"{path} records stage {recorded.value}, which is not --global")
+
+
 def inferred_stage(module: Module) -> Stage:
     """The stage of a module without a recorded one (see the module docstring)."""
     partition_ops = GLOBAL_SIGNATURE_KEY in module.attrs
@@ -131,4 +143,4 @@ def _cross_replica(inst: Instruction) -> bool:
 
 
 __all__ = ["Stage", "STAGE_KEY", "GLOBAL_SIGNATURE_KEY", "module_stage", "recorded_stage",
-           "set_stage", "inferred_stage"]
+           "set_stage", "claim_global", "inferred_stage"]

@@ -213,3 +213,46 @@ ENTRY e {
     assert main(["run", str(program), "--backend", "local", "--partitioned", "--check"]) == 2
     assert "already partitioned" in capsys.readouterr().err
     assert main(["run", str(program), "--backend", "local", "--global", "--check", "-q"]) == 0
+
+
+#: a global program whose contents alone look partitioned: a cross-partition all-reduce outside
+#: any manual region, no partition-only header (XLA's partitioner takes it as global)
+ALL_REDUCE_OUTSIDE_MANUAL = f"""HloModule m, num_partitions=4
+{reducer('add')}
+ENTRY e {{
+  p = f32[4,6] parameter(0), sharding={{devices=[2,2]<=[4]}}
+  ROOT r = f32[4,6] all-reduce(p), channel_id=1, replica_groups={{{{0,1,2,3}}}},
+    use_global_device_ids=true, to_apply=add
+}}
+"""
+
+
+def test_compile_global_partitions_what_looks_partitioned(tmp_path, capsys):
+    """--global: each partition all-reduces its replicated copy of the operand (gathered first),
+    so the result is 4 times the input on every partition."""
+    from spmd_partition_helpers import assert_close, run_global
+    program = tmp_path / "p.hlo"
+    program.write_text(ALL_REDUCE_OUTSIDE_MANUAL)
+    assert main(["compile", str(program), "-n", "4"]) == 2
+    assert "already partitioned" in capsys.readouterr().err
+    out = tmp_path / "spmd.hlo"
+    assert main(["compile", str(program), "-n", "4", "--global", "-o", str(out)]) == 0
+    spmd = api.load(out)
+    assert module_stage(spmd) is Stage.PARTITIONED
+    x = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
+    assert_close(run_global(spmd, [x], 4), 4 * x)
+
+
+def test_a_tiled_cross_partition_all_reduce_outside_manual_regions_is_refused(tmp_path, capsys):
+    program = tmp_path / "p.hlo"
+    program.write_text(ALL_REDUCE_OUTSIDE_MANUAL.replace(
+        "to_apply=add\n", "to_apply=add, sharding={devices=[2,2]<=[4]}\n"))
+    assert main(["compile", str(program), "-n", "4", "--global"]) == 2
+    assert "outside a manual region must be replicated" in capsys.readouterr().err
+
+
+def test_compile_global_refuses_a_module_recording_a_partitioned_stage(tmp_path, capsys):
+    spmd = tmp_path / "spmd.hlo"
+    spmd.write_text(print_module(compile_spmd(parse_module(GLOBAL), 2)))
+    assert main(["compile", str(spmd), "-n", "2", "--global"]) == 2
+    assert "records stage partitioned, which is not --global" in capsys.readouterr().err

@@ -20,12 +20,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     the module after every pass (NNN.<pass>.hlo); --time-passes prints each pass's wall time;
     --windowed-einsum-threshold BYTES turns big dots into windowed einsums; --propagation picks
     Shardy's or GSPMD's propagation (default: Shardy for JAX's default dumps, which carry
-    xla.sdy.meshes)."""
+    xla.sdy.meshes); --global takes a module that records no stage as a global program whatever
+    it holds (as XLA's partitioner takes every module), where its contents alone would call it
+    partitioned (a partition-id or a collective outside manual regions)."""
     from gspmdc import api
     from gspmdc.ir.gc_pause import paused_collection
     from gspmdc.passes.pipeline import compile_spmd
+    from gspmdc.ir.stage import claim_global
     with paused_collection(freeze=True):
         module = api.load(args.file)
+        if args.claim_global:
+            claim_global(module, args.file)
         spmd = compile_spmd(module, args.num_partitions, dump_dir=args.dump_dir,
                             time_passes=args.time_passes, propagate=not args.no_propagate,
                             windowed_einsum_threshold=args.windowed_einsum_threshold,
@@ -46,6 +51,8 @@ def register(sub) -> None:
                    help="skip sharding propagation: unsharded instructions are replicated")
     add_windowed_einsum_threshold(p)
     add_propagation_options(p)
+    p.add_argument("--global", dest="claim_global", action="store_true",
+                   help="the module is a global program (to partition), whatever it holds")
     p.set_defaults(run=cmd_compile)
 
 

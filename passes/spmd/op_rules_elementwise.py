@@ -5,7 +5,8 @@ arithmetic/logical op, `map`, and `bitcast-convert` between types of one width (
 cross-replica `all-reduce` of one array (no `channel_id`: it combines the values of the same
 partition on every replica, so it is elementwise across partitions, as in XLA's HandleAllReduce;
 with one replica it returns its operand). An all-reduce with a `channel_id` talks across
-partitions: an input program holding one is rejected. The memory-placement custom-calls
+partitions: outside a manual region it runs replicated, on every partition's copy of its
+operand, unchanged (XLA's HandleAllReduce); any other sharding of it is refused. The memory-placement custom-calls
 (`MoveToHost`, `MoveToDevice`, `PinToDevice`) pass their one operand through unchanged and are
 partitioned the same way (XLA's partitioner computes them in the result's sharding or their
 operand's, both candidates here; before, they ran on a replicated operand).
@@ -84,12 +85,19 @@ PARTITION_RULES.add(ElementwiseRule(), targets=tuple(sorted(PLACEMENT)))
 @PARTITION_RULES.register("all-reduce", instance=True)
 class CrossReplicaAllReduceRule(ElementwiseRule):
     def plan(self, inst, ctx):
-        if inst.attr("channel_id") is not None or len(inst.operands) != 1 or \
-                isinstance(inst.shape, TupleShape):
+        if len(inst.operands) != 1 or isinstance(inst.shape, TupleShape):
+            raise UnsupportedError(f"{inst.name}: an all-reduce of several operands cannot be "
+                                   "partitioned outside a manual region")
+        if inst.attr("channel_id") is None:
+            return super().plan(inst, ctx)
+        if not inst.sharding.is_replicated:
             raise UnsupportedError(f"{inst.name}: an all-reduce across partitions (channel_id) "
-                                   "or of several operands cannot be partitioned (its result "
-                                   "depends on the partition)")
-        return super().plan(inst, ctx)
+                                   "outside a manual region must be replicated (it reduces "
+                                   "every partition's whole copy), not "
+                                   f"{inst.sharding}")
+        replicated = HloSharding.replicate()
+        return OpPlan((replicated,), replicated, "an all-reduce across partitions reduces "
+                      "every partition's replicated copy of its operand")
 
 
 def _width_change_plan(inst, ctx):

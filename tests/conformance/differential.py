@@ -167,7 +167,9 @@ def _gspmdc_compile(text: str, case: Case, *, partition: bool = True
     propagated one)."""
     from gspmdc.passes.pass_manager import PassContext, run_pipeline
     from gspmdc.passes.pipeline import partitioner_pipeline
+    from gspmdc.ir.stage import claim_global
     module = api.parse(text, case.name)
+    claim_global(module, case.name)        # XLA's partitioner takes every module as global
     passes = [dataclasses.replace(p, propagate_to_output=(case.propagate_to_output,),
                                   propagate_to_parameters=(case.propagate_to_parameters,),
                                   record_origins=False)
