@@ -201,10 +201,25 @@ def scalar_reducer(module: Module, opcode: str, element_type: str) -> str:
     return name
 
 
+def add_computation(module: Module, hint: str, instructions: Sequence[Instruction],
+                    root: Instruction) -> Computation:
+    """A new computation of `module` (before the entry) under a name no other one has."""
+    name, k = hint, 0
+    while name in module.computations:
+        k += 1
+        name = f"{hint}.{k}"
+    comp = Computation(name, list(instructions), root)
+    computations = list(module.computations.values())
+    at = [c.name for c in computations].index(module.entry_name)
+    computations.insert(at, comp)
+    module.computations = {c.name: c for c in computations}
+    return comp
+
+
 def _is_scalar_op(comp: Computation, opcode: str, element_type: str) -> bool:
     root, params = comp.root, comp.parameters
     return len(comp.instructions) == 3 and root.opcode == opcode and len(params) == 2 and \
         root.operands == params and root.shape == ArrayShape(element_type, ())
 
 
-__all__ = ["NameUniquer", "Builder", "scalar_reducer"]
+__all__ = ["NameUniquer", "Builder", "scalar_reducer", "add_computation"]

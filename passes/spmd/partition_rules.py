@@ -21,7 +21,7 @@ from gspmdc.ir.ops import PARTITION_DEPENDENT, PARTITION_RULES, opcodes
 
 from . import (  # noqa: F401  (each module registers its rules)
     op_rules_control, op_rules_conv, op_rules_data, op_rules_dot, op_rules_elementwise,
-    op_rules_fusion, op_rules_gather, op_rules_indexed, op_rules_passthrough, op_rules_ragged, op_rules_random,
+    op_rules_fusion, op_rules_gather, op_rules_indexed, op_rules_io, op_rules_passthrough, op_rules_ragged, op_rules_random,
     op_rules_reduce, op_rules_window,
 )
 from .op_rules import DEFAULT_RULE, PartitionRule, has_manual_leaf

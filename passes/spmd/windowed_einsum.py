@@ -56,7 +56,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.stage import Stage
 from gspmdc.passes.pass_manager import ModulePass, PassContext
 
-from .builder import Builder, NameUniquer
+from .builder import Builder, NameUniquer, add_computation
 from .call_graph import partitioned_computations
 from .op_rules import LowerContext
 from .op_rules_dot import DotDims, dot_result
@@ -350,7 +350,7 @@ def _body(ctx: LowerContext, inst: Instruction, shape: TupleShape, step, block_i
             new = [b.collective_permute(first, ring, ctx.channels()), second, acc]
         one = b.constant(1, "s32")
         root = b.add("tuple", shape, [b.binary("add", i, one), *new])
-    return _add_computation(ctx.module, f"{inst.name}.windowed_body", b.instructions, root)
+    return add_computation(ctx.module, f"{inst.name}.windowed_body", b.instructions, root)
 
 
 def _condition(module: Module, inst: Instruction, shape: TupleShape, bound: int) -> Computation:
@@ -358,21 +358,7 @@ def _condition(module: Module, inst: Instruction, shape: TupleShape, bound: int)
     param = b.add("parameter", shape, name="state", parameter_number=0)
     i = b.add("get-tuple-element", shape.elements[0], [param], {"index": 0})
     root = b.compare(i, b.constant(bound, "s32"), "LT")
-    return _add_computation(module, f"{inst.name}.windowed_condition", b.instructions, root)
-
-
-def _add_computation(module: Module, hint: str, instructions, root) -> Computation:
-    """A new computation of `module` (before the entry) under a name no other one has."""
-    name, k = hint, 0
-    while name in module.computations:
-        k += 1
-        name = f"{hint}.{k}"
-    comp = Computation(name, list(instructions), root)
-    computations = list(module.computations.values())
-    at = [c.name for c in computations].index(module.entry_name)
-    computations.insert(at, comp)
-    module.computations = {c.name: c for c in computations}
-    return comp
+    return add_computation(module, f"{inst.name}.windowed_condition", b.instructions, root)
 
 
 __all__ = ["WindowedEinsum", "Windowing", "lower_windowed"]
