@@ -442,3 +442,25 @@ def test_a_users_order_tie_of_the_random_modules_is_classified_in_the_run():
         result = run_case(case, xla, 9700, shardings_only=True)
     assert [v.name for v in result.compared_shardings if not v.agrees] == ["param.6"]
     assert result.deliberate == [USERS_ORDER_TIE]
+
+
+def test_the_harness_takes_xlas_module_before_propagation_as_global():
+    """XLA's partitioner takes every module as global: a cross-partition all-reduce outside
+    manual regions, which alone would mark a module partitioned, is partitioned replicated (each
+    partition sums its gathered copy), and with propagation to the output, which gives it its
+    operand's tiling, refused (as XLA refuses it)."""
+    from conformance.differential import _gspmdc_compile
+    from gspmdc.errors import UnsupportedError
+    text = f"""HloModule m, num_partitions=2
+{reducer('add')}
+ENTRY e {{
+  p = f32[4,2] parameter(0), sharding={{devices=[2,1]<=[2]}}
+  ROOT r = f32[4,2] all-reduce(p), channel_id=1, replica_groups={{{{0,1}}}},
+    use_global_device_ids=true, to_apply=add
+}}
+"""
+    _, spmd = _gspmdc_compile(text, Case("m", text, 2, False, False))
+    assert [i.opcode for i in spmd.entry.instructions if i.opcode in ("all-gather", "all-reduce")] \
+        == ["all-gather", "all-reduce"]
+    with pytest.raises(UnsupportedError, match="must be replicated"):
+        _gspmdc_compile(text, Case("m", text, 2, True, True))
