@@ -112,7 +112,6 @@ def stage_of(module: Module, claimed: str | None, path: str) -> Stage:
     return recorded or Stage(claimed)
 
 
-
 def devices_named_by_shardings(module: Module) -> int:
     """The number of devices the module's shardings name (1 + the largest device id; 1 when no
     instruction has a sharding): the partition count when neither `-n` nor the module's

@@ -6,10 +6,11 @@ cross-replica `all-reduce` of one array (no `channel_id`: it combines the values
 partition on every replica, so it is elementwise across partitions, as in XLA's HandleAllReduce;
 with one replica it returns its operand). An all-reduce with a `channel_id` talks across
 partitions: outside a manual region it runs replicated, on every partition's copy of its
-operand, unchanged (XLA's HandleAllReduce); any other sharding of it is refused. The memory-placement custom-calls
-(`MoveToHost`, `MoveToDevice`, `PinToDevice`) pass their one operand through unchanged and are
-partitioned the same way (XLA's partitioner computes them in the result's sharding or their
-operand's, both candidates here; before, they ran on a replicated operand).
+operand, unchanged (XLA's HandleAllReduce); any other sharding of it is refused. The
+memory-placement custom-calls (`MoveToHost`, `MoveToDevice`, `PinToDevice`) pass their one
+operand through unchanged and are partitioned the same way (XLA's partitioner computes them in
+the result's sharding or their operand's, both candidates here; before, they ran on a
+replicated operand).
 
 The op runs on equally sharded operands and produces that sharding; padding stays padding (its
 values are unspecified and never read as data). Candidates: the annotated result sharding, and
@@ -83,7 +84,7 @@ PARTITION_RULES.add(ElementwiseRule(), targets=tuple(sorted(PLACEMENT)))
 
 
 @PARTITION_RULES.register("all-reduce", instance=True)
-class CrossReplicaAllReduceRule(ElementwiseRule):
+class AllReduceRule(ElementwiseRule):
     def plan(self, inst, ctx):
         if len(inst.operands) != 1 or isinstance(inst.shape, TupleShape):
             raise UnsupportedError(f"{inst.name}: an all-reduce of several operands cannot be "

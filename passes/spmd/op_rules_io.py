@@ -61,7 +61,8 @@ class InfeedRule(_TakenAsTheyAre):
 def _even(sharding: HloSharding, shape: ArrayShape) -> bool:
     """Whether every partition's shard of `shape` is the shard shape itself."""
     if sharding.kind == "tiled":
-        return all(d % t == 0 for d, t in zip(shape.dims, sharding.tile_counts_for_rank(shape.rank)))
+        counts = sharding.tile_counts_for_rank(shape.rank)
+        return all(d % t == 0 for d, t in zip(shape.dims, counts))
     return sharding.kind in ("replicated", "manual")
 
 
