@@ -226,3 +226,15 @@ def test_verbatim_attributes_survive():
     printed = roundtrip(text)
     assert "input_output_alias={ {0}: (0, {}, may-alias) }" in printed
     assert "output_to_operand_aliasing={{}: (0, {})}, epsilon=1e-05, operand_layout_constraints={f32[2]{0}}" in printed
+
+
+def test_original_value_attributes_in_every_form_xlas_parser_reads_survive():
+    # `origin=`: a tuple tree of `{"instruction" {shape index}}` leaves, an empty leaf, or
+    # `[synthetic_call]` (XLA's grammar for an instruction's original value)
+    forms = ['{{"p.1"}}', '{{"p.1" {}}}', '{({"t.1" {0}}, {"t.1" {1}})}', '{[synthetic_call]}',
+             '{{}}']
+    body = "".join(f"  a{k} = f32[2] negate(p), origin={form}\n" for k, form in enumerate(forms))
+    printed = roundtrip(f"ENTRY main {{\n  p = f32[2] parameter(0)\n{body}"
+                        "  ROOT r = f32[2] copy(p)\n}\n")
+    for form in forms:
+        assert f"origin={form}" in printed
