@@ -37,9 +37,11 @@ SDY_SHARDING_GROUP = "xla.sdy.ShardingGroup"
 RNG_BIT_GENERATOR_SHARD = "gspmdc.RngBitGeneratorShard"
 RNG_SHARD = "gspmdc.RngShard"
 
+#: calls that enter a manual region, and that leave one
+MANUAL_ENTRIES = frozenset({FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL})
+MANUAL_EXITS = frozenset({SHARD_TO_FULL, SDY_LOCAL_TO_GLOBAL})
 #: calls that enter or leave a manual region (the values inside are per-device data)
-MANUAL_BOUNDARIES = frozenset({FULL_TO_SHARD, SHARD_TO_FULL, SDY_GLOBAL_TO_LOCAL,
-                               SDY_LOCAL_TO_GLOBAL})
+MANUAL_BOUNDARIES = MANUAL_ENTRIES | MANUAL_EXITS
 #: annotations: the value passes unchanged on one device
 ANNOTATIONS = frozenset({
     SHARDING, BARRIER_FROM, BARRIER_TO, LAYOUT_CONSTRAINT, MOVE_TO_HOST, MOVE_TO_DEVICE,

@@ -255,6 +255,30 @@ def test_partially_manual_region_reshards_inside_each_manual_group():
             {(0, 2), (1, 3)}, inst.name
 
 
+UNEVEN_ENTRY = """
+HloModule uneven_entry
+""" + reducer("add") + """
+ENTRY e {
+  p = f32[5,2] parameter(0), sharding={devices=[2,1]0,1}
+  m = f32[3,2] custom-call(p), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  z = f32[] constant(0), sharding={manual}
+  s = f32[2] reduce(m, z), dimensions={0}, to_apply=add, sharding={manual}
+  r = f32[1,2] reshape(s), sharding={manual}
+  ROOT o = f32[2,2] custom-call(r), custom_call_target="SPMDShardToFullShape",
+    sharding={devices=[2,1]0,1}
+}
+"""
+
+
+def test_uneven_padding_enters_a_manual_region_as_zeros():
+    """`p`'s 5 rows in 2 tiles of 3: the second tile's third row is padding (garbage in these
+    runs). The region reads its tile as data, so that row enters as zeros, as in XLA's
+    partitioner: each device sums its real rows (rows 0-2, then rows 3-4)."""
+    x = np.arange(10, dtype=np.float32).reshape(5, 2) + 1
+    got = run_global(partition(UNEVEN_ENTRY, 2), [x], 2)
+    np.testing.assert_array_equal(got, np.stack([x[:3].sum(0), x[3:].sum(0)]))
+
+
 def test_boundary_whose_shard_shape_disagrees_is_rejected():
     text = BOUNDARIES.replace("p = f32[8,2] parameter(0), sharding={devices=[2,1]0,1}",
                               "p = f32[8,2] parameter(0), sharding={replicated}")

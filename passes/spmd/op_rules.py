@@ -720,6 +720,27 @@ def clone(inst: Instruction, ctx: LowerContext, operands: list[Instruction] | No
     return ctx.builder.append(local)
 
 
+def zero_uneven_padding(ctx: LowerContext, value: Instruction, shape: ArrayShape,
+                        tiling: Tiling, dims) -> Instruction:
+    """The local `value` of a global `shape` laid out as `tiling`, with the padding of its
+    uneven tiled `dims` replaced by zeros (`iota + this partition's offset < size`)."""
+    uneven = [d for d in dims if tiling.counts[d] > 1 and shape.dims[d] % tiling.counts[d]]
+    if not uneven:
+        return value
+    b = ctx.builder
+    local_dims = value.shape.dims
+    offsets = tiling.offsets(shape.dims)
+    valid = None
+    for d in uneven:
+        index = b.binary("add", b.iota("s32", local_dims, d),
+                         b.broadcast(ctx.tables.lookup(offsets[:, d], f"offset.{d}"),
+                                     local_dims))
+        inside = b.compare(index, b.broadcast(b.constant(shape.dims[d], "s32"), local_dims), "LT")
+        valid = inside if valid is None else b.binary("and", valid, inside)
+    zero = b.broadcast(b.zero(value.shape.element_type), local_dims)
+    return b.select(valid, value, zero)
+
+
 # ---- sharding helpers shared by the rules ------------------------------------------------------
 
 def without_partials(sharding: HloSharding) -> HloSharding:

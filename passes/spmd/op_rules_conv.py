@@ -75,7 +75,9 @@ from .halo import (
     HaloPlan, WindowedDim, halo_sent, plan_halo, recorded_plans,
     windowed_input,
 )
-from .op_rules import LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials
+from .op_rules import (
+    LowerContext, OpPlan, PartitionRule, PlanContext, clone, without_partials, zero_uneven_padding,
+)
 from .op_rules_dot import DotDims, _inverse, aligned_operand_pairs, dot_result, \
     gathered_contracting_pairs
 from .tiling import Tiling, cdiv, remap
@@ -329,10 +331,10 @@ class ConvolutionRule(PartitionRule):
         cd = ConvDims.planned(inst, rt)
         labels = inst.attr("dim_labels")
         parallel = sorted(parallel_dims(inst))
-        lhs = _mask_uneven(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
+        lhs = zero_uneven_padding(ctx, lhs, lhs_op.shape, lt, cd.dot.lhs_contracting)
         # a parallel dim's kernel taps also meet the holes of the dilated input: its padded
         # taps are zeroed, as padded input features are
-        rhs = _mask_uneven(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting +
+        rhs = zero_uneven_padding(ctx, rhs, rhs_op.shape, rt, cd.dot.rhs_contracting +
                            tuple(labels.rhs_spatial[k] for k in parallel))
         plans = recorded_plans(inst, ctx.num_devices)[0]
         if plans:
@@ -396,27 +398,6 @@ def _pairs(inst: Instruction, cd: ConvDims, ctx: PlanContext, target: HloShardin
         result.append((ctx.tiling(algebra.partially_replicate_on_dims(a.sharding, windowed), lr),
                        b, reason))
     return result
-
-
-def _mask_uneven(ctx: LowerContext, value: Instruction, shape: ArrayShape, tiling: Tiling,
-                 dims) -> Instruction:
-    """The local `value` with the padding of its uneven tiled `dims` replaced by zeros
-    (`iota + this partition's offset < size`)."""
-    uneven = [d for d in dims if tiling.counts[d] > 1 and shape.dims[d] % tiling.counts[d]]
-    if not uneven:
-        return value
-    b = ctx.builder
-    local_dims = value.shape.dims
-    offsets = tiling.offsets(shape.dims)
-    valid = None
-    for d in uneven:
-        index = b.binary("add", b.iota("s32", local_dims, d),
-                         b.broadcast(ctx.tables.lookup(offsets[:, d], f"offset.{d}"),
-                                     local_dims))
-        inside = b.compare(index, b.broadcast(b.constant(shape.dims[d], "s32"), local_dims), "LT")
-        valid = inside if valid is None else b.binary("and", valid, inside)
-    zero = b.broadcast(b.zero(value.shape.element_type), local_dims)
-    return b.select(valid, value, zero)
 
 
 def _halo_metadata(inst: Instruction, plans: dict[int, HaloPlan]) -> KeyValueList:

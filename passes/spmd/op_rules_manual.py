@@ -8,7 +8,8 @@ shape is the shard shape of its data dims.
 
 - `SPMDFullToShardShape` (and `xla.sdy.GlobalToLocalShape`) enters a region: the operand keeps
   its own sharding, whose shard is exactly the (per-device) result, so it lowers to a local
-  `copy`. `SPMDShardToFullShape` (`xla.sdy.LocalToGlobalShape`) leaves one: the local value
+  `copy`, the padding of uneven tiles replaced by zeros (the code in the region reads it as
+  data; XLA pads such shards with zeros there too). `SPMDShardToFullShape` (`xla.sdy.LocalToGlobalShape`) leaves one: the local value
   becomes this device's shard of the result's sharding, again a local `copy`. Each checks that
   the shard shapes agree (ShardingError otherwise).
 - An instruction with a `{manual}` sharding is cloned on local operands (XLA partitions it "as
@@ -39,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from gspmdc.errors import ShardingError, UnsupportedError
-from gspmdc.ir.custom_call_targets import MANUAL_BOUNDARIES
+from gspmdc.ir.custom_call_targets import MANUAL_BOUNDARIES, MANUAL_ENTRIES, target_of
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import ELEMENTWISE, PARTITION_DEPENDENT, PARTITION_RULES, opcodes
 from gspmdc.ir.sharding import HloSharding
@@ -50,11 +51,13 @@ from .manual_groups import (
 )
 from .op_rules import (
     LowerContext, OpPlan, PartitionRule, clone, has_manual_leaf, replicated_for,
+    zero_uneven_padding,
 )
 from .manual_dot import dot_plans
 from .manual_reduce import lower_reduce, reduce_plans
 from .op_rules_data import lower_reshard
 from .reshard_nodes import is_reshard
+from .tiling import Tiling
 
 #: opcodes running on equally tiled local operands as written (a bitcast-convert may change the
 #: rank; random numbers drawn per tile are not the global program's)
@@ -197,7 +200,13 @@ class _BoundaryRule(PartitionRule):
                       f"{inst.attr('custom_call_target')}: the shards are the per-device values")
 
     def lower(self, inst: Instruction, ctx: LowerContext) -> Instruction:
-        return _local_copy(inst, ctx)
+        copy = _local_copy(inst, ctx)
+        operand = inst.operands[0]
+        if target_of(inst) not in MANUAL_ENTRIES or not operand.sharding.is_tiled:
+            return copy
+        rank = operand.shape.rank
+        return zero_uneven_padding(ctx, copy, operand.shape,
+                                   Tiling(operand.sharding, rank, ctx.num_devices), range(rank))
 
 
 def _local_copy(inst: Instruction, ctx: LowerContext) -> Instruction:

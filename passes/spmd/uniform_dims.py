@@ -41,7 +41,7 @@ import numpy as np
 
 from gspmdc.ir import sharding_algebra as algebra
 from gspmdc.ir.custom_call_targets import (
-    FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL, SHARD_TO_FULL, target_of,
+    MANUAL_BOUNDARIES, MANUAL_ENTRIES, MANUAL_EXITS, target_of,
 )
 from gspmdc.ir.module import Instruction
 from gspmdc.ir.ops import ELEMENTWISE_PURE, PARTITION_DEPENDENT
@@ -51,9 +51,6 @@ from gspmdc.ir.shapes import ArrayShape
 from .op_rules_data import is_splat
 from .reshard_nodes import is_reshard
 
-_ENTER = frozenset({FULL_TO_SHARD, SDY_GLOBAL_TO_LOCAL})
-_LEAVE = frozenset({SHARD_TO_FULL, SDY_LOCAL_TO_GLOBAL})
-_BOUNDARIES = _ENTER | _LEAVE
 #: elementwise ops whose result element depends only on the operands' elements at its index
 _POINTWISE = ELEMENTWISE_PURE - PARTITION_DEPENDENT - {"bitcast-convert"}
 #: ops whose result along a dim reads its operand's elements along the same dim
@@ -123,7 +120,7 @@ def _read(inst: Instruction) -> list[Instruction] | tuple:
         tuple_ = inst.operands[0]
         return [tuple_.operands[inst.attr("index")]] if tuple_.opcode == "tuple" else ()
     if op in _READS or (op == "custom-call" and (is_reshard(inst) or
-                                                 target_of(inst) in _BOUNDARIES)):
+                                                 target_of(inst) in MANUAL_BOUNDARIES)):
         return inst.operands
     return ()
 
@@ -185,9 +182,9 @@ def _rule(inst: Instruction, facts: dict[Instruction, _Fact]) -> _Fact:
     if op == "get-tuple-element" and operands[0].opcode == "tuple":
         return facts[operands[0].operands[inst.attr("index")]]
     target = target_of(inst)
-    if target in _ENTER:
+    if target in MANUAL_ENTRIES:
         return _entered(operands[0], inst.sharding, inputs[0])
-    if target in _LEAVE:
+    if target in MANUAL_EXITS:
         return _left(operands[0].sharding, inst, inputs[0])
     return _NOTHING
 
