@@ -291,6 +291,53 @@ def test_xla_weight_gradient_cases_are_equivalent_without_gathers():
     assert sorted(set(kinds(spmd))) == ["all-reduce", "collective-permute"]
 
 
+# ---- the kernel aligned to a spatially tiled input ------------------------------------------
+
+def test_kernel_resharded_to_the_inputs_spatial_tiles_sends_less_than_gathering_the_input():
+    """Input `f32[5,8,3,3]` tiled on its spatial dim 1 (dim 0, labels `10fb`), kernel tiled on
+    its input features, output replicated, 2 partitions. The kernel moves its tiles to the
+    window's spatial dim (all-to-all: half of each `f32[3,2,1,4]` shard, 48 B); partition 1's
+    taps 2-3 read input rows 2-4, so partition 0 sends it row 2 (`8*3*3` f32, 288 B); each
+    partition's partial output `f32[2,4,3,3]` is all-reduced (288 B). By hand: 624 B from
+    partition 0, 336 from partition 1, where gathering both operands sent 960 (the input's
+    `f32[3,8,3,3]` shard, 864 B, and the kernel's, 96) from each."""
+    text = module(f"""
+  x = f32[5,8,3,3] parameter(0), sharding={tiled(2, 4, 0)}
+  k = f32[3,3,1,4] parameter(1), sharding={tiled(2, 4, 1)}
+  ROOT c = f32[2,4,3,3] convolution(x, k), window={{size=1x4 stride=2x1 pad=-1_1x0_0}}, dim_labels=10fb_oi01->10bf, sharding={{replicated}}""")
+    spmd = check_equivalent(text, 2, rtol=1e-4, atol=1e-4)
+    assert sorted(kinds(spmd)) == ["all-reduce", "all-to-all", "collective-permute"]
+    assert list(sent_per_device(spmd, 2)) == [624, 336]
+
+
+# (input rows, kernel taps, window, output rows) of dim 0 (labels f0b_i0o->0bf)
+ALIGNED = [
+    (9, 4, "size=4", 6),                                   # 9 - 4 + 1
+    (10, 3, "size=3 stride=2 pad=1_1", 5),                 # (10 + 2 - 3) // 2 + 1
+    (7, 5, "size=5 pad=2_2", 7),                           # 7 + 4 - 5 + 1
+    (8, 3, "size=3 lhs_dilate=2 pad=1_1", 15),             # 15 + 2 - 3 + 1
+    (11, 3, "size=3 rhs_dilate=2", 7),                     # 11 - 5 + 1
+]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("rows,taps,window,out", ALIGNED)
+@pytest.mark.parametrize("kernel", ["features", "replicated"])
+def test_kernel_aligned_to_a_spatially_tiled_input_computes_the_convolution(n, rows, taps,
+                                                                            window, out,
+                                                                            kernel):
+    """An input tiled (evenly or not) on a windowed spatial dim whose kernel is tiled on its
+    input features or replicated: whatever the bytes choose (the kernel aligned to the input's
+    spatial tiles with halos and summed partial outputs, the forward halo strategy, or
+    gathering), the partitioned program computes the unpartitioned one's values."""
+    k_sharding = tiled(n, 3, 0) if kernel == "features" else "{replicated}"
+    text = module(f"""
+  x = f32[3,{rows},2] parameter(0), sharding={tiled(n, 3, 1)}
+  k = f32[3,{taps},4] parameter(1), sharding={k_sharding}
+  ROOT c = f32[{out},2,4] convolution(x, k), window={{{window}}}, dim_labels=f0b_i0o->0bf, sharding={{replicated}}""")
+    check_equivalent(text, n, rtol=1e-4, atol=1e-4)
+
+
 # ---- parallel spatial dims: a dot's batch dim written as a window -----------------------------
 
 # (input/kernel size B of the parallel dim 0, its window attribute: size B, base dilation B, a

@@ -35,6 +35,8 @@ Dim classes (`ConvDims.of`), in the dot's terms:
   window those taps read by the same halo exchange (a window of the output's size sliding by
   the window dilation per tap) and convolves it with its taps into a partial sum of the whole
   output; the result's reshard adds the partial sums. Other kernel spatial tilings are gathered.
+  An input tiled on a spatial dim also tries this with the kernel resharded to its tiles there
+  (`kernel_alignable_dims`), as XLA's partitioner aligns the kernel to the input.
   A spatial dim whose one window covers the whole input and kernel (`whole_window_dims`: no
   padding or dilation, one output there) is such a contracted dim whatever the kernel's tiling:
   an input tiled there is convolved in place with the kernel's matching taps (sliced) and the
@@ -207,6 +209,22 @@ def whole_window_dims(inst: Instruction) -> frozenset:
         not w.window_reversal)
 
 
+def kernel_alignable_dims(inst: Instruction, lhs: Tiling) -> list[int]:
+    """The spatial dims (window positions) on which the input is tiled and the kernel, holding
+    more than one tap there and not reversed, could be tiled alike: each is tried as a
+    weight-gradient dim (`ConvDims.gradient`) with the kernel resharded to the input's tiles
+    there, so each partition convolves its input block (and the halo its kernel taps read)
+    with its taps into a partial sum of the output, added by the result's reshard, instead of
+    gathering the input (XLA's partitioner aligns the kernel to a spatially tiled input)."""
+    labels, window = inst.attr("dim_labels"), inst.attr("window")
+    if window is None:
+        return []
+    rhs, parallel = inst.operands[1].shape, parallel_dims(inst)
+    return [k for k, w in enumerate(window.dims)
+            if lhs.counts[labels.lhs_spatial[k]] > 1 and rhs.dims[labels.rhs_spatial[k]] > 1
+            and k not in parallel and not w.window_reversal]
+
+
 def parallel_dims(inst: Instruction) -> frozenset:
     """The spatial dims (window positions) that are a dot's batch dim in all but name: the
     input's size `B` is the window's size and its base dilation, the stride (or the window
@@ -290,6 +308,9 @@ class ConvolutionRule(PartitionRule):
         whole = whole_window_dims(inst)
         if whole:
             variants.append(ConvDims.of(inst, whole))
+        if lt is not None:
+            variants += [ConvDims.of(inst, frozenset({k}))
+                         for k in kernel_alignable_dims(inst, lt)]
         candidates, seen = [], set()
         width = dtypes.byte_width(lhs_op.shape.element_type)
         for cd in variants:
@@ -417,4 +438,5 @@ def _local_work(inst: Instruction, plan: OpPlan) -> float:
     return float(prod(out.dims) * per_output)
 
 
-__all__ = ["ConvDims", "conv_result", "whole_window_dims", "parallel_dims", "ConvolutionRule"]
+__all__ = ["ConvDims", "conv_result", "whole_window_dims", "kernel_alignable_dims",
+           "parallel_dims", "ConvolutionRule"]
