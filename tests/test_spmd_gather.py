@@ -12,7 +12,7 @@ import pytest
 
 from gspmdc import api
 from gspmdc.passes.pipeline import compile_spmd
-from gspmdc.passes.spmd.traffic import collective_traffic
+from gspmdc.passes.spmd.traffic import collective_traffic, sent_per_device
 from gspmdc.runtime import io
 
 from hlo_text import hlo_module as module, reducer
@@ -291,3 +291,25 @@ def test_scatter_assignment_with_tiled_indices_gathers_them():
     spmd = check_equivalent(text, 4, inputs=[table(6, 4), indices, updates])
     assert [c[0] for c in collectives(spmd)] == ["all-gather", "all-to-all", "all-gather"]
     assert sent_bytes(spmd, 4) == 192
+
+
+def test_a_tie_of_the_busiest_device_goes_to_the_fewest_bytes_over_all_devices():
+    """A gather with a batching dim (operand dim 1, indices dim 1) on 4 devices: the operand's
+    batch tiles lie on devices {0,1} and {2,3}, the indices' on {0,2} and {1,3}, and the
+    result is annotated in the indices' tiling with its devices reordered (1,3,0,2), in which
+    the operand's batch tiles already match. Moving the indices to the result's order sends
+    each device's `s32[1,8,1,1]` (32 B from each: 128 B in all); aligning the operand to the
+    indices (two devices trade their `pred[3,8]` rows, 24 B) and moving the `pred[1,8,1]`
+    result (8 B from each) sends 32 B from the busiest device too, but 80 B in all: the tie
+    goes to it, as XLA's partitioner aligns the operand with the indices' batch tiles and
+    reshards the result."""
+    text = module("""
+  x = pred[3,16] parameter(0), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  i = s32[2,16,1,1] parameter(1), sharding={devices=[2,2,1,1]<=[4]}
+  ROOT g = pred[2,16,1] gather(x, i), offset_dims={}, collapsed_slice_dims={0}, start_index_map={0}, operand_batching_dims={1}, start_indices_batching_dims={1}, index_vector_dim=3, slice_sizes={1,1}, sharding={devices=[2,2,1]1,3,0,2}""")
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(0, 2, size=(3, 16)).astype(bool),
+              rng.integers(-1, 4, size=(2, 16, 1, 1)).astype(np.int32)]
+    spmd = check_equivalent(text, 4, inputs=inputs)
+    sent = sent_per_device(spmd, 4)
+    assert sent.max() == 32 and sent.sum() == 80

@@ -671,19 +671,6 @@ class PlanContext:
 
 
 
-def choose_partial(inst: Instruction, ctx: PlanContext, candidates: Sequence[OpPlan]) -> OpPlan:
-    """`ctx.choose` of `candidates`; where some candidate leaves partial results (partial sums
-    of a reduce, masked gathers, scatter updates spread over partitions), on a tie of the
-    busiest device (docs/design/cost-model.md#bytes: what plans minimise) the fewest bytes over
-    all devices (a small partial result all-reduced over 3 devices sends more from one of them
-    than from the others, a gather of its shards as much from each; XLA reduces locally); where
-    the busiest sends nothing, so do all."""
-    if not any(p.result.has_unreduced for p in candidates):
-        return ctx.choose(inst, candidates)
-    signature = ctx.signature(inst, candidates)
-    return ctx.choose_for(signature, candidates, tie_break=lambda p: ctx.total_of(inst, p)
-                          if ctx.cost_of(signature, p) else 0.0)
-
 @dataclass
 class LowerContext(EmitContext):
     """Emission context of lower-spmd plus the map from global to local instructions and the
@@ -793,7 +780,6 @@ def has_manual_leaf(sharding: HloSharding | None) -> bool:
 
 
 __all__ = ["NOT_EVERYWHERE", "CONTRACTIONS", "NOT_RECOMPUTED", "recomputed_for_free",
-           "choose_partial",
            "result_chain", "read_from", "summed_first", "free_target", "OpPlan",
            "Signature", "PlanContext", "LowerContext", "PartitionRule", "clone", "without_partials",
            "replicated_for", "maximal_for", "DEFAULT_RULE", "has_manual_leaf"]

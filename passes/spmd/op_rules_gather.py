@@ -25,8 +25,8 @@ the partition's range are zeroed, so the reshard to the annotated sharding sums 
 or reduce-scatter over the operand's index tiles) into the one real value. Padding of uneven
 indexed dims is never read (clamped indices stay below `S_d`).
 
-Candidates (fewest bytes wins; on a tie of the busiest device, where some candidate leaves
-partial values, the fewest bytes over all devices; then the first): the annotated result's
+Candidates (fewest bytes wins; on a tie of the busiest device, the fewest bytes over all
+devices; then the first): the annotated result's
 tiling with the operand's tiles of its indexed dims, the annotated result's tiling alone, the
 operand's tiling carried through, the indices' tiling with the operand's indexed tiles, the
 indices' tiling alone, the operand's indexed tiles with the result's or the indices' batch
@@ -85,7 +85,7 @@ from gspmdc.ir.sharding import HloSharding
 from gspmdc.passes.propagation.indexing import IndexedOp, gather_view, scatter_view
 
 from .op_rules import (
-    LowerContext, OpPlan, PartitionRule, choose_partial, clone, without_partials,
+    LowerContext, OpPlan, PartitionRule, clone, without_partials,
 )
 from .reshard_nodes import is_inserted_reshard
 from .tiling import Tiling, remap, tile_keys, tiling_from_coordinates
@@ -342,7 +342,7 @@ class GatherRule(PartitionRule):
         candidates = [self._plan(dims, tiling, reason) for tiling, reason in tilings]
         replicated = HloSharding.replicate()
         candidates.append(OpPlan((replicated, replicated), replicated, "gather runs replicated"))
-        return choose_partial(inst, ctx, candidates)
+        return ctx.choose(inst, candidates, totals=True)
 
     @staticmethod
     def _plan(dims: GatherDims, extended: Tiling, reason: str) -> OpPlan:
@@ -513,7 +513,8 @@ class ScatterRule(PartitionRule):
     tiles, the indices' tiling with the operand's likewise (explicit batch dims in XLA's
     device groups), the updates' tiling with the tiles of a scatter dim it cannot tile moved
     to a dim the update windows cover whole, and everything replicated; the fewest bytes win
-    (`choose_partial`), on a tie the result's tiling before the operand's, except where the
+    (then the fewest over all devices), on a tie of both the result's tiling before the
+    operand's, except where the
     operand is tiled on batch dims (explicit batch or index parallel dims: XLA's partitioner
     takes those strategies first, whatever they cost, and reshards the result afterwards).
     A variadic scatter runs
@@ -616,7 +617,7 @@ class ScatterRule(PartitionRule):
                                      "scatter runs replicated"))
         if one_device is not None:
             candidates.append(one_device)
-        return choose_partial(inst, ctx, candidates)
+        return ctx.choose(inst, candidates, totals=True)
 
     @staticmethod
     def _plan(inst, dims: ScatterDims, tiling: Tiling, reason: str) -> OpPlan:

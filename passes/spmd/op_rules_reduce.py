@@ -32,7 +32,7 @@ from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 
 from .op_rules import (
-    LowerContext, OpPlan, PartitionRule, choose_partial, clone, without_partials,
+    LowerContext, OpPlan, PartitionRule, clone, without_partials,
 )
 from .tiling import Tiling
 
@@ -75,10 +75,10 @@ class ReduceRule(PartitionRule):
                 candidates.append(plan(source, partial,
                                        "reduce keeps its input's tiling"))
         candidates.append(plan(replicated, replicated, "reduce runs replicated"))
-        # partial sums against a gather: a partial scalar all-reduced over 3 tiles sends 8 B
-        # from one device and 4 B from the others, the gather of its 3 one-element shards 8 B
-        # from each
-        return choose_partial(inst, ctx, candidates)
+        # on a tie of the busiest device, the fewest bytes over all devices: a partial scalar
+        # all-reduced over 3 tiles sends 8 B from one device and 4 B from the others, the
+        # gather of its 3 one-element shards 8 B from each
+        return ctx.choose(inst, candidates, totals=True)
 
     def lower(self, inst, ctx: LowerContext):
         count = len(inst.operands) // 2
