@@ -310,13 +310,16 @@ def test_kernel_resharded_to_the_inputs_spatial_tiles_sends_less_than_gathering_
     assert list(sent_per_device(spmd, 2)) == [624, 336]
 
 
-# (input rows, kernel taps, window, output rows) of dim 0 (labels f0b_i0o->0bf)
+# (input rows, kernel taps, window, output rows) of dim 0 (labels f0b_i0o->0bf): 16 input
+# features and one output feature, so a partial output is small beside the input's rows and
+# the kernel aligned to the input's row tiles is chosen on most of them
 ALIGNED = [
-    (9, 4, "size=4", 6),                                   # 9 - 4 + 1
-    (10, 3, "size=3 stride=2 pad=1_1", 5),                 # (10 + 2 - 3) // 2 + 1
-    (7, 5, "size=5 pad=2_2", 7),                           # 7 + 4 - 5 + 1
-    (8, 3, "size=3 lhs_dilate=2 pad=1_1", 15),             # 15 + 2 - 3 + 1
-    (11, 3, "size=3 rhs_dilate=2", 7),                     # 11 - 5 + 1
+    (9, 8, "size=8", 2),                                   # 9 - 8 + 1
+    (10, 4, "size=4 stride=3 pad=1_1", 3),                 # (10 + 2 - 4) // 3 + 1
+    (7, 5, "size=5 pad=1_1", 5),                           # 7 + 2 - 5 + 1
+    (6, 6, "size=6 lhs_dilate=2 pad=1_1", 8),              # 11 + 2 - 6 + 1
+    (11, 4, "size=4 rhs_dilate=3", 2),                     # 11 - 10 + 1
+    (12, 5, "size=5 stride=2 rhs_dilate=2 pad=0_1", 3),    # (12 + 1 - 9) // 2 + 1
 ]
 
 
@@ -327,14 +330,14 @@ def test_kernel_aligned_to_a_spatially_tiled_input_computes_the_convolution(n, r
                                                                             window, out,
                                                                             kernel):
     """An input tiled (evenly or not) on a windowed spatial dim whose kernel is tiled on its
-    input features or replicated: whatever the bytes choose (the kernel aligned to the input's
-    spatial tiles with halos and summed partial outputs, the forward halo strategy, or
-    gathering), the partitioned program computes the unpartitioned one's values."""
+    input features or replicated: the kernel aligned to the input's row tiles (each partition
+    convolving the rows its taps read, halos included, into a partial output), or whatever
+    else the bytes choose, computes the unpartitioned program's values."""
     k_sharding = tiled(n, 3, 0) if kernel == "features" else "{replicated}"
     text = module(f"""
-  x = f32[3,{rows},2] parameter(0), sharding={tiled(n, 3, 1)}
-  k = f32[3,{taps},4] parameter(1), sharding={k_sharding}
-  ROOT c = f32[{out},2,4] convolution(x, k), window={{{window}}}, dim_labels=f0b_i0o->0bf, sharding={{replicated}}""")
+  x = f32[16,{rows},2] parameter(0), sharding={tiled(n, 3, 1)}
+  k = f32[16,{taps},1] parameter(1), sharding={k_sharding}
+  ROOT c = f32[{out},2,1] convolution(x, k), window={{{window}}}, dim_labels=f0b_i0o->0bf, sharding={{replicated}}""")
     check_equivalent(text, n, rtol=1e-4, atol=1e-4)
 
 
