@@ -286,14 +286,50 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
             dict.fromkeys(zip(operands, plan.operands)):
         if source is not None:
             total += _unread_bytes(shape, source, sharding, need, measure)
-        elif not (recomputed and free_target(need)) and need not in earlier and \
-                not (whole and (need.is_replicated or need.kind == "maximal" or
-                                broadcast_first(sharding, need))):
-            paid = 1.0 - dict(credit).get(need, 0.0) if credit else 1.0
-            total += measure(shape, sharding, need) * paid
+        else:
+            paid = _share_paid(sharding, need, recomputed, earlier, whole, credit)
+            if paid:
+                total += measure(shape, sharding, need) * paid
         if bound is not None and total > bound:
             return total
     return total
+
+
+def _share_paid(sharding: HloSharding, need: HloSharding, recomputed: bool,
+                earlier: frozenset, whole: bool, credit: tuple) -> float:
+    """The share of an operand's reshard from `sharding` to `need` a plan pays
+    (`_with_reshard_bytes`; the operand's `Signature` fields as named there): none where it is
+    computed again for free, had already or read from its broadcast, else all less the later
+    users' credit."""
+    if (recomputed and free_target(need)) or need in earlier or \
+            (whole and (need.is_replicated or need.kind == "maximal" or
+                        broadcast_first(sharding, need))):
+        return 0.0
+    return 1.0 - dict(credit).get(need, 0.0) if credit else 1.0
+
+
+def reshards_paid_in_full(signature: "Signature", plan: OpPlan) -> list[int]:
+    """The operands (their indices, one per distinct value and sharding needed) whose reshards
+    `plan` pays in full by `_with_reshard_bytes`: needed in another sharding than theirs and
+    not shared with another user, credited, computed again for free or left unread."""
+    count = len(signature.operand_ids)
+    free = signature.operand_free or (False,) * count
+    if signature.operand_split_free and any([need.is_tiled for need in plan.operands]):
+        free = tuple([a or b for a, b in zip(free, signature.operand_split_free)])
+    had = signature.operand_had or (frozenset(),) * count
+    broadcast = signature.operand_broadcast or (False,) * count
+    sources = signature.operand_sources or (None,) * count
+    credits = signature.operand_credit or ((),) * count
+    paid, seen = [], set()
+    for k, (value, sharding, need) in enumerate(zip(signature.operand_ids,
+                                                    signature.operand_shardings, plan.operands)):
+        if need == sharding or (value, need) in seen:
+            continue
+        seen.add((value, need))
+        if sources[k] is None and \
+                _share_paid(sharding, need, free[k], had[k], broadcast[k], credits[k]) == 1.0:
+            paid.append(k)
+    return paid
 
 
 def _unread_bytes(shape: Shape, source: HloSharding, node: HloSharding, need: HloSharding,

@@ -24,7 +24,9 @@ result tiling and the first operand's tiling carried through, each either *kept*
 the windowed dims *gathered* (no halo), and everything replicated. So a halo larger than a gather
 is never chosen. On equal bytes for the busiest device the candidate all devices together send
 fewer bytes with wins (a halo only some shards need: `halo.halo_sent`), then the gather
-(one collective instead of several permutes). A `pad` without interior padding may exchange
+(one collective instead of several permutes). A candidate's halos are priced per device with
+the operand reshards it pays in full: what they add to those reshards' busiest device
+(`WindowRule._beside_reshards`). A `pad` without interior padding may exchange
 pieces instead of halos (`pad_pieces.py`): in the kept candidate where they send fewer bytes,
 and from its operand's own tiling as one more candidate (`direct_candidates`).
 
@@ -57,7 +59,9 @@ from .halo import (
     plan_halo, recorded_plans, return_halo, returned_per_partition, sent_per_partition,
     windowed_input,
 )
-from .op_rules import LowerContext, OpPlan, PartitionRule, clone, without_partials
+from .op_rules import (
+    LowerContext, OpPlan, PartitionRule, clone, reshards_paid_in_full, without_partials,
+)
 from .op_rules_indexed import masked_window
 from .op_rules_passthrough import tiles_moved
 from .pad_pieces import emit_pad_pieces, pieces_plan
@@ -66,6 +70,7 @@ from .prefix_scan import (
     scan_opcode,
 )
 from .reshard_nodes import is_inserted_reshard
+from .reshard_plan import plan_reshard
 from .tiling import Tiling, cdiv
 
 Computations = dict[str, Computation]
@@ -138,6 +143,22 @@ class WindowRule(PartitionRule):
         own tiled sharding, without resharding it first (none by default)."""
         return []
 
+    def halo_by_tile(self, inst: Instruction, tiling: Tiling, scans: list[int]
+                     ) -> np.ndarray | None:
+        """Bytes the partitions of each tile send in `halo_cost`'s halos (an array of
+        `tiling`'s counts indexed by shard ordinals, `halo.sent_per_partition`); None where
+        the rule sends what is not priced per tile."""
+        sent = np.zeros(tiling.counts, dtype=np.int64)
+        for k, (operand, window) in enumerate(zip(inst.operands, self.windows(inst))):
+            if window is None:
+                continue
+            plans = self._plans(inst, k, window, tiling, scans)
+            if plans:
+                local = self.exchanged_shard(inst, tiling, tiling.shard_dims(operand.shape.dims))
+                sent = sent + sent_per_partition(plans, local, tiling.counts) * \
+                    dtypes.byte_width(operand.shape.element_type)
+        return sent
+
     def exchanged_shard(self, inst: Instruction, tiling: Tiling,
                         local: tuple[int, ...]) -> tuple[int, ...]:
         """The dims of the local operand shard (`local`, under `tiling`) whose halos travel:
@@ -181,7 +202,9 @@ class WindowRule(PartitionRule):
             result = tiling.sharding
             if isinstance(inst.shape, TupleShape):
                 result = HloSharding.tuple([result] * leaves)
-            return OpPlan(shardings, result, reason, cost, total)
+            plan = OpPlan(shardings, result, reason, cost, total)
+            return plan._replace(cost=self._beside_reshards(inst, ctx, plan, operand_tiling,
+                                                            scans)) if cost else plan
 
         bases = [] if on_device else [(ctx.tiling(target, rank), "the result's tiling")]
         if carry:
@@ -216,6 +239,28 @@ class WindowRule(PartitionRule):
         # them), then one gather beats many permutes
         return ctx.choose(inst, candidates,
                           tie_break=lambda plan: (ctx.total_of(inst, plan), plan.cost))
+
+    def _beside_reshards(self, inst: Instruction, ctx, plan: OpPlan, tiling: Tiling,
+                         scans: list[int]) -> float:
+        """The bytes `plan`'s halos (under the operands' `tiling`) add to its busiest device:
+        the halos of all operands and the operand reshards the plan pays in full summed per
+        device, less those reshards' busiest device (the plan's cost adds that; a halo often
+        leaves from partitions a reshard leaves idle). `plan.cost` itself (each operand's
+        halos' busiest partition, summed) where the halos are not priced per tile."""
+        by_tile = self.halo_by_tile(inst, tiling, scans)
+        if by_tile is None:
+            return plan.cost
+        halos = by_tile.reshape(-1)[tiling.tile_keys()]
+        reshards = np.zeros(ctx.num_devices, dtype=np.int64)
+        for k in reshards_paid_in_full(ctx.signature(inst, (plan,), users=False), plan):
+            operand = inst.operands[k]
+            for shape, source, need in zip(operand.shape.leaves(),
+                                           operand.sharding.leaf_shardings(operand.shape),
+                                           plan.operands[k].leaf_shardings(operand.shape)):
+                reshards = reshards + plan_reshard(shape, source, need,
+                                                   ctx.num_devices).sent_by_device(
+                                                       ctx.num_devices)
+        return float((reshards + halos).max(initial=0) - reshards.max(initial=0))
 
     # ---- lowering -----------------------------------------------------------------------------
 
@@ -331,6 +376,12 @@ class ReduceWindowRule(WindowRule):
                                     dtypes.byte_width(operand.shape.element_type))
         return cost + busiest, total + every
 
+    def halo_by_tile(self, inst, tiling, scans):
+        """None where some prefix scan runs over a tiled dim (its shard totals)."""
+        if any(tiling.counts[d] > 1 for d in scans):
+            return None
+        return super().halo_by_tile(inst, tiling, scans)
+
     def halo_description(self, inst, num_devices, computations):
         text = super().halo_description(inst, num_devices, computations)
         tiling = _tiling(inst.operands[0], num_devices)
@@ -415,23 +466,79 @@ class PadRule(WindowRule):
             return [{} for _ in inst.operands]
         return super().halo_plans(inst, num_devices, computations)
 
+    def exchanged_shard(self, inst, tiling, local):
+        """The dims the tiling leaves whole lose the elements their negative edge padding
+        crops before the halos travel (`crop_padding`)."""
+        return tuple(n if tiling.counts[d] > 1 else len(range(*crop_padding(n, p)[:2]))
+                     for d, (n, p) in enumerate(zip(local, inst.attr("padding"))))
+
+    def halo_by_tile(self, inst, tiling, scans):
+        """None where the exchange of pieces sends fewer bytes than the halos (`halo_cost`
+        prices the pieces, not per tile)."""
+        pieces = pieces_plan(inst, tiling.sharding, tiling.sharding, tiling.num_devices)
+        if pieces is not None and pieces.sent < super().halo_cost(inst, tiling, scans,
+                                                                 tiling.num_devices):
+            return None
+        return super().halo_by_tile(inst, tiling, scans)
+
     def lower(self, inst, ctx):
+        """Where halos travel, the dims the operand's tiling leaves whole are cropped first
+        (`exchanged_shard`); the local pad then keeps the rest of their padding. The exchange
+        of pieces (`pieces`) where the planned shardings call for it."""
         rounds = self.pieces(inst, ctx.num_devices)
-        if rounds is None:
+        if rounds is not None:
+            with ctx.builder.scope(_pieces_metadata(inst, rounds)):
+                return emit_pad_pieces(ctx, inst, ctx.local[inst.operands[0]],
+                                       ctx.local[inst.operands[1]], rounds)
+        plans = recorded_plans(inst, ctx.num_devices)
+        if not plans[0]:
             return super().lower(inst, ctx)
-        with ctx.builder.scope(_pieces_metadata(inst, rounds)):
-            return emit_pad_pieces(ctx, inst, ctx.local[inst.operands[0]],
-                                   ctx.local[inst.operands[1]], rounds)
+        b = ctx.builder
+        operand = inst.operands[0]
+        tiling = Tiling(operand.sharding, operand.shape.rank, ctx.num_devices)
+        local = ctx.local[operand]
+        tiled = _tiled_dims(operand, ctx)
+        padding = list(inst.attr("padding"))
+        cut = []
+        for d, (n, p) in enumerate(zip(local.shape.dims, inst.attr("padding"))):
+            start, limit, rest = (0, n, p) if d in tiled else crop_padding(n, p)
+            cut.append(SliceDim(start, limit))
+            padding[d] = rest
+        if any((c.start, c.limit) != (0, n) for c, n in zip(cut, local.shape.dims)):
+            local = b.add("slice", local.shape.with_dims([c.limit - c.start for c in cut]),
+                          [local], {"slice": tuple(cut)})
+        with b.scope(_metadata(inst, 0, plans[0])):
+            local = windowed_input(ctx, local, tiling, plans[0], self.pad_values(inst, ctx)[0])
+        return self._padded(inst, ctx, local, tiled, padding)
 
     def local_op(self, inst, ctx, inputs, plans):
-        tiled = _tiled_dims(inst.operands[0], ctx)
-        padding = tuple(PadDim(0, 0) if d in tiled else p
-                        for d, p in enumerate(inst.attr("padding")))
+        return self._padded(inst, ctx, inputs[0], _tiled_dims(inst.operands[0], ctx),
+                            inst.attr("padding"))
+
+    def _padded(self, inst, ctx, value, tiled, padding):
+        """The local pad of `value`: `padding` on the dims not `tiled` (the halo exchange
+        made the tiled dims' padding)."""
+        padding = tuple(PadDim(0, 0) if d in tiled else p for d, p in enumerate(padding))
         if all((p.low, p.high, p.interior) == (0, 0, 0) for p in padding):
-            return inputs[0]
-        local = clone(inst, ctx, operands=inputs)
+            return value
+        local = clone(inst, ctx, operands=[value, ctx.local[inst.operands[1]]])
         local.attrs["padding"] = padding
         return local
+
+
+def crop_padding(size: int, pad: PadDim) -> tuple[int, int, PadDim]:
+    """The elements `[start, limit)` of a dim of `size` that `pad`'s negative edge padding
+    leaves (some of) in the result, and the padding that makes the same result from them
+    (its edges then never negative where elements were cropped: a crop ending in an interior
+    hole leaves that hole as low or high padding). Nothing is cropped where the padding would
+    crop every element."""
+    step = pad.interior + 1
+    front = -(-max(-pad.low, 0) // step)
+    back = -(-max(-pad.high, 0) // step)
+    if front + back >= size:
+        return 0, size, pad
+    return front, size - back, PadDim(pad.low + front * step, pad.high + back * step,
+                                      pad.interior)
 
 
 @PARTITION_RULES.register("slice", instance=True)
@@ -650,13 +757,21 @@ class SelectAndScatterRule(WindowRule):
     def halo_cost(self, inst, tiling, scans, num_devices):
         """The operand's and the source's halos in and, on the dims running their own windows,
         the results' halos back, priced on one partition together (`_sent_by_partition`)."""
-        operand = inst.operands[0]
+        return busiest_and_total(self._sent_elements(inst, tiling),
+                                 dtypes.byte_width(inst.operands[0].shape.element_type),
+                                 num_devices)
+
+    def halo_by_tile(self, inst, tiling, scans):
+        return self._sent_elements(inst, tiling) * \
+            dtypes.byte_width(inst.operands[0].shape.element_type)
+
+    def _sent_elements(self, inst, tiling):
+        """The elements each tile's partitions send in `halo_cost`'s halos, indexed by their
+        shard ordinals (`_sent_by_partition`)."""
         windows = self.windows(inst)
         data, source = (self._plans(inst, k, windows[k], tiling, []) for k in (0, 1))
-        sent = _sent_by_partition(operand.shape, inst.operands[1].shape, tiling, data, source,
-                                  _overlapping_dims(inst, tiling))
-        return busiest_and_total(sent, dtypes.byte_width(operand.shape.element_type),
-                                 num_devices)
+        return _sent_by_partition(inst.operands[0].shape, inst.operands[1].shape, tiling, data,
+                                  source, _overlapping_dims(inst, tiling))
 
     def pad_values(self, inst, ctx):
         t = inst.operands[0].shape.element_type

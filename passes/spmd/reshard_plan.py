@@ -313,6 +313,18 @@ class ReshardPlan:
     def collectives(self) -> list[str]:
         return [s.collective for s in self.steps if s.collective]
 
+    def sent_by_device(self, num_devices: int) -> np.ndarray:
+        """Bytes each of the `num_devices` devices sends over the steps (their sum over the
+        devices is `total`, their largest at most `cost`)."""
+        dims = self.padded or self.shape.dims
+        width = max(dtypes.byte_width(self.shape.element_type), 1)
+        sent = np.zeros(num_devices, dtype=np.int64)
+        for step in self.steps:
+            traffic = step.traffic(dims, width)
+            if traffic is not None:
+                sent = sent + traffic.sent
+        return sent
+
 
 # ---------------------------------------------------------------------------------- planning
 
