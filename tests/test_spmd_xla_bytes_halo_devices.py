@@ -129,6 +129,42 @@ def test_pad_sends_no_more_than_xla():
     assert result.our_bytes <= result.xla_bytes
 
 
+CROP_ON_ONE_DEVICE = """HloModule m, num_partitions=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  x = f32[6] parameter(0), sharding={devices=[2]1,0}
+  v = f32[] parameter(1), sharding={maximal device=0}
+  z = f32[] constant(0), sharding={replicated}
+  m = f32[] reduce(x, z), dimensions={0}, to_apply=add, sharding={replicated}
+  p = f32[4] pad(x, v), padding=-2_0, sharding={replicated}
+  ROOT t = (f32[], f32[4]) tuple(m, p), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+def test_a_pad_that_only_crops_leaves_its_pad_value_where_it_is():
+    """Padding `-2_0` only crops: no element of the result is the pad value, so the pad,
+    computed replicated on the gathered `x` the reduce reads too (12 B from each device), does
+    not broadcast the value from device 0 (4 B more from each device before; XLA's program
+    moves it nowhere either: fuzz/15700000867 on)."""
+    spmd = check_equivalent(CROP_ON_ONE_DEVICE, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-gather"]
+    assert _bytes(spmd, 2) == (12, 12.0)
+
+
+@needs_xla
+def test_a_pad_that_only_crops_sends_no_more_than_xla():
+    result = compared_with_xla(CROP_ON_ONE_DEVICE, 2)
+    assert (result.our_busiest, result.our_bytes) <= (result.xla_busiest, result.xla_bytes)
+    assert result.our_bytes <= result.xla_bytes
+
+
 # ---- a reshard and halos from different devices (fuzz/14100000461) ----------------------------
 
 SELECT_AND_SCATTER = """HloModule m, num_partitions=3

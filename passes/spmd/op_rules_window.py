@@ -88,6 +88,11 @@ class WindowRule(PartitionRule):
         """Per operand: the local scalar filling masked positions (None: never masked)."""
         return [None] * len(inst.operands)
 
+    def scalar_need(self, inst: Instruction, k: int) -> HloSharding:
+        """The sharding a plan reads operand `k`, one that is not windowed (a scalar), in:
+        replicated, as every partition fills masked positions with it."""
+        return HloSharding.replicate()
+
     def operand_tiling(self, inst: Instruction, tiling: Tiling) -> Tiling:
         """The tiling a windowed operand takes when the result has `tiling`."""
         return tiling
@@ -196,8 +201,8 @@ class WindowRule(PartitionRule):
 
         def candidate(tiling: Tiling, reason: str) -> OpPlan:
             operand_tiling = self.operand_tiling(inst, tiling)
-            shardings = tuple(replicated if window is None else operand_tiling.sharding
-                              for window in windows)
+            shardings = tuple(self.scalar_need(inst, k) if window is None
+                              else operand_tiling.sharding for k, window in enumerate(windows))
             cost, total = self.halo_cost(inst, operand_tiling, scans, ctx.num_devices)
             result = tiling.sharding
             if isinstance(inst.shape, TupleShape):
@@ -423,6 +428,16 @@ class PadRule(WindowRule):
     def pad_values(self, inst, ctx):
         return [ctx.local[inst.operands[1]], None]
 
+    def scalar_need(self, inst, k):
+        """A pad that only crops (no positive edge padding, no interior padding) never reads
+        its pad value: it is read as it is, replicated or on one device (XLA's partitioned
+        program moves it nowhere either)."""
+        value = inst.operands[k].sharding
+        if value is not None and value.kind in ("replicated", "maximal") and all(
+                p.low <= 0 and p.high <= 0 and p.interior == 0 for p in inst.attr("padding")):
+            return value
+        return super().scalar_need(inst, k)
+
     def halo_cost(self, inst, tiling, scans, num_devices):
         """The halos, or the exchange of pieces where that sends fewer bytes
         (`pieces`)."""
@@ -442,7 +457,7 @@ class PadRule(WindowRule):
         pieces = pieces_plan(inst, source, tiling.sharding, ctx.num_devices)
         if pieces is None or not ctx.users_needs(inst):
             return []
-        return [OpPlan((source, HloSharding.replicate()), tiling.sharding,
+        return [OpPlan((source, self.scalar_need(inst, 1)), tiling.sharding,
                        "pad exchanges the pieces of its operand's tiles that the result's tiles "
                        "read", *pieces.sent)]
 
