@@ -80,6 +80,27 @@ def test_update_of_two_tiled_sliced_dims_and_a_tiled_whole_dim():
         assert "all-gather" not in kinds(spmd)
 
 
+@pytest.mark.parametrize("index_type, starts", [
+    ("u32", [2**31 + 5, 2**32 - 1, 3]), ("u64", [2**63 + 1, 2**40, 0]),
+    ("s64", [-(2**40), 2**40, 7])])
+def test_wide_start_indices_clamp_before_the_local_arithmetic(index_type, starts):
+    """Start indices of a type an s32 cannot hold are clamped to the array as HLO clamps them
+    (a u32 start of 2^31 + 5 writes the last rows; converted to s32 first it turned negative
+    and wrote the first: fuzz/16100003546, a start drawn by rng-bit-generator), for a tiled
+    update and a tiled slice alike."""
+    text = module(f"""
+  x = f32[37,4] parameter(0), sharding={rows(4)}
+  u = f32[5,4] parameter(1), sharding={{replicated}}
+  i = {index_type}[] parameter(2), sharding={{replicated}}
+  j = {index_type}[] parameter(3), sharding={{replicated}}
+  d = f32[37,4] dynamic-update-slice(x, u, i, j), sharding={rows(4)}
+  s = f32[5,4] dynamic-slice(x, i, j), dynamic_slice_sizes={{5,4}}, sharding={rows(4)}
+  ROOT t = (f32[37,4], f32[5,4]) tuple(d, s), sharding={{{rows(4)}, {rows(4)}}}""")
+    dtype = {"u32": np.uint32, "u64": np.uint64, "s64": np.int64}[index_type]
+    for start in starts:
+        check_equivalent(text, 4, inputs=[values(37, 4), values(5, 4), dtype(start), dtype(0)])
+
+
 @pytest.mark.parametrize("n", DEVICES)
 def test_update_covering_a_tiled_dim_keeps_it_tiled(n):
     text = module(f"""

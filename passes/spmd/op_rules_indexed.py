@@ -355,12 +355,34 @@ def _worst(element_type: str, largest: bool):
     return info.min if largest else info.max
 
 
+#: start index types an `s32` cannot hold every value of
+_WIDE_STARTS = frozenset({"u32", "u64", "s64"})
+
+
+def s32_starts(b, starts: list[Instruction], dims, sizes) -> list[Instruction]:
+    """The local start indices `starts` of a window of `sizes` in an array of `dims` as `s32`
+    (the local index arithmetic's type). A start of a type an `s32` cannot hold (`u32`, `u64`,
+    `s64`) is first clamped to `[0, dim - size]` in its own type, as HLO clamps it: converted
+    first, a `u32` start of 2^31 or more would turn negative and clamp to 0 instead of to the
+    end."""
+    result = []
+    for start, n, size in zip(starts, dims, sizes):
+        element_type = start.shape.element_type
+        if element_type in _WIDE_STARTS:
+            start = b.binary("minimum", start, b.constant(n - size, element_type))
+            if element_type == "s64":
+                start = b.binary("maximum", start, b.constant(0, element_type))
+        result.append(b.convert(start, "s32"))
+    return result
+
+
 def _masked_slice(inst: Instruction, ctx: LowerContext, tiling: Tiling,
                   tiled: list[int]) -> Instruction:
     """This partition's addend of a dynamic-slice of an operand tiled on the sliced dims
     `tiled`: the window over its own range, zero elsewhere (see the module docstring)."""
     local_operand, *starts = _local_operands(inst, ctx)
-    starts = [ctx.builder.convert(s, "s32") for s in starts]
+    starts = s32_starts(ctx.builder, starts, inst.operands[0].shape.dims,
+                        inst.attr("dynamic_slice_sizes"))
     return masked_window(inst, ctx, local_operand, starts, inst.attr("dynamic_slice_sizes"),
                          tiling, tiled)
 
@@ -446,7 +468,7 @@ def _masked_update(inst: Instruction, ctx: LowerContext, tiling: Tiling,
     update_dims = inst.operands[1].shape.dims
     shard = tiling.shard_dims(operand_dims)
     offsets = ctx.tables.offsets(tiling, operand_dims)
-    starts = [b.convert(s, "s32") for s in starts]
+    starts = s32_starts(b, starts, operand_dims, update_dims)
     zero = b.constant(0, "s32")
     clamped = _clamped_starts(b, zero, starts, operand_dims, update_dims, tiled)
     padding = tuple(PadDim(shard[d], shard[d]) if d in tiled else PadDim(0, 0)
