@@ -131,17 +131,21 @@ class WindowRule(PartitionRule):
         operands take `tiling`: each operand's halos (`halo_sent`; `scans` exchange none), and
         whatever else the rule sends (its override)."""
         cost = total = 0.0
+        for plans, local, width in self._exchanges(inst, tiling, scans):
+            busiest, every = halo_sent(plans, local, width, num_devices)
+            cost, total = cost + busiest, total + every
+        return cost, total
+
+    def _exchanges(self, inst: Instruction, tiling: Tiling, scans: list[int]):
+        """(halo plans, exchanged local shard, element bytes) of each windowed operand that
+        exchanges halos when the windowed operands take `tiling`."""
         for k, (operand, window) in enumerate(zip(inst.operands, self.windows(inst))):
             if window is None:
                 continue
             plans = self._plans(inst, k, window, tiling, scans)
             if plans:
                 local = self.exchanged_shard(inst, tiling, tiling.shard_dims(operand.shape.dims))
-                busiest, every = halo_sent(plans, local,
-                                           dtypes.byte_width(operand.shape.element_type),
-                                           num_devices)
-                cost, total = cost + busiest, total + every
-        return cost, total
+                yield plans, local, dtypes.byte_width(operand.shape.element_type)
 
     def direct_candidates(self, inst: Instruction, ctx, tiling: Tiling) -> list[OpPlan]:
         """Plans computing the result in `tiling` (the result's) from the first operand in its
@@ -154,14 +158,8 @@ class WindowRule(PartitionRule):
         `tiling`'s counts indexed by shard ordinals, `halo.sent_per_partition`); None where
         the rule sends what is not priced per tile."""
         sent = np.zeros(tiling.counts, dtype=np.int64)
-        for k, (operand, window) in enumerate(zip(inst.operands, self.windows(inst))):
-            if window is None:
-                continue
-            plans = self._plans(inst, k, window, tiling, scans)
-            if plans:
-                local = self.exchanged_shard(inst, tiling, tiling.shard_dims(operand.shape.dims))
-                sent = sent + sent_per_partition(plans, local, tiling.counts) * \
-                    dtypes.byte_width(operand.shape.element_type)
+        for plans, local, width in self._exchanges(inst, tiling, scans):
+            sent = sent + sent_per_partition(plans, local, tiling.counts) * width
         return sent
 
     def exchanged_shard(self, inst: Instruction, tiling: Tiling,
@@ -186,7 +184,6 @@ class WindowRule(PartitionRule):
         rank = _result_leaf(inst).rank
         leaves = sum(1 for _ in inst.shape.leaves())
         target = without_partials(inst.sharding.leaf_shardings(inst.shape)[0])
-        replicated = HloSharding.replicate()
         first = inst.operands[0]
         carry = first.sharding is not None and first.sharding.is_tiled and \
             first.sharding == without_partials(first.sharding) and windows[0] is not None
@@ -472,9 +469,15 @@ class PadRule(WindowRule):
         rank = inst.shape.rank
         tiling = Tiling(target, rank, num_devices)
         if Tiling(source, rank, num_devices) == tiling and \
-                pieces.sent >= super().halo_cost(inst, tiling, [], num_devices):
+                not self._pieces_win(inst, pieces, tiling, []):
             return None
         return pieces.rounds
+
+    def _pieces_win(self, inst: Instruction, pieces, tiling: Tiling, scans: list[int]) -> bool:
+        """Whether the exchange of `pieces` (None: none possible) sends fewer bytes than the
+        halos with the operand and the result in `tiling` (busiest device, then all)."""
+        return pieces is not None and \
+            pieces.sent < super().halo_cost(inst, tiling, scans, tiling.num_devices)
 
     def halo_plans(self, inst, num_devices, computations=None):
         if self.pieces(inst, num_devices) is not None:
@@ -491,8 +494,7 @@ class PadRule(WindowRule):
         """None where the exchange of pieces sends fewer bytes than the halos (`halo_cost`
         prices the pieces, not per tile)."""
         pieces = pieces_plan(inst, tiling.sharding, tiling.sharding, tiling.num_devices)
-        if pieces is not None and pieces.sent < super().halo_cost(inst, tiling, scans,
-                                                                 tiling.num_devices):
+        if self._pieces_win(inst, pieces, tiling, scans):
             return None
         return super().halo_by_tile(inst, tiling, scans)
 
