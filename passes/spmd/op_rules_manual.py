@@ -9,9 +9,10 @@ shape is the shard shape of its data dims.
 - `SPMDFullToShardShape` (and `xla.sdy.GlobalToLocalShape`) enters a region: the operand keeps
   its own sharding, whose shard is exactly the (per-device) result, so it lowers to a local
   `copy`, the padding of uneven tiles replaced by zeros (the code in the region reads it as
-  data; XLA pads such shards with zeros there too). `SPMDShardToFullShape` (`xla.sdy.LocalToGlobalShape`) leaves one: the local value
-  becomes this device's shard of the result's sharding, again a local `copy`. Each checks that
-  the shard shapes agree (ShardingError otherwise).
+  data; XLA pads such shards with zeros there too). `SPMDShardToFullShape`
+  (`xla.sdy.LocalToGlobalShape`) leaves one: the local value becomes this device's shard of the
+  result's sharding, again a local `copy`. Each checks that the shard shapes agree
+  (ShardingError otherwise).
 - An instruction with a `{manual}` sharding is cloned on local operands (XLA partitions it "as
   if on device 0": no resharding); a `Sharding` annotation inside such a region is a local
   `copy`. Manual operands are used as they are; a non-manual operand (a constant feeding manual
