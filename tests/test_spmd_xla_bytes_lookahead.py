@@ -250,6 +250,63 @@ def test_an_op_whose_users_are_computed_again_whole_runs_replicated():
     assert busiest_per_collective(spmd, 4) == 3 * 56
 
 
+# ---- a contraction computed replicated where a user then reads it whole -----------------------
+
+#: a convolution of replicated operands annotated in batch tiles, updated by a
+#: `dynamic-update-slice` at a batch row read from device 1 and annotated in rows of its
+#: first spatial dim, read whole by the root (fuzz/16000001505's shape, its other ops dropped).
+CONVOLUTION_UPDATED_AND_READ_WHOLE = """HloModule m, num_partitions=2
+
+ENTRY e {
+  x = f32[5,9,4,2] parameter(0), sharding={replicated}
+  k = f32[1,9,3,2] parameter(1), sharding={replicated}
+  c = f32[4,4,9,1] convolution(x, k), window={size=1x2 stride=3x3 pad=0_0x2_1 lhs_dilate=1x2},
+    dim_labels=1fb0_0oi1->1bf0, feature_group_count=3, sharding={devices=[1,2,1,1]<=[2]}
+  u = f32[3,1,1,1] constant({{{{1}}}, {{{-0.25}}}, {{{0.5}}}})
+  i = s32[] parameter(2), sharding={maximal device=1}
+  z = s32[] constant(0)
+  d = f32[4,4,9,1] dynamic-update-slice(c, u, z, i, z, z), sharding={devices=[2,1,1,1]<=[2]}
+  q = s32[3] parameter(3), sharding={replicated}
+  ROOT t = (f32[4,4,9,1], s32[3]) tuple(d, q), sharding={{replicated}, {replicated}}
+}
+"""
+
+#: the same with a plain convolution of b0f operands: batch tiles, an update at a batch row
+#: read from device 1, rows of the spatial dim, read whole by the root.
+PLAIN_CONVOLUTION_UPDATED_AND_READ_WHOLE = """HloModule m, num_partitions=2
+
+ENTRY e {
+  x = f32[4,6,2] parameter(0), sharding={replicated}
+  k = f32[2,2,3] parameter(1), sharding={replicated}
+  c = f32[4,5,3] convolution(x, k), window={size=2}, dim_labels=b0f_0io->b0f,
+    sharding={devices=[2,1,1]<=[2]}
+  u = f32[1,1,3] constant({{{1, 2, 3}}})
+  i = s32[] parameter(2), sharding={maximal device=1}
+  z = s32[] constant(0)
+  d = f32[4,5,3] dynamic-update-slice(c, u, i, z, z), sharding={devices=[1,2,1]<=[2]}
+  q = s32[3] parameter(3), sharding={replicated}
+  ROOT t = (f32[4,5,3], s32[3]) tuple(d, q), sharding={{replicated}, {replicated}}
+}
+"""
+
+
+@pytest.mark.parametrize("text", [CONVOLUTION_UPDATED_AND_READ_WHOLE,
+                                  PLAIN_CONVOLUTION_UPDATED_AND_READ_WHOLE],
+                         ids=["grouped", "plain"])
+def test_a_convolution_whose_user_reads_it_whole_runs_replicated(text):
+    """Its operands replicated, the convolution costs nothing in its batch tiles or computed
+    whole and sliced to them. One op ahead, the update (planned with the convolution in its
+    annotation and priced to its own) writes the batch tiles in place; but the root reads the
+    update whole, so in its own plan it gathers the convolution (half of it, 288 B or 120 B,
+    from each device). Computed whole, the convolution gives the update its operand from that
+    replicated value for free (XLA's reshard cache hands a value's replicated form back to a
+    reader of its tiles' reshard): the update then only needs its row from device 1, a 4-byte
+    all-reduce, and the root reads it as it is."""
+    spmd = check_equivalent(text, 2)
+    assert collectives(spmd) == [("all-reduce", [[0, 1]])]
+    assert busiest_per_collective(spmd, 2) == 4
+
+
 # ---- a result on one device reaching a tiled annotation through its broadcast ---------------
 
 #: fuzz/10900000418 [off]'s shape: a slice of a parameter on device 1, annotated in row tiles
@@ -505,13 +562,16 @@ def test_a_dot_reads_its_operand_as_moved_for_another_user():
                                     (TWIN_SLICES, 4), (COMPUTED_AS_READ, 4),
                                     (DOT_READ_BY_ONE_ADD, 2), (SCATTER_OF_A_DOT, 2),
                                     (SCATTER_THROUGH_A_TUPLE, 6),
-                                    (WINDOW_RESHAPED_READ_WHOLE, 4), (SLICE_ON_ONE_DEVICE, 4),
+                                    (WINDOW_RESHAPED_READ_WHOLE, 4),
+                                    (CONVOLUTION_UPDATED_AND_READ_WHOLE, 2),
+                                    (SLICE_ON_ONE_DEVICE, 4),
                                     (SCATTER_READ_WHOLE_THROUGH_A_TUPLE, 6),
                                     (CONVOLUTION_SUMS_TO_ONE_DEVICE, 4),
                                     (DOT_OF_A_GATHERED_OPERAND, 2), (DOT_OF_A_MOVED_OPERAND, 2)],
                          ids=["topk-mixed", "sort-of-whole", "slice-read-whole", "twin-slices",
                               "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot",
                               "scatter-through-a-tuple", "window-reshaped-read-whole",
+                              "convolution-updated-and-read-whole",
                               "slice-on-one-device", "scatter-read-whole-through-a-tuple",
                               "convolution-sums-to-one-device", "dot-of-a-gathered-operand",
                               "dot-of-a-moved-operand"])

@@ -15,8 +15,10 @@ nobody reads, `{unknown}` in those needs, stays as computed: `seen_by_users`), a
 value a `tuple` read only so passes on (`_needs_of`; its reshard to its annotation stays
 unread until a reader of the element reads it). The summed form is made only where the reads
 through it move fewer bytes than without it (`summed_first`). A candidate computing `h`
-replicated is priced less what the plans of the users computed again whole from it then save
-(`_users_recomputed`; docs/design/partitioning.md#users-computed-again-whole). The pass then
+replicated is priced less what the plans of the users computed again whole from it then save,
+and less what the other users' plans (priced with their own users' needs) save reading it from
+its replicated form (`_users_recomputed`, `_replicated_saving`;
+docs/design/partitioning.md#users-computed-again-whole). The pass then
 
 - inserts a reshard node before `h` for every operand whose sharding differs from the needed one;
 - sets `h.sharding` to the produced sharding, and when that differs from `h`'s annotation inserts
@@ -266,8 +268,9 @@ class _Rewriter:
         #: per (value, sharding, later user), the bytes that user's plan saves when the
         #: value's reshard to that sharding is made, while one instruction is planned
         self.savings: dict[tuple, float] = {}
-        #: per instruction, `_users_recomputed`'s answer while it is planned
-        self.recomputed_users: dict[Instruction, float] = {}
+        #: per instruction and the sharding it is planned in, `_users_recomputed`'s answer
+        #: while it is planned
+        self.recomputed_users: dict[tuple[Instruction, HloSharding], float] = {}
 
     def run(self) -> None:
         comp, b = self.comp, self.builder
@@ -781,21 +784,65 @@ class _Rewriter:
         `inst` replicated saves them (`Signature.users_recomputed`; e.g. an op whose replicated
         result a `reshape` reads, itself read whole by the root, where the reshape's halo
         exchange on the tiled result then needs a gather after it:
-        docs/design/partitioning.md#users-computed-again-whole). 0.0 while looking ahead and
-        for any other instruction. Only users some reader may take whole are priced
+        docs/design/partitioning.md#users-computed-again-whole), and what the other users'
+        plans save reading it from its replicated form (`_replicated_saving`). 0.0 while
+        looking ahead and for any other instruction; asked per sharding `inst` is planned in
+        (its annotation, or one device an operand lives on: `_plan`). Only users some reader
+        may take whole are priced
         (`_may_be_read_whole`): a user all of whose readers want it tiled is read in its own
         tiling either way, and pricing its plan would cost a plan per user of every value."""
         if self.looking_ahead or self.crediting or self.planning is None or \
                 self.planning[0] is not inst or isinstance(inst.shape, TupleShape):
             return 0.0
-        if inst not in self.recomputed_users:
+        key = (inst, inst.sharding)
+        if key not in self.recomputed_users:
             replicated = HloSharding.replicate()
-            self.recomputed_users[inst] = sum(
-                [self._recomputed_cost(user) for user in self.users.get(inst, ())
+            self.recomputed_users[key] = sum(
+                [self._recomputed_cost(user) if self._recomputed_from(user, inst, replicated)
+                 else self._replicated_saving(user, inst)
+                 for user in self.users.get(inst, ())
                  if user not in self.planned and user not in self.arrivals and
-                 self._may_be_read_whole(user) and
-                 self._recomputed_from(user, inst, replicated)])
-        return self.recomputed_users[inst]
+                 self._may_be_read_whole(user)])
+        return self.recomputed_users[key]
+
+    def _replicated_saving(self, user: Instruction, inst: Instruction) -> float:
+        """The bytes `user` (not computed again whole from `inst`) saves when `inst`, the
+        instruction being planned, is computed replicated: its plan priced with what its own
+        users read it in (`_result_needs`), reading `inst` through its annotation, less the same
+        plan with `inst`'s replicated form had (any sharding of it sliced or copied from that
+        node, as insert-reshards reshards a result's reshard from its source), less the reads
+        of `inst` its plan made ahead (one level, without its own users' needs) asks, which the
+        candidates of `inst` price already. 0.0 where some of those users' needs are not
+        known, and for a `tuple` that only passes `inst` on (its readers' reads are the
+        needs `inst`'s candidates price), an op whose value depends on the partition, runs
+        control flow or draws random numbers (`NOT_EVERYWHERE`), and a manual one."""
+        if user.opcode in NOT_EVERYWHERE or self._passes_on(user) or \
+                user.sharding.has_manual_leaf:
+            return 0.0
+        user.operands = [self.replacement.get(o, o) for o in user.operands]
+        self.looking_ahead = True
+        try:
+            reads = sum([self.ctx.cost(inst.shape, inst.sharding, need)
+                         for need in dict.fromkeys(self._needs_of(user, inst))])
+        finally:
+            self.looking_ahead = False
+        planning, self.planning = self.planning, (user, user.sharding)
+        known = self.ctx.known_needs(user)
+        self.crediting = True
+        try:
+            self.needs_missed = False
+            alone = self.ctx.plan_cost(user, self._plan(user))
+            if self.needs_missed:
+                return 0.0
+            self.assumed = (inst, HloSharding.replicate())
+            shared = self.ctx.plan_cost(user, self._plan(user))
+        finally:
+            self.assumed = None
+            self.crediting = False
+            self.planning = planning
+            if not known:
+                self.ctx.forget_needs(user)
+        return max(0.0, alone - shared - reads)
 
     def _may_be_read_whole(self, user: Instruction) -> bool:
         """Whether a reader of `user` may take it whole: `user` is the root, or a reader's own
