@@ -307,6 +307,63 @@ def test_a_convolution_whose_user_reads_it_whole_runs_replicated(text):
     assert busiest_per_collective(spmd, 2) == 4
 
 
+# ---- one op ahead, a tuple's element no live instruction reads costs nothing ---------------------
+
+#: fuzz/15400000163 [off]'s shape: a scatter annotated replicated of `p`'s row tiles with
+#: indices on device 0, whose result a batch scatter (rows = its batch dim) reads beside `p`;
+#: of that scatter's two results the root reads the second, in column tiles, and nothing reads
+#: the first (annotated replicated).
+SCATTER_READ_BY_A_SCATTER_WITH_A_DEAD_ELEMENT = """HloModule m, num_partitions=2
+
+max_u32 {
+  a = u32[] parameter(0)
+  b = u32[] parameter(1)
+  ROOT r = u32[] maximum(a, b)
+}
+
+add_pair {
+  a0 = u32[] parameter(0)
+  a1 = u32[] parameter(1)
+  b0 = u32[] parameter(2)
+  b1 = u32[] parameter(3)
+  r0 = u32[] add(a0, b0)
+  r1 = u32[] add(a1, b1)
+  ROOT r = (u32[], u32[]) tuple(r0, r1)
+}
+
+ENTRY e {
+  p = u32[4,5] parameter(0), sharding={devices=[2,1]<=[2]}
+  i = s32[2,5,2] parameter(1), sharding={maximal device=0}
+  u = u32[2,1,5] parameter(2), sharding={replicated}
+  sa = u32[4,5] scatter(p, i, u), update_window_dims={1}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={1,0}, index_vector_dim=2, to_apply=max_u32, sharding={replicated}
+  c = s32[] constant(7)
+  bi = s32[6,6,4,1] broadcast(c), dimensions={}
+  cu = u32[] constant(7)
+  bu = u32[4,6,6,4] broadcast(cu), dimensions={}
+  sb = (u32[4,5], u32[4,5]) scatter(sa, p, bi, bu, bu), update_window_dims={0},
+    inserted_window_dims={}, scatter_dims_to_operand_dims={1}, index_vector_dim=3,
+    input_batching_dims={0}, scatter_indices_batching_dims={2}, to_apply=add_pair,
+    sharding={{replicated}, {devices=[1,2]<=[2]}}
+  g0 = u32[4,5] get-tuple-element(sb), index=0, sharding={replicated}
+  ROOT g1 = u32[4,5] get-tuple-element(sb), index=1, sharding={devices=[1,2]<=[2]}
+}
+"""
+
+
+def test_a_tuple_element_nobody_reads_is_not_priced_one_op_ahead():
+    """One op ahead (priced to its annotation, without its own users' needs), the batch
+    scatter would gather its rows to have its first result replicated, so it reads `sa`
+    replicated, and `sa` gathers `p` (its row half, 40 B, from each device) to run replicated.
+    Nothing reads that first result, so it is priced as computed: in `p`'s rows the batch
+    scatter moves only its second result into column tiles, and `sa` runs on `p`'s rows as
+    they are (XLA's program). Each device sends the indices' all-reduce (s32[2,5,2], 80 B: a
+    ring over 2 devices sends 2 (g-1)/g of it) and half its [2,5] rows padded to [2,6] (24 B)."""
+    spmd = check_equivalent(SCATTER_READ_BY_A_SCATTER_WITH_A_DEAD_ELEMENT, 2)
+    assert [c[0] for c in collectives(spmd)] == ["all-reduce", "all-to-all"]
+    assert busiest_per_collective(spmd, 2) == 80 + 24
+
+
 # ---- a result on one device reaching a tiled annotation through its broadcast ---------------
 
 #: fuzz/10900000418 [off]'s shape: a slice of a parameter on device 1, annotated in row tiles
@@ -564,6 +621,7 @@ def test_a_dot_reads_its_operand_as_moved_for_another_user():
                                     (SCATTER_THROUGH_A_TUPLE, 6),
                                     (WINDOW_RESHAPED_READ_WHOLE, 4),
                                     (CONVOLUTION_UPDATED_AND_READ_WHOLE, 2),
+                                    (SCATTER_READ_BY_A_SCATTER_WITH_A_DEAD_ELEMENT, 2),
                                     (SLICE_ON_ONE_DEVICE, 4),
                                     (SCATTER_READ_WHOLE_THROUGH_A_TUPLE, 6),
                                     (CONVOLUTION_SUMS_TO_ONE_DEVICE, 4),
@@ -572,6 +630,7 @@ def test_a_dot_reads_its_operand_as_moved_for_another_user():
                               "computed-as-read", "dot-read-by-one-add", "scatter-of-a-dot",
                               "scatter-through-a-tuple", "window-reshaped-read-whole",
                               "convolution-updated-and-read-whole",
+                              "scatter-read-by-a-scatter-with-a-dead-element",
                               "slice-on-one-device", "scatter-read-whole-through-a-tuple",
                               "convolution-sums-to-one-device", "dot-of-a-gathered-operand",
                               "dot-of-a-moved-operand"])

@@ -218,7 +218,7 @@ class _Rewriter:
         self.unread: dict[Instruction, HloSharding] = {}
         self.ctx = PlanContext(num_partitions, module.computations, self._result_needs,
                                self._had, self.unread, self._broadcast, self._credit,
-                               self._users_recomputed)
+                               self._users_recomputed, self._unread_elements)
         self.builder = Builder(NameUniquer(i.name for i in comp.instructions))
         self.cache: dict[tuple[int, HloSharding], Instruction] = {}
         #: per value (by id), the shardings `cache` holds a reshard of it to
@@ -582,6 +582,24 @@ class _Rewriter:
             inst.sharding = saved
             self.looking_ahead = False
         return tuple(dict.fromkeys(needs))
+
+    def _unread_elements(self, inst: Instruction) -> tuple[HloSharding, ...]:
+        """`inst`'s annotation with each element no live instruction reads as `{unknown}`, as
+        one need (`PlanContext.unread_elements`), where `inst` is a tuple-shaped op (not the
+        root) of arrays that only get-tuple-elements read and some element has no reader:
+        nothing reshards that element, whatever plan its users' needs would pick. Empty
+        otherwise."""
+        users = self.users.get(inst)
+        if inst is self.comp.root or not users or not isinstance(inst.shape, TupleShape) or \
+                not all(isinstance(e, ArrayShape) for e in inst.shape.elements) or \
+                not all(u.opcode == "get-tuple-element" for u in users):
+            return ()
+        read = {u.attr("index") for u in users}
+        leaves = list(inst.sharding.leaf_shardings(inst.shape))
+        if len(read) == len(leaves):
+            return ()
+        return (HloSharding.tuple([leaf if i in read else HloSharding.unknown()
+                                   for i, leaf in enumerate(leaves)]),)
 
     def _needs_of(self, user: Instruction, value: Instruction) -> list[HloSharding]:
         """The shardings `user`'s plan (made ahead, one level) reads `value` in. A `tuple`

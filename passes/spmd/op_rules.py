@@ -503,7 +503,9 @@ class PlanContext:
                  broadcast: Callable[[Instruction, frozenset], bool] | None = None,
                  credit: Callable[[Instruction, Sequence[tuple[HloSharding, ...]],
                                    Sequence[frozenset]], tuple] | None = None,
-                 users_recomputed: Callable[[Instruction], float] | None = None):
+                 users_recomputed: Callable[[Instruction], float] | None = None,
+                 unread_elements: Callable[[Instruction], tuple[HloSharding, ...]] | None
+                 = None):
         self.num_devices = num_devices
         #: the module's computations by name (for rules that read called computations)
         self.computations = {} if computations is None else computations
@@ -522,6 +524,10 @@ class PlanContext:
         #: what the users of an instruction save when it is computed replicated
         #: (`Signature.users_recomputed`)
         self.users_recomputed = users_recomputed
+        #: where an instruction's users' needs are not known, its annotation with each
+        #: element of a tuple no user reads as `{unknown}` (a one-element tuple; empty: every
+        #: element is read, or the result is no tuple)
+        self.unread_elements = unread_elements
         #: insert-reshards' result reshards nobody reads yet, with the sharding of the result
         #: each was made from (`Signature.operand_sources`)
         self.unread = {} if unread is None else unread
@@ -554,7 +560,10 @@ class PlanContext:
         """`inst`'s signature, with its users' needs (`result_needs`) once some plan asked of
         it computes a result in another sharding than `inst`'s (before that the users'
         reshards are the same for all its plans); every later question about `inst` gets the
-        same needs, so that its plans are compared alike. The operands' shared reshards
+        same needs, so that its plans are compared alike. Where those needs are not known
+        (`inst` planned ahead for an operand's choice), a tuple's elements no user reads are
+        still priced as computed (`unread_elements`; asked again each time, not kept). The
+        operands' shared reshards
         (`operand_had`, `operand_credit`) are asked for every opcode, a contraction's too: a
         node another user reads is had without bytes whatever the user does with it
         (docs/design/partitioning.md#contract-and-steps). Without `users`, the operands'
@@ -582,6 +591,8 @@ class PlanContext:
             if needs is None and any([p.result is not sharding and p.result != sharding
                                       for p in plans]):
                 needs = self.users_needs(inst)
+                if not needs and self.unread_elements is not None:
+                    needs = self.unread_elements(inst)
             needs = needs or ()
         recomputed = 0.0
         if self.users_recomputed is not None and users and not inst.sharding.is_replicated and \
