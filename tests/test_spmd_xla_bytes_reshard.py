@@ -180,23 +180,26 @@ GATHER_ACROSS = _copy_module("f32", "9", "{devices=[8]<=[8]}",
                              "{devices=[4,2]<=[8] last_tile_dim_replicate}", 8)
 
 
-def test_tiles_that_do_not_nest_are_realigned_where_the_busiest_device_sends_less():
+def test_tiles_that_do_not_nest_exchange_their_pieces_largest_first():
     """f32[9] in 8 tiles of 2 (devices 5-7 hold padding) to 4 tiles of 3 held twice: devices
-    2k and 2k+1 need [3k, 3k+3), from 2 source tiles. The exchange of the pieces held elsewhere
-    goes in three permute rounds ({0->1, 1->0, 2->3, 3->4, 4->5} of 2 elements, {1->2, 3->5}
-    of 2, {1->3} of 1): device 1 sends 8 + 8 + 4 = 20 B, all devices 60 B. Realigned (XLA's
-    way), tiles 2k and 2k+1 first hold target tile k's first 2 elements and its last one:
-    element 3 goes 1->2, 5 goes 2->3, 6 and 7 go 3->4, 8 goes 4->5 (one permute of 2-element
-    buffers, 8 B), then pairs all-gather (8 B from every device): 16 B from the busiest
-    device, 96 B in all, kept since the busiest device counts first. Gathering the dim whole
-    sent 7 x 8 = 56 B from every device."""
+    2k and 2k+1 need [3k, 3k+3), from 2 source tiles. Rounds filled tile by tile
+    ({0->1, 1->0, 2->3, 3->4, 4->5} of 2 elements, {1->2, 3->5} of 2, {1->3} of 1) had device 1
+    send 8 + 8 + 4 = 20 B, all devices 60 B; realigned (XLA's way: element 3 goes 1->2, 5 goes
+    2->3, 6 and 7 go 3->4, 8 goes 4->5 in one permute of 2-element buffers, then pairs
+    all-gather) 16 B from the busiest device, 96 B in all. Filled with the 2-element pieces
+    first and each piece where the busiest device sends least ({0->1, 2->3, 3->4} of 2,
+    {1->3, 3->5} of 2, {1->0, 4->5} of 1, {1->2} of 1), devices 1 and 3 send 16 B, all devices
+    8 + 16 + 8 + 16 + 4 = 52 B: fewer in all than realigned, as few from the busiest device.
+    Gathering the dim whole sent 7 x 8 = 56 B from every device."""
     plan = plan_reshard(ArrayShape("f32", (9,)), parse_sharding("{devices=[8]<=[8]}"),
                         parse_sharding("{devices=[4,2]<=[8] last_tile_dim_replicate}"), 8)
-    assert plan.cost == 8 + 8 and plan.total == 4 * 8 + 8 * 8
+    assert plan.cost == 16 and plan.total == 52
     spmd = check_equivalent(GATHER_ACROSS, 8)
     assert collectives(spmd) == [
-        ("collective-permute", [(1, 2), (2, 3), (3, 4), (4, 5)]),
-        ("all-gather", [[0, 1], [2, 3], [4, 5], [6, 7]], (0,))]
+        ("collective-permute", [(0, 1), (2, 3), (3, 4)]),
+        ("collective-permute", [(1, 3), (3, 5)]),
+        ("collective-permute", [(1, 0), (4, 5)]),
+        ("collective-permute", [(1, 2)])]
     x = np.arange(9, dtype=np.float32)
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
@@ -226,34 +229,39 @@ def test_uneven_tiles_are_realigned_before_gathering():
 
 
 #: fuzz/10600000549's reshard: 5 elements in 4 tiles of 2 held twice to 2 tiles of 3 held 4 times
-REALIGNED_BEATS_EXCHANGE = _copy_module("f64", "5", "{devices=[4,2]<=[8] last_tile_dim_replicate}",
-                                        "{devices=[2,4]<=[8] last_tile_dim_replicate}", 8)
+UNEVEN_PAIRS = _copy_module("f64", "5", "{devices=[4,2]<=[8] last_tile_dim_replicate}",
+                            "{devices=[2,4]<=[8] last_tile_dim_replicate}", 8)
 
 
-def test_realigned_gathers_beat_the_exchange_on_the_busiest_device():
+def test_pieces_largest_first_beat_the_realigned_gathers_in_all():
     """f64[5] in 4 tiles of 2 (elements 0-1, 2-3, 4 and padding, padding; devices 2k and 2k+1
-    hold tile k) to 2 tiles of 3 (devices 0-3 elements 0-2, devices 4-7 elements 3-4). The
-    exchange of the pieces can be planned (each missing piece sent once: 128 B over all
-    devices), but some device sends 4 elements in it (32 B). Realigned, as XLA does, element 3
-    moves from tile 1 to tile 2 (devices 2, 3 to 4, 5: 8 B each), after which tiles 0 and 1
-    (and 2 and 3) gather into the target's tiles over pairs (16 B from every device): 24 B from
-    the busiest device, 144 B in all. The plan counts the busiest device first."""
+    hold tile k) to 2 tiles of 3 (devices 0-3 elements 0-2, devices 4-7 elements 3-4).
+    Realigned, as XLA does, element 3 moves from tile 1 to tile 2 (devices 2, 3 to 4, 5: 8 B
+    each), after which tiles 0 and 1 (and 2 and 3) gather into the target's tiles over pairs
+    (16 B from every device): 24 B from the busiest device, 144 B in all. The exchange of the
+    pieces, filled tile by tile, had some device send 4 elements (32 B); filled with the
+    2-element pieces first and each 1-element piece where the busiest device sends least
+    ({0->2, 1->3} of 2, {2->0, 3->1, 4->6, 5->7}, {2->4, 3->5}, {2->6, 3->7} of 1), devices 2
+    and 3 send 24 B, all devices 2 x 16 + 2 x 24 + 2 x 8 = 96 B: as few from the busiest
+    device, fewer in all."""
     plan = plan_reshard(ArrayShape("f64", (5,)),
                         parse_sharding("{devices=[4,2]<=[8] last_tile_dim_replicate}"),
                         parse_sharding("{devices=[2,4]<=[8] last_tile_dim_replicate}"), 8)
-    assert (plan.cost, plan.total) == (8 + 16, 2 * 8 + 8 * 16)
-    spmd = check_equivalent(REALIGNED_BEATS_EXCHANGE, 8)
+    assert (plan.cost, plan.total) == (24, 96)
+    spmd = check_equivalent(UNEVEN_PAIRS, 8)
     assert collectives(spmd) == [
+        ("collective-permute", [(0, 2), (1, 3)]),
+        ("collective-permute", [(2, 0), (3, 1), (4, 6), (5, 7)]),
         ("collective-permute", [(2, 4), (3, 5)]),
-        ("all-gather", [[0, 2], [1, 3], [4, 6], [5, 7]], (0,))]
+        ("collective-permute", [(2, 6), (3, 7)])]
     x = np.array([1.5, -2.0, 3.25, 7.0, -9.5])
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
 
 @needs_xla
-def test_realigned_gathers_send_no_more_than_xla_from_the_busiest_device():
+def test_pieces_largest_first_send_no_more_than_xla_from_the_busiest_device():
     """XLA partitions the same reshard: gspmdc's busiest device sends no more than XLA's."""
-    result = compared_with_xla(REALIGNED_BEATS_EXCHANGE, 8)
+    result = compared_with_xla(UNEVEN_PAIRS, 8)
     assert result.our_busiest <= result.xla_busiest, (result.our_busiest, result.xla_busiest)
 
 

@@ -56,7 +56,9 @@ be:
   computed again from it;
 - a tiled value that a user not planned yet reads whole (replicated, or onto one device) is
   gathered first for a tiling the instruction being planned reads, the tiling sliced from it,
-  where that moves fewer bytes than the tiling and the later gather (`_gathered_first`);
+  where that moves fewer bytes than the tiling and the later gather; so is one whose later
+  users' plans save more bytes with the whole value made than the gather moves beyond the
+  tiling (`_gathered_first`);
 - an instruction with an operand on one device runs on that device when its rule's plan for
   that moves fewer bytes than the plan for its own sharding;
 - a reshard of an operand that the plans of the operand's users not planned yet would save
@@ -503,14 +505,38 @@ class _Rewriter:
         whole = min([need for need in self._wanted(value)
                      if need.is_replicated or need.kind == "maximal"],
                     key=lambda s: (not s.is_replicated, s.to_text(False)), default=None)
-        if whole is None:
-            return None
         held = frozenset([s for s, node in self._reshards_of(value)
                           if node in self.read_live and is_inserted_reshard(node)])
-        needs = [target, HloSharding.replicate()]
+        replicated = HloSharding.replicate()
+        if whole is None:
+            return replicated if self._saves_gathered(value, target, held) else None
+        needs = [target, replicated]
         if first_made(value.shape, sharding, held, needs, self.ctx.cost, self.ctx.total) != 1:
             return None
         return whole
+
+    def _saves_gathered(self, value: Instruction, target: HloSharding, held: frozenset) -> bool:
+        """Whether gathering the tiled array `value` whole and slicing `target` from it moves
+        fewer bytes from the busiest device, less what the plans of its users not planned yet
+        save reading the whole value (`_saved`: none of them reads it whole as planned now, but
+        one may run on it for less, e.g. a `dynamic-slice` that otherwise sums masked windows
+        of its tiles), than resharding to `target` alone, each from the cheapest of the value
+        and its reshards `held` (the joint choice over the value's users, as for `_credit`:
+        XLA's reshard to a tiling goes through the replicated value where it has no direct
+        technique, and its cache gives that value to the later users)."""
+        if self.looking_ahead or self.crediting:
+            return False
+        planning = self.planning[0]
+        later = [u for u in self.users[value] if u is not planning
+                 and u not in self.planned and u not in self.arrivals]
+        if not later:
+            return False
+        replicated = HloSharding.replicate()
+        made = [value.sharding, *held]
+        direct = min([self.ctx.cost(value.shape, s, target) for s in made])
+        gathered = min([self.ctx.cost(value.shape, s, replicated) for s in made])
+        saved = sum([self._saved(user, value, replicated) for user in later])
+        return gathered - saved < direct
 
     def _cheaper_sibling(self, value: Instruction, target: HloSharding) -> Instruction | None:
         """A reshard node of the array `value` that an instruction reads already (made for

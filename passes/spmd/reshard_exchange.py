@@ -12,11 +12,19 @@ collective-permutes too.
 lists the pieces: for every target device and every source tile its tile overlaps (in real
 elements, padding never travels), the intersection box. A piece the device holds itself is
 *local*; the others are assigned to *rounds*, each one `collective-permute` in which a device
-sends at most one piece and receives at most one (a source tile held by several devices is sent
-by whichever is free, the least busy first). A round's buffer has the largest of its pieces'
-sizes per dim. The result says per round, per device, where the piece it sends starts in its
-shard and where the piece it receives lies in its new tile; None when more than `MAX_ROUNDS`
-rounds would be needed (the gathers cost less then).
+sends at most one piece and receives at most one. A round's buffer has the largest of its
+pieces' sizes per dim, and every sender of the round sends that much. The rounds are filled two
+ways: tile by tile (each piece in the first round with room, a source tile held by several
+devices sent by whichever is free, the one sending the fewest pieces first), and largest piece
+first, each piece in the round and by the holder that leave the busiest device sending the
+fewest elements, then all devices together (so that a small piece does not travel at a large
+piece's size, and the pieces of a tile held twice are shared out by their size). The second is
+kept where its busiest device sends fewer elements than the first's; on a tie the first, whose
+bytes fall on the devices the rest of the program was priced with (a filling that moves bytes
+between devices at an equal busiest one gains nothing by the plan's measure and can load a
+device other instructions load already). The result says per round, per device, where the
+piece it sends starts in its shard and where the piece it receives lies in its new tile; None
+when more than `MAX_ROUNDS` rounds would be needed (the gathers cost less then).
 
 `within` lays some of the target's dims out *within coarser tiles*, as XLA's partitioner does
 before gathering an uneven dim into fewer tiles that the source's do not gather into (6 elements
@@ -92,15 +100,29 @@ def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling,
     hi = np.minimum(t_hi[:, None, :], k_hi[None, :, :])
     overlaps = (lo < hi).all(axis=2)
     local: list = []
-    remote: list[tuple[int, int]] = []
+    pieces: list = []
     for device, k in zip(*np.nonzero(overlaps)):
         if tile_of[device] == k:
             local.append((device, device, lo[device, k], hi[device, k]))
         else:
-            remote.append((int(device), int(k)))
+            pieces.append((int(device), int(k), lo[device, k], hi[device, k]))
+    fillings = [found for found in (_by_tile(pieces, holders, n), _by_size(pieces, holders, n))
+                if found is not None]
+    rounds = min(fillings, key=lambda found: _busiest(found, n), default=None)
+    if rounds is None:
+        return None
+    return [_round(members, n, rank, s_lo, t_lo, local=index == 0)
+            for index, members in enumerate([local] + rounds) if members]
+
+
+def _by_tile(pieces: list, holders: list, n: int) -> list[list] | None:
+    """Rounds filled piece by piece in the order of their source tiles (then of their
+    receivers), each piece in the first round where its receiver receives nothing yet and one
+    of its tile's holders sends nothing yet, sent by the holder that sends the fewest pieces so
+    far; None past `MAX_ROUNDS` rounds."""
     rounds: list[list] = []
     busy = np.zeros(n, dtype=np.int64)
-    for device, k in sorted(remote, key=lambda p: (p[1], p[0])):
+    for device, k, piece_lo, piece_hi in sorted(pieces, key=lambda p: (p[1], p[0])):
         for members in rounds:
             if any(receiver == device for _, receiver, _, _ in members):
                 continue
@@ -114,9 +136,68 @@ def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling,
             rounds.append(members)
             sender = _free_holder(holders[k], members, busy)
         busy[sender] += 1
-        members.append((sender, device, lo[device, k], hi[device, k]))
-    return [_round(members, n, rank, s_lo, t_lo, local=index == 0)
-            for index, members in enumerate([local] + rounds) if members]
+        members.append((sender, device, piece_lo, piece_hi))
+    return rounds
+
+
+def _by_size(pieces: list, holders: list, n: int) -> list[list] | None:
+    """Rounds filled with the largest pieces first (so that a small piece does not widen a
+    round's buffer for the large ones), each piece where it leaves the busiest device sending
+    the fewest elements, then all devices together, then in the earliest round: an existing
+    round where its receiver receives nothing yet (sent by the free holder of its tile that
+    sends the fewest elements so far), or a new one; None past `MAX_ROUNDS` rounds."""
+    rounds: list[list] = []
+    sizes: list[np.ndarray] = []
+    receivers: list[set] = []
+    load = np.zeros(n, dtype=np.int64)
+    busiest = total = 0
+    for device, k, piece_lo, piece_hi in sorted(
+            pieces, key=lambda p: (-int(np.prod(p[3] - p[2])), p[1], p[0])):
+        extent = piece_hi - piece_lo
+        best = None
+        for index in range(min(len(rounds) + 1, MAX_ROUNDS)):
+            members = rounds[index] if index < len(rounds) else []
+            if members and device in receivers[index]:
+                continue
+            sender = _free_holder(holders[k], members, load)
+            if sender is None:
+                continue
+            before = sizes[index] if members else np.zeros_like(extent)
+            size = np.maximum(before, extent)
+            grown = int(np.prod(size)) - int(np.prod(before))
+            senders = np.array([member[0] for member in members] + [sender], dtype=np.int64)
+            added = np.full(len(senders), grown, dtype=np.int64)
+            added[-1] = int(np.prod(size))
+            score = (max(busiest, int((load[senders] + added).max())),
+                     total + int(added.sum()), index)
+            if best is None or score < best[0]:
+                best = (score, index, senders, added, size)
+        if best is None:
+            return None
+        (busiest, total, _), index, senders, added, size = best
+        load[senders] += added
+        if index == len(rounds):
+            rounds.append([])
+            sizes.append(size)
+            receivers.append(set())
+        else:
+            sizes[index] = size
+        rounds[index].append((int(senders[-1]), device, piece_lo, piece_hi))
+        receivers[index].add(device)
+    return rounds
+
+
+def _busiest(rounds: list[list], n: int) -> int:
+    """The elements the busiest device sends in `rounds` (each sender sends a round's buffer,
+    the largest of its pieces per dim)."""
+    load = np.zeros(n, dtype=np.int64)
+    for members in rounds:
+        size = np.zeros_like(members[0][2])
+        for _, _, piece_lo, piece_hi in members:
+            size = np.maximum(size, piece_hi - piece_lo)
+        for sender, _, _, _ in members:
+            load[sender] += int(np.prod(size))
+    return int(load.max(initial=0))
 
 
 def _free_holder(holders: np.ndarray, members: list, busy: np.ndarray) -> int | None:
