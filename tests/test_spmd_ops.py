@@ -105,12 +105,12 @@ RESHAPES = [
     ("f32[24]", "{devices=[4]<=[4]}", "f32[4,6]", "{devices=[4,1]<=[4]}", 4, []),
     ("f32[10,2,3]", "{devices=[4,1,1]<=[4]}", "f32[10,6]", "{devices=[4,1]<=[4]}", 4, []),
     ("f32[4,6]", "{devices=[1,2]<=[2]}", "f32[24]", "{devices=[2]<=[2]}", 2, ["all-to-all"]),
-    # tiles of 3 to tiles of 5 do not nest: the tiles are realigned by one permute of the
-    # boundary pieces into tiles that nest, then gathered over pairs (the busiest device sends
-    # 16 B), where exchanging the pieces of the new tiles takes three permute rounds (device 1
-    # sends 12 + 4 + 4 B) and gathering the dim 36 B per device
+    # tiles of 3 to tiles of 5 do not nest: the pieces of the new tiles are exchanged, largest
+    # first, in four permute rounds (16 B from the busiest device, 44 B in all), where
+    # realigning the tiles by one permute and gathering over pairs sent 16 B and 56 B, the
+    # exchange filled tile by tile 20 B from device 1 and gathering the dim 36 B per device
     ("f32[10]", "{devices=[4]<=[4]}", "f32[2,5]", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
-     4, ["collective-permute", "all-gather"]),
+     4, ["collective-permute"] * 4),
     ("f32[6,4,2]", "{devices=[2,1,1]<=[2]}", "f32[24,2]", "{devices=[2,1]<=[2]}", 2, []),
     # merging [6,4] tiled [2,2]: a device's rows of the merged dim are not contiguous, so the
     # minor dim is gathered first (then each device slices its quarter of the merged rows)
