@@ -551,6 +551,9 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         sliced = _sliced_partials(dims, src, dst)
         if sliced is not None:
             variants += [[Slice(src, sliced), *rest] for rest in _variants(dims, sliced, dst)]
+        grouped = _sliced_by_groups(dims, src, dst)
+        if grouped is not None and grouped != sliced:
+            variants += [[Slice(src, grouped), *rest] for rest in _variants(dims, grouped, dst)]
     return variants
 
 
@@ -677,6 +680,52 @@ def _sliced_by_devices(dims, src: Tiling, dst: Tiling) -> Tiling | None:
         return None
     ordered = groups[np.lexsort((np.arange(len(groups)), keys))]
     return Tiling.of_devices(ordered.reshape(counts + (replicas, -1)).swapaxes(-1, -2))
+
+
+def _sliced_by_groups(dims, src: Tiling, dst: Tiling) -> Tiling | None:
+    """`src`'s partial sums sliced locally to `dst`'s tiles of every dim `dst` tiles by a
+    multiple f of `src`'s count (the split aligned), the new tiles laid out on the partial groups
+    instead of on the devices that want them: every group takes one of the f tiles nested in
+    the one it holds, the groups holding one tile spread evenly over its new ones, each the new
+    tile most of its members want while that tile has room (groups, then tiles, in order: the
+    most members first). Where a group's members want different tiles (`_sliced_partials`
+    slices nothing there) the sum still moves the target tile, and a permute then brings it to
+    the devices that want it (XLA's gather on an operand tiled on its trivially sliced dims: the
+    masked partial results are resharded to the output's tiles within each group of the
+    operand's tiles, all-reduced across the groups, then resharded to the output). None where
+    no dim qualifies or the groups do not spread evenly."""
+    rank = len(dims)
+    factors = [tt // t if tt > t and tt % t == 0 and _slice_aligned(size, t, tt // t) else 1
+               for size, t, tt in zip(dims, src.counts, dst.counts)]
+    if all(f == 1 for f in factors):
+        return None
+    groups = src.partial_groups()
+    count, room = len(groups), prod(factors)
+    per_tile, spread = divmod(count, prod(src.counts))
+    if spread or per_tile % room:
+        return None
+    held = src.coordinates()[groups[:, 0], :rank]
+    f = np.asarray(factors)
+    wanted = dst.coordinates()[groups, :rank]                       # [G, u, rank]
+    sliced = f > 1
+    nested = (wanted[..., sliced] // f[sliced] == held[:, None, sliced]).all(-1)
+    within = np.ravel_multi_index(tuple(np.moveaxis(wanted % f, -1, 0)), factors)
+    score = np.zeros((count, room), np.int64)
+    rows = np.repeat(np.arange(count), groups.shape[1])
+    np.add.at(score, (rows[nested.ravel()], within.ravel()[nested.ravel()]), 1)
+    parent = np.ravel_multi_index(tuple(held.T), src.counts)
+    left = np.full((prod(src.counts), room), per_tile // room)
+    taken = np.full(count, -1)
+    pairs = np.indices((count, room)).reshape(2, -1)
+    for g, k in pairs[:, np.lexsort((pairs[1], pairs[0], -score.ravel()))].T:
+        if taken[g] < 0 and left[parent[g], k]:
+            taken[g] = k
+            left[parent[g], k] -= 1
+    new = held * f + np.stack(np.unravel_index(taken, factors), -1)
+    counts = tuple((np.asarray(src.counts) * f).tolist())
+    keys = np.ravel_multi_index(tuple(new.T), counts)
+    ordered = groups[np.lexsort((np.arange(count), keys))]
+    return Tiling.of_devices(ordered.reshape(counts + (per_tile // room, -1)).swapaxes(-1, -2))
 
 
 def _exchange_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
