@@ -549,11 +549,10 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
         variants += [[all_reduce, *rest]
                      for rest in _exchange_variants(dims, all_reduce.after, dst)]
         sliced = _sliced_partials(dims, src, dst)
+        if sliced is None:
+            sliced = _sliced_by_groups(dims, src, dst)
         if sliced is not None:
             variants += [[Slice(src, sliced), *rest] for rest in _variants(dims, sliced, dst)]
-        grouped = _sliced_by_groups(dims, src, dst)
-        if grouped is not None and grouped != sliced:
-            variants += [[Slice(src, grouped), *rest] for rest in _variants(dims, grouped, dst)]
     return variants
 
 
@@ -688,12 +687,12 @@ def _sliced_by_groups(dims, src: Tiling, dst: Tiling) -> Tiling | None:
     instead of on the devices that want them: every group takes one of the f tiles nested in
     the one it holds, the groups holding one tile spread evenly over its new ones, each the new
     tile most of its members want while that tile has room (groups, then tiles, in order: the
-    most members first). Where a group's members want different tiles (`_sliced_partials`
-    slices nothing there) the sum still moves the target tile, and a permute then brings it to
-    the devices that want it (XLA's gather on an operand tiled on its trivially sliced dims: the
-    masked partial results are resharded to the output's tiles within each group of the
-    operand's tiles, all-reduced across the groups, then resharded to the output). None where
-    no dim qualifies or the groups do not spread evenly."""
+    most members first). Planned where `_sliced_partials` slices nothing (a group's members
+    want different tiles, or tiles outside the held one): the sum still moves the target tile,
+    and a permute then brings it to the devices that want it (XLA's gather on an operand tiled
+    on its trivially sliced dims: the masked partial results are resharded to the output's
+    tiles within each group of the operand's tiles, all-reduced across the groups, then
+    resharded to the output). None where no dim qualifies or the groups do not spread evenly."""
     rank = len(dims)
     factors = [tt // t if tt > t and tt % t == 0 and _slice_aligned(size, t, tt // t) else 1
                for size, t, tt in zip(dims, src.counts, dst.counts)]
