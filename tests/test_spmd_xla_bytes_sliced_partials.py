@@ -14,12 +14,13 @@ of them from member r, with chunks c of `ceil(E / g)`); values against the unpar
 program; with the `[xla]` extra, against XLA's partitioned program."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gspmdc import api
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
-from gspmdc.passes.spmd.reshard_plan import plan_reshard
+from gspmdc.passes.spmd.reshard_plan import _fill_by_score, plan_reshard
 from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.oracle import xla_available
@@ -176,6 +177,18 @@ def test_partial_sums_are_sliced_on_their_groups_when_members_want_different_til
     moved = [pair for pair in plan.steps[2].pairs.tolist() if pair[0] != pair[1]]
     assert sorted(moved) == [[0, 5], [5, 0]]
     assert (plan.cost, plan.total) == (24, 120)
+
+
+def test_groups_take_the_tiles_most_of_their_members_want_while_they_have_room():
+    """Four groups of one held tile over two new tiles, two groups each: groups 0 and 1 want
+    tile 0 with both members, group 2 tile 1 with one, group 3 either with one (the first of
+    equals is tile 0, full: it takes the tile left); in a second held tile two groups that want
+    nothing nested take its tiles in order."""
+    score = np.array([[2, 0], [2, 0], [0, 1], [1, 1], [0, 0], [0, 0]])
+    parent = np.array([0, 0, 0, 0, 1, 1])
+    assert _fill_by_score(score[:4], parent[:4], 2).tolist() == [0, 0, 1, 1]
+    assert _fill_by_score(score[[4, 0, 5, 2]], np.array([1, 0, 1, 0]), 1).tolist() == \
+        [0, 0, 1, 1]
 
 
 def test_a_gather_on_its_indexed_operand_tiles_sums_the_target_tiles():

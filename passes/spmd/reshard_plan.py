@@ -17,7 +17,8 @@ Steps between tilings (`tiling.py`), in the order a plan uses them:
 |                     | (or by a factor of it, dim after dim: in stages)     |                |
 | `AllReduce`         | partial sums otherwise                               | all-reduce     |
 |                     | (after a `Slice` to the target's tiles where every   |                |
-|                     | member of each partial group wants the same one)     |                |
+|                     | member of each partial group wants the same one, or  |                |
+|                     | else laid out on the groups, a `Permute` after it)   |                |
 | `AllToAll(i, j, g)` | a factor g of tiles moves from dim i to dim j        | all-to-all     |
 |                     | (or several such moves on distinct dims at once)    |                |
 | `Slice`             | target tiles nest in held tiles (uses replication)   | none           |
@@ -685,9 +686,8 @@ def _sliced_by_groups(dims, src: Tiling, dst: Tiling) -> Tiling | None:
     """`src`'s partial sums sliced locally to `dst`'s tiles of every dim `dst` tiles by a
     multiple f of `src`'s count (the split aligned), the new tiles laid out on the partial groups
     instead of on the devices that want them: every group takes one of the f tiles nested in
-    the one it holds, the groups holding one tile spread evenly over its new ones, each the new
-    tile most of its members want while that tile has room (groups, then tiles, in order: the
-    most members first). Planned where `_sliced_partials` slices nothing (a group's members
+    the one it holds, the groups holding one tile spread evenly over its new ones, as many as
+    can the new tile most of their members want (`_fill_by_score`). Planned where `_sliced_partials` slices nothing (a group's members
     want different tiles, or tiles outside the held one): the sum still moves the target tile,
     and a permute then brings it to the devices that want it (XLA's gather on an operand tiled
     on its trivially sliced dims: the masked partial results are resharded to the output's
@@ -712,19 +712,35 @@ def _sliced_by_groups(dims, src: Tiling, dst: Tiling) -> Tiling | None:
     score = np.zeros((count, room), np.int64)
     rows = np.repeat(np.arange(count), groups.shape[1])
     np.add.at(score, (rows[nested.ravel()], within.ravel()[nested.ravel()]), 1)
-    parent = np.ravel_multi_index(tuple(held.T), src.counts)
-    left = np.full((prod(src.counts), room), per_tile // room)
-    taken = np.full(count, -1)
-    pairs = np.indices((count, room)).reshape(2, -1)
-    for g, k in pairs[:, np.lexsort((pairs[1], pairs[0], -score.ravel()))].T:
-        if taken[g] < 0 and left[parent[g], k]:
-            taken[g] = k
-            left[parent[g], k] -= 1
+    taken = _fill_by_score(score, np.ravel_multi_index(tuple(held.T), src.counts),
+                           per_tile // room)
     new = held * f + np.stack(np.unravel_index(taken, factors), -1)
     counts = tuple((np.asarray(src.counts) * f).tolist())
     keys = np.ravel_multi_index(tuple(new.T), counts)
     ordered = groups[np.lexsort((np.arange(count), keys))]
     return Tiling.of_devices(ordered.reshape(counts + (per_tile // room, -1)).swapaxes(-1, -2))
+
+
+def _fill_by_score(score: np.ndarray, parent: np.ndarray, capacity: int) -> np.ndarray:
+    """Per group (row of `score`, `[G, k]`: how many of its members want each of the k new
+    tiles of its held tile `parent`), the new tile it takes, each of a held tile's new tiles
+    taken by `capacity` groups: a group takes the tile most of its members want (the first of
+    equals) where it is among the `capacity` groups wanting it most (then the first), and the
+    groups left take the tiles left, both in order."""
+    count, room = score.shape
+    best = score.argmax(1)
+    bucket = parent * room + best
+    order = np.lexsort((np.arange(count), -score[np.arange(count), best], bucket))
+    ranked = bucket[order]
+    first = np.searchsorted(ranked, ranked, side="left")
+    kept = np.zeros(count, dtype=bool)
+    kept[order] = np.arange(count) - first < capacity
+    taken = np.where(kept, best, -1)
+    left = np.flatnonzero(~kept)
+    left = left[np.argsort(parent[left], kind="stable")]
+    free = capacity - np.bincount(bucket[kept], minlength=(parent.max() + 1) * room)
+    taken[left] = np.repeat(np.arange(free.size), free) % room
+    return taken
 
 
 def _exchange_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
