@@ -6,12 +6,13 @@ operand replicated within each contracting group is sliced by the output's tiles
 device order, so the local dot itself shrinks (XLA's dot grouped on the contracting dims,
 docs/design/partitioning.md#dot). Where the groups straddle the target's tiles, or the target
 tile lies outside the held one, the partial sums are also sliced to the target's tiles laid out
-on the reduction groups (`_sliced_by_groups`: each group a tile nested in its own, the one most
+on the reduction groups (`_sliced_on_groups`: each group a tile nested in its own, the one most
 of its members want), summed there and permuted to the devices that want them (XLA's gather on
-an operand tiled on its trivially sliced dims, and any other op leaving partial sums). Bytes per device by hand from the cost
-model (`gspmdc.ir.cost`: an all-reduce of E elements over g members sends `2E - c_r - c_{r+1}`
-of them from member r, with chunks c of `ceil(E / g)`); values against the unpartitioned
-program; with the `[xla]` extra, against XLA's partitioned program."""
+an operand tiled on its trivially sliced dims, and any other op leaving partial sums). Bytes
+per device by hand from the cost model (`gspmdc.ir.cost`: an all-reduce of E elements over g
+members sends `2E - c_r - c_{r+1}` of them from member r, with chunks c of `ceil(E / g)`);
+values against the unpartitioned program; with the `[xla]` extra, against XLA's partitioned
+program."""
 from __future__ import annotations
 
 import numpy as np
@@ -146,7 +147,7 @@ def test_nested_tiles_on_a_tiled_dim_are_sliced_within_the_held_tile():
 def test_target_tiles_outside_the_held_tile_are_sliced_within_it_then_permuted():
     """Devices 0, 2 want rows 4..5 and devices 4, 6 rows 0..1, which their partial sums do not
     hold: no row outside the held half is sliced (the values would be the other half's). Each
-    pair slices the rows its held half keeps on the partial groups instead (`_sliced_by_groups`:
+    pair slices the rows its held half keeps on the partial groups instead (`_sliced_on_groups`:
     {0,2} rows 0..1, {4,6} rows 4..5, the groups that want their rows keep them), all-reduces
     them (f32[2] over pairs: chunks 1 and 1, 2 elements, 8 B) and permutes the 8 B sums to
     devices 0, 2, 4 and 6: 16 B from the busiest, 96 B in all. Main reduce-scattered (8 B) then

@@ -551,7 +551,7 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
                      for rest in _exchange_variants(dims, all_reduce.after, dst)]
         sliced = _sliced_partials(dims, src, dst)
         if sliced is None:
-            sliced = _sliced_by_groups(dims, src, dst)
+            sliced = _sliced_on_groups(dims, src, dst)
         if sliced is not None:
             variants += [[Slice(src, sliced), *rest] for rest in _variants(dims, sliced, dst)]
     return variants
@@ -682,17 +682,18 @@ def _sliced_by_devices(dims, src: Tiling, dst: Tiling) -> Tiling | None:
     return Tiling.of_devices(ordered.reshape(counts + (replicas, -1)).swapaxes(-1, -2))
 
 
-def _sliced_by_groups(dims, src: Tiling, dst: Tiling) -> Tiling | None:
+def _sliced_on_groups(dims, src: Tiling, dst: Tiling) -> Tiling | None:
     """`src`'s partial sums sliced locally to `dst`'s tiles of every dim `dst` tiles by a
     multiple f of `src`'s count (the split aligned), the new tiles laid out on the partial groups
     instead of on the devices that want them: every group takes one of the f tiles nested in
     the one it holds, the groups holding one tile spread evenly over its new ones, as many as
-    can the new tile most of their members want (`_fill_by_score`). Planned where `_sliced_partials` slices nothing (a group's members
-    want different tiles, or tiles outside the held one): the sum still moves the target tile,
-    and a permute then brings it to the devices that want it (XLA's gather on an operand tiled
-    on its trivially sliced dims: the masked partial results are resharded to the output's
-    tiles within each group of the operand's tiles, all-reduced across the groups, then
-    resharded to the output). None where no dim qualifies or the groups do not spread evenly."""
+    can the new tile most of their members want (`_fill_by_score`). Planned where
+    `_sliced_partials` slices nothing (a group's members want different tiles, or tiles outside
+    the held one): the sum still moves the target tile, and a permute then brings it to the
+    devices that want it (XLA's gather on an operand tiled on its trivially sliced dims: the
+    masked partial results are resharded to the output's tiles within each group of the
+    operand's tiles, all-reduced across the groups, then resharded to the output). None where
+    no dim qualifies or the groups do not spread evenly."""
     rank = len(dims)
     factors = [tt // t if tt > t and tt % t == 0 and _slice_aligned(size, t, tt // t) else 1
                for size, t, tt in zip(dims, src.counts, dst.counts)]
