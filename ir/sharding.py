@@ -90,8 +90,9 @@ def _cdiv(a, b):
 #: entries kept in `_TILED` before it is emptied
 _TILED_LIMIT = 1 << 14
 #: `HloSharding.tiled` results without metadata or shard group, by (tile assignment, subgroup
-#: types). Registered with (and emptied by) `sharding_algebra.clear_caches`, the project's one
-#: cache.
+#: types), and each such value by itself: equal values made from different tile assignments
+#: (or subgroup types) are one object, so comparing them is an identity test. Registered with
+#: (and emptied by) `sharding_algebra.clear_caches`, the project's one cache.
 _TILED: dict = {}
 #: `HloSharding.shard_shape` of tiled shardings, by (sharding, array shape): lowering asks for
 #: the shard shape of every instruction more than once. Registered like `_TILED`.
@@ -228,8 +229,8 @@ class HloSharding:
         and one subgroup type remains, and to `{replicated}` on a single device.
 
         Without metadata or shard group the value is made once per (tile assignment, subgroup
-        types) and shared (`_TILED`): compilation builds the same few shardings thousands of
-        times."""
+        types) and shared (`_TILED`), one object per value: compilation builds the same few
+        shardings thousands of times, and compares them more often still."""
         metadata = tuple(metadata)
         if metadata or shard_group is not None or not isinstance(tile_assignment, TileAssignment):
             return cls._canonical_tiled(tile_assignment, tuple(subgroup_types), metadata,
@@ -242,7 +243,8 @@ class HloSharding:
         if found is None:
             if len(_TILED) >= _TILED_LIMIT:
                 _TILED.clear()
-            found = _TILED[key] = cls._canonical_tiled(*key, (), None)
+            made = cls._canonical_tiled(*key, (), None)
+            found = _TILED[key] = _TILED.setdefault(made, made)
         return found
 
     @classmethod
@@ -259,7 +261,7 @@ class HloSharding:
         data_rank = ta.ndim - len(types)
         data_dims = ta.dims[:data_rank]
         if types and prod(data_dims) == 1 and len(set(types)) == 1:
-            return cls(types[0], metadata=metadata, shard_group=shard_group)
+            return cls._plain(types[0], metadata, shard_group)
         perm, new_dims, new_types = list(range(data_rank)), list(data_dims), []
         for t in SUBGROUP_TYPES:
             axes = [data_rank + i for i, u in enumerate(types)
@@ -271,12 +273,12 @@ class HloSharding:
         perm += [a for a in range(data_rank, ta.ndim) if a not in perm]
         if tuple(new_dims) != ta.dims or perm != sorted(perm):
             if not new_dims:
-                return cls("replicated", metadata=metadata, shard_group=shard_group)
+                return cls._plain("replicated", metadata, shard_group)
             ta = ta.transpose(perm).reshape(new_dims)
         if len(new_types) == 1 and prod(data_dims) == 1:
-            return cls(new_types[0], metadata=metadata, shard_group=shard_group)
+            return cls._plain(new_types[0], metadata, shard_group)
         if ta.num_devices == 1:
-            return cls("replicated", metadata=metadata, shard_group=shard_group)
+            return cls._plain("replicated", metadata, shard_group)
         if new_types and new_types[-1] == "replicated":
             ta = ta.sort_last_dim()
         return cls("tiled", tile_assignment=ta, subgroup_types=tuple(new_types),

@@ -115,6 +115,20 @@ def test_single_device_tiled_becomes_replicated():
     assert H.tiled(TileAssignment.from_array(np.array([[5]]))) == H.replicate()
 
 
+def test_equal_values_made_from_different_tile_assignments_are_one_object():
+    # [2,4] with the 4 as a replicated subgroup, and the same written with size-1 and split
+    # subgroup dims; a degenerate tiling is the one `{replicated}` value
+    plain = H.tiled(TileAssignment.iota([2, 4]), ["replicated"])
+    split = H.tiled(TileAssignment.iota([2, 1, 2, 2]), ["manual", "replicated", "replicated"])
+    assert split == plain and split is plain
+    assert np.array_equal(split.tile_assignment.array, np.arange(8).reshape(2, 4))
+    assert H.tiled(TileAssignment.iota([1, 8]), ["replicated"]) is H.replicate()
+    metadata = (KeyValueList((("op_name", "a"),)),)
+    with_metadata = H.tiled(TileAssignment.iota([2, 4]), ["replicated"], metadata)
+    assert with_metadata == plain and with_metadata is not plain
+    assert with_metadata.metadata == metadata
+
+
 # ---- predicates and counts ----------------------------------------------------------------------
 
 def test_predicates():

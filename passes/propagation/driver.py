@@ -7,10 +7,10 @@ visits every instruction again when the alignment changed shardings, else it res
 
 Each sweep visits only instructions that are *dirty* for it: initially all, afterwards those whose
 neighbours changed (XLA's `already_inferred_*` sets and `clear_cache`). A sweep walks its dirty
-instructions in order with a heap; an instruction dirtied ahead of the cursor is visited in the
-same sweep, one dirtied behind it waits for the next iteration, exactly as in XLA's repeated
-sweeps, but the cost is proportional to the number of visits, not to the module size times the
-number of iterations. A level ends when an iteration changes nothing. Levels 2 and 3 resume from
+instructions in order (those dirtied during the sweep merged in from a heap); an instruction
+dirtied ahead of the cursor is visited in the same sweep, one dirtied behind it waits for the
+next iteration, exactly as in XLA's repeated sweeps, but the cost is proportional to the number
+of visits, not to the module size times the number of iterations. A level ends when an iteration changes nothing. Levels 2 and 3 resume from
 the previous level's worklist (`_fixpoint` without `restart`) rather than marking everything dirty.
 
 Termination: every change strictly improves a sharding
@@ -234,15 +234,22 @@ class Driver:
             return False
         order = self.orders[comp]
         positions = self.positions[(kind, comp)]
-        # `_mark` pushes onto this heap (the same list) what is dirtied ahead of the cursor
-        heap = self.heap = sorted([positions[i] for i in dirty])
+        # the positions dirty at the start, walked in order; `_mark` pushes onto `self.heap`
+        # what is dirtied ahead of the cursor meanwhile (none of those: it is not dirty then)
+        pending = sorted([positions[i] for i in dirty])
+        heap = self.heap = []
         self.active, self.cursor = (kind, comp), -1
         changed = False
         last = len(order) - 1 if kind == "backward" else None
         pop, visit = heapq.heappop, self._visit
+        k, count = 0, len(pending)
         try:
-            while heap:
-                p = pop(heap)
+            while k < count or heap:
+                if heap and (k == count or heap[0] < pending[k]):
+                    p = pop(heap)
+                else:
+                    p = pending[k]
+                    k += 1
                 inst = order[p] if last is None else order[last - p]
                 if inst not in dirty:
                     continue
