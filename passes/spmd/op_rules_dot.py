@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gspmdc.ir import sharding_algebra
+from gspmdc.ir.frontend_attributes import WINDOWED_EINSUM, frontend_attribute
 from gspmdc.ir.ops import PARTITION_RULES
 from gspmdc.ir.sharding import HloSharding
 from gspmdc.ir.sharding_algebra import cached
@@ -184,10 +185,11 @@ class DotRule(PartitionRule):
         return _dot_plan(dn, signature, ctx.num_devices, shared.without_metadata())
 
     def lower(self, inst, ctx):
+        if frontend_attribute(inst, WINDOWED_EINSUM) is None:
+            return clone(inst, ctx)     # most dots: no import statement run for them
         # imported here: the windowed einsum builds on this module's DotDims
         from .windowed_einsum import Windowing, lower_windowed
-        windowing = Windowing.of(inst)
-        return clone(inst, ctx) if windowing is None else lower_windowed(inst, ctx, windowing)
+        return lower_windowed(inst, ctx, Windowing.of(inst))
 
 
 #: the reason of a candidate pair split by the output's tiles (`output_split_pairs`)
