@@ -400,6 +400,8 @@ class _Rewriter:
         docs/design/partitioning.md#several-reads-of-one-value)."""
         operands = inst.operands
         count = min(len(operands), len(needs))
+        if count < 2:
+            return list(range(count))   # one operand or none: no value read twice
         reads: dict[Instruction, list[HloSharding]] = {}
         for i in range(count):
             operand, need = operands[i], needs[i]
