@@ -43,6 +43,8 @@ class Instruction:
         """The computations the instruction's attributes name, in attribute order (only the
         catalogue's computation attributes can name one)."""
         names: list[str] = []
+        if COMPUTATION_ATTRIBUTES.isdisjoint(self.attrs):
+            return names                # most instructions: one test, in C
         for key, value in self.attrs.items():
             if key in COMPUTATION_ATTRIBUTES:
                 names.extend(called_computation_names(value))

@@ -16,12 +16,14 @@ from gspmdc.ir.module import Computation, Instruction
 
 
 def merge_pad_slices(comp: Computation) -> None:
-    users = comp.users()
+    users = None
     dropped: set[Instruction] = set()
     for inst in comp.instructions:
         if inst.opcode != "slice" or inst.sharding is None or not inst.sharding.is_tiled or \
                 inst.sharding.has_manual_leaf:
             continue
+        if users is None:
+            users = comp.users()        # at the first tiled slice (most computations have none)
         chain, pad = [], inst.operands[0]
         while pad.opcode == "copy" and len(users[pad]) == 1:
             chain.append(pad)
