@@ -508,7 +508,8 @@ class ScatterRule(PartitionRule):
     the updates' and the indices' tilings (with the indices' tiles of their batch dims where
     allowed; then also the indices' tiles with the result's or the operand's coarsened onto
     each index tile's replicas, and the result's or the operand's tiles with the indices'
-    coarsened onto each of their tiles' replicas), the result's or the operand's tiling with
+    coarsened onto each of their tiles' replicas; the same with the updates' batch tiles
+    where they differ from the indices'), the result's or the operand's tiling with
     the indices' tiles of the dims it leaves whole laid out on the devices of each of its
     tiles, the indices' tiling with the operand's likewise (explicit batch dims in XLA's
     device groups), the updates' tiling with the tiles of a scatter dim it cannot tile moved
@@ -587,6 +588,8 @@ class ScatterRule(PartitionRule):
                  (_within(from_indices, extra, from_operand, every, n), extra),
                  f"the operand's tiling, {spread} on each group of its replicas"),
             ]
+            sources += _updates_spread(from_target, from_operand, from_updates, from_indices,
+                                       every, extra, n)
         beside_result = _whole(from_target, every) + extra
         beside_operand = _whole(from_operand, every) + extra
         beside_indices = _whole(from_indices, every)
@@ -666,6 +669,33 @@ class ScatterRule(PartitionRule):
                                    shape.dims)
             local[0] = b.select(b.broadcast(first, shape.dims), local[0], identity)
         return clone(inst, ctx, local)
+
+
+def _updates_spread(from_target, from_operand, from_updates, from_indices, every, extra,
+                    n: int) -> list:
+    """The sources of index pass-through by the updates' tiles of the indices' batch dims
+    where those differ from the indices' own (indices replicated or tiled otherwise): the
+    result's or the operand's tiling with the updates' batch tiles, on the replicas of each of
+    its tiles or the other way round (XLA's trivially sliced operand hands the updates'
+    grouping on to the indices, and its recursion partitions the updates within each group),
+    so the updates can stay where they are while the operand moves, and the partial result is
+    combined tile by tile."""
+    counts = [from_updates[1][e] for e in extra]
+    if all(c == 1 for c in counts) or (counts == [from_indices[1][e] for e in extra] and
+                                       np.array_equal(from_updates[0][:, extra],
+                                                      from_indices[0][:, extra])):
+        return []
+    spread = "the updates' batch tiles spread over partitions, combined by an all-reduce"
+    sources = []
+    for part, whose in ((from_target, "result"), (from_operand, "operand")):
+        sources += [
+            ((part, every), (from_updates, extra), f"the {whose}'s tiling, {spread}"),
+            ((_within(part, every, from_updates, extra, n), every), (from_updates, extra),
+             f"{spread}, the {whose}'s tiling on each group of their replicas"),
+            ((part, every), (_within(from_updates, extra, part, every, n), extra),
+             f"the {whose}'s tiling, {spread} on each group of its replicas"),
+        ]
+    return sources
 
 
 def _updates_tiles_moved(ctx, dims: ScatterDims, update: Instruction, taken: list[int]):
