@@ -35,6 +35,7 @@ from .call_graph import partitioned_computations
 from .op_rules import LowerContext
 from .partition_ids import PartitionTables
 from .partition_rules import rule_for
+from .reshard_routes import balance
 from .uniform_dims import UniformDims
 
 
@@ -51,10 +52,10 @@ class LowerSpmd(ModulePass):
         partitioned = partitioned_computations(module)
         fused = {inst.attrs["calls"].name for comp in module.computations.values()
                  for inst in comp.instructions if inst.opcode == "fusion"}
-        for comp in partitioned:
-            _lower(module, comp, ctx)
+        lowered = [(comp, _lower(module, comp, ctx)) for comp in partitioned]
         if fused:
             _drop_uncalled(module, fused)
+        balance(module, lowered, ctx.num_partitions)
         for other in module.computations.values():
             if all(other is not comp for comp in partitioned):
                 for inst in other.instructions:
@@ -66,8 +67,9 @@ class LowerSpmd(ModulePass):
         return module
 
 
-def _lower(module: Module, comp: Computation, pass_ctx: PassContext) -> None:
-    """Replace `comp`'s instructions by their local forms (own partition tables)."""
+def _lower(module: Module, comp: Computation, pass_ctx: PassContext) -> LowerContext:
+    """Replace `comp`'s instructions by their local forms (own partition tables); the context
+    they were lowered in."""
     b = Builder(NameUniquer(i.name for i in comp.instructions))
     ctx = LowerContext(b, PartitionTables(b, pass_ctx.num_partitions), module,
                        pass_ctx.channel_ids, local={}, uniform=UniformDims())
@@ -83,6 +85,7 @@ def _lower(module: Module, comp: Computation, pass_ctx: PassContext) -> None:
     root_sharding = comp.root.sharding
     comp.root = ctx.local[comp.root]
     comp.root.sharding = root_sharding
+    return ctx
 
 
 def _drop_uncalled(module: Module, names: set[str]) -> None:

@@ -22,7 +22,7 @@ instructions with manual shardings and the region boundaries use the rules of
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
 from gspmdc.ir.module import Instruction
@@ -725,6 +725,9 @@ class LowerContext(EmitContext):
 
     local: dict
     uniform: Callable[[Instruction], frozenset[int]]
+    #: the reshard nodes lowered so far (`reshard_routes.LoweredReshard`), for the choice of
+    #: their routes over the whole program
+    reshards: list = field(default_factory=list)
 
     def operands(self, inst: Instruction) -> list[Instruction]:
         return [self.local[o] for o in inst.operands]

@@ -42,6 +42,7 @@ from .reshard import emit_reshard
 from .reshard_nodes import is_inserted_reshard, reshard_metadata
 from .reshape_halo import emit_reshape_halo, plan_reshape_halo
 from .reshard_plan import plan_reshard
+from .reshard_routes import LoweredReshard
 from .reshard_uniform import emit_uniform, plan_uniform, sends_less
 from .tiling import Tiling
 
@@ -304,7 +305,8 @@ def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
     """The local program of a reshard node (a `Sharding` custom-call): the plan from its operand's
     sharding to its own, leaf by leaf for tuples; for an operand uniform along some dims, the
     plan through its first element along them where no device sends more bytes and some
-    device sends fewer (`reshard_uniform.sends_less`)."""
+    device sends fewer (`reshard_uniform.sends_less`). A plan emitted whole is recorded in
+    `ctx.reshards` (lower-spmd may re-route it for the whole program: `reshard_routes.py`)."""
     operand = inst.operands[0]
     value = ctx.local[operand]
     reducer = partial_reducer(operand)
@@ -321,7 +323,12 @@ def lower_reshard(inst: Instruction, ctx: LowerContext) -> Instruction:
                                ctx.num_devices)
         if through is not None and sends_less(through, plan, ctx.num_devices):
             return emit_uniform(ctx, value, inst.shape, through, metadata)
-    return emit_reshard(ctx, value, inst.shape, plan, reducer, metadata)
+    start = len(ctx.builder.instructions)
+    result = emit_reshard(ctx, value, inst.shape, plan, reducer, metadata)
+    if plan.cost:
+        ctx.reshards.append(LoweredReshard(inst, value, plan, reducer, metadata,
+                                           ctx.builder.instructions[start:], result))
+    return result
 
 
 def partial_reducer(producer: Instruction) -> str | None:

@@ -352,6 +352,40 @@ def plan_reshard(shape: ArrayShape, source: HloSharding, target: HloSharding,
                         target.with_metadata(()), num_devices)
 
 
+def plan_routes(shape: ArrayShape, source: HloSharding, target: HloSharding,
+                num_devices: int) -> tuple[ReshardPlan, ...]:
+    """`plan_reshard`'s plan, then every other plan it was chosen among that leaves the devices
+    sending other bytes (`sent_by_device`; the first of each, in planning order): the routes a
+    program-wide choice may take instead (`reshard_routes.py`). Only the plan itself from or to
+    a single device."""
+    plan = plan_reshard(shape, source, target, num_devices)
+    if not plan.steps or source.has_manual_leaf or target.has_manual_leaf:
+        return (plan,)
+    return _routes_cached(shape.without_layout(), source.with_metadata(()),
+                          target.with_metadata(()), num_devices)
+
+
+@algebra.cached
+def _routes_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
+                   num_devices: int) -> tuple[ReshardPlan, ...]:
+    plan = _plan_cached(shape, source, target, num_devices)
+    rank, width = shape.rank, max(dtypes.byte_width(shape.element_type), 1)
+    src, dst = layout_of(source, rank, num_devices), layout_of(target, rank, num_devices)
+    if isinstance(src, Maximal) or isinstance(dst, Maximal):
+        return (plan,)
+    routes, seen = [plan], {plan.sent_by_device(num_devices).tobytes()}
+    for dims, padded in ((shape.dims, None), (_padded_dims(shape.dims, src, dst),) * 2):
+        if dims is None:
+            continue
+        for steps in _candidates(dims, src, dst):
+            route = ReshardPlan(shape, tuple(steps), *_bytes_sent(steps, dims, width), padded)
+            key = route.sent_by_device(num_devices).tobytes()
+            if key not in seen:
+                seen.add(key)
+                routes.append(route)
+    return tuple(routes)
+
+
 def reshard_cost(shape: ArrayShape, source: HloSharding, target: HloSharding,
                  num_devices: int) -> int:
     return plan_reshard(shape, source, target, num_devices).cost
@@ -1425,5 +1459,5 @@ def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
 
 __all__ = ["Maximal", "Layout", "Step", "AllReduce", "ReduceScatter", "AllToAll", "AllGather",
            "MaskedGather", "Slice", "Permute", "Exchange", "ZeroPartials", "BroadcastFromDevice",
-           "SendToDevice", "ReshardPlan", "plan_reshard", "reshard_cost", "layout_of",
-           "compatible_subtiling", "local_dims"]
+           "SendToDevice", "ReshardPlan", "plan_reshard", "plan_routes", "reshard_cost",
+           "layout_of", "compatible_subtiling", "local_dims"]

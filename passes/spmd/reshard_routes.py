@@ -1,0 +1,193 @@
+"""The route of every reshard chosen for the whole program (docs/partitioning.md, "Resharding";
+docs/design/partitioning.md#reshard-routes-for-the-whole-program).
+
+lower-spmd lowers each reshard node by the plan whose busiest device sends least
+(`plan_reshard`). A program's bytes are summed per device over all its collectives
+(docs/design/cost-model.md#a-programs-bytes), so a plan cheapest on its own can put its bytes
+on a device that other collectives already load, where another plan of the same reshard
+(`plan_routes`) would load devices idle elsewhere. Once every computation is lowered, `balance`
+starts from the plans chosen one by one and makes, again and again, the one change of one
+reshard's route that lowers the program's (busiest device's bytes, then all devices' bytes)
+most, until no change lowers them. A change is only taken when it lowers them strictly, so no
+program sends more than with the plans chosen one by one, and the choice is deterministic
+(reshards in program order, routes in planning order, the first of equals).
+
+The bytes are the cost model's (`gspmdc.ir.cost`) over the collectives DCE keeps, each times
+its executions per run (`traffic.execution_counts`); nothing is changed where some count is
+unknown. A reshard whose emitted collectives do not send exactly its plan's bytes (shared with
+other code, or dead) keeps its route. A changed reshard's code is emitted again right after the
+first, the first's users read the new result, the first's code no one else reads goes, and the
+computation is put back in an order where every operand comes before its users (the partition
+tables are shared by all the code of a computation).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from gspmdc.ir.attributes import KeyValueList
+from gspmdc.ir.cost import instruction_traffic
+from gspmdc.ir.module import Computation, Instruction, Module
+from gspmdc.ir.ops import SIDE_EFFECTING, opcodes
+
+from .cleanup import live_instructions
+from .reshard import EmitContext, emit_reshard
+from .reshard_plan import ReshardPlan, plan_routes
+from .traffic import execution_counts
+
+_KEEP = SIDE_EFFECTING | opcodes("parameter")
+
+
+@dataclass
+class LoweredReshard:
+    """One reshard node as lower-spmd emitted it: the global `node`, the local `value` it
+    reshards, the `plan` emitted, the combiner of partial values and metadata it was emitted
+    with, the instructions emitted (`code`) and the one holding the result."""
+
+    node: Instruction
+    value: Instruction
+    plan: ReshardPlan
+    reducer: str | None
+    metadata: KeyValueList | None
+    code: list[Instruction]
+    result: Instruction
+
+
+@dataclass
+class _Choice:
+    comp: Computation
+    ctx: EmitContext
+    reshard: LoweredReshard
+    executions: int
+    sent: np.ndarray                  # the bytes of its current route, per run
+    routes: tuple[ReshardPlan, ...] | None = None
+
+
+def balance(module: Module, lowered: list[tuple[Computation, EmitContext]],
+            num_devices: int) -> None:
+    """Re-route the reshards of the lowered `module` where that lowers the program's bytes (see
+    the module docstring): each computation comes with the context that lowered it, whose
+    `reshards` lists its `LoweredReshard`s."""
+    if not any(ctx.reshards for _, ctx in lowered):
+        return
+    counts = execution_counts(module)
+    total = np.zeros(num_devices, dtype=np.int64)
+    live: dict[str, set[Instruction]] = {}
+    for comp in module.computations.values():
+        if comp.name not in counts:
+            continue
+        live[comp.name] = kept = live_instructions(comp)
+        for inst in comp.instructions:
+            if inst in kept and (t := instruction_traffic(inst, num_devices,
+                                                          module.computations)) is not None:
+                if counts[comp.name] is None:
+                    return
+                total += t.sent * counts[comp.name]
+    choices = [choice for comp, ctx in lowered if comp.name in live
+               for r in ctx.reshards
+               if (choice := _choice(comp, ctx, r, counts[comp.name], live[comp.name],
+                                     num_devices)) is not None]
+    changed: dict[int, ReshardPlan] = {}
+    while True:
+        best, best_key = None, _key(total)
+        for i, choice in enumerate(choices):
+            if choice.routes is None:
+                choice.routes = plan_routes(choice.reshard.node.shape,
+                                            choice.reshard.node.operands[0].sharding,
+                                            choice.reshard.node.sharding, num_devices)
+            for route in choice.routes:
+                sent = route.sent_by_device(num_devices) * choice.executions
+                key = _key(total - choice.sent + sent)
+                if key < best_key:
+                    best, best_key = (i, route, sent), key
+        if best is None:
+            break
+        i, route, sent = best
+        total += sent - choices[i].sent
+        choices[i].sent = sent
+        changed[i] = route
+    replaced: dict[Instruction, Instruction] = {}
+    for i in sorted(changed):
+        _reemit(choices[i], changed[i], replaced)
+    for comp in {id(choices[i].comp): choices[i].comp for i in changed}.values():
+        _restore_order(comp)
+        _remove_dead(comp, {inst for i in changed if choices[i].comp is comp
+                            for inst in choices[i].reshard.code})
+
+
+def _key(sent: np.ndarray) -> tuple[int, int]:
+    return int(sent.max()), int(sent.sum())
+
+
+def _choice(comp: Computation, ctx: EmitContext, reshard: LoweredReshard,
+            executions: int | None, live: set[Instruction], num_devices: int) -> _Choice | None:
+    """The choice of `reshard`'s route, or None where it keeps it: dead, or its emitted
+    collectives' bytes are not its plan's."""
+    if executions is None or reshard.result not in live:
+        return None
+    sent = np.zeros(num_devices, dtype=np.int64)
+    for inst in reshard.code:
+        if inst in live and (t := instruction_traffic(inst, num_devices)) is not None:
+            sent += t.sent
+    if not sent.any() or not np.array_equal(sent, reshard.plan.sent_by_device(num_devices)):
+        return None
+    return _Choice(comp, ctx, reshard, executions, sent * executions)
+
+
+def _reemit(choice: _Choice, plan: ReshardPlan,
+            replaced: dict[Instruction, Instruction]) -> None:
+    """`choice`'s reshard emitted again by `plan` right after its first code, whose users then
+    read the new result instead (`replaced`: the first results so far and their new ones)."""
+    comp, r = choice.comp, choice.reshard
+    instructions = choice.ctx.builder.instructions
+    start = len(instructions)
+    result = emit_reshard(choice.ctx, replaced.get(r.value, r.value), r.node.shape, plan,
+                          r.reducer, r.metadata)
+    code = instructions[start:]
+    del instructions[start:]
+    at = next(k for k, inst in enumerate(instructions) if inst is r.result) + 1
+    instructions[at:at] = code
+    for inst in instructions:
+        if any(o is r.result for o in inst.operands):
+            inst.operands = [result if o is r.result else o for o in inst.operands]
+    if comp.root is r.result:
+        result.sharding = comp.root.sharding
+        comp.root = result
+    replaced[r.result] = result
+
+
+def _remove_dead(comp: Computation, candidates: set[Instruction]) -> None:
+    """Remove the `candidates` (the first code of re-emitted reshards) no instruction reads."""
+    users = Counter(o for inst in comp.instructions for o in inst.operands)
+    gone = set()
+    for inst in reversed(comp.instructions):
+        if inst in candidates and users[inst] == 0 and inst is not comp.root and \
+                inst.opcode not in _KEEP:
+            gone.add(inst)
+            users.subtract(inst.operands)
+    comp.instructions[:] = [inst for inst in comp.instructions if inst not in gone]
+
+
+def _restore_order(comp: Computation) -> None:
+    """`comp`'s instructions in their order, except that an operand defined after a user moves
+    to just before it."""
+    placed: set[Instruction] = set()
+    order: list[Instruction] = []
+    for inst in comp.instructions:
+        stack = [(inst, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node in placed:
+                continue
+            if ready:
+                placed.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((o, False) for o in reversed(node.operands) if o not in placed)
+    comp.instructions[:] = order
+
+
+__all__ = ["LoweredReshard", "balance"]
