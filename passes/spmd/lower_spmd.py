@@ -10,7 +10,9 @@ through its first element along them, `reshard_uniform.py`), per-partition value
 constant tables indexed by `partition-id` (`partition_ids.py`), and instructions keep their
 names and shardings
 (for reading the program; collectives carry none). Collectives use explicit replica groups of
-partition ids with `use_global_device_ids=true` (printed in iota form where it applies).
+partition ids with `use_global_device_ids=true` (printed in iota form where it applies). Once
+every computation is lowered, the reshards are re-routed where another of their plans lowers
+the program's bytes (`reshard_routes.py`).
 
 The module header gets `num_partitions=N`, `entry_computation_layout` (when present) with the
 local shapes, and `spmd_global_signature={(global parameter shapes)->global result shape}`: with

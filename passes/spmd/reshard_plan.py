@@ -8,6 +8,8 @@ each a local operation or one collective with the bytes every device sends in it
 cost model of `gspmdc.ir.cost`: exactly what `gspmdc explain` and `run --profile` count for the
 emitted collective). A plan costs the bytes of the busiest device, summed over its steps. The IR
 for a plan is emitted by `reshard.py`; op rules use `reshard_cost` to choose strategies.
+`plan_routes` gives the other plans the cheapest was chosen among, one per distinct vector of
+bytes per device, for the choice of routes over the whole program (`reshard_routes.py`).
 
 Steps between tilings (`tiling.py`), in the order a plan uses them:
 
@@ -76,7 +78,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 from math import gcd, prod
-from typing import Union
+from typing import NamedTuple, Union
 
 import numpy as np
 
@@ -352,27 +354,34 @@ def plan_reshard(shape: ArrayShape, source: HloSharding, target: HloSharding,
                         target.with_metadata(()), num_devices)
 
 
+class Routes(NamedTuple):
+    """Plans of one reshard (`plans`, the chosen one first) and the bytes each device sends in
+    each (`sent`, `[len(plans), num_devices]`, read-only)."""
+
+    plans: tuple[ReshardPlan, ...]
+    sent: np.ndarray
+
+
 def plan_routes(shape: ArrayShape, source: HloSharding, target: HloSharding,
-                num_devices: int) -> tuple[ReshardPlan, ...]:
+                num_devices: int) -> Routes:
     """`plan_reshard`'s plan, then every other plan it was chosen among that leaves the devices
     sending other bytes (`sent_by_device`; the first of each, in planning order): the routes a
     program-wide choice may take instead (`reshard_routes.py`). Only the plan itself from or to
-    a single device."""
-    plan = plan_reshard(shape, source, target, num_devices)
-    if not plan.steps or source.has_manual_leaf or target.has_manual_leaf:
-        return (plan,)
+    a single device, and for manual values."""
+    if source.has_manual_leaf or target.has_manual_leaf:
+        return _routes((plan_reshard(shape, source, target, num_devices),), num_devices)
     return _routes_cached(shape.without_layout(), source.with_metadata(()),
                           target.with_metadata(()), num_devices)
 
 
 @algebra.cached
 def _routes_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
-                   num_devices: int) -> tuple[ReshardPlan, ...]:
+                   num_devices: int) -> Routes:
     plan = _plan_cached(shape, source, target, num_devices)
     rank, width = shape.rank, max(dtypes.byte_width(shape.element_type), 1)
     src, dst = layout_of(source, rank, num_devices), layout_of(target, rank, num_devices)
-    if isinstance(src, Maximal) or isinstance(dst, Maximal):
-        return (plan,)
+    if not plan.steps or isinstance(src, Maximal) or isinstance(dst, Maximal):
+        return _routes((plan,), num_devices)
     routes, seen = [plan], {plan.sent_by_device(num_devices).tobytes()}
     for dims, padded in ((shape.dims, None), (_padded_dims(shape.dims, src, dst),) * 2):
         if dims is None:
@@ -383,7 +392,13 @@ def _routes_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
             if key not in seen:
                 seen.add(key)
                 routes.append(route)
-    return tuple(routes)
+    return _routes(tuple(routes), num_devices)
+
+
+def _routes(plans: tuple[ReshardPlan, ...], num_devices: int) -> Routes:
+    sent = np.array([plan.sent_by_device(num_devices) for plan in plans], dtype=np.int64)
+    sent.setflags(write=False)
+    return Routes(plans, sent)
 
 
 def reshard_cost(shape: ArrayShape, source: HloSharding, target: HloSharding,
@@ -1459,5 +1474,5 @@ def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
 
 __all__ = ["Maximal", "Layout", "Step", "AllReduce", "ReduceScatter", "AllToAll", "AllGather",
            "MaskedGather", "Slice", "Permute", "Exchange", "ZeroPartials", "BroadcastFromDevice",
-           "SendToDevice", "ReshardPlan", "plan_reshard", "plan_routes", "reshard_cost",
+           "SendToDevice", "ReshardPlan", "Routes", "plan_reshard", "plan_routes", "reshard_cost",
            "layout_of", "compatible_subtiling", "local_dims"]

@@ -34,7 +34,7 @@ from gspmdc.ir.ops import SIDE_EFFECTING, opcodes
 
 from .cleanup import live_instructions
 from .reshard import EmitContext, emit_reshard
-from .reshard_plan import ReshardPlan, plan_routes
+from .reshard_plan import ReshardPlan, Routes, plan_routes
 from .traffic import execution_counts
 
 _KEEP = SIDE_EFFECTING | opcodes("parameter")
@@ -60,9 +60,9 @@ class _Choice:
     comp: Computation
     ctx: EmitContext
     reshard: LoweredReshard
-    executions: int
-    sent: np.ndarray                  # the bytes of its current route, per run
-    routes: tuple[ReshardPlan, ...] | None = None
+    routes: Routes
+    sent: np.ndarray = None           # [routes, devices]: each route's bytes per run
+    route: int = 0                    # the one taken
 
 
 def balance(module: Module, lowered: list[tuple[Computation, EmitContext]],
@@ -70,9 +70,52 @@ def balance(module: Module, lowered: list[tuple[Computation, EmitContext]],
     """Re-route the reshards of the lowered `module` where that lowers the program's bytes (see
     the module docstring): each computation comes with the context that lowered it, whose
     `reshards` lists its `LoweredReshard`s."""
-    if not any(ctx.reshards for _, ctx in lowered):
+    choices = [_Choice(comp, ctx, r, routes) for comp, ctx in lowered for r in ctx.reshards
+               if len((routes := plan_routes(r.node.shape, r.node.operands[0].sharding,
+                                             r.node.sharding, num_devices)).plans) > 1]
+    if not choices:
         return
     counts = execution_counts(module)
+    program = _program_bytes(module, counts, num_devices)
+    if program is None:
+        return
+    total, live = program
+    choices = [c for c in choices if _priced(c, counts[c.comp.name], live[c.comp.name],
+                                             num_devices)]
+    changed = False
+    while True:
+        best, best_key = None, _key(total)
+        for i, choice in enumerate(choices):
+            options = total - choice.sent[choice.route] + choice.sent
+            busiest, everyone = options.max(axis=1), options.sum(axis=1)
+            k = int(np.lexsort((everyone, busiest))[0])
+            if (key := (int(busiest[k]), int(everyone[k]))) < best_key:
+                best, best_key = (i, k), key
+        if best is None:
+            break
+        choice = choices[best[0]]
+        total = total - choice.sent[choice.route] + choice.sent[best[1]]
+        choice.route, changed = best[1], True
+    if not changed:
+        return
+    replaced: dict[Instruction, Instruction] = {}
+    rerouted = [c for c in choices if c.route]
+    for choice in rerouted:
+        _reemit(choice, choice.routes.plans[choice.route], replaced)
+    for comp in {id(c.comp): c.comp for c in rerouted}.values():
+        _restore_order(comp)
+        _remove_dead(comp, {inst for c in rerouted if c.comp is comp for inst in c.reshard.code})
+
+
+def _key(sent: np.ndarray) -> tuple[int, int]:
+    return int(sent.max()), int(sent.sum())
+
+
+def _program_bytes(module: Module, counts: dict[str, int | None], num_devices: int
+                   ) -> tuple[np.ndarray, dict[str, set[Instruction]]] | None:
+    """The bytes each device sends in one run of the lowered `module` over the collectives DCE
+    keeps, and those kept instructions per computation; None where some collective's
+    executions are unknown."""
     total = np.zeros(num_devices, dtype=np.int64)
     live: dict[str, set[Instruction]] = {}
     for comp in module.computations.values():
@@ -83,57 +126,26 @@ def balance(module: Module, lowered: list[tuple[Computation, EmitContext]],
             if inst in kept and (t := instruction_traffic(inst, num_devices,
                                                           module.computations)) is not None:
                 if counts[comp.name] is None:
-                    return
+                    return None
                 total += t.sent * counts[comp.name]
-    choices = [choice for comp, ctx in lowered if comp.name in live
-               for r in ctx.reshards
-               if (choice := _choice(comp, ctx, r, counts[comp.name], live[comp.name],
-                                     num_devices)) is not None]
-    changed: dict[int, ReshardPlan] = {}
-    while True:
-        best, best_key = None, _key(total)
-        for i, choice in enumerate(choices):
-            if choice.routes is None:
-                choice.routes = plan_routes(choice.reshard.node.shape,
-                                            choice.reshard.node.operands[0].sharding,
-                                            choice.reshard.node.sharding, num_devices)
-            for route in choice.routes:
-                sent = route.sent_by_device(num_devices) * choice.executions
-                key = _key(total - choice.sent + sent)
-                if key < best_key:
-                    best, best_key = (i, route, sent), key
-        if best is None:
-            break
-        i, route, sent = best
-        total += sent - choices[i].sent
-        choices[i].sent = sent
-        changed[i] = route
-    replaced: dict[Instruction, Instruction] = {}
-    for i in sorted(changed):
-        _reemit(choices[i], changed[i], replaced)
-    for comp in {id(choices[i].comp): choices[i].comp for i in changed}.values():
-        _restore_order(comp)
-        _remove_dead(comp, {inst for i in changed if choices[i].comp is comp
-                            for inst in choices[i].reshard.code})
+    return total, live
 
 
-def _key(sent: np.ndarray) -> tuple[int, int]:
-    return int(sent.max()), int(sent.sum())
-
-
-def _choice(comp: Computation, ctx: EmitContext, reshard: LoweredReshard,
-            executions: int | None, live: set[Instruction], num_devices: int) -> _Choice | None:
-    """The choice of `reshard`'s route, or None where it keeps it: dead, or its emitted
-    collectives' bytes are not its plan's."""
-    if executions is None or reshard.result not in live:
-        return None
+def _priced(choice: _Choice, executions: int | None, live: set[Instruction],
+            num_devices: int) -> bool:
+    """Whether `choice` may change route (its `sent` then set): it is live, and its emitted
+    collectives send exactly its plan's bytes."""
+    r = choice.reshard
+    if executions is None or r.result not in live:
+        return False
     sent = np.zeros(num_devices, dtype=np.int64)
-    for inst in reshard.code:
+    for inst in r.code:
         if inst in live and (t := instruction_traffic(inst, num_devices)) is not None:
             sent += t.sent
-    if not sent.any() or not np.array_equal(sent, reshard.plan.sent_by_device(num_devices)):
-        return None
-    return _Choice(comp, ctx, reshard, executions, sent * executions)
+    if not np.array_equal(sent, choice.routes.sent[0]):
+        return False
+    choice.sent = choice.routes.sent * executions
+    return True
 
 
 def _reemit(choice: _Choice, plan: ReshardPlan,
