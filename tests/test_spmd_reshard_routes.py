@@ -8,9 +8,10 @@ g-1 others, an all-to-all every block but the device's own); values against the 
 program."""
 from __future__ import annotations
 
-import numpy as np
-
 from gspmdc import api
+from gspmdc.ir.parser import parse_sharding
+from gspmdc.ir.shapes import ArrayShape
+from gspmdc.passes.spmd.reshard_plan import plan_reshard, plan_routes
 from gspmdc.passes.spmd.traffic import sent_per_device
 
 from filecheck import check, directives
@@ -45,3 +46,21 @@ def test_the_route_of_a_reshard_spreads_its_bytes_over_devices_idle_elsewhere():
     // CHECK: all-to-all({{.*}}spmd_value="a"
     // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]2,3[}],[{]1,1[}],[{]3,2[}][}]}}{{.*}}spmd_value="a"
     """))
+
+
+def test_the_routes_of_a_reshard_are_its_plans_with_distinct_bytes_per_device():
+    """`a`'s reshard above: the chosen plan first, then one plan per other vector of bytes per
+    device: the all-to-all between the pairs then a permute from devices 2 and 3 (or, with the
+    groups reversed, from devices 0 and 1), the slice, all-gather in pairs and permute from
+    devices 1 and 3 (f32[1,4,10], 160 B), and the all-gather of dim 2 in pairs then a slice
+    (each device its f32[2,4,5] shard to its partner, 160 B); the sum over the devices of
+    each is its plan's `total`."""
+    source = parse_sharding("{devices=[1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}")
+    target = parse_sharding("{devices=[2,1,1,2]0,3,2,1 last_tile_dim_replicate}")
+    shape = ArrayShape("f32", (2, 4, 10))
+    routes = plan_routes(shape, source, target, 4)
+    assert routes.plans[0] is plan_reshard(shape, source, target, 4)
+    assert routes.sent.tolist()[0] == [80, 160, 80, 160]
+    assert sorted(map(tuple, routes.sent.tolist()[1:])) == [
+        (80, 80, 240, 240), (80, 240, 80, 240), (160, 160, 160, 160), (240, 240, 80, 80)]
+    assert [int(row.sum()) for row in routes.sent] == [plan.total for plan in routes.plans]
