@@ -15,7 +15,9 @@ program sends more than with the plans chosen one by one, and the choice is dete
 The bytes are the cost model's (`gspmdc.ir.cost`) over the collectives DCE keeps, each times
 its executions per run (`traffic.execution_counts`); nothing is changed where some count is
 unknown. A reshard whose emitted collectives do not send exactly its plan's bytes (shared with
-other code, or dead) keeps its route. A changed reshard's code is emitted again right after the
+other code, or dead) keeps its route, and so do reshards emitted by the same plan in one
+computation (clean-up may merge them: one re-routed would then add bytes instead of moving
+them). A changed reshard's code is emitted again right after the
 first, the first's users read the new result, the first's code no one else reads goes, and the
 computation is put back in an order where every operand comes before its users (the partition
 tables are shared by all the code of a computation).
@@ -82,6 +84,10 @@ def balance(module: Module, lowered: list[tuple[Computation, EmitContext]],
     total, live = program
     choices = [c for c in choices if _priced(c, counts[c.comp.name], live[c.comp.name],
                                              num_devices)]
+    # the same plan twice in a computation may be emitted on values clean-up merges, and its
+    # collectives with them: re-routing one would then add its bytes rather than move them
+    twice = Counter((id(c.comp), id(c.reshard.plan)) for c in choices)
+    choices = [c for c in choices if twice[id(c.comp), id(c.reshard.plan)] == 1]
     changed = False
     while True:
         best, best_key = None, _key(total)
