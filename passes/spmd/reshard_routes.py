@@ -17,10 +17,10 @@ its executions per run (`traffic.execution_counts`); nothing is changed where so
 unknown. A reshard whose emitted collectives do not send exactly its plan's bytes (shared with
 other code, or dead) keeps its route, and so do reshards emitted by the same plan in one
 computation (clean-up may merge them: one re-routed would then add bytes instead of moving
-them). A changed reshard's code is emitted again right after the
-first, the first's users read the new result, the first's code no one else reads goes, and the
-computation is put back in an order where every operand comes before its users (the partition
-tables are shared by all the code of a computation).
+them). A changed reshard's code is emitted again right after the first, the first's users read
+the new result, the first's code no one else reads goes, and the computation is put back in an
+order where every operand comes before its users (the partition tables are shared by all the
+code of a computation).
 """
 from __future__ import annotations
 
@@ -32,15 +32,11 @@ import numpy as np
 from gspmdc.ir.attributes import KeyValueList
 from gspmdc.ir.cost import instruction_traffic
 from gspmdc.ir.module import Computation, Instruction, Module
-from gspmdc.ir.ops import SIDE_EFFECTING, opcodes
 
 from .cleanup import live_instructions
 from .reshard import EmitContext, emit_reshard
 from .reshard_plan import ReshardPlan, Routes, plan_routes
 from .traffic import execution_counts
-
-_KEEP = SIDE_EFFECTING | opcodes("parameter")
-
 
 @dataclass
 class LoweredReshard:
@@ -177,15 +173,9 @@ def _reemit(choice: _Choice, plan: ReshardPlan,
 
 
 def _remove_dead(comp: Computation, candidates: set[Instruction]) -> None:
-    """Remove the `candidates` (the first code of re-emitted reshards) no instruction reads."""
-    users = Counter(o for inst in comp.instructions for o in inst.operands)
-    gone = set()
-    for inst in reversed(comp.instructions):
-        if inst in candidates and users[inst] == 0 and inst is not comp.root and \
-                inst.opcode not in _KEEP:
-            gone.add(inst)
-            users.subtract(inst.operands)
-    comp.instructions[:] = [inst for inst in comp.instructions if inst not in gone]
+    """Remove the `candidates` (the first code of re-emitted reshards) DCE would remove."""
+    live = live_instructions(comp)
+    comp.instructions[:] = [i for i in comp.instructions if i in live or i not in candidates]
 
 
 def _restore_order(comp: Computation) -> None:
