@@ -82,6 +82,7 @@ comparators) are used unchanged.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -264,8 +265,8 @@ class _Rewriter:
         #: a value and a sharding its reshard to is taken as made while the later users'
         #: plans are priced with it (`_credit`)
         self.assumed: tuple[Instruction, HloSharding] | None = None
-        #: whether a later user is being planned to price a reshard for the instruction being
-        #: planned (`_saved`: no credits nor siblings' plans of its own, no plans kept)
+        #: whether a later user is being planned to price it for the instruction being
+        #: planned (`_pricing`: no credits nor siblings' plans of its own, no plans kept)
         self.crediting = False
         #: per (value, sharding, later user), the bytes that user's plan saves when the
         #: value's reshard to that sharding is made, while one instruction is planned
@@ -801,10 +802,7 @@ class _Rewriter:
                                        for o, n in zip(user.operands, quick.operands)]):
             self.savings[key] = 0.0     # its plan does not read the node even when made
         else:
-            planning, self.planning = self.planning, (user, user.sharding)
-            known = self.ctx.known_needs(user)
-            self.crediting = True
-            try:
+            with self._pricing(user):
                 if recomputed:
                     recomputed = self._read_whole_by_users(user)
                 alone = self.ctx.plan_cost(user, self._plan(user))
@@ -813,14 +811,32 @@ class _Rewriter:
                 shared = self.ctx.plan_cost(user, plan)
                 if recomputed:
                     shared -= self.ctx.result_cost(user, plan)
-            finally:
-                self.assumed = None
-                self.crediting = False
-                self.planning = planning
-                if not known:
-                    self.ctx.forget_needs(user)
             self.savings[key] = max(0.0, alone - shared)
         return self.savings[key]
+
+    @contextlib.contextmanager
+    def _pricing(self, user: Instruction):
+        """The bracket in which `user`, a user of the instruction being planned not planned
+        yet, is priced as if it were being planned (`planning`: its plans are priced with what
+        its own users read it in, `_result_needs`) for the instruction being planned
+        (`crediting`: no credits, siblings' plans or users computed again of its own, no plan
+        kept); the body may take a reshard as made (`assumed`). Afterwards `planning`,
+        `crediting` and `assumed` are as they were, and the needs of `user`'s users, where
+        only this asked for them, are forgotten (asked again when a plan of `user` next asks:
+        `PlanContext.forget_needs`). Used by `_saved`, `_replicated_saving` and
+        `_recomputed_cost`."""
+        planning, crediting, assumed = self.planning, self.crediting, self.assumed
+        self.planning = (user, user.sharding)
+        known = self.ctx.known_needs(user)
+        self.crediting = True
+        try:
+            yield
+        finally:
+            self.assumed = assumed
+            self.crediting = crediting
+            self.planning = planning
+            if not known:
+                self.ctx.forget_needs(user)
 
     def _users_recomputed(self, inst: Instruction) -> float:
         """The bytes the plans of the users of `inst`, the instruction being planned, cost
@@ -872,22 +888,13 @@ class _Rewriter:
                          for need in dict.fromkeys(self._needs_of(user, inst))])
         finally:
             self.looking_ahead = False
-        planning, self.planning = self.planning, (user, user.sharding)
-        known = self.ctx.known_needs(user)
-        self.crediting = True
-        try:
+        with self._pricing(user):
             self.needs_missed = False
             alone = self.ctx.plan_cost(user, self._plan(user))
             if self.needs_missed:
                 return 0.0
             self.assumed = (inst, HloSharding.replicate())
             shared = self.ctx.plan_cost(user, self._plan(user))
-        finally:
-            self.assumed = None
-            self.crediting = False
-            self.planning = planning
-            if not known:
-                self.ctx.forget_needs(user)
         return max(0.0, alone - shared - reads)
 
     def _may_be_read_whole(self, user: Instruction) -> bool:
@@ -907,10 +914,7 @@ class _Rewriter:
         bytes (`_recompute`); 0.0 where those reads are not all known and sliced from a value
         computed again whole (`_read_whole_by_users`)."""
         user.operands = [self.replacement.get(o, o) for o in user.operands]
-        planning, self.planning = self.planning, (user, user.sharding)
-        known = self.ctx.known_needs(user)
-        self.crediting = True
-        try:
+        with self._pricing(user):
             if not self._read_whole_by_users(user):
                 return 0.0
             plan = self._plan(user)
@@ -924,11 +928,6 @@ class _Rewriter:
                              for need in dict.fromkeys(needs)])
                 cost = min(cost, again)
             return cost
-        finally:
-            self.crediting = False
-            self.planning = planning
-            if not known:
-                self.ctx.forget_needs(user)
 
     def _read_whole_by_users(self, user: Instruction) -> bool:
         """Whether every sharding the users of `user` (being priced for a credit) read it in is
