@@ -479,10 +479,8 @@ class _Rewriter:
         if any(need.is_replicated or broadcast_first(sharding, need)
                for need in self._wanted(value)):
             return True
-        planning = self.planning[0] if self.planning is not None else None
-        later = [u for u in self.users.get(value, ()) if u is not planning
-                 and u not in self.planned and u not in self.arrivals]
-        if not later or self.looking_ahead or self.crediting or planning is None:
+        later = self._later_users(value)
+        if not later or self.looking_ahead or self.crediting or self.planning is None:
             return False
         replicated = HloSharding.replicate()
         extra = self.ctx.cost(value.shape, sharding, replicated) - \
@@ -529,9 +527,7 @@ class _Rewriter:
         technique, and its cache gives that value to the later users)."""
         if self.looking_ahead or self.crediting:
             return False
-        planning = self.planning[0]
-        later = [u for u in self.users[value] if u is not planning
-                 and u not in self.planned and u not in self.arrivals]
+        later = self._later_users(value)
         if not later:
             return False
         replicated = HloSharding.replicate()
@@ -764,8 +760,7 @@ class _Rewriter:
         if not any([operands[i] is value for i in self.live_operands.get(planning, ())
                     if i < len(operands)]):
             return ()
-        later = [u for u in self.users[value] if u is not planning
-                 and u not in self.planned and u not in self.arrivals]
+        later = self._later_users(value)
         if not later or recomputed_for_free(value):
             return ()
         credit = []
@@ -862,9 +857,7 @@ class _Rewriter:
             self.recomputed_users[key] = sum(
                 [self._recomputed_cost(user) if self._recomputed_from(user, inst, replicated)
                  else self._replicated_saving(user, inst)
-                 for user in self.users.get(inst, ())
-                 if user not in self.planned and user not in self.arrivals and
-                 self._may_be_read_whole(user)])
+                 for user in self._later_users(inst) if self._may_be_read_whole(user)])
         return self.recomputed_users[key]
 
     def _replicated_saving(self, user: Instruction, inst: Instruction) -> float:
@@ -975,9 +968,7 @@ class _Rewriter:
         looking ahead, for a value computed again for free and for one with a single user."""
         if self.looking_ahead or self.crediting or self.planning is None:
             return frozenset()
-        planning = self.planning[0]
-        later = [u for u in self.users.get(value, ()) if u is not planning
-                 and u not in self.planned and u not in self.arrivals]
+        later = self._later_users(value)
         if not later or recomputed_for_free(value):
             return frozenset()
         wanted = set()
@@ -995,6 +986,15 @@ class _Rewriter:
         finally:
             self.looking_ahead = False
         return frozenset(wanted)
+
+    def _later_users(self, value: Instruction) -> list[Instruction]:
+        """The live users of `value` not planned yet (nor arriving as a call site passes
+        them: `arrivals`), other than the instruction being planned: those whose plans a
+        choice for the instruction being planned prices jointly with its own (`_wanted`,
+        `_operand_credit`, `_users_recomputed`, `_broadcast_later`, `_saves_gathered`)."""
+        planning = self.planning[0] if self.planning is not None else None
+        return [u for u in self.users.get(value, ()) if u is not planning
+                and u not in self.planned and u not in self.arrivals]
 
     def _planned_ahead(self, inst: Instruction) -> OpPlan | None:
         """The plan made for `inst` while looking ahead, if its operands are still the same
