@@ -8,6 +8,8 @@ g-1 others, an all-to-all every block but the device's own); values against the 
 program."""
 from __future__ import annotations
 
+import numpy as np
+
 from gspmdc import api
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
@@ -15,7 +17,7 @@ from gspmdc.passes.spmd.reshard_plan import plan_reshard, plan_routes
 from gspmdc.passes.spmd.traffic import sent_per_device
 
 from filecheck import check, directives
-from spmd_partition_helpers import check_equivalent, collectives
+from spmd_partition_helpers import check_equivalent, collectives, inputs_for
 
 TWO_RESHARDS = """HloModule m, num_partitions=4
 
@@ -64,3 +66,217 @@ def test_the_routes_of_a_reshard_are_its_plans_with_distinct_bytes_per_device():
     assert sorted(map(tuple, routes.sent.tolist()[1:])) == [
         (80, 80, 240, 240), (80, 240, 80, 240), (160, 160, 160, 160), (240, 240, 80, 80)]
     assert [int(row.sum()) for row in routes.sent] == [plan.total for plan in routes.plans]
+
+
+# `a`'s reshard above, made for an add each iteration of a loop (`x` to `acc`'s tiling) or in
+# one branch of a conditional, beside `b`'s permute in the entry (192 B from devices 0 and 1)
+TILED = "{devices=[1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"
+ROWS = "{devices=[2,1,1,2]0,3,2,1 last_tile_dim_replicate}"
+B_FROM = "{devices=[1,2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"
+B_TO = "{devices=[1,2,1,2]1,2,0,3 last_tile_dim_replicate}"
+B_SENT = np.array([192, 192, 0, 0])
+STATE = "(s32[], f32[2,4,10], f32[2,4,10])"
+STATE_SHARDING = f"{{{{replicated}}, {TILED}, {ROWS}}}"
+
+LOOP = f"""HloModule m, num_partitions=4
+
+body {{
+  p = {STATE} parameter(0), sharding={STATE_SHARDING}
+  i = s32[] get-tuple-element(p), index=0, sharding={{replicated}}
+  x = f32[2,4,10] get-tuple-element(p), index=1, sharding={TILED}
+  acc = f32[2,4,10] get-tuple-element(p), index=2, sharding={ROWS}
+  one = s32[] constant(1), sharding={{replicated}}
+  next = s32[] add(i, one), sharding={{replicated}}
+  sum = f32[2,4,10] add(acc, x), sharding={ROWS}
+  ROOT r = {STATE} tuple(next, x, sum), sharding={STATE_SHARDING}
+}}
+
+cond {{
+  p = {STATE} parameter(0), sharding={STATE_SHARDING}
+  i = s32[] get-tuple-element(p), index=0, sharding={{replicated}}
+  n = s32[] constant(TRIPS), sharding={{replicated}}
+  ROOT lt = pred[] compare(i, n), direction=LT, sharding={{replicated}}
+}}
+
+ENTRY e {{
+  a = f32[2,4,10] parameter(0), sharding={TILED}
+  c = f32[2,4,10] parameter(1), sharding={ROWS}
+  b = f64[4,4,3] parameter(2), sharding={B_FROM}
+  zero = s32[] constant(0), sharding={{replicated}}
+  init = {STATE} tuple(zero, a, c), sharding={STATE_SHARDING}
+  w = {STATE} while(init), condition=cond, body=body, sharding={STATE_SHARDING}
+  out = f32[2,4,10] get-tuple-element(w), index=2, sharding={ROWS}
+  ROOT t = (f32[2,4,10], f64[4,4,3]) tuple(out, b), sharding={{{ROWS}, {B_TO}}}
+}}
+"""
+
+
+def _routes_of_x() -> tuple[np.ndarray, np.ndarray]:
+    """The bytes per device of `x`'s reshard by its plan alone (the slice, the permute of
+    halves from devices 1 and 3 and the all-gather in pairs) and by the all-to-all between
+    the pairs then the permute from devices 2 and 3, as the routes pass prices them."""
+    routes = plan_routes(ArrayShape("f32", (2, 4, 10)), parse_sharding(TILED),
+                         parse_sharding(ROWS), 4)
+    alone, spread = routes.sent[0], [r for r in routes.sent if r.tolist() == [80, 80, 240, 240]]
+    assert alone.tolist() == [80, 160, 80, 160] and len(spread) == 1
+    return alone, spread[0]
+
+
+def _channel_ids(spmd) -> list[int]:
+    return [i.attr("channel_id") for _, i in spmd.all_instructions()
+            if i.attr("channel_id") is not None]
+
+
+def test_a_reshard_in_a_loop_is_priced_times_the_trip_count_and_rerouted():
+    """Two iterations: `x`'s reshard alone sends 2 x [80, 160, 80, 160] and the program, with
+    `b`'s permute, [352, 512, 160, 320] (busiest 512); its all-to-all route sends
+    2 x [80, 80, 240, 240] and the program [352, 352, 480, 480] (busiest 480): taken, in the
+    loop body. The routes' bytes times the trip count plus `b`'s are what the cost model
+    counts on the printed program; the re-emitted collectives get new channel ids, unique."""
+    spmd = check_equivalent(LOOP.replace("TRIPS", "2"), 4)
+    alone, spread = _routes_of_x()
+    assert (2 * alone + B_SENT).tolist() == [352, 512, 160, 320]
+    assert sent_per_device(spmd, 4).tolist() == (2 * spread + B_SENT).tolist() == \
+        [352, 352, 480, 480]
+    ids = _channel_ids(spmd)
+    assert len(ids) == len(set(ids)) == 3
+    check(api.to_text(spmd), directives("""
+    // CHECK: %body
+    // CHECK-NOT: all-gather(
+    // CHECK: all-to-all({{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]2,3[}],[{]1,1[}],[{]3,2[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: ENTRY
+    // CHECK: collective-permute({{.*}}spmd_value="b"
+    """))
+
+
+def test_a_route_cheaper_for_one_iteration_is_not_taken_for_three():
+    """Three iterations: `x`'s plan alone makes the program [432, 672, 240, 480] (busiest
+    672); the all-to-all route, lighter on the busiest device for one or two iterations, would
+    make it [432, 432, 720, 720] (busiest 720), and the even route (160 B from each device)
+    [672, 672, 480, 480] (busiest equal, more in all): the plan alone stays. A pass pricing the
+    loop's reshard once would take the all-to-all."""
+    spmd = check_equivalent(LOOP.replace("TRIPS", "3"), 4)
+    alone, spread = _routes_of_x()
+    assert (3 * spread + B_SENT).tolist() == [432, 432, 720, 720]
+    assert sent_per_device(spmd, 4).tolist() == (3 * alone + B_SENT).tolist() == \
+        [432, 672, 240, 480]
+    check(api.to_text(spmd), directives("""
+    // CHECK: %body
+    // CHECK-NOT: all-to-all(
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]1,3[}],[{]2,2[}],[{]3,1[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: all-gather({{.*}}replica_groups={{[{][{]0,3[}],[{]2,1[}][}]}}{{.*}}spmd_value="x"
+    """))
+
+
+BRANCHES = f"""HloModule m, num_partitions=4
+
+on_true {{
+  p = (f32[2,4,10], f32[2,4,10]) parameter(0), sharding={{{TILED}, {ROWS}}}
+  x = f32[2,4,10] get-tuple-element(p), index=0, sharding={TILED}
+  acc = f32[2,4,10] get-tuple-element(p), index=1, sharding={ROWS}
+  ROOT sum = f32[2,4,10] add(acc, x), sharding={ROWS}
+}}
+
+on_false {{
+  p = (f32[2,4,10], f32[2,4,10]) parameter(0), sharding={{{TILED}, {ROWS}}}
+  acc = f32[2,4,10] get-tuple-element(p), index=1, sharding={ROWS}
+  ROOT neg = f32[2,4,10] negate(acc), sharding={ROWS}
+}}
+
+ENTRY e {{
+  q = pred[] parameter(0), sharding={{replicated}}
+  a = f32[2,4,10] parameter(1), sharding={TILED}
+  c = f32[2,4,10] parameter(2), sharding={ROWS}
+  b = f64[4,4,3] parameter(3), sharding={B_FROM}
+  ops = (f32[2,4,10], f32[2,4,10]) tuple(a, c), sharding={{{TILED}, {ROWS}}}
+  k = f32[2,4,10] conditional(q, ops, ops), true_computation=on_true,
+    false_computation=on_false, sharding={ROWS}
+  ROOT t = (f32[2,4,10], f64[4,4,3]) tuple(k, b), sharding={{{ROWS}, {B_TO}}}
+}}
+"""
+
+
+def test_a_reshard_in_a_branch_is_rerouted():
+    """A branch runs at most once per run (priced as if it ran: the bound the cost model
+    takes): `x`'s reshard in the true branch takes the all-to-all route as in the entry, the
+    program [272, 272, 240, 240] with `b`'s permute instead of [272, 352, 80, 160] by its plan
+    alone; values agree whichever branch runs."""
+    inputs = inputs_for(BRANCHES)
+    for taken in (True, False):
+        inputs[0] = np.array(taken)
+        spmd = check_equivalent(BRANCHES, 4, inputs=inputs)
+    alone, spread = _routes_of_x()
+    assert (alone + B_SENT).max() == 352
+    assert sent_per_device(spmd, 4).tolist() == (spread + B_SENT).tolist() == \
+        [272, 272, 240, 240]
+    ids = _channel_ids(spmd)
+    assert len(ids) == len(set(ids)) == 3
+    check(api.to_text(spmd), directives("""
+    // CHECK: %on_true
+    // CHECK: all-to-all({{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]2,3[}],[{]1,1[}],[{]3,2[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: %on_false
+    // CHECK-NOT: channel_id
+    // CHECK: ENTRY
+    """))
+
+
+
+UNBOUNDED_STATE = "(s32[], f32[2,4,10], f32[2,4,10], s32[])"
+UNBOUNDED_SHARDING = f"{{{{replicated}}, {TILED}, {ROWS}, {{replicated}}}}"
+UNBOUNDED = f"""HloModule m, num_partitions=4
+
+body {{
+  p = {UNBOUNDED_STATE} parameter(0), sharding={UNBOUNDED_SHARDING}
+  i = s32[] get-tuple-element(p), index=0, sharding={{replicated}}
+  x = f32[2,4,10] get-tuple-element(p), index=1, sharding={TILED}
+  acc = f32[2,4,10] get-tuple-element(p), index=2, sharding={ROWS}
+  n = s32[] get-tuple-element(p), index=3, sharding={{replicated}}
+  one = s32[] constant(1), sharding={{replicated}}
+  next = s32[] add(i, one), sharding={{replicated}}
+  sum = f32[2,4,10] add(acc, x), sharding={ROWS}
+  ROOT r = {UNBOUNDED_STATE} tuple(next, x, sum, n), sharding={UNBOUNDED_SHARDING}
+}}
+
+cond {{
+  p = {UNBOUNDED_STATE} parameter(0), sharding={UNBOUNDED_SHARDING}
+  i = s32[] get-tuple-element(p), index=0, sharding={{replicated}}
+  n = s32[] get-tuple-element(p), index=3, sharding={{replicated}}
+  ROOT lt = pred[] compare(i, n), direction=LT, sharding={{replicated}}
+}}
+
+ENTRY e {{
+  a = f32[2,4,10] parameter(0), sharding={TILED}
+  c = f32[2,4,10] parameter(1), sharding={ROWS}
+  b = f64[4,4,3] parameter(2), sharding={B_FROM}
+  trips = s32[] parameter(3), sharding={{replicated}}
+  zero = s32[] constant(0), sharding={{replicated}}
+  init = {UNBOUNDED_STATE} tuple(zero, a, c, trips), sharding={UNBOUNDED_SHARDING}
+  w = {UNBOUNDED_STATE} while(init), condition=cond, body=body, sharding={UNBOUNDED_SHARDING}
+  out = f32[2,4,10] get-tuple-element(w), index=2, sharding={ROWS}
+  ROOT t = (f32[2,4,10], f64[4,4,3], f32[2,4,10]) tuple(out, b, a),
+    sharding={{{ROWS}, {B_TO}, {ROWS}}}
+}}
+"""
+
+
+def test_no_reshard_is_rerouted_where_a_loop_runs_an_unknown_number_of_times():
+    """The loop above bounded by a value it carries (no static trip count), and `a` also read
+    in `acc`'s tiling by the root: the program's bytes are unknown (`sent_per_device` is None),
+    so every reshard keeps its plan, `a`'s in the entry too (the slice, the permute from
+    devices 1 and 3 and the all-gather in pairs, where beside `b`'s permute alone it takes the
+    all-to-all: the first test)."""
+    inputs = inputs_for(UNBOUNDED)
+    inputs[3] = np.array(2, dtype=np.int32)
+    spmd = check_equivalent(UNBOUNDED, 4, inputs=inputs)
+    assert sent_per_device(spmd, 4) is None
+    check(api.to_text(spmd), directives("""
+    // CHECK: %body
+    // CHECK-NOT: all-to-all(
+    // CHECK: all-gather({{.*}}spmd_value="x"
+    // CHECK: ENTRY
+    // CHECK-NOT: all-to-all(
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]1,3[}],[{]2,2[}],[{]3,1[}][}]}}{{.*}}spmd_value="a"
+    // CHECK: all-gather({{.*}}spmd_value="a"
+    """))
