@@ -1,11 +1,12 @@
 """Reshard routes chosen for the whole program (issue 13; `passes/spmd/reshard_routes.py`):
 where the plan of a reshard cheapest for its own busiest device loads a device other
 collectives load already, another plan of it that spreads its bytes over devices idle elsewhere
-is taken when that lowers the program's busiest device (then the bytes of all devices). Bytes
-per device by hand from the cost model's formulas (`gspmdc.ir.cost`: a collective-permute
-sends its operand from each device whose pair moves, an all-gather each device's shard to the
-g-1 others, an all-to-all every block but the device's own); values against the unpartitioned
-program."""
+is taken when that lowers the program's busiest device (then the bytes of all devices); a
+reshard in a loop body counts its executions (the trip counts of the loops around it), one in
+a branch as if the branch ran. Bytes per device by hand from the cost model's formulas
+(`gspmdc.ir.cost`: a collective-permute sends its operand from each device whose pair moves,
+an all-gather each device's shard to the g-1 others, an all-to-all every block but the
+device's own); values against the unpartitioned program."""
 from __future__ import annotations
 
 import numpy as np
@@ -167,6 +168,47 @@ def test_a_route_cheaper_for_one_iteration_is_not_taken_for_three():
     // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]1,3[}],[{]2,2[}],[{]3,1[}][}]}}{{.*}}spmd_value="x"
     // CHECK: all-gather({{.*}}replica_groups={{[{][{]0,3[}],[{]2,1[}][}]}}{{.*}}spmd_value="x"
     """))
+
+
+# the loop above run twice by the body of another loop run twice: `x`'s reshard 4 times
+NESTED = LOOP.replace("TRIPS", "2").replace("ENTRY e {", f"""outer_cond {{
+  p = {STATE} parameter(0), sharding={STATE_SHARDING}
+  i = s32[] get-tuple-element(p), index=0, sharding={{replicated}}
+  n = s32[] constant(2), sharding={{replicated}}
+  ROOT lt = pred[] compare(i, n), direction=LT, sharding={{replicated}}
+}}
+
+outer_body {{
+  p = {STATE} parameter(0), sharding={STATE_SHARDING}
+  i = s32[] get-tuple-element(p), index=0, sharding={{replicated}}
+  x = f32[2,4,10] get-tuple-element(p), index=1, sharding={TILED}
+  acc = f32[2,4,10] get-tuple-element(p), index=2, sharding={ROWS}
+  one = s32[] constant(1), sharding={{replicated}}
+  next = s32[] add(i, one), sharding={{replicated}}
+  zero = s32[] constant(0), sharding={{replicated}}
+  init = {STATE} tuple(zero, x, acc), sharding={STATE_SHARDING}
+  w = {STATE} while(init), condition=cond, body=body, sharding={STATE_SHARDING}
+  sum = f32[2,4,10] get-tuple-element(w), index=2, sharding={ROWS}
+  ROOT r = {STATE} tuple(next, x, sum), sharding={STATE_SHARDING}
+}}
+
+ENTRY e {{""").replace("body=body, sharding=" + STATE_SHARDING + "\n  out",
+                       "body=outer_body, sharding=" + STATE_SHARDING + "\n  out") \
+    .replace("condition=cond, body=outer_body", "condition=outer_cond, body=outer_body")
+
+
+def test_a_reshard_in_nested_loops_is_priced_times_both_trip_counts():
+    """The inner loop's body runs 2 x 2 times: `x`'s plan alone makes the program
+    [512, 832, 320, 640] (busiest 832), the all-to-all route [512, 512, 960, 960] (busiest
+    960), the even route [832, 832, 640, 640] (busiest equal, more in all): the plan alone
+    stays, where pricing it by the inner trip count alone would take the all-to-all."""
+    assert NESTED.count("while(") == 2 and "condition=outer_cond" in NESTED
+    spmd = check_equivalent(NESTED, 4)
+    alone, spread = _routes_of_x()
+    assert (4 * spread + B_SENT).tolist() == [512, 512, 960, 960]
+    assert sent_per_device(spmd, 4).tolist() == (4 * alone + B_SENT).tolist() == \
+        [512, 832, 320, 640]
+    assert "all-to-all" not in api.to_text(spmd)
 
 
 BRANCHES = f"""HloModule m, num_partitions=4
