@@ -83,6 +83,72 @@ def test_levels_resume_from_the_previous_fixpoint(monkeypatch, text):
     assert outcome() == resumed
 
 
+_UNVISITED_SIBLING = """HloModule m, num_partitions=2
+
+argmin {
+  a = bf16[] parameter(0)
+  ai = s32[] parameter(1)
+  b = bf16[] parameter(2)
+  bi = s32[] parameter(3)
+  lt = pred[] compare(a, b), direction=LT
+  v = bf16[] select(lt, a, b)
+  i = s32[] select(lt, ai, bi)
+  ROOT r = (bf16[], s32[]) tuple(v, i)
+}
+
+add {
+  x = bf16[] parameter(0)
+  y = bf16[] parameter(1)
+  ROOT s = bf16[] add(x, y)
+}
+
+ENTRY main {
+  one = bf16[] constant(1)
+  lhs = bf16[4,4] broadcast(one), dimensions={}
+  rhs = bf16[16] parameter(0), sharding={replicated}
+  dot = bf16[4,4,16] dot(lhs, rhs), lhs_contracting_dims={}, rhs_contracting_dims={}
+  iota = s32[4] iota(), iota_dimension=0
+  index = s32[4,4,16] broadcast(iota), dimensions={1}
+  big = bf16[] constant(inf)
+  zero = s32[] constant(0)
+  reduce = (bf16[4,16], s32[4,16]) reduce(dot, index, big, zero), dimensions={1}, to_apply=argmin
+  values = bf16[4,16] get-tuple-element(reduce), index=0
+  indices = s32[4,16] get-tuple-element(reduce), index=1
+  v = bf16[4,16] reshape(values), sharding={replicated}
+  i = s32[4,16] reshape(indices), sharding={devices=[2,1]1,0}
+  base = bf16[1,4,3] parameter(1)
+  where = s64[4,2] parameter(2), sharding={replicated}
+  scatter = bf16[1,4,3] scatter(base, where, lhs), update_window_dims={1}, inserted_window_dims={0,2}, scatter_dims_to_operand_dims={2,0}, index_vector_dim=1, to_apply=add
+  s = bf16[1,4,3] reshape(scatter), sharding={devices=[1,2,1]1,0}
+  ROOT t = (bf16[4,16], s32[4,16], bf16[1,4,3]) tuple(values, indices, scatter), sharding={{replicated}, {devices=[2,1]1,0}, {devices=[1,2,1]1,0}}
+}
+"""
+
+
+def test_a_level_visits_what_changed_before_its_first_sweep_got_there(monkeypatch):
+    """Each level's first sweeps visit every instruction (XLA's caches start empty), so an
+    instruction a level does not resume with is visited when something it reads changes before
+    the sweep reaches it. Here at level 2 the backward sweep gives `index` (a broadcast) the
+    reduce's tiling of its second output, [2,1,1]; `dot`, visited later in that sweep, then
+    takes it through the reduce's merge of its other input (its own output is {replicated}),
+    and `lhs` takes [2,1] from `dot`, its first user, before the scatter could give it [1,2]
+    (XLA's propagation gives these shardings; restarting every level gives them too)."""
+    def propagated():
+        module = parse_module(_UNVISITED_SIBLING, "t")
+        propagate(module, propagate_to_output=False)
+        return {i.name: i.sharding and i.sharding.to_text(False)
+                for i in module.entry.instructions}
+
+    resumed = propagated()
+    assert (resumed["index"], resumed["dot"], resumed["lhs"]) == \
+        ("{devices=[2,1,1]1,0}", "{devices=[2,1,1]1,0}", "{devices=[2,1]1,0}")
+    fixpoint = driver.Driver._fixpoint
+    monkeypatch.setattr(driver.Driver, "_fixpoint",
+                        lambda self, level, groups, restart=True:
+                        fixpoint(self, level, groups, restart=True))
+    assert propagated() == resumed
+
+
 def _settled_texts():
     from fuzz import case
     texts = [pytest.param(*t.values, True, False, id=t.id) for t in _corpus_texts()]

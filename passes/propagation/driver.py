@@ -80,6 +80,10 @@ class Driver:
         #: per sweep kind, the instructions whose sharding changed since that sweep last visited
         #: them (what a level that does not restart must visit again)
         self.stale: dict[str, set[Instruction]] = {kind: set() for kind in _KINDS}
+        #: at a level that does not restart, the (sweep kind, computation) pairs whose first
+        #: sweep of the level has run (before it, every instruction it has not passed is still
+        #: to be visited at the level: `_count`)
+        self.swept: set[tuple[str, str]] | None = None
         self.positions: dict[tuple[str, str], dict[Instruction, int]] = {}
         self.orders: dict[str, list[Instruction]] = {}
         self.active: tuple[str, str] | None = None
@@ -203,12 +207,16 @@ class Driver:
                 self._mark_all(self.stale[kind], kind)
         else:
             self.stale = {kind: set() for kind in _KINDS}
+        self.swept = None if restart else set()
         while True:
             changed = False
             for comp in self.graph.computations:
                 for kind in _KINDS:
                     changed |= self._sweep(ctx, comp.name, kind)
+                    if self.swept is not None:
+                        self.swept.add((kind, comp.name))
             if not changed:
+                self.swept = None
                 return
 
     def _newly_enabled(self, level: int):
@@ -328,8 +336,13 @@ class Driver:
         for stale in self.stale.values():
             stale.add(inst)
         backward = self.stale["backward"]
-        for user in self.graph.users.get(inst, ()):
-            backward.update(user.operands)      # `inst` among them: already stale
+        siblings = [o for user in self.graph.users.get(inst, ()) for o in user.operands]
+        backward.update(siblings)               # `inst` among them: already stale
+        if self.swept is not None:
+            # the level's first sweeps visit every instruction (XLA's caches start empty): one
+            # they have not passed yet sees this change
+            for kind in _KINDS:
+                self._mark_unswept([inst] + siblings if kind == "backward" else [inst], kind)
         count = self.changes.get(inst, 0) + 1
         self.changes[inst] = count
         if count > MAX_CHANGES:
@@ -338,6 +351,18 @@ class Driver:
             raise PropagationError(
                 f"sharding propagation does not converge: {inst.name} changed {count} times at "
                 f"level {self.level}, alternating between {recent}")
+
+    def _mark_unswept(self, insts, kind: str) -> None:
+        """Mark those of `insts` the first `kind` sweep of the level has not passed yet."""
+        computation_of = self.graph.computation_of
+        for inst in insts:
+            comp = computation_of.get(inst)
+            if comp is None or (kind, comp.name) in self.swept:
+                continue
+            if self.active == (kind, comp.name) and \
+                    self.positions[self.active][inst] <= self.cursor:
+                continue
+            self._mark(inst, kind)
 
     def _apply(self, inst: Instruction, proposal: Proposal, how: str) -> None:
         inst.sharding = for_shape(proposal.sharding, inst.shape)
