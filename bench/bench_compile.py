@@ -21,16 +21,19 @@ run, on the transformer-like module of bench_propagation (Megatron-style iota sh
    (target <= 1.1; GSPMD's property: compile time does not grow with the device count).
 
 Times are medians over rounds in which the sides take turns (in 3, the device counts, in
-alternating order; a warm-up round first). Figures 1 (in-process) and 3 are CPU
-seconds of this process (`time.process_time`: partitioning is single-threaded, and on a shared
-machine wall time also counts the waits for a core); the process figure is given in wall and
-CPU seconds, both sides of 2 in wall seconds (XLA's passes can only be timed by the clock).
+alternating order, the rounds spread over worker processes, each with a warm-up round first:
+`python bench/bench_compile.py --scaling-worker FIRST`). Figures 1 (in-process) and 3 are CPU
+seconds of the compiling process (`time.process_time`: partitioning is single-threaded, and on
+a shared machine wall time also counts the waits for a core); the process figure is given in
+wall and CPU seconds, both sides of 2 in wall seconds (XLA's passes can only be timed by the
+clock).
 
     python bench/run.py compile
 """
 from __future__ import annotations
 
 import gc
+import json
 import os
 import resource
 import statistics
@@ -45,14 +48,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_propagation import layers_for, transformer  # noqa: E402
 
 ROUNDS = 3
-#: rounds of figure 2 and of figure 3, by module size (a warm-up round comes first). Figure 3
-#: shows the largest of some twenty ratios, each of the medians of its rounds: at 10,000
-#: instructions the passes of a few milliseconds (inline-calls, pad-uneven, halo-exchange,
-#: cleanup) spread by 10-20% from round to round on a shared machine (inline-calls read 1.16 over
-#: five rounds in one run, 1.00 over 41 rounds of the pass alone, whose work does not depend on
-#: the device count)
+#: rounds of figure 2, by module size (a warm-up round comes first)
 XLA_ROUNDS = {1_000: 21, 10_000: 5}
-SCALING_ROUNDS = {100: 41, 1_000: 21, 10_000: 11}
+#: figure 3: worker processes, and rounds in each by module size (a warm-up round first). The
+#: short passes (inline-calls, pad-uneven, halo-exchange, cleanup; at 100 instructions all but
+#: propagate, insert-reshards and lower-spmd) move by up to 20% with where a process's allocator
+#: puts the objects they walk, the same way in every round of the process: pad-uneven at 1,000
+#: instructions read 1.23, 0.91, 0.95 and 1.00 over 41 rounds in each of four processes (the
+#: pass does the same work at both device counts), inline-calls 1.01, 1.15, 1.01 and 1.04.
+#: Rounds spread over processes average that out; more rounds in one process do not
+SCALING_PROCESSES = 20
+SCALING_ROUNDS = {100: 5, 1_000: 3, 10_000: 1}
 SIZES = (100, 1_000, 10_000)
 MESHES = ((2, 4), (64, 64))
 PYTHON = sys.executable
@@ -178,30 +184,50 @@ def xla_worker(path: str, devices: int) -> None:
             print((stamps["end"] - stamps["start"]) / 1e9, flush=True)
 
 
-def device_scaling() -> None:
-    print("3. every pass at 4096 vs 8 devices (CPU seconds, medians of rounds alternating the "
-          "device counts; target <= 1.1)")
-    worst = []
+def scaling_worker(first: int) -> None:
+    """Print `{size: {pass: [[seconds at the first mesh...], [at the second...]]}}` (JSON): at
+    each size, `SCALING_ROUNDS[size]` rounds after a warm-up round (the first compiles at that
+    size), alternating which mesh goes first (`first`: the first round's)."""
+    out: dict[int, dict[str, list[list[float]]]] = {}
     for size in SIZES:
         texts = [transformer(layers_for(size), d, m) for d, m in MESHES]
-        samples: list[dict[str, list[float]]] = [{}, {}]
+        samples = out[size] = {}
         for round_ in range(SCALING_ROUNDS[size] + 1):
-            for k in (0, 1) if round_ % 2 else (1, 0):
+            for k in (first, 1 - first) if round_ % 2 else (1 - first, first):
                 d, m = MESHES[k]
                 _, _, passes = _passes_cpu(texts[k], d * m)
-                if round_ == 0:
-                    continue            # warm-up: the first compile at this size and mesh
-                for name, seconds in passes.items():
-                    samples[k].setdefault(name, []).append(seconds)
-        low, high = ({n: statistics.median(v) for n, v in s.items()} for s in samples)
+                if round_:
+                    for name, seconds in passes.items():
+                        samples.setdefault(name, [[], []])[k].append(seconds)
+    print(json.dumps(out))
+
+
+def device_scaling() -> None:
+    print(f"3. every pass at 4096 vs 8 devices (CPU seconds, medians of rounds alternating the "
+          f"device counts, in {SCALING_PROCESSES} processes; target <= 1.1)")
+    pooled: dict[str, dict[str, list[list[float]]]] = {}
+    for process in range(SCALING_PROCESSES):
+        proc = subprocess.run([PYTHON, __file__, "--scaling-worker", str(process % 2)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"scaling worker failed: {proc.stderr[-400:]}")
+        for size, passes in json.loads(proc.stdout).items():
+            for name, (low, high) in passes.items():
+                both = pooled.setdefault(size, {}).setdefault(name, [[], []])
+                both[0] += low
+                both[1] += high
+    worst = []
+    for size in SIZES:
+        samples = pooled[str(size)]
+        low, high = ({n: statistics.median(v[k]) for n, v in samples.items()} for k in (0, 1))
         ratios = {n: high[n] / low[n] if low[n] > 0 else 1.0 for n in low}
         total = sum(high.values()) / sum(low.values())
-        print(f"  {size:>6} instructions, median of {SCALING_ROUNDS[size]}: total "
-              f"{sum(low.values()):.3f} s -> {sum(high.values()):.3f} s ({total:.2f}x)")
+        print(f"  {size:>6} instructions, median of {SCALING_ROUNDS[size] * SCALING_PROCESSES}: "
+              f"total {sum(low.values()):.3f} s -> {sum(high.values()):.3f} s ({total:.2f}x)")
         print("    " + "  ".join(f"{n} {low[n] * 1e3:.1f}->{high[n] * 1e3:.1f} ms "
                                  f"({ratios[n]:.2f}x)" for n in low))
         name = max(ratios, key=ratios.get)
-        paired = [b / a for a, b in zip(samples[0][name], samples[1][name]) if a > 0]
+        paired = [b / a for a, b in zip(*samples[name]) if a > 0]
         worst.append((ratios[name], name, size, statistics.quantiles(paired, n=4)))
     ratio, name, size, (q1, _, q3) = max(worst)
     print(f"  largest pass ratio: {ratio:.2f} ({name} at {size} instructions; the middle half "
@@ -263,5 +289,7 @@ def run() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--xla-worker":
         xla_worker(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--scaling-worker":
+        scaling_worker(int(sys.argv[2]))
     else:
         run()

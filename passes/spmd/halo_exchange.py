@@ -53,15 +53,19 @@ class HaloExchange(ModulePass):
     produces = Stage.HALO_PLANNED
 
     def apply(self, ctx: PassContext, module: Module) -> Module:
-        for inst in (i for comp in partitioned_computations(module) for i in comp.instructions):
-            rule = PARTITION_RULES.get(inst.opcode)
-            if isinstance(rule, WindowRule):
-                text = rule.halo_description(inst, ctx.num_partitions, module.computations)
-            elif hasattr(rule, "halo_plans"):
-                text = describe_plans(rule.halo_plans(inst, ctx.num_partitions))
-            else:
-                continue
-            set_frontend_attribute(inst, HALO, text or None)
+        # the rules with halos, by opcode, looked up once (most instructions have none)
+        rules = {opcode: rule for opcode, rule in PARTITION_RULES.rules.items()
+                 if isinstance(rule, WindowRule) or hasattr(rule, "halo_plans")}
+        for comp in partitioned_computations(module):
+            for inst in comp.instructions:
+                rule = rules.get(inst.opcode)
+                if rule is None:
+                    continue
+                if isinstance(rule, WindowRule):
+                    text = rule.halo_description(inst, ctx.num_partitions, module.computations)
+                else:
+                    text = describe_plans(rule.halo_plans(inst, ctx.num_partitions))
+                set_frontend_attribute(inst, HALO, text or None)
         return module
 
 

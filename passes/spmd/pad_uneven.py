@@ -54,9 +54,12 @@ class PadUneven(ModulePass):
 
 
 def _mask_computation(comp: Computation) -> None:
-    """Mask the padding read by `comp`'s reductions and contractions."""
-    b = Builder(NameUniquer(i.name for i in comp.instructions))
-    for inst in comp.instructions:
+    """Mask the padding read by `comp`'s reductions and contractions. The instruction list is
+    rebuilt from the first instruction that needs a mask on (most computations need none and
+    are left as they are)."""
+    instructions = comp.instructions
+    b: Builder | None = None
+    for position, inst in enumerate(instructions):
         if inst.opcode == "reduce":
             count = len(inst.operands) // 2
             dims = inst.attr("dimensions")
@@ -64,6 +67,7 @@ def _mask_computation(comp: Computation) -> None:
                 x = inst.operands[i]
                 uneven = uneven_dims(x, dims)
                 if uneven:
+                    b = _builder(instructions, position) if b is None else b
                     inst.operands[i] = mask_padding(b, x, uneven, inst.operands[count + i],
                                                     inst, "the reduce's init value")
         elif inst.opcode in ("dot", "ragged-dot"):
@@ -72,12 +76,21 @@ def _mask_computation(comp: Computation) -> None:
             rc = inst.attr("rhs_contracting_dims", ())
             lu, ru = uneven_dims(lhs, lc), uneven_dims(rhs, rc)
             if lu or ru:
-                for position, x, dims in ((0, lhs, lu), (1, rhs, ru)):
+                b = _builder(instructions, position) if b is None else b
+                for operand, x, dims in ((0, lhs, lu), (1, rhs, ru)):
                     if not zero_padded(x):
-                        inst.operands[position] = mask_padding(
+                        inst.operands[operand] = mask_padding(
                             b, x, dims, _zero(b, x.shape.element_type), inst, "zero")
-        b.append(inst)
-    comp.instructions = b.instructions
+        if b is not None:
+            b.append(inst)
+    if b is not None:
+        comp.instructions = b.instructions
+
+
+def _builder(instructions: list[Instruction], position: int) -> Builder:
+    """A builder over the instructions before `position`, every name of the computation
+    taken."""
+    return Builder(NameUniquer(i.name for i in instructions), instructions[:position])
 
 
 def uneven_dims(x: Instruction, dims) -> list[int]:
