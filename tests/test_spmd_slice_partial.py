@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from gspmdc.passes.spmd.traffic import sent_per_device
+
 from spmd_partition_helpers import check_equivalent, collectives
 
 
@@ -38,12 +40,16 @@ def test_uneven_shards_and_slices_across_shards(n, rows, start, limit):
 
 
 def test_other_tiled_dims_keep_their_tiles():
-    """A 2x2 mesh: dim 0 (sliced) over one axis, dim 1 over the other: the all-reduce runs
-    within the dim-0 groups only and the result stays tiled on dim 1."""
+    """A 2x2 mesh: dim 0 (sliced) over one axis, dim 1 over the other; the result stays tiled
+    on dim 1. Row 3 is held by devices 2 (columns 0..3) and 3 (4..7), and wanted by devices 0,
+    2 and 1, 3: the all-reduce within the dim-0 groups sends 16 B from every device, the
+    pieces (`pad_pieces.py`) one f32[1,4] from device 2 to 0 and from 3 to 1: as many from the
+    busiest device, half as many in all."""
     text = program(4, "4,8", "{devices=[2,2]<=[4]}", "{[3:4], [0:8]}", "1,8",
                    "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}")
     spmd = check_equivalent(text, 4)
-    assert collectives(spmd) == [("all-reduce", [[0, 2], [1, 3]])]
+    assert collectives(spmd) == [("collective-permute", [(2, 0), (3, 1)])]
+    assert sent_per_device(spmd, 4).tolist() == [0, 0, 16, 16]
 
 
 def test_a_slice_within_the_shards_keeps_using_halos():

@@ -26,9 +26,10 @@ is never chosen. On equal bytes for the busiest device the candidate all devices
 fewer bytes with wins (a halo only some shards need: `halo.halo_sent`), then the gather
 (one collective instead of several permutes). A candidate's halos are priced per device with
 the operand reshards it pays in full: what they add to those reshards' busiest device
-(`WindowRule._beside_reshards`). A `pad` without interior padding may exchange
-pieces instead of halos (`pad_pieces.py`): in the kept candidate where they send fewer bytes,
-and from its operand's own tiling as one more candidate (`direct_candidates`).
+(`WindowRule._beside_reshards`). A `pad` without interior padding and a `slice` without
+strides may exchange pieces instead of halos (`PiecesRule`, `pad_pieces.py`): in the kept
+candidate where they send fewer bytes, and from the operand's own tiling as one more candidate
+(`direct_candidates`).
 
 The `halo-exchange` pass computes each operand's `HaloPlan`s from its planned sharding
 (`halo_plans`) and records them in `frontend_attributes={halo="..."}` (`describe_plans`);
@@ -319,7 +320,7 @@ def _metadata(inst: Instruction, k: int, plans: dict[int, HaloPlan]) -> KeyValue
 
 def _pieces_metadata(inst: Instruction, rounds) -> KeyValueList:
     moving = sum(r.pairs is not None for r in rounds)
-    return KeyValueList((("op_type", "pad-pieces"), ("op_name", inst.name),
+    return KeyValueList((("op_type", f"{inst.opcode}-pieces"), ("op_name", inst.name),
                          ("spmd_value", inst.operands[0].name),
                          ("spmd_reason", f"each tile of {inst.name} receives the pieces of its "
                                          f"operand it reads ({moving} rounds of "
@@ -414,26 +415,11 @@ class ReduceWindowRule(WindowRule):
                                     scan_opcode(inst, ctx.module.computations))
 
 
-@PARTITION_RULES.register("pad", instance=True)
-class PadRule(WindowRule):
-    def windows(self, inst):
-        operand = inst.operands[0]
-        return [{d: WindowedDim(size, 1, 1, 1, p.low, p.high, p.interior + 1)
-                 for d, (size, p) in enumerate(zip(operand.shape.dims, inst.attr("padding")))},
-                None]
-
-    def pad_values(self, inst, ctx):
-        return [ctx.local[inst.operands[1]], None]
-
-    def scalar_need(self, inst, k):
-        """A pad that only crops (no positive edge padding, no interior padding) never reads
-        its pad value: it is read as it is, replicated or on one device (XLA's partitioned
-        program moves it nowhere either)."""
-        value = inst.operands[k].sharding
-        if value is not None and value.kind in ("replicated", "maximal") and all(
-                p.low <= 0 and p.high <= 0 and p.interior == 0 for p in inst.attr("padding")):
-            return value
-        return super().scalar_need(inst, k)
+class PiecesRule(WindowRule):
+    """A window rule that may also move the pieces of its operand's tiles each result tile reads
+    (`pad_pieces.py`: a pad without interior padding, a slice without strides): in the kept
+    candidate where they send fewer bytes than the halos, and from the operand's own tiling as
+    one more candidate (`direct_candidates`)."""
 
     def halo_cost(self, inst, tiling, scans, num_devices):
         """The halos, or the exchange of pieces where that sends fewer bytes
@@ -454,12 +440,13 @@ class PadRule(WindowRule):
         pieces = pieces_plan(inst, source, tiling.sharding, ctx.num_devices)
         if pieces is None or not ctx.users_needs(inst):
             return []
-        return [OpPlan((source, self.scalar_need(inst, 1)), tiling.sharding,
-                       "pad exchanges the pieces of its operand's tiles that the result's tiles "
-                       "read", *pieces.sent)]
+        scalars = tuple(self.scalar_need(inst, k) for k in range(1, len(inst.operands)))
+        return [OpPlan((source, *scalars), tiling.sharding,
+                       f"{inst.opcode} exchanges the pieces of its operand's tiles that the "
+                       "result's tiles read", *pieces.sent)]
 
     def pieces(self, inst: Instruction, num_devices: int):
-        """The rounds of the exchange of pieces the planned shardings of pad `inst` call for
+        """The rounds of the exchange of pieces the planned shardings of `inst` call for
         (None: halos): its operand in another tiling than its result, or in the same one where
         the pieces send fewer bytes than the halos (busiest device, then all)."""
         source, target = inst.operands[0].sharding, inst.sharding
@@ -484,12 +471,6 @@ class PadRule(WindowRule):
             return [{} for _ in inst.operands]
         return super().halo_plans(inst, num_devices, computations)
 
-    def exchanged_shard(self, inst, tiling, local):
-        """The dims the tiling leaves whole lose the elements their negative edge padding
-        crops before the halos travel (`crop_padding`)."""
-        return tuple(n if tiling.counts[d] > 1 else len(range(*crop_padding(n, p)[:2]))
-                     for d, (n, p) in enumerate(zip(local, inst.attr("padding"))))
-
     def halo_by_tile(self, inst, tiling, scans):
         """None where the exchange of pieces sends fewer bytes than the halos (`halo_cost`
         prices the pieces, not per tile)."""
@@ -498,15 +479,51 @@ class PadRule(WindowRule):
             return None
         return super().halo_by_tile(inst, tiling, scans)
 
+    def lower_pieces(self, inst: Instruction, ctx) -> Instruction | None:
+        """The result tile by the exchange of pieces where the planned shardings call for it
+        (`pieces`), else None."""
+        rounds = self.pieces(inst, ctx.num_devices)
+        if rounds is None:
+            return None
+        with ctx.builder.scope(_pieces_metadata(inst, rounds)):
+            return emit_pad_pieces(ctx, inst, ctx.local[inst.operands[0]],
+                                   [ctx.local[o] for o in inst.operands[1:]], rounds)
+
+
+@PARTITION_RULES.register("pad", instance=True)
+class PadRule(PiecesRule):
+    def windows(self, inst):
+        operand = inst.operands[0]
+        return [{d: WindowedDim(size, 1, 1, 1, p.low, p.high, p.interior + 1)
+                 for d, (size, p) in enumerate(zip(operand.shape.dims, inst.attr("padding")))},
+                None]
+
+    def pad_values(self, inst, ctx):
+        return [ctx.local[inst.operands[1]], None]
+
+    def scalar_need(self, inst, k):
+        """A pad that only crops (no positive edge padding, no interior padding) never reads
+        its pad value: it is read as it is, replicated or on one device (XLA's partitioned
+        program moves it nowhere either)."""
+        value = inst.operands[k].sharding
+        if value is not None and value.kind in ("replicated", "maximal") and all(
+                p.low <= 0 and p.high <= 0 and p.interior == 0 for p in inst.attr("padding")):
+            return value
+        return super().scalar_need(inst, k)
+
+    def exchanged_shard(self, inst, tiling, local):
+        """The dims the tiling leaves whole lose the elements their negative edge padding
+        crops before the halos travel (`crop_padding`)."""
+        return tuple(n if tiling.counts[d] > 1 else len(range(*crop_padding(n, p)[:2]))
+                     for d, (n, p) in enumerate(zip(local, inst.attr("padding"))))
+
     def lower(self, inst, ctx):
         """Where halos travel, the dims the operand's tiling leaves whole are cropped first
         (`exchanged_shard`); the local pad then keeps the rest of their padding. The exchange
         of pieces (`pieces`) where the planned shardings call for it."""
-        rounds = self.pieces(inst, ctx.num_devices)
-        if rounds is not None:
-            with ctx.builder.scope(_pieces_metadata(inst, rounds)):
-                return emit_pad_pieces(ctx, inst, ctx.local[inst.operands[0]],
-                                       ctx.local[inst.operands[1]], rounds)
+        pieces = self.lower_pieces(inst, ctx)
+        if pieces is not None:
+            return pieces
         plans = recorded_plans(inst, ctx.num_devices)
         if not plans[0]:
             return super().lower(inst, ctx)
@@ -559,7 +576,7 @@ def crop_padding(size: int, pad: PadDim) -> tuple[int, int, PadDim]:
 
 
 @PARTITION_RULES.register("slice", instance=True)
-class SliceRule(WindowRule):
+class SliceRule(PiecesRule):
     tiled_for_one_device = True
 
     def windows(self, inst):
@@ -583,7 +600,7 @@ class SliceRule(WindowRule):
             for d, (n, s) in enumerate(zip(inputs[0].shape.dims, inst.attr("slice"))))
         return local
 
-    # A third strategy beside halos and gathering (XLA's for a stage read in pipelining): the
+    # A strategy beside halos, pieces and gathering (XLA's for a stage read in pipelining): the
     # operand stays tiled on the sliced dims, each partition cuts the part of the slice in its
     # own range (zero elsewhere), and the result is a partial value the reshard sums. It moves
     # about twice the result instead of the whole sliced dims. A strided dim cuts the range
@@ -615,6 +632,10 @@ class SliceRule(WindowRule):
     def lower(self, inst, ctx: LowerContext):
         # the dims the tiling leaves whole are sliced locally first (with their strides: the
         # halos and the masked window then carry only what the slice keeps of them)
+        # (or, where the planned shardings call for it, the exchange of pieces)
+        pieces = self.lower_pieces(inst, ctx)
+        if pieces is not None:
+            return pieces
         b = ctx.builder
         operand = inst.operands[0]
         if not operand.sharding.is_tiled:

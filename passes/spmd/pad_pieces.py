@@ -1,12 +1,13 @@
-"""A `pad` without interior padding by an exchange of pieces
+"""A `pad` without interior padding, or a `slice` without strides, by an exchange of pieces
 (docs/design/partitioning.md#pad-by-pieces).
 
 Each tile of the result's tiling reads one box of the operand: result elements `[a, b)` of dim
-d are operand elements `[a - low_d, b - low_d)`, cut to the operand's extent. Every device
+d are operand elements `[a - low_d, b - low_d)`, cut to the operand's extent (`low_d`: the
+pad's low edge padding, or minus the slice's start: a slice is a pad cropping both edges). Every device
 receives the parts of its box it does not hold from devices holding them
 (`reshard_exchange.plan_exchange` with `shifted`: one `collective-permute` per round, a
 replicated part sent by its least busy holder), writes them at their places in its result tile
-and fills the positions outside the operand with the pad value. XLA's partitioner reshards the
+and (a pad) fills the positions outside the operand with the pad value. XLA's partitioner reshards the
 operand to the result's sharding and exchanges halos between neighbours: whole shards move,
 then the halos, including elements the result's tiles never read (a negative padding's cut)
 and, when the operand's tiles are another device order, twice over the busiest devices. The
@@ -14,7 +15,8 @@ pieces move each element a tile reads once, from its holder.
 
 `pieces_plan(inst, source, target, n)` gives the rounds and their bytes (`Pieces`, priced as
 lowering emits them) when the operand (sharded `source`) and the result (`target`) are both
-tiled without partial or manual subgroups and the pad has no interior padding, else None (also
+tiled without partial or manual subgroups and the pad has no interior padding (the slice no
+strides), else None (also
 when more rounds than `MAX_ROUNDS` would be needed); `emit_pad_pieces` emits them.
 """
 from __future__ import annotations
@@ -53,11 +55,21 @@ def pieces_plan(inst: Instruction, source: HloSharding, target: HloSharding,
     """The exchange moving the operand of pad `inst` from `source` into the pieces of the
     tiles of its result under `target` (None where it does not apply, see the module
     docstring)."""
-    padding = inst.attr("padding")
-    if any(p.interior for p in padding) or not (_plain_tiled(source) and _plain_tiled(target)):
+    low = _low(inst)
+    if low is None or not (_plain_tiled(source) and _plain_tiled(target)):
         return None
-    return _pieces(inst.operands[0].shape, inst.shape.dims, tuple(p.low for p in padding),
-                   source, target, num_devices)
+    return _pieces(inst.operands[0].shape, inst.shape.dims, low, source, target, num_devices)
+
+
+def _low(inst: Instruction) -> tuple[int, ...] | None:
+    """Per dim, where the operand's first element lies in the result (a pad's low edge
+    padding, a slice's start negated), or None where the result is not the operand shifted and
+    cut (a pad with interior padding, a strided slice)."""
+    if inst.opcode == "slice":
+        slices = inst.attr("slice")
+        return None if any(s.stride != 1 for s in slices) else tuple(-s.start for s in slices)
+    padding = inst.attr("padding")
+    return None if any(p.interior for p in padding) else tuple(p.low for p in padding)
 
 
 @algebra.cached
@@ -77,16 +89,19 @@ def _pieces(shape: ArrayShape, result_dims: tuple[int, ...], low: tuple[int, ...
 
 
 def emit_pad_pieces(ctx: EmitContext, inst: Instruction, value: Instruction,
-                    pad_value: Instruction, rounds: tuple[Round, ...]) -> Instruction:
-    """This partition's result tile of pad `inst` (sharded as planned) from its operand shard
-    `value`: the pieces of `rounds` at their places, the pad value (`pad_value`, a local
-    scalar) at the positions outside the operand."""
+                    scalars: list[Instruction], rounds: tuple[Round, ...]) -> Instruction:
+    """This partition's result tile of pad or slice `inst` (sharded as planned) from its
+    operand shard `value`: the pieces of `rounds` at their places, and for a pad the pad value
+    (`scalars`: the local pad value) at the positions outside the operand."""
     b, tables = ctx.builder, ctx.tables
     operand = inst.operands[0]
     rank = operand.shape.rank
     target = Tiling(inst.sharding, rank, ctx.num_devices)
     new = target.shard_dims(inst.shape.dims)
     tile = emit_pieces(ctx, value, rounds, new)
+    if inst.opcode == "slice":
+        return tile
+    (pad_value,) = scalars
     offsets = target.offsets(inst.shape.dims)
     keep = None
     for d, p in enumerate(inst.attr("padding")):
