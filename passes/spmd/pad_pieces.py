@@ -3,21 +3,21 @@
 
 Each tile of the result's tiling reads one box of the operand: result elements `[a, b)` of dim
 d are operand elements `[a - low_d, b - low_d)`, cut to the operand's extent (`low_d`: the
-pad's low edge padding, or minus the slice's start: a slice is a pad cropping both edges). Every device
-receives the parts of its box it does not hold from devices holding them
+pad's low edge padding, or minus the slice's start: a slice is a pad cropping both edges).
+Every device receives the parts of its box it does not hold from devices holding them
 (`reshard_exchange.plan_exchange` with `shifted`: one `collective-permute` per round, a
 replicated part sent by its least busy holder), writes them at their places in its result tile
-and (a pad) fills the positions outside the operand with the pad value. XLA's partitioner reshards the
-operand to the result's sharding and exchanges halos between neighbours: whole shards move,
-then the halos, including elements the result's tiles never read (a negative padding's cut)
-and, when the operand's tiles are another device order, twice over the busiest devices. The
-pieces move each element a tile reads once, from its holder.
+and (a pad) fills the positions outside the operand with the pad value. XLA's partitioner
+reshards the operand to the result's sharding and exchanges halos between neighbours: whole
+shards move, then the halos, including elements the result's tiles never read (a negative
+padding's cut) and, when the operand's tiles are another device order, twice over the busiest
+devices. The pieces move each element a tile reads once, from its holder.
 
 `pieces_plan(inst, source, target, n)` gives the rounds and their bytes (`Pieces`, priced as
 lowering emits them) when the operand (sharded `source`) and the result (`target`) are both
 tiled without partial or manual subgroups and the pad has no interior padding (the slice no
-strides), else None (also
-when more rounds than `MAX_ROUNDS` would be needed); `emit_pad_pieces` emits them.
+strides), else None (also when more rounds than `MAX_ROUNDS` would be needed);
+`emit_pad_pieces` emits them.
 """
 from __future__ import annotations
 

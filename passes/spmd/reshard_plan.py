@@ -918,16 +918,19 @@ def _same_layout(a: Layout, b: Layout) -> bool:
 
 
 def _bytes_sent(steps, dims, width) -> tuple[int, int]:
-    """The bytes the busiest device sends over `steps`, and the bytes all devices send (which
-    breaks ties between plans whose busiest device sends the same); each step's traffic is
-    worked out once."""
-    busiest = total = 0
-    for step in steps:
-        traffic = step.traffic(dims, width)
-        if traffic is not None:
-            busiest += traffic.max_sent
-            total += traffic.total_sent
-    return busiest, total
+    """The bytes the busiest device sends over `steps` (its bytes summed over the steps, device
+    by device: two steps loading different devices cost their larger one, not their sum), and
+    the bytes all devices send (which breaks ties between plans whose busiest device sends the
+    same); each step's traffic is worked out once. Steps every device sends the same bytes in
+    only add those bytes to every device, so the per-device sums are only formed where two
+    steps or more load the devices unevenly."""
+    traffics = [t for step in steps if (t := step.traffic(dims, width)) is not None]
+    total = sum(t.total_sent for t in traffics)
+    uneven = [t for t in traffics if t.max_sent * t.num_devices != t.total_sent]
+    if len(uneven) < 2:
+        return sum(t.max_sent for t in traffics), total
+    even = sum(t.max_sent for t in traffics if t.max_sent * t.num_devices == t.total_sent)
+    return even + int(sum(t.sent for t in uneven).max()), total
 
 
 def _finish(shape: ArrayShape, steps: list[Step], width: int) -> ReshardPlan:
