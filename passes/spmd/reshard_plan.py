@@ -6,7 +6,8 @@ docs/design/sharding-algebra.md).
 `plan_reshard(shape, source, target, num_devices)` returns a `ReshardPlan`: a list of steps,
 each a local operation or one collective with the bytes every device sends in it (`traffic`, the
 cost model of `gspmdc.ir.cost`: exactly what `gspmdc explain` and `run --profile` count for the
-emitted collective). A plan costs the bytes of the busiest device, summed over its steps. The IR
+emitted collective). A plan costs the bytes its busiest device sends over all its steps (each
+device's bytes summed over the steps: steps loading different devices cost the largest sum). The IR
 for a plan is emitted by `reshard.py`; op rules use `reshard_cost` to choose strategies.
 `plan_routes` gives the other plans the cheapest was chosen among, one per distinct vector of
 bytes per device, for the choice of routes over the whole program (`reshard_routes.py`).
@@ -301,7 +302,8 @@ class SendToDevice(Step):
 @dataclass(frozen=True, eq=False)
 class ReshardPlan:
     """Steps turning `source` into `target` for an array of `shape`; `cost` = the bytes the
-    busiest device sends, summed over the steps; `total` = the bytes all devices send."""
+    busiest device sends over all the steps (`sent_by_device`'s largest); `total` = the bytes
+    all devices send."""
 
     shape: ArrayShape
     steps: tuple[Step, ...]
@@ -318,7 +320,7 @@ class ReshardPlan:
 
     def sent_by_device(self, num_devices: int) -> np.ndarray:
         """Bytes each of the `num_devices` devices sends over the steps (their sum over the
-        devices is `total`, their largest at most `cost`)."""
+        devices is `total`, their largest `cost`)."""
         dims = self.padded or self.shape.dims
         width = max(dtypes.byte_width(self.shape.element_type), 1)
         sent = np.zeros(num_devices, dtype=np.int64)
