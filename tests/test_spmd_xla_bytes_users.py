@@ -80,17 +80,20 @@ def test_a_gather_one_user_makes_pays_for_itself_in_another():
 
 
 def test_a_credited_reshard_is_priced_at_the_share_later_users_leave():
-    """The pricing itself: f32[8,8] in 4 row tiles gathered sends 3 x 64 B from every device;
-    with a quarter of that reshard credited to later users, a plan reading the operand
-    replicated is priced at 144 B, and one reading it as it is at 0 either way."""
+    """The pricing itself: f32[8,8] in 4 row tiles gathered sends 3 x 64 B from every device
+    (768 B in all); with a quarter of that reshard's busiest device and half of its bytes in
+    all credited to later users, a plan reading the operand replicated is priced at 144 B
+    from the busiest device and 384 B in all, and one reading it as it is at 0 either way."""
     shape = ArrayShape("f32", (8, 8))
     rows, whole = parse_sharding("{devices=[4,1]<=[4]}"), parse_sharding("{replicated}")
     ctx = PlanContext(4)
     signature = Signature(shape, whole, (shape,), (rows,), (0,))
     gathered, kept = OpPlan((whole,), whole, "gathered"), OpPlan((rows,), whole, "kept")
     assert ctx.cost_of(signature, gathered) == 192
-    credited = signature._replace(operand_credit=(((whole, 0.25),),))
+    assert ctx.total_for(signature, gathered) == 768
+    credited = signature._replace(operand_credit=(((whole, (0.25, 0.5)),),))
     assert ctx.cost_of(credited, gathered) == 144
+    assert ctx.total_for(credited, gathered) == 384
     assert ctx.cost_of(credited, kept) == ctx.cost_of(signature, kept)
 
 
@@ -108,7 +111,7 @@ def test_the_credit_is_asked_once_per_instruction_and_prices_each_operand():
 
     def credit(inst, needs, had):
         asked.append((inst, [tuple(n) for n in needs], list(had)))
-        return ((), ((whole, 0.5),))
+        return ((), ((whole, (0.5, 0.5)),))
 
     held = frozenset({rows})
     ctx = PlanContext(4, had=lambda value, needs: held if value is q else frozenset(),
@@ -116,7 +119,7 @@ def test_the_credit_is_asked_once_per_instruction_and_prices_each_operand():
     gathered, kept = OpPlan((whole, whole), whole, "gathered"), OpPlan((rows, rows), rows, "kept")
     signature = ctx.signature(add, (gathered, kept))
     assert asked == [(add, [(whole, rows), (whole, rows)], [frozenset(), held])]
-    assert signature.operand_credit == ((), ((whole, 0.5),))
+    assert signature.operand_credit == ((), ((whole, (0.5, 0.5)),))
     assert ctx.cost_of(signature, gathered) == 96
 
 

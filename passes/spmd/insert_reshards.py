@@ -270,7 +270,7 @@ class _Rewriter:
         self.crediting = False
         #: per (value, sharding, later user), the bytes that user's plan saves when the
         #: value's reshard to that sharding is made, while one instruction is planned
-        self.savings: dict[tuple, float] = {}
+        self.savings: dict[tuple, tuple[float, float]] = {}
         #: per instruction and the sharding it is planned in, `_users_recomputed`'s answer
         #: while it is planned
         self.recomputed_users: dict[tuple[Instruction, HloSharding], float] = {}
@@ -768,14 +768,22 @@ class _Rewriter:
             moved = self.ctx.cost(value.shape, sharding, need)
             if moved == 0:
                 continue
-            saved = sum([self._saved(user, value, need) for user in later])
-            if saved > 0:
-                credit.append((need, min(1.0, saved / moved)))
+            saved = [self._savings(user, value, need) for user in later]
+            busiest, total = sum([s[0] for s in saved]), sum([s[1] for s in saved])
+            if busiest > 0 or total > 0:
+                moved_total = self.ctx.total(value.shape, sharding, need)
+                credit.append((need, (min(1.0, busiest / moved),
+                                      min(1.0, total / moved_total) if moved_total else 0.0)))
         return tuple(credit)
 
     def _saved(self, user: Instruction, value: Instruction, need: HloSharding) -> float:
-        """The bytes `user`'s plan saves when `value`'s reshard to `need` is made for another
-        user: planned ahead with its operands as they are now, and where that plan (made
+        """The bytes `user`'s plan saves on its busiest device (`_savings`)."""
+        return self._savings(user, value, need)[0]
+
+    def _savings(self, user: Instruction, value: Instruction,
+                 need: HloSharding) -> tuple[float, float]:
+        """The bytes `user`'s plan saves, on its busiest device and on all devices together
+        (`total_of`), when `value`'s reshard to `need` is made for another user: planned ahead with its operands as they are now, and where that plan (made
         without its own users' needs) reads the node at all (`_reads_made`), or where the node
         gives `user` whole for free (`_recomputed_from`), planned again with and without it,
         priced with what its own users read it in (their plans made ahead: `_result_needs`,
@@ -795,18 +803,20 @@ class _Rewriter:
         recomputed = self._recomputed_from(user, value, need)
         if not recomputed and not any([o is value and _reads_made(value.sharding, need, n)
                                        for o, n in zip(user.operands, quick.operands)]):
-            self.savings[key] = 0.0     # its plan does not read the node even when made
+            self.savings[key] = (0.0, 0.0)  # its plan does not read the node even when made
         else:
             with self._pricing(user):
                 if recomputed:
                     recomputed = self._read_whole_by_users(user)
-                alone = self.ctx.plan_cost(user, self._plan(user))
+                plan = self._plan(user)
+                alone = self.ctx.plan_cost(user, plan), self.ctx.total_of(user, plan)
                 self.assumed = (value, need)
                 plan = self._plan(user)
-                shared = self.ctx.plan_cost(user, plan)
+                shared = self.ctx.plan_cost(user, plan), self.ctx.total_of(user, plan)
                 if recomputed:
-                    shared -= self.ctx.result_cost(user, plan)
-            self.savings[key] = max(0.0, alone - shared)
+                    shared = (shared[0] - self.ctx.result_cost(user, plan),
+                              shared[1] - self.ctx.result_cost(user, plan, totals=True))
+            self.savings[key] = (max(0.0, alone[0] - shared[0]), max(0.0, alone[1] - shared[1]))
         return self.savings[key]
 
     @contextlib.contextmanager

@@ -84,10 +84,11 @@ class Signature(NamedTuple):
     #: of the result it was made from (its bytes are paid only by a plan reading it, from that
     #: result where cheaper: `_unread_bytes`), else None; empty: none
     operand_sources: tuple[HloSharding | None, ...] = ()
-    #: per operand, (sharding, share) pairs: the share of the reshard to that sharding that
-    #: insert-reshards' later users of the operand pay for by what it saves them (their plans
-    #: read the shared node instead of moving bytes of their own); empty: none
-    operand_credit: tuple[tuple[tuple[HloSharding, float], ...], ...] = ()
+    #: per operand, (sharding, (busiest, total)) pairs: the share of the reshard to that
+    #: sharding that insert-reshards' later users of the operand pay for by what it saves them
+    #: (their plans read the shared node instead of moving bytes of their own), of its busiest
+    #: device's bytes and of all devices' bytes; empty: none
+    operand_credit: tuple[tuple[tuple[HloSharding, tuple[float, float]], ...], ...] = ()
     #: the bytes the plans of the instruction's users (priced with what their own users read
     #: them in) save when its result is computed replicated: each such user is then computed
     #: again whole from it for free; 0.0: none
@@ -255,7 +256,7 @@ def _free_leaf(value: Instruction) -> bool:
 
 def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
                         measure: Callable[[Shape, HloSharding, HloSharding], float],
-                        bound: float | None = None) -> float:
+                        bound: float | None = None, totals: bool = False) -> float:
     """`own` plus the bytes `measure` gives for the reshards `plan` asks of an instruction
     described by `signature`: its result's, and each distinct operand reshard once (insert-reshards
     reshards a value used twice the same way once), none for an operand computed again for
@@ -263,7 +264,8 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
     read whole, sliced or copied onto one device from its broadcast made for another user
     (`operand_broadcast`), nor for a contraction's operand computed again whole for free where
     the plan reads some operand tiled (`operand_split_free`); of a
-    reshard later users pay a share of (`operand_credit`), the rest; less what the users
+    reshard later users pay a share of (`operand_credit`: of its busiest device's bytes, or
+    with `totals`, `measure` then giving all devices' bytes, of theirs), the rest; less what the users
     save where the plan computes a replicated result (`users_recomputed`). With a
     `bound`, the sum stops once it passes the bound (no term is negative): a value above
     `bound`, then, not the whole sum."""
@@ -287,7 +289,7 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
         if source is not None:
             total += _unread_bytes(shape, source, sharding, need, measure)
         else:
-            paid = _share_paid(sharding, need, recomputed, earlier, whole, credit)
+            paid = _share_paid(sharding, need, recomputed, earlier, whole, credit, totals)
             if paid:
                 total += measure(shape, sharding, need) * paid
         if bound is not None and total > bound:
@@ -296,16 +298,16 @@ def _with_reshard_bytes(own: float, signature: "Signature", plan: OpPlan,
 
 
 def _share_paid(sharding: HloSharding, need: HloSharding, recomputed: bool,
-                earlier: frozenset, whole: bool, credit: tuple) -> float:
+                earlier: frozenset, whole: bool, credit: tuple, totals: bool = False) -> float:
     """The share of an operand's reshard from `sharding` to `need` a plan pays
     (`_with_reshard_bytes`; the operand's `Signature` fields as named there): none where it is
     computed again for free, had already or read from its broadcast, else all less the later
-    users' credit."""
+    users' credit (of the busiest device's bytes, or with `totals` of all devices')."""
     if (recomputed and free_target(need)) or need in earlier or \
             (whole and (need.is_replicated or need.kind == "maximal" or
                         broadcast_first(sharding, need))):
         return 0.0
-    return 1.0 - dict(credit).get(need, 0.0) if credit else 1.0
+    return 1.0 - dict(credit).get(need, (0.0, 0.0))[1 if totals else 0] if credit else 1.0
 
 
 def reshards_paid_in_full(signature: "Signature", plan: OpPlan) -> list[int]:
@@ -630,10 +632,11 @@ class PlanContext:
         (insert-reshards reshards a value used twice the same way once) and the result's."""
         return self.cost_of(self.signature(inst, (plan,)), plan)
 
-    def result_cost(self, inst: Instruction, plan: OpPlan) -> float:
-        """The part of `plan_cost` that has the result where the users read it."""
-        return _result_bytes(self.signature(inst, (plan,)), plan.result, self.cost,
-                             plan.operands)
+    def result_cost(self, inst: Instruction, plan: OpPlan, totals: bool = False) -> float:
+        """The part of `plan_cost` (with `totals`, of `total_of`) that has the result where
+        the users read it."""
+        return _result_bytes(self.signature(inst, (plan,)), plan.result,
+                             self.total if totals else self.cost, plan.operands)
 
     def cost_of(self, signature: "Signature", plan: OpPlan) -> float:
         """`plan_cost` for an instruction described by its `signature`."""
@@ -656,7 +659,7 @@ class PlanContext:
     def total_for(self, signature: "Signature", plan: OpPlan) -> float:
         """`total_of` for an instruction described by its `signature`."""
         own = plan.cost * self.num_devices if plan.total is None else plan.total
-        return _with_reshard_bytes(own, signature, plan, self.total)
+        return _with_reshard_bytes(own, signature, plan, self.total, totals=True)
 
     def choose(self, inst: Instruction, candidates: Sequence[OpPlan],
                tie_break: Callable[[OpPlan], float] | None = None,
