@@ -368,8 +368,9 @@ def plan_routes(shape: ArrayShape, source: HloSharding, target: HloSharding,
                 num_devices: int) -> Routes:
     """`plan_reshard`'s plan, then every other plan it was chosen among that leaves the devices
     sending other bytes (`sent_by_device`; the first of each, in planning order): the routes a
-    program-wide choice may take instead (`reshard_routes.py`). Only the plan itself from or to
-    a single device, and for manual values."""
+    program-wide choice may take instead (`reshard_routes.py`). From a single device every
+    route starts with its broadcast, and to one every route ends replicated, as the plan does;
+    only the plan itself from one device to another, and for manual values."""
     if source.has_manual_leaf or target.has_manual_leaf:
         return _routes((plan_reshard(shape, source, target, num_devices),), num_devices)
     return _routes_cached(shape.without_layout(), source.with_metadata(()),
@@ -382,13 +383,21 @@ def _routes_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
     plan = _plan_cached(shape, source, target, num_devices)
     rank, width = shape.rank, max(dtypes.byte_width(shape.element_type), 1)
     src, dst = layout_of(source, rank, num_devices), layout_of(target, rank, num_devices)
-    if not plan.steps or isinstance(src, Maximal) or isinstance(dst, Maximal):
+    if not plan.steps or isinstance(src, Maximal) and isinstance(dst, Maximal):
         return _routes((plan,), num_devices)
+    first: list[Step] = []
+    if isinstance(src, Maximal):
+        replicated = Tiling.replicated(rank, num_devices)
+        first, src = [BroadcastFromDevice(src, replicated, num_devices=num_devices)], replicated
+    if isinstance(dst, Maximal):
+        dst = Tiling.replicated(rank, num_devices)
     routes, seen = [plan], {plan.sent_by_device(num_devices).tobytes()}
-    for dims, padded in ((shape.dims, None), (_padded_dims(shape.dims, src, dst),) * 2):
+    padded = None if first else _padded_dims(shape.dims, src, dst)
+    for dims, padded in ((shape.dims, None), (padded, padded)):
         if dims is None:
             continue
         for steps in _candidates(dims, src, dst):
+            steps = first + steps
             route = ReshardPlan(shape, tuple(steps), *_bytes_sent(steps, dims, width), padded)
             key = route.sent_by_device(num_devices).tobytes()
             if key not in seen:
