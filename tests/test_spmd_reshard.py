@@ -154,7 +154,7 @@ def test_partial_sums_reduce_scatter_when_the_target_is_tiled():
 
 def test_reshard_cost_is_bytes_sent_per_device():
     """All-gather of 4 shards of f32[3,8]: each device sends its 96 bytes to 3 others."""
-    plan = plan_reshard(ArrayShape("f32", (10, 8)), parse_sharding("{devices=[4,1]<=[4]}"),
+    plan = plan_reshard(ArrayShape("f32", (12, 8)), parse_sharding("{devices=[4,1]<=[4]}"),
                         parse_sharding("{replicated}"), 4)
     assert plan.collectives == ["all-gather"]
     assert plan.cost == 3 * 3 * 8 * 4

@@ -322,44 +322,55 @@ def test_no_reshard_is_rerouted_where_a_loop_runs_an_unknown_number_of_times():
     // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]1,3[}],[{]2,2[}],[{]3,1[}][}]}}{{.*}}spmd_value="a"
     // CHECK: all-gather({{.*}}spmd_value="a"
     """))
+
 TO_ONE_DEVICE = """HloModule m, num_partitions=8
 
 ENTRY e {
   a = s32[4] parameter(0), sharding={devices=[8]<=[8]}
-  b = f32[16] parameter(1), sharding={devices=[8]<=[8]}
-  ROOT t = (s32[4], f32[16]) tuple(a, b),
-    sharding={{maximal device=0}, {devices=[8]1,0,2,3,4,5,6,7}}
+  b = f32[32] parameter(1), sharding={devices=[8]<=[8]}
+  ROOT t = (s32[4], f32[32]) tuple(a, b),
+    sharding={{maximal device=0}, {devices=[8]0,1,2,3,5,4,7,6}}
 }
 """
 
 
-def test_a_reshard_to_one_device_takes_the_route_of_a_masked_gather():
-    """`b`'s reshard swaps the f32[2] shards of devices 0 and 1: a collective-permute, 8 B
-    from each of them. `a` (s32[4] on 8 tiles of one element, devices 4 to 7 holding padding)
-    goes to device 0 through the replicated array, every route ending where the plan does.
-    Cheapest alone is the all-gather of the padded s32[1] shards (28 B from every device),
-    busiest 36 B in the program ([36, 36, 28, ...]); its other route sums the zero-padded
-    shards placed in s32[4] by an all-reduce over the 8 devices: ring chunks of 1, 1, 1, 1,
-    0, 0, 0, 0 elements, device r sending (8 - c_r - c_{r+1}) * 4 B = [24, 24, 24, 28, 32,
-    32, 32, 28] (busiest 32 alone, the same 224 B in all), and the program [32, 32, 24, 28,
-    32, 32, 32, 28]: busiest 32."""
+def test_a_reshard_to_one_device_takes_the_route_that_spares_the_busy_devices():
+    """`b`'s reshard swaps the f32[4] shards of devices 4 and 5, and of 6 and 7: a
+    collective-permute, 16 B from each of them. `a` (s32[4] on 8 tiles of one element,
+    devices 4 to 7 holding padding) goes to device 0 through the replicated array, every
+    route ending where the plan does. Cheapest alone: the pieces exchanged into 4 tiles of one
+    element (devices 2k and 2k+1 holding element k: device 0 sends element 0 to device 1,
+    device k = 1, 2, 3 element k to devices 2k and 2k+1), then an all-gather in fours of the
+    s32[1] shards (12 B each): [16, 20, 20, 20, 12, 12, 12, 12], and the program [16, 20, 20,
+    20, 28, 28, 28, 28]. Its route into 2 tiles of two elements (devices 0 to 3 holding
+    elements 0 and 1: devices 0 and 1 send theirs to the 3 others, 12 B; devices 2 and 3 to
+    devices 4 to 7, 16 B) then an all-gather in pairs of the s32[2] shards (8 B each) sends
+    [20, 20, 24, 24, 8, 8, 8, 8] (busiest 24 alone), and the program [20, 20, 24, 24, 24, 24,
+    24, 24]: busiest 24."""
     spmd = check_equivalent(TO_ONE_DEVICE, 8)
-    assert sent_per_device(spmd, 8).tolist() == [32, 32, 24, 28, 32, 32, 32, 28]
-    assert sorted(c[0] for c in collectives(spmd)) == ["all-reduce", "collective-permute"]
+    assert sent_per_device(spmd, 8).tolist() == [20, 20, 24, 24, 24, 24, 24, 24]
+    assert [c[0] for c in collectives(spmd)].count("all-gather") == 1
+    check(api.to_text(spmd), directives("""
+    // CHECK: all-gather({{.*}}replica_groups=[4,2]<=[2,4]T(1,0){{.*}}spmd_value="a"
+    """))
 
 
 def test_the_routes_of_a_reshard_from_or_to_one_device():
-    """To device 0, `a`'s routes above: the all-gather (28 B from each device), then the masked
-    gather. From device 2 to 4 tiles of a f32[4,6] held twice, every route broadcasts first
-    (the select and an all-reduce of the 96 B array: chunks of 3 elements, each device sending
-    (2 * 24 - 3 - 3) * 4 = 168 B) and then slices: one route. From one device to another: the
-    permute alone (f32[4,6] from device 2, 96 B)."""
+    """To device 0, `a`'s routes above, then the all-gather of the padded s32[1] shards (28 B
+    from each device) and the masked gather (an all-reduce of the zero-padded shards placed in
+    s32[4]: ring chunks of 1, 1, 1, 1, 0, 0, 0, 0 elements, device r sending (8 - c_r -
+    c_{r+1}) * 4 B). From device 2 to 4 tiles of a f32[4,6] held twice, every route
+    broadcasts first (the select and an all-reduce of the 96 B array: chunks of 3 elements,
+    each device sending (2 * 24 - 3 - 3) * 4 = 168 B) and then slices: one route. From one
+    device to another: the permute alone (f32[4,6] from device 2, 96 B)."""
     shape = ArrayShape("s32", (4,))
     tiled = parse_sharding("{devices=[8]<=[8]}")
     to_one = plan_routes(shape, tiled, parse_sharding("{maximal device=0}"), 8)
-    assert to_one.sent.tolist() == [[28] * 8, [24, 24, 24, 28, 32, 32, 32, 28]]
-    assert [c for plan in to_one.plans for c in plan.collectives] == \
-        ["all-gather", "all-reduce"]
+    assert to_one.sent.tolist() == [[16, 20, 20, 20, 12, 12, 12, 12], [28] * 8,
+                                    [24, 24, 24, 28, 32, 32, 32, 28],
+                                    [20, 20, 24, 24, 8, 8, 8, 8]]
+    assert [plan.collectives[-1] for plan in to_one.plans] == \
+        ["all-gather", "all-gather", "all-reduce", "all-gather"]
     shape = ArrayShape("f32", (4, 6))
     one = parse_sharding("{maximal device=2}")
     from_one = plan_routes(shape, one, parse_sharding(

@@ -48,6 +48,11 @@ tiles (`plan_exchange`'s `within`), after which those dims' gathers are aligned.
 candidates beside the exchanges above (which send each missing piece once, fewest bytes over
 all devices) since they can leave the busiest device sending less.
 
+Where an uneven dim goes to fewer tiles and a tile count between pads it less (9 elements: 8
+tiles of 2 hold 16 slots, 4 tiles of 3 hold 12), the *coarsened* variants
+(`_coarsened_variants`) start with an `Exchange` of the pieces into that count, and the gathers
+after it move fewer padded shards.
+
 A `MaskedGather` replaces the all-gathers of a plan (or a leading run of them, the others
 following it: `_masked_prefix`) by one all-reduce: every device places its shard (padding
 zeroed) at its offset in a zero buffer of the gathered shard's shape and the group sums the
@@ -545,9 +550,10 @@ def _padded_dims(dims, src: Tiling, dst: Tiling) -> tuple[int, ...] | None:
     return None if tuple(padded) == tuple(dims) else tuple(padded)
 
 
-def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
-    """The staged variants (and the exchanges, where tiles do not nest, and the realigned
-    variants, where they do not gather) from `src` to `dst`."""
+def _variants(dims, src: Tiling, dst: Tiling, coarsen: bool = True) -> list[list[Step]]:
+    """The staged variants (and the exchanges, where tiles do not nest, the realigned
+    variants, where they do not gather, and when `coarsen` the `_coarsened_variants`) from
+    `src` to `dst`."""
     # whether to reduce-scatter only matters for partial sums
     scatter = (True, False) if src.unreduced > 1 else (True,)
     # a masked gather only pays where padding inflates the all-gathers
@@ -602,6 +608,8 @@ def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
             variants.append(_staged(dims, src, dst, *flags, scatter_dim=d))
     if src.unreduced == dst.unreduced == 1:
         variants += _exchange_variants(dims, src, dst)
+        if coarsen:
+            variants += _coarsened_variants(dims, src, dst)
     elif src.unreduced > 1 and dst.unreduced == 1:
         # partial sums all-reduced, then moved by exchanges too (XLA's reshard of partial sums:
         # all-reduce, then as any tiling; the staged variants all-reduce, but then only gather,
@@ -885,6 +893,33 @@ def _realigned_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     return [[exchange, *_staged(dims, src, dst, True, False, *flags, masked=masked,
                                 realigned=realigned)]
             for masked in (False, True) for flags in itertools.product((True, False), repeat=2)]
+
+
+def _coarsened_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
+    """Where an uneven dim goes from t tiles to tt, t a multiple of tt, and some count c
+    between (tt | c | t) pads it less (9 elements: 8 tiles of 2 hold 16 slots, 4 tiles of 3
+    hold 12): an `Exchange` of the pieces into c tiles first, each device taking the coarse
+    tile its own gathers into (`coarsen_tiles`), then every variant from there (none coarsened
+    again). The gathers after it move c padded shards instead of t, which can cost less than
+    the pieces the exchange sends (f32[9] on 8 tiles to replicated: 56 B from every device by
+    one all-gather; 16 B at most by the exchange to 4 tiles, then 36 B by the all-gather)."""
+    rank, n = len(dims), src.num_devices
+    variants = []
+    for d, (size, t, tt) in enumerate(zip(dims, src.counts, dst.counts)):
+        if tt >= t or t % tt:
+            continue
+        for c in range(tt + 1, t):
+            if t % c or c % tt or c * cdiv(size, c) >= t * cdiv(size, t):
+                continue
+            factors = [1] * rank
+            factors[d] = t // c
+            mid = Tiling(algebra.coarsen_tiles(src.sharding, factors, rank, n), rank, n)
+            rounds = plan_exchange(dims, src, mid)
+            if rounds is not None:
+                exchange = Exchange(src, mid, rounds=tuple(rounds))
+                variants += [[exchange, *rest]
+                             for rest in _variants(dims, mid, dst, coarsen=False)]
+    return variants
 
 
 def _misaligned(dims, src: Tiling, dst: Tiling) -> bool:
