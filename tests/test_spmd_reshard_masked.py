@@ -188,20 +188,16 @@ def test_tiles_realigned_into_the_target_groups_then_summed():
     """f32[2,1] in 8 row tiles (rows 0 and 1 on devices 0 and 1) needed in 2 row tiles held by
     {0..3} and {4..7}: row 1 moves from device 1 to device 4, the first of its target group
     (4 B), then each four sums its zeroed shards (ring chunks (1,0,0,0): at most 2 elements,
-    8 B): 12 B from device 1, XLA's program, the plan alone. Sending row 1 from device 1 to
-    each of its 4 holders sent 16 B; the realigned all-gather over fours 4 + 12 B. In the
-    program (nothing else sending) its route through 4 row tiles sends as much from device 1
-    and less in all: row 0 from device 0 to 1, row 1 from device 1 to 2 and 3 (4, 8 B), then
-    row 0 from devices 0 and 1 to 2 and 3, row 1 from devices 2 and 3 to 4 to 7 (4, 4, 8, 8 B):
-    [8, 12, 8, 8, 0, 0, 0, 0]."""
+    8 B): 12 B from device 1, XLA's program. Sending row 1 from device 1 to each of its 4
+    holders sent 16 B; the realigned all-gather over fours 4 + 12 B."""
     source, target = "{devices=[8,1]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"
     plan = plan_reshard(ArrayShape("f32", (2, 1)), parse_sharding(source),
                         parse_sharding(target), 8)
     assert plan.collectives == ["collective-permute", "all-reduce"]
     assert plan.cost == 12
     spmd = check_equivalent(REALIGNED_SUM, 8)
-    assert sent_per_device(spmd, 8).tolist() == [8, 12, 8, 8, 0, 0, 0, 0]
-    assert {c[0] for c in collectives(spmd)} == {"collective-permute"}
+    assert collectives(spmd) == [("collective-permute", [(1, 4)]),
+                                 ("all-reduce", [[0, 1, 2, 3], [4, 5, 6, 7]])]
     x = np.array([[1.5], [-2.0]], dtype=np.float32)
     np.testing.assert_array_equal(run_global(spmd, [x], 8), 2 * x)
 
@@ -226,9 +222,6 @@ def test_realigned_parts_are_summed_at_their_place_in_the_tile():
 
 
 @needs_xla
-def test_realigned_sum_sends_no_more_than_xla():
-    """XLA's program is the plan alone above (12 B from device 1, 52 B in all); gspmdc's route
-    sends as much from device 1 and 36 B in all."""
+def test_realigned_sum_sends_what_xla_sends():
     result = compared_with_xla(REALIGNED_SUM, 8)
-    assert (result.xla_busiest, result.xla_bytes) == (12, 6.5)
-    assert (result.our_busiest, result.our_bytes) == (12, 4.5)
+    assert (result.our_busiest, result.our_bytes) == (result.xla_busiest, result.xla_bytes)

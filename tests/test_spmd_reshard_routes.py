@@ -357,9 +357,10 @@ def test_a_reshard_to_one_device_takes_the_route_that_spares_the_busy_devices():
 
 def test_the_routes_of_a_reshard_from_or_to_one_device():
     """To device 0, `a`'s routes above, then the all-gather of the padded s32[1] shards (28 B
-    from each device) and the masked gather (an all-reduce of the zero-padded shards placed in
+    from each device), the masked gather (an all-reduce of the zero-padded shards placed in
     s32[4]: ring chunks of 1, 1, 1, 1, 0, 0, 0, 0 elements, device r sending (8 - c_r -
-    c_{r+1}) * 4 B). From device 2 to 4 tiles of a f32[4,6] held twice, every route
+    c_{r+1}) * 4 B), and after each exchange a masked gather instead of the all-gather (in
+    fours: chunks of 1 element, (8 - 2) * 4 = 24 B; in pairs: chunks of 2, (8 - 4) * 4 = 16 B). From device 2 to 4 tiles of a f32[4,6] held twice, every route
     broadcasts first (the select and an all-reduce of the 96 B array: chunks of 3 elements,
     each device sending (2 * 24 - 3 - 3) * 4 = 168 B) and then slices: one route. From one
     device to another: the permute alone (f32[4,6] from device 2, 96 B)."""
@@ -368,9 +369,11 @@ def test_the_routes_of_a_reshard_from_or_to_one_device():
     to_one = plan_routes(shape, tiled, parse_sharding("{maximal device=0}"), 8)
     assert to_one.sent.tolist() == [[16, 20, 20, 20, 12, 12, 12, 12], [28] * 8,
                                     [24, 24, 24, 28, 32, 32, 32, 28],
-                                    [20, 20, 24, 24, 8, 8, 8, 8]]
+                                    [28, 32, 32, 32, 24, 24, 24, 24],
+                                    [20, 20, 24, 24, 8, 8, 8, 8],
+                                    [28, 28, 32, 32, 16, 16, 16, 16]]
     assert [plan.collectives[-1] for plan in to_one.plans] == \
-        ["all-gather", "all-gather", "all-reduce", "all-gather"]
+        ["all-gather", "all-gather", "all-reduce", "all-reduce", "all-gather", "all-reduce"]
     shape = ArrayShape("f32", (4, 6))
     one = parse_sharding("{maximal device=2}")
     from_one = plan_routes(shape, one, parse_sharding(

@@ -550,10 +550,9 @@ def _padded_dims(dims, src: Tiling, dst: Tiling) -> tuple[int, ...] | None:
     return None if tuple(padded) == tuple(dims) else tuple(padded)
 
 
-def _variants(dims, src: Tiling, dst: Tiling, coarsen: bool = True) -> list[list[Step]]:
+def _variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
     """The staged variants (and the exchanges, where tiles do not nest, the realigned
-    variants, where they do not gather, and when `coarsen` the `_coarsened_variants`) from
-    `src` to `dst`."""
+    variants, where they do not gather, and the `_coarsened_variants`) from `src` to `dst`."""
     # whether to reduce-scatter only matters for partial sums
     scatter = (True, False) if src.unreduced > 1 else (True,)
     # a masked gather only pays where padding inflates the all-gathers
@@ -608,8 +607,7 @@ def _variants(dims, src: Tiling, dst: Tiling, coarsen: bool = True) -> list[list
             variants.append(_staged(dims, src, dst, *flags, scatter_dim=d))
     if src.unreduced == dst.unreduced == 1:
         variants += _exchange_variants(dims, src, dst)
-        if coarsen:
-            variants += _coarsened_variants(dims, src, dst)
+        variants += _coarsened_variants(dims, src, dst)
     elif src.unreduced > 1 and dst.unreduced == 1:
         # partial sums all-reduced, then moved by exchanges too (XLA's reshard of partial sums:
         # all-reduce, then as any tiling; the staged variants all-reduce, but then only gather,
@@ -896,29 +894,41 @@ def _realigned_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
 
 
 def _coarsened_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
-    """Where an uneven dim goes from t tiles to tt, t a multiple of tt, and some count c
-    between (tt | c | t) pads it less (9 elements: 8 tiles of 2 hold 16 slots, 4 tiles of 3
+    """Where an uneven dim goes from t tiles to tt, t a multiple of tt, and some counts c
+    between (tt | c | t) pad it less (9 elements: 8 tiles of 2 hold 16 slots, 4 tiles of 3
     hold 12): an `Exchange` of the pieces into c tiles first, each device taking the coarse
-    tile its own gathers into (`coarsen_tiles`), then every variant from there (none coarsened
-    again). The gathers after it move c padded shards instead of t, which can cost less than
+    tile its own gathers into (`coarsen_tiles`), then the staged gathers from there (all-gathers,
+    or one masked gather). They move c padded shards instead of t, which can cost less than
     the pieces the exchange sends (f32[9] on 8 tiles to replicated: 56 B from every device by
-    one all-gather; 16 B at most by the exchange to 4 tiles, then 36 B by the all-gather)."""
+    one all-gather; 16 B at most by the exchange to 4 tiles, then 36 B by the all-gather). The
+    counts go from the largest down (each smaller one exchanges more pieces), and stop after
+    the first whose plans send no less than the larger count's (busiest device, then all).
+    Only for dims where some shard is padding alone (else the exchange moves about as much as
+    the padding saves, and planning it at thousands of devices takes seconds)."""
     rank, n = len(dims), src.num_devices
     variants = []
     for d, (size, t, tt) in enumerate(zip(dims, src.counts, dst.counts)):
-        if tt >= t or t % tt:
+        # only where whole shards are padding (gathering them is what coarsening saves)
+        if tt >= t or t % tt or t * cdiv(size, t) - size < cdiv(size, t):
             continue
-        for c in range(tt + 1, t):
+        last = None
+        for c in range(t - 1, tt, -1):
             if t % c or c % tt or c * cdiv(size, c) >= t * cdiv(size, t):
                 continue
             factors = [1] * rank
             factors[d] = t // c
             mid = Tiling(algebra.coarsen_tiles(src.sharding, factors, rank, n), rank, n)
             rounds = plan_exchange(dims, src, mid)
-            if rounds is not None:
-                exchange = Exchange(src, mid, rounds=tuple(rounds))
-                variants += [[exchange, *rest]
-                             for rest in _variants(dims, mid, dst, coarsen=False)]
+            if rounds is None:
+                break
+            exchange = Exchange(src, mid, rounds=tuple(rounds))
+            found = [[exchange, *_staged(dims, mid, dst, True, False, False, False,
+                                         masked=masked)] for masked in (False, True)]
+            variants += found
+            sent = min(_bytes_sent(v, dims, 1) for v in found)
+            if last is not None and sent >= last:
+                break
+            last = sent
     return variants
 
 
