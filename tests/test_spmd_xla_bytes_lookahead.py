@@ -15,6 +15,7 @@ import pytest
 
 from gspmdc import api
 from gspmdc.passes.pipeline import compile_spmd
+from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.oracle import xla_available
 from spmd_partition_helpers import busiest_per_collective, check_equivalent, collectives, \
@@ -244,10 +245,13 @@ def test_an_op_whose_users_are_computed_again_whole_runs_replicated():
     gathered after all (80 B from each device to 3 others): 372 B on the busiest device.
     Computed replicated from `p` gathered (each device sends its 56 B to 3 others), the
     reduce-window gives the reshape its operand whole, computed again whole for free, which
-    the root reads as it is: one all-gather, 168 B on every device."""
+    the root reads as it is: one all-gather, 168 B on every device. `p`'s last column tile
+    holds padding alone, so its columns are exchanged into 2 tiles first and gathered in
+    pairs: 168 B from the busiest device as well, fewer on the others."""
     spmd = check_equivalent(WINDOW_RESHAPED_READ_WHOLE, 4)
-    assert collectives(spmd) == [("all-gather", [[0, 1, 2, 3]], (2,))]
-    assert busiest_per_collective(spmd, 4) == 3 * 56
+    assert [c[0] for c in collectives(spmd)][-1] == "all-gather"
+    sent = sent_per_device(spmd, 4)
+    assert sent.max() == 3 * 56 and sent.sum() < 4 * 3 * 56
 
 
 # ---- a contraction computed replicated where a user then reads it whole -----------------------

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 
+from gspmdc.passes.spmd.traffic import sent_per_device
+
 from conformance.differential import Case, run_case
 from conformance.oracle import xla_available
 from spmd_partition_helpers import check_equivalent, collectives, sent_bytes
@@ -153,13 +155,18 @@ def test_a_pred_gather_of_a_tiled_indexed_dim_ors_the_masked_local_gathers(n, si
     ways): each partition gathers the rows in its range (false elsewhere) and one all-reduce
     with `or` combines them (8 B x 2 (n-1)/n per device), as XLA does; the operand was
     gathered whole before (pred has no sum, the partial form was not used). The one row tiled
-    four ways is cheaper still to gather (2 B from its one holder)."""
+    four ways is sent to device 1 (2 B), its two tiles' pair then all-gathered (2 B from every
+    device; the masked gather of it sent 2, 3, 4, 3 B)."""
     rng = np.random.default_rng(n)
     inputs = [rng.random((size, 2)) < 0.5,
               rng.integers(-1, size + 1, size=(4, 1)).astype(np.int32)]
     spmd = check_equivalent(PRED_GATHER.format(n=n, size=size), n, inputs=inputs)
+    if size == 1:
+        assert [c[0] for c in collectives(spmd)] == ["collective-permute", "all-gather"]
+        assert sent_per_device(spmd, n).tolist() == [4, 2, 2, 2]
+        return
     assert [c[0] for c in collectives(spmd)] == ["all-reduce"]
-    assert sent_bytes(spmd, n) == (8 * 2 * (n - 1) / n if size > 1 else 3)
+    assert sent_bytes(spmd, n) == 8 * 2 * (n - 1) / n
 
 
 WHOLE_DIM_STARTS = """HloModule m, num_partitions=4

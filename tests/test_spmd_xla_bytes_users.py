@@ -159,12 +159,16 @@ def test_a_contraction_reads_the_gather_another_user_makes(setting):
     off, 960 on the busiest device). On, the exchange of pieces filled largest first (the
     convolution's result moved to its annotation in four permute rounds) makes the two in
     place cheaper still: an all-to-all and a gather for the update, 816 B from the busiest
-    device and 624 on average, fewer than the one gather by both measures."""
+    device and 624 on average, fewer than the one gather by both measures. Off, `p`'s last
+    feature tile holds padding alone, so the one gather of `p` exchanges its features into 2
+    tiles first and gathers them in pairs: 864 B from the busiest device still, fewer on the
+    others."""
     text = GATHERED_FOR_TWO.format(root=GATHERED_FOR_TWO_ROOTS[setting])
     spmd = check_equivalent(text, 4)
     if setting == "off":
-        assert collectives(spmd) == [("all-gather", [[0, 2, 1, 3]], (2,))]
-        assert sent_bytes(spmd, 4) == 3 * 288
+        assert [c[0] for c in collectives(spmd)][-1] == "all-gather"
+        sent = sent_per_device(spmd, 4)
+        assert sent.max() == 3 * 288 and sent.sum() < 4 * 3 * 288
     else:
         assert [c[0] for c in collectives(spmd)] == \
             ["all-to-all", "all-gather"] + ["collective-permute"] * 4
