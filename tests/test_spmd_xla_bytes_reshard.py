@@ -11,7 +11,8 @@ import pytest
 
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
-from gspmdc.passes.spmd.reshard_plan import plan_reshard
+from gspmdc.passes.spmd.reshard_plan import plan_reshard, plan_staged
+from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.oracle import xla_available
 from hlo_text import reducer
@@ -35,14 +36,19 @@ def test_replicas_are_sliced_before_the_all_to_all():
     in an all-to-all and one dim doubles its tiles from the replicas. Sliced first, the shard is
     [4,4,1] (dim 0 halved): the all-to-all sends half of its 16 elements (64 B), then a permute
     of the [4,2,1] result (64 B): 128 B. Sliced after, the all-to-all moved the [8,4,1] padded
-    shard (128 B) before the same permute: 192 B."""
-    plan = plan_reshard(ArrayShape("f64", (7, 7, 1)),
-                        parse_sharding("{devices=[1,2,2,2]<=[8] last_tile_dim_replicate}"),
-                        parse_sharding("{devices=[2,4,1]<=[2,4]T(1,0)}"), 8)
+    shard (128 B) before the same permute: 192 B. The exchange of the pieces sends less still
+    (the program's): the devices holding dim 2's padding tile lack their whole [4,2,1] or
+    [3,2,1] tile, which four holders of the real tiles send in two rounds (112 B from the
+    busiest device, 352 B over all)."""
+    source = parse_sharding("{devices=[1,2,2,2]<=[8] last_tile_dim_replicate}")
+    target = parse_sharding("{devices=[2,4,1]<=[2,4]T(1,0)}")
+    plan = plan_staged(ArrayShape("f64", (7, 7, 1)), source, target, 8)
     assert plan.collectives == ["all-to-all", "collective-permute"]
     assert plan.cost == 128
+    exchange = plan_reshard(ArrayShape("f64", (7, 7, 1)), source, target, 8)
+    assert (exchange.cost, exchange.total) == (112, 352)
     spmd = check_equivalent(SLICE_FIRST, 8)
-    assert [c[0] for c in collectives(spmd)] == ["all-to-all", "collective-permute"]
+    assert sent_per_device(spmd, 8).max() == 112 and sent_per_device(spmd, 8).sum() == 352
     x = np.arange(49, dtype=np.float64).reshape(7, 7, 1)
     np.testing.assert_array_equal(run_global(spmd, [x], 8), x)
 
@@ -58,13 +64,18 @@ def test_uneven_dims_are_padded_for_the_all_to_all():
     in tiles in 4 (2 rows), so without padding the plan gathered dim 2 in pairs and sliced
     (each device sends its [5,1,2] shard: 40 B). As XLA does, the plan works on dim 0 padded
     to 8 rows: the replicas slice their half ([4,1,2]) and one all-to-all over pairs sends half
-    of it (16 B); the shard is cut back to the target's [2,1,4]."""
-    plan = plan_reshard(ArrayShape("f32", (5, 1, 8)),
-                        parse_sharding("{devices=[1,1,4,2]<=[8] last_tile_dim_replicate}"),
-                        parse_sharding("{devices=[4,1,2]<=[2,2,2]T(2,1,0)}"), 8)
+    of it (16 B); the shard is cut back to the target's [2,1,4]. (The exchange of the real
+    pieces ties on the busiest device: the staged plan stays.)"""
+    plan = plan_staged(ArrayShape("f32", (5, 1, 8)),
+                       parse_sharding("{devices=[1,1,4,2]<=[8] last_tile_dim_replicate}"),
+                       parse_sharding("{devices=[4,1,2]<=[2,2,2]T(2,1,0)}"), 8)
     assert plan.padded == (8, 1, 8)
     assert plan.collectives == ["all-to-all"]
-    assert plan.cost == 16
+    assert (plan.cost, plan.total) == (16, 128)
+    kept = plan_reshard(ArrayShape("f32", (5, 1, 8)),
+                        parse_sharding("{devices=[1,1,4,2]<=[8] last_tile_dim_replicate}"),
+                        parse_sharding("{devices=[4,1,2]<=[2,2,2]T(2,1,0)}"), 8)
+    assert (kept.collectives, kept.cost, kept.total) == (["all-to-all"], 16, 128)
     spmd = check_equivalent(padded_all_to_all(), 8)
     assert [c[0] for c in collectives(spmd)] == ["all-to-all"]
     x = np.arange(40, dtype=np.float32).reshape(5, 1, 8)
@@ -468,14 +479,15 @@ def test_the_all_to_all_may_take_the_last_dim_losing_tiles():
     which it sends half: 64 B), permuting the bf16[4,4,3,1] shards to the devices whose groups gather dim 1 (96 B,
     every device) and gathering dim 1 (96 B) sends 256 B per device, XLA's plan
     (fuzz/10100002061); moving dim 1's tiles instead (the dims taken first to last) or
-    gathering both sends 280."""
-    plan = plan_reshard(ArrayShape("bf16", (7, 7, 3, 1)),
-                        parse_sharding("{devices=[1,2,2,1]<=[4]}"),
-                        parse_sharding("{devices=[2,1,1,1,2]1,3,0,2 last_tile_dim_replicate}"), 4)
+    gathering both sends 280. (The exchange of the pieces sends less still: each device lacks
+    three quarters of the columns and layers of its rows, 192 B, from at most four holders.)"""
+    plan = plan_staged(ArrayShape("bf16", (7, 7, 3, 1)),
+                       parse_sharding("{devices=[1,2,2,1]<=[4]}"),
+                       parse_sharding("{devices=[2,1,1,1,2]1,3,0,2 last_tile_dim_replicate}"), 4)
     assert plan.collectives == ["all-to-all", "collective-permute", "all-gather"]
     assert plan.cost == 256
     spmd = check_equivalent(TWO_DIMS_LOSING_TILES, 4)
-    assert [c[0] for c in collectives(spmd)] == plan.collectives
+    assert sent_per_device(spmd, 4).tolist() == [192] * 4
 
 
 @needs_xla

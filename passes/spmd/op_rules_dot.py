@@ -165,18 +165,19 @@ def _flat(columns, counts, n) -> np.ndarray:
 class DotRule(PartitionRule):
     def plan(self, inst, ctx):
         """The cheapest candidate priced to the dot's annotation (planned once per layer), or,
-        when that is a pair split by the output's tiles (whose partial sums are summed only
-        as the output's tiles), the cheapest priced where the dot's users read it: a user
-        reading the dot whole would gather those tiles again. Where insert-reshards shares
-        a reshard of an operand with its other users (made for an earlier one, or paid in
-        part by later ones: `PlanContext.signature` without users), the candidates are priced
-        with it, still to the annotation: a dot reading an operand's replicated node made for
-        another user runs replicated instead of gathering its own result (XLA's reshard
-        cache)."""
+        when that one is a pair split by the output's tiles (whose partial sums are summed
+        only as the output's tiles) or computes the dot in another sharding than its
+        annotation, the cheapest priced where the dot's users read it: a user reading the dot
+        whole would gather those tiles again, or gather the annotation that its own tiles
+        reach cheaply. Where insert-reshards shares a reshard of an operand with its other
+        users (made for an earlier one, or paid in part by later ones: `PlanContext.signature`
+        without users), the candidates are priced with it, still to the annotation: a dot
+        reading an operand's replicated node made for another user runs replicated instead of
+        gathering its own result (XLA's reshard cache)."""
         dn, signature = DotDims.of(inst), Signature.of(inst).without_metadata()
         plan = _dot_plan(dn, signature, ctx.num_devices)
         candidates = dot_candidates(dn, signature, ctx.num_devices)
-        if plan.reason == OUTPUT_SPLIT:
+        if plan.reason == OUTPUT_SPLIT or plan.result != signature.sharding:
             return ctx.choose(inst, candidates, lambda p: (ctx.total_of(inst, p),
                                                            _local_work(dn, signature, p)))
         shared = ctx.signature(inst, candidates, users=False, own=signature)

@@ -6,7 +6,9 @@ to tiles of 3 or of 5), slicing or gathering tiles cannot give the target's tile
 plan gathers the dim whole. Each target tile overlaps only a few source tiles, though: every
 device takes the part of its new tile that it holds from its own shard and receives each other
 part from one device holding it. XLA's partitioner shifts such boundary elements with
-collective-permutes too.
+collective-permutes too. Where tiles nest, the same exchange replaces the staged plan when it
+sends fewer bytes (`reshard_plan._direct_exchange`: no permute after an all-to-all whose new
+tiles land on other devices than the target's).
 
 `plan_exchange(dims, source, target)` (two tilings without partial values of an array of `dims`)
 lists the pieces: for every target device and every source tile its tile overlaps (in real
@@ -24,7 +26,9 @@ bytes fall on the devices the rest of the program was priced with (a filling tha
 between devices at an equal busiest one gains nothing by the plan's measure and can load a
 device other instructions load already). The result says per round, per device, where the
 piece it sends starts in its shard and where the piece it receives lies in its new tile; None
-when more than `MAX_ROUNDS` rounds would be needed (the gathers cost less then).
+when more than `MAX_ROUNDS` rounds would be needed (the gathers cost less then), found before
+any piece is listed where some device lacks more pieces than that (the source tiles a target
+tile overlaps are counted dim by dim).
 
 `within` lays some of the target's dims out *within coarser tiles*, as XLA's partitioner does
 before gathering an uneven dim into fewer tiles that the source's do not gather into (6 elements
@@ -91,21 +95,38 @@ def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling,
         g, j = np.divmod(tgt[:, d], target.counts[d] // coarse)
         t_lo[:, d] = g * size + j * tile[d]
         t_hi[:, d] = np.minimum(np.minimum(t_lo[:, d] + tile[d], (g + 1) * size), dims[d])
-    keys, tile_of = np.unique(src, axis=0, return_inverse=True)
-    tile_of = tile_of.reshape(-1)
-    holders = [np.flatnonzero(tile_of == k) for k in range(len(keys))]
-    k_lo = keys * held
-    k_hi = np.minimum(k_lo + held, extent)
-    lo = np.maximum(t_lo[:, None, :], k_lo[None, :, :])        # [N, K, rank]
-    hi = np.minimum(t_hi[:, None, :], k_hi[None, :, :])
-    overlaps = (lo < hi).all(axis=2)
+    # per device and dim, the source tiles its target tile overlaps: [first, first + count)
+    step = np.maximum(held, 1)
+    start = np.maximum(t_lo, 0)
+    first = start // step
+    count = np.where(t_hi > start, -(-t_hi // step) - first, 0)
+    spans = count.prod(axis=1)
+    own = ((first <= src) & (src < first + count)).all(axis=1)
+    if (spans - own > MAX_ROUNDS).any():
+        return None                 # some device receives more pieces than rounds allowed
+    counts = np.asarray(source.counts[:rank], dtype=np.int64)
+    tile_of = np.ravel_multi_index(tuple(src.T), tuple(counts)) if rank else np.zeros(n, int)
+    order = np.argsort(tile_of, kind="stable")
+    holders = dict(zip(*_runs(tile_of[order], order)))
+    shifts = np.indices(tuple(count.max(axis=0, initial=0))).reshape(rank, -1).T if rank \
+        else np.zeros((1, 0), dtype=np.int64)
     local: list = []
-    pieces: list = []
-    for device, k in zip(*np.nonzero(overlaps)):
-        if tile_of[device] == k:
-            local.append((device, device, lo[device, k], hi[device, k]))
-        else:
-            pieces.append((int(device), int(k), lo[device, k], hi[device, k]))
+    pieces: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+    for shift in shifts:                                        # a few combinations at most
+        inside = np.flatnonzero((shift < count).all(axis=1))
+        if not inside.size:
+            continue
+        tile = first[inside] + shift
+        k_lo = tile * held
+        lo = np.maximum(t_lo[inside], k_lo)
+        hi = np.minimum(t_hi[inside], np.minimum(k_lo + held, extent))
+        keys = np.ravel_multi_index(tuple(tile.T), tuple(counts)) if rank else \
+            np.zeros(inside.size, int)
+        for device, k, piece_lo, piece_hi in zip(inside.tolist(), keys.tolist(), lo, hi):
+            if tile_of[device] == k:
+                local.append((device, device, piece_lo, piece_hi))
+            else:
+                pieces.append((device, k, piece_lo, piece_hi))
     fillings = [found for found in (_by_tile(pieces, holders, n), _by_size(pieces, holders, n))
                 if found is not None]
     rounds = min(fillings, key=lambda found: _busiest(found, n), default=None)
@@ -115,32 +136,38 @@ def plan_exchange(dims: tuple[int, ...], source: Tiling, target: Tiling,
             for index, members in enumerate([local] + rounds) if members]
 
 
-def _by_tile(pieces: list, holders: list, n: int) -> list[list] | None:
+def _by_tile(pieces: list, holders: dict, n: int) -> list[list] | None:
     """Rounds filled piece by piece in the order of their source tiles (then of their
     receivers), each piece in the first round where its receiver receives nothing yet and one
     of its tile's holders sends nothing yet, sent by the holder that sends the fewest pieces so
     far; None past `MAX_ROUNDS` rounds."""
     rounds: list[list] = []
+    receiving: list[set[int]] = []
+    sending: list[set[int]] = []
     busy = np.zeros(n, dtype=np.int64)
     for device, k, piece_lo, piece_hi in sorted(pieces, key=lambda p: (p[1], p[0])):
-        for members in rounds:
-            if any(receiver == device for _, receiver, _, _ in members):
+        for index in range(len(rounds)):
+            if device in receiving[index]:
                 continue
-            sender = _free_holder(holders[k], members, busy)
+            sender = _free_holder(holders[k], sending[index], busy)
             if sender is not None:
                 break
         else:
             if len(rounds) == MAX_ROUNDS:
                 return None
-            members = []
-            rounds.append(members)
-            sender = _free_holder(holders[k], members, busy)
+            index = len(rounds)
+            rounds.append([])
+            receiving.append(set())
+            sending.append(set())
+            sender = _free_holder(holders[k], sending[index], busy)
         busy[sender] += 1
-        members.append((sender, device, piece_lo, piece_hi))
+        rounds[index].append((sender, device, piece_lo, piece_hi))
+        receiving[index].add(device)
+        sending[index].add(sender)
     return rounds
 
 
-def _by_size(pieces: list, holders: list, n: int) -> list[list] | None:
+def _by_size(pieces: list, holders: dict, n: int) -> list[list] | None:
     """Rounds filled with the largest pieces first (so that a small piece does not widen a
     round's buffer for the large ones), each piece where it leaves the busiest device sending
     the fewest elements, then all devices together, then in the earliest round: an existing
@@ -159,7 +186,7 @@ def _by_size(pieces: list, holders: list, n: int) -> list[list] | None:
             members = rounds[index] if index < len(rounds) else []
             if members and device in receivers[index]:
                 continue
-            sender = _free_holder(holders[k], members, load)
+            sender = _free_holder(holders[k], {m[0] for m in members}, load)
             if sender is None:
                 continue
             before = sizes[index] if members else np.zeros_like(extent)
@@ -200,10 +227,15 @@ def _busiest(rounds: list[list], n: int) -> int:
     return int(load.max(initial=0))
 
 
-def _free_holder(holders: np.ndarray, members: list, busy: np.ndarray) -> int | None:
-    taken = {sender for sender, _, _, _ in members}
+def _free_holder(holders: np.ndarray, taken: set[int], busy: np.ndarray) -> int | None:
     free = [int(h) for h in holders if int(h) not in taken]
     return min(free, key=lambda h: (busy[h], h)) if free else None
+
+
+def _runs(keys: np.ndarray, values: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
+    """The distinct `keys` (sorted) and, per key, the `values` at its positions."""
+    distinct, starts = np.unique(keys, return_index=True)
+    return distinct.tolist(), np.split(values, starts[1:])
 
 
 def _round(members: list, n: int, rank: int, s_lo: np.ndarray, t_lo: np.ndarray,

@@ -39,7 +39,10 @@ that dim completely (slicing from the full dim is always exact).
 An `Exchange` (`reshard_exchange.py`) is planned beside the staged variants when some dim's
 tiles do not nest (where they would fall back to gathering the dim whole): every device builds
 its new tile from the pieces of the source tiles it overlaps, received by a few
-collective-permutes.
+collective-permutes. Where they nest, the same exchange (`_direct_exchange`) replaces the
+cheapest staged plan (`plan_staged`) when its busiest device sends fewer bytes: an all-to-all
+landing the new tiles on other devices than the target's, then a permute, sends each piece
+twice, and an all-gather whole shards where each device lacks only a part.
 
 Where an uneven dim goes to fewer tiles that its tiles do not gather into, the *realigned*
 variants (XLA's halo exchange before an all-gather to a partially replicated sharding) start
@@ -422,9 +425,37 @@ def reshard_cost(shape: ArrayShape, source: HloSharding, target: HloSharding,
     return plan_reshard(shape, source, target, num_devices).cost
 
 
+def plan_staged(shape: ArrayShape, source: HloSharding, target: HloSharding,
+                num_devices: int) -> ReshardPlan:
+    """The cheapest of the staged variants (with the exchanges they include where tiles do
+    not nest) from `source` to `target`, leaf shardings without manual subgroups: the plan
+    `plan_reshard` keeps unless the direct exchange of pieces (`_direct_exchange`) sends
+    fewer bytes."""
+    return _staged_cached(shape.without_layout(), source.with_metadata(()),
+                          target.with_metadata(()), num_devices)
+
+
 @algebra.cached
 def _plan_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
                  num_devices: int) -> ReshardPlan:
+    """`plan_staged`'s plan, or the direct exchange of pieces where its busiest device sends
+    fewer bytes (not planned where the staged plan sends none)."""
+    staged = _staged_cached(shape, source, target, num_devices)
+    if not staged.cost or source.kind == "maximal" or target.kind == "maximal":
+        return staged
+    rank = len(shape.dims)
+    src, dst = Tiling(source, rank, num_devices), Tiling(target, rank, num_devices)
+    direct = _direct_exchange(shape.dims, src, dst)
+    if direct is None:
+        return staged
+    width = max(dtypes.byte_width(shape.element_type), 1)
+    sent = _bytes_sent(direct, shape.dims, width)
+    return ReshardPlan(shape, tuple(direct), *sent) if sent[0] < staged.cost else staged
+
+
+@algebra.cached
+def _staged_cached(shape: ArrayShape, source: HloSharding, target: HloSharding,
+                   num_devices: int) -> ReshardPlan:
     for s in (source, target):
         if s.is_tuple:
             raise UnsupportedError(f"resharding needs leaf shardings, got {s.to_text(False)}")
@@ -808,6 +839,22 @@ def _fill_by_score(score: np.ndarray, parent: np.ndarray, capacity: int) -> np.n
     free = capacity - np.bincount(bucket[kept], minlength=(parent.max() + 1) * room)
     taken[left] = np.repeat(np.arange(free.size), free) % room
     return taken
+
+
+def _direct_exchange(dims, src: Tiling, dst: Tiling) -> list[Step] | None:
+    """The exchange of the pieces of the new tiles where the staged variants do not plan it
+    (tiles that nest or gather, neither side with partial sums), or None: every device
+    receives the real elements of its new tile it lacks from a holder, at most `MAX_ROUNDS`
+    pieces (`plan_exchange`). It replaces the staged plan only where its busiest device
+    sends fewer bytes: an all-to-all whose groups give the new tiles to other devices than
+    the target's, then a permute (XLA's plan), sends each piece twice where the exchange
+    sends it once, and an all-gather moves the tiles whole where each device lacks only a
+    part."""
+    if src.unreduced > 1 or dst.unreduced > 1 or _misaligned(dims, src, dst) or \
+            _gathered_past_padding(dims, src, dst):
+        return None
+    rounds = plan_exchange(dims, src, dst)
+    return None if rounds is None else [Exchange(src, dst, rounds=tuple(rounds))]
 
 
 def _exchange_variants(dims, src: Tiling, dst: Tiling) -> list[list[Step]]:
@@ -1533,5 +1580,6 @@ def _compatible(source: HloSharding, target_sharding: HloSharding, rank: int,
 
 __all__ = ["Maximal", "Layout", "Step", "AllReduce", "ReduceScatter", "AllToAll", "AllGather",
            "MaskedGather", "Slice", "Permute", "Exchange", "ZeroPartials", "BroadcastFromDevice",
-           "SendToDevice", "ReshardPlan", "Routes", "plan_reshard", "plan_routes", "reshard_cost",
+           "SendToDevice", "ReshardPlan", "Routes", "plan_reshard", "plan_routes", "plan_staged",
+           "reshard_cost",
            "layout_of", "compatible_subtiling", "local_dims"]
