@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gspmdc.passes.spmd.reshard_plan import plan_reshard
+from gspmdc.passes.spmd.reshard_plan import plan_reshard, plan_staged
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
 
@@ -132,13 +132,32 @@ def test_replicated_to_uneven_tiled_pads_before_slicing():
 
 
 def test_uneven_all_to_all_matches_the_reference_sequence():
-    """All-to-all: f32[7,31,128] [1,2,1] -> [2,1,1]: local [7,16,128] padded to [8,16,128],
-    reshaped to [2,4,16,128], exchanged, transposed, merged to [4,32,128], sliced to 31."""
-    spmd = reshard("{devices=[1,2,1]<=[2]}", "{devices=[2,1,1]<=[2]}", 2, "f32[7,31,128]")
+    """All-to-all: f32[7,32,128] [1,2,1] -> [2,1,1]: local [7,16,128] padded to [8,16,128],
+    reshaped to [2,4,16,128], exchanged, transposed, merged to [4,32,128]. The exchange of
+    pieces only ties it here (device 1 lacks a full [4,16,128] of device 0's, 32768 B either
+    way), so the staged plan stays. With 31 columns the staged plan (asked alone) is the same
+    all-to-all of the padded halves, 32768 B from each device, but the pieces send only real
+    elements, in two rounds so that neither travels at the other's size: device 1 sends rows
+    0-3 of columns 16-30 ([4,15,128], 30720 B) to device 0, device 0 rows 4-6 of columns 0-15
+    ([3,16,128], 24576 B) to device 1: 30720 B from the busiest device, 55296 over both
+    instead of 65536, and the program takes the pieces."""
+    s, t = "{devices=[1,2,1]<=[2]}", "{devices=[2,1,1]<=[2]}"
+    spmd = reshard(s, t, 2, "f32[7,32,128]")
     shapes = [str(i.shape) for i in spmd.entry.instructions
               if i.opcode in ("pad", "reshape", "all-to-all", "transpose", "slice")]
     assert shapes == ["f32[8,16,128]", "f32[2,4,16,128]", "f32[2,4,16,128]", "f32[4,2,16,128]",
-                      "f32[4,32,128]", "f32[4,31,128]"]
+                      "f32[4,32,128]"]
+    x = np.arange(7 * 32 * 128, dtype=np.float32).reshape(7, 32, 128)
+    np.testing.assert_array_equal(run_global(spmd, [x], 2), x)
+    shape = ArrayShape("f32", (7, 31, 128))
+    staged = plan_staged(shape, parse_sharding(s), parse_sharding(t), 2)
+    assert staged.collectives == ["all-to-all"] and (staged.cost, staged.total) == (32768, 65536)
+    plan = plan_reshard(shape, parse_sharding(s), parse_sharding(t), 2)
+    assert plan.collectives == ["collective-permute"] and (plan.cost, plan.total) == (30720, 55296)
+    spmd = reshard(s, t, 2, "f32[7,31,128]")
+    assert [c[1] for c in collectives(spmd)] == [[(1, 0)], [(0, 1)]]
+    x = np.arange(7 * 31 * 128, dtype=np.float32).reshape(7, 31, 128)
+    np.testing.assert_array_equal(run_global(spmd, [x], 2), x)
 
 
 def test_partial_sums_reduce_scatter_when_the_target_is_tiled():

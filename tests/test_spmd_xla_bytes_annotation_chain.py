@@ -12,6 +12,7 @@ import pytest
 from gspmdc.passes.spmd.traffic import sent_per_device
 
 from conformance.oracle import xla_available
+from gspmdc.passes.spmd.traffic import sent_per_device
 from spmd_partition_helpers import busiest_per_collective, check_equivalent, collectives, \
     compared_with_xla
 
@@ -33,14 +34,20 @@ ENTRY e {
 
 def test_an_op_read_whole_takes_the_cheaper_of_its_annotation_and_one_gather():
     """On the rows, one all-gather over the 4 devices: each sends its 2x1x15 s32 (120 B) to 3
-    others, 360 B. Through the annotation: every device lacks the other row tiles of its 8
-    columns (padded to 16), sent by an exchange of pieces in 3 rounds of a 2x1x8 s32 (64 B
-    each, 192 B; an all-to-all, a permute and a gather sent 320), then a gather of the columns
-    (a 5x1x8 s32 tile, 160 B): 352 B, the cheaper of the two."""
+    others, 360 B. Through the annotation: every device lacks the other row tiles of its
+    columns (8, or 7 of the padded 8), sent by an exchange of pieces (an all-to-all, a permute
+    and a gather sent 320): devices 0 and 1 send rows of 2 (s32[2,1,8] 64 B to each other,
+    [2,1,7] 56 B to each of devices 2 and 3), device 2 its one row (s32[1,1,8] 32 B to devices
+    0 and 1, [1,1,7] 28 B to device 3). Filled largest piece first, four rounds: devices 0 and
+    1 send 64 + 64 + 56 = 184 B, device 2 64 + 64 + 32 = 160 (three rounds of [2,1,8] buffers
+    sent 192 from each of the three). Then a gather of the columns (a 5x1x8 s32 tile, 160 B):
+    344 B from the busiest device, 292 on average, the cheaper of the two. (The rounds'
+    busiest devices sum to 376 with the gather, more than the one gather's 360, but no device
+    sends in every round: the program's busiest device is what the plans compare.)"""
     spmd = check_equivalent(ROWS_READ_WHOLE, 4)
-    assert [c[0] for c in collectives(spmd)] == ["collective-permute"] * 3 + ["all-gather"]
+    assert [c[0] for c in collectives(spmd)] == ["collective-permute"] * 4 + ["all-gather"]
     assert collectives(spmd)[-1] == ("all-gather", [[0, 2], [1, 3]], (2,))
-    assert busiest_per_collective(spmd, 4) == 3 * 64 + 160
+    assert sent_per_device(spmd, 4).tolist() == [344, 344, 320, 160]
 
 
 #: the same op read in its annotation by one user and whole by another: the annotation is
@@ -59,10 +66,11 @@ ENTRY e {
 
 def test_an_op_read_in_its_annotation_too_keeps_the_annotation():
     """One user reads the columns: the rows go to the columns once (the exchange of pieces,
-    192 B), the replicated element is gathered from the columns (160 B); gathering the rows for
-    it as well (360 B) would send more."""
+    184 B from the busiest device, as above), the replicated element is gathered from the
+    columns (160 B): 344 B from the busiest device; gathering the rows for it as well (360 B)
+    would send more."""
     spmd = check_equivalent(ROWS_READ_TWICE, 4)
-    assert busiest_per_collective(spmd, 4) == 192 + 160
+    assert sent_per_device(spmd, 4).tolist() == [344, 344, 320, 160]
     assert collectives(spmd)[-1] == ("all-gather", [[0, 2], [1, 3]], (2,))
 
 
@@ -70,9 +78,9 @@ def test_an_op_read_in_its_annotation_too_keeps_the_annotation():
 def test_an_op_read_whole_sends_what_xla_sends():
     """XLA computes the `or` on the rows and gathers it once (its reshard to the annotation
     goes through the replicated value, which its cache gives to the root): 360 B per device;
-    gspmdc's exchange into the annotation and gather of the columns send 352."""
+    gspmdc's exchange into the annotation and gather of the columns send 344."""
     result = compared_with_xla(ROWS_READ_WHOLE, 4)
-    assert (result.our_busiest, result.xla_busiest) == (352, 360)
+    assert (result.our_busiest, result.xla_busiest) == (344, 360)
 
 
 #: fuzz/11600000918, shrunk: a sort run in its operands' tiles (2 row tiles, 2 column tiles,
