@@ -10,7 +10,7 @@ import pytest
 from gspmdc import api
 from gspmdc.cli import main
 from gspmdc.ir.mesh import Mesh
-from gspmdc.ir.parser import parse_module
+from gspmdc.ir.parser import parse_module, parse_sharding
 from gspmdc.passes.autoshard import autoshard
 from gspmdc.passes.autoshard.annotate import read_record
 
@@ -180,6 +180,28 @@ def test_identical_layers_share_choices_and_the_plan_is_the_unrestricted_optimum
     best_tied, best_free = solve(tied, [], 60), solve(free, [], 60)
     assert best_tied.status == best_free.status == "optimal"
     assert best_tied.seconds == pytest.approx(best_free.seconds, rel=1e-9)
+
+
+def test_a_reshard_by_an_exchange_of_pieces_is_priced_at_the_bytes_its_program_sends():
+    """f32[16,8,8,1], dim 2 in 2 tiles held twice, to [2,2] tiles of dims 0 and 1 on devices
+    3,0,1,2: every device lacks one dim-2 half of its new [8,4,8,1] tile (f32[8,4,4,1],
+    512 B), one piece each by an exchange. The cost model plans the dims that the device
+    count divides as the device count, where that piece is f32[2,2,2,1] (32 B); priced at the
+    array's own dims, the reshard costs what the partitioned program sends."""
+    from gspmdc.ir.shapes import ArrayShape
+    from gspmdc.passes.autoshard.costs import DEFAULT_MACHINE, CostModel
+    from gspmdc.passes.spmd.traffic import sent_per_device
+    source = "{devices=[1,1,2,1,2]<=[4] last_tile_dim_replicate}"
+    target = "{devices=[2,2,1,1]3,0,1,2}"
+    costs = CostModel(DEFAULT_MACHINE, 4, {})
+    _, sent = costs.reshard(ArrayShape("f32", (16, 8, 8, 1)), parse_sharding(source),
+                            parse_sharding(target))
+    text = ("HloModule m, num_partitions=4\n\nENTRY e {\n"
+            f"  p = f32[16,8,8,1] parameter(0), sharding={source}\n"
+            f"  ROOT c = f32[16,8,8,1] copy(p), sharding={target}\n}}\n")
+    spmd = spmd_partition_helpers.check_equivalent(text, 4)
+    assert sent_per_device(spmd, 4).tolist() == [512] * 4
+    assert sent == 512
 
 
 def test_the_machine_option_takes_gspmdc_costs_presets_and_files(tmp_path, capsys):

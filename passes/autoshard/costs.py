@@ -12,8 +12,9 @@ with no overlap of communication and computation. Machines are `gspmdc cost`'s
 - `instruction_seconds`: the roofline time of an instruction run on its local shapes (the shard
   shapes of the shardings a strategy gives its operands and result);
 - `reshard`: the time and bytes per device of the reshard planner's plan between two
-  shardings (`passes/spmd/reshard_plan.py`): each collective step timed as that collective on
-  its group, each local step (a slice) as the memory it touches;
+  shardings (`passes/spmd/reshard_plan.py`): each collective step timed as the collectives it
+  emits on their groups (an exchange of pieces one collective-permute per round), each local
+  step (a slice) as the memory it touches;
 - `own_traffic`: bytes a rule's local computation sends itself (halo exchanges), timed as one
   collective-permute.
 """
@@ -114,10 +115,15 @@ class CostModel:
         """The planner's plan for `shape`, planned once for all shapes of the same rank whose
         dims divide alike: a dim that every tile count divides (a multiple of the device
         count) is planned as the device count, since every step then moves a fixed fraction
-        of the whole array and the planner's choice does not depend on its size."""
+        of the whole array and the planner's choice does not depend on its size. An exchange
+        of pieces sizes its rounds for the dims it is planned on, though: a plan with one is
+        planned again on `shape`'s own dims."""
         n = self.num_devices
         dims = tuple(n if d % n == 0 and d > 0 else d for d in shape.dims)
-        return rp.plan_reshard(ArrayShape("u8", dims), have, want, n)
+        plan = rp.plan_reshard(ArrayShape("u8", dims), have, want, n)
+        if dims != shape.dims and any(isinstance(s, rp.Exchange) for s in plan.steps):
+            plan = rp.plan_reshard(ArrayShape("u8", shape.dims), have, want, n)
+        return plan
 
     def own_traffic(self, sent_bytes: float) -> tuple[float, float]:
         """(seconds, bytes) of a local computation's own sends, as one collective-permute."""
@@ -128,9 +134,9 @@ class CostModel:
     def _step_seconds(self, step: rp.Step, shape: ArrayShape) -> float:
         width = max(dtypes.byte_width(shape.element_type), 1)
         dims = shape.dims
-        traffic = step.traffic(dims, width)
-        if traffic is not None:
-            return self._seconds(traffic)
+        collectives = step.collective_traffics(dims, width)
+        if collectives:
+            return sum(self._seconds(traffic) for traffic in collectives)
         before = prod(rp.local_dims(dims, step.before)) * width
         after = prod(rp.local_dims(dims, step.after)) * width
         return (before + after) / self.machine.memory_bandwidth

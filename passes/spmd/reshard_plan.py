@@ -132,6 +132,12 @@ class Step:
         elements of `width` bytes (None: a local step)."""
         return None
 
+    def collective_traffics(self, dims: tuple[int, ...], width: int) -> list[cost.Traffic]:
+        """The traffic of each collective the step's lowering emits, in order (`traffic` is
+        their sum: one collective but for an `Exchange`)."""
+        found = self.traffic(dims, width)
+        return [] if found is None else [found]
+
     def describe(self) -> str:
         return type(self).__name__
 
@@ -261,14 +267,19 @@ class Exchange(Step):
     collective = "collective-permute"
 
     def traffic(self, dims, width):
-        n = self.before.num_devices
-        parts = [cost.collective_permute(r.pairs, prod(r.size) * width, n)
-                 for r in self.rounds if r.pairs is not None]
+        parts = self.collective_traffics(dims, width)
         if not parts:
             return None
         return cost.Traffic("collective-permute", sum(p.num_groups for p in parts), 2,
                             max(p.operand_bytes for p in parts), sum(p.sent for p in parts),
                             sum(p.received for p in parts))
+
+    def collective_traffics(self, dims, width):
+        """One collective-permute per round that moves pieces, of the round's buffer (the
+        rounds are sized for the dims the exchange was planned on)."""
+        n = self.before.num_devices
+        return [cost.collective_permute(r.pairs, prod(r.size) * width, n)
+                for r in self.rounds if r.pairs is not None]
 
     def describe(self):
         moving = sum(r.pairs is not None for r in self.rounds)
