@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gspmdc.ir.liveness import memory_profile, shape_bytes
 from gspmdc.ir.parser import parse_sharding
 from gspmdc.ir.shapes import ArrayShape
 from gspmdc.passes.spmd.reshard_plan import plan_reshard, plan_staged
@@ -90,6 +91,24 @@ def test_a_permute_after_an_all_to_all_is_saved():
     assert sent_per_device(spmd, 4).tolist() == [64] * 4
     x = np.arange(128, dtype=np.float32).reshape(8, 4, 4, 1)
     np.testing.assert_array_equal(run_global(spmd, [x], 4), x)
+
+
+def test_the_exchange_holds_no_padded_copy_of_the_shard():
+    """The program of the reshard above on one device: its shard f32[8,4,2,1] (256 B), its new
+    tile f32[4,2,4,1] (128 B), one piece of 64 B per round. Every cut and every placement
+    fits inside the shard and the tile, so no buffer is larger than the shard (a cut padded by
+    the round's buffer on every dim was f32[12,6,4,2], 2,304 B) and at the peak the device
+    holds at most its shard, the tile built so far, a zero tile and the tile with the piece
+    placed in it, and the piece sent and received: 256 + 3 * 128 + 2 * 64 = 768 B (5,780
+    before; the staged plan's program 512)."""
+    source = "{devices=[1,1,2,1,2]<=[4] last_tile_dim_replicate}"
+    target = "{devices=[2,2,1,1]3,0,1,2}"
+    text = ("HloModule m, num_partitions=4\n\nENTRY e {\n"
+            f"  p = f32[8,4,4,1] parameter(0), sharding={source}\n"
+            f"  ROOT c = f32[8,4,4,1] copy(p), sharding={target}\n}}\n")
+    spmd = check_equivalent(text, 4)
+    assert max(shape_bytes(i.shape) for i in spmd.entry.instructions) == 256
+    assert memory_profile(spmd).peak_bytes <= 768
 
 
 def test_more_pieces_than_rounds_are_not_exchanged():

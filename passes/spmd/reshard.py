@@ -240,40 +240,52 @@ def emit_pieces(ctx: EmitContext, value: Instruction, rounds, new: tuple[int, ..
                 ) -> Instruction:
     """The new tiles of shape `new` assembled from the pieces of `rounds`
     (`reshard_exchange.Round`s) cut from the local shard `value`. Per round (the local pieces
-    first): every device cuts the piece it sends out of its shard (padded so the cut never
-    clamps), the round's permute moves it, the receiver writes it at its place in a zero tile
-    and keeps it where the piece lies (what no piece fills is zero)."""
+    first): every device cuts the piece it sends out of its shard (padded where some device's
+    cut would run past it, so that no cut clamps), the round's permute moves it, the receiver
+    writes it at its place in a zero tile (grown where some piece would run past it) and keeps
+    it where the piece lies (what no piece fills is zero), the part kept per dim compared on
+    that dim alone, on the dims where some device keeps less than the whole tile."""
     b, tables = ctx.builder, ctx.tables
     t = value.shape.element_type
     held = value.shape.dims
     rank = len(new)
     result = None
     for r in rounds:
-        padded = b.pad_high(value, [h + s for h, s in zip(held, r.size)])
+        padded = b.pad_high(value, _reach(held, r.send_at, r.size))
         piece = b.dynamic_slice(padded, [tables.lookup(r.send_at[:, d], f"exchange.send.{d}")
                                          for d in range(rank)], list(r.size))
         if r.pairs is not None:
             piece = b.collective_permute(piece, r.pairs, ctx.channels())
-        room = [n + s for n, s in zip(new, r.size)]
+        room = _reach(new, r.place_at, r.size)
         zeros = b.broadcast(b.zero(t), room)
         starts = [tables.lookup(r.place_at[:, d], f"exchange.place.{d}") for d in range(rank)]
         placed = b.add("dynamic-update-slice", zeros.shape.with_dims(room),
                        [zeros, piece, *starts])
         placed = b.slice_to(placed, new)
-        if result is None and not (r.lo != 0).any() and \
-                (r.hi == np.asarray(new)).all():
-            result = placed
-            continue
         keep = None
         for d in range(rank):
-            index = b.iota("s32", new, d)
-            low = b.broadcast(tables.lookup(r.lo[:, d], f"exchange.lo.{d}"), new)
-            high = b.broadcast(tables.lookup(r.hi[:, d], f"exchange.hi.{d}"), new)
+            if not (r.lo[:, d] != 0).any() and (r.hi[:, d] == new[d]).all():
+                continue                    # every device keeps the whole dim
+            line = (new[d],)
+            index = b.iota("s32", line, 0)
+            low = b.broadcast(tables.lookup(r.lo[:, d], f"exchange.lo.{d}"), line)
+            high = b.broadcast(tables.lookup(r.hi[:, d], f"exchange.hi.{d}"), line)
             inside = b.binary("and", b.compare(index, low, "GE"), b.compare(index, high, "LT"))
+            inside = b.broadcast(inside, new, (d,))
             keep = inside if keep is None else b.binary("and", keep, inside)
+        if keep is None:
+            result = placed
+            continue
         base = result if result is not None else b.broadcast(b.zero(t), new)
         result = b.select(keep, placed, base)
     return result if result is not None else b.broadcast(b.zero(t), new)
+
+
+def _reach(dims, starts: np.ndarray, size) -> list[int]:
+    """`dims` grown where a block of `size` at some device's `starts` ([N, rank]) would run
+    past them."""
+    ends = starts.max(axis=0, initial=0) + np.asarray(size, dtype=np.int64)
+    return [max(int(d), int(e)) for d, e in zip(dims, ends)]
 
 
 def _zero_partials(ctx, value, shape, step: ZeroPartials, reducer):
