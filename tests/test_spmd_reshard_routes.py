@@ -67,13 +67,14 @@ def test_the_routes_of_a_reshard_are_its_plans_with_distinct_bytes_per_device():
     assert [int(row.sum()) for row in routes.sent] == [plan.total for plan in routes.plans]
 
 
-# `a`'s reshard above, made for an add each iteration of a loop (`x` to `acc`'s tiling) or in
-# one branch of a conditional, beside `b`'s permute in the entry (192 B from devices 0 and 1)
-TILED = "{devices=[1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"
-ROWS = "{devices=[2,1,1,2]0,3,2,1 last_tile_dim_replicate}"
-B_FROM = "{devices=[1,2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"
-B_TO = "{devices=[1,2,1,2]1,2,0,3 last_tile_dim_replicate}"
-B_SENT = np.array([192, 192, 0, 0])
+# a reshard of f32[2,4,10] from tiles of dim 2 (devices 3, 2, 1, 0) to halves of it held in
+# pairs, made for an add each iteration of a loop (`x` to `acc`'s tiling) or in one branch of a
+# conditional, beside `b`'s move from device 2 to device 0 in the entry (96 B from device 2)
+TILED = "{devices=[1,1,4]3,2,1,0}"
+ROWS = "{devices=[1,1,2,2]1,2,0,3 last_tile_dim_replicate}"
+B_FROM = "{maximal device=2}"
+B_TO = "{maximal device=0}"
+B_SENT = np.array([0, 0, 96, 0])
 STATE = "(s32[], f32[2,4,10], f32[2,4,10])"
 STATE_SHARDING = f"{{{{replicated}}, {TILED}, {ROWS}}}"
 
@@ -100,24 +101,26 @@ cond {{
 ENTRY e {{
   a = f32[2,4,10] parameter(0), sharding={TILED}
   c = f32[2,4,10] parameter(1), sharding={ROWS}
-  b = f64[4,4,3] parameter(2), sharding={B_FROM}
+  b = f32[24] parameter(2), sharding={B_FROM}
   zero = s32[] constant(0), sharding={{replicated}}
   init = {STATE} tuple(zero, a, c), sharding={STATE_SHARDING}
   w = {STATE} while(init), condition=cond, body=body, sharding={STATE_SHARDING}
   out = f32[2,4,10] get-tuple-element(w), index=2, sharding={ROWS}
-  ROOT t = (f32[2,4,10], f64[4,4,3]) tuple(out, b), sharding={{{ROWS}, {B_TO}}}
+  ROOT t = (f32[2,4,10], f32[24]) tuple(out, b), sharding={{{ROWS}, {B_TO}}}
 }}
 """
 
 
 def _routes_of_x() -> tuple[np.ndarray, np.ndarray]:
-    """The bytes per device of `x`'s reshard by its plan alone (the slice, the permute of
-    halves from devices 1 and 3 and the all-gather in pairs) and by the all-to-all between
-    the pairs then the permute from devices 2 and 3, as the routes pass prices them."""
+    """The bytes per device of `x`'s reshard by its plan alone (permutes of the pieces of
+    the new f32[2,4,5] tiles only: device 0 its f32[2,4,1] piece, 32 B, devices 1, 2 and 3
+    six of their columns, 192 B: [32, 192, 192, 192]) and by the route of two permutes then
+    an all-gather in the pairs {1,2} and {3,0}: [96, 224, 128, 192], as the routes pass prices
+    them."""
     routes = plan_routes(ArrayShape("f32", (2, 4, 10)), parse_sharding(TILED),
                          parse_sharding(ROWS), 4)
-    alone, spread = routes.sent[0], [r for r in routes.sent if r.tolist() == [80, 80, 240, 240]]
-    assert alone.tolist() == [80, 160, 80, 160] and len(spread) == 1
+    alone, spread = routes.sent[0], [r for r in routes.sent if r.tolist() == [96, 224, 128, 192]]
+    assert alone.tolist() == [32, 192, 192, 192] and len(spread) == 1
     return alone, spread[0]
 
 
@@ -127,44 +130,44 @@ def _channel_ids(spmd) -> list[int]:
 
 
 def test_a_reshard_in_a_loop_is_priced_times_the_trip_count_and_rerouted():
-    """Two iterations: `x`'s reshard alone sends 2 x [80, 160, 80, 160] and the program, with
-    `b`'s permute, [352, 512, 160, 320] (busiest 512); its all-to-all route sends
-    2 x [80, 80, 240, 240] and the program [352, 352, 480, 480] (busiest 480): taken, in the
+    """Two iterations: `x`'s reshard alone sends 2 x [32, 192, 192, 192] and the program, with
+    `b`'s permute, [64, 384, 480, 384] (busiest 480); its route through the all-gather sends
+    2 x [96, 224, 128, 192] and the program [192, 448, 352, 384] (busiest 448): taken, in the
     loop body. The routes' bytes times the trip count plus `b`'s are what the cost model
     counts on the printed program; the re-emitted collectives get new channel ids, unique."""
     spmd = check_equivalent(LOOP.replace("TRIPS", "2"), 4)
     alone, spread = _routes_of_x()
-    assert (2 * alone + B_SENT).tolist() == [352, 512, 160, 320]
+    assert (2 * alone + B_SENT).tolist() == [64, 384, 480, 384]
     assert sent_per_device(spmd, 4).tolist() == (2 * spread + B_SENT).tolist() == \
-        [352, 352, 480, 480]
+        [192, 448, 352, 384]
     ids = _channel_ids(spmd)
-    assert len(ids) == len(set(ids)) == 3
+    assert len(ids) == len(set(ids)) == 4
     check(api.to_text(spmd), directives("""
     // CHECK: %body
-    // CHECK-NOT: all-gather(
-    // CHECK: all-to-all({{.*}}spmd_value="x"
-    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]2,3[}],[{]1,1[}],[{]3,2[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]2,1[}],[{]1,0[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]3,1[}],[{]2,2[}],[{]1,3[}],[{]0,0[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: all-gather({{.*}}replica_groups={{[{][{]1,2[}],[{]3,0[}][}]}}{{.*}}spmd_value="x"
     // CHECK: ENTRY
     // CHECK: collective-permute({{.*}}spmd_value="b"
     """))
 
 
 def test_a_route_cheaper_for_one_iteration_is_not_taken_for_three():
-    """Three iterations: `x`'s plan alone makes the program [432, 672, 240, 480] (busiest
-    672); the all-to-all route, lighter on the busiest device for one or two iterations, would
-    make it [432, 432, 720, 720] (busiest 720), and the even route (160 B from each device)
-    [672, 672, 480, 480] (busiest equal, more in all): the plan alone stays. A pass pricing the
-    loop's reshard once would take the all-to-all."""
+    """Three iterations: `x`'s plan alone makes the program [96, 576, 672, 576] (busiest
+    672); the route through the all-gather, lighter on the busiest device for one or two
+    iterations, would make it [288, 672, 480, 576] (busiest equal, more in all): the plan alone
+    stays. A pass pricing the loop's reshard once would take the all-gather."""
     spmd = check_equivalent(LOOP.replace("TRIPS", "3"), 4)
     alone, spread = _routes_of_x()
-    assert (3 * spread + B_SENT).tolist() == [432, 432, 720, 720]
+    assert (3 * spread + B_SENT).tolist() == [288, 672, 480, 576]
     assert sent_per_device(spmd, 4).tolist() == (3 * alone + B_SENT).tolist() == \
-        [432, 672, 240, 480]
+        [96, 576, 672, 576]
+    assert "all-gather(" not in api.to_text(spmd)
     check(api.to_text(spmd), directives("""
     // CHECK: %body
-    // CHECK-NOT: all-to-all(
-    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]1,3[}],[{]2,2[}],[{]3,1[}][}]}}{{.*}}spmd_value="x"
-    // CHECK: all-gather({{.*}}replica_groups={{[{][{]0,3[}],[{]2,1[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]3,1[}],[{]1,0[}],[{]2,3[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]2,0[}],[{]0,3[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: ENTRY
     """))
 
 
@@ -197,16 +200,16 @@ ENTRY e {{""").replace("body=body, sharding=" + STATE_SHARDING + "\n  out",
 
 def test_a_reshard_in_nested_loops_is_priced_times_both_trip_counts():
     """The inner loop's body runs 2 x 2 times: `x`'s plan alone makes the program
-    [512, 832, 320, 640] (busiest 832), the all-to-all route [512, 512, 960, 960] (busiest
-    960), the even route [832, 832, 640, 640] (busiest equal, more in all): the plan alone
-    stays, where pricing it by the inner trip count alone would take the all-to-all."""
+    [128, 768, 864, 768] (busiest 864), the route through the all-gather [384, 896, 608, 768]
+    (busiest 896): the plan alone stays, where pricing it by the inner trip count alone would
+    take the all-gather."""
     assert NESTED.count("while(") == 2 and "condition=outer_cond" in NESTED
     spmd = check_equivalent(NESTED, 4)
     alone, spread = _routes_of_x()
-    assert (4 * spread + B_SENT).tolist() == [512, 512, 960, 960]
+    assert (4 * spread + B_SENT).tolist() == [384, 896, 608, 768]
     assert sent_per_device(spmd, 4).tolist() == (4 * alone + B_SENT).tolist() == \
-        [512, 832, 320, 640]
-    assert "all-to-all" not in api.to_text(spmd)
+        [128, 768, 864, 768]
+    assert "all-gather(" not in api.to_text(spmd)
 
 
 BRANCHES = f"""HloModule m, num_partitions=4
@@ -228,34 +231,34 @@ ENTRY e {{
   q = pred[] parameter(0), sharding={{replicated}}
   a = f32[2,4,10] parameter(1), sharding={TILED}
   c = f32[2,4,10] parameter(2), sharding={ROWS}
-  b = f64[4,4,3] parameter(3), sharding={B_FROM}
+  b = f32[24] parameter(3), sharding={B_FROM}
   ops = (f32[2,4,10], f32[2,4,10]) tuple(a, c), sharding={{{TILED}, {ROWS}}}
   k = f32[2,4,10] conditional(q, ops, ops), true_computation=on_true,
     false_computation=on_false, sharding={ROWS}
-  ROOT t = (f32[2,4,10], f64[4,4,3]) tuple(k, b), sharding={{{ROWS}, {B_TO}}}
+  ROOT t = (f32[2,4,10], f32[24]) tuple(k, b), sharding={{{ROWS}, {B_TO}}}
 }}
 """
 
 
 def test_a_reshard_in_a_branch_is_rerouted():
     """A branch runs at most once per run (priced as if it ran: the bound the cost model
-    takes): `x`'s reshard in the true branch takes the all-to-all route as in the entry, the
-    program [272, 272, 240, 240] with `b`'s permute instead of [272, 352, 80, 160] by its plan
+    takes): `x`'s reshard in the true branch takes the route through the all-gather, the
+    program [96, 224, 224, 192] with `b`'s permute instead of [32, 192, 288, 192] by its plan
     alone; values agree whichever branch runs."""
     inputs = inputs_for(BRANCHES)
     for taken in (True, False):
         inputs[0] = np.array(taken)
         spmd = check_equivalent(BRANCHES, 4, inputs=inputs)
     alone, spread = _routes_of_x()
-    assert (alone + B_SENT).max() == 352
+    assert (alone + B_SENT).tolist() == [32, 192, 288, 192]
     assert sent_per_device(spmd, 4).tolist() == (spread + B_SENT).tolist() == \
-        [272, 272, 240, 240]
+        [96, 224, 224, 192]
     ids = _channel_ids(spmd)
-    assert len(ids) == len(set(ids)) == 3
+    assert len(ids) == len(set(ids)) == 4
     check(api.to_text(spmd), directives("""
     // CHECK: %on_true
-    // CHECK: all-to-all({{.*}}spmd_value="x"
-    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]2,3[}],[{]1,1[}],[{]3,2[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]2,1[}],[{]1,0[}][}]}}{{.*}}spmd_value="x"
+    // CHECK: all-gather({{.*}}replica_groups={{[{][{]1,2[}],[{]3,0[}][}]}}{{.*}}spmd_value="x"
     // CHECK: %on_false
     // CHECK-NOT: channel_id
     // CHECK: ENTRY
@@ -289,13 +292,13 @@ cond {{
 ENTRY e {{
   a = f32[2,4,10] parameter(0), sharding={TILED}
   c = f32[2,4,10] parameter(1), sharding={ROWS}
-  b = f64[4,4,3] parameter(2), sharding={B_FROM}
+  b = f32[24] parameter(2), sharding={B_FROM}
   trips = s32[] parameter(3), sharding={{replicated}}
   zero = s32[] constant(0), sharding={{replicated}}
   init = {UNBOUNDED_STATE} tuple(zero, a, c, trips), sharding={UNBOUNDED_SHARDING}
   w = {UNBOUNDED_STATE} while(init), condition=cond, body=body, sharding={UNBOUNDED_SHARDING}
   out = f32[2,4,10] get-tuple-element(w), index=2, sharding={ROWS}
-  ROOT t = (f32[2,4,10], f64[4,4,3], f32[2,4,10]) tuple(out, b, a),
+  ROOT t = (f32[2,4,10], f32[24], f32[2,4,10]) tuple(out, b, a),
     sharding={{{ROWS}, {B_TO}, {ROWS}}}
 }}
 """
@@ -304,21 +307,19 @@ ENTRY e {{
 def test_no_reshard_is_rerouted_where_a_loop_runs_an_unknown_number_of_times():
     """The loop above bounded by a value it carries (no static trip count), and `a` also read
     in `acc`'s tiling by the root: the program's bytes are unknown (`sent_per_device` is None),
-    so every reshard keeps its plan, `a`'s in the entry too (the slice, the permute from
-    devices 1 and 3 and the all-gather in pairs, where beside `b`'s permute alone it takes the
-    all-to-all: the first test)."""
+    so every reshard keeps its plan, `a`'s in the entry too (permutes of pieces only, where
+    beside `b`'s move alone it would take the route through the all-gather: the branch
+    test)."""
     inputs = inputs_for(UNBOUNDED)
     inputs[3] = np.array(2, dtype=np.int32)
     spmd = check_equivalent(UNBOUNDED, 4, inputs=inputs)
     assert sent_per_device(spmd, 4) is None
+    assert "all-gather(" not in api.to_text(spmd)
     check(api.to_text(spmd), directives("""
     // CHECK: %body
-    // CHECK-NOT: all-to-all(
-    // CHECK: all-gather({{.*}}spmd_value="x"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]3,1[}],[{]1,0[}],[{]2,3[}][}]}}{{.*}}spmd_value="x"
     // CHECK: ENTRY
-    // CHECK-NOT: all-to-all(
-    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]0,0[}],[{]1,3[}],[{]2,2[}],[{]3,1[}][}]}}{{.*}}spmd_value="a"
-    // CHECK: all-gather({{.*}}spmd_value="a"
+    // CHECK: collective-permute({{.*}}source_target_pairs={{[{][{]3,1[}],[{]1,0[}],[{]2,3[}][}]}}{{.*}}spmd_value="a"
     """))
 
 TO_ONE_DEVICE = """HloModule m, num_partitions=8
