@@ -108,3 +108,22 @@ def compared_with_xla(text: str, n: int):
     assert result.our_bytes <= result.xla_bytes, (result.our_bytes, result.xla_bytes)
     assert "gspmdc" not in result.value_mismatch, result.value_mismatch
     return result
+
+
+def generated_compared_with_xla(seed: int, setting: str):
+    """The generated module `seed` (tests/fuzz.py) against XLA as the oracle run compares it,
+    with propagation to the output and parameters `setting` ("on" or "off"; needs jax): the
+    comparison's result, asserted compared and gspmdc's values the reference's (the bytes are
+    the caller's to judge)."""
+    from conformance.differential import Case, run_case
+    from conformance.oracle import XlaOracle
+    from fuzz import case
+    generated = case(seed)
+    on = setting == "on"
+    with XlaOracle() as xla:
+        result = run_case(Case(f"fuzz/{seed} [{setting}]", generated.text,
+                               generated.num_partitions, on, on, generated.reference_text),
+                          xla, seed // 1000000)
+    assert result.status == "compared", result.detail
+    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
+    return result

@@ -265,7 +265,6 @@ def test_a_reshard_in_a_branch_is_rerouted():
     """))
 
 
-
 UNBOUNDED_STATE = "(s32[], f32[2,4,10], f32[2,4,10], s32[])"
 UNBOUNDED_SHARDING = f"{{{{replicated}}, {TILED}, {ROWS}, {{replicated}}}}"
 UNBOUNDED = f"""HloModule m, num_partitions=4

@@ -13,7 +13,9 @@ from gspmdc.passes.spmd.traffic import sent_per_device
 from conformance.oracle import xla_available
 from hlo_text import hlo_module
 
-from spmd_partition_helpers import check_equivalent, collectives
+from spmd_partition_helpers import (
+    check_equivalent, collectives, generated_compared_with_xla,
+)
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -70,16 +72,6 @@ def test_a_shared_gather_is_credited_in_all_devices_bytes_for_ties():
 def test_the_generated_module_sends_no_more_than_xla_on_either_measure(seed, setting):
     """The module the reduction above comes from: before, its busiest device sent as much as
     XLA's and the mean was above it (12 / 12 B against XLA's 12 / 10); now 12 / 10."""
-    from fuzz import case
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    generated = case(seed)
-    on = setting == "on"
-    with XlaOracle() as xla:
-        result = run_case(Case(f"fuzz/{seed} [{setting}]", generated.text,
-                               generated.num_partitions, on, on, generated.reference_text),
-                          xla, seed // 1000000)
-    assert result.status == "compared", result.detail
+    result = generated_compared_with_xla(seed, setting)
     assert (result.our_busiest, result.our_bytes) <= (result.xla_busiest, result.xla_bytes)
     assert result.our_bytes <= result.xla_bytes
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch

@@ -15,7 +15,9 @@ from gspmdc.passes.spmd.traffic import sent_per_device
 from conformance.oracle import xla_available
 from hlo_text import hlo_module, reducer
 
-from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla
+from spmd_partition_helpers import (
+    check_equivalent, collectives, compared_with_xla, generated_compared_with_xla,
+)
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -134,15 +136,5 @@ def test_the_generated_modules_send_no_more_than_xla_on_either_measure(seed, set
     """The modules the reductions above come from: before, the busiest device sent less than
     XLA's but the mean was above it (40 / 40 B against XLA's 44 / 34, 48 / 48 against 52 / 42,
     308 / 308 against 336 / 224); now 36 / 30, 44 / 38 and 224 / 175 B."""
-    from fuzz import case
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    generated = case(seed)
-    on = setting == "on"
-    with XlaOracle() as xla:
-        result = run_case(Case(f"fuzz/{seed} [{setting}]", generated.text,
-                               generated.num_partitions, on, on, generated.reference_text),
-                          xla, seed // 1000000)
-    assert result.status == "compared", result.detail
+    result = generated_compared_with_xla(seed, setting)
     assert result.our_busiest <= result.xla_busiest and result.our_bytes <= result.xla_bytes
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch

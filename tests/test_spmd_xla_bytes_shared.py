@@ -17,7 +17,8 @@ from conformance.oracle import xla_available
 
 from filecheck import check, directives
 from spmd_partition_helpers import (
-    busiest_per_collective, check_equivalent, collectives, compared_with_xla, sent_bytes,
+    busiest_per_collective, check_equivalent, collectives, compared_with_xla,
+    generated_compared_with_xla, sent_bytes,
 )
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
@@ -828,15 +829,5 @@ def test_a_gather_made_for_a_one_device_user_serves_the_other_users(seed, settin
     reference's. The first two are priced so by the look-ahead's credit for the later
     one-device user (before: 84 / 80 B and 256 B against XLA's 68 and 212 B); the third
     stays at XLA's 168 B."""
-    from fuzz import case
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    generated = case(seed)
-    on = setting == "on"
-    with XlaOracle() as xla:
-        result = run_case(Case(f"fuzz/{seed} [{setting}]", generated.text,
-                               generated.num_partitions, on, on, generated.reference_text),
-                          xla, seed // 1000000)
-    assert result.status == "compared", result.detail
+    result = generated_compared_with_xla(seed, setting)
     assert (result.our_busiest, result.our_bytes) <= (result.xla_busiest, result.xla_bytes)
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch

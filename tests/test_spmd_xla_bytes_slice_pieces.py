@@ -16,7 +16,9 @@ from gspmdc.passes.spmd.traffic import sent_per_device
 from conformance.oracle import xla_available
 from hlo_text import hlo_module
 
-from spmd_partition_helpers import check_equivalent, collectives, compared_with_xla
+from spmd_partition_helpers import (
+    check_equivalent, collectives, compared_with_xla, generated_compared_with_xla,
+)
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="needs the [xla] extra (jax, jaxlib)")
 
@@ -72,16 +74,6 @@ def test_the_generated_module_sends_no_more_than_xla_on_either_measure(setting):
     """The module the reduction above comes from: before, its busiest device sent as much as
     XLA's and the mean was above it (64 / 58 B against XLA's 64 / 54 on, 136 / 130 against
     136 / 126 off); now 44 / 40 and 116 / 112 B."""
-    from fuzz import case
-    from conformance.differential import Case, run_case
-    from conformance.oracle import XlaOracle
-    seed = 15000000464
-    generated = case(seed)
-    on = setting == "on"
-    c = Case(f"fuzz/{seed} [{setting}]", generated.text, generated.num_partitions, on, on,
-             generated.reference_text)
-    with XlaOracle() as xla:
-        result = run_case(c, xla, seed // 1000000)
-    assert result.status == "compared", result.detail
-    assert "gspmdc" not in result.value_mismatch, result.value_mismatch
-    assert (result.our_busiest, result.our_bytes) == ((44, 40.0) if on else (116, 112.0))
+    result = generated_compared_with_xla(15000000464, setting)
+    assert (result.our_busiest, result.our_bytes) == \
+        ((44, 40.0) if setting == "on" else (116, 112.0))
