@@ -111,7 +111,7 @@ def compared_with_xla(text: str, n: int):
 
 
 def generated_compared_with_xla(seed: int, setting: str):
-    """The generated module `seed` (tests/fuzz.py) against XLA as the oracle run compares it,
+    """The generated module `seed` (the `fuzz` module of the tests) against XLA as the oracle run compares it,
     with propagation to the output and parameters `setting` ("on" or "off"; needs jax): the
     comparison's result, asserted compared and gspmdc's values the reference's (the bytes are
     the caller's to judge)."""
